@@ -1,0 +1,112 @@
+"""The aggregation packet format, derived from the P4 sources.
+
+Why parse P4 from Python: the header layout and the constants (K values per
+packet, UDP port, slot count) must be identical in the P4 program, the scapy
+layer, the host agents and the software switch.  Reading
+p4src/include/{constants,headers}.p4 here makes the P4 text the single source
+of truth; tests/test_wire_format.py proves all consumers agree byte for byte.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from agglab.paths import P4_INCLUDE
+
+_DEFINE = re.compile(r"^\s*#define\s+(\w+)\s+(0x[0-9A-Fa-f]+|\d+)\b", re.M)
+_FIELD = re.compile(r"^\s*bit<(\d+)>\s+(\w+)\s*;", re.M)
+
+
+def read_constants(path: Path = P4_INCLUDE / "constants.p4") -> dict[str, int]:
+    """All numeric #define lines of constants.p4 as a dict."""
+    return {name: int(value, 0) for name, value in _DEFINE.findall(path.read_text())}
+
+
+def read_header_fields(header: str, path: Path = P4_INCLUDE / "headers.p4") -> list[tuple[str, int]]:
+    """The (name, bit width) fields of `header NAME { ... }` in headers.p4, in order."""
+    text = path.read_text()
+    match = re.search(r"header\s+%s\s*\{(.*?)\}" % re.escape(header), text, re.S)
+    if not match:
+        raise ValueError(f"header {header} not found in {path}")
+    return [(name, int(bits)) for bits, name in _FIELD.findall(match.group(1))]
+
+
+CONST = read_constants()
+K: int = CONST["AGG_K"]
+UDP_PORT: int = CONST["AGG_UDP_PORT"]
+SLOTS: int = CONST["AGG_SLOTS"]
+MAX_WORKERS: int = CONST["AGG_MAX_WORKERS"]
+FLAG_RESULT: int = CONST["AGG_FLAG_RESULT"]
+FLAG_RETX: int = CONST["AGG_FLAG_RETX"]
+NEXT_NONE: int = CONST["AGG_NEXT_NONE"]
+EXP_BIAS: int = CONST["AGG_EXP_BIAS"]
+
+AGG_FIELDS: list[tuple[str, int]] = read_header_fields("agg_h")
+AGG_HEADER_BYTES: int = sum(bits for _, bits in AGG_FIELDS) // 8
+DATA_BYTES: int = 4 * K
+PAYLOAD_BYTES: int = AGG_HEADER_BYTES + DATA_BYTES
+ETH_BYTES, IPV4_BYTES, UDP_BYTES = 14, 20, 8
+AGG_OFFSET: int = ETH_BYTES + IPV4_BYTES + UDP_BYTES   # agg_h offset in a frame
+FRAME_BYTES: int = AGG_OFFSET + PAYLOAD_BYTES
+
+
+@dataclass(frozen=True)
+class _Word:
+    """A group of consecutive fields that together fill one struct word."""
+    code: str                      # struct code: B, H or I
+    fields: tuple[tuple[str, int], ...]
+
+
+def _group_words(fields: list[tuple[str, int]]) -> list[_Word]:
+    codes = {8: "B", 16: "H", 32: "I"}
+    words, group, width = [], [], 0
+    for name, bits in fields:
+        group.append((name, bits))
+        width += bits
+        if width in codes:
+            words.append(_Word(codes[width], tuple(group)))
+            group, width = [], 0
+        elif width > 32:
+            raise ValueError(f"agg_h fields {group} do not pack into 8/16/32-bit words")
+    if group:
+        raise ValueError(f"agg_h ends with a partial word: {group}")
+    return words
+
+
+_WORDS = _group_words(AGG_FIELDS)
+AGG_STRUCT = struct.Struct("!" + "".join(w.code for w in _WORDS))
+FIELD_NAMES: tuple[str, ...] = tuple(name for name, _ in AGG_FIELDS)
+assert AGG_STRUCT.size == AGG_HEADER_BYTES
+
+
+def pack_agg(**fields: int) -> bytes:
+    """Encode an agg_h header; missing fields are 0 (next_block defaults to NEXT_NONE)."""
+    fields.setdefault("next_block", NEXT_NONE)
+    unknown = set(fields) - set(FIELD_NAMES)
+    if unknown:
+        raise KeyError(f"unknown agg_h fields: {sorted(unknown)}")
+    words = []
+    for word in _WORDS:
+        value, shift = 0, sum(bits for _, bits in word.fields)
+        for name, bits in word.fields:
+            shift -= bits
+            field = int(fields.get(name, 0))
+            if not 0 <= field < (1 << bits):
+                raise ValueError(f"agg_h.{name}={field} does not fit in {bits} bits")
+            value |= field << shift
+        words.append(value)
+    return AGG_STRUCT.pack(*words)
+
+
+def unpack_agg(buf: bytes | bytearray | memoryview, offset: int = 0) -> dict[str, int]:
+    """Decode an agg_h header at `offset` into a dict of field values."""
+    out: dict[str, int] = {}
+    for word, value in zip(_WORDS, AGG_STRUCT.unpack_from(buf, offset)):
+        shift = sum(bits for _, bits in word.fields)
+        for name, bits in word.fields:
+            shift -= bits
+            out[name] = (value >> shift) & ((1 << bits) - 1)
+    return out

@@ -1,0 +1,30 @@
+/* agglab build-time constants.
+ *
+ * This file is the ONE place the aggregation packet geometry is defined.
+ * P4 includes it; Python (agglab/wire.py) parses the #define lines, so the
+ * scapy layer, the host agents and the software switch read the same numbers.
+ * After changing AGG_K run `make p4gen` to regenerate include/values.p4.
+ */
+#ifndef AGGLAB_CONSTANTS_P4
+#define AGGLAB_CONSTANTS_P4
+
+#define AGG_K            64          /* int32 values per aggregation packet   */
+#define AGG_UDP_PORT     48879       /* UDP port of aggregation traffic       */
+#define AGG_SLOTS        1024        /* slots per version in every switch     */
+#define AGG_MAX_WORKERS  32          /* width of the contribution bitmap      */
+#define AGG_STATS_SIZE   8           /* entries of the agg_stats counter      */
+
+#define AGG_FLAG_RESULT  1           /* packet carries an aggregate           */
+#define AGG_FLAG_RETX    2           /* worker retransmission (informational) */
+#define AGG_NEXT_NONE    0xFFFFFFFF  /* next_block value meaning "no more"    */
+#define AGG_EXP_BIAS     128         /* exp field = exponent + AGG_EXP_BIAS   */
+
+/* agg_stats counter indices */
+#define STAT_CONTRIB     0           /* first copies accepted                 */
+#define STAT_COMPLETE    1           /* slot versions completed               */
+#define STAT_DUP_DROP    2           /* duplicates before completion, dropped */
+#define STAT_DUP_REPLY   3           /* duplicates after completion, answered */
+#define STAT_REJECT      4           /* malformed or not in a job, dropped    */
+#define STAT_SIM_DROP    5           /* dropped by the drop simulator         */
+
+#endif
