@@ -1,0 +1,103 @@
+"""The aggregation packet on the host side: a scapy layer and fast plain helpers.
+
+Why two representations: scapy is the convenient way to build, dissect and
+print packets in tests, pcaps and debugging, but it costs tens of
+microseconds per packet, far too much for the data path of eight agents on two
+cores.  The data path therefore uses `encode`/`decode` and `HeaderPacker`
+(struct + numpy only).  Both are generated from `agglab.wire` (which reads the
+P4 headers), and tests/test_hosts_protocol.py proves they produce the same
+bytes, so neither can drift from the P4 program.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scapy.fields import BitField, FieldListField, SignedIntField
+from scapy.layers.inet import UDP
+from scapy.packet import Packet, bind_bottom_up, bind_top_down
+
+from agglab import wire
+
+K = wire.K
+HEADER_BYTES = wire.AGG_HEADER_BYTES
+PAYLOAD_BYTES = wire.PAYLOAD_BYTES
+_BE_INT32 = np.dtype(">i4")
+
+
+class Agg(Packet):
+    """agg_h (one BitField per P4 field, same names) followed by K signed int32 lanes."""
+
+    name = "Agg"
+    fields_desc = [BitField(name, 0, bits) for name, bits in wire.AGG_FIELDS] + [
+        FieldListField("values", [0] * K, SignedIntField("v", 0), count_from=lambda pkt: K),
+    ]
+
+    def mysummary(self) -> str:
+        return self.sprintf("Agg job=%job% slot=%slot% ver=%ver% block=%block% exp=%exp% flags=%flags%")
+
+
+# Dissect when either UDP port is the aggregation port; build with both ports set.
+bind_bottom_up(UDP, Agg, dport=wire.UDP_PORT)
+bind_bottom_up(UDP, Agg, sport=wire.UDP_PORT)
+bind_top_down(UDP, Agg, sport=wire.UDP_PORT, dport=wire.UDP_PORT)
+
+
+def _layout() -> dict[str, tuple[int, int, int]]:
+    """field name -> (struct word index, shift within the word, mask), from wire.AGG_STRUCT."""
+    codes = wire.AGG_STRUCT.format.lstrip("!")
+    widths = {"B": 8, "H": 16, "I": 32}
+    out, word, used = {}, 0, 0
+    for name, bits in wire.AGG_FIELDS:
+        used += bits
+        out[name] = (word, widths[codes[word]] - used, (1 << bits) - 1)
+        if used == widths[codes[word]]:
+            word, used = word + 1, 0
+    return out
+
+
+LAYOUT = _layout()
+
+
+class HeaderPacker:
+    """Packs agg_h quickly: fields fixed for a whole allreduce are folded in once.
+
+    `pack(**varying)` costs one struct.pack plus a few shifts; values are
+    masked to their width (callers on the data path pass valid values; use
+    `wire.pack_agg` when validation matters).
+    """
+
+    def __init__(self, **fixed: int) -> None:
+        self._base = [0] * len(wire.AGG_STRUCT.format.lstrip("!"))
+        for name, value in fixed.items():
+            word, shift, mask = LAYOUT[name]
+            self._base[word] |= (int(value) & mask) << shift
+
+    def pack(self, **varying: int) -> bytes:
+        words = list(self._base)
+        for name, value in varying.items():
+            word, shift, mask = LAYOUT[name]
+            words[word] |= (value & mask) << shift
+        return wire.AGG_STRUCT.pack(*words)
+
+
+def encode(header_fields: dict, values: np.ndarray) -> bytes:
+    """UDP payload = agg_h (fields as in wire.pack_agg, missing ones 0) + K big-endian int32."""
+    vals = np.asarray(values)
+    if vals.shape != (K,):
+        raise ValueError(f"an aggregation packet carries exactly K={K} values, got shape {vals.shape}")
+    if vals.dtype != np.int32:
+        raise TypeError(f"values must be int32 (quantise floats first), got {vals.dtype}")
+    return wire.pack_agg(**header_fields) + vals.astype(_BE_INT32).tobytes()
+
+
+def decode(payload: bytes | bytearray | memoryview) -> tuple[dict, np.ndarray]:
+    """Inverse of `encode`: (header dict, int32 array of K values). Raises ValueError if short."""
+    if len(payload) < PAYLOAD_BYTES:
+        raise ValueError(f"aggregation payload has {len(payload)} bytes, need {PAYLOAD_BYTES}")
+    values = np.frombuffer(payload, dtype=_BE_INT32, count=K, offset=HEADER_BYTES)
+    return wire.unpack_agg(payload), values.astype(np.int32)
+
+
+def values_of(payload: bytes | bytearray | memoryview) -> np.ndarray:
+    """The K lanes of a payload as a read-only big-endian int32 view (no copy)."""
+    return np.frombuffer(payload, dtype=_BE_INT32, count=K, offset=HEADER_BYTES)
