@@ -1,0 +1,45 @@
+# agglab — two commands on a fresh Debian 12 / Ubuntu machine:
+#   make experiment   # install what is missing, run the default experiment, write results/<name>/report.md
+#   make test         # install what is missing, run the test suite
+# Works as root or as a user with sudo (the Vagrant VM).
+
+PY      := .venv/bin/python
+SUDO    := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+BACKEND ?= soft
+CONFIG  ?= experiments/configs/default.yaml
+PYTEST_ARGS ?=
+
+.PHONY: setup test experiment bench clean p4gen p4 help
+
+help:
+	@echo "make experiment [BACKEND=soft|bmv2] [CONFIG=...]  run the default experiment"
+	@echo "make test                                           run the tests"
+	@echo "make bench                                          print switch packets/s and goodput"
+	@echo "make clean                                          remove leftovers of crashed runs"
+	@echo "make p4gen                                          regenerate p4src/include/values.p4 after changing AGG_K"
+
+setup: .venv/.installed
+
+.venv/.installed: pyproject.toml scripts/install-system.sh
+	$(SUDO) bash scripts/install-system.sh
+	[ -x $(PY) ] || /usr/bin/python3 -m venv --system-site-packages .venv
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+test: setup
+	$(SUDO) $(PY) -m pytest -q $(PYTEST_ARGS)
+
+experiment: setup
+	$(SUDO) $(PY) -m experiments --config $(CONFIG) --backend $(BACKEND)
+
+bench: setup
+	$(SUDO) $(PY) -m agglab.bench
+
+clean:
+	$(SUDO) $(PY) -m agglab clean
+
+p4gen:
+	$(PY) -m agglab.p4gen
+
+p4:
+	p4c --target bmv2 --arch v1model -o build/p4 p4src/agglab.p4

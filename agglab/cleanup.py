@@ -1,0 +1,138 @@
+"""Track every process and interface a run creates, and remove them after a crash.
+
+Why: the classic Mininet/P4 pain is leftover state ("RTNETLINK answers: File exists",
+stray simple_switch processes) after a run is killed. Each run writes what it starts
+into its own directory under RUN_ROOT; `agglab clean` removes whatever belongs to a
+run whose owner process is gone. It is idempotent: a second call finds nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+from agglab.paths import RUN_ROOT
+
+# Interfaces our networks create: s1-eth1, h3-eth0, (any node name)-ethN.
+_OUR_INTF = re.compile(r"^[a-z]+\d+-eth\d+$")
+
+
+class RunRecord:
+    """The directory of one run: owner pid, pids started, interfaces created."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    @classmethod
+    def create(cls, prefix: str = "run") -> "RunRecord":
+        RUN_ROOT.mkdir(parents=True, exist_ok=True)
+        path = RUN_ROOT / f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        path.mkdir()
+        (path / "owner.pid").write_text(str(os.getpid()))
+        return cls(path)
+
+    def add_pid(self, pid: int, what: str) -> None:
+        with open(self.path / "pids", "a") as f:
+            f.write(f"{pid} {what}\n")
+
+    def add_interfaces(self, names: list[str]) -> None:
+        with open(self.path / "interfaces", "a") as f:
+            f.writelines(f"{n}\n" for n in names)
+
+    def pids(self) -> list[int]:
+        f = self.path / "pids"
+        return [int(line.split()[0]) for line in f.read_text().splitlines() if line.strip()] if f.exists() else []
+
+    def interfaces(self) -> list[str]:
+        f = self.path / "interfaces"
+        return [n for n in f.read_text().split() if n] if f.exists() else []
+
+    def owner_alive(self) -> bool:
+        try:
+            return _alive(int((self.path / "owner.pid").read_text()))
+        except (OSError, ValueError):
+            return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:   # a zombie is dead for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def kill_pids(pids: list[int], grace: float = 2.0) -> int:
+    """SIGTERM, wait up to `grace`, then SIGKILL. Returns how many were alive."""
+    live = [p for p in pids if p > 1 and p != os.getpid() and _alive(p)]
+    for p in live:
+        with _quiet():
+            os.kill(p, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_alive(p) for p in live):
+        time.sleep(0.05)
+    for p in live:
+        if _alive(p):
+            with _quiet():
+                os.kill(p, signal.SIGKILL)
+    return len(live)
+
+
+class _quiet:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return exc[0] is not None and issubclass(exc[0], (ProcessLookupError, PermissionError))
+
+
+def delete_interfaces(names: list[str]) -> int:
+    existing = set(Path("/sys/class/net").iterdir()) if Path("/sys/class/net").exists() else set()
+    present = {p.name for p in existing}
+    count = 0
+    for name in names:
+        if name in present:
+            subprocess.run(["ip", "link", "delete", name], capture_output=True)
+            count += 1
+    return count
+
+
+def stray_interfaces() -> list[str]:
+    """Interfaces in the root namespace named like ours (s1-eth1, h2-eth0)."""
+    net = Path("/sys/class/net")
+    return sorted(p.name for p in net.iterdir() if _OUR_INTF.match(p.name)) if net.exists() else []
+
+
+def clean(everything: bool = False, verbose: bool = True) -> dict[str, int]:
+    """Remove what dead runs left (all runs with everything=True). Idempotent."""
+    done = {"runs": 0, "processes": 0, "interfaces": 0}
+    live_runs = 0
+    if RUN_ROOT.exists():
+        for path in sorted(RUN_ROOT.iterdir()):
+            if not path.is_dir():
+                continue
+            run = RunRecord(path)
+            if run.owner_alive() and not everything:
+                live_runs += 1
+                continue
+            done["processes"] += kill_pids(run.pids())
+            done["interfaces"] += delete_interfaces(run.interfaces())
+            shutil.rmtree(path, ignore_errors=True)
+            done["runs"] += 1
+    if live_runs == 0:    # nothing of ours is running: any interface named like ours is stale
+        done["interfaces"] += delete_interfaces(stray_interfaces())
+    if verbose:
+        print(f"agglab clean: removed {done['runs']} run(s), stopped {done['processes']} process(es), "
+              f"deleted {done['interfaces']} interface(s)" + (f"; {live_runs} live run(s) left alone" if live_runs else ""))
+    return done

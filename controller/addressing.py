@@ -1,0 +1,39 @@
+"""Addresses for emulated hosts and the aggregation service.
+
+Workers send aggregation packets to one virtual service address that no host owns;
+the first switch on the path intercepts them by UDP port. A static ARP entry on every
+host points SERVICE_IP at SERVICE_MAC, so no ARP ever has to be answered for it.
+All addresses are inside 10.0.0.0/8 on interfaces of namespaces this project creates.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from controller.topology import hosts
+
+SERVICE_IP = "10.255.255.254"
+SERVICE_MAC = "02:a6:67:ff:ff:fe"
+PREFIX_LEN = 8
+
+
+def host_ip(index: int) -> str:
+    """IP of the index-th host (1-based): 10.0.0.1 ... 10.0.0.250, 10.0.1.1, ..."""
+    return f"10.0.{(index - 1) // 250}.{(index - 1) % 250 + 1}"
+
+
+def host_mac(index: int) -> str:
+    return f"02:00:00:00:{(index >> 8) & 0xFF:02x}:{index & 0xFF:02x}"
+
+
+def assign_addresses(g: nx.Graph) -> nx.Graph:
+    """Give every host an IP and MAC (in natural name order), stored on the node."""
+    for index, h in enumerate(hosts(g), start=1):
+        g.nodes[h].setdefault("ip", host_ip(index))
+        g.nodes[h].setdefault("mac", host_mac(index))
+    return g
+
+
+def ip_to_int(ip: str) -> int:
+    a, b, c, d = (int(x) for x in ip.split("."))
+    return (a << 24) | (b << 16) | (c << 8) | d

@@ -1,0 +1,26 @@
+"""Programs p4src/include/drop_sim.p4: the in-switch loss simulator.
+
+This kernel has no netem, so loss is emulated in the data plane (as SwitchML's
+drop simulator does) and therefore works identically on BMv2 and the software switch.
+"""
+
+from __future__ import annotations
+
+from controller.switch_client import SwitchClient
+
+
+def threshold(probability: float) -> int:
+    """Drop when random r in [0, 2^32-2] is below this (0 never, 0xFFFFFFFF always)."""
+    if not 0.0 <= probability <= 1.0:
+        raise ValueError(f"loss probability must be within [0, 1], got {probability}")
+    return min(0xFFFFFFFF, round(probability * 2**32))
+
+
+def set_loss(client: SwitchClient, ports: list[int], probability: float) -> None:
+    """Drop `probability` of the packets entering and, independently, leaving each port."""
+    thr = threshold(probability)
+    for table in ("drop_sim", "drop_sim_egress"):
+        client.table_clear(table)
+        if thr:
+            for p in ports:
+                client.table_add(table, "set_drop_rate", [p], [thr])

@@ -1,0 +1,47 @@
+"""Programs p4src/include/forward.p4: ordinary L3 (ipv4_lpm) and L2 (l2_exact) forwarding.
+
+Routes come from the shared topology graph (shortest paths), so no port number is
+written by hand. Broadcast frames are flooded only along a spanning tree of the
+switches, so a topology with loops (fat-tree, BCube) cannot loop a flood.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from controller.switch_client import SwitchClient
+from controller.topology import hosts, port, switches
+
+FLOOD_GROUP = 1000          # multicast group id reserved for L2 flooding
+BROADCAST_MAC = "ff:ff:ff:ff:ff:ff"
+
+
+def next_hops(g: nx.Graph, switch: str) -> dict[str, str]:
+    """For every host, the neighbour of `switch` on a shortest path to it."""
+    paths = nx.single_source_shortest_path(g, switch)
+    return {h: paths[h][1] for h in hosts(g) if h in paths}
+
+
+def flood_ports(g: nx.Graph, switch: str) -> list[int]:
+    """Host ports plus ports on a BFS spanning tree of the switch subgraph."""
+    sw = switches(g)
+    tree = nx.bfs_tree(g.subgraph(sw), sw[0]).to_undirected() if sw else nx.Graph()
+    ports = []
+    for nbr in g.neighbors(switch):
+        if g.nodes[nbr]["kind"] == "host" or tree.has_edge(switch, nbr):
+            ports.append(port(g, switch, nbr))
+    return sorted(ports)
+
+
+def install_forwarding(client: SwitchClient, g: nx.Graph, switch: str) -> int:
+    """Install L3 routes and L2 entries on one switch; returns the number of entries."""
+    entries = 0
+    for host, hop in next_hops(g, switch).items():
+        attrs = g.nodes[host]
+        out = port(g, switch, hop)
+        client.table_add("ipv4_lpm", "ipv4_forward", [f"{attrs['ip']}/32"], [attrs["mac"], out])
+        client.table_add("l2_exact", "l2_forward", [attrs["mac"]], [out])
+        entries += 2
+    client.mc_group(FLOOD_GROUP, flood_ports(g, switch))
+    client.table_add("l2_exact", "l2_flood", [BROADCAST_MAC], [FLOOD_GROUP])
+    return entries + 1

@@ -1,0 +1,168 @@
+"""Build a Mininet network from the shared topology graph and hand out switch clients.
+
+Why our own builder instead of `mn --topo`: port numbers, interface names and
+addresses must come from the graph (controller/topology.py) so that the code that
+programs tables uses exactly the ports Mininet created. Every process and interface
+is recorded in a RunRecord so `agglab clean` can undo a crashed run.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import networkx as nx
+
+from agglab.cleanup import RunRecord, clean
+from controller import addressing
+from controller.switch_client import Bmv2Client, SoftSwitchClient, SwitchClient
+from controller.topology import hosts, switches
+
+BACKENDS = ("soft", "bmv2")
+THRIFT_BASE = 9090
+
+
+def _quiet_host(node, intfs: list[str]) -> None:
+    """No IPv6 chatter, no checksum/segmentation offloads (switches re-inject frames)."""
+    node.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1")
+    for intf in intfs:
+        node.cmd(f"ethtool -K {intf} rx off tx off tso off gso off gro off >/dev/null 2>&1")
+
+
+class EmulatedNetwork:
+    """A running Mininet network built from `graph`; use as a context manager."""
+
+    def __init__(self, graph: nx.Graph, backend: str = "soft", seed: int = 0, pcap: bool = False):
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
+        self.graph = addressing.assign_addresses(graph)
+        self.backend = backend
+        self.seed = seed
+        self.pcap = pcap
+        self.net = None
+        self.run: RunRecord | None = None
+        self.clients: dict[str, SwitchClient] = {}
+
+    # -- lifecycle ----------------------------------------------------------------
+    def start(self) -> "EmulatedNetwork":
+        from mininet.link import TCLink
+        from mininet.log import setLogLevel
+        from mininet.net import Mininet
+
+        setLogLevel("error")
+        clean(verbose=False)                     # leftovers of dead runs would collide
+        self.run = RunRecord.create("net")
+        self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
+                           autoStaticArp=False, link=TCLink)
+        try:
+            self._add_nodes()
+            self.net.build()
+            self._record()
+            self.net.start()
+            self._configure_hosts()
+            self._connect_switches()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _add_nodes(self) -> None:
+        g = self.graph
+        json_path = None
+        if self.backend == "bmv2":
+            from controller.p4build import compile_p4
+
+            json_path = str(compile_p4())
+        for h in hosts(g):
+            a = g.nodes[h]
+            self.net.addHost(h, ip=f"{a['ip']}/{addressing.PREFIX_LEN}", mac=a["mac"])
+        for i, s in enumerate(switches(g)):
+            if self.backend == "soft":
+                from controller.switch_nodes import SoftP4Switch
+
+                self.net.addSwitch(s, cls=SoftP4Switch, run=self.run, seed=self.seed + i, pcap=self.pcap)
+            else:
+                from controller.switch_nodes import Bmv2Switch
+
+                self.net.addSwitch(s, cls=Bmv2Switch, run=self.run, json_path=json_path,
+                                   thrift_port=THRIFT_BASE + i, device_id=i, pcap=self.pcap)
+        for u, v, e in g.edges(data=True):
+            params = {"bw": e["bw"]} if e.get("bw") else {}
+            self.net.addLink(u, v, port1=e["ports"][u], port2=e["ports"][v],
+                             intfName1=e["intfs"][u], intfName2=e["intfs"][v], **params)
+
+    def _record(self) -> None:
+        for node in self.net.hosts + self.net.switches:
+            self.run.add_pid(node.pid, f"{node.name} shell")
+        self.run.add_interfaces(sorted(i for e in self.graph.edges.values() for i in e["intfs"].values()))
+
+    def _configure_hosts(self) -> None:
+        g = self.graph
+        for h in hosts(g):
+            node = self.net.get(h)
+            intfs = [i.name for i in node.intfList() if i.name != "lo"]
+            _quiet_host(node, intfs)
+            for intf in intfs:
+                node.cmd(f"ip neigh replace {addressing.SERVICE_IP} lladdr {addressing.SERVICE_MAC} "
+                         f"dev {intf} nud permanent")
+            for other in hosts(g):
+                if other != h:
+                    o = g.nodes[other]
+                    node.cmd(f"ip neigh replace {o['ip']} lladdr {o['mac']} dev {intfs[0]} nud permanent")
+        for s in switches(g):     # root-namespace ends: no IPv6 router solicitations into the switch
+            for intf in self.net.get(s).intfList():
+                if intf.name != "lo":
+                    subprocess.run(["sysctl", "-qw", f"net.ipv6.conf.{intf.name}.disable_ipv6=1"],
+                                   capture_output=True)
+
+    def _connect_switches(self) -> None:
+        for s in switches(self.graph):
+            node = self.net.get(s)
+            try:
+                if self.backend == "soft":
+                    self.clients[s] = SoftSwitchClient(s, str(node.control_path), timeout=15)
+                else:
+                    self.clients[s] = Bmv2Client(s, node.thrift_port, timeout=15)
+            except Exception as exc:
+                time.sleep(0.2)
+                reason = node.died()
+                raise RuntimeError(reason or f"switch {s} did not come up: {exc}") from exc
+
+    def stop(self) -> None:
+        for client in self.clients.values():
+            client.close()
+        self.clients.clear()
+        if self.net is not None:
+            try:
+                self.net.stop()
+            finally:
+                self.net = None
+        if self.run is not None:
+            from agglab.cleanup import delete_interfaces, kill_pids
+            import shutil
+
+            kill_pids(self.run.pids())
+            delete_interfaces(self.run.interfaces())
+            if not getattr(self, "keep_run_dir", False):
+                shutil.rmtree(self.run.path, ignore_errors=True)
+            self.run = None
+
+    def __enter__(self) -> "EmulatedNetwork":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- access -------------------------------------------------------------------
+    def host(self, name: str):
+        return self.net.get(name)
+
+    def client(self, switch: str) -> SwitchClient:
+        return self.clients[switch]
+
+    def check_switches(self) -> None:
+        """Raise with the switch log tail if a data-plane process died."""
+        for s in switches(self.graph):
+            reason = self.net.get(s).died()
+            if reason:
+                raise RuntimeError(reason)

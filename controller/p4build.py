@@ -1,0 +1,38 @@
+"""Compile p4src/agglab.p4 with p4c for BMv2, cached by the hash of the P4 sources."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from pathlib import Path
+
+from agglab.paths import P4SRC, REPO
+from controller.switch_client import find_bmv2_tool
+
+BUILD = REPO / "build" / "p4"
+
+
+def sources_digest() -> str:
+    h = hashlib.sha256()
+    for path in sorted(P4SRC.rglob("*.p4")):
+        h.update(path.name.encode() + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def compile_p4(out_dir: Path = BUILD) -> Path:
+    """Return the BMv2 JSON of agglab.p4, compiling only if the sources changed."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path = out_dir / "agglab.json"
+    stamp = out_dir / "agglab.digest"
+    digest = sources_digest()
+    if json_path.exists() and stamp.exists() and stamp.read_text() == digest:
+        return json_path
+    p4c = find_bmv2_tool("p4c")
+    if not p4c:
+        raise RuntimeError("p4c not found: install p4c (see the Vagrantfile) or use --backend soft")
+    proc = subprocess.run([p4c, "--target", "bmv2", "--arch", "v1model", "-o", str(out_dir),
+                           str(P4SRC / "agglab.p4")], capture_output=True, text=True)
+    if proc.returncode != 0 or not json_path.exists():
+        raise RuntimeError(f"p4c failed on {P4SRC / 'agglab.p4'}:\n{proc.stderr[-3000:]}")
+    stamp.write_text(digest)
+    return json_path

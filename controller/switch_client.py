@@ -1,0 +1,193 @@
+"""One control interface, two data planes.
+
+Both targets are programmed in the simple_switch_CLI command language, so the
+conformance vectors, the controller and a human at a CLI use one vocabulary:
+- SoftSwitchClient talks to the software switch's Unix control socket;
+- Bmv2Client talks Thrift to simple_switch (BMv2's aggregation registers are only
+  reachable over Thrift), through p4-utils' SimpleSwitchThriftAPI when installed,
+  else BMv2's own runtime_CLI module, else the simple_switch_CLI program.
+Typed helpers (table_add, register_read, ...) are built once on top of command().
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import shutil
+import subprocess
+import time
+from abc import ABC, abstractmethod
+
+
+class SwitchCommandError(RuntimeError):
+    """A control command was rejected by the switch."""
+
+
+class SwitchClient(ABC):
+    name: str = "?"
+
+    @abstractmethod
+    def command(self, line: str) -> str:
+        """Run one CLI command and return its output; raise SwitchCommandError on failure."""
+
+    def commands(self, lines: list[str]) -> list[str]:
+        return [self.command(line) for line in lines]
+
+    # -- typed helpers -------------------------------------------------------------
+    def table_add(self, table: str, action: str, keys: list, params: list) -> int:
+        out = self.command(f"table_add {table} {action} {_join(keys)} => {_join(params)}".rstrip())
+        match = re.search(r"handle (\d+)", out)
+        if not match:
+            raise SwitchCommandError(f"{self.name}: table_add {table}: {out.strip()}")
+        return int(match.group(1))
+
+    def table_clear(self, table: str) -> None:
+        self.command(f"table_clear {table}")
+
+    def table_set_default(self, table: str, action: str, params: list = ()) -> None:
+        self.command(f"table_set_default {table} {action} {_join(params)}".rstrip())
+
+    def register_read(self, name: str, index: int | None = None) -> int | list[int]:
+        out = self.command(f"register_read {name}" + ("" if index is None else f" {index}"))
+        body = out.split("=", 1)[1] if "=" in out else out
+        values = [int(v) for v in re.findall(r"-?\d+", body)]
+        if index is not None:
+            if len(values) != 1:
+                raise SwitchCommandError(f"{self.name}: cannot parse register_read output {out!r}")
+            return values[0]
+        return values
+
+    def register_write(self, name: str, index: int, value: int) -> None:
+        self.command(f"register_write {name} {index} {value}")
+
+    def register_reset(self, name: str) -> None:
+        self.command(f"register_reset {name}")
+
+    def counter_read(self, name: str, index: int) -> int:
+        """Packets counted at index."""
+        out = self.command(f"counter_read {name} {index}")
+        match = re.search(r"packets=(\d+)", out)
+        if not match:
+            raise SwitchCommandError(f"{self.name}: cannot parse counter_read output {out!r}")
+        return int(match.group(1))
+
+    def mc_group(self, group: int, ports: list[int], rid: int = 0) -> int:
+        """Create multicast group `group` replicating to `ports`; returns the node handle."""
+        self.command(f"mc_mgrp_create {group}")
+        out = self.command(f"mc_node_create {rid} {_join(sorted(ports))}")
+        match = re.search(r"handle (\d+)", out)
+        if not match:
+            raise SwitchCommandError(f"{self.name}: mc_node_create: {out.strip()}")
+        handle = int(match.group(1))
+        self.command(f"mc_node_associate {group} {handle}")
+        return handle
+
+    def close(self) -> None:
+        pass
+
+
+def _join(items) -> str:
+    return " ".join(str(x) for x in items)
+
+
+class SoftSwitchClient(SwitchClient):
+    """The software switch's control socket (see softswitch/control.py)."""
+
+    def __init__(self, name: str, socket_path: str, timeout: float = 10.0):
+        from softswitch.control import ControlClient, wait_ready
+
+        self.name = name
+        wait_ready(socket_path, timeout)
+        self._client = ControlClient(socket_path)
+
+    def command(self, line: str) -> str:
+        from softswitch.control import SwitchCommandError as SoftError
+
+        try:
+            return self._client.command(line)
+        except SoftError as exc:
+            raise SwitchCommandError(f"{self.name}: {line!r}: {exc}") from exc
+
+    def close(self) -> None:
+        close = getattr(self._client, "close", None)
+        if close:
+            close()
+
+
+def find_bmv2_tool(name: str) -> str | None:
+    """simple_switch / simple_switch_CLI / p4c on PATH, else under /opt/*/bin."""
+    found = shutil.which(name)
+    if found:
+        return found
+    import glob
+
+    hits = sorted(glob.glob(f"/opt/*/bin/{name}"))
+    return hits[0] if hits else None
+
+
+class Bmv2Client(SwitchClient):
+    """BMv2 simple_switch over Thrift."""
+
+    def __init__(self, name: str, thrift_port: int, timeout: float = 10.0):
+        self.name = name
+        self.thrift_port = thrift_port
+        self._api = None
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._api = _thrift_api(thrift_port)
+                break
+            except ImportError:
+                break                      # no python bindings: use the CLI program
+            except Exception:              # switch not listening yet
+                if time.monotonic() > deadline:
+                    raise SwitchCommandError(f"{name}: no Thrift server on port {thrift_port}")
+                time.sleep(0.2)
+
+    def command(self, line: str) -> str:
+        return self.commands([line])[0]
+
+    def commands(self, lines: list[str]) -> list[str]:
+        if self._api is not None:
+            outs = []
+            for line in lines:
+                buf = io.StringIO()
+                with contextlib.redirect_stdout(buf):
+                    self._api.onecmd(line)
+                outs.append(_check_bmv2_output(self.name, line, buf.getvalue()))
+            return outs
+        cli = find_bmv2_tool("simple_switch_CLI")
+        if not cli:
+            raise SwitchCommandError("simple_switch_CLI not found (is BMv2 installed?)")
+        outs = []
+        for line in lines:   # one process per line keeps outputs apart; fine for set-up
+            proc = subprocess.run([cli, "--thrift-port", str(self.thrift_port)], input=line + "\n",
+                                  capture_output=True, text=True, timeout=30)
+            outs.append(_check_bmv2_output(self.name, line, proc.stdout + proc.stderr))
+        return outs
+
+
+def _check_bmv2_output(name: str, line: str, out: str) -> str:
+    if re.search(r"Error|Invalid|exception", out):
+        raise SwitchCommandError(f"{name}: {line!r}: {out.strip()}")
+    return out
+
+
+def _thrift_api(thrift_port: int):
+    """A RuntimeAPI-like object with onecmd(), from p4-utils or BMv2's runtime_CLI."""
+    try:
+        from p4utils.utils.thrift_API import ThriftAPI  # type: ignore
+
+        return ThriftAPI(thrift_port, "127.0.0.1", "SimpleSwitch")
+    except ImportError:
+        pass
+    import runtime_CLI  # type: ignore  # BMv2's module (PYTHONPATH from its install)
+    from sswitch_runtime import SimpleSwitch  # type: ignore
+    from sswitch_CLI import SimpleSwitchAPI  # type: ignore
+
+    services = runtime_CLI.RuntimeAPI.get_thrift_services(runtime_CLI.PreType.SimplePreLAG)
+    services.extend(SimpleSwitchAPI.get_thrift_services())
+    std, mc, ss = runtime_CLI.thrift_connect("127.0.0.1", thrift_port, services)
+    runtime_CLI.load_json_config(std)
+    return SimpleSwitchAPI(runtime_CLI.PreType.SimplePreLAG, std, mc, ss)

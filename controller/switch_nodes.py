@@ -1,0 +1,108 @@
+"""Mininet switch nodes for the two data planes.
+
+Both run in the root namespace attached to their Mininet interfaces and are stopped
+(and their pids forgotten) by Mininet's own stop(); a crashed run is cleaned by
+`agglab clean` from the pids recorded in the run directory.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from mininet.node import Switch
+
+from agglab.paths import REPO
+from agglab.cleanup import RunRecord
+
+
+def _log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+class _ProcessSwitch(Switch):
+    """A switch whose data plane is one external process."""
+
+    def __init__(self, name, run: RunRecord, **params):
+        Switch.__init__(self, name, **params)
+        self.run = run
+        self.proc: subprocess.Popen | None = None
+        self.log_path = run.path / f"{name}.log"
+
+    def data_ports(self) -> dict[int, str]:
+        return {self.ports[i]: i.name for i in self.intfList() if i.name != "lo" and self.ports[i] > 0}
+
+    def _spawn(self, argv: list[str]) -> None:
+        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        with open(self.log_path.with_suffix(".out"), "ab") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True, cwd=REPO)
+        self.run.add_pid(self.proc.pid, f"{self.name} data plane")
+
+    def died(self) -> str | None:
+        """None while running, else a message with the tail of the log."""
+        if self.proc is None or self.proc.poll() is None:
+            return None
+        return (f"switch {self.name} exited with code {self.proc.returncode}; last lines of "
+                f"{self.log_path}:\n{_log_tail(self.log_path)}\n{_log_tail(self.log_path.with_suffix('.out'))}")
+
+    def stop(self, deleteIntfs=True):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        Switch.stop(self, deleteIntfs)
+
+
+class SoftP4Switch(_ProcessSwitch):
+    """The project's software switch (python -m softswitch)."""
+
+    def __init__(self, name, run: RunRecord, seed: int = 0, pcap: bool = False, **params):
+        _ProcessSwitch.__init__(self, name, run, **params)
+        self.seed = seed
+        self.pcap = pcap
+        self.control_path = run.path / f"{name}.sock"
+
+    def start(self, controllers):
+        argv = [sys.executable, "-m", "softswitch", "--name", self.name,
+                "--control", str(self.control_path), "--log", str(self.log_path),
+                "--seed", str(self.seed)]
+        for number, intf in sorted(self.data_ports().items()):
+            argv += ["--port", f"{number}={intf}"]
+        if self.pcap:
+            argv += ["--pcap-dir", str(self.run.path / "pcaps")]
+        self._spawn(argv)
+
+
+class Bmv2Switch(_ProcessSwitch):
+    """BMv2 simple_switch running the compiled agglab.p4 (JSON from controller.p4build)."""
+
+    def __init__(self, name, run: RunRecord, json_path: str, thrift_port: int,
+                 device_id: int = 0, pcap: bool = False, **params):
+        _ProcessSwitch.__init__(self, name, run, **params)
+        self.json_path = json_path
+        self.thrift_port = thrift_port
+        self.device_id = device_id
+        self.pcap = pcap
+
+    def start(self, controllers):
+        from controller.switch_client import find_bmv2_tool
+
+        binary = find_bmv2_tool("simple_switch")
+        if not binary:
+            raise RuntimeError("simple_switch not found: install BMv2 (see the Vagrantfile) or use --backend soft")
+        argv = [binary, "--device-id", str(self.device_id), "--thrift-port", str(self.thrift_port),
+                "--log-file", str(self.log_path.with_suffix("")), "--log-flush"]
+        for number, intf in sorted(self.data_ports().items()):
+            argv += ["-i", f"{number}@{intf}"]
+        if self.pcap:
+            argv += ["--pcap", str(self.run.path / "pcaps")]
+        self._spawn(argv + [self.json_path])

@@ -1,0 +1,74 @@
+"""The topology graph: one networkx graph shared by the network builder, the tree
+algorithms and the controller.
+
+Why a single graph: port numbers, interface names and addresses are derived from it
+exactly once (assign_ports / addressing.assign_addresses), so the Mininet builder
+and the code that programs tables can never disagree about which port leads where.
+
+Node attributes: kind ("host" | "switch"); hosts get rank (worker index), ip, mac.
+Edge attributes: ports {node: port}, intfs {node: interface name}, bw (Mb/s or None).
+"""
+
+from __future__ import annotations
+
+import re
+
+import networkx as nx
+
+
+def natural_key(name: str) -> tuple:
+    """Sort h2 before h10."""
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
+
+
+def hosts(g: nx.Graph) -> list[str]:
+    return sorted((n for n, d in g.nodes(data=True) if d["kind"] == "host"), key=natural_key)
+
+
+def switches(g: nx.Graph) -> list[str]:
+    return sorted((n for n, d in g.nodes(data=True) if d["kind"] == "switch"), key=natural_key)
+
+
+def workers(g: nx.Graph) -> list[str]:
+    """Hosts that take part in the allreduce, in rank order."""
+    ranked = [h for h in hosts(g) if g.nodes[h].get("rank") is not None]
+    return sorted(ranked, key=lambda h: g.nodes[h]["rank"])
+
+
+def assign_ports(g: nx.Graph) -> nx.Graph:
+    """Number every node's ports deterministically (neighbours in natural order).
+
+    Switch ports start at 1 (BMv2 convention, port 0 is often the CPU); host
+    interfaces start at 0 to match Mininet's hN-eth0 naming.
+    """
+    for node in g.nodes:
+        first = 1 if g.nodes[node]["kind"] == "switch" else 0
+        for offset, nbr in enumerate(sorted(g.neighbors(node), key=natural_key)):
+            edge = g.edges[node, nbr]
+            edge.setdefault("ports", {})[node] = first + offset
+            edge.setdefault("intfs", {})[node] = f"{node}-eth{first + offset}"
+    return g
+
+
+def port(g: nx.Graph, node: str, nbr: str) -> int:
+    """The port of `node` that leads to `nbr`."""
+    return g.edges[node, nbr]["ports"][node]
+
+
+def neighbor_on_port(g: nx.Graph, node: str, number: int) -> str:
+    for nbr in g.neighbors(node):
+        if g.edges[node, nbr]["ports"][node] == number:
+            return nbr
+    raise KeyError(f"{node} has no port {number}")
+
+
+def single_switch(workers: int, bw: float | None = None) -> nx.Graph:
+    """One switch s1 with `workers` hosts h1..hN (ranks 0..N-1)."""
+    if workers < 1:
+        raise ValueError("need at least one worker")
+    g = nx.Graph(name=f"single-switch-{workers}")
+    g.add_node("s1", kind="switch")
+    for i in range(1, workers + 1):
+        g.add_node(f"h{i}", kind="host", rank=i - 1)
+        g.add_edge(f"h{i}", "s1", bw=bw)
+    return assign_ports(g)
