@@ -1,0 +1,5 @@
+import sys
+
+from agglab.cli import main
+
+sys.exit(main())

@@ -1,0 +1,99 @@
+"""The `agglab` command line.
+
+    agglab allreduce --workers N --elements M [--dtype int32|float32] [--loss P]
+                     [--backend soft|bmv2] [--window S] [--seed N] [--json]
+    agglab clean        remove what a crashed run left (namespaces, interfaces, processes)
+    agglab doctor       say what is installed and what is missing, and why it matters
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def _allreduce(args) -> int:
+    from agglab.run import run_allreduce
+
+    if os.geteuid() != 0:
+        print("agglab allreduce needs root (Mininet creates network namespaces): run it with sudo",
+              file=sys.stderr)
+        return 2
+    try:
+        result = run_allreduce(quiet=args.json, workers=args.workers, elements=args.elements,
+                               dtype=args.dtype, loss=args.loss, backend=args.backend,
+                               window=args.window, seed=args.seed, give_up=args.give_up, bw=args.bw)
+    except ValueError as exc:
+        print(f"agglab allreduce: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+    else:
+        _print_human(result)
+    return 0 if result["ok"] else 1
+
+
+def _print_human(r: dict) -> None:
+    if r.get("errors"):
+        print("FAILED:")
+        for err in r["errors"]:
+            print("  " + err.splitlines()[0])
+        return
+    bound = f" (bound {r['error_bound']:.3g})" if r["dtype"] == "float32" else ""
+    print(f"{'exact' if r['exact'] else 'NOT EXACT'}: {r['workers']} workers x {r['elements']} {r['dtype']} "
+          f"on {r['backend']} in {r['seconds']:.3f} s, {r['goodput_mbps']:.1f} Mb/s per worker, "
+          f"{r['packets']} packets, {r['retransmissions']} retransmissions, "
+          f"max abs error {r['max_abs_error']:.3g}{bound}")
+
+
+def _clean(args) -> int:
+    from agglab.cleanup import clean
+
+    clean(everything=args.all)
+    return 0
+
+
+def _doctor(args) -> int:
+    from agglab.doctor import report
+
+    return report()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="agglab", description="In-network aggregation emulator "
+                                 "(SwitchML-style P4 pipelines on BMv2 or a software switch in Mininet)")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    a = sub.add_parser("allreduce", help="run one allreduce in a fresh network and check it against numpy")
+    a.add_argument("--workers", type=int, default=4, help="number of worker hosts (default 4)")
+    a.add_argument("--elements", type=int, default=100_000, help="array length per worker")
+    a.add_argument("--dtype", choices=["int32", "float32"], default="int32")
+    a.add_argument("--loss", type=float, default=0.0, help="drop probability per packet and direction, "
+                   "applied by the switch's drop simulator (default 0)")
+    a.add_argument("--backend", choices=["soft", "bmv2"], default="soft")
+    a.add_argument("--window", type=int, default=None, help="outstanding slots per worker")
+    a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--give-up", type=float, default=10.0, help="seconds without progress before a worker "
+                   "gives up with an error")
+    a.add_argument("--bw", type=float, default=None, help="link rate in Mb/s (tc htb); default unlimited")
+    a.add_argument("--json", action="store_true", help="print one JSON object")
+    a.set_defaults(func=_allreduce)
+
+    c = sub.add_parser("clean", help="remove what crashed runs left behind (idempotent)")
+    c.add_argument("--all", action="store_true", help="also stop runs whose owner is still alive")
+    c.set_defaults(func=_clean)
+
+    d = sub.add_parser("doctor", help="check the installation")
+    d.set_defaults(func=_doctor)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,177 @@
+"""One complete allreduce in a fresh emulated network: build, program, run, check, tear down.
+
+Used by `agglab allreduce`, the experiments and the end-to-end tests. Every worker
+runs as its own process inside its Mininet host; the checker recomputes each
+worker's input from (rank, seed) and compares the returned aggregate with numpy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from agglab import wire
+from agglab.paths import REPO
+from controller import aggregate, drop_sim, forward
+from controller.addressing import SERVICE_IP
+from controller.network import EmulatedNetwork
+from controller.topology import single_switch, workers as worker_hosts
+from hosts.workload import expected_sum, make_gradient
+
+
+@dataclass
+class RunSpec:
+    workers: int = 4
+    elements: int = 100_000
+    dtype: str = "int32"
+    loss: float = 0.0
+    backend: str = "soft"
+    window: int | None = None
+    seed: int = 0
+    give_up: float = 10.0
+    job: int = 0
+    bw: float | None = None            # Mb/s per link (tc htb), None = unlimited
+    length_override: dict[int, int] = field(default_factory=dict)   # rank -> length (tests)
+
+    def validate(self) -> None:
+        if not 1 <= self.workers <= wire.MAX_WORKERS:
+            raise ValueError(f"--workers must be within 1..{wire.MAX_WORKERS}, got {self.workers}")
+        if self.elements < 1:
+            raise ValueError(f"--elements must be positive, got {self.elements}")
+        if self.dtype not in ("int32", "float32"):
+            raise ValueError(f"--dtype must be int32 or float32, got {self.dtype!r}")
+        drop_sim.threshold(self.loss)   # raises on a bad probability
+        if self.window is not None and not 1 <= self.window <= wire.SLOTS:
+            raise ValueError(f"--window must be within 1..{wire.SLOTS}, got {self.window}")
+
+
+def _log(msg: str, quiet: bool) -> None:
+    if not quiet:
+        print(f"[agglab] {msg}", file=sys.stderr, flush=True)
+
+
+def run_allreduce(quiet: bool = True, **kwargs) -> dict:
+    """Run one allreduce described by RunSpec(**kwargs) and return the result dict."""
+    spec = RunSpec(**kwargs)
+    spec.validate()
+    g = single_switch(spec.workers, bw=spec.bw)
+    _log(f"building network: 1 switch ({spec.backend}), {spec.workers} workers", quiet)
+    with EmulatedNetwork(g, backend=spec.backend, seed=spec.seed) as net:
+        net.keep_run_dir = False
+        client = net.client("s1")
+        forward.install_forwarding(client, g, "s1")
+        workers = worker_hosts(g)
+        aggregate.install_single_switch_job(client, g, "s1", workers, aggregate.JobConfig(job=spec.job))
+        drop_sim.set_loss(client, [e["ports"]["s1"] for _, _, e in g.edges("s1", data=True)], spec.loss)
+        _log(f"allreduce of {spec.elements} {spec.dtype} per worker, loss {spec.loss}", quiet)
+        reports = _run_workers(net, spec, workers, quiet)
+        net.check_switches()
+        stats = aggregate.read_stats(client)
+        return _check(spec, reports, stats)
+
+
+def _run_workers(net: EmulatedNetwork, spec: RunSpec, workers: list[str], quiet: bool) -> list[dict]:
+    out_dir = net.run.path / "workers"
+    out_dir.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    procs = []
+    for rank, h in enumerate(workers):
+        argv = [sys.executable, "-m", "hosts.worker", "--rank", str(rank), "--workers", str(spec.workers),
+                "--elements", str(spec.elements), "--dtype", spec.dtype, "--seed", str(spec.seed),
+                "--local-ip", net.graph.nodes[h]["ip"], "--service-ip", SERVICE_IP,
+                "--job", str(spec.job), "--give-up", str(spec.give_up), "--out", str(out_dir / f"rank{rank}")]
+        if spec.window:
+            argv += ["--window", str(spec.window)]
+        if rank in spec.length_override:
+            argv += ["--length-override", str(spec.length_override[rank])]
+        log = open(out_dir / f"rank{rank}.log", "wb")
+        proc = net.host(h).popen(argv, stdout=log, stderr=log, cwd=str(REPO), env=env)
+        net.run.add_pid(proc.pid, f"worker {rank} on {h}")
+        procs.append((rank, proc, log))
+    deadline = time.monotonic() + spec.give_up * 3 + 30 + spec.elements * spec.workers / 50_000
+    started, last = time.monotonic(), 0.0
+    for rank, proc, log in procs:
+        while proc.poll() is None:
+            if time.monotonic() > deadline:
+                proc.kill()
+                break
+            if time.monotonic() - last > 5:
+                last = time.monotonic()
+                done = sum(p.poll() is not None for _, p, _ in procs)
+                _log(f"  {done}/{len(procs)} workers finished after {last - started:.0f} s", quiet)
+            time.sleep(0.05)
+        log.close()
+    reports = []
+    for rank, proc, _ in procs:
+        path = out_dir / f"rank{rank}.json"
+        if path.exists():
+            reports.append(json.loads(path.read_text()))
+        else:
+            tail = (out_dir / f"rank{rank}.log").read_text(errors="replace")[-1500:]
+            reports.append({"rank": rank, "ok": False, "error": f"worker {rank} exited with "
+                            f"{proc.returncode} and no report; log tail:\n{tail}"})
+        if reports[-1].get("ok"):
+            reports[-1]["result"] = np.load(out_dir / f"rank{rank}.npy")
+    return reports
+
+
+def float32_error_bound(inputs: list[np.ndarray]) -> np.ndarray:
+    """Per-element bound for float32 results: the agreed exponent of each block is the
+    max over workers, and hosts.quantization.error_bound(e, n) bounds that block."""
+    from hosts.quantization import biased_exponents, error_bound
+
+    n, length = len(inputs), len(inputs[0])
+    blocks = -(-length // wire.K)
+    padded = np.zeros((n, blocks * wire.K), dtype=np.float32)
+    for i, x in enumerate(inputs):
+        padded[i, :length] = x
+    agreed = np.max([biased_exponents(p.reshape(blocks, wire.K)) for p in padded], axis=0)
+    per_block = np.array([error_bound(None if b == 0 else int(b) - wire.EXP_BIAS, n) for b in agreed])
+    return np.repeat(per_block, wire.K)[:length]
+
+
+def _check(spec: RunSpec, reports: list[dict], switch_stats: dict) -> dict:
+    errors = [f"rank {r['rank']}: {r['error']}" for r in reports if not r.get("ok")]
+    result = {
+        "ok": not errors, "exact": False, "backend": spec.backend, "workers": spec.workers,
+        "elements": spec.elements, "dtype": spec.dtype, "loss": spec.loss,
+        "seconds": None, "goodput_mbps": None, "packets": None, "retransmissions": None,
+        "max_abs_error": None, "error_bound": None, "switch": switch_stats,
+    }
+    if errors:
+        result["errors"] = errors
+        return result
+    seconds = max(r["seconds"] for r in reports)
+    expected = expected_sum(spec.workers, spec.elements, spec.dtype, spec.seed)
+    worst, exact, bound = 0.0, True, 0.0
+    if spec.dtype == "float32":
+        inputs = [make_gradient(r, spec.elements, spec.dtype, spec.seed) for r in range(spec.workers)]
+        bound_vec = float32_error_bound(inputs)
+        bound = float(bound_vec.max())
+    for r in reports:
+        got = r.pop("result")
+        if got.shape != expected.shape:
+            exact = False
+            worst = float("inf")
+            continue
+        if spec.dtype == "int32":
+            diff = np.abs(got.astype(np.int64) - expected.astype(np.int64))
+            exact &= bool(np.array_equal(got, expected))
+        else:
+            diff = np.abs(got.astype(np.float64) - expected)
+            exact &= bool(np.all(diff <= bound_vec))
+        worst = max(worst, float(diff.max()))
+    result.update(
+        exact=exact, ok=exact, seconds=round(seconds, 4),
+        goodput_mbps=round(spec.elements * 4 * 8 / seconds / 1e6, 2),
+        packets=sum(r["packets_sent"] for r in reports),
+        retransmissions=sum(r["retransmissions"] for r in reports),
+        duplicates_ignored=sum(r.get("duplicates_ignored", 0) for r in reports),
+        max_abs_error=worst, error_bound=bound,
+    )
+    return result
