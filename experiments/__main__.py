@@ -1,8 +1,8 @@
-"""`python -m experiments`: run a sweep from a YAML config (see experiments/runner.py)."""
+"""`python -m experiments`: run a sweep from a YAML config (see experiments/cli.py)."""
 
 import sys
 
-from experiments.runner import main
+from experiments.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -11,8 +11,8 @@ error text and the exit status turns non-zero.
 
 from __future__ import annotations
 
-import argparse
 import csv
+import json
 import math
 import statistics
 import sys
@@ -23,11 +23,10 @@ from typing import Any, Callable, TextIO
 
 import yaml
 
-from experiments.config import BACKENDS, Config, ConfigError, Point, estimate_run_seconds, load_config
+from experiments.config import Config, Point
 
 RunFn = Callable[..., dict]
 
-DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "default.yaml"
 # Keys run_allreduce promises; a result without them is recorded as a failure.
 RESULT_KEYS = ("ok", "exact", "workers", "elements", "dtype", "seconds", "goodput_mbps",
                "packets", "retransmissions", "max_abs_error", "backend")
@@ -102,7 +101,7 @@ def run_one(run_fn: RunFn, cfg: Config, point: Point, point_index: int, repeat: 
     if result is not None and not isinstance(result, dict):
         error = f"run_allreduce returned {type(result).__name__}, not a dict"
     elif isinstance(result, dict):
-        row.update(result)
+        row.update(flatten(result))
         missing = [k for k in RESULT_KEYS if k not in result]
         wrong = [f"{k}={result[k]!r} (asked {asked[k]!r})" for k in ECHOED_KEYS
                  if k in result and result[k] != asked[k]]
@@ -111,11 +110,43 @@ def run_one(run_fn: RunFn, cfg: Config, point: Point, point_index: int, repeat: 
         elif wrong:
             error = f"result does not match the request: {', '.join(wrong)}"
         elif not result.get("ok"):
-            error = str(result.get("error") or "run reported ok=False")
+            error = failure_text(result)
     row["ok"] = bool(row.get("ok")) and not error
     row["exact"] = bool(row.get("exact")) and row["ok"]
     row["error"] = error.replace("\n", " ")[:500]
     return row
+
+
+def failure_text(result: dict[str, Any]) -> str:
+    """Why a result says ok=False: its own error(s), else the inexactness it reports."""
+    errors = result.get("errors") or result.get("error")
+    if isinstance(errors, (list, tuple)):
+        errors = "; ".join(str(e) for e in errors)
+    if errors:
+        return str(errors)
+    if not result.get("exact"):
+        return f"result not exact (max abs error {result.get('max_abs_error')})"
+    return "run reported ok=False"
+
+
+def flatten(result: dict[str, Any]) -> dict[str, Any]:
+    """CSV-ready values: nested dicts become `key.sub` columns, lists JSON, numpy scalars plain."""
+    out: dict[str, Any] = {}
+    for key, value in result.items():
+        if isinstance(value, dict):
+            for sub, inner in value.items():
+                out[f"{key}.{sub}"] = _plain(inner)
+        else:
+            out[key] = _plain(value)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if getattr(value, "shape", None) == () and hasattr(value, "item"):
+        return value.item()
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value, default=str)
+    return value
 
 
 def summarize(cfg: Config, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -211,47 +242,3 @@ def write_csv(path: Path, rows: list[dict[str, Any]], leading: tuple[str, ...]) 
         for r in rows:
             writer.writerow({k: ("" if v is None else v) for k, v in r.items()})
     return path
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m experiments", description=(
-        "Run an allreduce sweep on the emulator and write runs.csv, summary.csv, plots and "
-        "report.md to OUT/NAME/. Exit status 1 if any run failed or was not exact."))
-    p.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="YAML config (default: %(default)s)")
-    p.add_argument("--name", help="override the config's name (the output directory)")
-    p.add_argument("--backend", choices=BACKENDS, help="override the config's backend")
-    p.add_argument("--repeats", type=int, help="override the config's repeats")
-    p.add_argument("--out", type=Path, default=Path("results"), help="results root (default: %(default)s)")
-    p.add_argument("--dry-run", action="store_true", help="print the plan and time estimate, run nothing")
-    return p.parse_args(argv)
-
-
-def main(argv: list[str] | None = None, run_fn: RunFn | None = None, log: TextIO = sys.stderr) -> int:
-    """CLI entry: 0 all runs exact, 1 some run failed or inexact, 2 unusable config, 130 Ctrl-C."""
-    args = parse_args(argv)
-    try:
-        cfg = load_config(args.config, {"name": args.name, "backend": args.backend, "repeats": args.repeats})
-    except ConfigError as exc:
-        print(f"error: {exc}", file=log)
-        return 2
-    out_dir = args.out / cfg.name
-    plan = cfg.plan()
-    print(f"{cfg.name}: {len(cfg.points())} points x {cfg.repeats} repeats = {len(plan)} runs on "
-          f"backend {cfg.backend}, estimated <= {cfg.estimate_seconds() / 60:.1f} min -> {out_dir}/",
-          file=log, flush=True)
-    if args.dry_run:
-        for n, (repeat, point) in enumerate(plan, start=1):
-            print(f"[{n}/{len(plan)}] {point.label()} rep={repeat + 1} (~{estimate_run_seconds(point):.1f} s)",
-                  file=log)
-        return 0
-    try:
-        outcome = run_experiment(cfg, out_dir, run_fn, log)
-    except SetupError as exc:
-        print(f"error: {exc}", file=log)
-        return 2
-    took = outcome.finished - outcome.started
-    print(f"{outcome.exact_runs}/{len(outcome.rows)} runs exact in {took:.1f} s; "
-          f"report: {out_dir / 'report.md'}", file=log)
-    if outcome.interrupted:
-        return 130
-    return 0 if outcome.all_exact else 1
