@@ -1,0 +1,71 @@
+/* agglab: in-network aggregation (SwitchML semantics) plus plain forwarding,
+ * for BMv2 simple_switch.  The software switch (softswitch/) runs the same
+ * pipeline with the same names; docs/design.md is the contract for both.
+ */
+#include <core.p4>
+#include <v1model.p4>
+
+#include "include/headers.p4"
+
+/* Per-packet scratch state shared by the controls below.  Multicast
+ * replicas inherit it, which is how egress knows result from flood. */
+struct meta_t {
+    bit<32> drop_threshold;
+    bit<32> rnd;
+    bit<1>  sim_drop;
+    bit<1>  is_result;  /* emitted aggregate: egress applies agg_reply */
+    bit<1>  is_flood;   /* l2 flood replica: pruned on its ingress port */
+    bit<8>  child;
+    bit<8>  fan_in;
+    bit<16> mgrp;
+    bit<16> slot_base;
+}
+
+#include "include/parser.p4"
+#include "include/aggregate.p4"   /* declares agg_stats, used by all below */
+#include "include/drop_sim.p4"
+#include "include/forward.p4"
+#include "include/deparser.p4"
+
+control AgglabIngress(inout headers_t hdr, inout meta_t meta,
+                      inout standard_metadata_t standard_metadata) {
+    DropSimIngress() drop_sim_in;
+    Aggregate() aggregate;
+    Forward() forward;
+
+    apply {
+        drop_sim_in.apply(hdr, meta, standard_metadata);
+        if (meta.sim_drop == 0) {
+            if (standard_metadata.parser_error != error.NoError) {
+                /* Truncated packets must not reach the registers. */
+                mark_to_drop(standard_metadata);
+                agg_stats.count(STAT_REJECT);
+            } else if (hdr.agg.isValid()) {
+                aggregate.apply(hdr, meta, standard_metadata);
+            } else {
+                forward.apply(hdr, meta, standard_metadata);
+            }
+        }
+    }
+}
+
+control AgglabEgress(inout headers_t hdr, inout meta_t meta,
+                     inout standard_metadata_t standard_metadata) {
+    DropSimEgress() drop_sim_eg;
+    AggregateEgress() aggregate_eg;
+    FloodPrune() flood_prune;
+
+    apply {
+        drop_sim_eg.apply(hdr, meta, standard_metadata);
+        if (meta.sim_drop == 0) {
+            if (meta.is_result == 1) {
+                aggregate_eg.apply(hdr, meta, standard_metadata);
+            } else {
+                flood_prune.apply(hdr, meta, standard_metadata);
+            }
+        }
+    }
+}
+
+V1Switch(AgglabParser(), AgglabVerifyChecksum(), AgglabIngress(),
+         AgglabEgress(), AgglabComputeChecksum(), AgglabDeparser()) main;
