@@ -1,0 +1,301 @@
+"""The software switch process: raw-socket ports + P4 pipeline + control socket, one event loop.
+
+Why one thread: the pipeline's tables and registers are touched by packets
+and by control commands; serving both from one epoll loop (control between
+packet batches) makes every command atomic with respect to packets without
+locks, exactly like BMv2's single-threaded runtime updates appear to P4.
+
+The per-frame path (`_make_drain`) is written for speed: everything it needs
+is bound to locals once per port, frames are received into one preallocated
+buffer, counters are plain list slots, and the only per-frame allocation is
+the immutable `bytes` copy handed to the pipeline.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import signal
+import socket
+import time
+from pathlib import Path
+
+from softswitch.control import ControlServer
+from softswitch.io import MAX_FRAME, RawPort
+from softswitch.pcap import PcapWriter
+
+COUNTERS = ("rx", "rx_bytes", "tx", "tx_bytes", "drop", "tx_drop", "err")
+NPORTS = 512                                  # bit<9> port space
+
+
+class Daemon:
+    """One switch: `ports` maps port number -> interface name; `pipeline` has process()/command()."""
+
+    def __init__(self, name: str, ports: dict[int, str], control: str | Path, pipeline, *,
+                 log: logging.Logger, pcap_dir: str | Path | None = None,
+                 pidfile: str | Path | None = None, batch: int = 64,
+                 stats_interval: float = 10.0, flush_interval: float = 1.0,
+                 prepare_ports: bool = True):
+        bad = [p for p in ports if not 0 <= p < NPORTS]
+        if bad:
+            raise ValueError(f"port numbers must be in 0..{NPORTS - 1}, got {bad}")
+        self.name, self.port_names, self.control_path = name, dict(ports), str(control)
+        self.pipeline, self.log = pipeline, log
+        self.pcap_dir = Path(pcap_dir) if pcap_dir else None
+        self.pidfile = Path(pidfile) if pidfile else None
+        self.batch, self.stats_interval, self.flush_interval = batch, stats_interval, flush_interval
+        self.prepare_ports = prepare_ports
+        self.counters = {c: [0] * NPORTS for c in COUNTERS}
+        self.no_port = 0                          # outputs to ports this switch does not have
+        self.ports: dict[int, RawPort] = {}
+        self._sends: dict[int, object] = {}
+        self._pcap_in: dict[int, PcapWriter] = {}
+        self._pcap_out: dict[int, PcapWriter | None] = {}
+        self._buf = bytearray(MAX_FRAME)
+        self._ep = select.epoll()
+        self._handlers: dict[int, object] = {}
+        self._control: ControlServer | None = None
+        self._wake = socket.socketpair()
+        self._last_err = 0.0
+        self._suppressed = 0
+        self.running = False
+
+    # ---- event-loop plumbing -------------------------------------------------------------
+    def _register(self, fd: int, events: int, callback) -> None:
+        self._handlers[fd] = callback
+        self._ep.register(fd, events)
+
+    def _modify(self, fd: int, events: int) -> None:
+        self._ep.modify(fd, events)
+
+    def _unregister(self, fd: int) -> None:
+        if self._handlers.pop(fd, None) is not None:
+            self._ep.unregister(fd)
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    def run(self) -> int:
+        """Start, serve until SIGTERM/SIGINT/`shutdown`, clean up; returns the exit code."""
+        code = 0
+        try:
+            self._start()
+            self._loop()
+        except Exception:
+            self.log.exception("fatal error")
+            code = 1
+        finally:
+            self._stop()
+        return code
+
+    def _start(self) -> None:
+        self.log.info("starting %s pid=%d ports=%s control=%s pcap=%s", self.name, os.getpid(),
+                      self.port_names, self.control_path, self.pcap_dir)
+        if self.pidfile:
+            self.pidfile.parent.mkdir(parents=True, exist_ok=True)
+            self.pidfile.write_text(f"{os.getpid()}\n")
+        for number, ifname in sorted(self.port_names.items()):
+            port = RawPort(number, ifname, prepare=self.prepare_ports)
+            self.ports[number] = port
+            self._sends[number] = port.send
+            self.log.info("port %d = %s (%s)", number, ifname, ", ".join(port.notes) or "ok")
+        if self.pcap_dir:
+            self.pcap_dir.mkdir(parents=True, exist_ok=True)
+            for number, port in self.ports.items():
+                self._pcap_in[number] = PcapWriter(self.pcap_dir / f"{port.ifname}_in.pcap")
+                self._pcap_out[number] = PcapWriter(self.pcap_dir / f"{port.ifname}_out.pcap")
+        for port in self.ports.values():
+            self._register(port.fileno(), select.EPOLLIN, self._make_drain(port))
+        for s in self._wake:
+            s.setblocking(False)
+        self._register(self._wake[0].fileno(), select.EPOLLIN, self._on_wake)
+        signal.set_wakeup_fd(self._wake[1].fileno(), warn_on_full_buffer=False)
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        # The control socket comes last: once it answers, the switch is fully up.
+        self._control = ControlServer(self.control_path, self._command,
+                                      self._register, self._modify, self._unregister)
+        self.running = True
+        self.log.info("ready")
+
+    def _on_signal(self, signum, _frame) -> None:
+        self.log.info("received %s, shutting down", signal.Signals(signum).name)
+        self.running = False
+
+    def _on_wake(self, _events: int) -> None:
+        try:
+            while self._wake[0].recv(64):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _loop(self) -> None:
+        poll, handlers = self._ep.poll, self._handlers
+        now = time.monotonic()
+        next_flush, next_stats = now + self.flush_interval, now + self.stats_interval
+        last_stats = None
+        while self.running:
+            timeout = max(0.0, min(next_flush, next_stats) - time.monotonic())
+            for fd, events in poll(timeout):
+                handler = handlers.get(fd)
+                if handler is not None:
+                    handler(events)
+            now = time.monotonic()
+            if now >= next_flush:
+                next_flush = now + self.flush_interval
+                self._flush_pcaps()
+            if now >= next_stats:
+                next_stats = now + self.stats_interval
+                last_stats = self._log_stats(last_stats)
+
+    def _stop(self) -> None:
+        self.running = False
+        if self._control is not None:
+            self._control.close()
+            self._control = None
+        signal.set_wakeup_fd(-1)
+        for port in self.ports.values():
+            port.close()
+        for writer in [*self._pcap_in.values(), *self._pcap_out.values()]:
+            writer.close()
+        for s in self._wake:
+            s.close()
+        self._ep.close()
+        if self.ports:
+            self._log_stats(None)
+        if self.pidfile:
+            try:
+                self.pidfile.unlink()
+            except FileNotFoundError:
+                pass
+        self.log.info("stopped")
+
+    # ---- the per-frame path --------------------------------------------------------------
+    def _make_drain(self, port: RawPort):
+        """Build the readable-callback of one port: up to `batch` frames per call."""
+        buf, view, recv_into = self._buf, memoryview(self._buf), port.recv_into
+        process, sends, iport = self.pipeline.process, self._sends, port.port
+        c = self.counters
+        rx, rxb, drop, tx, txb = c["rx"], c["rx_bytes"], c["drop"], c["tx"], c["tx_bytes"]
+        pcap_in, pcap_out = self._pcap_in.get(iport), self._pcap_out
+        turns = range(self.batch)
+
+        def drain(_events: int) -> None:
+            nrx = nbytes = ndrop = 0
+            try:
+                for _ in turns:
+                    try:
+                        n = recv_into(buf)
+                    except BlockingIOError:
+                        break
+                    if not n:
+                        continue
+                    frame = bytes(view[:n])
+                    nrx += 1
+                    nbytes += n
+                    if pcap_in is not None:
+                        pcap_in.write(frame)
+                    try:
+                        outs = process(iport, frame)
+                    except Exception as exc:
+                        self._pipeline_error(iport, frame, exc)
+                        continue
+                    if not outs:
+                        ndrop += 1
+                        continue
+                    for eport, out in outs:
+                        send = sends.get(eport)
+                        if send is None:
+                            self._no_port(eport)
+                            continue
+                        try:
+                            send(out)
+                        except OSError as exc:
+                            self._tx_error(eport, exc)
+                            continue
+                        tx[eport] += 1
+                        txb[eport] += len(out)
+                        if pcap_in is not None:
+                            pcap_out[eport].write(out)
+            except OSError as exc:
+                self._rx_error(port, exc)
+            finally:
+                rx[iport] += nrx
+                rxb[iport] += nbytes
+                drop[iport] += ndrop
+        return drain
+
+    # ---- rare paths: errors are counted always, logged at most once a second -------------
+    def _rate_limited(self, msg: str, *args) -> None:
+        now = time.monotonic()
+        if now - self._last_err < 1.0:
+            self._suppressed += 1
+            return
+        if self._suppressed:
+            msg += " (%d similar errors suppressed)"
+            args += (self._suppressed,)
+        self._last_err, self._suppressed = now, 0
+        self.log.error(msg, *args)
+
+    def _pipeline_error(self, iport: int, frame: bytes, exc: Exception) -> None:
+        self.counters["err"][iport] += 1
+        self._rate_limited("pipeline error on port %d (%d-byte frame %s...): %s: %s", iport,
+                           len(frame), frame[:42].hex(), type(exc).__name__, exc)
+
+    def _tx_error(self, eport: int, exc: OSError) -> None:
+        self.counters["tx_drop"][eport] += 1
+        if not isinstance(exc, BlockingIOError):
+            self._rate_limited("send on port %d failed: %s", eport, exc)
+
+    def _rx_error(self, port: RawPort, exc: OSError) -> None:
+        self.counters["err"][port.port] += 1
+        self._rate_limited("receive on port %d (%s) failed: %s", port.port, port.ifname, exc)
+
+    def _no_port(self, eport: int) -> None:
+        self.no_port += 1
+        self._rate_limited("pipeline sent a frame to port %d, which this switch does not have",
+                           eport)
+
+    # ---- control -------------------------------------------------------------------------
+    def _command(self, line: str) -> tuple[bool, str]:
+        """Daemon commands first, everything else goes to the pipeline's CLI."""
+        word = line.split(None, 1)[0]
+        try:
+            if word == "ping":
+                ok, out = True, "pong"
+            elif word == "port_stats":
+                ok, out = True, json.dumps(self.port_stats(), sort_keys=True)
+            elif word == "pcap_flush":
+                self._flush_pcaps()
+                ok, out = True, f"flushed {len(self._pcap_in) * 2} pcap files"
+            elif word == "shutdown":
+                self.running = False
+                ok, out = True, "shutting down"
+            else:
+                ok, out = True, self.pipeline.command(line)
+        except Exception as exc:
+            ok, out = False, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        shown = out if len(out) <= 2000 else out[:2000] + f"... ({len(out)} chars)"
+        self.log.info("cmd %r -> %s %s", line, "ok" if ok else "ERROR", shown)
+        return ok, out
+
+    def port_stats(self) -> dict[str, dict]:
+        """Per-port counters keyed by port number (string, as JSON needs)."""
+        c = self.counters
+        out = {str(p): {"ifname": port.ifname, **{k: c[k][p] for k in COUNTERS}}
+               for p, port in sorted(self.ports.items())}
+        if self.no_port:
+            out["no_port"] = {"tx_drop": self.no_port}
+        return out
+
+    def _flush_pcaps(self) -> None:
+        for writer in [*self._pcap_in.values(), *self._pcap_out.values()]:
+            writer.flush()
+
+    def _log_stats(self, last):
+        stats = self.port_stats()
+        if stats != last:
+            self.log.info("stats %s", " ".join(
+                f"{p}:" + ",".join(f"{k}={v}" for k, v in s.items() if k != "ifname")
+                for p, s in stats.items()))
+        return stats

@@ -1,0 +1,204 @@
+"""A throw-away network for the daemon's tests and benchmark: hosts in namespaces, one switch.
+
+Why not Mininet: the daemon must be testable on any Linux box with iproute2,
+and a test must own every object it creates so teardown can remove exactly
+those.  Names are unique per Lab (root-side veths `agc<tag>p<N>`, namespaces
+`agglab-t-<tag>-<host>`), so parallel or crashed runs never collide, and
+`close()` removes them even after a failed test.
+
+Sockets inside a namespace are created from a short-lived thread that
+setns()es into it: a socket stays in the namespace it was created in, so the
+test process can then use it directly, without `ip netns exec` children.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import secrets
+import select
+import signal
+import socket
+import struct
+import subprocess
+import time
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from agglab.paths import REPO
+
+CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def sh(*argv: str, check: bool = True, ns: str | None = None) -> subprocess.CompletedProcess:
+    """Run a command (inside netns `ns` if given); raise with its stderr if it fails and check."""
+    full = (["ip", "netns", "exec", ns] if ns else []) + list(argv)
+    res = subprocess.run(full, capture_output=True, text=True, timeout=60)
+    if check and res.returncode != 0:
+        raise RuntimeError(f"{' '.join(full)} failed ({res.returncode}): {res.stderr.strip()}")
+    return res
+
+
+def in_netns(ns: str, fn):
+    """Call fn() with the calling thread inside namespace `ns`; return its result."""
+    box: dict = {}
+
+    def run() -> None:
+        fd = os.open(f"/run/netns/{ns}", os.O_RDONLY)
+        try:
+            if _libc.setns(fd, CLONE_NEWNET) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"setns({ns}): {os.strerror(err)}")
+            box["value"] = fn()
+        except BaseException as exc:          # re-raised in the caller's thread
+            box["error"] = exc
+        finally:
+            os.close(fd)
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _inet_checksum(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\0"
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def icmp_ping(ns: str, dst: str, count: int = 3, timeout: float = 2.0) -> int:
+    """ICMP echo from namespace `ns` to `dst`; returns how many of `count` were answered.
+
+    Done in Python (raw ICMP socket) so the tests do not depend on iputils-ping."""
+    sock = in_netns(ns, lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP))
+    ident, answered = os.getpid() & 0xFFFF, 0
+    with sock:
+        for seq in range(1, count + 1):
+            body = struct.pack("!d", time.time()) * 4
+            msg = struct.pack("!BBHHH", 8, 0, 0, ident, seq) + body
+            msg = msg[:2] + struct.pack("!H", _inet_checksum(msg)) + msg[4:]
+            sock.sendto(msg, (dst, 0))
+            deadline = time.monotonic() + timeout
+            while (left := deadline - time.monotonic()) > 0:
+                if not select.select([sock], [], [], left)[0]:
+                    break
+                pkt, (src, _) = sock.recvfrom(2048)
+                icmp = pkt[(pkt[0] & 0x0F) * 4:]
+                if src == dst and icmp[0] == 0 and struct.unpack("!HH", icmp[4:8]) == (ident, seq):
+                    answered += 1
+                    break
+    return answered
+
+
+def _env() -> dict:
+    """Children import the repository first, keeping any PYTHONPATH the caller set."""
+    extra = os.environ.get("PYTHONPATH")
+    return dict(os.environ, PYTHONPATH=str(REPO) + (os.pathsep + extra if extra else ""))
+
+
+@dataclass
+class Host:
+    name: str
+    ns: str
+    ip: str
+    mac: str
+    port: int          # switch port number it hangs off
+    switch_if: str     # root-side veth end (the switch's interface)
+    ifname: str = "eth0"
+
+
+class Lab:
+    """Hosts h1..hN in namespaces, each wired to one switch port; tears down what it made."""
+
+    def __init__(self, tag: str | None = None):
+        self.tag = tag or secrets.token_hex(3)[:5]
+        self.hosts: list[Host] = []
+        self.procs: list[subprocess.Popen] = []
+
+    def add_host(self, index: int, ip: str | None = None, mac: str | None = None) -> Host:
+        from controller.addressing import SERVICE_IP, SERVICE_MAC, host_ip, host_mac
+
+        ns = f"agglab-t-{self.tag}-h{index}"
+        h = Host(f"h{index}", ns, ip or host_ip(index), mac or host_mac(index), index,
+                 f"agc{self.tag}p{index}")
+        sh("ip", "netns", "add", ns)
+        self.hosts.append(h)                  # recorded first: close() removes it on any failure
+        sh("ip", "link", "add", h.switch_if, "type", "veth", "peer", "name", h.ifname, "netns", ns)
+        for cmd in (["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"],
+                    ["ip", "link", "set", "lo", "up"],
+                    ["ip", "link", "set", h.ifname, "address", h.mac],
+                    ["ip", "addr", "add", f"{h.ip}/8", "dev", h.ifname],
+                    ["ip", "link", "set", h.ifname, "up"],
+                    ["ip", "neigh", "replace", SERVICE_IP, "lladdr", SERVICE_MAC, "dev", h.ifname]):
+            sh(*cmd, ns=ns)
+        # The host's stack must put full checksums on the wire: the switch forwards bytes.
+        sh("ethtool", "-K", h.ifname, "rx", "off", "tx", "off", "tso", "off", "gso", "off",
+           check=False, ns=ns)
+        return h
+
+    def static_arp(self) -> None:
+        """Every host knows every other host's MAC (the switch does no ARP in these tests)."""
+        for h in self.hosts:
+            for o in self.hosts:
+                if o is not h:
+                    sh("ip", "neigh", "replace", o.ip, "lladdr", o.mac, "dev", h.ifname, ns=h.ns)
+
+    def start_switch(self, workdir: Path, *extra: str, name: str = "s1") -> tuple[subprocess.Popen, dict]:
+        """Start `python -m softswitch` on all host ports; returns (process, paths)."""
+        paths = {"control": workdir / f"{name}.sock", "log": workdir / f"{name}.log",
+                 "pidfile": workdir / f"{name}.pid", "pcaps": workdir / "pcaps"}
+        argv = [sys.executable, "-m", "softswitch", "--name", name,
+                "--control", str(paths["control"]), "--log", str(paths["log"]),
+                "--pidfile", str(paths["pidfile"]), *extra]
+        for h in self.hosts:
+            argv += ["--port", f"{h.port}={h.switch_if}"]
+        with open(workdir / f"{name}.out", "ab") as out:
+            proc = subprocess.Popen(argv, cwd=REPO, env=_env(), stdout=out, stderr=subprocess.STDOUT)
+        self.procs.append(proc)
+        return proc, paths
+
+    def spawn(self, argv: list[str], ns: str | None = None, **kw) -> subprocess.Popen:
+        """Start a helper process (inside `ns` if given) that close() will stop."""
+        full = (["ip", "netns", "exec", ns] if ns else []) + argv
+        proc = subprocess.Popen(full, cwd=REPO, env=_env(), **kw)
+        self.procs.append(proc)
+        return proc
+
+    def close(self) -> None:
+        """Stop processes, kill anything left in our namespaces, delete namespaces and veths."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for h in self.hosts:
+            pids = sh("ip", "netns", "pids", h.ns, check=False).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+            sh("ip", "netns", "del", h.ns, check=False)
+            if Path("/sys/class/net", h.switch_if).exists():
+                sh("ip", "link", "del", h.switch_if, check=False)
+        self.hosts.clear()
+        self.procs.clear()
+
+    def __enter__(self) -> "Lab":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
