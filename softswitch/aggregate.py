@@ -1,0 +1,142 @@
+"""SwitchML aggregation (p4src/include/aggregate.p4), the per-packet hot path.
+
+The semantics are docs/design.md's pseudo-code, line for line with the P4;
+the software switch is single-threaded, so the P4's @atomic block is simply
+the body of `ingress`.  Speed comes from reading the agg_h fields with one
+struct call at the fixed offset, an exact-match dict lookup, Python ints for
+the per-slot scalars (`.item`) and one numpy add over the K lanes, done on a
+big-endian view of the frame so no values are copied before the add.
+
+Results are built once per completion (values, exponent, RESULT flag, UDP
+checksum 0) and then patched per egress port by `reply` (agg_reply).
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from agglab import wire
+from softswitch.deparser import update_ipv4_checksum
+from softswitch.forward import RESULT
+from softswitch.registers import CounterArray, RegisterArray
+from softswitch.tables import KeySpec, Table
+
+K, SLOTS, MAX_WORKERS = wire.K, wire.SLOTS, wire.MAX_WORKERS
+C = wire.CONST
+STAT_CONTRIB, STAT_COMPLETE = C["STAT_CONTRIB"], C["STAT_COMPLETE"]
+STAT_DUP_DROP, STAT_DUP_REPLY, STAT_REJECT = C["STAT_DUP_DROP"], C["STAT_DUP_REPLY"], C["STAT_REJECT"]
+
+# The offsets below assume this agg_h layout; fail at import if headers.p4 changes it.
+assert wire.FIELD_NAMES[:8] == ("job", "tree", "epoch", "flags", "ver", "slot", "worker", "exp")
+_HEAD = struct.Struct("!BBBBHBB")                 # job tree epoch flags ver|slot worker exp
+FLAGS_OFF = wire.AGG_OFFSET + 3
+EXP_OFF = wire.AGG_OFFSET + 7
+DATA_OFF = wire.AGG_OFFSET + wire.AGG_HEADER_BYTES
+DATA_END = DATA_OFF + wire.DATA_BYTES
+UDP_CSUM = wire.ETH_BYTES + wire.IPV4_BYTES + 6
+BE_U32 = np.dtype(">u4")
+AGG_CHILD, AGG_REJECT, AGG_SET_DST = "agg_child", "agg_reject", "agg_set_dst"
+
+
+def make_state() -> tuple[dict[str, RegisterArray], CounterArray]:
+    """The top-level registers and the agg_stats counter of aggregate.p4."""
+    regs = [RegisterArray("agg_values", 32, 2 * SLOTS * K), RegisterArray("agg_bitmap", 32, 2 * SLOTS),
+            RegisterArray("agg_count", 8, 2 * SLOTS), RegisterArray("agg_exp", 8, 2 * SLOTS)]
+    return {r.name: r for r in regs}, CounterArray("agg_stats", C["AGG_STATS_SIZE"])
+
+
+class Aggregate:
+    def __init__(self, registers: dict[str, RegisterArray], stats: CounterArray):
+        self.agg_job = Table(
+            "agg_job",
+            [KeySpec("hdr.agg.job", "exact", 8), KeySpec("hdr.agg.tree", "exact", 8),
+             KeySpec("hdr.agg.epoch", "exact", 8), KeySpec("standard_metadata.ingress_port", "exact", 9)],
+            {AGG_CHILD: [("child", 8), ("fan_in", 8), ("mgrp", 16), ("slot_base", 16)], AGG_REJECT: []},
+            default=AGG_REJECT, size=1024)
+        self.agg_reply = Table(
+            "agg_reply", [KeySpec("standard_metadata.egress_port", "exact", 9)],
+            {AGG_SET_DST: [("smac", 48), ("sip", 32), ("dmac", 48), ("dip", 32)], "drop": []},
+            default="drop", size=512)
+        self.values = registers["agg_values"].data
+        self.bitmap = registers["agg_bitmap"].data
+        self.count = registers["agg_count"].data
+        self.exp = registers["agg_exp"].data
+        self.stats = stats
+        self._dst_bytes: dict[tuple, tuple[bytes, bytes]] = {}
+
+    def ingress(self, port: int, frame: bytes):
+        """Aggregate one valid agg packet; (frame, egress_spec, mcast_grp, RESULT) or None = drop."""
+        job, tree, epoch, flags, vs, _worker, pexp = _HEAD.unpack_from(frame, wire.AGG_OFFSET)
+        table = self.agg_job
+        action, params = table.exact.get((job, tree, epoch, port), table.default)
+        if action != AGG_CHILD:
+            if action == AGG_REJECT:
+                self.stats.count(STAT_REJECT, len(frame))
+            return None
+        child, fan_in, mgrp, slot_base = params
+        idx = slot_base + (vs & 0x7FFF)
+        if idx >= SLOTS or child >= MAX_WORKERS:   # misconfigured entry: see aggregate.p4
+            self.stats.count(STAT_REJECT, len(frame))
+            return None
+        if vs >> 15:
+            r, o = idx + SLOTS, idx
+        else:
+            r, o = idx, idx + SLOTS
+        bit = 1 << child
+        bitmap = self.bitmap
+        bm = bitmap.item(r)
+        lo = r * K
+        if not bm & bit:                                  # first copy
+            obm = bitmap.item(o)
+            if obm & bit:
+                bitmap[o] = obm & ~bit                    # shadow copy: free the other version
+            lanes = self.values[lo:lo + K]
+            pkt = np.frombuffer(frame, BE_U32, K, DATA_OFF)
+            if bm == 0:
+                lanes[:] = pkt
+                e, cnt = pexp, 1
+            else:
+                np.add(lanes, pkt, out=lanes)             # uint32: wraps like bit<32>
+                e = max(self.exp.item(r), pexp)
+                cnt = (self.count.item(r) + 1) & 0xFF
+            self.exp[r] = e
+            self.count[r] = cnt
+            bitmap[r] = bm | bit
+            self.stats.count(STAT_CONTRIB, len(frame))
+            if cnt != fan_in:
+                return None
+            self.stats.count(STAT_COMPLETE, len(frame))
+            return self._result(frame, lanes, e, flags), 0, mgrp, RESULT
+        if self.count.item(r) == fan_in:                  # duplicate after completion
+            self.stats.count(STAT_DUP_REPLY, len(frame))
+            return self._result(frame, self.values[lo:lo + K], self.exp.item(r), flags), port, 0, RESULT
+        self.stats.count(STAT_DUP_DROP, len(frame))       # duplicate before completion
+        return None
+
+    @staticmethod
+    def _result(frame: bytes, lanes: np.ndarray, e: int, flags: int) -> bytearray:
+        buf = bytearray(frame)
+        buf[DATA_OFF:DATA_END] = lanes.astype(BE_U32).tobytes()
+        buf[FLAGS_OFF] = flags | wire.FLAG_RESULT
+        buf[EXP_OFF] = e
+        buf[UDP_CSUM] = buf[UDP_CSUM + 1] = 0
+        return buf
+
+    def reply(self, egress_port: int, buf: bytearray) -> bytes | None:
+        """AggregateEgress for one replica of a result: agg_reply, then the IPv4 checksum."""
+        table = self.agg_reply
+        action, params = table.exact.get((egress_port,), table.default)
+        if action != AGG_SET_DST:
+            return None
+        dst = self._dst_bytes.get(params)
+        if dst is None:
+            smac, sip, dmac, dip = params
+            dst = self._dst_bytes[params] = (dmac.to_bytes(6, "big") + smac.to_bytes(6, "big"),
+                                             sip.to_bytes(4, "big") + dip.to_bytes(4, "big"))
+        out = bytearray(buf)
+        out[0:12] = dst[0]
+        out[26:34] = dst[1]
+        update_ipv4_checksum(out)
+        return bytes(out)

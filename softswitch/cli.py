@@ -1,0 +1,244 @@
+"""The simple_switch_CLI command subset of docs/design.md, for the software switch.
+
+Why the same language: controller, conformance vectors and people at a shell
+program both targets with the same lines.  Answers follow BMv2's wording where
+a caller parses them ("Entry has been added with handle N", "R[i]= V",
+"R= v0, v1, ...", "node was created with handle N"); counter_read answers
+"C[i]= BmCounterValue(packets=P, bytes=B)" like p4-utils' Thrift API.
+Refusals raise CommandError whose text starts like BMv2's ("Invalid table
+operation (DUPLICATE_ENTRY)", "Invalid table name (x)", ...).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from softswitch.multicast import McError
+from softswitch.registers import StateError
+from softswitch.tables import Table, TableError
+
+
+class CommandError(Exception):
+    """A command the switch refused; the message says why."""
+
+
+def parse_value(text: str, width: int, what: str) -> int:
+    """Decimal, 0x hex, a.b.c.d (32-bit fields) or aa:bb:cc:dd:ee:ff (48-bit fields)."""
+    try:
+        if width == 32 and "." in text:
+            value = int(ipaddress.IPv4Address(text))
+        elif width == 48 and ":" in text:
+            parts = text.split(":")
+            if len(parts) != 6:
+                raise ValueError
+            value = int("".join(f"{int(p, 16):02x}" for p in parts), 16)
+        else:
+            value = int(text, 0)
+    except ValueError:
+        raise CommandError(f"Error while parsing {what} - invalid value '{text}'") from None
+    if not 0 <= value < (1 << width):
+        raise CommandError(f"Error while parsing {what} - '{text}' does not fit in {width} bits")
+    return value
+
+
+def _int(text: str, what: str) -> int:
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise CommandError(f"Error: Bad format for {what}: '{text}'") from None
+
+
+class Cli:
+    def __init__(self, pipeline):
+        self.p = pipeline
+
+    def execute(self, line: str) -> str:
+        words = line.split()
+        if not words:
+            return ""
+        handler = getattr(self, "do_" + words[0], None)
+        if handler is None:
+            raise CommandError(f"*** Unknown syntax: {line.strip()}")
+        try:
+            return handler(words[1:])
+        except TableError as exc:
+            raise CommandError(f"Invalid table operation ({exc})") from None
+        except McError as exc:
+            raise CommandError(f"Invalid PRE operation ({exc})") from None
+        except StateError as exc:
+            raise CommandError(f"Invalid {words[0].split('_')[0]} operation ({exc})") from None
+
+    # ---- helpers -----------------------------------------------------------------
+    def _res(self, kind: str, name: str, where: dict):
+        if name not in where:
+            raise CommandError(f"Invalid {kind} name ({name})")
+        return where[name]
+
+    @staticmethod
+    def _nargs(args: list[str], n: int, at_least: bool = False) -> None:
+        if len(args) < n if at_least else len(args) != n:
+            raise CommandError("Error: Insufficient number of args" if len(args) < n else
+                               f"Error: Wrong number of args, expected {n} but got {len(args)}")
+
+    def _params(self, table: Table, action: str, texts: list[str]) -> tuple[int, ...]:
+        spec = table.actions.get(action)
+        if spec is None:
+            raise CommandError(f"Error: Table {table.name} has no action {action}")
+        if len(texts) != len(spec):
+            raise CommandError(f"Invalid runtime data: action {action} needs {len(spec)} "
+                               f"parameters ({', '.join(p for p, _ in spec)}), got {len(texts)}")
+        return tuple(parse_value(t, w, f"{action}.{p}") for t, (p, w) in zip(texts, spec))
+
+    def _key(self, table: Table, texts: list[str]) -> tuple:
+        if len(texts) != len(table.keys):
+            raise CommandError(f"Error: Table {table.name} needs {len(table.keys)} key fields")
+        key = []
+        for text, spec in zip(texts, table.keys):
+            if spec.kind == "lpm":
+                value, sep, plen = text.partition("/")
+                if not sep:
+                    raise CommandError(f"Invalid match key: LPM key '{text}' needs a /length")
+                key.append((parse_value(value, spec.width, spec.field), _int(plen, "prefix length")))
+            else:
+                key.append(parse_value(text, spec.width, spec.field))
+        return tuple(key)
+
+    # ---- tables -------------------------------------------------------------------
+    def do_table_add(self, args):
+        self._nargs(args, 3, at_least=True)
+        table = self._res("table", args[0], self.p.tables)
+        action = args[1]
+        rest = args[2:]
+        split = rest.index("=>") if "=>" in rest else len(rest)
+        params = self._params(table, action, rest[split + 1:])
+        handle = table.add(self._key(table, rest[:split]), action, params)
+        return f"Entry has been added with handle {handle}"
+
+    def do_table_set_default(self, args):
+        self._nargs(args, 2, at_least=True)
+        table = self._res("table", args[0], self.p.tables)
+        table.set_default(args[1], self._params(table, args[1], args[2:]))
+        return f"Setting default action of {table.name}\naction: {args[1]}"
+
+    def do_table_modify(self, args):
+        self._nargs(args, 3, at_least=True)
+        table = self._res("table", args[0], self.p.tables)
+        handle = _int(args[2], "entry handle")
+        texts = args[4:] if len(args) > 3 and args[3] == "=>" else args[3:]
+        table.modify(handle, args[1], self._params(table, args[1], texts))
+        kind = "lpm" if any(k.kind == "lpm" for k in table.keys) else "exact"
+        return f"Modifying entry {handle} for {kind} match table {table.name}"
+
+    def do_table_delete(self, args):
+        self._nargs(args, 2)
+        table = self._res("table", args[0], self.p.tables)
+        handle = _int(args[1], "entry handle")
+        table.delete(handle)
+        return f"Deleting entry {handle} from {table.name}"
+
+    def do_table_clear(self, args):
+        self._nargs(args, 1)
+        self._res("table", args[0], self.p.tables).clear()
+        return ""
+
+    def do_table_num_entries(self, args):
+        self._nargs(args, 1)
+        return str(len(self._res("table", args[0], self.p.tables)))
+
+    def do_table_dump(self, args):
+        self._nargs(args, 1)
+        table = self._res("table", args[0], self.p.tables)
+        lines = [f"{h}: {key} => {action}{params}" for h, key, action, params in table.entries()]
+        lines.append(f"default: {table.default[0]}{table.default[1]}")
+        return "\n".join(lines)
+
+    # ---- registers and counters ---------------------------------------------------
+    def do_register_read(self, args):
+        self._nargs(args, 1, at_least=True)
+        reg = self._res("register", args[0], self.p.register_arrays)
+        if len(args) == 1:
+            return f"{reg.name}= " + ", ".join(map(str, reg.data.tolist()))
+        self._nargs(args, 2)
+        index = _int(args[1], "index")
+        return f"{reg.name}[{index}]= {reg.read(index)}"
+
+    def do_register_write(self, args):
+        self._nargs(args, 3)
+        reg = self._res("register", args[0], self.p.register_arrays)
+        reg.write(_int(args[1], "index"), _int(args[2], "value"))
+        return ""
+
+    def do_register_reset(self, args):
+        self._nargs(args, 1)
+        self._res("register", args[0], self.p.register_arrays).reset()
+        return ""
+
+    def do_counter_read(self, args):
+        self._nargs(args, 2)
+        counter = self._res("counter", args[0], self.p.counter_arrays)
+        index = _int(args[1], "index")
+        packets, nbytes = counter.read(index)
+        return f"{counter.name}[{index}]= BmCounterValue(packets={packets}, bytes={nbytes})"
+
+    def do_counter_reset(self, args):
+        self._nargs(args, 1)
+        self._res("counter", args[0], self.p.counter_arrays).reset()
+        return ""
+
+    def do_reset_state(self, args):
+        self._nargs(args, 0)
+        self.p.reset_state()
+        return ""
+
+    # ---- multicast ------------------------------------------------------------------
+    def do_mc_mgrp_create(self, args):
+        self._nargs(args, 1)
+        mgrp = self.p.mc.mgrp_create(_int(args[0], "multicast group id"))
+        return f"Creating multicast group {mgrp}"
+
+    def do_mc_mgrp_destroy(self, args):
+        self._nargs(args, 1)
+        mgrp = _int(args[0], "multicast group id")
+        self.p.mc.mgrp_destroy(mgrp)
+        return f"Destroying multicast group {mgrp}"
+
+    def _ports(self, texts: list[str]) -> list[int]:
+        ports = [_int(t, "port number") for t in texts if t != "|"]
+        if any(not 0 <= p < 512 for p in ports):
+            raise CommandError(f"Error: port numbers must be 0..511, got {ports}")
+        return ports
+
+    @staticmethod
+    def _port_map(ports: list[int]) -> str:
+        return "".join("1" if p in ports else "0" for p in range(max(ports, default=-1), -1, -1))
+
+    def do_mc_node_create(self, args):
+        self._nargs(args, 1, at_least=True)
+        rid, ports = _int(args[0], "rid"), self._ports(args[1:])
+        handle = self.p.mc.node_create(rid, ports)
+        return (f"Creating node with rid {rid} , port map {self._port_map(ports)} and lag map \n"
+                f"node was created with handle {handle}")
+
+    def do_mc_node_update(self, args):
+        self._nargs(args, 1, at_least=True)
+        handle, ports = _int(args[0], "node handle"), self._ports(args[1:])
+        self.p.mc.node_update(handle, ports)
+        return f"Updating node {handle} with port map {self._port_map(ports)} and lag map "
+
+    def do_mc_node_associate(self, args):
+        self._nargs(args, 2)
+        mgrp, handle = _int(args[0], "multicast group id"), _int(args[1], "node handle")
+        self.p.mc.node_associate(mgrp, handle)
+        return f"Associating node {handle} to multicast group {mgrp}"
+
+    def do_mc_node_dissociate(self, args):
+        self._nargs(args, 2)
+        mgrp, handle = _int(args[0], "multicast group id"), _int(args[1], "node handle")
+        self.p.mc.node_dissociate(mgrp, handle)
+        return f"Dissociating node {handle} from multicast group {mgrp}"
+
+    def do_mc_node_destroy(self, args):
+        self._nargs(args, 1)
+        handle = _int(args[0], "node handle")
+        self.p.mc.node_destroy(handle)
+        return f"Destroying node {handle}"

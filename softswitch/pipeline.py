@@ -1,0 +1,101 @@
+"""The software switch's P4 pipeline: p4src/agglab.p4 in Python.
+
+Why a second implementation of the P4 program: BMv2 manages a few thousand
+aggregation packets per second, too few for multi-switch experiments; this
+pipeline has the same tables, actions, registers and counters (same names,
+same control commands) and emits byte-identical frames, which the conformance
+vectors in tests/conformance check against BMv2 itself.
+
+    p = Pipeline(seed=1)
+    p.command("table_add agg_job agg_child 1 0 0 1 => 0 2 1 0")
+    out = p.process(1, frame)          # [(egress_port, frame_bytes), ...]
+    p.registers["agg_values"]          # numpy uint32 array, live
+    p.counters["agg_stats"]            # numpy uint64 packet counts, live
+    p.tables["agg_job"]                # softswitch.tables.Table
+
+`process` follows AgglabIngress/AgglabEgress: ingress drop simulator, parser
+error check, aggregation or forwarding, replication (ascending port order),
+then per replica the egress drop simulator, agg_reply or flood pruning, and the
+IPv4 checksum.  It is the daemon's per-packet hot path, hence the flat code.
+"""
+
+from __future__ import annotations
+
+from softswitch import cli, parser
+from softswitch.aggregate import STAT_REJECT, Aggregate, make_state
+from softswitch.deparser import update_ipv4_checksum
+from softswitch.drop_sim import DropSim
+from softswitch.forward import RESULT, Forward, flood_prune
+from softswitch.multicast import Multicast
+
+DROP_PORT = 511          # simple_switch's default drop port (egress_spec after mark_to_drop)
+_AGG, _IPV4, _ERROR = parser.AGG, parser.IPV4, parser.ERROR
+
+
+class Pipeline:
+    def __init__(self, seed: int | None = None):
+        self.register_arrays, self.stats = make_state()
+        self.counter_arrays = {self.stats.name: self.stats}
+        self.drop_sim = DropSim(self.stats, seed)
+        self.aggregate = Aggregate(self.register_arrays, self.stats)
+        self.forward = Forward()
+        self.mc = Multicast()
+        self.tables = {t.name: t for t in (
+            self.drop_sim.ingress_table, self.aggregate.agg_job, self.forward.ipv4_lpm,
+            self.forward.l2_exact, self.drop_sim.egress_table, self.aggregate.agg_reply)}
+        self.registers = {name: reg.data for name, reg in self.register_arrays.items()}
+        self.counters = {name: c.packets for name, c in self.counter_arrays.items()}
+        self._cli = cli.Cli(self)
+
+    def command(self, line: str) -> str:
+        """Run one simple_switch_CLI command; raises cli.CommandError when BMv2 would refuse it."""
+        return self._cli.execute(line)
+
+    def reset_state(self) -> None:
+        """Empty tables (defaults restored), zero registers and counters, no multicast groups."""
+        for table in self.tables.values():
+            table.reset()
+        for reg in self.register_arrays.values():
+            reg.reset()
+        for counter in self.counter_arrays.values():
+            counter.reset()
+        self.mc.reset()
+
+    def process(self, ingress_port: int, frame: bytes) -> list[tuple[int, bytes]]:
+        """Frames emitted for `frame` arriving on `ingress_port`, as (egress_port, bytes)."""
+        drop_sim = self.drop_sim
+        if drop_sim.ingress(ingress_port, len(frame)):
+            return []
+        ptype = parser.parse(frame)
+        if ptype == _AGG:
+            decision = self.aggregate.ingress(ingress_port, frame)
+        elif ptype == _IPV4:
+            decision = self.forward.ipv4(frame)
+        elif ptype == _ERROR:
+            self.stats.count(STAT_REJECT, len(frame))
+            return []
+        else:
+            decision = self.forward.l2(frame)
+        if decision is None:
+            return []
+        buf, egress_spec, mgrp, kind = decision
+        if mgrp:
+            replicas = self.mc.replicate(mgrp)
+        elif egress_spec == DROP_PORT:
+            return []
+        else:
+            replicas = ((egress_spec, 0),)
+        if kind != RESULT and ptype == _IPV4:
+            update_ipv4_checksum(buf)          # deparser; nothing in egress changes IPv4
+            buf = bytes(buf)
+        out = []
+        for port, _rid in replicas:
+            if drop_sim.egress(port, len(buf)):
+                continue
+            if kind == RESULT:
+                frame_out = self.aggregate.reply(port, buf)
+                if frame_out is not None:
+                    out.append((port, frame_out))
+            elif not flood_prune(kind, port, ingress_port):
+                out.append((port, buf))
+        return out
