@@ -113,8 +113,16 @@ def run_one(run_fn: RunFn, cfg: Config, point: Point, point_index: int, repeat: 
             error = failure_text(result)
     row["ok"] = bool(row.get("ok")) and not error
     row["exact"] = bool(row.get("exact")) and row["ok"]
-    row["error"] = error.replace("\n", " ")[:500]
+    row["error"] = shorten(" ".join(error.split()))
     return row
+
+
+def shorten(text: str, limit: int = 600) -> str:
+    """Keep the head and the tail of a long error: a traceback's last line names the cause."""
+    if len(text) <= limit:
+        return text
+    head = limit // 3
+    return f"{text[:head]} … {text[-(limit - head - 3):]}"
 
 
 def failure_text(result: dict[str, Any]) -> str:

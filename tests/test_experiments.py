@@ -258,3 +258,14 @@ def test_shipped_configs_are_valid_and_within_budget():
     # 3 s set-up + 4 s per 8-worker 1M-element allreduce: "well under 10 minutes" on 2 cores.
     assert default.estimate_seconds() < 300
     assert quick.name == "quick" and len(quick.plan()) <= 5 and quick.estimate_seconds() < 30
+
+
+def test_long_errors_keep_their_last_line(tmp_path):
+    def traceback_like(**_):
+        raise RuntimeError("switch s1 exited; log tail:\n" + "  File x.py, line 1\n" * 100 + "ImportError: no foo")
+    log = io.StringIO()
+    assert main(["--config", str(write_config(tmp_path, repeats=1)), "--out", str(tmp_path)],
+                run_fn=traceback_like, log=log) == 1
+    errors = [r["error"] for r in read_csv(tmp_path / "t" / "runs.csv")]
+    assert all(e.startswith("RuntimeError: switch s1 exited") and e.endswith("ImportError: no foo") for e in errors)
+    assert all(len(e) <= 600 and "\n" not in e for e in errors)
