@@ -1,0 +1,326 @@
+"""The SwitchML worker: `allreduce` an array through an aggregating switch.
+
+Protocol (design.md "Host agent"): the array is cut into blocks of K values
+(last one zero-padded).  S = min(window, blocks) slots are used, each walking
+its own column of blocks: round 0 of slot s is a LEAD round (zero values, the
+exponent of the slot's first block; on slot 0 also the consistency lanes of
+hosts/consistency.py), data block j travels on slot j % S in round 1 + j // S.
+Each packet carries the exponent of the sender's next block on that slot, so
+the result's max exponent is the scale every worker uses for the next round.
+int32 arrays go raw (exact wrap-around sum, exp 0).
+
+Versions: round r of slot s uses version (v0[s] + r) % 2.  v0 is 0 on a fresh
+switch, which gives design.md's `round % 2`; later calls on the same transport
+and (job, tree, epoch) continue each slot's alternation, because the switch
+still holds the last round's completed version and would answer a new packet
+of that version with the stale result.  After an error the switch state is
+unknown: reset the registers or move to a new epoch.
+
+Loss: one timer per slot, RFC 6298 style (SRTT/RTTVAR shared by all slots,
+min 2 ms, initial `timeout`, per-slot exponential backoff capped at MAX_RTO);
+the identical packet is resent with AGG_FLAG_RETX.  What is sampled differs
+from TCP's Karn rule on purpose: a slot completes when the *slowest* worker's
+packet arrives, so the useful "RTT" is the completion latency since our first
+send, stragglers included (excluding retransmitted slots, as Karn does, hides
+exactly the slow cases and keeps the RTO too short: a retransmission storm).
+The switch echoes the completing packet's worker and flags: a result completed
+by a retransmission (anyone's) is not a latency sample, since it includes loss
+recovery and would feed back into ever longer timeouts, except when it answers
+our own single retransmission, which is timed from that retransmission.  Results for an
+old round or the other version are duplicates and ignored.  No accepted result
+for `give_up` seconds raises AllreduceTimeout naming what is missing.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from agglab import wire
+from hosts import quantization as qz
+from hosts.consistency import (DTYPES, ConsistencyError, DtypeMismatchError,  # noqa: F401 (API)
+                               LengthMismatchError, WindowMismatchError,
+                               WorkerCountMismatchError, check_lead, lead_lanes)
+from hosts.protocol import LAYOUT, HeaderPacker
+from hosts.transport import Transport, UdpTransport  # noqa: F401 (API)
+
+K = wire.K
+DEFAULT_WINDOW = 128
+MIN_RTO, MAX_RTO, PEAK_HALF_LIFE = 0.002, 1.0, 0.5
+_BE = np.dtype(">i4")
+_H, _P = wire.AGG_HEADER_BYTES, wire.PAYLOAD_BYTES
+_unpack = wire.AGG_STRUCT.unpack_from
+# transport -> {(job, tree, epoch): per-slot version of the next round 0}
+_VERSIONS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+class AllreduceTimeout(TimeoutError):
+    """No progress for `give_up` seconds; the message says which slots/blocks are missing."""
+
+
+@dataclass
+class AllreduceStats:
+    packets_sent: int = 0
+    retransmissions: int = 0
+    duplicates_ignored: int = 0
+    foreign_ignored: int = 0      # not a result of this job/tree/epoch, or malformed
+    results_accepted: int = 0
+    seconds: float = 0.0
+    blocks: int = 0
+    slots: int = 0
+    srtt: float | None = None
+
+
+class _Rtt:
+    """RFC 6298 estimator plus a peak hold on the completion latency.
+
+    Why the peak hold: a slot completes when the slowest worker's packet
+    arrives, so latency samples are bimodal (the last worker sees ~0, the others
+    wait for it) and stragglers come in bursts; SRTT + 4 RTTVAR then fires on
+    every straggler episode, for the whole window at once.  The RTO is kept
+    above 1.25 x the largest recent sample, which decays with a half-life of
+    PEAK_HALF_LIFE seconds so one long stall does not slow loss recovery forever.
+    """
+
+    def __init__(self, initial: float) -> None:
+        self.srtt: float | None = None
+        self.rttvar = self.peak = self.peak_at = 0.0
+        self.rto = max(MIN_RTO, initial)
+
+    def sample(self, r: float, now: float) -> None:
+        if self.srtt is None:
+            self.srtt, self.rttvar = r, r / 2
+        else:
+            self.rttvar += 0.25 * (abs(self.srtt - r) - self.rttvar)
+            self.srtt += 0.125 * (r - self.srtt)
+        self.peak = max(r, self.peak * 0.5 ** ((now - self.peak_at) / PEAK_HALF_LIFE))
+        self.peak_at = now
+        self.rto = min(MAX_RTO, max(MIN_RTO, self.srtt + 4 * self.rttvar, 1.25 * self.peak))
+
+
+def _field(name: str):
+    word, shift, mask = LAYOUT[name]
+    return lambda words: (words[word] >> shift) & mask
+
+
+_FLAGS, _SLOT, _VER, _BLOCK, _EXP = map(_field, ("flags", "slot", "ver", "block", "exp"))
+_JOB, _TREE, _EPOCH, _WORKER = map(_field, ("job", "tree", "epoch", "worker"))
+
+
+def allreduce(array, *, transport: Transport, rank: int, workers: int, job: int = 0,
+              tree: int = 0, epoch: int = 0, window: int | None = None,
+              timeout: float = 0.02, give_up: float = 10.0, return_stats: bool = False):
+    """Sum `array` (float32 or int32, any shape/length) over `workers` agents via the switch.
+
+    Returns an array of the same shape and dtype, or (array, AllreduceStats) with
+    return_stats=True.  `timeout` is the initial retransmission timeout,
+    `give_up` the seconds without any progress before AllreduceTimeout.
+    Raises a ConsistencyError subclass (LengthMismatchError, DtypeMismatchError,
+    WindowMismatchError, WorkerCountMismatchError) when the workers disagree.
+    """
+    arr = np.asarray(array)
+    if arr.dtype not in DTYPES:
+        raise TypeError(f"allreduce supports {[str(d) for d in DTYPES]}, got {arr.dtype}")
+    if not 1 <= workers <= wire.MAX_WORKERS or not 0 <= rank < workers:
+        raise ValueError(f"need 1 <= workers <= {wire.MAX_WORKERS} and 0 <= rank < workers, "
+                         f"got workers={workers} rank={rank}")
+    window = DEFAULT_WINDOW if window is None else window
+    if not 1 <= window <= wire.SLOTS:
+        raise ValueError(f"window {window} outside 1..{wire.SLOTS} (AGG_SLOTS)")
+    wire.pack_agg(job=job, tree=tree, epoch=epoch, worker=rank)   # range check of the fields
+    run = _Run(arr, transport, rank, workers, job, tree, epoch, window, timeout, give_up)
+    out = run.run()
+    return (out, run.stats) if return_stats else out
+
+
+class _Run:
+    """State of one allreduce; `run()` is the single-threaded event loop."""
+
+    def __init__(self, arr, transport, rank, n, job, tree, epoch, window, timeout, give_up):
+        self.shape, self.dtype, self.tx, self.rank, self.n = arr.shape, arr.dtype, transport, rank, n
+        self.key, self.give_up = (job, tree, epoch), give_up
+        self.length = arr.size
+        self.nblocks = nb = -(-self.length // K)
+        self.S = S = min(window, max(nb, 1))
+        padded = np.zeros(nb * K, dtype=arr.dtype)
+        padded[:self.length] = arr.reshape(-1)
+        self.is_float = arr.dtype == np.float32
+        if self.is_float:
+            self.blocks = padded.reshape(nb, K).astype(np.float64)
+            self.exps = qz.biased_exponents(self.blocks).tolist() + [0] * S
+            self.ftable = [0.0] + [qz.scale(b - wire.EXP_BIAS, n) for b in range(1, 256)]
+            self.limit = qz.INT32_MAX // n
+            self.used_exp = np.zeros(nb, dtype=np.uint8)
+        else:
+            self.raw = padded.astype(_BE).tobytes()
+            self.exps = [0] * (nb + S)
+        self.sums = np.zeros((nb, K), dtype=np.int32)
+        self.rounds = [1 + len(range(s, nb, S)) for s in range(S)]
+        self.round = [0] * S
+        self.agreed = [0] * S                   # agreed biased exponent for the next round
+        self.packet = [b""] * S                 # current packet per slot, for retransmission
+        self.sent_at, self.last_sent = [0.0] * S, [0.0] * S
+        self.tries, self.seq = [0] * S, [0] * S
+        self.timers: list[tuple[float, int, int]] = []
+        self.rtt = _Rtt(timeout)
+        self.stats = AllreduceStats(blocks=nb, slots=S)
+        self.hdr = HeaderPacker(job=job, tree=tree, epoch=epoch, worker=rank)
+        self.retx_hdr = HeaderPacker(job=job, tree=tree, epoch=epoch, worker=rank,
+                                     flags=wire.FLAG_RETX)
+        try:
+            versions = _VERSIONS.setdefault(transport, {})
+        except TypeError:                       # transport not weak-referenceable
+            versions = {}
+        self.versions = versions
+        self.v0 = versions.setdefault(self.key, np.zeros(wire.SLOTS, np.uint8))[:S].tolist()
+        self.zero_body = bytes(wire.DATA_BYTES)
+        self.lead0 = lead_lanes(length=self.length, window=S, dtype=arr.dtype).astype(_BE).tobytes()
+
+    # -- sending ---------------------------------------------------------------------
+    def _block_id(self, s: int, r: int) -> int:
+        return s if r == 0 else s + (r - 1) * self.S
+
+    def _send_round(self, s: int, now: float) -> None:
+        r, S = self.round[s], self.S
+        if r == 0:
+            body = self.lead0 if s == 0 else self.zero_body
+            j, nxt = s, s if s < self.nblocks else wire.NEXT_NONE
+            exp = self.exps[s] if s < self.nblocks else 0
+        else:
+            j = s + (r - 1) * S
+            nxt = j + S if j + S < self.nblocks else wire.NEXT_NONE
+            exp = self.exps[j + S]
+            if not self.is_float:
+                body = self.raw[j * 4 * K:(j + 1) * 4 * K]
+            elif self.agreed[s] == 0:
+                body = self.zero_body           # every worker's block is all zero
+            else:
+                q = np.rint(self.blocks[j] * self.ftable[self.agreed[s]])
+                np.clip(q, -self.limit, self.limit, out=q)
+                body = q.astype(_BE).tobytes()
+                self.used_exp[j] = self.agreed[s]
+        fields = dict(ver=(self.v0[s] + r) & 1, slot=s, exp=exp, block=j, next_block=nxt)
+        self.packet[s] = self.retx_hdr.pack(**fields) + body
+        self.tx.send(self.hdr.pack(**fields) + body)
+        self.stats.packets_sent += 1
+        self.sent_at[s], self.tries[s] = now, 0
+        self.seq[s] += 1
+        heapq.heappush(self.timers, (now + self.rtt.rto, s, self.seq[s]))
+
+    def _expire(self, now: float) -> None:
+        timers = self.timers
+        while timers and timers[0][0] <= now:
+            _, s, seq = heapq.heappop(timers)
+            if seq != self.seq[s] or self.round[s] >= self.rounds[s]:
+                continue                        # stale timer
+            self.tries[s] += 1
+            self.last_sent[s] = now
+            self.tx.send(self.packet[s])
+            self.stats.packets_sent += 1
+            self.stats.retransmissions += 1
+            backoff = min(MAX_RTO, self.rtt.rto * (2 ** min(self.tries[s], 16)))
+            heapq.heappush(timers, (now + backoff, s, seq))
+
+    # -- receiving -------------------------------------------------------------------
+    def _on_payload(self, p: bytes, now: float) -> bool:
+        """Handle one payload; True if it was an accepted (progress-making) result."""
+        if len(p) < _P:
+            self.stats.foreign_ignored += 1
+            return False
+        w = _unpack(p)
+        if not _FLAGS(w) & wire.FLAG_RESULT or (_JOB(w), _TREE(w), _EPOCH(w)) != self.key:
+            self.stats.foreign_ignored += 1
+            return False
+        s = _SLOT(w)
+        if s >= self.S:
+            self.stats.foreign_ignored += 1
+            return False
+        r = self.round[s]
+        if (r >= self.rounds[s] or _VER(w) != (self.v0[s] + r) & 1
+                or _BLOCK(w) != self._block_id(s, r)):
+            self.stats.duplicates_ignored += 1
+            return False
+        if not _FLAGS(w) & wire.FLAG_RETX:              # completed by a first transmission:
+            self.rtt.sample(now - self.sent_at[s], now)  # latency since our first send
+        elif _WORKER(w) == self.rank and self.tries[s] == 1:
+            self.rtt.sample(now - self.last_sent[s], now)  # answer to our one retransmission
+        lanes = np.frombuffer(p, dtype=_BE, count=K, offset=_H)
+        if r == 0:
+            if s == 0:
+                check_lead(lanes, n=self.n, rank=self.rank, length=self.length,
+                           window=self.S, dtype=self.dtype)
+        else:
+            self.sums[s + (r - 1) * self.S] = lanes
+        self.agreed[s] = _EXP(w)
+        self.round[s] = r + 1
+        self.stats.results_accepted += 1
+        if r + 1 < self.rounds[s]:
+            self._send_round(s, now)
+        else:
+            self.remaining -= 1
+        return True
+
+    # -- the loop --------------------------------------------------------------------
+    def run(self) -> np.ndarray:
+        start = last = time.monotonic()
+        self.remaining = self.S
+        try:
+            for s in range(self.S):
+                self._send_round(s, start)
+            recv, wait = self.tx.recv, 0.0
+            while self.remaining:
+                p = recv(wait)
+                while p is not None:            # drain what is queued before any timer fires:
+                    now = time.monotonic()      # after a stall the results are usually there
+                    if self._on_payload(p, now):
+                        last = now
+                    p = recv(0.0) if self.remaining else None
+                now = time.monotonic()
+                self._expire(now)
+                if now - last > self.give_up and self.remaining:
+                    raise AllreduceTimeout(self._missing(now - last))
+                wake = last + self.give_up
+                if self.timers and self.timers[0][0] < wake:
+                    wake = self.timers[0][0]
+                wait = max(0.0, wake - now)
+        except BaseException:
+            self.versions.pop(self.key, None)   # switch state unknown now (see module doc)
+            raise
+        finally:
+            self.stats.seconds = time.monotonic() - start
+            self.stats.srtt = self.rtt.srtt
+        state = self.versions.setdefault(self.key, np.zeros(wire.SLOTS, np.uint8))
+        state[:self.S] = [(v + r) & 1 for v, r in zip(self.v0, self.rounds)]
+        if self.is_float:
+            flat = qz.dequantize_blocks(self.sums, self.used_exp, self.n).reshape(-1)
+        else:
+            flat = self.sums.reshape(-1)
+        return flat[:self.length].astype(self.dtype).reshape(self.shape)
+
+    def _missing(self, idle: float) -> str:
+        job, tree, epoch = self.key
+        open_slots = [s for s in range(self.S) if self.round[s] < self.rounds[s]]
+        parts = []
+        for s in open_slots[:8]:
+            r = self.round[s]
+            what = "lead" if r == 0 else f"block {self._block_id(s, r)}"
+            parts.append(f"slot {s} round {r} ({what}, ver {(self.v0[s] + r) & 1}, "
+                         f"{self.tries[s]} retransmissions)")
+        more = f" and {len(open_slots) - 8} more" if len(open_slots) > 8 else ""
+        done = sum(max(0, r - 1) for r in self.round)
+        st = self.stats
+        msg = (f"rank {self.rank}: allreduce of job {job} tree {tree} epoch {epoch} made no "
+               f"progress for {idle:.2f} s; {len(open_slots)} of {self.S} slots unfinished: "
+               f"{'; '.join(parts)}{more}. {done}/{self.nblocks} blocks done, "
+               f"{st.packets_sent} packets sent, {st.retransmissions} retransmissions, "
+               f"{st.results_accepted} results accepted, {st.duplicates_ignored} duplicates, "
+               f"{st.foreign_ignored} foreign packets ignored")
+        if st.results_accepted == 0:
+            msg += (". No result ever arrived: check the switch is up and programmed for this "
+                    "job (agg_job entry for job/tree/epoch on this worker's port, fan_in = "
+                    "workers, multicast group, agg_reply) and that every worker started")
+        return msg
