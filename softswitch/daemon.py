@@ -26,6 +26,11 @@ from softswitch.control import ControlServer
 from softswitch.io import MAX_FRAME, RawPort
 from softswitch.pcap import PcapWriter
 
+try:                                          # refusals of the CLI carry BMv2's wording already
+    from softswitch.cli import CommandError as _Refusal
+except ImportError:                           # pragma: no cover - pipeline not installed
+    _Refusal = ()
+
 COUNTERS = ("rx", "rx_bytes", "tx", "tx_bytes", "drop", "tx_drop", "err")
 NPORTS = 512                                  # bit<9> port space
 
@@ -274,7 +279,7 @@ class Daemon:
             else:
                 ok, out = True, self.pipeline.command(line)
         except Exception as exc:
-            ok, out = False, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            ok, out = False, _error_text(exc)
         shown = out if len(out) <= 2000 else out[:2000] + f"... ({len(out)} chars)"
         self.log.info("cmd %r -> %s %s", line, "ok" if ok else "ERROR", shown)
         return ok, out
@@ -299,3 +304,10 @@ class Daemon:
                 f"{p}:" + ",".join(f"{k}={v}" for k, v in s.items() if k != "ifname")
                 for p, s in stats.items()))
         return stats
+
+
+def _error_text(exc: Exception) -> str:
+    """A refused command is reported in the CLI's own words; anything else names the exception."""
+    if isinstance(exc, _Refusal) and str(exc):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -99,6 +99,41 @@ def icmp_ping(ns: str, dst: str, count: int = 3, timeout: float = 2.0) -> int:
     return answered
 
 
+def agg_frame(h: "Host", values, **fields) -> bytes:
+    """Ethernet/IPv4/UDP/agg_h/values frame from host `h` to the aggregation service."""
+    from agglab import wire
+    from controller.addressing import SERVICE_IP, SERVICE_MAC
+
+    payload = wire.pack_agg(**fields) + struct.pack(f"!{wire.K}i", *values)
+    udp = struct.pack("!HHHH", wire.UDP_PORT, wire.UDP_PORT, 8 + len(payload), 0)
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp) + len(payload), 0, 0x4000, 64, 17, 0,
+                     socket.inet_aton(h.ip), socket.inet_aton(SERVICE_IP))
+    ip = ip[:10] + struct.pack("!H", _inet_checksum(ip)) + ip[12:]
+    eth = bytes.fromhex(SERVICE_MAC.replace(":", "")) + bytes.fromhex(h.mac.replace(":", ""))
+    return eth + b"\x08\x00" + ip + udp + payload
+
+
+def program_aggregation(client, hosts: list["Host"], job: int = 0, tree: int = 0,
+                        epoch: int = 0) -> None:
+    """One switch aggregates `hosts` (child index = list position), results multicast to all."""
+    import re
+
+    from controller.addressing import SERVICE_IP, SERVICE_MAC
+
+    group = 1 + job
+    for child, h in enumerate(hosts):
+        client.command(f"table_add agg_job agg_child {job} {tree} {epoch} {h.port} => "
+                       f"{child} {len(hosts)} {group} 0")
+        client.command(f"table_add agg_reply agg_set_dst {h.port} => "
+                       f"{SERVICE_MAC} {SERVICE_IP} {h.mac} {h.ip}")
+    client.command(f"mc_mgrp_create {group}")
+    out = client.command("mc_node_create 0 " + " ".join(str(h.port) for h in hosts))
+    handle = re.search(r"handle (\d+)", out)
+    if not handle:
+        raise RuntimeError(f"cannot parse the node handle from {out!r}")
+    client.command(f"mc_node_associate {group} {handle.group(1)}")
+
+
 def _env() -> dict:
     """Children import the repository first, keeping any PYTHONPATH the caller set."""
     extra = os.environ.get("PYTHONPATH")

@@ -1,0 +1,192 @@
+"""`python -m softswitch.bench_io`: packets/s through the real switch daemon on veths.
+
+Set-up: N worker namespaces (default 8), each wired to one port of one
+`python -m softswitch` process.  Every worker runs a sender process in its
+namespace that keeps a window of aggregation slots in flight (SwitchML
+style: a slot's next packet goes out when its result arrives), transmitting
+with an AF_PACKET socket and receiving results on a UDP socket.  A closed
+loop rather than an open-loop blast, because a blast only measures how many
+frames the kernel throws away; with a window the daemon is kept saturated and
+every packet it handles counts.  Lost packets are resent after a timeout.
+
+Two runs by default:
+  * `reflect`: a trivial pipeline that bounces each frame back to its
+    sender: the ceiling of the daemon's I/O loop alone;
+  * `agg`: the real P4 pipeline aggregating N workers: the figure that
+    matters for emulations (completions/s x N frames in and out).
+Everything (namespaces, veths, processes) is removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from agglab import wire
+from softswitch.control import wait_ready
+from softswitch.io import SO_RCVBUFFORCE
+from softswitch.netlab import Host, Lab, agg_frame, program_aggregation
+
+
+class Reflect:
+    """I/O-ceiling pipeline: return every frame to its ingress port with MACs and IPs swapped.
+
+    Swapping the two IPv4 addresses leaves the header checksum valid and the
+    UDP checksum is 0, so the sender's UDP socket accepts the echo."""
+
+    def __init__(self, seed=None):
+        pass
+
+    def process(self, port: int, frame: bytes):
+        return [(port, frame[6:12] + frame[0:6] + frame[12:26] + frame[30:34] + frame[26:30]
+                 + frame[34:])]
+
+    def command(self, line: str) -> str:
+        raise ValueError("the reflector pipeline has no tables")
+
+
+def sender(a: argparse.Namespace) -> dict:
+    """One worker: keep `window` slots in flight until the measurement ends; runs in a netns."""
+    h = Host(f"h{a.rank}", "", a.ip, a.mac, 0, "")
+    values = [a.rank + 1] * wire.K
+    frames = [[agg_frame(h, values, job=a.job, ver=v, slot=s, worker=a.rank, block=s,
+                         exp=wire.EXP_BIAS) for s in range(a.window)] for v in (0, 1)]
+    raw = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)   # protocol 0: transmit only
+    raw.bind((a.ifname, 0))
+    send = raw.send
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 8 << 20)
+    udp.bind((a.ip, wire.UDP_PORT))                   # also stops ICMP port-unreachable replies
+    udp.setblocking(False)
+    recv_into, buf = udp.recv_into, bytearray(4096)
+    poller = select.poll()
+    poller.register(udp, select.POLLIN)
+    cur, sent_at = bytearray(a.window), [0.0] * a.window
+    t_measure, t_end = a.start_at + a.warmup, a.start_at + a.warmup + a.seconds
+    time.sleep(max(0.0, a.start_at - time.time()))
+    now = time.time()
+    for s in range(a.window):
+        send(frames[0][s])
+        sent_at[s] = now
+    results = bad = retx = 0
+    next_scan = now + a.rto
+    while now < t_end:
+        poller.poll(50)
+        now = time.time()
+        for _ in range(512):
+            try:
+                n = recv_into(buf)
+            except BlockingIOError:
+                break
+            if n < 20 or buf[0] != a.job:
+                continue
+            word = (buf[4] << 8) | buf[5]
+            slot, ver = word & 0x7FFF, word >> 15
+            if slot >= a.window or ver != cur[slot]:
+                continue                                  # duplicate of a result we already had
+            if int.from_bytes(buf[16:20], "big", signed=True) != a.expect:
+                bad += 1
+            cur[slot] = ver ^ 1
+            send(frames[ver ^ 1][slot])
+            sent_at[slot] = now
+            if now >= t_measure:
+                results += 1
+        if now >= next_scan:                              # per-slot retransmission timer
+            next_scan = now + a.rto / 4
+            for s in range(a.window):
+                if now - sent_at[s] > a.rto:
+                    send(frames[cur[s]][s])
+                    sent_at[s] = now
+                    retx += 1
+    return {"rank": a.rank, "results": results, "bad": bad, "retx": retx}
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run(mode: str, a: argparse.Namespace) -> dict:
+    """One measurement with a fresh lab; returns the figures."""
+    with Lab() as lab, tempfile.TemporaryDirectory(prefix="agglab-bench-") as wd:
+        hosts = [lab.add_host(i) for i in range(1, a.workers + 1)]
+        extra = ["--stats-interval", "3600"] + (["--pipeline", "softswitch.bench_io:Reflect"]
+                                               if mode == "reflect" else [])
+        proc, paths = lab.start_switch(Path(wd), *extra)
+        client = wait_ready(paths["control"], 20, log=paths["log"], process=proc)
+        if mode == "agg":
+            program_aggregation(client, hosts, job=a.job)
+        expect = {"agg": a.workers * (a.workers + 1) // 2}
+        start_at = time.time() + 1.5 + 0.1 * a.workers
+        senders = []
+        for i, h in enumerate(hosts):
+            argv = [sys.executable, "-m", "softswitch.bench_io", "--sender", "--rank", str(i),
+                    "--ip", h.ip, "--mac", h.mac, "--ifname", h.ifname, "--job", str(a.job),
+                    "--window", str(a.window), "--start-at", repr(start_at),
+                    "--warmup", str(a.warmup), "--seconds", str(a.seconds),
+                    "--expect", str(expect.get(mode, i + 1))]
+            senders.append(lab.spawn(argv, ns=h.ns, stdout=subprocess.PIPE, text=True))
+        time.sleep(max(0.0, start_at + a.warmup - time.time()))
+        s0, c0, t0 = client.port_stats(), _cpu_seconds(proc.pid), time.monotonic()
+        time.sleep(a.seconds)
+        s1, c1, t1 = client.port_stats(), _cpu_seconds(proc.pid), time.monotonic()
+        outs = []
+        for p in senders:
+            out, _ = p.communicate(timeout=30 + a.seconds)
+            if p.returncode != 0:
+                raise RuntimeError(f"sender exited {p.returncode}; see output above")
+            outs.append(json.loads(out))
+        dt = t1 - t0
+
+        def rate(key: str) -> float:
+            return sum(s1[p][key] - s0[p][key] for p in s0 if p.isdigit()) / dt
+        return {"mode": mode, "rx_pps": rate("rx"), "tx_pps": rate("tx"),
+                "drops_in_switch": sum(s1[p]["drop"] for p in s1 if p.isdigit()),
+                "results_per_s": sum(o["results"] for o in outs) / len(outs) / a.seconds,
+                "bad": sum(o["bad"] for o in outs), "retx": sum(o["retx"] for o in outs),
+                "daemon_cpu": (c1 - c0) / dt}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m softswitch.bench_io", description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--window", type=int, default=128, help="slots in flight per worker")
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--warmup", type=float, default=1.0)
+    ap.add_argument("--mode", choices=["both", "reflect", "agg"], default="both")
+    ap.add_argument("--job", type=int, default=1)
+    ap.add_argument("--rto", type=float, default=0.5, help="sender retransmission timeout (s)")
+    for name in ("--sender",):
+        ap.add_argument(name, action="store_true", help=argparse.SUPPRESS)
+    for name, typ in (("--rank", int), ("--ip", str), ("--mac", str), ("--ifname", str),
+                      ("--start-at", float), ("--expect", int)):
+        ap.add_argument(name, type=typ, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.sender:
+        print(json.dumps(sender(a)), flush=True)
+        return 0
+    if os.geteuid() != 0:
+        print("bench_io needs root (network namespaces, raw sockets)", file=sys.stderr)
+        return 2
+    modes = ["reflect", "agg"] if a.mode == "both" else [a.mode]
+    for mode in modes:
+        r = run(mode, a)
+        what = ("I/O ceiling, frames reflected" if mode == "reflect"
+                else f"P4 pipeline, {a.workers}-way aggregation")
+        print(f"softswitch daemon [{what}]: {r['rx_pps']:,.0f} frames/s in, "
+              f"{r['tx_pps']:,.0f} frames/s out, {r['results_per_s']:,.0f} results/s per worker "
+              f"(daemon CPU {r['daemon_cpu']:.0%}, window {a.window} x {a.workers} workers, "
+              f"retransmissions {r['retx']}, wrong results {r['bad']})", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
