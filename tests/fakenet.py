@@ -176,14 +176,18 @@ class FakeNet:
         assert frame[0:6] == _mac(host_mac(rank + 1)), f"result to port {rank + 1} has wrong dst MAC"
         assert frame[30:34] == _ip(host_ip(rank + 1)), f"result to port {rank + 1} has wrong dst IP"
 
-    def run(self, arrays, *, timeout: float = 120.0, **kwargs) -> list:
-        """allreduce(arrays[i]) on worker i in threads; per rank a result tuple or the exception."""
+    def run(self, arrays, *, join_timeout: float = 120.0, per_rank=None, **kwargs) -> list:
+        """allreduce(arrays[i]) on worker i in threads; per rank a result tuple or the exception.
+
+        kwargs go to every allreduce call, per_rank[i] (a dict) only to rank i's.
+        """
         results: list = [None] * self.n
 
         def work(i: int) -> None:
+            args = dict(workers=self.n, return_stats=True, **kwargs)
+            args.update(per_rank[i] if per_rank else {})
             try:
-                results[i] = allreduce(arrays[i], transport=self.transports[i], rank=i,
-                                       workers=self.n, return_stats=True, **kwargs)
+                results[i] = allreduce(arrays[i], transport=self.transports[i], rank=i, **args)
             except BaseException as exc:   # collected and checked by the test
                 results[i] = exc
 
@@ -191,7 +195,7 @@ class FakeNet:
         for t in threads:
             t.start()
         for t in threads:
-            t.join(timeout)
+            t.join(join_timeout)
         stuck = [i for i, t in enumerate(threads) if t.is_alive()]
-        assert not stuck, f"workers {stuck} still running after {timeout} s"
+        assert not stuck, f"workers {stuck} still running after {join_timeout} s"
         return results

@@ -1,0 +1,198 @@
+"""The worker protocol against the model switch of tests/fakenet.py (no softswitch needed).
+
+Why a model: it isolates the agent (windows, versions, duplicates, loss,
+consistency check, give-up) from the switch implementation; the same
+scenarios run through the real software switch in test_hosts_fakenet.py.
+"""
+
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from agglab import wire
+from fakenet import FakeNet, ModelSwitch
+from hosts import quantization as qz
+from hosts.agent import (AllreduceTimeout, DtypeMismatchError, LengthMismatchError,
+                         WindowMismatchError, WorkerCountMismatchError, allreduce)
+from hosts.consistency import check_lead, lead_lanes
+from hosts.protocol import encode
+
+K = wire.K
+
+
+def ints(n, length, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(-2**31, 2**31 - 1, length, dtype=np.int32) for _ in range(n)]
+
+
+def ok(results):
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    return results
+
+
+@pytest.mark.parametrize("n,length", [(1, 5), (2, 1000), (4, 64 * 7 + 5), (8, 3000), (3, K), (2, 0)])
+def test_int32_exact_wraparound(n, length):
+    arrays = ints(n, length, seed=n)
+    expected = np.sum(arrays, axis=0, dtype=np.int32)        # numpy wraps like the switch
+    for out, stats in ok(FakeNet(n).run(arrays, give_up=10)):
+        assert out.dtype == np.int32 and out.shape == (length,)
+        assert np.array_equal(out, expected)
+        assert stats.blocks == -(-length // K)
+        assert stats.packets_sent - stats.retransmissions == stats.results_accepted
+
+
+def test_float32_within_bound_and_shape_kept():
+    n, rng = 4, np.random.default_rng(7)
+    arrays = [(rng.standard_normal((13, 37)) * 10.0 ** rng.integers(-3, 4, (13, 1))).astype(np.float32)
+              for _ in range(n)]
+    exact = np.sum([a.astype(np.float64) for a in arrays], axis=0)
+    blocks = np.zeros(-(-exact.size // K) * K)
+    peak = np.max([np.abs(a) for a in arrays], axis=0).reshape(-1)
+    blocks[:peak.size] = peak
+    bound = np.repeat([qz.error_bound(qz.block_exponent(b), n) for b in blocks.reshape(-1, K)], K)
+    for out, _ in ok(FakeNet(n).run(arrays, window=5)):
+        assert out.dtype == np.float32 and out.shape == (13, 37)
+        err = np.abs(out.astype(np.float64) - exact).reshape(-1)
+        assert np.all(err <= bound[:err.size])
+
+
+def test_loss_recovered_exactly():
+    n, arrays = 4, ints(4, 4000, seed=3)
+    net = FakeNet(n, loss=0.05, seed=11)
+    results = ok(net.run(arrays, window=16, timeout=0.005))
+    for out, stats in results:
+        assert np.array_equal(out, np.sum(arrays, axis=0, dtype=np.int32))
+    assert sum(s.retransmissions for _, s in results) > 0
+    assert net.switch.stats["dup_reply"] + net.switch.stats["dup_drop"] > 0
+
+
+def test_window_smaller_than_job_and_successive_calls_continue_versions():
+    """window 2 over 4 blocks: slot 0 ends on version 0, so a second call that restarted at
+    version 0 would get the switch's stale first result back instead of a new sum."""
+    n, net = 3, FakeNet(3)
+    for call in range(3):
+        arrays = ints(n, 4 * K, seed=call)
+        for out, stats in ok(net.run(arrays, window=2)):
+            assert stats.slots == 2 and stats.blocks == 4
+            assert np.array_equal(out, np.sum(arrays, axis=0, dtype=np.int32)), f"call {call}"
+
+
+def test_mismatched_lengths_raise_on_every_worker():
+    arrays = ints(4, 1000)
+    arrays[2] = arrays[2][:990]
+    results = FakeNet(4).run(arrays, give_up=5)
+    assert all(isinstance(r, LengthMismatchError) for r in results), results
+    assert "length 990" in str(results[2]) and "mean length 997.5" in str(results[2])
+
+
+def test_mismatched_dtype_window_and_worker_count():
+    arrays = ints(2, 640)
+    mixed = [arrays[0], arrays[1].astype(np.float32)]
+    res = FakeNet(2).run(mixed, give_up=5)
+    assert all(isinstance(r, DtypeMismatchError) for r in res), res
+    assert "int32" in str(res[0]) and "float32" in str(res[0])
+    res = FakeNet(2).run(arrays, give_up=5, per_rank=[{"window": 4}, {"window": 8}])
+    assert all(isinstance(r, WindowMismatchError) for r in res), res
+    # the switch aggregates 2 workers but the agents believe there are 3
+    res = FakeNet(2).run(arrays, give_up=5, per_rank=[{"workers": 3}, {"workers": 3}])
+    assert all(isinstance(r, WorkerCountMismatchError) for r in res), res
+    assert "aggregated 2 contributions but workers=3" in str(res[0])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 2**40), min_size=1, max_size=wire.MAX_WORKERS), st.integers(1, 1024))
+def test_consistency_check_raises_iff_lengths_differ(lengths, window):
+    n = len(lengths)
+    total = np.sum([lead_lanes(length=L, window=window, dtype=np.int32) for L in lengths],
+                   axis=0, dtype=np.int32)
+    if len(set(lengths)) == 1:
+        check_lead(total, n=n, rank=0, length=lengths[0], window=window, dtype=np.int32)
+    else:
+        with pytest.raises(LengthMismatchError):
+            check_lead(total, n=n, rank=0, length=lengths[0], window=window, dtype=np.int32)
+    with pytest.raises(WorkerCountMismatchError):
+        check_lead(total, n=n + 1, rank=0, length=lengths[0], window=window, dtype=np.int32)
+
+
+def test_muted_worker_times_out_naming_missing_slots():
+    """Worker 1 never hears back: it cannot advance, so worker 0 stalls after the lead round."""
+    arrays = ints(2, 10 * K)
+    start = time.monotonic()
+    results = FakeNet(2, mute=(1,)).run(arrays, window=4, give_up=0.5)
+    assert time.monotonic() - start < 5
+    assert all(isinstance(r, AllreduceTimeout) for r in results), results
+    muted, other = str(results[1]), str(results[0])
+    assert "4 of 4 slots unfinished" in muted and "slot 0 round 0 (lead" in muted
+    assert "No result ever arrived" in muted and "retransmissions" in muted
+    assert "slot 3 round 1 (block 3" in other and "0/10 blocks done" in other
+    assert "No result ever arrived" not in other
+
+
+class _Silent:
+    def __init__(self):
+        self.sent = 0
+
+    def send(self, payload):
+        self.sent += 1
+
+    def recv(self, timeout):
+        time.sleep(timeout)
+        return None
+
+
+def test_silent_switch_gives_up_in_bounded_time_with_backoff():
+    t, start = _Silent(), time.monotonic()
+    with pytest.raises(AllreduceTimeout, match=r"slot 2 round 0 \(lead.*retransmissions"):
+        allreduce(np.zeros(5 * K, np.float32), transport=t, rank=0, workers=2, give_up=0.4)
+    assert 0.4 <= time.monotonic() - start < 1.5
+    # 5 first packets, then per slot a backed-off series: 20, 40, 80, 160 ms ... (not 2 ms spam)
+    assert 5 < t.sent <= 5 * 6
+
+
+class _Echo:
+    """One-worker 'switch' that answers every packet, plus junk and a copy `delay` sends later.
+
+    With window 1 and delay 2 the late copy of round r's result arrives while round r+2
+    (same version) is outstanding: only the block number tells it apart.
+    """
+
+    def __init__(self, delay):
+        self.switch, self.out, self.late, self.sent, self.delay = ModelSwitch(1), [], [], 0, delay
+
+    def send(self, payload):
+        self.sent += 1
+        self.out += [res for due, res in self.late if due == self.sent]
+        for _, res in self.switch.process(0, payload):
+            self.late.append((self.sent + self.delay, res))
+            self.out += [b"short", encode({"job": 9, "flags": wire.FLAG_RESULT},
+                                          np.zeros(K, np.int32)), res]
+
+    def recv(self, timeout):
+        return self.out.pop(0) if self.out else None
+
+
+@pytest.mark.parametrize("delay", [1, 2, 3])
+def test_duplicates_and_foreign_packets_are_ignored(delay):
+    x = np.arange(1000, dtype=np.int32)
+    out, stats = allreduce(x, transport=_Echo(delay), rank=0, workers=1, window=1,
+                           return_stats=True)
+    assert np.array_equal(out, x)
+    # every result but the last `delay` ones is seen again, late
+    assert stats.duplicates_ignored == stats.results_accepted - delay
+    assert stats.foreign_ignored == 2 * stats.results_accepted
+
+
+def test_rejects_bad_arguments():
+    t = _Silent()
+    with pytest.raises(TypeError, match="float64"):
+        allreduce(np.zeros(3), transport=t, rank=0, workers=1)
+    with pytest.raises(ValueError, match="rank"):
+        allreduce(np.zeros(3, np.int32), transport=t, rank=2, workers=2)
+    with pytest.raises(ValueError, match="window"):
+        allreduce(np.zeros(3, np.int32), transport=t, rank=0, workers=1, window=wire.SLOTS + 1)
+    with pytest.raises(ValueError, match="job"):
+        allreduce(np.zeros(3, np.int32), transport=t, rank=0, workers=1, job=256)
