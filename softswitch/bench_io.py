@@ -183,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
                 else f"P4 pipeline, {a.workers}-way aggregation")
         print(f"softswitch daemon [{what}]: {r['rx_pps']:,.0f} frames/s in, "
               f"{r['tx_pps']:,.0f} frames/s out, {r['results_per_s']:,.0f} results/s per worker "
-              f"(daemon CPU {r['daemon_cpu']:.0%}, window {a.window} x {a.workers} workers, "
+              f"(daemon CPU {r['daemon_cpu']:.0%}, i.e. {r['rx_pps'] / max(r['daemon_cpu'], 1e-9):,.0f} "
+              f"frames in per CPU-second; window {a.window} x {a.workers} workers, "
               f"retransmissions {r['retx']}, wrong results {r['bad']})", flush=True)
     return 0
 

@@ -34,10 +34,11 @@ class SwitchNotReady(RuntimeError):
 
 
 class _Conn:
-    __slots__ = ("sock", "inbuf", "outbuf", "closing")
+    __slots__ = ("sock", "inbuf", "outbuf", "closing", "want_out")
 
     def __init__(self, sock: socket.socket):
-        self.sock, self.inbuf, self.outbuf, self.closing = sock, bytearray(), bytearray(), False
+        self.sock, self.inbuf, self.outbuf = sock, bytearray(), bytearray()
+        self.closing = self.want_out = False
 
 
 class ControlServer:
@@ -113,7 +114,9 @@ class ControlServer:
             try:
                 sent = conn.sock.send(conn.outbuf)
             except (BlockingIOError, InterruptedError):
-                self._modify(fd, select.EPOLLIN | select.EPOLLOUT)
+                if not conn.want_out:             # reply larger than the socket buffer
+                    conn.want_out = True
+                    self._modify(fd, select.EPOLLIN | select.EPOLLOUT)
                 return
             except OSError:
                 conn.outbuf.clear()
@@ -122,7 +125,8 @@ class ControlServer:
             del conn.outbuf[:sent]
         if conn.closing:
             self._drop(fd)
-        else:
+        elif conn.want_out:
+            conn.want_out = False
             self._modify(fd, select.EPOLLIN)
 
     def _drop(self, fd: int) -> None:

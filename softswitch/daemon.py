@@ -66,6 +66,7 @@ class Daemon:
         self._last_err = 0.0
         self._suppressed = 0
         self.running = False
+        self._stop_requested = False
 
     # ---- event-loop plumbing -------------------------------------------------------------
     def _register(self, fd: int, events: int, callback) -> None:
@@ -96,6 +97,9 @@ class Daemon:
     def _start(self) -> None:
         self.log.info("starting %s pid=%d ports=%s control=%s pcap=%s", self.name, os.getpid(),
                       self.port_names, self.control_path, self.pcap_dir)
+        # Signals first: a SIGTERM while ports are being set up must still clean up.
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
         if self.pidfile:
             self.pidfile.parent.mkdir(parents=True, exist_ok=True)
             self.pidfile.write_text(f"{os.getpid()}\n")
@@ -115,17 +119,16 @@ class Daemon:
             s.setblocking(False)
         self._register(self._wake[0].fileno(), select.EPOLLIN, self._on_wake)
         signal.set_wakeup_fd(self._wake[1].fileno(), warn_on_full_buffer=False)
-        signal.signal(signal.SIGTERM, self._on_signal)
-        signal.signal(signal.SIGINT, self._on_signal)
         # The control socket comes last: once it answers, the switch is fully up.
         self._control = ControlServer(self.control_path, self._command,
                                       self._register, self._modify, self._unregister)
-        self.running = True
+        self.running = not self._stop_requested
         self.log.info("ready")
 
     def _on_signal(self, signum, _frame) -> None:
         self.log.info("received %s, shutting down", signal.Signals(signum).name)
         self.running = False
+        self._stop_requested = True
 
     def _on_wake(self, _events: int) -> None:
         try:
