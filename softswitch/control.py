@@ -284,7 +284,10 @@ def wait_ready(path: str | Path, timeout: float = 10.0, *, log: str | Path | Non
 
     `process` (a Popen or pid) lets this notice a daemon that died instead of
     waiting out the timeout; either failure raises SwitchNotReady with the
-    tail of `log`, which is where the daemon explains itself."""
+    tail of `log`, which is where the daemon explains itself.  Without `log`,
+    PATH with suffix .log is used when it exists (the Mininet nodes' layout)."""
+    if log is None and Path(path).with_suffix(".log").exists():
+        log = Path(path).with_suffix(".log")
     deadline = time.monotonic() + timeout
     last = "socket not created yet"
     while True:
