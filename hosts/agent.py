@@ -162,7 +162,7 @@ class _Run:
         self.rounds = [1 + len(range(s, nb, S)) for s in range(S)]
         self.round = [0] * S
         self.agreed = [0] * S                   # agreed biased exponent for the next round
-        self.packet = [b""] * S                 # current packet per slot, for retransmission
+        self.packet: list = [None] * S          # (header fields, body) per slot, for retransmission
         self.sent_at, self.last_sent = [0.0] * S, [0.0] * S
         self.tries, self.seq = [0] * S, [0] * S
         self.timers: list[tuple[float, int, int]] = []
@@ -204,7 +204,7 @@ class _Run:
                 body = q.astype(_BE).tobytes()
                 self.used_exp[j] = self.agreed[s]
         fields = dict(ver=(self.v0[s] + r) & 1, slot=s, exp=exp, block=j, next_block=nxt)
-        self.packet[s] = self.retx_hdr.pack(**fields) + body
+        self.packet[s] = (fields, body)
         self.tx.send(self.hdr.pack(**fields) + body)
         self.stats.packets_sent += 1
         self.sent_at[s], self.tries[s] = now, 0
@@ -219,7 +219,8 @@ class _Run:
                 continue                        # stale timer
             self.tries[s] += 1
             self.last_sent[s] = now
-            self.tx.send(self.packet[s])
+            fields, body = self.packet[s]
+            self.tx.send(self.retx_hdr.pack(**fields) + body)
             self.stats.packets_sent += 1
             self.stats.retransmissions += 1
             backoff = min(MAX_RTO, self.rtt.rto * (2 ** min(self.tries[s], 16)))

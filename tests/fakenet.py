@@ -16,6 +16,7 @@ both directions with a seeded RNG; `mute` ranks never receive anything.
 
 from __future__ import annotations
 
+import functools
 import queue
 import random
 import struct
@@ -104,17 +105,27 @@ def _mac(addr: str) -> bytes:
     return bytes.fromhex(addr.replace(":", ""))
 
 
+@functools.lru_cache(maxsize=None)
+def _addresses(rank: int) -> tuple[bytes, bytes]:
+    return _mac(host_mac(rank + 1)), _ip(host_ip(rank + 1))
+
+
 def make_frame(rank: int, payload: bytes) -> bytes:
     """Ethernet/IPv4/UDP frame from worker `rank` to the aggregation service."""
-    udp = struct.pack("!HHHH", wire.UDP_PORT, wire.UDP_PORT, 8 + len(payload), 0)
-    ip = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp) + len(payload), 0, 0,
+    return _frame_header(rank, len(payload)) + payload
+
+
+@functools.lru_cache(maxsize=None)
+def _frame_header(rank: int, size: int) -> bytes:
+    udp = struct.pack("!HHHH", wire.UDP_PORT, wire.UDP_PORT, 8 + size, 0)
+    ip = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp) + size, 0, 0,
                                64, 17, 0, _ip(host_ip(rank + 1)), _ip(SERVICE_IP)))
     csum = sum(struct.unpack("!10H", ip))
     csum = (csum & 0xFFFF) + (csum >> 16)
     csum = (csum & 0xFFFF) + (csum >> 16)
     ip[10:12] = struct.pack("!H", ~csum & 0xFFFF)
     eth = _mac(SERVICE_MAC) + _mac(host_mac(rank + 1)) + b"\x08\x00"
-    return eth + bytes(ip) + udp + payload
+    return eth + bytes(ip) + udp
 
 
 def pipeline_commands(n: int, job: int = 0, tree: int = 0, epoch: int = 0) -> list[str]:
@@ -173,8 +184,9 @@ class FakeNet:
     @staticmethod
     def _check_frame(rank: int, frame: bytes) -> None:
         """Results must be addressed to the worker behind the port (agg_reply)."""
-        assert frame[0:6] == _mac(host_mac(rank + 1)), f"result to port {rank + 1} has wrong dst MAC"
-        assert frame[30:34] == _ip(host_ip(rank + 1)), f"result to port {rank + 1} has wrong dst IP"
+        mac, ip = _addresses(rank)
+        assert frame[0:6] == mac, f"result to port {rank + 1} has wrong dst MAC"
+        assert frame[30:34] == ip, f"result to port {rank + 1} has wrong dst IP"
 
     def run(self, arrays, *, join_timeout: float = 120.0, per_rank=None, **kwargs) -> list:
         """allreduce(arrays[i]) on worker i in threads; per rank a result tuple or the exception.
