@@ -46,11 +46,11 @@ from hosts.consistency import (DTYPES, ConsistencyError, DtypeMismatchError,  # 
                                LengthMismatchError, WindowMismatchError,
                                WorkerCountMismatchError, check_lead, lead_lanes)
 from hosts.protocol import LAYOUT, HeaderPacker
+from hosts.rto import MAX_RTO, RtoEstimator
 from hosts.transport import Transport, UdpTransport  # noqa: F401 (API)
 
 K = wire.K
 DEFAULT_WINDOW = 128
-MIN_RTO, MAX_RTO, PEAK_HALF_LIFE = 0.002, 1.0, 0.5
 _BE = np.dtype(">i4")
 _H, _P = wire.AGG_HEADER_BYTES, wire.PAYLOAD_BYTES
 _unpack = wire.AGG_STRUCT.unpack_from
@@ -73,33 +73,6 @@ class AllreduceStats:
     blocks: int = 0
     slots: int = 0
     srtt: float | None = None
-
-
-class _Rtt:
-    """RFC 6298 estimator plus a peak hold on the completion latency.
-
-    Why the peak hold: a slot completes when the slowest worker's packet
-    arrives, so latency samples are bimodal (the last worker sees ~0, the others
-    wait for it) and stragglers come in bursts; SRTT + 4 RTTVAR then fires on
-    every straggler episode, for the whole window at once.  The RTO is kept
-    above 1.25 x the largest recent sample, which decays with a half-life of
-    PEAK_HALF_LIFE seconds so one long stall does not slow loss recovery forever.
-    """
-
-    def __init__(self, initial: float) -> None:
-        self.srtt: float | None = None
-        self.rttvar = self.peak = self.peak_at = 0.0
-        self.rto = max(MIN_RTO, initial)
-
-    def sample(self, r: float, now: float) -> None:
-        if self.srtt is None:
-            self.srtt, self.rttvar = r, r / 2
-        else:
-            self.rttvar += 0.25 * (abs(self.srtt - r) - self.rttvar)
-            self.srtt += 0.125 * (r - self.srtt)
-        self.peak = max(r, self.peak * 0.5 ** ((now - self.peak_at) / PEAK_HALF_LIFE))
-        self.peak_at = now
-        self.rto = min(MAX_RTO, max(MIN_RTO, self.srtt + 4 * self.rttvar, 1.25 * self.peak))
 
 
 def _field(name: str):
@@ -166,7 +139,7 @@ class _Run:
         self.sent_at, self.last_sent = [0.0] * S, [0.0] * S
         self.tries, self.seq = [0] * S, [0] * S
         self.timers: list[tuple[float, int, int]] = []
-        self.rtt = _Rtt(timeout)
+        self.rtt = RtoEstimator(timeout)
         self.stats = AllreduceStats(blocks=nb, slots=S)
         self.hdr = HeaderPacker(job=job, tree=tree, epoch=epoch, worker=rank)
         self.retx_hdr = HeaderPacker(job=job, tree=tree, epoch=epoch, worker=rank,

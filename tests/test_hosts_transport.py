@@ -1,0 +1,95 @@
+"""Real UDP sockets (loopback) and the retransmission-timeout estimator.
+
+Why: the in-process harness never touches `UdpTransport`; Mininet runs do.  A
+tiny UDP aggregation service on 127.0.0.x (the model switch behind a socket)
+proves the agent works over real datagrams, on a free port so it cannot
+collide with anything else on the machine.
+"""
+
+import socket
+import threading
+
+import numpy as np
+import pytest
+
+from fakenet import ModelSwitch
+from hosts.agent import allreduce
+from hosts.rto import MAX_RTO, MIN_RTO, PEAK_HALF_LIFE, RtoEstimator
+from hosts.transport import Transport, UdpTransport
+
+SERVICE = "127.0.0.254"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind((SERVICE, 0))
+        return s.getsockname()[1]
+
+
+def serve(sock: socket.socket, n: int, stop: threading.Event) -> None:
+    """Aggregation service: child = last octet - 1 of the source address."""
+    switch, port = ModelSwitch(n), sock.getsockname()[1]
+    sock.settimeout(0.05)
+    while not stop.is_set():
+        try:
+            payload, (ip, _) = sock.recvfrom(65535)
+        except socket.timeout:
+            continue
+        for dest, res in switch.process(int(ip.rsplit(".", 1)[1]) - 1, payload):
+            for d in range(n) if dest is None else (dest,):
+                sock.sendto(res, (f"127.0.0.{d + 1}", port))
+
+
+def test_allreduce_over_loopback_udp():
+    n, port = 3, free_port()
+    svc = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    svc.bind((SERVICE, port))
+    stop = threading.Event()
+    server = threading.Thread(target=serve, args=(svc, n, stop), daemon=True)
+    server.start()
+    arrays = [np.random.default_rng(i).integers(-1000, 1000, 5000, dtype=np.int32) for i in range(n)]
+    results = [None] * n
+    transports = [UdpTransport(f"127.0.0.{i + 1}", SERVICE, port=port) for i in range(n)]
+    assert all(isinstance(t, Transport) for t in transports)
+
+    def work(i):
+        try:
+            results[i] = allreduce(arrays[i], transport=transports[i], rank=i, workers=n, give_up=10)
+        except Exception as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    try:
+        [t.start() for t in threads]
+        [t.join(60) for t in threads]
+    finally:
+        stop.set()
+        server.join(5)
+        svc.close()
+        [t.close() for t in transports]
+    for r in results:
+        assert isinstance(r, np.ndarray), r
+        assert np.array_equal(r, np.sum(arrays, axis=0, dtype=np.int32))
+
+
+def test_udp_recv_timeout_and_bind_error():
+    port = free_port()
+    with UdpTransport("127.0.0.1", SERVICE, port=port) as t:
+        assert t.recv(0) is None and t.recv(0.01) is None
+        with pytest.raises(OSError, match="cannot bind UDP 127.0.0.1"):
+            UdpTransport("127.0.0.1", SERVICE, port=port)
+
+
+def test_rto_estimator():
+    r = RtoEstimator(0.02)
+    assert r.rto == 0.02
+    r.sample(0.010, now=0.0)               # first sample: SRTT = R, RTTVAR = R/2, RTO = 3R
+    assert r.rto == pytest.approx(0.030)
+    for i in range(200):                    # steady 1 ms: RTO shrinks, but not below the peak hold
+        r.sample(0.001, now=0.001 * i)
+    assert r.rto >= 1.25 * 0.010 * 0.5 ** (0.2 / PEAK_HALF_LIFE) * 0.99
+    for i in range(200):                    # long after the peak, it decays to the floor
+        r.sample(0.0001, now=10.0 + 0.001 * i)
+    assert r.rto == MIN_RTO
+    r.sample(50.0, now=20.0)
+    assert r.rto == MAX_RTO
