@@ -55,7 +55,7 @@ class UdpTransport:
             self.sock.settimeout(timeout)
             self._timeout = timeout
         try:
-            return self.sock.recv(65535)
+            return self.sock.recv(4096)           # payloads are wire.PAYLOAD_BYTES; more is foreign
         except (socket.timeout, BlockingIOError, InterruptedError):
             return None
 

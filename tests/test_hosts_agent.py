@@ -196,3 +196,31 @@ def test_rejects_bad_arguments():
         allreduce(np.zeros(3, np.int32), transport=t, rank=0, workers=1, window=wire.SLOTS + 1)
     with pytest.raises(ValueError, match="job"):
         allreduce(np.zeros(3, np.int32), transport=t, rank=0, workers=1, job=256)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 6), st.integers(0, 40 * K), st.integers(1, 24), st.integers(0, 2**31))
+def test_any_length_window_and_worker_count_is_exact(n, length, window, seed):
+    arrays = ints(n, length, seed=seed)
+    for out, stats in ok(FakeNet(n).run(arrays, window=window, give_up=10)):
+        assert np.array_equal(out, np.sum(arrays, axis=0, dtype=np.int32))
+        assert stats.slots == min(window, max(1, stats.blocks))
+
+
+def test_float_zero_blocks_extremes_and_mixed_scales():
+    """All-zero blocks (exponent 0 on the wire) must come back as exact zeros; a worker
+    with zeros next to one with data, and huge/tiny magnitudes, stay within the bound."""
+    x0 = np.zeros(6 * K, np.float32)
+    x1 = np.zeros(6 * K, np.float32)
+    x0[K:2 * K] = 1e-40                      # subnormal block
+    x1[2 * K:3 * K] = 2.0**120               # huge block next to zeros
+    x0[3 * K:4 * K], x1[3 * K:4 * K] = 1e-3, -7e4   # mixed scales inside one block
+    x1[5 * K - 1] = 3.0                      # a single non-zero in the last block
+    exact = x0.astype(np.float64) + x1
+    for out, _ in ok(FakeNet(2).run([x0, x1], window=2)):
+        assert np.all(out[:K] == 0) and np.all(out[4 * K:5 * K - 1] == 0)
+        for b in range(6):
+            peak = max(np.abs(x0[b * K:(b + 1) * K]).max(), np.abs(x1[b * K:(b + 1) * K]).max())
+            e = qz.block_exponent(np.array([peak], np.float32))
+            err = np.abs(out[b * K:(b + 1) * K].astype(np.float64) - exact[b * K:(b + 1) * K])
+            assert err.max() <= qz.error_bound(e, 2), b
