@@ -1,0 +1,120 @@
+"""The software switch's control plane: BMv2-compatible answers, handles and refusals.
+
+Why: the controller parses these answers and reuses handles identically on
+both targets; a refused command must raise (the daemon reports it as an error)
+with a message that says what was wrong.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from softswitch.cli import CommandError
+from softswitch.pipeline import Pipeline
+from tests.conformance.frames import build
+
+
+@pytest.fixture
+def p():
+    return Pipeline(seed=0)
+
+
+def test_entry_handles_reuse_slot_with_version(p):
+    assert p.command("table_add agg_reply drop 1 =>").endswith("handle 0")
+    assert p.command("table_add agg_reply drop 2 =>").endswith("handle 1")
+    p.command("table_delete agg_reply 0")
+    assert p.command("table_add agg_reply drop 3 =>").endswith(f"handle {1 << 24}")
+    with pytest.raises(CommandError, match="EXPIRED_HANDLE"):
+        p.command("table_delete agg_reply 0")
+    with pytest.raises(CommandError, match="INVALID_HANDLE"):
+        p.command("table_delete agg_reply 7")
+    p.command("table_clear agg_reply")
+    assert p.command("table_num_entries agg_reply") == "0"
+
+
+@pytest.mark.parametrize("line, message", [
+    ("table_add nosuch drop 1 =>", r"Invalid table name \(nosuch\)"),
+    ("table_add agg_reply nosuch 1 =>", "has no action nosuch"),
+    ("table_add agg_job agg_child 1 0 0 => 0 2 1 0", "needs 4 key fields"),
+    ("table_add agg_job agg_child 1 0 0 1 => 0 2 1", "needs 4 parameters"),
+    ("table_add agg_job agg_child 256 0 0 1 => 0 2 1 0", "does not fit in 8 bits"),
+    ("table_add ipv4_lpm drop 10.0.0.1 =>", "needs a /length"),
+    ("table_add l2_exact l2_forward 02:00:00 => 1", "invalid value"),
+    ("register_read agg_count 4096", r"Invalid register operation \(INVALID_INDEX\)"),
+    ("register_read nosuch 1", r"Invalid register name"),
+    ("counter_read agg_stats 8", r"Invalid counter operation \(INVALID_INDEX\)"),
+    ("mc_node_associate 1 0", r"Invalid PRE operation \(INVALID_L1_HANDLE\)"),
+    ("frobnicate", "Unknown syntax"),
+])
+def test_refusals_raise_with_reason(p, line, message):
+    with pytest.raises(CommandError, match=message):
+        p.command(line)
+
+
+def test_duplicate_key_refused(p):
+    p.command("table_add agg_job agg_child 1 0 0 1 => 0 2 1 0")
+    with pytest.raises(CommandError, match=r"Invalid table operation \(DUPLICATE_ENTRY\)"):
+        p.command("table_add agg_job agg_child 1 0 0 1 => 1 2 1 0")
+
+
+def test_registers_and_counters_answers(p):
+    p.command("register_write agg_exp 3 300")              # BMv2 keeps the low 8 bits
+    assert p.command("register_read agg_exp 3") == "agg_exp[3]= 44"
+    assert p.registers["agg_exp"][3] == 44                 # live numpy view
+    whole = p.command("register_read agg_exp")
+    assert whole.startswith("agg_exp= 0, 0, 0, 44, 0") and whole.count(",") == 2047
+    p.command("register_reset agg_exp")
+    assert p.registers["agg_exp"].sum() == 0
+    assert p.command("counter_read agg_stats 4") == "agg_stats[4]= BmCounterValue(packets=0, bytes=0)"
+    p.process(1, build({"raw": "02a667fffffe02000000000188b5"}))   # not IPv4: l2 drop, no count
+    p.process(1, build({"raw": "02a667fffffe020000000001080045"}))  # short IPv4: parser error
+    assert p.counters["agg_stats"][4] == 1
+    assert re.search(r"packets=1, bytes=15", p.command("counter_read agg_stats 4"))
+    p.command("counter_reset agg_stats")
+    assert p.counters["agg_stats"].sum() == 0
+
+
+def test_multicast_handles_and_groups(p):
+    p.command("mc_mgrp_create 5")
+    assert p.command("mc_node_create 0 3 1").endswith("handle 0")
+    assert "port map 1010" in p.command("mc_node_create 9 1 3 | ")   # BMv2's map string
+    p.command("mc_node_associate 5 0")
+    p.command("mc_node_associate 5 1")
+    with pytest.raises(CommandError, match="ERROR"):
+        p.command("mc_node_associate 5 1")
+    assert [port for port, _ in p.mc.replicate(5)] == [1, 1, 3, 3]
+    p.command("mc_node_destroy 0")
+    assert p.command("mc_node_create 0 2").endswith("handle 0")
+    p.command("mc_node_associate 5 0")
+    assert [port for port, _ in p.mc.replicate(5)] == [1, 2, 3]
+    p.command("mc_node_dissociate 5 1")
+    assert [port for port, _ in p.mc.replicate(5)] == [2]
+    p.command("mc_mgrp_destroy 5")
+    assert p.mc.replicate(5) == ()
+
+
+def test_lpm_longest_prefix_and_modify(p):
+    h8 = p.command("table_add ipv4_lpm ipv4_forward 10.0.0.0/8 => 0x020000000008 8")
+    p.command("table_add ipv4_lpm ipv4_forward 10.1.0.0/16 => 02:00:00:00:00:10 16")
+    p.command("table_add ipv4_lpm ipv4_forward 0.0.0.0/0 => 02:00:00:00:00:01 1")
+    lpm = p.tables["ipv4_lpm"]
+    look = lambda ip: lpm.lookup((int.from_bytes(bytes(map(int, ip.split("."))), "big"),))[1][1]
+    assert (look("10.1.2.3"), look("10.2.0.1"), look("192.0.2.1")) == (16, 8, 1)
+    handle = int(h8.split()[-1])
+    p.command(f"table_modify ipv4_lpm ipv4_forward {handle} => 02:00:00:00:00:09 9")
+    assert look("10.2.0.1") == 9
+    p.command(f"table_delete ipv4_lpm {handle}")
+    assert look("10.2.0.1") == 1
+
+
+def test_set_default_and_reset_state(p):
+    p.command("table_set_default l2_exact l2_forward 4")
+    frame = build({"eth": {"dst": "02:00:00:00:00:77", "src": "02:00:00:00:00:01", "type": 0x88B5}})
+    assert p.process(1, frame) == [(4, frame)]
+    p.command("register_write agg_bitmap 1 5")
+    p.command("reset_state")
+    assert p.process(1, frame) == []
+    assert not np.any(p.registers["agg_bitmap"])
