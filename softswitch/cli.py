@@ -6,7 +6,7 @@ a caller parses them ("Entry has been added with handle N", "R[i]= V",
 "R= v0, v1, ...", "node was created with handle N"); counter_read answers
 "C[i]= BmCounterValue(packets=P, bytes=B)" like p4-utils' Thrift API.
 Refusals raise CommandError whose text starts like BMv2's ("Invalid table
-operation (DUPLICATE_ENTRY)", "Invalid table name (x)", ...).
+operation (DUPLICATE_ENTRY)", "Error: Invalid table name (x)", ...).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class Cli:
     # ---- helpers -----------------------------------------------------------------
     def _res(self, kind: str, name: str, where: dict):
         if name not in where:
-            raise CommandError(f"Invalid {kind} name ({name})")
+            raise CommandError(f"Error: Invalid {kind} name ({name})")
         return where[name]
 
     @staticmethod

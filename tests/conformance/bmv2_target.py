@@ -13,9 +13,11 @@ from __future__ import annotations
 import atexit
 import re
 import select
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -30,8 +32,22 @@ _ERROR = re.compile(r"^(Invalid|Error|\*\*\* Unknown)|exception|Traceback", re.M
 
 
 def find_tools() -> dict[str, str] | None:
+    """Paths of p4c, simple_switch, simple_switch_CLI and a Python that can run the CLI."""
     tools = {name: find_bmv2_tool(name) for name in ("p4c", "simple_switch", "simple_switch_CLI")}
-    return tools if all(tools.values()) else None
+    if not all(tools.values()):
+        return None
+    tools["cli_python"] = cli_python()
+    return tools
+
+
+def cli_python() -> str:
+    """simple_switch_CLI is `#!/usr/bin/env python3` and needs `thrift`, which a pyenv or
+    venv python3 first on PATH often lacks; pick the first interpreter that has it."""
+    for candidate in ("/usr/bin/python3", shutil.which("python3"), sys.executable):
+        if candidate and subprocess.run([candidate, "-c", "import thrift"],
+                                        capture_output=True).returncode == 0:
+            return candidate
+    return "python3"
 
 
 def compile_p4(p4c: str, out_dir: Path) -> Path:
@@ -118,8 +134,8 @@ class Bmv2Target:
         """All lines through one simple_switch_CLI; answers split at the prompts."""
         if not lines:
             return []
-        proc = subprocess.run(self.ns.exec_args(self.tools["simple_switch_CLI"], "--thrift-port",
-                                                str(THRIFT_PORT)),
+        proc = subprocess.run(self.ns.exec_args(self.tools["cli_python"], self.tools["simple_switch_CLI"],
+                                                "--thrift-port", str(THRIFT_PORT)),
                               input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=120)
         parts = proc.stdout.split("RuntimeCmd: ")
         answers = [p.strip() for p in parts[1:1 + len(lines)]]
