@@ -120,7 +120,13 @@ def compute(g: nx.Graph, workers, seed: int = 0, max_trees: int = 8) -> TreeSet:
         cand = [cand[i] for i in sorted(chosen[:max_trees])]
         weights, y = lp_weights([t.edges for t in cand], cap)
         chosen = [i for i in range(len(cand)) if weights[i] > 0]
-    rate = 1.0 / y                       # Mb/s of tensor the job aggregates at the bottleneck
+    # Mb/s of tensor the job aggregates, from the final weights (not the LP's y, which the
+    # second stage may exceed by its slack), so every link's sum of tree rates fits exactly
+    load: dict = {}
+    for i in chosen:
+        for e in cand[i].edges:
+            load[e] = load.get(e, 0.0) + weights[i]
+    rate = min(cap[e] / w for e, w in load.items())
     trees = tuple(Tree(id=k, root=cand[i].root, parent=cand[i].parent, edges=cand[i].edges,
                        weight=float(weights[i]), rate=float(weights[i] * rate))
                   for k, i in enumerate(sorted(chosen)))
