@@ -184,8 +184,9 @@ def compute(g: nx.Graph, workers, seed: int = 0) -> TreeSet:
     if sorted(workers, key=natural_key) != sorted(sched.hosts, key=natural_key):
         raise TreeError("bml sums over every BCube server: make all of them workers")
     stars = {}
-    for step in sched.in_network[0] + tuple(s for st in sched.in_network[1:] for s in st):
-        stars.setdefault(step.switch, step)
+    for stage in sched.in_network:
+        for step in stage:
+            stars.setdefault(step.switch, step)
     trees = []
     for sw in sorted(stars, key=natural_key):
         step = stars[sw]
