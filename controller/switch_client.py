@@ -109,6 +109,16 @@ class SoftSwitchClient(SwitchClient):
         except SoftError as exc:
             raise SwitchCommandError(f"{self.name}: {line!r}: {exc}") from exc
 
+    def commands(self, lines: list[str]) -> list[str]:
+        outs = []
+        for start in range(0, len(lines), 512):      # bounded socket buffers both ways
+            chunk = lines[start:start + 512]
+            for line, (ok, out) in zip(chunk, self._client.request_many(chunk)):
+                if not ok:
+                    raise SwitchCommandError(f"{self.name}: {line!r}: {out}")
+                outs.append(out)
+        return outs
+
     def close(self) -> None:
         close = getattr(self._client, "close", None)
         if close:

@@ -233,6 +233,15 @@ class ControlClient:
                 raise SwitchCommandError(f"switch at {self.path} closed the connection during {line!r}")
             self._buf += chunk
 
+    def request_many(self, lines: list[str]) -> list[tuple[bool, str]]:
+        """Pipeline many commands in one write (bulk register preloads), replies in order."""
+        if any("\n" in line or "\r" in line for line in lines):
+            raise ValueError("one command per line")
+        if self._sock is None:
+            self._sock = self._connect()
+        self._sock.sendall("".join(line.strip() + "\n" for line in lines).encode())
+        return [self._read_reply(line) for line in lines]
+
     def command(self, line: str) -> str:
         """Run one command; return its output or raise SwitchCommandError with the switch's message."""
         ok, output = self.request(line)
