@@ -1,0 +1,33 @@
+"""The controller's timestamped event log (shown by the lab's `events` command and
+written next to every run), so users can see detection, recompute and install times."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+
+class EventLog:
+    def __init__(self, echo=None):
+        self.t0 = time.monotonic()
+        self.events: list[tuple[float, str, dict]] = []
+        self._lock = threading.Lock()
+        self.echo = echo                 # optional callable(str) for live output
+
+    def add(self, kind: str, t: float | None = None, **info) -> None:
+        t = time.monotonic() if t is None else t
+        with self._lock:
+            self.events.append((t, kind, info))
+        if self.echo:
+            self.echo(self.format_one(t, kind, info))
+
+    def format_one(self, t: float, kind: str, info: dict) -> str:
+        details = " ".join(f"{k}={v}" for k, v in info.items())
+        return f"{t - self.t0:9.3f}s  {kind:<18} {details}"
+
+    def lines(self, last: int | None = None) -> list[str]:
+        with self._lock:
+            events = list(self.events)
+        if last:
+            events = events[-last:]
+        return [self.format_one(*e) for e in events]

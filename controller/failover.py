@@ -1,0 +1,84 @@
+"""Carry a running allreduce across a tree change without losing a contribution.
+
+The protocol (docs/design.md, "Epochs"): freeze the old epoch, snapshot per slot the
+version the old root completed but some worker may not have seen, reset the new
+tree's state and preload that version as complete, then tell the agents. A lagging
+worker's retransmission is then answered (by the root, through the tree) with the
+result it missed; everything incomplete is rebuilt from the workers' retransmissions
+under the new epoch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from agglab import wire
+from controller.switch_client import SwitchClient
+from controller.tree_install import Installation
+
+REGISTERS = ("agg_values", "agg_bitmap", "agg_count", "agg_exp", "agg_final")
+
+
+@dataclass
+class CompletedVersion:
+    slot: int
+    ver: int
+    exp: int
+    values: np.ndarray       # K unsigned 32-bit register values
+
+
+def _index(ver: int, slot_base: int, slot: int) -> int:
+    return ver * wire.SLOTS + slot_base + slot
+
+
+def snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
+             slot_base: int = 0) -> dict[int, CompletedVersion]:
+    """Per slot, the complete-and-maybe-needed version at its old tree's root (if any)."""
+    roots = {tree: role for (sw, tree), role in inst.roles.items() if role.root}
+    cache: dict[str, dict[str, np.ndarray]] = {}
+    found: dict[int, CompletedVersion] = {}
+    for slot, tree in enumerate(tree_of_slot):
+        role = roots[tree]
+        regs = cache.get(role.switch)
+        if regs is None:
+            client = clients[role.switch]
+            regs = cache[role.switch] = {name: np.array(client.register_read(name), dtype=np.int64)
+                                         for name in ("agg_count", "agg_bitmap", "agg_exp", "agg_values")}
+        for ver in (0, 1):
+            r = _index(ver, slot_base, slot)
+            if regs["agg_count"][r] == len(role.children) and regs["agg_bitmap"][r] != 0:
+                found[slot] = CompletedVersion(slot, ver, int(regs["agg_exp"][r]),
+                                               regs["agg_values"][r * wire.K:(r + 1) * wire.K].copy())
+    return found
+
+
+def reset(clients: dict[str, SwitchClient], switches) -> None:
+    """Zero the aggregation registers (one job per network: the job owns them)."""
+    for sw in switches:
+        clients[sw].commands([f"register_reset {name}" for name in REGISTERS])
+
+
+def preload(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
+            completed: dict[int, CompletedVersion], slot_base: int = 0) -> int:
+    """Write the completed versions into the new tree: full result at its root, complete
+    bitmap/count everywhere (so duplicates are answered). Returns register writes made."""
+    lines: dict[str, list[str]] = {}
+    for slot, done in completed.items():
+        tree = tree_of_slot[slot]
+        r = _index(done.ver, slot_base, slot)
+        for (sw, t), role in inst.roles.items():
+            if t != tree:
+                continue
+            out = lines.setdefault(sw, [])
+            fan_in = len(role.children)
+            out += [f"register_write agg_count {r} {fan_in}",
+                    f"register_write agg_bitmap {r} {(1 << fan_in) - 1}"]
+            if role.root:
+                out += [f"register_write agg_exp {r} {done.exp}", f"register_write agg_final {r} 1"]
+                out += [f"register_write agg_values {r * wire.K + i} {int(v) & 0xFFFFFFFF}"
+                        for i, v in enumerate(done.values)]
+    for sw, batch in lines.items():
+        clients[sw].commands(batch)
+    return sum(len(b) for b in lines.values())

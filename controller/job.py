@@ -1,0 +1,150 @@
+"""One aggregation job on a multi-switch network: trees, install, live reroute.
+
+The job owns its trees (computed on the shared graph), their installation under an
+epoch, and the epoch file that tells its agents which epoch and which tree each slot
+uses. On a netlink link-down event for a link an active tree uses, it reroutes with
+the protocol in controller/failover.py; a failure elsewhere changes nothing; a
+failure that partitions the workers is announced to the agents so they stop with a
+clear error instead of hanging.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import networkx as nx
+
+from controller import failover, tree_install, trees
+from controller.events import EventLog
+from controller.link_monitor import LinkMonitor
+from controller.switch_client import SwitchClient
+from controller.topology import switches
+from controller.trees.base import TreeError
+
+
+def partition_slots(weights, window: int) -> list[int]:
+    """tree_of_slot for `window` slots, proportional to weights (largest remainder), every
+    tree with positive weight getting at least one slot; slots interleaved across trees."""
+    live = [(t, w) for t, w in enumerate(weights) if w > 0]
+    if not live:
+        raise ValueError("no tree has positive weight")
+    if window < len(live):
+        live = sorted(live, key=lambda tw: -tw[1])[:window]
+    total = sum(w for _, w in live)
+    quota = {t: 1 + (window - len(live)) * w / total for t, w in live}
+    counts = {t: int(q) for t, q in quota.items()}
+    for t in sorted(quota, key=lambda t: counts[t] - quota[t])[: window - sum(counts.values())]:
+        counts[t] += 1
+    order, given = [], {t: 0 for t in counts}
+    for i in range(window):     # interleave: the tree furthest behind its share goes next
+        t = min(counts, key=lambda t: (given[t] / counts[t] if given[t] < counts[t] else 9, t))
+        order.append(t)
+        given[t] += 1
+    return order
+
+
+class TreeJob:
+    def __init__(self, graph: nx.Graph, clients: dict[str, SwitchClient], algorithm: str,
+                 workers: list[str], window: int, epoch_file: Path, job: int = 0,
+                 events: EventLog | None = None, drain: float = 0.02):
+        self.g = graph
+        self.clients = clients
+        self.algorithm = algorithm
+        self.workers = workers
+        self.window = window
+        self.epoch_file = Path(epoch_file)
+        self.job = job
+        self.events = events or EventLog()
+        self.drain = drain
+        self.lock = threading.RLock()
+        self.treeset = None
+        self.inst: tree_install.Installation | None = None
+        self.tree_of_slot: list[int] = []
+        self.reply_ports: dict = {}
+        self.failures: list[dict] = []
+        self.monitor: LinkMonitor | None = None
+        self.intf_edge = {name: (u, v) for u, v, e in graph.edges(data=True) for name in e["intfs"].values()}
+        self.partitioned: str | None = None
+
+    # -- install ---------------------------------------------------------------------
+    def start(self) -> "TreeJob":
+        t0 = time.monotonic()
+        self.treeset = trees.compute(self.algorithm, self.g, self.workers, epoch=0)
+        recompute = time.monotonic() - t0
+        self.tree_of_slot = partition_slots(self.treeset.weights, self.window)
+        failover.reset(self.clients, switches(self.g))
+        self.inst = tree_install.install(self.clients, self.g, self.treeset, self.job, reply_ports=self.reply_ports)
+        self._publish()
+        self.events.add("trees_installed", epoch=0, trees=len(self.treeset.trees), algorithm=self.algorithm,
+                        compute_ms=round(recompute * 1e3, 2), install_ms=round(self.inst.seconds * 1e3, 2),
+                        entries=self.inst.entries)
+        return self
+
+    def _publish(self, status: str = "ok", reason: str = "") -> None:
+        """Atomically replace the epoch file the agents watch."""
+        data = {"epoch": self.treeset.epoch if self.treeset else 0, "tree_of_slot": self.tree_of_slot,
+                "status": status, "reason": reason}
+        tmp = self.epoch_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, self.epoch_file)
+
+    # -- link events -----------------------------------------------------------------
+    def watch_links(self) -> "TreeJob":
+        self.monitor = LinkMonitor(set(self.intf_edge), self._on_link).start()
+        return self
+
+    def _on_link(self, ifname: str, up: bool, t: float) -> None:
+        u, v = self.intf_edge[ifname]
+        with self.lock:
+            edge = self.g.edges[u, v]
+            if edge.get("up", True) == up:
+                return                           # the other end of the same link
+            edge["up"] = up
+            self.events.add("link_up" if up else "link_down", t=t, link=f"{u}-{v}", intf=ifname)
+            if not up and self.treeset.uses(u, v):
+                self.reroute(f"{u}-{v}", t)
+            elif not up:
+                self.events.add("no_reinstall", link=f"{u}-{v}", why="not on an active tree")
+
+    def reroute(self, link: str, t_detect: float) -> dict:
+        record = {"link": link, "t_detect": t_detect}
+        t0 = time.monotonic()
+        old = self.inst
+        tree_install.freeze(self.clients, old)
+        time.sleep(self.drain)                      # packets already in flight finish or miss
+        completed = failover.snapshot(self.clients, old, self.tree_of_slot)
+        t1 = time.monotonic()
+        try:
+            new = trees.compute(self.algorithm, self.g, self.workers, epoch=self.treeset.epoch + 1)
+        except TreeError as exc:
+            self.partitioned = str(exc)
+            self._publish("partitioned", f"link {link} failed and the workers are partitioned: {exc}")
+            self.events.add("partitioned", link=link, reason=str(exc))
+            record.update(partitioned=True, recompute_ms=round((time.monotonic() - t1) * 1e3, 2))
+            self.failures.append(record)
+            return record
+        t2 = time.monotonic()
+        self.treeset = new
+        self.tree_of_slot = partition_slots(new.weights, self.window)
+        on_tree = sorted({sw for sw, _ in tree_install.roles_of(new, self.g)})
+        failover.reset(self.clients, on_tree)
+        self.inst = tree_install.install(self.clients, self.g, new, self.job, reply_ports=self.reply_ports)
+        writes = failover.preload(self.clients, self.inst, self.tree_of_slot, completed)
+        tree_install.remove_groups(self.clients, old)
+        self._publish()
+        t3 = time.monotonic()
+        record.update(recompute_ms=round((t2 - t1) * 1e3, 2), install_ms=round((t3 - t2 + t1 - t0) * 1e3, 2),
+                      epoch=new.epoch, preloaded_slots=len(completed), register_writes=writes)
+        self.failures.append(record)
+        self.events.add("rerouted", link=link, epoch=new.epoch, trees=len(new.trees),
+                        recompute_ms=record["recompute_ms"], install_ms=record["install_ms"],
+                        preloaded=len(completed))
+        return record
+
+    def stop(self) -> None:
+        if self.monitor:
+            self.monitor.stop()

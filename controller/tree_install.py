@@ -1,0 +1,123 @@
+"""Install a job's aggregation trees (a TreeSet at one epoch) into the switches.
+
+Mirrors the agg_job part of p4src/include/aggregate.p4 for multi-switch trees: on
+every switch of every tree, each child port gets agg_child (root) or agg_child_of
+(non-root, with the parent port), the parent port gets agg_from_parent, and a
+multicast group per (job, tree) replicates results to the children. All port
+numbers come from the shared graph.
+
+Handles are remembered so the epoch can be frozen (its agg_job entries deleted)
+before the next one is installed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from agglab import wire
+from controller.addressing import SERVICE_IP, SERVICE_MAC
+from controller.switch_client import SwitchClient
+from controller.topology import natural_key, port
+
+GROUP_BASE = 2000          # multicast groups of trees: GROUP_BASE + 64*job + tree (epoch-parity offset)
+
+
+def tree_group(job: int, tree: int, epoch: int) -> int:
+    """Alternating group ids per epoch, so the next epoch's group exists before the old one goes."""
+    return GROUP_BASE + 128 * job + 2 * tree + (epoch & 1)
+
+
+@dataclass
+class SwitchRole:
+    """What one switch does for one tree."""
+    switch: str
+    tree: int
+    root: bool
+    children: list[str]
+    parent: str | None
+
+
+@dataclass
+class Installation:
+    """Everything installed for one epoch, so it can be frozen and removed."""
+    epoch: int
+    roles: dict = field(default_factory=dict)        # (switch, tree) -> SwitchRole
+    job_handles: dict = field(default_factory=lambda: defaultdict(list))   # switch -> agg_job handles
+    groups: dict = field(default_factory=lambda: defaultdict(list))        # switch -> [(group, node handle)]
+    entries: int = 0
+    seconds: float = 0.0
+
+
+def roles_of(treeset, g: nx.Graph) -> dict:
+    roles = {}
+    for tree in treeset.trees:
+        for node in tree.nodes:
+            if g.nodes[node]["kind"] != "switch":
+                continue
+            roles[node, tree.id] = SwitchRole(node, tree.id, tree.parent[node] is None,
+                                              tree.children(node), tree.parent[node])
+    return roles
+
+
+def install(clients: dict[str, SwitchClient], g: nx.Graph, treeset, job: int = 0,
+            slot_base: int = 0, reply_ports: dict | None = None) -> Installation:
+    """Install every tree of `treeset` at `treeset.epoch`. `reply_ports` (switch -> set of
+    ports with an agg_reply entry) is updated so entries are added once per port."""
+    started = time.monotonic()
+    inst = Installation(epoch=treeset.epoch, roles=roles_of(treeset, g))
+    reply_ports = {} if reply_ports is None else reply_ports
+    lines_by_switch: dict[str, list[str]] = defaultdict(list)
+    for (sw, tree_id), role in sorted(inst.roles.items(), key=lambda kv: (natural_key(kv[0][0]), kv[0][1])):
+        if len(role.children) > wire.MAX_WORKERS:
+            raise ValueError(f"{sw} has {len(role.children)} children on tree {tree_id}; max {wire.MAX_WORKERS}")
+        client = clients[sw]
+        ports = [port(g, sw, c) for c in role.children]
+        group = tree_group(job, tree_id, treeset.epoch)
+        inst.groups[sw].append((group, client.mc_group(group, ports)))
+        key = [job, tree_id, treeset.epoch]
+        for child, (c, p) in enumerate(zip(role.children, ports)):
+            if role.root:
+                h = client.table_add("agg_job", "agg_child", key + [p], [child, len(ports), group, slot_base])
+            else:
+                h = client.table_add("agg_job", "agg_child_of", key + [p],
+                                     [child, len(ports), group, slot_base, port(g, sw, role.parent)])
+            inst.job_handles[sw].append(h)
+            done = reply_ports.setdefault(sw, set())
+            if p not in done:
+                a = g.nodes[c]
+                dst = (a["mac"], a["ip"]) if a["kind"] == "host" else (SERVICE_MAC, SERVICE_IP)
+                client.table_add("agg_reply", "agg_set_dst", [p], [SERVICE_MAC, SERVICE_IP, *dst])
+                done.add(p)
+                inst.entries += 1
+        if not role.root:
+            h = client.table_add("agg_job", "agg_from_parent", key + [port(g, sw, role.parent)],
+                                 [len(ports), group, slot_base])
+            inst.job_handles[sw].append(h)
+        inst.entries += len(ports) + (0 if role.root else 1) + 1
+    inst.seconds = time.monotonic() - started
+    return inst
+
+
+def freeze(clients: dict[str, SwitchClient], inst: Installation) -> int:
+    """Delete the epoch's agg_job entries: its packets now miss and never touch state."""
+    removed = 0
+    for sw, handles in inst.job_handles.items():
+        clients[sw].commands([f"table_delete agg_job {h}" for h in handles])
+        removed += len(handles)
+    inst.job_handles.clear()
+    return removed
+
+
+def remove_groups(clients: dict[str, SwitchClient], inst: Installation) -> None:
+    """Drop the epoch's multicast groups once the next epoch is installed."""
+    for sw, groups in inst.groups.items():
+        lines = []
+        for group, handle in groups:
+            lines += [f"mc_node_dissociate {group} {handle}", f"mc_node_destroy {handle}",
+                      f"mc_mgrp_destroy {group}"]
+        clients[sw].commands(lines)
+    inst.groups.clear()
