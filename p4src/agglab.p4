@@ -15,10 +15,12 @@ struct meta_t {
     bit<1>  sim_drop;
     bit<1>  is_result;  /* emitted aggregate: egress applies agg_reply */
     bit<1>  is_flood;   /* l2 flood replica: pruned on its ingress port */
+    bit<2>  role;       /* agg_job's verdict, see aggregate.p4 */
     bit<8>  child;
     bit<8>  fan_in;
     bit<16> mgrp;
     bit<16> slot_base;
+    bit<9>  parent_port;
 }
 
 #include "include/parser.p4"

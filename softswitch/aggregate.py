@@ -1,14 +1,17 @@
 """SwitchML aggregation (p4src/include/aggregate.p4), the per-packet hot path.
 
-The semantics are docs/design.md's pseudo-code, line for line with the P4;
-the software switch is single-threaded, so the P4's @atomic block is simply
-the body of `ingress`.  Speed comes from reading the agg_h fields with one
-struct call at the fixed offset, an exact-match dict lookup, Python ints for
-the per-slot scalars (`.item`) and one numpy add over the K lanes, done on a
-big-endian view of the frame so no values are copied before the add.
+The semantics are docs/design.md's pseudo-code ("Aggregation semantics",
+"Aggregation trees"), line for line with the P4; the software switch is
+single-threaded, so the P4's @atomic block is simply a method body.  The
+agg_job entry of the ingress port picks the role: tree root (agg_child),
+inner switch (agg_child_of: a complete partial goes up to the parent port)
+or result coming down from the parent (agg_from_parent).
 
-Results are built once per completion (values, exponent, RESULT flag, UDP
-checksum 0) and then patched per egress port by `reply` (agg_reply).
+Speed comes from reading the agg_h fields with one struct call at the fixed
+offset, an exact-match dict lookup, Python ints for the per-slot scalars
+(`.item`) and one numpy add over the K lanes, done on a big-endian view of
+the frame so no values are copied before the add.  Results are built once
+per completion and then patched per egress port by `reply` (agg_reply).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import numpy as np
 
 from agglab import wire
 from softswitch.deparser import update_ipv4_checksum
-from softswitch.forward import RESULT
+from softswitch.forward import NORMAL, RESULT
 from softswitch.registers import CounterArray, RegisterArray
 from softswitch.tables import KeySpec, Table
 
@@ -27,6 +30,7 @@ K, SLOTS, MAX_WORKERS = wire.K, wire.SLOTS, wire.MAX_WORKERS
 C = wire.CONST
 STAT_CONTRIB, STAT_COMPLETE = C["STAT_CONTRIB"], C["STAT_COMPLETE"]
 STAT_DUP_DROP, STAT_DUP_REPLY, STAT_REJECT = C["STAT_DUP_DROP"], C["STAT_DUP_REPLY"], C["STAT_REJECT"]
+STAT_DUP_UP = C.get("STAT_DUP_UP", 6)          # design.md; same fallback as aggregate.p4
 
 # The offsets below assume this agg_h layout; fail at import if headers.p4 changes it.
 assert wire.FIELD_NAMES[:8] == ("job", "tree", "epoch", "flags", "ver", "slot", "worker", "exp")
@@ -37,13 +41,15 @@ DATA_OFF = wire.AGG_OFFSET + wire.AGG_HEADER_BYTES
 DATA_END = DATA_OFF + wire.DATA_BYTES
 UDP_CSUM = wire.ETH_BYTES + wire.IPV4_BYTES + 6
 BE_U32 = np.dtype(">u4")
-AGG_CHILD, AGG_REJECT, AGG_SET_DST = "agg_child", "agg_reject", "agg_set_dst"
+AGG_CHILD, AGG_CHILD_OF, AGG_FROM_PARENT = "agg_child", "agg_child_of", "agg_from_parent"
+AGG_REJECT, AGG_SET_DST = "agg_reject", "agg_set_dst"
 
 
 def make_state() -> tuple[dict[str, RegisterArray], CounterArray]:
     """The top-level registers and the agg_stats counter of aggregate.p4."""
     regs = [RegisterArray("agg_values", 32, 2 * SLOTS * K), RegisterArray("agg_bitmap", 32, 2 * SLOTS),
-            RegisterArray("agg_count", 8, 2 * SLOTS), RegisterArray("agg_exp", 8, 2 * SLOTS)]
+            RegisterArray("agg_count", 8, 2 * SLOTS), RegisterArray("agg_exp", 8, 2 * SLOTS),
+            RegisterArray("agg_final", 8, 2 * SLOTS)]
     return {r.name: r for r in regs}, CounterArray("agg_stats", C["AGG_STATS_SIZE"])
 
 
@@ -53,8 +59,11 @@ class Aggregate:
             "agg_job",
             [KeySpec("hdr.agg.job", "exact", 8), KeySpec("hdr.agg.tree", "exact", 8),
              KeySpec("hdr.agg.epoch", "exact", 8), KeySpec("standard_metadata.ingress_port", "exact", 9)],
-            {AGG_CHILD: [("child", 8), ("fan_in", 8), ("mgrp", 16), ("slot_base", 16)], AGG_REJECT: []},
-            default=AGG_REJECT, size=1024)
+            {AGG_CHILD: [("child", 8), ("fan_in", 8), ("mgrp", 16), ("slot_base", 16)],
+             AGG_CHILD_OF: [("child", 8), ("fan_in", 8), ("mgrp", 16), ("slot_base", 16), ("parent_port", 9)],
+             AGG_FROM_PARENT: [("fan_in", 8), ("mgrp", 16), ("slot_base", 16)],
+             AGG_REJECT: []},
+            default=AGG_REJECT, size=4096)
         self.agg_reply = Table(
             "agg_reply", [KeySpec("standard_metadata.egress_port", "exact", 9)],
             {AGG_SET_DST: [("smac", 48), ("sip", 32), ("dmac", 48), ("dip", 32)], "drop": []},
@@ -63,28 +72,40 @@ class Aggregate:
         self.bitmap = registers["agg_bitmap"].data
         self.count = registers["agg_count"].data
         self.exp = registers["agg_exp"].data
+        self.final = registers["agg_final"].data
         self.stats = stats
         self._dst_bytes: dict[tuple, tuple[bytes, bytes]] = {}
 
     def ingress(self, port: int, frame: bytes):
-        """Aggregate one valid agg packet; (frame, egress_spec, mcast_grp, RESULT) or None = drop."""
+        """Aggregate one valid agg packet; (frame, egress_spec, mcast_grp, kind) or None = drop."""
         job, tree, epoch, flags, vs, _worker, pexp = _HEAD.unpack_from(frame, wire.AGG_OFFSET)
         table = self.agg_job
         action, params = table.exact.get((job, tree, epoch, port), table.default)
-        if action != AGG_CHILD:
-            if action == AGG_REJECT:
-                self.stats.count(STAT_REJECT, len(frame))
-            return None
-        child, fan_in, mgrp, slot_base = params
-        idx = slot_base + (vs & 0x7FFF)
-        if idx >= SLOTS or child >= MAX_WORKERS:   # misconfigured entry: see aggregate.p4
+        if action == AGG_CHILD:
+            child, fan_in, mgrp, slot_base = params
+            parent = -1
+        elif action == AGG_CHILD_OF:
+            child, fan_in, mgrp, slot_base, parent = params
+        elif action == AGG_FROM_PARENT:
+            fan_in, mgrp, slot_base = params
+            child, parent = 0, None
+        else:
             self.stats.count(STAT_REJECT, len(frame))
+            return None
+        idx = slot_base + (vs & 0x7FFF)
+        if idx >= SLOTS or child >= MAX_WORKERS or (parent is None and not flags & wire.FLAG_RESULT):
+            self.stats.count(STAT_REJECT, len(frame))    # see aggregate.p4
             return None
         if vs >> 15:
             r, o = idx + SLOTS, idx
         else:
             r, o = idx, idx + SLOTS
-        bit = 1 << child
+        if parent is None:
+            return self._from_parent(frame, r, fan_in, mgrp, flags, pexp)
+        return self._contribute(port, frame, r, o, 1 << child, fan_in, mgrp, parent, flags, pexp)
+
+    def _contribute(self, port, frame, r, o, bit, fan_in, mgrp, parent, flags, pexp):
+        """A child's packet at the root (parent < 0) or at an inner switch."""
         bitmap = self.bitmap
         bm = bitmap.item(r)
         lo = r * K
@@ -97,6 +118,7 @@ class Aggregate:
             if bm == 0:
                 lanes[:] = pkt
                 e, cnt = pexp, 1
+                self.final[r] = 0                         # a round starts
             else:
                 np.add(lanes, pkt, out=lanes)             # uint32: wraps like bit<32>
                 e = max(self.exp.item(r), pexp)
@@ -108,12 +130,39 @@ class Aggregate:
             if cnt != fan_in:
                 return None
             self.stats.count(STAT_COMPLETE, len(frame))
-            return self._result(frame, lanes, e, flags), 0, mgrp, RESULT
-        if self.count.item(r) == fan_in:                  # duplicate after completion
+            if parent < 0:
+                self.final[r] = 1
+                return self._result(frame, lanes, e, flags), 0, mgrp, RESULT
+            return self._partial(frame, lanes, e, flags), parent, 0, NORMAL
+        if self.count.item(r) != fan_in:                  # duplicate before completion
+            self.stats.count(STAT_DUP_DROP, len(frame))
+            return None
+        lanes = self.values[lo:lo + K]                    # duplicate after completion
+        if parent < 0 or self.final.item(r) == 1:
             self.stats.count(STAT_DUP_REPLY, len(frame))
-            return self._result(frame, self.values[lo:lo + K], self.exp.item(r), flags), port, 0, RESULT
-        self.stats.count(STAT_DUP_DROP, len(frame))       # duplicate before completion
-        return None
+            return self._result(frame, lanes, self.exp.item(r), flags), port, 0, RESULT
+        self.stats.count(STAT_DUP_UP, len(frame))         # our partial may be lost: again
+        return self._partial(frame, lanes, self.exp.item(r), flags), parent, 0, NORMAL
+
+    def _from_parent(self, frame, r, fan_in, mgrp, flags, pexp):
+        """The tree's result coming down: store it (for retransmissions), multicast it."""
+        if self.count.item(r) != fan_in:
+            return None                                   # stale result
+        pkt = np.frombuffer(frame, BE_U32, K, DATA_OFF)
+        self.values[r * K:(r + 1) * K] = pkt
+        self.exp[r] = pexp
+        self.final[r] = 1
+        return self._result(frame, pkt, pexp, flags), 0, mgrp, RESULT
+
+    @staticmethod
+    def _partial(frame: bytes, lanes: np.ndarray, e: int, flags: int) -> bytearray:
+        """send_up: the partial as one contribution (RESULT clear, UDP checksum 0)."""
+        buf = bytearray(frame)
+        buf[DATA_OFF:DATA_END] = lanes.astype(BE_U32).tobytes()
+        buf[FLAGS_OFF] = flags & ~wire.FLAG_RESULT & 0xFF
+        buf[EXP_OFF] = e
+        buf[UDP_CSUM] = buf[UDP_CSUM + 1] = 0
+        return buf
 
     @staticmethod
     def _result(frame: bytes, lanes: np.ndarray, e: int, flags: int) -> bytearray:

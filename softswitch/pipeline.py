@@ -29,7 +29,7 @@ from softswitch.forward import RESULT, Forward, flood_prune
 from softswitch.multicast import Multicast
 
 DROP_PORT = 511          # simple_switch's default drop port (egress_spec after mark_to_drop)
-_AGG, _IPV4, _ERROR = parser.AGG, parser.IPV4, parser.ERROR
+_AGG, _IPV4, _ERROR, _L2 = parser.AGG, parser.IPV4, parser.ERROR, parser.L2
 
 
 class Pipeline:
@@ -85,7 +85,7 @@ class Pipeline:
             return []
         else:
             replicas = ((egress_spec, 0),)
-        if kind != RESULT and ptype == _IPV4:
+        if kind != RESULT and ptype != _L2:    # forwarded IPv4 or an inner switch's partial
             update_ipv4_checksum(buf)          # deparser; nothing in egress changes IPv4
             buf = bytes(buf)
         out = []
