@@ -28,7 +28,10 @@ by a retransmission (anyone's) is not a latency sample, since it includes loss
 recovery and would feed back into ever longer timeouts, except when it answers
 our own single retransmission, which is timed from that retransmission.  Results for an
 old round or the other version are duplicates and ignored.  No accepted result
-for `give_up` seconds raises AllreduceTimeout naming what is missing.
+for `give_up` seconds raises AllreduceTimeout naming what is missing.  Until
+the first result arrives only slot 0 retransmits (a probe): silence then
+means peers still starting or a switch not answering, and resending the whole
+window every backoff step would only load the switch with duplicates.
 """
 
 from __future__ import annotations
@@ -139,6 +142,7 @@ class _Run:
         self.sent_at, self.last_sent = [0.0] * S, [0.0] * S
         self.tries, self.seq = [0] * S, [0] * S
         self.timers: list[tuple[float, int, int]] = []
+        self.parked: list[int] = []             # slots whose timer waits for a first result
         self.rtt = RtoEstimator(timeout)
         self.stats = AllreduceStats(blocks=nb, slots=S)
         self.hdr = HeaderPacker(job=job, tree=tree, epoch=epoch, worker=rank)
@@ -190,6 +194,9 @@ class _Run:
             _, s, seq = heapq.heappop(timers)
             if seq != self.seq[s] or self.round[s] >= self.rounds[s]:
                 continue                        # stale timer
+            if s and not self.stats.results_accepted:
+                self.parked.append(s)           # nothing heard yet: slot 0 alone probes
+                continue
             self.tries[s] += 1
             self.last_sent[s] = now
             fields, body = self.packet[s]
@@ -232,6 +239,9 @@ class _Run:
         self.agreed[s] = _EXP(w)
         self.round[s] = r + 1
         self.stats.results_accepted += 1
+        for other in self.parked:               # first result: re-arm the parked slots
+            heapq.heappush(self.timers, (now + self.rtt.rto, other, self.seq[other]))
+        self.parked.clear()
         if r + 1 < self.rounds[s]:
             self._send_round(s, now)
         else:
