@@ -25,7 +25,7 @@ import yaml
 from tests.conformance.frames import build
 
 VECTOR_DIR = Path(__file__).parent / "vectors"
-REGISTER_WIDTHS = {"agg_values": 32, "agg_bitmap": 32, "agg_count": 8, "agg_exp": 8}
+REGISTER_WIDTHS = {"agg_values": 32, "agg_bitmap": 32, "agg_count": 8, "agg_exp": 8, "agg_final": 8}
 _INDEX = re.compile(r"^(\w+)\[(\d+)(?::(\d+))?\]$")
 
 
