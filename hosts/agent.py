@@ -16,22 +16,14 @@ still holds the last round's completed version and would answer a new packet
 of that version with the stale result.  After an error the switch state is
 unknown: reset the registers or move to a new epoch.
 
-Loss: one timer per slot, RFC 6298 style (SRTT/RTTVAR shared by all slots,
-min 2 ms, initial `timeout`, per-slot exponential backoff capped at MAX_RTO);
-the identical packet is resent with AGG_FLAG_RETX.  What is sampled differs
-from TCP's Karn rule on purpose: a slot completes when the *slowest* worker's
-packet arrives, so the useful "RTT" is the completion latency since our first
-send, stragglers included (excluding retransmitted slots, as Karn does, hides
-exactly the slow cases and keeps the RTO too short: a retransmission storm).
-The switch echoes the completing packet's worker and flags: a result completed
-by a retransmission (anyone's) is not a latency sample, since it includes loss
-recovery and would feed back into ever longer timeouts, except when it answers
-our own single retransmission, which is timed from that retransmission.  Results for an
-old round or the other version are duplicates and ignored.  No accepted result
-for `give_up` seconds raises AllreduceTimeout naming what is missing.  Until
-the first result arrives only slot 0 retransmits (a probe): silence then
-means peers still starting or a switch not answering, and resending the whole
-window every backoff step would only load the switch with duplicates.
+Loss: one timer per slot (RTO from hosts/rto.py, which also explains which
+latencies are sampled and why), per-slot exponential backoff capped at
+MAX_RTO; the identical packet is resent with AGG_FLAG_RETX.  Until the first
+result arrives only slot 0 retransmits (a probe): silence then means peers
+still starting or a switch not answering, and resending the whole window
+would only load the switch with duplicates.  Results for an old round or the
+other version are duplicates and ignored.  No accepted result for `give_up`
+seconds raises AllreduceTimeout naming what is missing.
 """
 
 from __future__ import annotations

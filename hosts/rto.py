@@ -1,8 +1,15 @@
 """Retransmission timeout for the agent's per-slot timers.
 
-Why not plain RFC 6298: see RtoEstimator.  The agent decides which latencies
-are valid samples (hosts/agent.py, module docstring); this only turns samples
-into a timeout.
+Which latencies the agent samples (hosts/agent.py, `_on_payload`), and why it
+differs from TCP's Karn rule: a slot completes when the *slowest* worker's
+packet arrives, so the useful "RTT" is the completion latency since our first
+send, stragglers included; excluding retransmitted slots, as Karn does, hides
+exactly the slow cases and keeps the RTO too short (a retransmission storm).
+The switch echoes the completing packet's worker and flags, so a result
+completed by a retransmission (anyone's) is not sampled, since it includes
+loss recovery and would feed back into ever longer timeouts, except when it
+answers our own single retransmission, which is timed from that
+retransmission.  RtoEstimator turns the samples into a timeout.
 """
 
 from __future__ import annotations
