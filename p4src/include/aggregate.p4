@@ -47,6 +47,7 @@ counter(AGG_STATS_SIZE, CounterType.packets) agg_stats;
 /* Result from the parent: keep it for the children's retransmissions. */
 #define AGG_STORE_LANE(i) \
     agg_values.write(base + i, hdr.data.v##i);
+
 control Aggregate(inout headers_t hdr, inout meta_t meta,
                   inout standard_metadata_t standard_metadata) {
     bit<32> idx;    /* slot_base + slot                          */
