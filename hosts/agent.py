@@ -11,10 +11,16 @@ int32 arrays go raw (exact wrap-around sum, exp 0).
 
 Versions: round r of slot s uses version (v0[s] + r) % 2.  v0 is 0 on a fresh
 switch, which gives design.md's `round % 2`; later calls on the same transport
-and (job, tree, epoch) continue each slot's alternation, because the switch
+and job continue each slot's alternation (harmless on reset registers), because the switch
 still holds the last round's completed version and would answer a new packet
 of that version with the stale result.  After an error the switch state is
 unknown: reset the registers or move to a new epoch.
+
+Trees and epochs (design.md "Aggregation trees"): slot s travels on tree
+tree_of_slot[s].  `control()` is polled every CONTROL_POLL seconds; when it
+returns a new epoch (and/or tree_of_slot) every outstanding packet is rebuilt
+with it and retransmitted at once.  Results are accepted whatever their epoch
+or tree (slot numbers are unique within a job).
 
 Loss: one timer per slot (RTO from hosts/rto.py, which also explains which
 latencies are sampled and why), per-slot exponential backoff capped at
@@ -31,7 +37,6 @@ from __future__ import annotations
 import heapq
 import time
 import weakref
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -40,34 +45,19 @@ from hosts import quantization as qz
 from hosts.consistency import (DTYPES, ConsistencyError, DtypeMismatchError,  # noqa: F401 (API)
                                LengthMismatchError, WindowMismatchError,
                                WorkerCountMismatchError, check_lead, lead_lanes)
+from hosts.diagnostics import AllreduceStats, AllreduceTimeout, timeout_message
 from hosts.protocol import LAYOUT, HeaderPacker
 from hosts.rto import MAX_RTO, RtoEstimator
 from hosts.transport import Transport, UdpTransport  # noqa: F401 (API)
 
 K = wire.K
 DEFAULT_WINDOW = 128
+CONTROL_POLL = 0.005
 _BE = np.dtype(">i4")
 _H, _P = wire.AGG_HEADER_BYTES, wire.PAYLOAD_BYTES
 _unpack = wire.AGG_STRUCT.unpack_from
-# transport -> {(job, tree, epoch): per-slot version of the next round 0}
+# transport -> {job: per-slot version of the next round 0}
 _VERSIONS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-class AllreduceTimeout(TimeoutError):
-    """No progress for `give_up` seconds; the message says which slots/blocks are missing."""
-
-
-@dataclass
-class AllreduceStats:
-    packets_sent: int = 0
-    retransmissions: int = 0
-    duplicates_ignored: int = 0
-    foreign_ignored: int = 0      # not a result of this job/tree/epoch, or malformed
-    results_accepted: int = 0
-    seconds: float = 0.0
-    blocks: int = 0
-    slots: int = 0
-    srtt: float | None = None
 
 
 def _field(name: str):
@@ -76,17 +66,21 @@ def _field(name: str):
 
 
 _FLAGS, _SLOT, _VER, _BLOCK, _EXP = map(_field, ("flags", "slot", "ver", "block", "exp"))
-_JOB, _TREE, _EPOCH, _WORKER = map(_field, ("job", "tree", "epoch", "worker"))
+_JOB, _WORKER = map(_field, ("job", "worker"))
 
 
 def allreduce(array, *, transport: Transport, rank: int, workers: int, job: int = 0,
               tree: int = 0, epoch: int = 0, window: int | None = None,
-              timeout: float = 0.02, give_up: float = 10.0, return_stats: bool = False):
+              timeout: float = 0.02, give_up: float = 10.0, return_stats: bool = False,
+              tree_of_slot=None, control=None, on_progress=None):
     """Sum `array` (float32 or int32, any shape/length) over `workers` agents via the switch.
 
     Returns an array of the same shape and dtype, or (array, AllreduceStats) with
     return_stats=True.  `timeout` is the initial retransmission timeout,
     `give_up` the seconds without any progress before AllreduceTimeout.
+    `tree_of_slot` (one tree id per slot, overrides `tree`), `control` (callable
+    returning None or {"epoch": e, "tree_of_slot": [...]} on a reroute) and
+    `on_progress(done_blocks, total_blocks)` connect the agent to the controller.
     Raises a ConsistencyError subclass (LengthMismatchError, DtypeMismatchError,
     WindowMismatchError, WorkerCountMismatchError) when the workers disagree.
     """
@@ -100,7 +94,8 @@ def allreduce(array, *, transport: Transport, rank: int, workers: int, job: int 
     if not 1 <= window <= wire.SLOTS:
         raise ValueError(f"window {window} outside 1..{wire.SLOTS} (AGG_SLOTS)")
     wire.pack_agg(job=job, tree=tree, epoch=epoch, worker=rank)   # range check of the fields
-    run = _Run(arr, transport, rank, workers, job, tree, epoch, window, timeout, give_up)
+    run = _Run(arr, transport, rank, workers, job, tree, epoch, window, timeout, give_up,
+               tree_of_slot, control, on_progress)
     out = run.run()
     return (out, run.stats) if return_stats else out
 
@@ -108,9 +103,11 @@ def allreduce(array, *, transport: Transport, rank: int, workers: int, job: int 
 class _Run:
     """State of one allreduce; `run()` is the single-threaded event loop."""
 
-    def __init__(self, arr, transport, rank, n, job, tree, epoch, window, timeout, give_up):
+    def __init__(self, arr, transport, rank, n, job, tree, epoch, window, timeout, give_up,
+                 tree_of_slot, control, on_progress):
         self.shape, self.dtype, self.tx, self.rank, self.n = arr.shape, arr.dtype, transport, rank, n
-        self.key, self.give_up = (job, tree, epoch), give_up
+        self.job, self.epoch, self.give_up = job, epoch, give_up
+        self.control, self.on_progress, self.done = control, on_progress, 0
         self.length = arr.size
         self.nblocks = nb = -(-self.length // K)
         self.S = S = min(window, max(nb, 1))
@@ -137,20 +134,26 @@ class _Run:
         self.parked: list[int] = []             # slots whose timer waits for a first result
         self.rtt = RtoEstimator(timeout)
         self.stats = AllreduceStats(blocks=nb, slots=S)
-        self.hdr = HeaderPacker(job=job, tree=tree, epoch=epoch, worker=rank)
-        self.retx_hdr = HeaderPacker(job=job, tree=tree, epoch=epoch, worker=rank,
-                                     flags=wire.FLAG_RETX)
+        self.trees = self._trees(tree_of_slot) if tree_of_slot else [tree] * S
+        self.hdr = HeaderPacker(job=job, worker=rank)
+        self.retx_hdr = HeaderPacker(job=job, worker=rank, flags=wire.FLAG_RETX)
         try:
             versions = _VERSIONS.setdefault(transport, {})
         except TypeError:                       # transport not weak-referenceable
             versions = {}
         self.versions = versions
-        self.v0 = versions.setdefault(self.key, np.zeros(wire.SLOTS, np.uint8))[:S].tolist()
+        self.v0 = versions.setdefault(job, np.zeros(wire.SLOTS, np.uint8))[:S].tolist()
         self.zero_body = bytes(wire.DATA_BYTES)
         self.lead0 = lead_lanes(length=self.length, window=S, dtype=arr.dtype).astype(_BE).tobytes()
 
+    def _trees(self, tree_of_slot) -> list[int]:
+        trees = [int(t) for t in tree_of_slot]
+        if len(trees) < self.S or not all(0 <= t < 256 for t in trees[:self.S]):
+            raise ValueError(f"tree_of_slot needs {self.S} tree ids in 0..255, got {tree_of_slot!r}")
+        return trees[:self.S]
+
     # -- sending ---------------------------------------------------------------------
-    def _block_id(self, s: int, r: int) -> int:
+    def block_id(self, s: int, r: int) -> int:
         return s if r == 0 else s + (r - 1) * self.S
 
     def _send_round(self, s: int, now: float) -> None:
@@ -174,7 +177,7 @@ class _Run:
                 self.used_exp[j] = self.agreed[s]
         fields = dict(ver=(self.v0[s] + r) & 1, slot=s, exp=exp, block=j, next_block=nxt)
         self.packet[s] = (fields, body)
-        self.tx.send(self.hdr.pack(**fields) + body)
+        self.tx.send(self.hdr.pack(tree=self.trees[s], epoch=self.epoch, **fields) + body)
         self.stats.packets_sent += 1
         self.sent_at[s], self.tries[s] = now, 0
         self.seq[s] += 1
@@ -190,13 +193,36 @@ class _Run:
                 self.parked.append(s)           # nothing heard yet: slot 0 alone probes
                 continue
             self.tries[s] += 1
-            self.last_sent[s] = now
-            fields, body = self.packet[s]
-            self.tx.send(self.retx_hdr.pack(**fields) + body)
-            self.stats.packets_sent += 1
-            self.stats.retransmissions += 1
+            self._resend(s, now)
             backoff = min(MAX_RTO, self.rtt.rto * (2 ** min(self.tries[s], 16)))
             heapq.heappush(timers, (now + backoff, s, seq))
+
+    def _resend(self, s: int, now: float) -> None:
+        fields, body = self.packet[s]
+        self.tx.send(self.retx_hdr.pack(tree=self.trees[s], epoch=self.epoch, **fields) + body)
+        self.last_sent[s] = now
+        self.stats.packets_sent += 1
+        self.stats.retransmissions += 1
+
+    def _poll_control(self, now: float) -> bool:
+        """Apply a new epoch / tree_of_slot from the controller; True if anything changed."""
+        msg = self.control()
+        if not msg:
+            return False
+        epoch = int(msg.get("epoch", self.epoch))
+        trees = self._trees(msg["tree_of_slot"]) if msg.get("tree_of_slot") else self.trees
+        if epoch == self.epoch and trees == self.trees:
+            return False
+        wire.pack_agg(epoch=epoch)                 # range check
+        self.epoch, self.trees = epoch, trees
+        self.stats.epoch_changes += 1
+        for s in range(self.S):                    # rebuild and resend everything outstanding
+            if self.round[s] < self.rounds[s]:
+                self._resend(s, now)
+                self.sent_at[s], self.tries[s] = now, 1
+                self.seq[s] += 1
+                heapq.heappush(self.timers, (now + self.rtt.rto, s, self.seq[s]))
+        return True
 
     # -- receiving -------------------------------------------------------------------
     def _on_payload(self, p: bytes, now: float) -> bool:
@@ -205,7 +231,7 @@ class _Run:
             self.stats.foreign_ignored += 1
             return False
         w = _unpack(p)
-        if not _FLAGS(w) & wire.FLAG_RESULT or (_JOB(w), _TREE(w), _EPOCH(w)) != self.key:
+        if not _FLAGS(w) & wire.FLAG_RESULT or _JOB(w) != self.job:
             self.stats.foreign_ignored += 1
             return False
         s = _SLOT(w)
@@ -214,7 +240,7 @@ class _Run:
             return False
         r = self.round[s]
         if (r >= self.rounds[s] or _VER(w) != (self.v0[s] + r) & 1
-                or _BLOCK(w) != self._block_id(s, r)):
+                or _BLOCK(w) != self.block_id(s, r)):
             self.stats.duplicates_ignored += 1
             return False
         if not _FLAGS(w) & wire.FLAG_RETX:              # completed by a first transmission:
@@ -228,6 +254,9 @@ class _Run:
                            window=self.S, dtype=self.dtype)
         else:
             self.sums[s + (r - 1) * self.S] = lanes
+            self.done += 1
+            if self.on_progress is not None:
+                self.on_progress(self.done, self.nblocks)
         self.agreed[s] = _EXP(w)
         self.round[s] = r + 1
         self.stats.results_accepted += 1
@@ -247,7 +276,7 @@ class _Run:
         try:
             for s in range(self.S):
                 self._send_round(s, start)
-            recv, wait = self.tx.recv, 0.0
+            recv, wait, poll_at = self.tx.recv, 0.0, start
             while self.remaining:
                 p = recv(wait)
                 while p is not None:            # drain what is queued before any timer fires:
@@ -256,47 +285,29 @@ class _Run:
                         last = now
                     p = recv(0.0) if self.remaining else None
                 now = time.monotonic()
+                if self.control is not None and now >= poll_at:
+                    poll_at = now + CONTROL_POLL
+                    if self._poll_control(now):
+                        last = now                 # a new tree gets a full give_up period
                 self._expire(now)
                 if now - last > self.give_up and self.remaining:
-                    raise AllreduceTimeout(self._missing(now - last))
+                    raise AllreduceTimeout(timeout_message(self, now - last))
                 wake = last + self.give_up
                 if self.timers and self.timers[0][0] < wake:
                     wake = self.timers[0][0]
+                if self.control is not None and poll_at < wake:
+                    wake = poll_at
                 wait = max(0.0, wake - now)
         except BaseException:
-            self.versions.pop(self.key, None)   # switch state unknown now (see module doc)
+            self.versions.pop(self.job, None)   # switch state unknown now (see module doc)
             raise
         finally:
             self.stats.seconds = time.monotonic() - start
             self.stats.srtt = self.rtt.srtt
-        state = self.versions.setdefault(self.key, np.zeros(wire.SLOTS, np.uint8))
+        state = self.versions.setdefault(self.job, np.zeros(wire.SLOTS, np.uint8))
         state[:self.S] = [(v + r) & 1 for v, r in zip(self.v0, self.rounds)]
         if self.is_float:
             flat = qz.dequantize_blocks(self.sums, self.used_exp, self.n).reshape(-1)
         else:
             flat = self.sums.reshape(-1)
         return flat[:self.length].astype(self.dtype).reshape(self.shape)
-
-    def _missing(self, idle: float) -> str:
-        job, tree, epoch = self.key
-        open_slots = [s for s in range(self.S) if self.round[s] < self.rounds[s]]
-        parts = []
-        for s in open_slots[:8]:
-            r = self.round[s]
-            what = "lead" if r == 0 else f"block {self._block_id(s, r)}"
-            parts.append(f"slot {s} round {r} ({what}, ver {(self.v0[s] + r) & 1}, "
-                         f"{self.tries[s]} retransmissions)")
-        more = f" and {len(open_slots) - 8} more" if len(open_slots) > 8 else ""
-        done = sum(max(0, r - 1) for r in self.round)
-        st = self.stats
-        msg = (f"rank {self.rank}: allreduce of job {job} tree {tree} epoch {epoch} made no "
-               f"progress for {idle:.2f} s; {len(open_slots)} of {self.S} slots unfinished: "
-               f"{'; '.join(parts)}{more}. {done}/{self.nblocks} blocks done, "
-               f"{st.packets_sent} packets sent, {st.retransmissions} retransmissions, "
-               f"{st.results_accepted} results accepted, {st.duplicates_ignored} duplicates, "
-               f"{st.foreign_ignored} foreign packets ignored")
-        if st.results_accepted == 0:
-            msg += (". No result ever arrived: check the switch is up and programmed for this "
-                    "job (agg_job entry for job/tree/epoch on this worker's port, fan_in = "
-                    "workers, multicast group, agg_reply) and that every worker started")
-        return msg

@@ -12,6 +12,9 @@ namespaces or root.  Two switch back-ends sit behind the same harness:
 
 Worker i sits on switch port i+1 with IP 10.0.0.(i+1).  Loss is simulated on
 both directions with a seeded RNG; `mute` ranks never receive anything.
+`accept_epoch` (when set) drops worker packets of any other epoch, like a
+switch whose agg_job entries were replaced; `record` keeps every packet's
+(rank, slot, tree, epoch) in `sent`.
 """
 
 from __future__ import annotations
@@ -150,6 +153,8 @@ class FakeNet:
         self.transports = [MemTransport(self, i) for i in range(n)]
         self.frames = backend == "pipeline"
         self.delivered = [0] * n
+        self.accept_epoch: int | None = None
+        self.record, self.sent = False, []
         if self.frames:
             if pipeline is None:
                 from softswitch.pipeline import Pipeline
@@ -165,7 +170,12 @@ class FakeNet:
 
     def _from_worker(self, rank: int, payload: bytes) -> None:
         with self.lock:
+            if self.record:
+                self.sent.append((rank, _get(payload, "slot"), _get(payload, "tree"),
+                                  _get(payload, "epoch")))
             if self._lost():
+                return
+            if self.accept_epoch is not None and _get(payload, "epoch") != self.accept_epoch:
                 return
             if self.frames:
                 out = [(port - 1, frame) for port, frame in

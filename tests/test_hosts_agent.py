@@ -146,7 +146,7 @@ class _Silent:
 
 def test_silent_switch_gives_up_in_bounded_time_with_backoff():
     t, start = _Silent(), time.monotonic()
-    with pytest.raises(AllreduceTimeout, match=r"slot 2 round 0 \(lead, ver 0, 0 retransmissions"):
+    with pytest.raises(AllreduceTimeout, match=r"slot 2 round 0 \(lead, ver 0, tree 0, 0 retransmissions"):
         allreduce(np.zeros(5 * K, np.float32), transport=t, rank=0, workers=2, give_up=0.4)
     assert 0.4 <= time.monotonic() - start < 1.5
     # 5 first packets, then only slot 0 probes, backed off: 20, 40, 80, 160 ms (not 2 ms spam)
@@ -224,3 +224,43 @@ def test_float_zero_blocks_extremes_and_mixed_scales():
             e = qz.block_exponent(np.array([peak], np.float32))
             err = np.abs(out[b * K:(b + 1) * K].astype(np.float64) - exact[b * K:(b + 1) * K])
             assert err.max() <= qz.error_bound(e, 2), b
+
+
+def test_tree_of_slot_and_progress():
+    net = FakeNet(2)
+    net.record = True
+    progress = [[], []]
+    arrays = ints(2, 10 * K)
+    res = ok(net.run(arrays, window=4, per_rank=[
+        {"tree_of_slot": [3, 1, 3, 1], "on_progress": lambda d, t: progress[0].append((d, t))},
+        {"tree_of_slot": [3, 1, 3, 1], "on_progress": lambda d, t: progress[1].append((d, t))}]))
+    assert all(np.array_equal(out, np.sum(arrays, axis=0, dtype=np.int32)) for out, _ in res)
+    assert {(slot, tree) for _, slot, tree, _ in net.sent} == {(0, 3), (1, 1), (2, 3), (3, 1)}
+    for calls in progress:
+        assert calls == [(d, 10) for d in range(1, 11)]
+    with pytest.raises(ValueError, match="tree_of_slot needs 4"):
+        allreduce(arrays[0], transport=_Silent(), rank=0, workers=2, window=4, tree_of_slot=[1, 2])
+
+
+def test_epoch_change_rebuilds_outstanding_packets():
+    """Mid-run the 'switch' starts dropping epoch 0 (entries replaced by epoch 1) and the
+    controller announces epoch 1: agents must resend everything outstanding with epoch 1,
+    or they would stall and time out."""
+    n, arrays = 3, ints(3, 40 * K, seed=4)
+    net = FakeNet(n)
+    net.record = True
+
+    def progress(done, total):
+        if done == 8:
+            net.accept_epoch = 1
+
+    def control():
+        return {"epoch": 1, "tree_of_slot": [0] * 4} if net.accept_epoch == 1 else None
+
+    res = ok(net.run(arrays, window=4, give_up=2, control=control,
+                     per_rank=[{"on_progress": progress}, {}, {}]))
+    for out, stats in res:
+        assert np.array_equal(out, np.sum(arrays, axis=0, dtype=np.int32))
+        assert stats.epoch_changes == 1 and stats.retransmissions >= 1
+    epochs = [e for _, _, _, e in net.sent]
+    assert epochs[0] == 0 and epochs[-1] == 1 and epochs.count(1) > n * 4
