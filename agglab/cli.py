@@ -24,7 +24,8 @@ def _allreduce(args) -> int:
     try:
         result = run_allreduce(quiet=args.json, workers=args.workers, elements=args.elements,
                                dtype=args.dtype, loss=args.loss, backend=args.backend,
-                               window=args.window, seed=args.seed, give_up=args.give_up, bw=args.bw)
+                               window=args.window, seed=args.seed, give_up=args.give_up, bw=args.bw,
+                               topology=args.topology, k=args.k, tree=args.tree, fail=args.fail or [])
     except ValueError as exc:
         print(f"agglab allreduce: {exc}", file=sys.stderr)
         return 2
@@ -41,11 +42,31 @@ def _print_human(r: dict) -> None:
         for err in r["errors"]:
             print("  " + err.splitlines()[0])
         return
+    for f in r.get("failures", []):
+        print(f"link {f['link']} failed at {f['at']:.0%}: detected in {f['detect_ms']} ms, "
+              f"recomputed in {f['recompute_ms']} ms, installed in {f['install_ms']} ms"
+              + ("" if f["on_tree"] else " (not on an active tree: nothing reinstalled)"))
     bound = f" (bound {r['error_bound']:.3g})" if r["dtype"] == "float32" else ""
     print(f"{'exact' if r['exact'] else 'NOT EXACT'}: {r['workers']} workers x {r['elements']} {r['dtype']} "
           f"on {r['backend']} in {r['seconds']:.3f} s, {r['goodput_mbps']:.1f} Mb/s per worker, "
           f"{r['packets']} packets, {r['retransmissions']} retransmissions, "
           f"max abs error {r['max_abs_error']:.3g}{bound}")
+
+
+def _lab(args) -> int:
+    from agglab.lab import run_lab
+    from agglab.run import RunSpec
+
+    if os.geteuid() != 0:
+        print("agglab lab needs root (Mininet): run it with sudo", file=sys.stderr)
+        return 2
+    try:
+        spec = RunSpec(workers=args.workers, topology=args.topology, k=args.k, tree=args.tree,
+                       backend=args.backend, loss=args.loss, bw=args.bw, elements=args.elements)
+        return run_lab(spec)
+    except ValueError as exc:
+        print(f"agglab lab: {exc}", file=sys.stderr)
+        return 2
 
 
 def _clean(args) -> int:
@@ -78,8 +99,27 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--give-up", type=float, default=10.0, help="seconds without progress before a worker "
                    "gives up with an error")
     a.add_argument("--bw", type=float, default=None, help="link rate in Mb/s (tc htb); default unlimited")
+    a.add_argument("--topology", default="single", help="single (default), leafspine, fattree, bcube "
+                   "or a YAML file (nodes, links, bandwidth)")
+    a.add_argument("--k", type=int, default=None, help="fat-tree k (default 4) or BCube level count k")
+    a.add_argument("--tree", default="spt", choices=["spt", "rat", "packing", "bml"],
+                   help="aggregation tree algorithm (default spt)")
+    a.add_argument("--fail", action="append", metavar="A-B@FRACTION",
+                   help="take link A-B down when FRACTION of the blocks are done; 'tree@0.5' picks a "
+                        "link the active tree uses; may repeat")
     a.add_argument("--json", action="store_true", help="print one JSON object")
     a.set_defaults(func=_allreduce)
+
+    lab = sub.add_parser("lab", help="interactive Mininet CLI with fail/recover/trees/allreduce/slots/stats/events")
+    lab.add_argument("--topology", default="fattree")
+    lab.add_argument("--k", type=int, default=None)
+    lab.add_argument("--workers", type=int, default=8)
+    lab.add_argument("--tree", default="rat", choices=["spt", "rat", "packing"])
+    lab.add_argument("--backend", choices=["soft", "bmv2"], default="soft")
+    lab.add_argument("--loss", type=float, default=0.0)
+    lab.add_argument("--bw", type=float, default=None)
+    lab.add_argument("--elements", type=int, default=200_000, help="default size of 'allreduce'")
+    lab.set_defaults(func=_lab)
 
     c = sub.add_parser("clean", help="remove what crashed runs left behind (idempotent)")
     c.add_argument("--all", action="store_true", help="also stop runs whose owner is still alive")

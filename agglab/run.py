@@ -11,16 +11,19 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from agglab import wire
 from agglab.paths import REPO
-from controller import aggregate, drop_sim, forward
+from agglab.failures import FailSpec, FailureInjector
+from controller import aggregate, drop_sim, forward, topologies
 from controller.addressing import SERVICE_IP
+from controller.events import EventLog
+from controller.job import TreeJob
 from controller.network import EmulatedNetwork
-from controller.topology import single_switch, workers as worker_hosts
+from controller.topology import single_switch, switches, workers as worker_hosts
 from hosts.workload import expected_sum, make_gradient
 
 
@@ -36,11 +39,15 @@ class RunSpec:
     give_up: float = 10.0
     job: int = 0
     bw: float | None = None            # Mb/s per link (tc htb), None = unlimited
+    topology: str = "single"           # single | leafspine | fattree | bcube | FILE.yaml
+    k: int | None = None               # fat-tree k / BCube k
+    tree: str = "spt"                  # spt | rat | packing
+    fail: list = field(default_factory=list)    # ["A-B@0.5", "tree@0.5", ...]
     length_override: dict[int, int] = field(default_factory=dict)   # rank -> length (tests)
 
     def validate(self) -> None:
-        if not 1 <= self.workers <= wire.MAX_WORKERS:
-            raise ValueError(f"--workers must be within 1..{wire.MAX_WORKERS}, got {self.workers}")
+        if not 1 <= self.workers <= 1024:
+            raise ValueError(f"--workers must be positive, got {self.workers}")
         if self.elements < 1:
             raise ValueError(f"--elements must be positive, got {self.elements}")
         if self.dtype not in ("int32", "float32"):
@@ -48,6 +55,9 @@ class RunSpec:
         drop_sim.threshold(self.loss)   # raises on a bad probability
         if self.window is not None and not 1 <= self.window <= wire.SLOTS:
             raise ValueError(f"--window must be within 1..{wire.SLOTS}, got {self.window}")
+        if self.tree not in ("spt", "rat", "packing"):
+            raise ValueError(f"--tree must be spt, rat or packing here, got {self.tree!r}")
+        self.fail_specs = [FailSpec.parse(f) for f in self.fail]
 
 
 def _log(msg: str, quiet: bool) -> None:
@@ -55,28 +65,121 @@ def _log(msg: str, quiet: bool) -> None:
         print(f"[agglab] {msg}", file=sys.stderr, flush=True)
 
 
+def build_graph(spec: RunSpec):
+    if spec.topology == "single":
+        if spec.workers > wire.MAX_WORKERS:
+            raise ValueError(f"one switch aggregates at most {wire.MAX_WORKERS} workers")
+        return single_switch(spec.workers, bw=spec.bw)
+    kw = {"workers": spec.workers}
+    if spec.topology == "fattree":
+        kw.update(k=spec.k or 4, bw=spec.bw)
+    elif spec.topology == "bcube":
+        kw.update(k=spec.k if spec.k is not None else 1, bw=spec.bw)
+    elif spec.topology == "leafspine":
+        kw.update(host_bw=spec.bw)
+    try:
+        return topologies.build(spec.topology, **kw)
+    except topologies.TopologyError as exc:
+        raise ValueError(str(exc)) from exc
+
+
+def default_window(spec: RunSpec) -> int:
+    blocks = -(-spec.elements // wire.K)
+    return max(1, min(spec.window or 128, blocks, wire.SLOTS))
+
+
 def run_allreduce(quiet: bool = True, **kwargs) -> dict:
-    """Run one allreduce described by RunSpec(**kwargs) and return the result dict."""
+    """Run one allreduce described by RunSpec(**kwargs) in a fresh network and return the result."""
     spec = RunSpec(**kwargs)
     spec.validate()
-    g = single_switch(spec.workers, bw=spec.bw)
-    _log(f"building network: 1 switch ({spec.backend}), {spec.workers} workers", quiet)
-    with EmulatedNetwork(g, backend=spec.backend, seed=spec.seed) as net:
-        net.keep_run_dir = False
-        client = net.client("s1")
-        forward.install_forwarding(client, g, "s1")
-        workers = worker_hosts(g)
-        aggregate.install_single_switch_job(client, g, "s1", workers, aggregate.JobConfig(job=spec.job))
-        drop_sim.set_loss(client, [e["ports"]["s1"] for _, _, e in g.edges("s1", data=True)], spec.loss)
-        _log(f"allreduce of {spec.elements} {spec.dtype} per worker, loss {spec.loss}", quiet)
-        reports = _run_workers(net, spec, workers, quiet)
-        net.check_switches()
-        stats = aggregate.read_stats(client)
-        return _check(spec, reports, stats)
+    with Session(spec, quiet=quiet) as session:
+        result = session.allreduce()
+        result["events"] = session.events.lines()
+        return result
 
 
-def _run_workers(net: EmulatedNetwork, spec: RunSpec, workers: list[str], quiet: bool) -> list[dict]:
-    out_dir = net.run.path / "workers"
+class Session:
+    """A running network with forwarding, loss and one aggregation job (TreeJob).
+
+    `agglab allreduce` uses one per run; the interactive lab keeps one open and runs
+    many allreduces on it while links fail and recover.
+    """
+
+    def __init__(self, spec: RunSpec, quiet: bool = True, echo=None):
+        spec.validate()
+        self.spec, self.quiet = spec, quiet
+        self.g = build_graph(spec)
+        for f in spec.fail_specs:
+            f.check(self.g)
+        self.net = EmulatedNetwork(self.g, backend=spec.backend, seed=spec.seed)
+        self.events = EventLog(echo=echo or (None if quiet else (lambda line: _log(line, False))))
+        self.job: TreeJob | None = None
+        self.runs = 0
+
+    def start(self) -> "Session":
+        spec, g = self.spec, self.g
+        n_sw = len(switches(g))
+        _log(f"building network: {spec.topology} ({n_sw} switch{'es' if n_sw > 1 else ''}, {spec.backend}), "
+             f"{spec.workers} workers", self.quiet)
+        self.net.start()
+        try:
+            for sw in switches(g):
+                client = self.net.client(sw)
+                forward.install_forwarding(client, g, sw)
+                drop_sim.set_loss(client, [e["ports"][sw] for _, _, e in g.edges(sw, data=True)], spec.loss)
+            self.job = TreeJob(g, self.net.clients, spec.tree, worker_hosts(g), default_window(spec),
+                               self.net.run.path / "epoch.json", job=spec.job, events=self.events).start()
+            self.job.watch_links()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def allreduce(self, **overrides) -> dict:
+        spec = replace(self.spec, **overrides) if overrides else self.spec
+        spec.validate()
+        for f in spec.fail_specs:
+            f.check(self.g)
+        self.job.prepare(default_window(spec))
+        self.runs += 1
+        before = _switch_stats(self.net, self.g)
+        _log(f"allreduce of {spec.elements} {spec.dtype} per worker on {len(self.job.treeset.trees)} "
+             f"{spec.tree} tree(s), loss {spec.loss}", self.quiet)
+        self.job.busy = True
+        try:
+            reports, injector = _run_workers(self.net, spec, self.job, self.quiet, f"run{self.runs}")
+        finally:
+            self.job.busy = False
+        self.net.check_switches()
+        after = _switch_stats(self.net, self.g)
+        result = _check(spec, reports, {k: after[k] - before.get(k, 0) for k in after})
+        result.update(topology=spec.topology, tree=spec.tree, trees=len(self.job.treeset.trees),
+                      epoch=self.job.treeset.epoch, failures=injector.report() if injector else [])
+        return result
+
+    def stop(self) -> None:
+        if self.job:
+            self.job.stop()
+        self.net.stop()
+
+    def __enter__(self) -> "Session":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _switch_stats(net: EmulatedNetwork, g) -> dict:
+    total: dict[str, int] = {}
+    for sw in switches(g):
+        for key, value in aggregate.read_stats(net.client(sw)).items():
+            total[key] = total.get(key, 0) + value
+    return total
+
+
+def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: TreeJob, quiet: bool, name: str):
+    workers = job.workers
+    out_dir = net.run.path / name
     out_dir.mkdir()
     env = dict(os.environ, PYTHONPATH=str(REPO))
     procs = []
@@ -84,15 +187,20 @@ def _run_workers(net: EmulatedNetwork, spec: RunSpec, workers: list[str], quiet:
         argv = [sys.executable, "-m", "hosts.worker", "--rank", str(rank), "--workers", str(spec.workers),
                 "--elements", str(spec.elements), "--dtype", spec.dtype, "--seed", str(spec.seed),
                 "--local-ip", net.graph.nodes[h]["ip"], "--service-ip", SERVICE_IP,
-                "--job", str(spec.job), "--give-up", str(spec.give_up), "--out", str(out_dir / f"rank{rank}")]
-        if spec.window:
-            argv += ["--window", str(spec.window)]
+                "--job", str(spec.job), "--give-up", str(spec.give_up), "--out", str(out_dir / f"rank{rank}"),
+                "--window", str(job.window), "--epoch-file", str(job.epoch_file),
+                "--progress", str(out_dir / f"rank{rank}.progress")]
         if rank in spec.length_override:
             argv += ["--length-override", str(spec.length_override[rank])]
         log = open(out_dir / f"rank{rank}.log", "wb")
         proc = net.host(h).popen(argv, stdout=log, stderr=log, cwd=str(REPO), env=env)
         net.run.add_pid(proc.pid, f"worker {rank} on {h}")
         procs.append((rank, proc, log))
+    injector = None
+    if spec.fail_specs:
+        injector = FailureInjector(net, job, spec.fail_specs,
+                                   [out_dir / f"rank{r}.progress" for r in range(len(workers))], spec.seed)
+        injector.start()
     deadline = time.monotonic() + spec.give_up * 3 + 30 + spec.elements * spec.workers / 50_000
     started, last = time.monotonic(), 0.0
     for rank, proc, log in procs:
@@ -117,7 +225,10 @@ def _run_workers(net: EmulatedNetwork, spec: RunSpec, workers: list[str], quiet:
                             f"{proc.returncode} and no report; log tail:\n{tail}"})
         if reports[-1].get("ok"):
             reports[-1]["result"] = np.load(out_dir / f"rank{rank}.npy")
-    return reports
+    if injector:
+        injector.stop()
+        injector.join(1)
+    return reports, injector
 
 
 def float32_error_bound(inputs: list[np.ndarray]) -> np.ndarray:

@@ -69,6 +69,8 @@ class TreeJob:
         self.monitor: LinkMonitor | None = None
         self.intf_edge = {name: (u, v) for u, v, e in graph.edges(data=True) for name in e["intfs"].values()}
         self.partitioned: str | None = None
+        self.busy = False            # an allreduce is running (set by the session)
+        self.stopped = False
 
     # -- install ---------------------------------------------------------------------
     def start(self) -> "TreeJob":
@@ -83,6 +85,38 @@ class TreeJob:
                         compute_ms=round(recompute * 1e3, 2), install_ms=round(self.inst.seconds * 1e3, 2),
                         entries=self.inst.entries)
         return self
+
+    def reinstall(self, algorithm: str | None = None, why: str = "") -> None:
+        """Between allreduces: recompute (maybe with another algorithm) under a new epoch."""
+        with self.lock:
+            if algorithm:
+                self.algorithm = algorithm
+            t0 = time.monotonic()
+            try:
+                new = trees.compute(self.algorithm, self.g, self.workers, epoch=self.treeset.epoch + 1)
+            except TreeError as exc:
+                self.partitioned = str(exc)
+                self.events.add("partitioned", reason=str(exc))
+                return
+            t1 = time.monotonic()
+            old = self.inst
+            tree_install.freeze(self.clients, old)
+            self.treeset = new
+            self.tree_of_slot = partition_slots(new.weights, self.window)
+            self.inst = tree_install.install(self.clients, self.g, new, self.job, reply_ports=self.reply_ports)
+            tree_install.remove_groups(self.clients, old)
+            self._publish()
+            self.events.add("trees_installed", epoch=new.epoch, trees=len(new.trees), algorithm=self.algorithm,
+                            why=why, compute_ms=round((t1 - t0) * 1e3, 2),
+                            install_ms=round((time.monotonic() - t1) * 1e3, 2))
+
+    def prepare(self, window: int) -> None:
+        """Before each allreduce: fresh registers, slots partitioned for this window."""
+        with self.lock:
+            self.window = window
+            self.tree_of_slot = partition_slots(self.treeset.weights, window)
+            failover.reset(self.clients, switches(self.g))
+            self._publish("partitioned" if self.partitioned else "ok", self.partitioned or "")
 
     def _publish(self, status: str = "ok", reason: str = "") -> None:
         """Atomically replace the epoch file the agents watch."""
@@ -100,6 +134,8 @@ class TreeJob:
     def _on_link(self, ifname: str, up: bool, t: float) -> None:
         u, v = self.intf_edge[ifname]
         with self.lock:
+            if self.stopped:           # teardown deletes interfaces: not failures
+                return
             edge = self.g.edges[u, v]
             if edge.get("up", True) == up:
                 return                           # the other end of the same link
@@ -109,6 +145,9 @@ class TreeJob:
                 self.reroute(f"{u}-{v}", t)
             elif not up:
                 self.events.add("no_reinstall", link=f"{u}-{v}", why="not on an active tree")
+            elif up and not self.busy:
+                self.partitioned = None
+                self.reinstall(why=f"link {u}-{v} recovered")
 
     def reroute(self, link: str, t_detect: float) -> dict:
         record = {"link": link, "t_detect": t_detect}
@@ -146,5 +185,7 @@ class TreeJob:
         return record
 
     def stop(self) -> None:
+        with self.lock:
+            self.stopped = True
         if self.monitor:
             self.monitor.stop()

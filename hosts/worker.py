@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import traceback
@@ -32,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--give-up", type=float, default=10.0)
     ap.add_argument("--length-override", type=int, default=None,
                     help="send an array of this length instead (to test mismatch detection)")
+    ap.add_argument("--epoch-file", default=None, help="JSON the controller rewrites on reroute")
+    ap.add_argument("--progress", default=None, help="file to rewrite with 'done total' blocks")
     ap.add_argument("--out", required=True, help="path prefix for .npy and .json")
     args = ap.parse_args(argv)
 
@@ -42,8 +45,14 @@ def main(argv: list[str] | None = None) -> int:
         data = make_gradient(args.rank, args.length_override or args.elements, args.dtype, args.seed)
         transport = UdpTransport(args.local_ip, args.service_ip)
         started = time.monotonic()
+        watcher = EpochFile(args.epoch_file) if args.epoch_file else None
+        first = watcher.poll() if watcher else None
         result, stats = allreduce(data, transport=transport, rank=args.rank, workers=args.workers,
                                   job=args.job, window=args.window, give_up=args.give_up,
+                                  epoch=first["epoch"] if first else 0,
+                                  tree_of_slot=first["tree_of_slot"] if first else None,
+                                  control=watcher.poll if watcher else None,
+                                  on_progress=ProgressFile(args.progress) if args.progress else None,
                                   return_stats=True)
         report.update(ok=True, wall=time.monotonic() - started, **_stats_dict(stats))
         np.save(args.out + ".npy", result)
@@ -52,6 +61,45 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.out + ".json", "w") as f:
         json.dump(report, f)
     return 0 if report["ok"] else 1
+
+
+class EpochFile:
+    """The controller's epoch file: poll() returns its content when it changed, else None.
+
+    Why a file: agents run in other network namespaces but share the filesystem, and a
+    stat() per poll costs microseconds; the controller replaces the file atomically.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self.seen = None
+
+    def poll(self) -> dict | None:
+        try:
+            stamp = os.stat(self.path).st_mtime_ns
+        except FileNotFoundError:
+            return None
+        if stamp == self.seen:
+            return None
+        self.seen = stamp
+        with open(self.path) as f:
+            return json.load(f)
+
+
+class ProgressFile:
+    """Rewrites 'done total' (blocks) at most every 10 ms, for scripted failures."""
+
+    def __init__(self, path: str):
+        self.path, self.last = path, 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= 0.01 or done == total:
+            self.last = now
+            tmp = self.path + ".tmp"
+            with open(tmp, "w") as f:
+                f.write(f"{done} {total}")
+            os.replace(tmp, self.path)
 
 
 def _stats_dict(stats) -> dict:

@@ -81,7 +81,7 @@ def test_killed_run_is_cleaned_by_agglab_clean():
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:          # wait until workers are running
-        if any(RUN_ROOT.glob("*/workers/rank0.log")):
+        if any(RUN_ROOT.glob("*/run*/rank0.log")):
             break
         time.sleep(0.2)
     time.sleep(1.0)

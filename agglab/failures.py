@@ -1,0 +1,100 @@
+"""Scripted link failures during an allreduce: `--fail A-B@0.5`, `--fail tree@0.5`.
+
+Why progress-triggered: a failure "when half the blocks are done" lands mid-allreduce
+whatever the speed of the machine. Progress is the slowest worker's share of blocks
+done, read from the small progress files the workers rewrite as they go.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+_SPEC = re.compile(r"^(?:(?P<tree>tree)|(?P<a>[\w.]+)-(?P<b>[\w.]+))@(?P<at>[0-9.]+)$")
+
+
+@dataclass
+class FailSpec:
+    at: float                   # fraction of blocks done, 0..1
+    link: tuple[str, str] | None   # None: a link the active tree uses
+
+    @classmethod
+    def parse(cls, text: str) -> "FailSpec":
+        m = _SPEC.match(text.strip())
+        if not m or not 0 <= float(m["at"]) <= 1:
+            raise ValueError(f"--fail {text!r}: expected A-B@FRACTION or tree@FRACTION, e.g. e1-a1@0.5")
+        return cls(float(m["at"]), None if m["tree"] else (m["a"], m["b"]))
+
+    def check(self, g) -> None:
+        if self.link and not g.has_edge(*self.link):
+            raise ValueError(f"--fail: there is no link {self.link[0]}-{self.link[1]} in this topology")
+
+
+def read_progress(files: list[Path]) -> float:
+    """The slowest worker's fraction done (0 until every worker has reported)."""
+    fractions = []
+    for f in files:
+        try:
+            done, total = f.read_text().split()
+            fractions.append(int(done) / max(1, int(total)))
+        except (OSError, ValueError):
+            return 0.0
+    return min(fractions) if fractions else 0.0
+
+
+def pick_tree_link(job, seed: int) -> tuple[str, str]:
+    """A switch-switch link of the active trees if there is one (a worker's only link
+    would partition it), else any tree link."""
+    edges = sorted({e for t in job.treeset.trees for e in t.edges})
+    inner = [e for e in edges if all(job.g.nodes[n]["kind"] == "switch" for n in e)]
+    return random.Random(seed).choice(inner or edges)
+
+
+class FailureInjector(threading.Thread):
+    """Takes links down (Mininet's configLinkStatus, as `link a b down` does) on schedule."""
+
+    def __init__(self, net, job, specs: list[FailSpec], progress_files: list[Path], seed: int = 0):
+        super().__init__(name="failure-injector", daemon=True)
+        self.net, self.job, self.specs = net, job, sorted(specs, key=lambda s: s.at)
+        self.progress_files, self.seed = progress_files, seed
+        self.injected: list[dict] = []
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        for i, spec in enumerate(self.specs):
+            while read_progress(self.progress_files) < spec.at:
+                if self.stop_event.wait(0.005):
+                    return
+            with self.job.lock:
+                a, b = spec.link or pick_tree_link(self.job, self.seed + i)
+            t_fail = time.monotonic()
+            self.net.net.configLinkStatus(a, b, "down")
+            self.injected.append({"link": f"{a}-{b}", "t_fail": t_fail,
+                                  "at": round(read_progress(self.progress_files), 3)})
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def report(self) -> list[dict]:
+        """Per failure: link, detect/recompute/install times in ms (None if not on a tree)."""
+        out = []
+        for inj in self.injected:
+            a, b = inj["link"].split("-")
+            rec = next((f for f in self.job.failures if set(f["link"].split("-")) == {a, b}), None)
+            row = {"link": inj["link"], "at": inj["at"], "on_tree": rec is not None,
+                   "detect_ms": None, "recompute_ms": None, "install_ms": None}
+            if rec:
+                row.update(detect_ms=round((rec["t_detect"] - inj["t_fail"]) * 1e3, 2),
+                           recompute_ms=rec.get("recompute_ms"), install_ms=rec.get("install_ms"),
+                           epoch=rec.get("epoch"), partitioned=rec.get("partitioned", False))
+            else:
+                seen = [t for t, kind, info in self.job.events.events
+                        if kind == "link_down" and set(info["link"].split("-")) == {a, b}]
+                if seen:
+                    row["detect_ms"] = round((seen[0] - inj["t_fail"]) * 1e3, 2)
+            out.append(row)
+        return out

@@ -1,0 +1,141 @@
+"""`agglab lab`: the Mininet CLI with aggregation commands, for failure experiments by hand.
+
+Each command is a do_* method whose docstring is its help (type `help fail`).
+Mininet's own commands keep working; `link a b down` is noticed by the controller
+through netlink exactly like `fail a b`.
+"""
+
+from __future__ import annotations
+
+import shlex
+import threading
+
+from mininet.cli import CLI
+
+from agglab import wire
+from agglab.run import RunSpec, Session
+from controller import aggregate
+from controller.topology import switches
+
+
+class LabCLI(CLI):
+    prompt = "agglab> "
+
+    def __init__(self, session: Session, **kw):
+        self.session = session
+        self.running: threading.Thread | None = None
+        CLI.__init__(self, session.net.net, **kw)
+
+    # -- links -------------------------------------------------------------------
+    def _link(self, line: str, status: str) -> None:
+        args = line.split()
+        if len(args) != 2 or not self.session.g.has_edge(*args):
+            print(f"usage: {'fail' if status == 'down' else 'recover'} A B   (a link of the topology, "
+                  f"e.g. {' '.join(next(iter(self.session.g.edges)))})")
+            return
+        self.mn.configLinkStatus(args[0], args[1], status)
+
+    def do_fail(self, line):
+        """fail A B: take link A-B down (both ends). The controller sees it on netlink and, if an
+        active tree uses it, recomputes and installs the trees under a new epoch."""
+        self._link(line, "down")
+
+    def do_recover(self, line):
+        """recover A B: bring link A-B back; when no allreduce runs, trees are recomputed."""
+        self._link(line, "up")
+
+    # -- state -------------------------------------------------------------------
+    def do_trees(self, line):
+        """trees: the job's current trees, their weights and the epoch."""
+        job = self.session.job
+        with job.lock:
+            ts, share = job.treeset, job.tree_of_slot
+            print(f"algorithm {job.algorithm}, epoch {ts.epoch}, {len(ts.trees)} tree(s), window {job.window} slots"
+                  + (f"  PARTITIONED: {job.partitioned}" if job.partitioned else ""))
+            for t in ts.trees:
+                edges = " ".join(f"{a}-{b}" for a, b in sorted(t.edges))
+                print(f"  tree {t.id}: root {t.root}, weight {t.weight:.3f}, {share.count(t.id)} slots, "
+                      f"height {t.height}\n    {edges}")
+
+    def do_slots(self, line):
+        """slots SWITCH [N]: aggregation state of the first N (default 8) busy slots of a switch."""
+        args = line.split()
+        if not args or args[0] not in switches(self.session.g):
+            print("usage: slots SWITCH [N]")
+            return
+        limit = int(args[1]) if len(args) > 1 else 8
+        client = self.session.net.client(args[0])
+        regs = {n: client.register_read(n) for n in ("agg_count", "agg_bitmap", "agg_exp", "agg_final")}
+        shown = 0
+        for r, count in enumerate(regs["agg_count"]):
+            if count and shown < limit:
+                ver, slot = divmod(r, wire.SLOTS)
+                print(f"  slot {slot:4d} ver {ver}: count {count}, bitmap {regs['agg_bitmap'][r]:#x}, "
+                      f"exp {regs['agg_exp'][r]}, final {regs['agg_final'][r]}")
+                shown += 1
+        print(f"  ({sum(1 for c in regs['agg_count'] if c)} slot-versions in use)")
+
+    def do_stats(self, line):
+        """stats: per switch aggregation counters (contributions, completions, duplicates, drops)."""
+        for sw in switches(self.session.g):
+            stats = aggregate.read_stats(self.session.net.client(sw))
+            print(f"  {sw}: " + ", ".join(f"{k} {v}" for k, v in stats.items()))
+
+    def do_events(self, line):
+        """events [N]: the controller's timestamped log (link down seen, trees recomputed, installed)."""
+        for entry in self.session.events.lines(int(line) if line.strip().isdigit() else None):
+            print("  " + entry)
+
+    # -- traffic -----------------------------------------------------------------
+    def do_allreduce(self, line):
+        """allreduce [ELEMENTS] [--tree spt|rat|packing] [--dtype int32|float32] [--loss P]:
+        run one allreduce in the background (fail links meanwhile); prints the outcome when done."""
+        if self.running and self.running.is_alive():
+            print("an allreduce is already running")
+            return
+        try:
+            opts = _parse_allreduce(shlex.split(line))
+        except ValueError as exc:
+            print(exc)
+            return
+        tree = opts.pop("tree", None)
+        if tree and tree != self.session.job.algorithm:
+            self.session.job.reinstall(tree, why="requested by allreduce --tree")
+            opts["tree"] = tree
+
+        def work():
+            try:
+                r = self.session.allreduce(**opts)
+                verdict = "exact" if r["exact"] else "NOT EXACT"
+                print(f"\nallreduce: {verdict}, {r['elements']} {r['dtype']} x {r['workers']} workers in "
+                      f"{r['seconds']} s, {r['retransmissions']} retransmissions, epoch {r['epoch']}"
+                      + ("".join(f"\n  {e.splitlines()[0]}" for e in r.get("errors", []))))
+            except Exception as exc:
+                print(f"\nallreduce failed: {exc}")
+
+        self.running = threading.Thread(target=work, daemon=True)
+        self.running.start()
+        print("allreduce started in the background")
+
+
+def _parse_allreduce(args: list[str]) -> dict:
+    opts: dict = {}
+    it = iter(args)
+    for a in it:
+        if a.isdigit():
+            opts["elements"] = int(a)
+        elif a in ("--tree", "--dtype", "--loss"):
+            value = next(it, None)
+            if value is None:
+                raise ValueError(f"{a} needs a value")
+            opts[a[2:]] = float(value) if a == "--loss" else value
+        else:
+            raise ValueError(f"unknown argument {a!r}; see 'help allreduce'")
+    return opts
+
+
+def run_lab(spec: RunSpec) -> int:
+    with Session(spec, quiet=False) as session:
+        print("agglab lab: type 'help' for commands; 'fail A B', 'allreduce', 'trees', 'events'; 'exit' to quit")
+        LabCLI(session)
+    return 0
