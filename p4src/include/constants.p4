@@ -16,6 +16,7 @@
 
 #define AGG_FLAG_RESULT  1           /* packet carries an aggregate           */
 #define AGG_FLAG_RETX    2           /* worker retransmission (informational) */
+#define AGG_FLAG_SPARSE  4           /* sparse (OmniReduce) pipeline           */
 #define AGG_NEXT_NONE    0xFFFFFFFF  /* next_block value meaning "no more"    */
 #define AGG_EXP_BIAS     128         /* exp field = exponent + AGG_EXP_BIAS   */
 
