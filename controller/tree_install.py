@@ -78,7 +78,7 @@ def install(clients: dict[str, SwitchClient], g: nx.Graph, treeset, job: int = 0
         ports = [port(g, sw, c) for c in role.children]
         group = tree_group(job, tree_id, treeset.epoch)
         inst.groups[sw].append((group, client.mc_group(group, ports)))
-        key = [job, tree_id, treeset.epoch]
+        key = [job, tree_id, treeset.epoch & 0xFF]           # the header's epoch is 8 bits
         for child, (c, p) in enumerate(zip(role.children, ports)):
             if role.root:
                 h = client.table_add("agg_job", "agg_child", key + [p], [child, len(ports), group, slot_base])

@@ -45,7 +45,7 @@ from hosts import quantization as qz
 from hosts.consistency import (DTYPES, ConsistencyError, DtypeMismatchError,  # noqa: F401 (API)
                                LengthMismatchError, WindowMismatchError,
                                WorkerCountMismatchError, check_lead, lead_lanes)
-from hosts.diagnostics import AllreduceStats, AllreduceTimeout, timeout_message
+from hosts.diagnostics import AllreduceStats, AllreduceTimeout, NetworkPartitionError, timeout_message
 from hosts.protocol import LAYOUT, HeaderPacker
 from hosts.rto import MAX_RTO, RtoEstimator
 from hosts.transport import Transport, UdpTransport  # noqa: F401 (API)
@@ -209,6 +209,8 @@ class _Run:
         msg = self.control()
         if not msg:
             return False
+        if msg.get("status") == "partitioned":
+            raise NetworkPartitionError(msg.get("reason") or "the controller reports the workers are partitioned")
         epoch = int(msg.get("epoch", self.epoch))
         trees = self._trees(msg["tree_of_slot"]) if msg.get("tree_of_slot") else self.trees
         if epoch == self.epoch and trees == self.trees:

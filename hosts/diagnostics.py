@@ -14,6 +14,10 @@ class AllreduceTimeout(TimeoutError):
     """No progress for `give_up` seconds; the message says which slots/blocks are missing."""
 
 
+class NetworkPartitionError(RuntimeError):
+    """The controller found no tree connecting all workers (a link failure partitioned them)."""
+
+
 @dataclass
 class AllreduceStats:
     packets_sent: int = 0
