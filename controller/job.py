@@ -120,7 +120,8 @@ class TreeJob:
 
     def _publish(self, status: str = "ok", reason: str = "") -> None:
         """Atomically replace the epoch file the agents watch."""
-        data = {"epoch": (self.treeset.epoch if self.treeset else 0) & 0xFF,   # 8-bit header field "tree_of_slot": self.tree_of_slot,
+        # the header's epoch field is 8 bits
+        data = {"epoch": (self.treeset.epoch if self.treeset else 0) & 0xFF, "tree_of_slot": self.tree_of_slot,
                 "status": status, "reason": reason}
         tmp = self.epoch_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(data))
