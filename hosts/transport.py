@@ -8,6 +8,7 @@ payloads (agg_h + values), so that is all a transport has to do.
 
 from __future__ import annotations
 
+import errno
 import socket
 from typing import Protocol, runtime_checkable
 
@@ -45,9 +46,17 @@ class UdpTransport:
             raise OSError(exc.errno, f"cannot bind UDP {local_ip}:{port} for aggregation: {exc.strerror}") from exc
         self.dest = (service_ip, port)
         self._timeout: float | None = None
+        self.send_errors = 0          # sends refused by the kernel (link down): counted as loss
 
     def send(self, payload: bytes) -> None:
-        self.sock.sendto(payload, self.dest)
+        """A down link (ENETUNREACH, ENETDOWN) or a full queue (ENOBUFS) is packet loss:
+        the retransmission timer recovers, or the controller reports a partition."""
+        try:
+            self.sock.sendto(payload, self.dest)
+        except OSError as exc:
+            if exc.errno not in (errno.ENETUNREACH, errno.ENETDOWN, errno.EHOSTUNREACH, errno.ENOBUFS):
+                raise
+            self.send_errors += 1
 
     def recv(self, timeout: float) -> bytes | None:
         timeout = max(0.0, timeout)

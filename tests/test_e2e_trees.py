@@ -1,0 +1,71 @@
+"""Multi-switch aggregation trees in Mininet, with live link failures (issue: trees + reroute).
+
+Every run is checked against numpy by the runner; these tests assert exactness, the
+controller's reaction (reroute or not), the failure timings and that nothing is left.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from agglab.run import RunSpec, Session, run_allreduce
+from tests.leftovers import assert_clean
+
+pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.slow]
+
+FAT = dict(topology="fattree", k=4, workers=8)
+
+
+@pytest.mark.parametrize("tree", ["spt", "rat", "packing"])
+def test_fat_tree_8_workers_exact(tree):
+    r = run_allreduce(elements=20_000, tree=tree, seed=11, **FAT)
+    assert r["exact"], r.get("errors")
+    assert r["switch"]["completions"] > 0
+    assert_clean()
+
+
+@pytest.mark.parametrize("attempt", range(5))
+def test_failing_an_active_tree_link_mid_allreduce_stays_exact(attempt):
+    rng = random.Random(attempt)
+    at = round(rng.uniform(0.15, 0.85), 2)
+    tree = ["spt", "rat", "packing", "rat", "spt"][attempt]
+    r = run_allreduce(elements=60_000, tree=tree, seed=100 + attempt, fail=[f"tree@{at}"], **FAT)
+    assert r["exact"], r.get("errors")
+    (f,) = r["failures"]
+    assert f["on_tree"] and f["epoch"] == 1, f
+    assert 0 <= f["detect_ms"] < 1000 and f["recompute_ms"] >= 0 and f["install_ms"] > 0
+    assert r["epoch"] == 1
+    assert_clean()
+
+
+def test_failure_off_the_active_trees_changes_nothing():
+    spec = RunSpec(elements=40_000, tree="spt", seed=3, **FAT)
+    with Session(spec) as s:
+        used = {e for t in s.job.treeset.trees for e in t.edges}
+        spare = sorted((u, v) for u, v in s.g.edges
+                       if s.g.nodes[u]["kind"] == s.g.nodes[v]["kind"] == "switch"
+                       and tuple(sorted((u, v))) not in used and (v, u) not in used)
+        a, b = spare[0]
+        r = s.allreduce(fail=[f"{a}-{b}@0.3"])
+        assert r["exact"], r.get("errors")
+        (f,) = r["failures"]
+        assert not f["on_tree"] and f["detect_ms"] is not None
+        assert r["epoch"] == 0
+        kinds = [line.split()[1] for line in s.events.lines()]
+        assert "no_reinstall" in kinds and "rerouted" not in kinds
+    assert_clean()
+
+
+def test_partition_gives_every_worker_a_clear_error_quickly():
+    spec = RunSpec(elements=400_000, tree="spt", seed=4, give_up=30, **FAT)
+    with Session(spec) as s:
+        worker = s.job.workers[0]
+        (tor,) = list(s.g.neighbors(worker))
+        r = s.allreduce(fail=[f"{worker}-{tor}@0.2"])
+    assert not r["ok"]
+    assert len(r["errors"]) == 8, r["errors"]
+    assert all("partition" in e.lower() for e in r["errors"]), r["errors"]
+    assert r["failures"][0]["partitioned"]
+    assert_clean()
