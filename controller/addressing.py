@@ -26,12 +26,33 @@ def host_mac(index: int) -> str:
     return f"02:00:00:00:{(index >> 8) & 0xFF:02x}:{index & 0xFF:02x}"
 
 
+def nic_ip(index: int, nic: int) -> str:
+    """IP of NIC `nic` of the index-th host; NIC 0 is host_ip(index). All in 10.0.0.0/8."""
+    return host_ip(index) if nic == 0 else f"10.{32 * nic + (index - 1) // 250}.0.{(index - 1) % 250 + 1}"
+
+
+def nic_mac(index: int, nic: int) -> str:
+    return f"02:00:00:{nic:02x}:{(index >> 8) & 0xFF:02x}:{index & 0xFF:02x}"
+
+
 def assign_addresses(g: nx.Graph) -> nx.Graph:
-    """Give every host an IP and MAC (in natural name order), stored on the node."""
+    """Give every host an IP and MAC (in natural name order), stored on the node, and every
+    host interface its own address on the edge (`addrs[host] = (ip, mac)`): multi-NIC hosts
+    (BCube servers) are addressed per NIC; NIC 0 carries the node's address."""
     for index, h in enumerate(hosts(g), start=1):
         g.nodes[h].setdefault("ip", host_ip(index))
         g.nodes[h].setdefault("mac", host_mac(index))
+        for nbr in g.neighbors(h):
+            edge = g.edges[h, nbr]
+            nic = edge["ports"][h]
+            edge.setdefault("addrs", {})[h] = ((g.nodes[h]["ip"], g.nodes[h]["mac"]) if nic == 0
+                                               else (nic_ip(index, nic), nic_mac(index, nic)))
     return g
+
+
+def interface_address(g: nx.Graph, host: str, nbr: str) -> tuple[str, str]:
+    """(ip, mac) of the host's interface that faces `nbr`."""
+    return tuple(g.edges[host, nbr]["addrs"][host])
 
 
 def ip_to_int(ip: str) -> int:

@@ -42,6 +42,13 @@ def install_forwarding(client: SwitchClient, g: nx.Graph, switch: str) -> int:
         client.table_add("ipv4_lpm", "ipv4_forward", [f"{attrs['ip']}/32"], [attrs["mac"], out])
         client.table_add("l2_exact", "l2_forward", [attrs["mac"]], [out])
         entries += 2
+    for nbr in g.neighbors(switch):        # extra NICs of multi-NIC hosts: only via their own link
+        if g.nodes[nbr]["kind"] == "host" and g.edges[switch, nbr]["ports"][nbr] != 0:
+            ip, mac = g.edges[switch, nbr]["addrs"][nbr]
+            out = port(g, switch, nbr)
+            client.table_add("ipv4_lpm", "ipv4_forward", [f"{ip}/32"], [mac, out])
+            client.table_add("l2_exact", "l2_forward", [mac], [out])
+            entries += 2
     client.mc_group(FLOOD_GROUP, flood_ports(g, switch))
     client.table_add("l2_exact", "l2_flood", [BROADCAST_MAC], [FLOOD_GROUP])
     return entries + 1

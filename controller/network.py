@@ -102,6 +102,16 @@ class EmulatedNetwork:
             node = self.net.get(h)
             intfs = [i.name for i in node.intfList() if i.name != "lo"]
             _quiet_host(node, intfs)
+            # multi-NIC hosts: every NIC its own address; no reverse-path filtering between them
+            node.cmd("sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0")
+            for nbr in g.neighbors(h):
+                e = g.edges[h, nbr]
+                if e["ports"][h] != 0:
+                    ip, mac = e["addrs"][h]
+                    intf = node.intf(e["intfs"][h])
+                    intf.setMAC(mac)
+                    intf.setIP(ip, prefixLen=addressing.PREFIX_LEN)
+                    node.cmd(f"sysctl -qw net.ipv4.conf.{intf.name}.rp_filter=0")
             for intf in intfs:
                 node.cmd(f"ip neigh replace {addressing.SERVICE_IP} lladdr {addressing.SERVICE_MAC} "
                          f"dev {intf} nud permanent")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from agglab import wire
-from controller.addressing import SERVICE_IP, SERVICE_MAC
+from controller.addressing import SERVICE_IP, SERVICE_MAC, interface_address
 from controller.switch_client import SwitchClient
 from controller.topology import natural_key, port
 
@@ -88,8 +88,11 @@ def install(clients: dict[str, SwitchClient], g: nx.Graph, treeset, job: int = 0
             inst.job_handles[sw].append(h)
             done = reply_ports.setdefault(sw, set())
             if p not in done:
-                a = g.nodes[c]
-                dst = (a["mac"], a["ip"]) if a["kind"] == "host" else (SERVICE_MAC, SERVICE_IP)
+                if g.nodes[c]["kind"] == "host":
+                    ip, mac = interface_address(g, c, sw)
+                    dst = (mac, ip)
+                else:
+                    dst = (SERVICE_MAC, SERVICE_IP)
                 client.table_add("agg_reply", "agg_set_dst", [p], [SERVICE_MAC, SERVICE_IP, *dst])
                 done.add(p)
                 inst.entries += 1

@@ -33,7 +33,7 @@ def test_routes_and_flood_tree_on_a_looped_topology():
     for i, s in enumerate(("s1", "s2", "s3"), start=1):
         g.add_node(f"h{i}", kind="host", rank=i - 1)
         g.add_edge(f"h{i}", s)
-    assign_ports(addressing.assign_addresses(g))
+    addressing.assign_addresses(assign_ports(g))
     hops = forward.next_hops(g, "s1")
     assert hops == {"h1": "h1", "h2": "s2", "h3": "s3"}
     # the flood tree spans the switches without a cycle: 2 of the 3 inter-switch links
