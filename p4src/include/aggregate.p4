@@ -122,7 +122,7 @@ control Aggregate(inout headers_t hdr, inout meta_t meta,
     /* An inner switch's partial travels as an ordinary contribution: no
      * RESULT flag, addresses as they came, payload changed so no UDP checksum. */
     action send_up() {
-        hdr.agg.flags = hdr.agg.flags & ~AGG_FLAG_RESULT;
+        hdr.agg.flags = hdr.agg.flags & ~(bit<8>)AGG_FLAG_RESULT;
         hdr.udp.checksum = 0;
         standard_metadata.egress_spec = meta.parent_port;
     }
