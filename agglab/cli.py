@@ -25,7 +25,8 @@ def _allreduce(args) -> int:
         result = run_allreduce(quiet=args.json, workers=args.workers, elements=args.elements,
                                dtype=args.dtype, loss=args.loss, backend=args.backend,
                                window=args.window, seed=args.seed, give_up=args.give_up, bw=args.bw,
-                               topology=args.topology, k=args.k, tree=args.tree, fail=args.fail or [])
+                               topology=args.topology, k=args.k, tree=args.tree, fail=args.fail or [],
+                               bml_variant=args.bml_variant)
     except ValueError as exc:
         print(f"agglab allreduce: {exc}", file=sys.stderr)
         return 2
@@ -104,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--k", type=int, default=None, help="fat-tree k (default 4) or BCube level count k")
     a.add_argument("--tree", default="spt", choices=["spt", "rat", "packing", "bml"],
                    help="aggregation tree algorithm (default spt)")
+    a.add_argument("--bml-variant", choices=["in-network", "host"], default="in-network",
+                   help="BML on BCube: level switches aggregate (in-network, default) or servers "
+                        "reduce-scatter/all-gather through them as in the paper (host)")
     a.add_argument("--fail", action="append", metavar="A-B@FRACTION",
                    help="take link A-B down when FRACTION of the blocks are done; 'tree@0.5' picks a "
                         "link the active tree uses; may repeat")

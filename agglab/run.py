@@ -21,6 +21,7 @@ from agglab.failures import FailSpec, FailureInjector
 from controller import aggregate, drop_sim, forward, topologies
 from controller.addressing import SERVICE_IP
 from controller.events import EventLog
+from controller.bml_job import BmlJob
 from controller.job import TreeJob
 from controller.network import EmulatedNetwork
 from controller.topology import single_switch, switches, workers as worker_hosts
@@ -41,7 +42,8 @@ class RunSpec:
     bw: float | None = None            # Mb/s per link (tc htb), None = unlimited
     topology: str = "single"           # single | leafspine | fattree | bcube | FILE.yaml
     k: int | None = None               # fat-tree k / BCube k
-    tree: str = "spt"                  # spt | rat | packing
+    tree: str = "spt"                  # spt | rat | packing | bml (BCube only)
+    bml_variant: str = "in-network"    # in-network | host
     fail: list = field(default_factory=list)    # ["A-B@0.5", "tree@0.5", ...]
     length_override: dict[int, int] = field(default_factory=dict)   # rank -> length (tests)
 
@@ -55,8 +57,13 @@ class RunSpec:
         drop_sim.threshold(self.loss)   # raises on a bad probability
         if self.window is not None and not 1 <= self.window <= wire.SLOTS:
             raise ValueError(f"--window must be within 1..{wire.SLOTS}, got {self.window}")
-        if self.tree not in ("spt", "rat", "packing"):
-            raise ValueError(f"--tree must be spt, rat or packing here, got {self.tree!r}")
+        if self.tree not in ("spt", "rat", "packing", "bml"):
+            raise ValueError(f"--tree must be spt, rat, packing or bml, got {self.tree!r}")
+        if (self.tree == "bml") != (self.topology == "bcube"):
+            raise ValueError("--tree bml goes with --topology bcube (and BCube needs --tree bml: "
+                             "its servers relay, so no switch tree spans it)")
+        if self.bml_variant not in ("in-network", "host"):
+            raise ValueError(f"--bml-variant must be in-network or host, got {self.bml_variant!r}")
         self.fail_specs = [FailSpec.parse(f) for f in self.fail]
 
 
@@ -127,8 +134,12 @@ class Session:
                 client = self.net.client(sw)
                 forward.install_forwarding(client, g, sw)
                 drop_sim.set_loss(client, [e["ports"][sw] for _, _, e in g.edges(sw, data=True)], spec.loss)
-            self.job = TreeJob(g, self.net.clients, spec.tree, worker_hosts(g), default_window(spec),
-                               self.net.run.path / "epoch.json", job=spec.job, events=self.events).start()
+            if spec.tree == "bml":
+                self.job = BmlJob(g, self.net.clients, default_window(spec), self.net.run.path / "epoch.json",
+                                  job=spec.job, events=self.events, variant=spec.bml_variant).start()
+            else:
+                self.job = TreeJob(g, self.net.clients, spec.tree, worker_hosts(g), default_window(spec),
+                                   self.net.run.path / "epoch.json", job=spec.job, events=self.events).start()
             self.job.watch_links()
         except BaseException:
             self.stop()
@@ -182,6 +193,7 @@ def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: TreeJob, quiet: bool,
     out_dir = net.run.path / name
     out_dir.mkdir()
     env = dict(os.environ, PYTHONPATH=str(REPO))
+    plans = job.write_plans(out_dir) if isinstance(job, BmlJob) else {}
     procs = []
     for rank, h in enumerate(workers):
         argv = [sys.executable, "-m", "hosts.worker", "--rank", str(rank), "--workers", str(spec.workers),
@@ -190,6 +202,8 @@ def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: TreeJob, quiet: bool,
                 "--job", str(spec.job), "--give-up", str(spec.give_up), "--out", str(out_dir / f"rank{rank}"),
                 "--window", str(job.window), "--epoch-file", str(job.epoch_file),
                 "--progress", str(out_dir / f"rank{rank}.progress")]
+        if h in plans:
+            argv += ["--bml-plan", str(plans[h])]
         if rank in spec.length_override:
             argv += ["--length-override", str(spec.length_override[rank])]
         log = open(out_dir / f"rank{rank}.log", "wb")

@@ -35,11 +35,14 @@ class UdpTransport:
     """
 
     def __init__(self, local_ip: str, service_ip: str, port: int = wire.UDP_PORT,
-                 buffer_bytes: int = BUFFER_BYTES) -> None:
+                 buffer_bytes: int = BUFFER_BYTES, device: str | None = None) -> None:
+        """`device` pins the socket to one NIC (multi-NIC BCube servers: NIC l = level l)."""
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
                 self.sock.setsockopt(socket.SOL_SOCKET, opt, buffer_bytes)
+            if device:
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, device.encode())
             self.sock.bind((local_ip, port))
         except OSError as exc:
             self.sock.close()

@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="send an array of this length instead (to test mismatch detection)")
     ap.add_argument("--epoch-file", default=None, help="JSON the controller rewrites on reroute")
     ap.add_argument("--progress", default=None, help="file to rewrite with 'done total' blocks")
+    ap.add_argument("--bml-plan", default=None, help="BML on BCube: this server's plan (JSON)")
     ap.add_argument("--out", required=True, help="path prefix for .npy and .json")
     args = ap.parse_args(argv)
 
@@ -43,8 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     report: dict = {"rank": args.rank, "ok": False}
     try:
         data = make_gradient(args.rank, args.length_override or args.elements, args.dtype, args.seed)
-        transport = UdpTransport(args.local_ip, args.service_ip)
         started = time.monotonic()
+        if args.bml_plan:
+            return _finish(args, report, *_run_bml(args, data, started))
+        transport = UdpTransport(args.local_ip, args.service_ip)
         watcher = EpochFile(args.epoch_file) if args.epoch_file else None
         first = watcher.poll() if watcher else None
         result, stats = allreduce(data, transport=transport, rank=args.rank, workers=args.workers,
@@ -100,6 +103,37 @@ class ProgressFile:
             with open(tmp, "w") as f:
                 f.write(f"{done} {total}")
             os.replace(tmp, self.path)
+
+
+def _run_bml(args, data, started):
+    with open(args.bml_plan) as f:
+        plan = json.load(f)
+    if plan["variant"] == "host":
+        from hosts.bml_host import plan_from_json, run_host_bml
+
+        nic_ip = {tuple([k.split("|")[0], int(k.split("|")[1])]): ip for k, ip in plan["nic_ip"].items()}
+        me = plan["me"]
+        result, stats = run_host_bml(data, me, plan_from_json(plan["schedule"]), nic_ip,
+                                     timeout=args.give_up * 3, return_stats=True)
+        stats = {"packets_sent": 0, "retransmissions": 0, "bytes_sent": _get(stats, "bytes_sent")}
+    else:
+        from hosts.bml import allreduce_bml
+
+        result, stats = allreduce_bml(data, plan, args.service_ip, give_up=args.give_up)
+    stats["seconds"] = time.monotonic() - started
+    return result, stats
+
+
+def _get(stats, key):
+    return stats.get(key, 0) if isinstance(stats, dict) else getattr(stats, key, 0)
+
+
+def _finish(args, report, result, stats) -> int:
+    report.update(ok=True, **stats)
+    np.save(args.out + ".npy", result)
+    with open(args.out + ".json", "w") as f:
+        json.dump(report, f)
+    return 0
 
 
 def _stats_dict(stats) -> dict:

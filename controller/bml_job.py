@@ -1,0 +1,120 @@
+"""BML on BCube as a job: the in-network variant installed into the level switches, and
+the per-worker plan both variants need.
+
+In-network (ours): part j of the gradient, at stage s, is allreduced inside each group
+of n servers by their level-((j+s) mod L) switch. Every (part, level switch) pair occurs
+exactly once, so part j gets its own tree id and its own slot region (slot_base = j*S)
+at every switch, and never meets another part's state. Host-based (the paper's): the
+same stages as explicit server-to-server transfers, each one hop through a level switch
+(plain L3 forwarding), executed by hosts/bml_host.py.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import networkx as nx
+
+from agglab import wire
+from controller.addressing import interface_address
+from controller.events import EventLog
+from controller.switch_client import SwitchClient
+from controller.topology import port, workers as worker_hosts
+from controller.tree_install import tree_group
+from controller.trees import compute
+from controller.trees.bml import schedule
+
+
+class BmlJob:
+    """Duck-types the parts of TreeJob that Session and the runner use."""
+
+    def __init__(self, graph: nx.Graph, clients: dict[str, SwitchClient], window: int, epoch_file: Path,
+                 job: int = 0, events: EventLog | None = None, variant: str = "in-network"):
+        self.g, self.clients, self.job = graph, clients, job
+        self.events = events or EventLog()
+        self.variant = variant
+        self.sched = schedule(graph)
+        self.levels = self.sched.levels
+        if len(worker_hosts(graph)) != len(self.sched.hosts):
+            raise ValueError(f"BML needs every BCube server as a worker ({len(self.sched.hosts)}), "
+                             f"got {len(worker_hosts(graph))}")
+        self.workers = list(self.sched.hosts)
+        self.window = min(window, wire.SLOTS // self.levels)
+        self.epoch_file = Path(epoch_file)
+        self.treeset = compute("bml", graph, self.workers)
+        self.algorithm = "bml"
+        self.tree_of_slot: list[int] = []
+        self.failures: list[dict] = []
+        self.lock = threading.RLock()
+        self.busy = False
+        self.partitioned = None
+
+    def start(self) -> "BmlJob":
+        t0 = time.monotonic()
+        entries = 0
+        if self.variant == "in-network":
+            entries = self._install()
+        self.events.add("bml_installed", variant=self.variant, levels=self.levels, n=self.sched.n,
+                        entries=entries, install_ms=round((time.monotonic() - t0) * 1e3, 2))
+        return self
+
+    def _install(self) -> int:
+        entries, replies = 0, set()
+        for stage in self.sched.in_network:
+            for step in stage:
+                client = self.clients[step.switch]
+                ports = [port(self.g, step.switch, h) for h in step.members]
+                group = tree_group(self.job, step.part, 0)
+                client.mc_group(group, ports)
+                for child, (h, p) in enumerate(zip(step.members, ports)):
+                    client.table_add("agg_job", "agg_child", [self.job, step.part, 0, p],
+                                     [child, len(ports), group, step.part * self.window])
+                    if (step.switch, p) not in replies:
+                        ip, mac = interface_address(self.g, h, step.switch)
+                        from controller.addressing import SERVICE_IP, SERVICE_MAC
+                        client.table_add("agg_reply", "agg_set_dst", [p], [SERVICE_MAC, SERVICE_IP, mac, ip])
+                        replies.add((step.switch, p))
+                        entries += 1
+                    entries += 1
+        return entries
+
+    def plan_for(self, host: str) -> dict:
+        """What one worker needs: its NIC per level and its index in each level group."""
+        nics, rank_in_group = {}, {}
+        for stage in self.sched.in_network:
+            for step in stage:
+                if host in step.members:
+                    ip, _ = interface_address(self.g, host, step.switch)
+                    nics[step.level] = {"ip": ip, "dev": self.g.edges[host, step.switch]["intfs"][host]}
+                    rank_in_group[step.level] = step.members.index(host)
+        plan = {"me": host, "variant": self.variant, "levels": self.levels, "n": self.sched.n, "window": self.window,
+                "nics": nics, "rank_in_group": rank_in_group}
+        if self.variant == "host":
+            from hosts.bml_host import plan_to_json
+
+            plan["schedule"] = plan_to_json(self.sched)
+            plan["nic_ip"] = {f"{h}|{l}": interface_address(self.g, h, sw)[0]
+                              for h in self.sched.hosts for sw in self.g.neighbors(h)
+                              for l in [self.g.edges[h, sw]["level"]]}
+        return plan
+
+    def write_plans(self, directory: Path) -> dict[str, Path]:
+        paths = {}
+        for h in self.workers:
+            paths[h] = directory / f"{h}.bml.json"
+            paths[h].write_text(json.dumps(self.plan_for(h)))
+        return paths
+
+    def prepare(self, window: int) -> None:
+        from controller import failover
+
+        failover.reset(self.clients, list(self.clients))
+
+    def watch_links(self) -> "BmlJob":
+        return self                          # BML reroutes nothing: its schedule needs every NIC
+
+    def stop(self) -> None:
+        pass
