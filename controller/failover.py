@@ -45,12 +45,12 @@ def snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot:
         if regs is None:
             client = clients[role.switch]
             regs = cache[role.switch] = {name: np.array(client.register_read(name), dtype=np.int64)
-                                         for name in ("agg_count", "agg_bitmap", "agg_exp", "agg_values")}
+                                         for name in ("agg_count", "agg_bitmap", "agg_exp")}
         for ver in (0, 1):
             r = _index(ver, slot_base, slot)
             if regs["agg_count"][r] == len(role.children) and regs["agg_bitmap"][r] != 0:
-                found[slot] = CompletedVersion(slot, ver, int(regs["agg_exp"][r]),
-                                               regs["agg_values"][r * wire.K:(r + 1) * wire.K].copy())
+                values = np.array(clients[role.switch].register_read_range("agg_values", r * wire.K, wire.K))
+                found[slot] = CompletedVersion(slot, ver, int(regs["agg_exp"][r]), values)
     return found
 
 
@@ -65,6 +65,7 @@ def preload(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: 
     """Write the completed versions into the new tree: full result at its root, complete
     bitmap/count everywhere (so duplicates are answered). Returns register writes made."""
     lines: dict[str, list[str]] = {}
+    values: dict[tuple[str, int], np.ndarray] = {}
     for slot, done in completed.items():
         tree = tree_of_slot[slot]
         r = _index(done.ver, slot_base, slot)
@@ -77,8 +78,10 @@ def preload(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: 
                     f"register_write agg_bitmap {r} {(1 << fan_in) - 1}"]
             if role.root:
                 out += [f"register_write agg_exp {r} {done.exp}", f"register_write agg_final {r} 1"]
-                out += [f"register_write agg_values {r * wire.K + i} {int(v) & 0xFFFFFFFF}"
-                        for i, v in enumerate(done.values)]
+                values[sw, r] = done.values
+    for (sw, r), vals in values.items():
+        lines[sw] += clients[sw].register_write_range_lines("agg_values", r * wire.K,
+                                                            [int(v) & 0xFFFFFFFF for v in vals])
     for sw, batch in lines.items():
-        clients[sw].commands(batch)
-    return sum(len(b) for b in lines.values())
+        clients[sw].commands(batch)          # one pipelined batch per switch
+    return sum(len(b) for b in lines.values()) + wire.K * len(values)

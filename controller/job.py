@@ -155,9 +155,12 @@ class TreeJob:
         t0 = time.monotonic()
         old = self.inst
         tree_install.freeze(self.clients, old)
+        phases = {"freeze_ms": time.monotonic() - t0}
         time.sleep(self.drain)                      # packets already in flight finish or miss
+        ts = time.monotonic()
         completed = failover.snapshot(self.clients, old, self.tree_of_slot)
         t1 = time.monotonic()
+        phases["snapshot_ms"] = t1 - ts
         try:
             new = trees.compute(self.algorithm, self.g, self.workers, epoch=self.treeset.epoch + 1)
         except TreeError as exc:
@@ -172,17 +175,22 @@ class TreeJob:
         self.tree_of_slot = partition_slots(new.weights, self.window)
         on_tree = sorted({sw for sw, _ in tree_install.roles_of(new, self.g)})
         failover.reset(self.clients, on_tree)
+        ti = time.monotonic()
         self.inst = tree_install.install(self.clients, self.g, new, self.job, reply_ports=self.reply_ports)
+        tp = time.monotonic()
         writes = failover.preload(self.clients, self.inst, self.tree_of_slot, completed)
-        tree_install.remove_groups(self.clients, old)
+        phases.update(entries_ms=tp - ti, preload_ms=time.monotonic() - tp)
         self._publish()
         t3 = time.monotonic()
+        tree_install.remove_groups(self.clients, old)      # after the agents were told: not urgent
         record.update(recompute_ms=round((t2 - t1) * 1e3, 2), install_ms=round((t3 - t2 + t1 - t0) * 1e3, 2),
-                      epoch=new.epoch, preloaded_slots=len(completed), register_writes=writes)
+                      epoch=new.epoch, preloaded_slots=len(completed), register_writes=writes,
+                      **{k: round(v * 1e3, 2) for k, v in phases.items()})
         self.failures.append(record)
         self.events.add("rerouted", link=link, epoch=new.epoch, trees=len(new.trees),
                         recompute_ms=record["recompute_ms"], install_ms=record["install_ms"],
-                        preloaded=len(completed))
+                        preloaded=len(completed),
+                        **{k: record[k] for k in ("freeze_ms", "snapshot_ms", "entries_ms", "preload_ms")})
         return record
 
     def stop(self) -> None:

@@ -58,6 +58,18 @@ class SwitchClient(ABC):
             return values[0]
         return values
 
+    def register_read_range(self, name: str, start: int, count: int) -> list[int]:
+        """Values [start, start+count) (per-index reads here; the soft switch has one command)."""
+        outs = self.commands([f"register_read {name} {i}" for i in range(start, start + count)])
+        return [int(o.rsplit("=", 1)[1]) for o in outs]
+
+    def register_write_range(self, name: str, start: int, values) -> None:
+        self.commands(self.register_write_range_lines(name, start, values))
+
+    def register_write_range_lines(self, name: str, start: int, values) -> list[str]:
+        """The command lines that write `values` from `start` (batched by the caller)."""
+        return [f"register_write {name} {start + i} {int(v)}" for i, v in enumerate(values)]
+
     def register_write(self, name: str, index: int, value: int) -> None:
         self.command(f"register_write {name} {index} {value}")
 
@@ -108,6 +120,13 @@ class SoftSwitchClient(SwitchClient):
             return self._client.command(line)
         except SoftError as exc:
             raise SwitchCommandError(f"{self.name}: {line!r}: {exc}") from exc
+
+    def register_read_range(self, name: str, start: int, count: int) -> list[int]:
+        out = self.command(f"register_read_range {name} {start} {count}")
+        return [int(v) for v in out.split("=", 1)[1].split(",") if v.strip()]
+
+    def register_write_range_lines(self, name: str, start: int, values) -> list[str]:
+        return [f"register_write_range {name} {start} " + " ".join(str(int(v)) for v in values)]
 
     def commands(self, lines: list[str]) -> list[str]:
         outs = []

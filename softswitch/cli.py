@@ -168,6 +168,24 @@ class Cli:
         reg.write(_int(args[1], "index"), _int(args[2], "value"))
         return ""
 
+    # Extensions (not in simple_switch_CLI): ranges, so a controller can snapshot and preload
+    # a slot region in one command. Controller code falls back to per-index commands on BMv2.
+    def do_register_read_range(self, args):
+        self._nargs(args, 3)
+        reg = self._res("register", args[0], self.p.register_arrays)
+        start, count = _int(args[1], "start"), _int(args[2], "count")
+        if start < 0 or count < 0 or start + count > len(reg.data):
+            raise StateError(f"range {start}+{count} outside register {reg.name} of size {len(reg.data)}")
+        return f"{reg.name}[{start}:{start + count}]= " + ", ".join(map(str, reg.data[start:start + count].tolist()))
+
+    def do_register_write_range(self, args):
+        self._nargs(args, 2, at_least=True)
+        reg = self._res("register", args[0], self.p.register_arrays)
+        start = _int(args[1], "start")
+        for offset, text in enumerate(args[2:]):
+            reg.write(start + offset, _int(text, "value"))
+        return ""
+
     def do_register_reset(self, args):
         self._nargs(args, 1)
         self._res("register", args[0], self.p.register_arrays).reset()
