@@ -2,7 +2,9 @@
 
 1. packets/s of the software switch's aggregation pipeline (in-process, one core);
 2. packets/s through the software switch daemon on real veth interfaces;
-3. end-to-end goodput of an 8-worker allreduce of 1M int32 per worker in Mininet.
+3. end-to-end goodput of an 8-worker allreduce of 1M int32 per worker in Mininet;
+4. tree computation time (spt, rat, packing) on fat-trees k=4, 8, 16;
+5. reroute time on a k=4 fat-tree: link down → detected → recomputed → installed.
 """
 
 from __future__ import annotations
@@ -34,6 +36,19 @@ def main() -> int:
                   f"goodput={r['goodput_mbps']} Mb/s per worker, aggregate "
                   f"{r['goodput_mbps'] * 8:.1f} Mb/s, packets={r['packets']}, "
                   f"retransmissions={r['retransmissions']}")
+    _section("tree computation (ms)")
+    subprocess.run([sys.executable, "-m", "controller.trees.bench"], cwd=REPO, env=env)
+    if os.geteuid() == 0:
+        _section("reroute on a k=4 fat-tree, 8 workers (link of the active tree fails at 50%)")
+        from agglab.run import run_allreduce
+
+        for tree in ("spt", "rat", "packing"):
+            r = run_allreduce(topology="fattree", k=4, workers=8, elements=200_000, tree=tree, fail=["tree@0.5"])
+            for f in r["failures"]:
+                print(f"{tree:8s} exact={r['exact']} link={f['link']} detect={f['detect_ms']} ms "
+                      f"recompute={f['recompute_ms']} ms install={f['install_ms']} ms "
+                      f"(freeze {f.get('freeze_ms')} / snapshot {f.get('snapshot_ms')} / entries "
+                      f"{f.get('entries_ms')} / preload {f.get('preload_ms')} ms)")
     else:
         print("\n(not root: skipping the daemon and Mininet benchmarks)")
     return 0

@@ -64,7 +64,7 @@ def _lab(args) -> int:
     try:
         spec = RunSpec(workers=args.workers, topology=args.topology, k=args.k, tree=args.tree,
                        backend=args.backend, loss=args.loss, bw=args.bw, elements=args.elements)
-        return run_lab(spec)
+        return run_lab(spec, script=args.script)
     except ValueError as exc:
         print(f"agglab lab: {exc}", file=sys.stderr)
         return 2
@@ -123,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     lab.add_argument("--loss", type=float, default=0.0)
     lab.add_argument("--bw", type=float, default=None)
     lab.add_argument("--elements", type=int, default=200_000, help="default size of 'allreduce'")
+    lab.add_argument("--script", default=None, help="run the lab commands in this file, then exit")
     lab.set_defaults(func=_lab)
 
     c = sub.add_parser("clean", help="remove what crashed runs left behind (idempotent)")

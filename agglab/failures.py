@@ -90,7 +90,9 @@ class FailureInjector(threading.Thread):
             if rec:
                 row.update(detect_ms=round((rec["t_detect"] - inj["t_fail"]) * 1e3, 2),
                            recompute_ms=rec.get("recompute_ms"), install_ms=rec.get("install_ms"),
-                           epoch=rec.get("epoch"), partitioned=rec.get("partitioned", False))
+                           epoch=rec.get("epoch"), partitioned=rec.get("partitioned", False),
+                           **{k: rec[k] for k in ("freeze_ms", "snapshot_ms", "entries_ms", "preload_ms")
+                              if k in rec})
             else:
                 seen = [t for t, kind, info in self.job.events.events
                         if kind == "link_down" and set(info["link"].split("-")) == {a, b}]

@@ -7,6 +7,7 @@ through netlink exactly like `fail a b`.
 
 from __future__ import annotations
 
+import os
 import shlex
 import threading
 
@@ -118,6 +119,13 @@ class LabCLI(CLI):
         print("allreduce started in the background")
 
 
+    def do_wait(self, line):
+        """wait: block until the background allreduce has finished (for scripted labs)."""
+        if self.running:
+            self.running.join()
+
+
+
 def _parse_allreduce(args: list[str]) -> dict:
     opts: dict = {}
     it = iter(args)
@@ -134,8 +142,13 @@ def _parse_allreduce(args: list[str]) -> dict:
     return opts
 
 
-def run_lab(spec: RunSpec) -> int:
+def run_lab(spec: RunSpec, script: str | None = None) -> int:
+    """Open the lab; with `script` (a file of commands) run them and return at its end."""
     with Session(spec, quiet=False) as session:
         print("agglab lab: type 'help' for commands; 'fail A B', 'allreduce', 'trees', 'events'; 'exit' to quit")
-        LabCLI(session)
+        if script:                          # Mininet polls stdin even in batch mode: give it a real file
+            with open(os.devnull) as quiet_stdin:
+                LabCLI(session, stdin=quiet_stdin, script=script)
+        else:
+            LabCLI(session)
     return 0
