@@ -1,4 +1,5 @@
-/* agglab: in-network aggregation (SwitchML semantics) plus plain forwarding,
+/* agglab: in-network aggregation (SwitchML semantics, and OmniReduce-style
+ * block-sparse aggregation for packets flagged AGG_FLAG_SPARSE) plus plain forwarding,
  * for BMv2 simple_switch.  The software switch (softswitch/) runs the same
  * pipeline with the same names; docs/design.md is the contract for both.
  */
@@ -25,6 +26,7 @@ struct meta_t {
 
 #include "include/parser.p4"
 #include "include/aggregate.p4"   /* declares agg_stats, used by all below */
+#include "include/sparse.p4"      /* AGG_FLAG_SPARSE packets (OmniReduce) */
 #include "include/drop_sim.p4"
 #include "include/forward.p4"
 #include "include/deparser.p4"
@@ -33,6 +35,7 @@ control AgglabIngress(inout headers_t hdr, inout meta_t meta,
                       inout standard_metadata_t standard_metadata) {
     DropSimIngress() drop_sim_in;
     Aggregate() aggregate;
+    Sparse() sparse;
     Forward() forward;
 
     apply {
@@ -43,7 +46,11 @@ control AgglabIngress(inout headers_t hdr, inout meta_t meta,
                 mark_to_drop(standard_metadata);
                 agg_stats.count(STAT_REJECT);
             } else if (hdr.agg.isValid()) {
-                aggregate.apply(hdr, meta, standard_metadata);
+                if ((hdr.agg.flags & AGG_FLAG_SPARSE) != 0) {
+                    sparse.apply(hdr, meta, standard_metadata);
+                } else {
+                    aggregate.apply(hdr, meta, standard_metadata);
+                }
             } else {
                 forward.apply(hdr, meta, standard_metadata);
             }

@@ -1,0 +1,237 @@
+/* Block-sparse streaming aggregation, OmniReduce-style (docs/design.md,
+ * "Sparse pipeline").  Packets with AGG_FLAG_SPARSE come here instead of
+ * aggregate.p4; same header, own table, actions and registers (prefix sp_),
+ * so a job can run dense lead rounds and sparse rounds side by side.
+ *
+ * Why a block completes without everyone: each child announces the next
+ * block it will contribute in this slot's column (sp_next); block m is
+ * complete as soon as m is below the minimum of those announcements, since
+ * no child will send anything for m any more.  The result tells everyone
+ * the column's next round (that minimum) and its exponent (the largest
+ * among the children that announced it).  P4 has no loops, so the minimum
+ * is unrolled over AGG_MAX_WORKERS children (AGG_FOR_EACH_CHILD from the
+ * generated values.p4); children >= fan_in count as AGG_NEXT_NONE so unused
+ * register cells never hold the minimum down.
+ *
+ * Roles as in aggregate.p4: sp_child at the tree's root (results are
+ * multicast), sp_child_of at a non-root switch (a completed block goes up as
+ * one contribution carrying the local minimum), sp_from_parent on the
+ * parent port (the tree's result comes down).  Included after aggregate.p4:
+ * uses its ROLE_* values, STAT_DUP_UP and the agg_stats counter.
+ */
+#ifndef AGGLAB_SPARSE_P4
+#define AGGLAB_SPARSE_P4
+
+/* r = ver * AGG_SLOTS + slot_base + slot; per child (slot_base + slot) * MAX_WORKERS + child */
+register<bit<32>>(2 * AGG_SLOTS * AGG_K) sp_values;
+register<bit<32>>(2 * AGG_SLOTS) sp_block;      /* block of the round held in version r */
+register<bit<32>>(2 * AGG_SLOTS) sp_bitmap;
+register<bit<8>>(2 * AGG_SLOTS) sp_final;       /* 1: sp_values[r] is the tree's result */
+register<bit<8>>(2 * AGG_SLOTS) sp_exp;         /* result (or partial) exponent         */
+register<bit<32>>(2 * AGG_SLOTS) sp_rnext;      /* result (or partial) next block       */
+register<bit<8>>(2 * AGG_SLOTS) sp_done;        /* 1: block completed at this switch    */
+register<bit<32>>(AGG_SLOTS * AGG_MAX_WORKERS) sp_next;      /* child's announced next */
+register<bit<8>>(AGG_SLOTS * AGG_MAX_WORKERS) sp_exp_next;   /* its exponent           */
+
+/* First copy: add lane i; keep = 0 when this packet starts the round, which
+ * turns the add into an overwrite (the round's values start at 0). */
+#define SP_ADD_LANE(i) \
+    sp_values.read(lane, base + i); \
+    lane = (lane & keep) + hdr.data.v##i; \
+    sp_values.write(base + i, lane); \
+    hdr.data.v##i = lane;
+
+#define SP_COPY_LANE(i) \
+    sp_values.read(hdr.data.v##i, base + i);
+
+#define SP_STORE_LANE(i) \
+    sp_values.write(base + i, hdr.data.v##i);
+
+/* One child of the unrolled min: n = min next, e = max exponent among the
+ * children whose next equals n (ties on n raise e, a smaller n resets it). */
+#define SP_MIN_CHILD(i) \
+    if (meta.fan_in > i) { \
+        sp_next.read(nx, cbase + i); \
+        sp_exp_next.read(ex, cbase + i); \
+        if (nx < n) { \
+            n = nx; \
+            e = ex; \
+        } else if (nx == n && ex > e) { \
+            e = ex; \
+        } \
+    }
+
+control Sparse(inout headers_t hdr, inout meta_t meta,
+               inout standard_metadata_t standard_metadata) {
+    bit<32> idx;     /* slot_base + slot                  */
+    bit<32> r;       /* this slot-version                 */
+    bit<32> base;    /* first value lane of r             */
+    bit<32> cbase;   /* first per-child cell of the slot  */
+    bit<32> mask;    /* 1 << child                        */
+    bit<32> bm;
+    bit<32> blk;
+    bit<32> keep;
+    bit<32> lane;
+    bit<32> n;
+    bit<32> nx;
+    bit<8>  e;
+    bit<8>  ex;
+    bit<8>  done;
+    bit<8>  fin;
+
+    @name(".sp_child")
+    action sp_child(bit<8> child, bit<8> fan_in, bit<16> mgrp, bit<16> slot_base) {
+        meta.role = ROLE_ROOT;
+        meta.child = child;
+        meta.fan_in = fan_in;
+        meta.mgrp = mgrp;
+        meta.slot_base = slot_base;
+    }
+
+    @name(".sp_child_of")
+    action sp_child_of(bit<8> child, bit<8> fan_in, bit<16> mgrp, bit<16> slot_base,
+                       port_t parent_port) {
+        meta.role = ROLE_INNER;
+        meta.child = child;
+        meta.fan_in = fan_in;
+        meta.mgrp = mgrp;
+        meta.slot_base = slot_base;
+        meta.parent_port = parent_port;
+    }
+
+    @name(".sp_from_parent")
+    action sp_from_parent(bit<8> fan_in, bit<16> mgrp, bit<16> slot_base) {
+        meta.role = ROLE_PARENT;
+        meta.child = 0;
+        meta.fan_in = fan_in;
+        meta.mgrp = mgrp;
+        meta.slot_base = slot_base;
+    }
+
+    @name(".sp_reject")
+    action sp_reject() {
+        meta.role = ROLE_NONE;
+        mark_to_drop(standard_metadata);
+        agg_stats.count(STAT_REJECT);
+    }
+
+    @name(".sp_job")
+    table sp_job {
+        key = {
+            hdr.agg.job: exact;
+            hdr.agg.tree: exact;
+            hdr.agg.epoch: exact;
+            standard_metadata.ingress_port: exact;
+        }
+        actions = { sp_child; sp_child_of; sp_from_parent; sp_reject; }
+        default_action = sp_reject();
+        size = 4096;
+    }
+
+    action mark_result() {
+        hdr.agg.flags = hdr.agg.flags | AGG_FLAG_RESULT;
+        meta.is_result = 1;
+    }
+
+    /* A non-root's completed block travels up as an ordinary contribution. */
+    action send_up() {
+        hdr.agg.flags = hdr.agg.flags & ~(bit<8>)AGG_FLAG_RESULT;
+        hdr.udp.checksum = 0;
+        standard_metadata.egress_spec = meta.parent_port;
+    }
+
+    apply {
+        sp_job.apply();
+        idx = (bit<32>)meta.slot_base + (bit<32>)hdr.agg.slot;
+        if (meta.role == ROLE_NONE) {
+            /* sp_reject already dropped and counted */
+        } else if (idx >= AGG_SLOTS || meta.child >= AGG_MAX_WORKERS ||
+                   (meta.role == ROLE_PARENT && (hdr.agg.flags & AGG_FLAG_RESULT) == 0)) {
+            sp_reject();   /* as in aggregate.p4: never spill into other slots */
+        } else {
+            r = (bit<32>)hdr.agg.ver * AGG_SLOTS + idx;
+            base = r * AGG_K;
+            if (meta.role == ROLE_PARENT) {
+                @atomic {
+                    sp_block.read(blk, r);
+                    sp_bitmap.read(bm, r);
+                    if (blk == hdr.agg.block && bm != 0) {
+                        AGG_FOR_EACH_VALUE(SP_STORE_LANE)
+                        sp_exp.write(r, hdr.agg.exp);
+                        sp_rnext.write(r, hdr.agg.next_block);
+                        sp_final.write(r, 1);
+                        mark_result();
+                        standard_metadata.mcast_grp = meta.mgrp;
+                    } else {
+                        mark_to_drop(standard_metadata);   /* not the round held here */
+                    }
+                }
+            } else {
+                cbase = idx * AGG_MAX_WORKERS;
+                mask = (bit<32>)1 << meta.child;
+                @atomic {
+                    sp_block.read(blk, r);
+                    sp_bitmap.read(bm, r);
+                    keep = 32w0xFFFFFFFF;
+                    if (blk != hdr.agg.block || bm == 0) {
+                        /* A new round in this version: its previous round is
+                         * two rounds old. */
+                        sp_block.write(r, hdr.agg.block);
+                        sp_done.write(r, 0);
+                        sp_final.write(r, 0);
+                        bm = 0;
+                        keep = 0;
+                    }
+                    if ((bm & mask) != 0) {
+                        sp_done.read(done, r);
+                        sp_final.read(fin, r);
+                        if (done == 0) {
+                            mark_to_drop(standard_metadata);
+                            agg_stats.count(STAT_DUP_DROP);
+                        } else {
+                            AGG_FOR_EACH_VALUE(SP_COPY_LANE)
+                            sp_exp.read(hdr.agg.exp, r);
+                            sp_rnext.read(hdr.agg.next_block, r);
+                            if (meta.role == ROLE_ROOT || fin == 1) {
+                                mark_result();
+                                standard_metadata.egress_spec = standard_metadata.ingress_port;
+                                agg_stats.count(STAT_DUP_REPLY);
+                            } else {
+                                send_up();
+                                agg_stats.count(STAT_DUP_UP);
+                            }
+                        }
+                    } else {
+                        sp_bitmap.write(r, bm | mask);
+                        AGG_FOR_EACH_VALUE(SP_ADD_LANE)
+                        sp_next.write(cbase + (bit<32>)meta.child, hdr.agg.next_block);
+                        sp_exp_next.write(cbase + (bit<32>)meta.child, hdr.agg.exp);
+                        agg_stats.count(STAT_CONTRIB);
+                        n = AGG_NEXT_NONE;
+                        e = 0;
+                        AGG_FOR_EACH_CHILD(SP_MIN_CHILD)
+                        if (hdr.agg.block < n) {
+                            hdr.agg.next_block = n;
+                            hdr.agg.exp = e;
+                            sp_rnext.write(r, n);
+                            sp_exp.write(r, e);
+                            sp_done.write(r, 1);
+                            agg_stats.count(STAT_COMPLETE);
+                            if (meta.role == ROLE_ROOT) {
+                                sp_final.write(r, 1);
+                                mark_result();
+                                standard_metadata.mcast_grp = meta.mgrp;
+                            } else {
+                                send_up();
+                            }
+                        } else {
+                            mark_to_drop(standard_metadata);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#endif
