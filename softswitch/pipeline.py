@@ -14,15 +14,16 @@ vectors in tests/conformance check against BMv2 itself.
     p.tables["agg_job"]                # softswitch.tables.Table
 
 `process` follows AgglabIngress/AgglabEgress: ingress drop simulator, parser
-error check, aggregation or forwarding, replication (ascending port order),
-then per replica the egress drop simulator, agg_reply or flood pruning, and the
-IPv4 checksum.  It is the daemon's per-packet hot path, hence the flat code.
+error check, aggregation (dense, or sparse.py for AGG_FLAG_SPARSE) or
+forwarding, replication (ascending port order), then per replica the egress
+drop simulator, agg_reply or flood pruning, and the IPv4 checksum.  It is
+the daemon's per-packet hot path, hence the flat code.
 """
 
 from __future__ import annotations
 
-from softswitch import cli, parser
-from softswitch.aggregate import STAT_REJECT, Aggregate, make_state
+from softswitch import cli, parser, sparse
+from softswitch.aggregate import FLAGS_OFF, STAT_REJECT, Aggregate, make_state
 from softswitch.deparser import update_ipv4_checksum
 from softswitch.drop_sim import DropSim
 from softswitch.forward import RESULT, Forward, flood_prune
@@ -30,18 +31,21 @@ from softswitch.multicast import Multicast
 
 DROP_PORT = 511          # simple_switch's default drop port (egress_spec after mark_to_drop)
 _AGG, _IPV4, _ERROR, _L2 = parser.AGG, parser.IPV4, parser.ERROR, parser.L2
+_SPARSE = sparse.FLAG_SPARSE
 
 
 class Pipeline:
     def __init__(self, seed: int | None = None):
         self.register_arrays, self.stats = make_state()
+        self.register_arrays.update(sparse.make_state())
         self.counter_arrays = {self.stats.name: self.stats}
         self.drop_sim = DropSim(self.stats, seed)
         self.aggregate = Aggregate(self.register_arrays, self.stats)
+        self.sparse = sparse.Sparse(self.register_arrays, self.stats)
         self.forward = Forward()
         self.mc = Multicast()
         self.tables = {t.name: t for t in (
-            self.drop_sim.ingress_table, self.aggregate.agg_job, self.forward.ipv4_lpm,
+            self.drop_sim.ingress_table, self.aggregate.agg_job, self.sparse.sp_job, self.forward.ipv4_lpm,
             self.forward.l2_exact, self.drop_sim.egress_table, self.aggregate.agg_reply)}
         self.registers = {name: reg.data for name, reg in self.register_arrays.items()}
         self.counters = {name: c.packets for name, c in self.counter_arrays.items()}
@@ -68,7 +72,10 @@ class Pipeline:
             return []
         ptype = parser.parse(frame)
         if ptype == _AGG:
-            decision = self.aggregate.ingress(ingress_port, frame)
+            if frame[FLAGS_OFF] & _SPARSE:
+                decision = self.sparse.ingress(ingress_port, frame)
+            else:
+                decision = self.aggregate.ingress(ingress_port, frame)
         elif ptype == _IPV4:
             decision = self.forward.ipv4(frame)
         elif ptype == _ERROR:

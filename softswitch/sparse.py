@@ -1,0 +1,173 @@
+"""Block-sparse aggregation (p4src/include/sparse.p4), OmniReduce-style.
+
+Packets flagged AGG_FLAG_SPARSE take this path instead of softswitch.aggregate;
+the semantics are docs/design.md's "Sparse pipeline", step for step with the
+P4 (same table sp_job, actions sp_child / sp_child_of / sp_from_parent,
+registers sp_*).  A block m is complete once m is below the minimum of the
+next blocks the switch's children announced: nobody will send for m any more.
+
+Why memoryviews: the per-slot scalars (block, bitmap, done, ...) and the
+per-child next/exponent cells are read and written a few times per packet;
+indexing a memoryview of the register's numpy array yields a Python int
+faster than `.item` and writes in place, so the CLI (register_read/write) and
+the packet path share the same storage.  The min over the children is one
+`min` over a memoryview slice; the K lanes are one numpy add, as in the dense
+path.  Children >= fan_in are not looked at (the P4 counts them as
+AGG_NEXT_NONE), so stale cells of unused children never hold the min down.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from agglab import wire
+from softswitch.aggregate import (BE_U32, DATA_END, DATA_OFF, FLAGS_OFF, STAT_COMPLETE, STAT_CONTRIB,
+                                  STAT_DUP_DROP, STAT_DUP_REPLY, STAT_DUP_UP, STAT_REJECT, UDP_CSUM)
+from softswitch.forward import NORMAL, RESULT
+from softswitch.registers import CounterArray, RegisterArray
+from softswitch.tables import KeySpec, Table
+
+K, SLOTS, MAX_WORKERS, NONE = wire.K, wire.SLOTS, wire.MAX_WORKERS, wire.NEXT_NONE
+FLAG_RESULT = wire.FLAG_RESULT
+FLAG_SPARSE = wire.CONST["AGG_FLAG_SPARSE"]
+assert wire.FIELD_NAMES == ("job", "tree", "epoch", "flags", "ver", "slot", "worker", "exp",
+                            "block", "next_block")
+_HEAD = struct.Struct("!BBBBHBBII")      # job tree epoch flags ver|slot worker exp block next
+_NEXT = struct.Struct("!I")
+EXP_OFF = wire.AGG_OFFSET + 7
+NEXT_OFF = wire.AGG_OFFSET + 12
+SP_CHILD, SP_CHILD_OF, SP_FROM_PARENT, SP_REJECT = "sp_child", "sp_child_of", "sp_from_parent", "sp_reject"
+
+# name -> (width, size); the order is sparse.p4's
+REGISTERS = {
+    "sp_values": (32, 2 * SLOTS * K), "sp_block": (32, 2 * SLOTS), "sp_bitmap": (32, 2 * SLOTS),
+    "sp_final": (8, 2 * SLOTS), "sp_exp": (8, 2 * SLOTS), "sp_rnext": (32, 2 * SLOTS),
+    "sp_done": (8, 2 * SLOTS), "sp_next": (32, SLOTS * MAX_WORKERS),
+    "sp_exp_next": (8, SLOTS * MAX_WORKERS),
+}
+
+
+def make_state() -> dict[str, RegisterArray]:
+    """The top-level sp_ registers of sparse.p4 (all zero, as BMv2 starts)."""
+    return {name: RegisterArray(name, width, size) for name, (width, size) in REGISTERS.items()}
+
+
+def _emit(frame: bytes, lanes, e: int, n: int, flags: int) -> bytearray:
+    """The packet leaving with the stored/summed lanes, exponent e, next block n and `flags`
+    (RESULT set for results, clear for a partial going up); UDP checksum 0 either way."""
+    buf = bytearray(frame)
+    buf[DATA_OFF:DATA_END] = lanes.astype(BE_U32).tobytes()
+    buf[FLAGS_OFF] = flags
+    buf[EXP_OFF] = e
+    _NEXT.pack_into(buf, NEXT_OFF, n)
+    buf[UDP_CSUM] = buf[UDP_CSUM + 1] = 0
+    return buf
+
+
+class Sparse:
+    def __init__(self, registers: dict[str, RegisterArray], stats: CounterArray):
+        self.sp_job = Table(
+            "sp_job",
+            [KeySpec("hdr.agg.job", "exact", 8), KeySpec("hdr.agg.tree", "exact", 8),
+             KeySpec("hdr.agg.epoch", "exact", 8), KeySpec("standard_metadata.ingress_port", "exact", 9)],
+            {SP_CHILD: [("child", 8), ("fan_in", 8), ("mgrp", 16), ("slot_base", 16)],
+             SP_CHILD_OF: [("child", 8), ("fan_in", 8), ("mgrp", 16), ("slot_base", 16), ("parent_port", 9)],
+             SP_FROM_PARENT: [("fan_in", 8), ("mgrp", 16), ("slot_base", 16)],
+             SP_REJECT: []},
+            default=SP_REJECT, size=4096)
+        self.values = registers["sp_values"].data
+        mv = {name: memoryview(registers[name].data) for name in REGISTERS if name != "sp_values"}
+        self.block, self.bitmap, self.final = mv["sp_block"], mv["sp_bitmap"], mv["sp_final"]
+        self.exp, self.rnext, self.done = mv["sp_exp"], mv["sp_rnext"], mv["sp_done"]
+        self.next, self.exp_next = mv["sp_next"], mv["sp_exp_next"]
+        self.stats = stats
+
+    def ingress(self, port: int, frame: bytes):
+        """One valid sparse agg packet; (frame, egress_spec, mcast_grp, kind) or None = drop."""
+        job, tree, epoch, flags, vs, _worker, pexp, m, pnext = _HEAD.unpack_from(frame, wire.AGG_OFFSET)
+        table = self.sp_job
+        action, params = table.exact.get((job, tree, epoch, port), table.default)
+        if action == SP_CHILD:
+            child, fan_in, mgrp, slot_base = params
+            parent = -1
+        elif action == SP_CHILD_OF:
+            child, fan_in, mgrp, slot_base, parent = params
+        elif action == SP_FROM_PARENT:
+            fan_in, mgrp, slot_base = params
+            child, parent = 0, None
+        else:
+            self.stats.count(STAT_REJECT, len(frame))
+            return None
+        idx = slot_base + (vs & 0x7FFF)
+        if idx >= SLOTS or child >= MAX_WORKERS or (parent is None and not flags & FLAG_RESULT):
+            self.stats.count(STAT_REJECT, len(frame))    # see sparse.p4
+            return None
+        r = idx + SLOTS if vs >> 15 else idx
+        if parent is None:
+            return self._from_parent(frame, r, m, mgrp, flags, pexp, pnext)
+        block, bitmap = self.block, self.bitmap
+        bm = bitmap[r]
+        new_round = block[r] != m or bm == 0
+        if new_round:                                     # the version's old round is two rounds old
+            block[r] = m
+            self.done[r] = self.final[r] = 0
+            bm = 0
+        bit = 1 << child
+        lo = r * K
+        if bm & bit:
+            return self._duplicate(port, frame, r, lo, parent, flags)
+        bitmap[r] = bm | bit
+        lanes = self.values[lo:lo + K]
+        pkt = np.frombuffer(frame, BE_U32, K, DATA_OFF)
+        if new_round:
+            lanes[:] = pkt
+        else:
+            np.add(lanes, pkt, out=lanes)                 # uint32: wraps like bit<32>
+        cb = idx * MAX_WORKERS
+        self.next[cb + child] = pnext
+        self.exp_next[cb + child] = pexp
+        self.stats.count(STAT_CONTRIB, len(frame))
+        end = cb + (fan_in if fan_in < MAX_WORKERS else MAX_WORKERS)
+        nexts = self.next[cb:end]
+        n = min(nexts) if end > cb else NONE
+        if m >= n:
+            return None
+        exps = self.exp_next[cb:end]
+        e = max((exps[i] for i, nx in enumerate(nexts) if nx == n), default=0)
+        self.rnext[r] = n
+        self.exp[r] = e
+        self.done[r] = 1
+        self.stats.count(STAT_COMPLETE, len(frame))
+        if parent < 0:
+            self.final[r] = 1
+            return _emit(frame, lanes, e, n, flags | FLAG_RESULT), 0, mgrp, RESULT
+        return _emit(frame, lanes, e, n, flags & ~FLAG_RESULT & 0xFF), parent, 0, NORMAL
+
+    def _duplicate(self, port, frame, r, lo, parent, flags):
+        """The child already contributed to this round: answer once the block is done here."""
+        if not self.done[r]:
+            self.stats.count(STAT_DUP_DROP, len(frame))
+            return None
+        lanes = self.values[lo:lo + K]
+        e, n = self.exp[r], self.rnext[r]
+        if parent < 0 or self.final[r] == 1:
+            self.stats.count(STAT_DUP_REPLY, len(frame))
+            return _emit(frame, lanes, e, n, flags | FLAG_RESULT), port, 0, RESULT
+        self.stats.count(STAT_DUP_UP, len(frame))         # our partial may be lost: again
+        return _emit(frame, lanes, e, n, flags & ~FLAG_RESULT & 0xFF), parent, 0, NORMAL
+
+    def _from_parent(self, frame, r, m, mgrp, flags, pexp, pnext):
+        """The tree's result coming down: kept (for duplicates) and multicast, if this
+        version holds round m; otherwise it is stale."""
+        if self.block[r] != m or self.bitmap[r] == 0:
+            return None
+        pkt = np.frombuffer(frame, BE_U32, K, DATA_OFF)
+        self.values[r * K:(r + 1) * K] = pkt
+        self.exp[r] = pexp
+        self.rnext[r] = pnext
+        self.final[r] = 1
+        buf = bytearray(frame)
+        buf[UDP_CSUM] = buf[UDP_CSUM + 1] = 0
+        return buf, 0, mgrp, RESULT
