@@ -18,7 +18,11 @@ from agglab import wire
 from controller.switch_client import SwitchClient
 from controller.tree_install import Installation
 
-REGISTERS = ("agg_values", "agg_bitmap", "agg_count", "agg_exp", "agg_final")
+# Everything a reset zeroes: the dense registers and the sparse pipeline's (p4src/include/sparse.p4);
+# sp_next must be 0 on a new tree so a round waits until every child has announced again.
+REGISTERS = ("agg_values", "agg_bitmap", "agg_count", "agg_exp", "agg_final",
+             "sp_values", "sp_block", "sp_bitmap", "sp_final", "sp_exp", "sp_rnext", "sp_done",
+             "sp_next", "sp_exp_next")
 
 
 @dataclass

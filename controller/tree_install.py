@@ -4,10 +4,12 @@ Mirrors the agg_job part of p4src/include/aggregate.p4 for multi-switch trees: o
 every switch of every tree, each child port gets agg_child (root) or agg_child_of
 (non-root, with the parent port), the parent port gets agg_from_parent, and a
 multicast group per (job, tree) replicates results to the children. All port
-numbers come from the shared graph.
+numbers come from the shared graph. Every job may also run sparse rounds
+(p4src/include/sparse.p4), so each agg_job entry has an sp_job twin with the same
+key and parameters (sp_child, sp_child_of, sp_from_parent).
 
-Handles are remembered so the epoch can be frozen (its agg_job entries deleted)
-before the next one is installed.
+Handles are remembered so the epoch can be frozen (its agg_job and sp_job entries
+deleted) before the next one is installed.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class Installation:
     epoch: int
     roles: dict = field(default_factory=dict)        # (switch, tree) -> SwitchRole
     job_handles: dict = field(default_factory=lambda: defaultdict(list))   # switch -> agg_job handles
+    sp_handles: dict = field(default_factory=lambda: defaultdict(list))    # switch -> sp_job handles
     groups: dict = field(default_factory=lambda: defaultdict(list))        # switch -> [(group, node handle)]
     entries: int = 0
     seconds: float = 0.0
@@ -80,12 +83,12 @@ def install(clients: dict[str, SwitchClient], g: nx.Graph, treeset, job: int = 0
         inst.groups[sw].append((group, client.mc_group(group, ports)))
         key = [job, tree_id, treeset.epoch & 0xFF]           # the header's epoch is 8 bits
         for child, (c, p) in enumerate(zip(role.children, ports)):
-            if role.root:
-                h = client.table_add("agg_job", "agg_child", key + [p], [child, len(ports), group, slot_base])
-            else:
-                h = client.table_add("agg_job", "agg_child_of", key + [p],
-                                     [child, len(ports), group, slot_base, port(g, sw, role.parent)])
-            inst.job_handles[sw].append(h)
+            params = [child, len(ports), group, slot_base]
+            if not role.root:
+                params.append(port(g, sw, role.parent))
+            action = "child" if role.root else "child_of"
+            inst.job_handles[sw].append(client.table_add("agg_job", "agg_" + action, key + [p], params))
+            inst.sp_handles[sw].append(client.table_add("sp_job", "sp_" + action, key + [p], params))
             done = reply_ports.setdefault(sw, set())
             if p not in done:
                 if g.nodes[c]["kind"] == "host":
@@ -97,21 +100,22 @@ def install(clients: dict[str, SwitchClient], g: nx.Graph, treeset, job: int = 0
                 done.add(p)
                 inst.entries += 1
         if not role.root:
-            h = client.table_add("agg_job", "agg_from_parent", key + [port(g, sw, role.parent)],
-                                 [len(ports), group, slot_base])
-            inst.job_handles[sw].append(h)
-        inst.entries += len(ports) + (0 if role.root else 1) + 1
+            up_key, params = key + [port(g, sw, role.parent)], [len(ports), group, slot_base]
+            inst.job_handles[sw].append(client.table_add("agg_job", "agg_from_parent", up_key, params))
+            inst.sp_handles[sw].append(client.table_add("sp_job", "sp_from_parent", up_key, params))
+        inst.entries += 2 * (len(ports) + (0 if role.root else 1)) + 1
     inst.seconds = time.monotonic() - started
     return inst
 
 
 def freeze(clients: dict[str, SwitchClient], inst: Installation) -> int:
-    """Delete the epoch's agg_job entries: its packets now miss and never touch state."""
+    """Delete the epoch's agg_job and sp_job entries: its packets now miss and never touch state."""
     removed = 0
-    for sw, handles in inst.job_handles.items():
-        clients[sw].commands([f"table_delete agg_job {h}" for h in handles])
-        removed += len(handles)
-    inst.job_handles.clear()
+    for table, by_switch in (("agg_job", inst.job_handles), ("sp_job", inst.sp_handles)):
+        for sw, handles in by_switch.items():
+            clients[sw].commands([f"table_delete {table} {h}" for h in handles])
+            removed += len(handles)
+        by_switch.clear()
     return removed
 
 
