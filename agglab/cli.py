@@ -26,7 +26,8 @@ def _allreduce(args) -> int:
                                dtype=args.dtype, loss=args.loss, backend=args.backend,
                                window=args.window, seed=args.seed, give_up=args.give_up, bw=args.bw,
                                topology=args.topology, k=args.k, tree=args.tree, fail=args.fail or [],
-                               bml_variant=args.bml_variant)
+                               bml_variant=args.bml_variant, algorithm=args.algorithm, density=args.density,
+                               pattern=args.pattern, block_size=args.block_size)
     except ValueError as exc:
         print(f"agglab allreduce: {exc}", file=sys.stderr)
         return 2
@@ -105,6 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--k", type=int, default=None, help="fat-tree k (default 4) or BCube level count k")
     a.add_argument("--tree", default="spt", choices=["spt", "rat", "packing", "bml"],
                    help="aggregation tree algorithm (default spt)")
+    a.add_argument("--algorithm", choices=["switchml", "omnireduce"], default="switchml",
+                   help="dense SwitchML pipeline (default) or block-sparse OmniReduce pipeline")
+    a.add_argument("--density", type=float, default=1.0, help="omnireduce: fraction of non-zero blocks")
+    a.add_argument("--pattern", choices=["random", "overlap", "disjoint"], default="random",
+                   help="omnireduce: where the non-zero blocks are across workers")
+    a.add_argument("--block-size", type=int, default=None, help="omnireduce: values per block (multiple of K)")
     a.add_argument("--bml-variant", choices=["in-network", "host"], default="in-network",
                    help="BML on BCube: level switches aggregate (in-network, default) or servers "
                         "reduce-scatter/all-gather through them as in the paper (host)")

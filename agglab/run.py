@@ -44,6 +44,10 @@ class RunSpec:
     k: int | None = None               # fat-tree k / BCube k
     tree: str = "spt"                  # spt | rat | packing | bml (BCube only)
     bml_variant: str = "in-network"    # in-network | host
+    algorithm: str = "switchml"        # switchml (dense) | omnireduce (block-sparse)
+    density: float = 1.0               # omnireduce: fraction of non-zero blocks
+    pattern: str = "random"            # omnireduce: random | overlap | disjoint
+    block_size: int | None = None      # omnireduce: values per block (multiple of K)
     fail: list = field(default_factory=list)    # ["A-B@0.5", "tree@0.5", ...]
     length_override: dict[int, int] = field(default_factory=dict)   # rank -> length (tests)
 
@@ -62,6 +66,16 @@ class RunSpec:
         if (self.tree == "bml") != (self.topology == "bcube"):
             raise ValueError("--tree bml goes with --topology bcube (and BCube needs --tree bml: "
                              "its servers relay, so no switch tree spans it)")
+        if self.algorithm not in ("switchml", "omnireduce"):
+            raise ValueError(f"--algorithm must be switchml or omnireduce, got {self.algorithm!r}")
+        if not 0.0 <= self.density <= 1.0:
+            raise ValueError(f"--density must be within [0, 1], got {self.density}")
+        if self.pattern not in ("random", "overlap", "disjoint"):
+            raise ValueError(f"--pattern must be random, overlap or disjoint, got {self.pattern!r}")
+        if self.block_size is not None and (self.block_size < wire.K or self.block_size % wire.K):
+            raise ValueError(f"--block-size must be a positive multiple of K={wire.K}, got {self.block_size}")
+        if self.algorithm == "omnireduce" and self.tree == "bml":
+            raise ValueError("--algorithm omnireduce runs on switch trees (spt, rat, packing), not BML")
         if self.bml_variant not in ("in-network", "host"):
             raise ValueError(f"--bml-variant must be in-network or host, got {self.bml_variant!r}")
         self.fail_specs = [FailSpec.parse(f) for f in self.fail]
@@ -204,6 +218,9 @@ def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: TreeJob, quiet: bool,
                 "--progress", str(out_dir / f"rank{rank}.progress")]
         if h in plans:
             argv += ["--bml-plan", str(plans[h])]
+        if spec.algorithm == "omnireduce":
+            argv += ["--algorithm", "omnireduce", "--density", str(spec.density), "--pattern", spec.pattern,
+                     "--block-size", str(spec.block_size or wire.K)]
         if rank in spec.length_override:
             argv += ["--length-override", str(spec.length_override[rank])]
         log = open(out_dir / f"rank{rank}.log", "wb")
@@ -272,10 +289,18 @@ def _check(spec: RunSpec, reports: list[dict], switch_stats: dict) -> dict:
         result["errors"] = errors
         return result
     seconds = max(r["seconds"] for r in reports)
-    expected = expected_sum(spec.workers, spec.elements, spec.dtype, spec.seed)
+    if spec.algorithm == "omnireduce":
+        from hosts.sparse_workload import expected_sparse_sum, sparse_gradient
+
+        args = (spec.density, spec.pattern, spec.block_size or wire.K, spec.seed)
+        expected = expected_sparse_sum(spec.workers, spec.elements, spec.dtype, *args)
+        make = lambda r: sparse_gradient(r, spec.elements, spec.dtype, *args)  # noqa: E731
+    else:
+        expected = expected_sum(spec.workers, spec.elements, spec.dtype, spec.seed)
+        make = lambda r: make_gradient(r, spec.elements, spec.dtype, spec.seed)  # noqa: E731
     worst, exact, bound = 0.0, True, 0.0
     if spec.dtype == "float32":
-        inputs = [make_gradient(r, spec.elements, spec.dtype, spec.seed) for r in range(spec.workers)]
+        inputs = [make(r) for r in range(spec.workers)]
         bound_vec = float32_error_bound(inputs)
         bound = float(bound_vec.max())
     for r in reports:
@@ -297,6 +322,9 @@ def _check(spec: RunSpec, reports: list[dict], switch_stats: dict) -> dict:
         packets=sum(r["packets_sent"] for r in reports),
         retransmissions=sum(r["retransmissions"] for r in reports),
         duplicates_ignored=sum(r.get("duplicates_ignored", 0) for r in reports),
+        algorithm=spec.algorithm,
+        **({"density": spec.density, "pattern": spec.pattern,
+            "blocks_sent": sum(r.get("blocks_sent", 0) for r in reports)} if spec.algorithm == "omnireduce" else {}),
         max_abs_error=worst, error_bound=bound,
     )
     return result
