@@ -88,8 +88,12 @@ class Bmv2Target:
         self.starts += 1
         log = self.workdir / f"simple_switch.{self.starts}.log"
         ifaces = [arg for p in range(1, self.nports + 1) for arg in ("-i", f"{p}@{self.ns.switch_if(p)}")]
+        # the notifications socket lives in the shared /tmp otherwise (bmv2-<device>-...):
+        # another simple_switch on the machine would make ours fail to start, or the reverse
+        ipc = f"ipc://{self.workdir}/notifications.ipc"
         cmd = self.ns.exec_args(self.tools["simple_switch"], "--thrift-port", str(THRIFT_PORT),
-                                "--log-console", "-L", "debug", *ifaces, str(self.json))
+                                "--notifications-addr", ipc, "--log-console", "-L", "debug",
+                                *ifaces, str(self.json))
         with open(log, "w") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         self.log = log
