@@ -1,0 +1,139 @@
+"""Controller side of the sparse pipeline on a two-level tree of software switches.
+
+Why: sp_job entries, the reset list and the sparse preload only make sense together with
+the data plane. A leaf-spine (spine s1 = root, leaves l1/l2 with two workers each) runs
+real sparse rounds through in-process Pipelines; then the tree moves to a new epoch and a
+lagging worker's probe must still get the round it missed, through the new tree.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agglab import wire
+from controller import failover, sparse_failover, topologies, tree_install, trees
+from controller.addressing import assign_addresses
+from controller.switch_client import SwitchClient, SwitchCommandError
+from controller.topology import neighbor_on_port, port
+from softswitch.cli import CommandError
+from softswitch.pipeline import Pipeline
+from tests.conformance.frames import build
+
+SPARSE = wire.CONST["AGG_FLAG_SPARSE"]
+NONE = wire.NEXT_NONE
+
+
+class PipeClient(SwitchClient):
+    def __init__(self, name: str):
+        self.name, self.pipeline = name, Pipeline(seed=0)
+
+    def command(self, line: str) -> str:
+        try:
+            return self.pipeline.command(line)
+        except CommandError as exc:
+            raise SwitchCommandError(f"{self.name}: {line!r}: {exc}") from exc
+
+
+class Net:
+    """The leaf-spine with one Pipeline per switch; frames hop until they reach hosts."""
+
+    def __init__(self):
+        self.g = assign_addresses(topologies.leaf_spine(racks=2, hosts_per_rack=2, spines=1))
+        self.clients = {sw: PipeClient(sw) for sw in ("s1", "l1", "l2")}
+        self.reply_ports: dict = {}
+
+    def install(self, epoch: int) -> tree_install.Installation:
+        treeset = trees.compute("spt", self.g, epoch=epoch)
+        return tree_install.install(self.clients, self.g, treeset, job=1, reply_ports=self.reply_ports)
+
+    def send(self, host: str, **agg) -> dict[str, list[dict]]:
+        """Inject host's sparse packet; everything delivered to hosts, by host."""
+        leaf = next(iter(self.g.neighbors(host)))
+        values = agg.pop("values", [])
+        frame = build({"from": host, "agg": {"job": 1, "flags": SPARSE, **agg}, "values": values})
+        pending, got = [(leaf, port(self.g, leaf, host), frame)], {}
+        while pending:
+            sw, p, f = pending.pop(0)
+            for out_port, out in self.clients[sw].pipeline.process(p, f):
+                nbr = neighbor_on_port(self.g, sw, out_port)
+                if self.g.nodes[nbr]["kind"] == "switch":
+                    pending.append((nbr, port(self.g, nbr, sw), out))
+                else:
+                    head = wire.unpack_agg(out, wire.AGG_OFFSET)
+                    head["values"] = np.frombuffer(out, ">i4", wire.K, wire.AGG_OFFSET + wire.AGG_HEADER_BYTES)
+                    got.setdefault(nbr, []).append(head)
+        return got
+
+
+@pytest.fixture
+def net():
+    return Net()
+
+
+def run_two_rounds(net: Net) -> None:
+    """Column 0 (slot 0): round block 0 from everyone, round block 4 from h1 and h4 only."""
+    for h, nxt in (("h1", 4), ("h2", 8), ("h3", NONE)):
+        assert net.send(h, block=0, next_block=nxt, exp=130, values=[1]) == {}
+    done = net.send("h4", block=0, next_block=4, exp=131, values=[1])
+    assert sorted(done) == ["h1", "h2", "h3", "h4"]
+    assert all(r[0]["next_block"] == 4 and r[0]["values"][0] == 4 for r in done.values())
+    assert net.send("h1", ver=1, block=4, next_block=NONE, exp=0, values=[0, 10]) == {}
+    done = net.send("h4", ver=1, block=4, next_block=12, exp=133, values=[0, 20])
+    assert sorted(done) == ["h1", "h2", "h3", "h4"]
+    assert done["h2"][0]["next_block"] == 8 and done["h2"][0]["exp"] == 130
+    assert list(done["h2"][0]["values"][:2]) == [0, 30]
+
+
+def test_sp_job_twins_agg_job_and_freeze_removes_both(net):
+    inst = net.install(epoch=0)
+    for sw, client in net.clients.items():
+        tables = client.pipeline.tables
+        dense = sorted((key, action.replace("agg_", "sp_"), params)
+                       for _h, key, action, params in tables["agg_job"].entries())
+        sparse = sorted((key, action, params) for _h, key, action, params in tables["sp_job"].entries())
+        assert sparse == dense and len(sparse) >= 2, sw
+    assert tree_install.freeze(net.clients, inst) == 2 * (2 + 3 + 3)
+    assert all(len(c.pipeline.tables[t]) == 0 for c in net.clients.values() for t in ("agg_job", "sp_job"))
+
+
+def test_reset_covers_every_sparse_register(net):
+    regs = net.clients["s1"].pipeline.registers
+    assert {n for n in regs if n.startswith("sp_")} <= set(failover.REGISTERS)
+    net.install(epoch=0)
+    run_two_rounds(net)
+    failover.reset(net.clients, net.clients)
+    assert not any(regs[n].any() for n in regs)
+
+
+def test_snapshot_picks_the_newer_completed_round(net):
+    inst = net.install(epoch=0)
+    run_two_rounds(net)
+    s1 = net.clients["s1"]
+    s1.register_write("sp_done", 2, 1)                # slot 2: done but not final -> not taken
+    got = sparse_failover.sparse_snapshot(net.clients, inst, [0, 0, 0])
+    assert set(got) == {0}
+    rnd = got[0]
+    assert (rnd.ver, rnd.block, rnd.next_block, rnd.exp) == (1, 4, 8, 130)
+    assert list(rnd.values[:3]) == [0, 30, 0]
+
+
+def test_preload_answers_a_lagging_probe_through_the_new_tree(net):
+    old = net.install(epoch=0)
+    run_two_rounds(net)
+    tree_install.freeze(net.clients, old)
+    completed = sparse_failover.sparse_snapshot(net.clients, old, [0])
+    failover.reset(net.clients, net.clients)
+    new = net.install(epoch=1)
+    writes = sparse_failover.sparse_preload(net.clients, new, [0], completed)
+    assert writes == 6 + 3 + 3 + wire.K
+    leaf = net.clients["l1"].pipeline.registers
+    assert leaf["sp_bitmap"][1024] == 3 and leaf["sp_done"][1024] == 1 and leaf["sp_final"][1024] == 0
+    # h2 lost block 4's result (it had nothing for block 4): its probe, at the new epoch,
+    # goes up from l1 (DUP_UP), s1 answers, l1 stores and multicasts to h1 and h2
+    got = net.send("h2", epoch=1, ver=1, block=4, next_block=8, exp=130, flags=SPARSE | wire.FLAG_RETX)
+    assert sorted(got) == ["h1", "h2"]
+    res = got["h2"][0]
+    assert (res["block"], res["next_block"], res["exp"], res["flags"] & wire.FLAG_RESULT) == (4, 8, 130, 1)
+    assert list(res["values"][:2]) == [0, 30]
+    assert leaf["sp_final"][1024] == 1
