@@ -5,6 +5,11 @@ workers, a window of slots, every slot reused round after round with the
 version flipping, each completion multicast to all 8 workers.  Frames are
 built before the clock starts, so the figure is the pipeline alone (the
 daemon's socket I/O is measured by softswitch.bench_io).
+
+The sparse figure replays an OmniReduce allreduce on the same window: every
+worker has a random set of non-zero blocks per slot column (`--density`);
+round 0 of a column comes from everyone, later rounds only from the workers
+whose next non-zero block it is, each announcing its following one.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ from softswitch.pipeline import Pipeline
 SERVICE_MAC, SERVICE_IP = "02:a6:67:ff:ff:fe", "10.255.255.254"
 
 
-def worker_frame(worker: int, slot: int, ver: int, block: int, rng: np.random.Generator) -> bytes:
+def worker_frame(worker: int, slot: int, ver: int, block: int, rng: np.random.Generator, **agg) -> bytes:
     values = rng.integers(-2**20, 2**20, wire.K, dtype=np.int32).astype(">i4").tobytes()
-    payload = wire.pack_agg(job=1, ver=ver, slot=slot, worker=worker, exp=130, block=block) + values
+    agg.setdefault("exp", 130)
+    payload = wire.pack_agg(job=1, ver=ver, slot=slot, worker=worker, block=block, **agg) + values
     udp = struct.pack("!HHHH", wire.UDP_PORT, wire.UDP_PORT, 8 + len(payload), 0)
     ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp) + len(payload), 0, 0x4000, 64, 17, 0,
                      bytes([10, 0, 0, worker + 1]), bytes([10, 255, 255, 254]))
@@ -37,15 +43,55 @@ def setup(pipeline: Pipeline, workers: int) -> None:
         pipeline.command(line)
     for w in range(workers):
         pipeline.command(f"table_add agg_job agg_child 1 0 0 {w + 1} => {w} {workers} 1 0")
+        pipeline.command(f"table_add sp_job sp_child 1 0 0 {w + 1} => {w} {workers} 1 0")
         pipeline.command(f"table_add agg_reply agg_set_dst {w + 1} => {SERVICE_MAC} {SERVICE_IP} "
                          f"02:00:00:00:00:{w + 1:02x} 10.0.0.{w + 1}")
 
 
-def run(workers: int = 8, slots: int = 256, rounds: int = 20, repeat: int = 3) -> float:
-    """Best packets/s over `repeat` runs of `rounds` x `slots` x `workers` packets."""
+def sparse_frames(workers: int, slots: int, rounds: int, density: float,
+                  rng: np.random.Generator) -> tuple[list[tuple[int, bytes]], int]:
+    """(port, frame) of a sparse allreduce over `rounds` blocks per column, and the number of
+    rounds (completions) it takes, in the order a lock-step run would send them."""
+    sparse_flag, none = wire.CONST["AGG_FLAG_SPARSE"], wire.NEXT_NONE
+    columns = []
+    for s in range(slots):
+        nonzero = [[s + j * slots for j in range(1, rounds) if rng.random() < density] + [none]
+                   for _ in range(workers)]
+        columns.append((s, nonzero))
+    frames, completions, r = [], 0, 0
+    current = {s: s for s in range(slots)}               # round block of every unfinished column
+    while current:
+        for s, nonzero in columns:
+            m = current.get(s)
+            if m is None:
+                continue
+            for w, blocks in enumerate(nonzero):
+                if r == 0 or blocks[0] == m:
+                    if r:
+                        blocks.pop(0)
+                    frames.append((w + 1, worker_frame(w, s, r % 2, m, rng, flags=sparse_flag,
+                                                       next_block=blocks[0])))
+            completions += 1
+            n = min(blocks[0] for blocks in nonzero)
+            if n == none:
+                del current[s]
+            else:
+                current[s] = n
+        r += 1
+    return frames, completions
+
+
+def run(workers: int = 8, slots: int = 256, rounds: int = 20, repeat: int = 3,
+        density: float | None = None) -> float:
+    """Best packets/s over `repeat` runs of `rounds` x `slots` x `workers` packets (dense), or
+    of a sparse allreduce of `rounds` blocks per column at `density`."""
     rng = np.random.default_rng(1)
-    frames = [(w + 1, worker_frame(w, s, r % 2, r * slots + s, rng))
-              for r in range(rounds) for s in range(slots) for w in range(workers)]
+    if density is None:
+        frames = [(w + 1, worker_frame(w, s, r % 2, r * slots + s, rng))
+                  for r in range(rounds) for s in range(slots) for w in range(workers)]
+        completions = rounds * slots
+    else:
+        frames, completions = sparse_frames(workers, slots, rounds, density, rng)
     best = 0.0
     for _ in range(repeat):
         pipeline = Pipeline(seed=1)
@@ -55,7 +101,7 @@ def run(workers: int = 8, slots: int = 256, rounds: int = 20, repeat: int = 3) -
         for port, frame in frames:
             emitted += len(process(port, frame))
         elapsed = time.perf_counter() - start
-        assert emitted == rounds * slots * workers, f"expected one result per worker and slot, got {emitted}"
+        assert emitted == completions * workers, f"expected {completions * workers} results, got {emitted}"
         best = max(best, len(frames) / elapsed)
     return best
 
@@ -65,10 +111,15 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--slots", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--density", type=float, default=0.2, help="sparse run: share of non-zero blocks")
     args = ap.parse_args()
     pps = run(args.workers, args.slots, args.rounds)
     print(f"softswitch pipeline: {pps:,.0f} agg packets/s "
           f"({args.workers} workers, {args.slots} slots, {args.rounds} rounds, K={wire.K})")
+    pps = run(args.workers, args.slots, args.rounds, density=args.density)
+    print(f"softswitch sparse pipeline: {pps:,.0f} agg packets/s "
+          f"({args.workers} workers, {args.slots} slots, {args.rounds} blocks per column, "
+          f"density {args.density}, K={wire.K})")
 
 
 if __name__ == "__main__":
