@@ -137,3 +137,15 @@ def test_preload_answers_a_lagging_probe_through_the_new_tree(net):
     assert (res["block"], res["next_block"], res["exp"], res["flags"] & wire.FLAG_RESULT) == (4, 8, 130, 1)
     assert list(res["values"][:2]) == [0, 30]
     assert leaf["sp_final"][1024] == 1
+
+
+@pytest.mark.xfail(strict=True, reason="design.md 'Sparse pipeline': sp_from_parent drops a result unless "
+                   "sp_block[r] == m, so a subtree without data for m only learns it by timeout and probe")
+def test_subtree_without_data_receives_the_result(net):
+    net.install(epoch=0)
+    for h, nxt in (("h1", 4), ("h2", 4), ("h3", 8)):
+        net.send(h, block=0, next_block=nxt, exp=130, values=[1])
+    assert sorted(net.send("h4", block=0, next_block=8, exp=130, values=[1])) == ["h1", "h2", "h3", "h4"]
+    net.send("h1", ver=1, block=4, next_block=NONE, exp=0, values=[5])
+    got = net.send("h2", ver=1, block=4, next_block=NONE, exp=0, values=[5])
+    assert sorted(got) == ["h1", "h2", "h3", "h4"]      # h3, h4 (under l2) had nothing for block 4
