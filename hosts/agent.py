@@ -72,7 +72,8 @@ _JOB, _WORKER = map(_field, ("job", "worker"))
 def allreduce(array, *, transport: Transport, rank: int, workers: int, job: int = 0,
               tree: int = 0, epoch: int = 0, window: int | None = None,
               timeout: float = 0.02, give_up: float = 10.0, return_stats: bool = False,
-              tree_of_slot=None, control=None, on_progress=None):
+              tree_of_slot=None, control=None, on_progress=None, sparse: bool = False,
+              block_size: int | None = None, lookahead: int | None = None, **sparse_options):
     """Sum `array` (float32 or int32, any shape/length) over `workers` agents via the switch.
 
     Returns an array of the same shape and dtype, or (array, AllreduceStats) with
@@ -83,7 +84,21 @@ def allreduce(array, *, transport: Transport, rank: int, workers: int, job: int 
     `on_progress(done_blocks, total_blocks)` connect the agent to the controller.
     Raises a ConsistencyError subclass (LengthMismatchError, DtypeMismatchError,
     WindowMismatchError, WorkerCountMismatchError) when the workers disagree.
+    `sparse=True` runs the block-sparse pipeline instead (hosts/sparse_agent.py; only
+    there do `block_size`, `lookahead` and `sparse_options` apply; stats gain `blocks_sent`).
     """
+    if sparse:
+        from hosts import sparse_agent
+
+        extra = {k: v for k, v in (("block_size", block_size), ("lookahead", lookahead))
+                 if v is not None}
+        return sparse_agent.allreduce(
+            array, transport=transport, rank=rank, workers=workers, job=job, tree=tree,
+            epoch=epoch, window=window, timeout=timeout, give_up=give_up,
+            return_stats=return_stats, tree_of_slot=tree_of_slot, control=control,
+            on_progress=on_progress, **extra, **sparse_options)
+    if block_size is not None or lookahead is not None or sparse_options:
+        raise TypeError(f"block_size, lookahead and {sorted(sparse_options)} apply to sparse=True only")
     arr = np.asarray(array)
     if arr.dtype not in DTYPES:
         raise TypeError(f"allreduce supports {[str(d) for d in DTYPES]}, got {arr.dtype}")
@@ -272,6 +287,9 @@ class _Run:
         return True
 
     # -- the loop --------------------------------------------------------------------
+    def _timeout_message(self, idle: float) -> str:
+        return timeout_message(self, idle)
+
     def run(self) -> np.ndarray:
         start = last = time.monotonic()
         self.remaining = self.S
@@ -293,7 +311,7 @@ class _Run:
                         last = now                 # a new tree gets a full give_up period
                 self._expire(now)
                 if now - last > self.give_up and self.remaining:
-                    raise AllreduceTimeout(timeout_message(self, now - last))
+                    raise AllreduceTimeout(self._timeout_message(now - last))
                 wake = last + self.give_up
                 if self.timers and self.timers[0][0] < wake:
                     wake = self.timers[0][0]

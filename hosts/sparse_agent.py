@@ -1,0 +1,324 @@
+"""The sparse (OmniReduce-style) worker: only non-zero blocks travel.
+
+Protocol (design.md "Sparse pipeline"); S slots, slot s walks its column of
+K-blocks s, s+S, s+2S, ... in increasing order:
+
+1. Lead round, on the dense pipeline (no SPARSE flag), exactly as hosts/agent.py:
+   zero values and the exponent of block s; on slot 0 also the consistency lanes,
+   plus one lane that counts the workers running sparse (a dense peer would
+   otherwise wait forever for data rounds that never come).
+2. Sparse rounds (flags |= AGG_FLAG_SPARSE).  The first one is block s for every
+   worker, zeros or not, so every worker registers its `next_block` at the switch.
+   A result for block m names the column's next round m' (`next_block`, the
+   minimum of everyone's announcements) and its agreed exponent (`exp`).  A worker
+   sends m' only if m' is the block it announced; it then announces
+   min(next non-zero block of its own in the column, m' + lookahead*S)
+   (hosts/sparse_blocks.py), so a long zero run still sends a zero block every
+   `lookahead` rounds.  Otherwise it sends nothing and waits for the result.
+   A result naming NEXT_NONE ends the column.
+
+Why a worker must check the result's `next_block`: it can never exceed what the
+worker itself announced, since the switch takes the minimum; a larger one means
+the switch's sp_next registers hold another run's announcements (a second
+sparse allreduce on the same job without resetting the sp_ registers or moving
+to a new epoch), and the sums would be silently wrong, so SparseProtocolError.
+
+Loss: one timer per slot, as in the dense agent.  A participant resends its data
+packet; a non-participant that has waited a timeout sends a probe: block m,
+zero values, its current announcement (adds 0, changes nothing, and makes the
+switch answer with the stored result if the round is complete).  On an epoch
+change (`control`) every unfinished column resends its packet for the round it
+is in, a probe for non-participants, so the new tree's sp_next is repopulated.
+
+Versions: the lead round takes the dense agent's next version of the slot
+(hosts.agent keeps it per transport and job); sparse round i of slot s uses
+(sv0[s] + i) % 2, sv0 likewise continued across calls.
+"""
+
+from __future__ import annotations
+
+import heapq
+import weakref
+
+import numpy as np
+
+from agglab import wire
+from hosts import agent as dense
+from hosts.consistency import DTYPES, LANES_USED, ConsistencyError, check_lead, lead_lanes
+from hosts.protocol import LAYOUT, HeaderPacker
+from hosts.rto import MAX_RTO
+from hosts.sparse_blocks import NONE, SparseStats, announcements, nonzero_kblocks
+from hosts.sparse_diagnostics import DONE, LEAD, SPARSE, lost_message, timeout_message
+
+K = wire.K
+FLAG_SPARSE = wire.CONST["AGG_FLAG_SPARSE"]
+DEFAULT_LOOKAHEAD = 64
+SPARSE_LANE = LANES_USED            # slot-0 lead lane: 1 per worker running sparse
+assert SPARSE_LANE < K
+_BE = np.dtype(">i4")
+_H, _P = wire.AGG_HEADER_BYTES, wire.PAYLOAD_BYTES
+_unpack = wire.AGG_STRUCT.unpack_from
+_SP_VERSIONS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _field(name: str):
+    word, shift, mask = LAYOUT[name]
+    return lambda words: (words[word] >> shift) & mask
+
+
+_FLAGS, _SLOT, _VER, _BLOCK, _EXP, _NEXT = map(
+    _field, ("flags", "slot", "ver", "block", "exp", "next_block"))
+_JOB, _WORKER = map(_field, ("job", "worker"))
+
+
+class SparseMismatchError(ConsistencyError):
+    """Some workers of the job run the dense agent, others the sparse one."""
+
+
+class SparseProtocolError(RuntimeError):
+    """A result contradicts this worker's own announcements (stale switch state)."""
+
+
+class SparseRoundLostError(SparseProtocolError):
+    """The switch reused the version holding a result this worker never received."""
+
+
+def allreduce(array, *, transport, rank: int, workers: int, job: int = 0, tree: int = 0,
+              epoch: int = 0, window: int | None = None, timeout: float = 0.02,
+              give_up: float = 10.0, return_stats: bool = False, tree_of_slot=None,
+              control=None, on_progress=None, sparse: bool = True, block_size: int = K,
+              lookahead: int = DEFAULT_LOOKAHEAD, every_round: bool = False):
+    """Sparse allreduce; arguments and return as hosts.agent.allreduce, stats are SparseStats.
+
+    block_size (a multiple of K) decides what counts as a non-zero block; lookahead
+    bounds, in rounds of a column, how far ahead a worker announces.  every_round:
+    a non-participant sends its zero probe at once in every round instead of after a
+    timeout (for a switch that completes a round only when every child sent, the
+    loss-safe variant discussed in the module docstring).
+    """
+    arr = np.asarray(array)
+    if arr.dtype not in DTYPES:
+        raise TypeError(f"allreduce supports {[str(d) for d in DTYPES]}, got {arr.dtype}")
+    if not 1 <= workers <= wire.MAX_WORKERS or not 0 <= rank < workers:
+        raise ValueError(f"need 1 <= workers <= {wire.MAX_WORKERS} and 0 <= rank < workers, "
+                         f"got workers={workers} rank={rank}")
+    window = dense.DEFAULT_WINDOW if window is None else window
+    if not 1 <= window <= wire.SLOTS:
+        raise ValueError(f"window {window} outside 1..{wire.SLOTS} (AGG_SLOTS)")
+    if block_size < K or block_size % K:
+        raise ValueError(f"block_size must be a positive multiple of K={K}, got {block_size}")
+    if lookahead < 1:
+        raise ValueError(f"lookahead must be >= 1 (rounds of a column), got {lookahead}")
+    wire.pack_agg(job=job, tree=tree, epoch=epoch, worker=rank)   # range check of the fields
+    run = _SparseRun(arr, transport, rank, workers, job, tree, epoch, window, timeout, give_up,
+                     tree_of_slot, control, on_progress, block_size, lookahead, every_round)
+    out = run.run()
+    return (out, run.stats) if return_stats else out
+
+
+class _SparseRun(dense._Run):
+    """One sparse allreduce.  Inherits the dense run's set-up (blocks, exponents, trees,
+    version store, control polling skeleton) and replaces sending and receiving."""
+
+    def __init__(self, arr, transport, rank, n, job, tree, epoch, window, timeout, give_up,
+                 tree_of_slot, control, on_progress, block_size, lookahead, every_round):
+        super().__init__(arr, transport, rank, n, job, tree, epoch, window, timeout, give_up,
+                         tree_of_slot, control, on_progress)
+        nb, S = self.nblocks, self.S
+        self.stats = SparseStats(blocks=nb, slots=S)
+        rows = self.blocks if self.is_float else np.frombuffer(self.raw, _BE).reshape(nb, K)
+        self.ann = announcements(nonzero_kblocks(rows, block_size), S, lookahead).tolist()
+        self.phase = [LEAD] * S
+        self.cur = list(range(S))              # block of the sparse round a slot is in
+        self.mine = list(range(S))             # block this worker announced last, per slot
+        self.rnd = [0] * S                     # sparse rounds completed, per slot
+        self.sent_data = [False] * S           # our first packet of this round was data
+        self.sent_first = [False] * S          # we sent in this round (data or eager probe)
+        self.every_round = every_round
+        self.round, self.rounds = [0] * S, [1] * S   # the dense view: one (lead) round per slot
+        try:
+            self.sp_versions = _SP_VERSIONS.setdefault(transport, {})
+        except TypeError:                      # transport not weak-referenceable
+            self.sp_versions = {}
+        self.sv0 = self.sp_versions.setdefault(job, np.zeros(wire.SLOTS, np.uint8))[:S].tolist()
+        lanes = lead_lanes(length=self.length, window=S, dtype=arr.dtype)
+        lanes[SPARSE_LANE] = 1
+        self.lead0 = lanes.astype(_BE).tobytes()
+        self.sp_hdr = HeaderPacker(job=job, worker=rank, flags=FLAG_SPARSE)
+        self.sp_retx = HeaderPacker(job=job, worker=rank, flags=FLAG_SPARSE | wire.FLAG_RETX)
+
+    # -- sending ---------------------------------------------------------------------
+    def _emit(self, s: int, fields: dict, body: bytes, retx: bool, now: float) -> None:
+        if self.phase[s] == LEAD:
+            hdr = self.retx_hdr if retx else self.hdr
+        else:
+            hdr = self.sp_retx if retx else self.sp_hdr
+        self.tx.send(hdr.pack(tree=self.trees[s], epoch=self.epoch, **fields) + body)
+        self.stats.packets_sent += 1
+        self.last_sent[s] = now
+        if retx:
+            self.stats.retransmissions += 1
+
+    def _arm(self, s: int, now: float) -> None:
+        self.tries[s] = 0
+        self.seq[s] += 1
+        heapq.heappush(self.timers, (now + self.rtt.rto, s, self.seq[s]))
+
+    def _send_round(self, s: int, now: float) -> None:
+        """First packet of the slot's current round (nothing for a non-participant)."""
+        nb = self.nblocks
+        if self.phase[s] == LEAD:
+            fields = dict(ver=self.v0[s] & 1, slot=s, block=s,
+                          exp=self.exps[s] if s < nb else 0, next_block=s if s < nb else NONE)
+            self.packet[s] = (fields, self.lead0 if s == 0 else self.zero_body)
+        elif self.cur[s] == self.mine[s]:
+            m = self.cur[s]
+            nxt = self.ann[m]
+            self.mine[s] = nxt
+            fields = dict(ver=(self.sv0[s] + self.rnd[s]) & 1, slot=s, block=m, next_block=nxt,
+                          exp=self.exps[nxt] if nxt != NONE else 0)
+            self.packet[s] = (fields, self._body(s, m))
+            self.stats.blocks_sent += 1
+        elif self.every_round:
+            self.packet[s] = self._probe_packet(s)
+            self._emit(s, *self.packet[s], False, now)
+            self.sent_at[s], self.sent_data[s], self.sent_first[s] = now, False, True
+            self._arm(s, now)
+            return
+        else:
+            self.packet[s], self.sent_data[s], self.sent_first[s] = None, False, False
+            self._arm(s, now)
+            return
+        self._emit(s, *self.packet[s], False, now)
+        self.sent_at[s], self.sent_data[s], self.sent_first[s] = now, True, True
+        self._arm(s, now)
+
+    def _body(self, s: int, m: int) -> bytes:
+        if not self.is_float:
+            return self.raw[m * 4 * K:(m + 1) * 4 * K]
+        if self.agreed[s] == 0:
+            return self.zero_body               # every participant's block is all zero
+        q = np.rint(self.blocks[m] * self.ftable[self.agreed[s]])
+        np.clip(q, -self.limit, self.limit, out=q)
+        return q.astype(_BE).tobytes()
+
+    def _probe_packet(self, s: int) -> tuple[dict, bytes]:
+        mine = self.mine[s]
+        fields = dict(ver=(self.sv0[s] + self.rnd[s]) & 1, slot=s, block=self.cur[s],
+                      next_block=mine, exp=self.exps[mine] if mine != NONE else 0)
+        self.stats.probes += 1
+        return fields, self.zero_body
+
+    def _resend(self, s: int, now: float) -> None:
+        if self.packet[s] is None:              # non-participant: its first probe
+            self.packet[s] = self._probe_packet(s)
+        self._emit(s, *self.packet[s], True, now)
+
+    def _expire(self, now: float) -> None:
+        timers = self.timers
+        while timers and timers[0][0] <= now:
+            _, s, seq = heapq.heappop(timers)
+            if seq != self.seq[s] or self.phase[s] == DONE:
+                continue                        # stale timer
+            if s and not self.stats.results_accepted:
+                self.parked.append(s)           # nothing heard yet: slot 0 alone probes
+                continue
+            self.tries[s] += 1
+            self._resend(s, now)
+            backoff = min(MAX_RTO, self.rtt.rto * (2 ** min(self.tries[s], 16)))
+            heapq.heappush(timers, (now + backoff, s, seq))
+
+    def _poll_control(self, now: float) -> bool:
+        # the dense method resends slots with round < rounds (= 1): the open ones
+        self.round = [int(p == DONE) for p in self.phase]
+        return super()._poll_control(now)
+
+    # -- receiving -------------------------------------------------------------------
+    def _on_payload(self, p: bytes, now: float) -> bool:
+        """Handle one payload; True if it was an accepted (progress-making) result."""
+        if len(p) < _P:
+            self.stats.foreign_ignored += 1
+            return False
+        w = _unpack(p)
+        flags, s = _FLAGS(w), _SLOT(w)
+        if not flags & wire.FLAG_RESULT or _JOB(w) != self.job or s >= self.S:
+            self.stats.foreign_ignored += 1
+            return False
+        phase = self.phase[s]
+        if phase == LEAD:
+            ok = not flags & FLAG_SPARSE and _VER(w) == self.v0[s] & 1 and _BLOCK(w) == s
+        else:
+            ok = (phase == SPARSE and flags & FLAG_SPARSE and _BLOCK(w) == self.cur[s]
+                  and _VER(w) == (self.sv0[s] + self.rnd[s]) & 1)
+        if not ok:
+            if (phase == SPARSE and not self.every_round and flags & FLAG_SPARSE
+                    and _VER(w) == (self.sv0[s] + self.rnd[s]) & 1 and _BLOCK(w) > self.cur[s]):
+                raise SparseRoundLostError(lost_message(self, s, _BLOCK(w)))
+            self.stats.duplicates_ignored += 1
+            return False
+        if self.sent_first[s]:
+            if not flags & wire.FLAG_RETX:
+                self.rtt.sample(now - self.sent_at[s], now)
+            elif _WORKER(w) == self.rank and self.tries[s] == 1:
+                self.rtt.sample(now - self.last_sent[s], now)
+        lanes = np.frombuffer(p, dtype=_BE, count=K, offset=_H)
+        if phase == LEAD:
+            self._lead_result(s, lanes)
+        else:
+            self._sparse_result(s, lanes, _NEXT(w))
+        self.agreed[s] = _EXP(w)
+        self.stats.results_accepted += 1
+        for other in self.parked:               # first result: re-arm the parked slots
+            heapq.heappush(self.timers, (now + self.rtt.rto, other, self.seq[other]))
+        self.parked.clear()
+        if self.phase[s] == DONE:
+            self.remaining -= 1
+        else:
+            self._send_round(s, now)
+        return True
+
+    def _lead_result(self, s: int, lanes: np.ndarray) -> None:
+        if s == 0:
+            check_lead(lanes, n=self.n, rank=self.rank, length=self.length,
+                       window=self.S, dtype=self.dtype)
+            if int(lanes[SPARSE_LANE]) != self.n:
+                raise SparseMismatchError(
+                    f"rank {self.rank}: only {int(lanes[SPARSE_LANE])} of {self.n} workers run "
+                    f"the sparse allreduce; all workers must pass the same sparse=")
+        self.phase[s] = SPARSE if self.nblocks else DONE
+
+    def _sparse_result(self, s: int, lanes: np.ndarray, nxt: int) -> None:
+        m, S = self.cur[s], self.S
+        if nxt <= m or nxt > self.mine[s]:
+            raise SparseProtocolError(
+                f"rank {self.rank}: slot {s} result for block {m} names next block {nxt:#x} "
+                f"but this worker announced {self.mine[s]:#x}; the switch's sp_next registers "
+                f"hold stale announcements (reset the sp_ registers or use a new epoch before "
+                f"every sparse allreduce of a job)")
+        self.sums[m] = lanes
+        if self.is_float:
+            self.used_exp[m] = self.agreed[s]
+        self.rnd[s] += 1
+        self.stats.rounds += 1
+        last = s + (self.nblocks - 1 - s) // S * S          # the column's last block
+        self.done += ((nxt if nxt != NONE else last + S) - m) // S
+        if self.on_progress is not None:
+            self.on_progress(self.done, self.nblocks)
+        if nxt == NONE:
+            self.phase[s] = DONE
+        else:
+            self.cur[s] = nxt
+
+    # -- the loop --------------------------------------------------------------------
+    def _timeout_message(self, idle: float) -> str:
+        return timeout_message(self, idle)
+
+    def run(self) -> np.ndarray:
+        try:
+            out = super().run()
+        except BaseException:
+            self.sp_versions.pop(self.job, None)
+            raise
+        state = self.sp_versions.setdefault(self.job, np.zeros(wire.SLOTS, np.uint8))
+        state[:self.S] = [(v + r) & 1 for v, r in zip(self.sv0, self.rnd)]
+        return out

@@ -1,0 +1,91 @@
+"""Which blocks a sparse worker sends, and what it announces: computed once, up front.
+
+Why up front: the sparse agent decides per received result whether it sends
+and what `next_block` it announces; doing a column scan there would put an
+O(column) loop on the per-packet path.  Everything depends only on the
+worker's own data, the slot count S and the look-ahead, so it is one
+vectorised pass before the first packet.
+
+Units: the wire's `block` is always a K-value block ("K-block"); the user's
+`block_size` (a multiple of K) only decides what counts as non-zero: a
+block_size block is non-zero if any of its values is, and then all its
+K-blocks travel (they sit on consecutive columns).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from agglab import wire
+from hosts.diagnostics import AllreduceStats
+
+K = wire.K
+NONE = wire.NEXT_NONE
+
+
+@dataclass
+class SparseStats(AllreduceStats):
+    """AllreduceStats plus what the sparse pipeline adds.
+
+    blocks_sent: data K-blocks this worker sent (first transmissions; lead, probes
+    and retransmissions excluded); it includes the zero blocks the protocol makes
+    every worker send: block s of every column in the first sparse round, and a
+    look-ahead block at most every `lookahead` rounds of a column.
+    rounds: sparse rounds whose result this worker accepted (the union of all
+    workers' sent blocks).  probes: zero packets sent while not participating.
+    """
+    blocks_sent: int = 0
+    rounds: int = 0
+    probes: int = 0
+
+
+def nonzero_kblocks(blocks: np.ndarray, block_size: int) -> np.ndarray:
+    """Boolean per K-block row of `blocks` (nb x K): its block_size block holds a non-zero."""
+    if block_size < K or block_size % K:
+        raise ValueError(f"block_size must be a positive multiple of K={K}, got {block_size}")
+    nb, g = blocks.shape[0], block_size // K
+    rows = np.any(blocks != 0, axis=1)
+    big = np.zeros(-(-nb // g) * g, dtype=bool)
+    big[:nb] = rows
+    return np.repeat(big.reshape(-1, g).any(axis=1), g)[:nb]
+
+
+def announcements(mask: np.ndarray, S: int, lookahead: int) -> np.ndarray:
+    """ann[m]: the next_block a worker announces when it sends K-block m.
+
+    = min(its next non-zero K-block after m in m's column, m + lookahead*S), or NONE
+    when that lies beyond the array.  Column s holds blocks s, s+S, ...: reshaping to
+    (rows, S) makes each column a matrix column, and a reversed running minimum of
+    "row index where non-zero" gives every row's next non-zero row at once.
+    """
+    nb = mask.size
+    if lookahead < 1:
+        raise ValueError(f"lookahead must be >= 1 (rounds of a column), got {lookahead}")
+    rows = -(-nb // S)
+    big = np.int64(1) << 40
+    m = np.zeros(rows * S, dtype=bool)
+    m[:nb] = mask
+    r = np.arange(rows, dtype=np.int64)[:, None]
+    at = np.where(m.reshape(rows, S), r, big)
+    suffix = np.minimum.accumulate(at[::-1], axis=0)[::-1]          # min over rows >= r
+    after = np.vstack([suffix[1:], np.full((1, S), big)])            # min over rows > r
+    nxt_row = np.minimum(after, r + lookahead)
+    nxt = (nxt_row * S + np.arange(S)).reshape(-1)[:nb]
+    return np.where(nxt < nb, nxt, NONE).astype(np.int64)
+
+
+def sent_blocks(ann: np.ndarray, S: int) -> list[int]:
+    """The K-blocks a worker with announcements `ann` sends: the chain s, ann[s], ... per column.
+
+    Independent of the other workers: a worker sends exactly the blocks it announced
+    (plus block s of every column), whatever rounds the others add in between.
+    """
+    out = []
+    for s in range(min(S, ann.size)):
+        m = s
+        while m != NONE:
+            out.append(m)
+            m = int(ann[m])
+    return sorted(out)
