@@ -79,7 +79,8 @@ class SwitchClient(ABC):
     def counter_read(self, name: str, index: int) -> int:
         """Packets counted at index."""
         out = self.command(f"counter_read {name} {index}")
-        match = re.search(r"packets=(\d+)", out)
+        # software switch: "BmCounterValue(packets=P, bytes=B)"; BMv2: "C[i]= (B bytes, P packets)"
+        match = re.search(r"packets=(\d+)", out) or re.search(r"(\d+) packets", out)
         if not match:
             raise SwitchCommandError(f"{self.name}: cannot parse counter_read output {out!r}")
         return int(match.group(1))

@@ -30,7 +30,7 @@ K, SLOTS, MAX_WORKERS = wire.K, wire.SLOTS, wire.MAX_WORKERS
 C = wire.CONST
 STAT_CONTRIB, STAT_COMPLETE = C["STAT_CONTRIB"], C["STAT_COMPLETE"]
 STAT_DUP_DROP, STAT_DUP_REPLY, STAT_REJECT = C["STAT_DUP_DROP"], C["STAT_DUP_REPLY"], C["STAT_REJECT"]
-STAT_DUP_UP = C.get("STAT_DUP_UP", 6)          # design.md; same fallback as aggregate.p4
+STAT_DUP_UP = C["STAT_DUP_UP"]
 
 # The offsets below assume this agg_h layout; fail at import if headers.p4 changes it.
 assert wire.FIELD_NAMES[:8] == ("job", "tree", "epoch", "flags", "ver", "slot", "worker", "exp")

@@ -15,9 +15,6 @@
 #ifndef AGGLAB_AGGREGATE_P4
 #define AGGLAB_AGGREGATE_P4
 
-#ifndef STAT_DUP_UP
-#define STAT_DUP_UP      6           /* design.md: partial re-sent to the parent */
-#endif
 
 #define ROLE_NONE    0
 #define ROLE_ROOT    1

@@ -27,5 +27,6 @@
 #define STAT_DUP_REPLY   3           /* duplicates after completion, answered */
 #define STAT_REJECT      4           /* malformed or not in a job, dropped    */
 #define STAT_SIM_DROP    5           /* dropped by the drop simulator         */
+#define STAT_DUP_UP      6           /* partial re-sent to the parent (trees) */
 
 #endif
