@@ -16,6 +16,7 @@ import traceback
 
 import numpy as np
 
+from agglab import wire
 from hosts.workload import make_gradient
 
 
@@ -35,6 +36,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="send an array of this length instead (to test mismatch detection)")
     ap.add_argument("--epoch-file", default=None, help="JSON the controller rewrites on reroute")
     ap.add_argument("--progress", default=None, help="file to rewrite with 'done total' blocks")
+    ap.add_argument("--algorithm", choices=["switchml", "omnireduce"], default="switchml",
+                    help="dense SwitchML pipeline or block-sparse OmniReduce pipeline")
+    ap.add_argument("--density", type=float, default=1.0, help="omnireduce: fraction of non-zero blocks")
+    ap.add_argument("--pattern", choices=["random", "overlap", "disjoint"], default="random",
+                    help="omnireduce: where the non-zero blocks are across workers")
+    ap.add_argument("--block-size", type=int, default=None, help="omnireduce: values per block (multiple of K)")
     ap.add_argument("--bml-plan", default=None, help="BML on BCube: this server's plan (JSON)")
     ap.add_argument("--out", required=True, help="path prefix for .npy and .json")
     args = ap.parse_args(argv)
@@ -43,7 +50,16 @@ def main(argv: list[str] | None = None) -> int:
 
     report: dict = {"rank": args.rank, "ok": False}
     try:
-        data = make_gradient(args.rank, args.length_override or args.elements, args.dtype, args.seed)
+        elements = args.length_override or args.elements
+        if args.algorithm == "omnireduce":
+            from hosts.sparse_workload import sparse_gradient
+
+            block_size = args.block_size or wire.K
+            data = sparse_gradient(args.rank, elements, args.dtype, args.density, args.pattern,
+                                   block_size, args.seed)
+            options = {"sparse": True, "block_size": block_size}
+        else:
+            data, options = make_gradient(args.rank, elements, args.dtype, args.seed), {}
         started = time.monotonic()
         if args.bml_plan:
             return _finish(args, report, *_run_bml(args, data, started))
@@ -56,8 +72,9 @@ def main(argv: list[str] | None = None) -> int:
                                   tree_of_slot=first["tree_of_slot"] if first else None,
                                   control=watcher.poll if watcher else None,
                                   on_progress=ProgressFile(args.progress) if args.progress else None,
-                                  return_stats=True)
+                                  return_stats=True, **options)
         report.update(ok=True, wall=time.monotonic() - started, **_stats_dict(stats))
+        report.setdefault("blocks_sent", report.get("blocks", 0))   # dense: every block travels
         np.save(args.out + ".npy", result)
     except Exception as exc:  # reported to the parent by rank, with the reason
         report.update(error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
