@@ -2,20 +2,15 @@
 
 The agg_job/agg_reply entries of a job are installed per tree and epoch by
 controller/tree_install.py (a single switch is the one-node tree); this module holds
-what is shared by every job: resetting and reading the aggregation state.
+what every job reads: the aggregation counters (registers are reset and preloaded by
+controller/failover.py).
 """
 
 from __future__ import annotations
 
 from controller.switch_client import SwitchClient
 
-REGISTERS = ("agg_values", "agg_bitmap", "agg_count", "agg_exp")
 STATS = ("contributions", "completions", "dup_dropped", "dup_answered", "rejected", "sim_dropped", "dup_up")
-
-
-def reset_state(client: SwitchClient) -> None:
-    for name in REGISTERS:
-        client.register_reset(name)
 
 
 def read_stats(client: SwitchClient) -> dict[str, int]:
