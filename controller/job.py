@@ -18,7 +18,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from controller import failover, tree_install, trees
+from controller import failover, sparse_failover, tree_install, trees
 from controller.events import EventLog
 from controller.link_monitor import LinkMonitor
 from controller.switch_client import SwitchClient
@@ -159,6 +159,7 @@ class TreeJob:
         time.sleep(self.drain)                      # packets already in flight finish or miss
         ts = time.monotonic()
         completed = failover.snapshot(self.clients, old, self.tree_of_slot)
+        sparse_done = sparse_failover.sparse_snapshot(self.clients, old, self.tree_of_slot)
         t1 = time.monotonic()
         phases["snapshot_ms"] = t1 - ts
         try:
@@ -179,6 +180,7 @@ class TreeJob:
         self.inst = tree_install.install(self.clients, self.g, new, self.job, reply_ports=self.reply_ports)
         tp = time.monotonic()
         writes = failover.preload(self.clients, self.inst, self.tree_of_slot, completed)
+        writes += sparse_failover.sparse_preload(self.clients, self.inst, self.tree_of_slot, sparse_done) or 0
         phases.update(entries_ms=tp - ti, preload_ms=time.monotonic() - tp)
         self._publish()
         t3 = time.monotonic()

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import re
 import shutil
+import socket
 import subprocess
 import time
 from abc import ABC, abstractmethod
@@ -164,16 +166,20 @@ class Bmv2Client(SwitchClient):
         self.thrift_port = thrift_port
         self._api = None
         deadline = time.monotonic() + timeout
-        while True:
+        while True:                            # simple_switch opens its Thrift port when ready
             try:
-                self._api = _thrift_api(thrift_port)
+                socket.create_connection(("127.0.0.1", thrift_port), timeout=1).close()
                 break
-            except ImportError:
-                break                      # no python bindings: use the CLI program
-            except Exception:              # switch not listening yet
+            except OSError:
                 if time.monotonic() > deadline:
                     raise SwitchCommandError(f"{name}: no Thrift server on port {thrift_port}")
                 time.sleep(0.2)
+        try:
+            self._api = _thrift_api(thrift_port)
+        except ImportError:
+            self._api = None                   # no python bindings: use the CLI program
+        except SystemExit as exc:              # runtime_CLI exits on connection errors
+            raise SwitchCommandError(f"{name}: Thrift connection to port {thrift_port} failed") from exc
 
     def command(self, line: str) -> str:
         return self.commands([line])[0]
@@ -204,6 +210,21 @@ def _check_bmv2_output(name: str, line: str, out: str) -> str:
     return out
 
 
+def _add_bmv2_python_path() -> None:
+    """BMv2 installs its Python runtime (runtime_CLI, bm_runtime) under PREFIX/lib/python3*/."""
+    import glob
+    import sys
+
+    binary = find_bmv2_tool("simple_switch")
+    if not binary:
+        return
+    prefix = os.path.dirname(os.path.dirname(os.path.realpath(binary)))
+    for path in sorted(glob.glob(f"{prefix}/lib/python3*/site-packages")) + \
+            sorted(glob.glob(f"{prefix}/lib/python3*/dist-packages")):
+        if path not in sys.path:
+            sys.path.append(path)
+
+
 def _thrift_api(thrift_port: int):
     """A RuntimeAPI-like object with onecmd(), from p4-utils or BMv2's runtime_CLI."""
     try:
@@ -212,12 +233,14 @@ def _thrift_api(thrift_port: int):
         return ThriftAPI(thrift_port, "127.0.0.1", "SimpleSwitch")
     except ImportError:
         pass
-    import runtime_CLI  # type: ignore  # BMv2's module (PYTHONPATH from its install)
+    _add_bmv2_python_path()
+    import runtime_CLI  # type: ignore  # BMv2's module, installed beside simple_switch
     from sswitch_runtime import SimpleSwitch  # type: ignore
     from sswitch_CLI import SimpleSwitchAPI  # type: ignore
 
     services = runtime_CLI.RuntimeAPI.get_thrift_services(runtime_CLI.PreType.SimplePreLAG)
     services.extend(SimpleSwitchAPI.get_thrift_services())
     std, mc, ss = runtime_CLI.thrift_connect("127.0.0.1", thrift_port, services)
-    runtime_CLI.load_json_config(std)
+    with contextlib.redirect_stdout(io.StringIO()):      # it announces "Obtaining JSON..."
+        runtime_CLI.load_json_config(std)
     return SimpleSwitchAPI(runtime_CLI.PreType.SimplePreLAG, std, mc, ss)
