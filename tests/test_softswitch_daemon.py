@@ -138,7 +138,7 @@ def test_tcp_bulk_transfer_through_the_switch(switch, lab):
 
 def test_pipeline_refusals_come_back_as_errors(switch):
     ok, out = switch.client.request("table_add nosuch_table x 1 => 2")
-    assert (ok, out) == (False, "Invalid table name (nosuch_table)")
+    assert (ok, out) == (False, "Error: Invalid table name (nosuch_table)")   # worded like BMv2
     with pytest.raises(SwitchCommandError, match="Unknown syntax"):
         switch.client.command("frobnicate")
     assert switch.client.command("ping") == "pong"          # the switch carries on

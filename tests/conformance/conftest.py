@@ -1,8 +1,9 @@
 """Fixtures for the conformance runner: one target object per session.
 
-Why session scope for BMv2: compiling the P4 program and building the network
-namespace take seconds; the target restarts simple_switch per vector (clean
-state) but keeps the namespace.  Teardown always runs (fixture finaliser plus
+Why module scope for BMv2: compiling the P4 program and building the network
+namespace take seconds, so the vectors of one module share them (the target
+restarts simple_switch per vector for clean state); the namespace is gone before
+the next module's tests, which assert that nothing is left behind.  Teardown always runs (fixture finaliser plus
 an atexit backstop in the harness), so no namespace or process outlives pytest.
 """
 
@@ -24,7 +25,7 @@ def soft_target():
     return SoftTarget()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def bmv2_target(tmp_path_factory):
     from tests.conformance.bmv2_target import Bmv2Target, find_tools
 
