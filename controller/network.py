@@ -112,6 +112,14 @@ class EmulatedNetwork:
                     intf.setMAC(mac)
                     intf.setIP(ip, prefixLen=addressing.PREFIX_LEN)
                     node.cmd(f"sysctl -qw net.ipv4.conf.{intf.name}.rp_filter=0")
+            if g.degree(h) > 1:        # multi-NIC: reach a peer's NIC over the switch both hang off
+                for sw in g.neighbors(h):
+                    mine = g.edges[h, sw]["intfs"][h]
+                    for peer in g.neighbors(sw):
+                        if peer != h and g.nodes[peer]["kind"] == "host":
+                            ip, mac = g.edges[sw, peer]["addrs"][peer]
+                            node.cmd(f"ip route replace {ip}/32 dev {mine}")
+                            node.cmd(f"ip neigh replace {ip} lladdr {mac} dev {mine} nud permanent")
             for intf in intfs:
                 node.cmd(f"ip neigh replace {addressing.SERVICE_IP} lladdr {addressing.SERVICE_MAC} "
                          f"dev {intf} nud permanent")

@@ -69,3 +69,14 @@ def test_partition_gives_every_worker_a_clear_error_quickly():
     assert all("partition" in e.lower() for e in r["errors"]), r["errors"]
     assert r["failures"][0]["partitioned"]
     assert_clean()
+
+
+@pytest.mark.parametrize("variant", ["in-network", "host"])
+def test_bml_on_bcube_9_servers_exact(variant):
+    r = run_allreduce(topology="bcube", workers=9, tree="bml", bml_variant=variant, elements=30_001, seed=9)
+    assert r["exact"], r.get("errors")
+    if variant == "in-network":
+        assert r["switch"]["completions"] > 0        # the level switches aggregated
+    else:
+        assert r["switch"]["completions"] == 0       # servers summed; switches only forwarded
+    assert_clean()
