@@ -47,7 +47,7 @@ from hosts.consistency import (DTYPES, ConsistencyError, DtypeMismatchError,  # 
                                WorkerCountMismatchError, check_lead, lead_lanes)
 from hosts.diagnostics import AllreduceStats, AllreduceTimeout, NetworkPartitionError, timeout_message
 from hosts.protocol import LAYOUT, HeaderPacker
-from hosts.rto import MAX_RTO, RtoEstimator
+from hosts.rto import MAX_RTO, RtoEstimator, backoff as rto_backoff
 from hosts.transport import Transport, UdpTransport  # noqa: F401 (API)
 
 K = wire.K
@@ -209,7 +209,7 @@ class _Run:
                 continue
             self.tries[s] += 1
             self._resend(s, now)
-            backoff = min(MAX_RTO, self.rtt.rto * (2 ** min(self.tries[s], 16)))
+            backoff = rto_backoff(self.rtt.rto, self.tries[s])
             heapq.heappush(timers, (now + backoff, s, seq))
 
     def _resend(self, s: int, now: float) -> None:
