@@ -226,6 +226,8 @@ class _Run:
             return False
         if msg.get("status") == "partitioned":
             raise NetworkPartitionError(msg.get("reason") or "the controller reports the workers are partitioned")
+        if msg.get("status") == "rerouting":
+            return True                    # the controller is alive and working: not a stall
         epoch = int(msg.get("epoch", self.epoch))
         trees = self._trees(msg["tree_of_slot"]) if msg.get("tree_of_slot") else self.trees
         if epoch == self.epoch and trees == self.trees:
