@@ -155,13 +155,16 @@ class Sparse:
         self.next[cb + child] = pnext
         self.exp_next[cb + child] = pexp
         self.stats.count(STAT_CONTRIB, len(frame))
-        end = cb + (fan_in if fan_in < MAX_WORKERS else MAX_WORKERS)
-        nexts = self.next[cb:end]
-        n = min(nexts) if end > cb else NONE
-        if m >= n:
-            return None
-        exps = self.exp_next[cb:end]
-        e = max((exps[i] for i, nx in enumerate(nexts) if nx == n), default=0)
+        if self.done[r]:                                  # a probe after completion: the
+            n, e = self.rnext[r], self.exp[r]             # round's next/exp stay as they were
+        else:
+            end = cb + (fan_in if fan_in < MAX_WORKERS else MAX_WORKERS)
+            nexts = self.next[cb:end]
+            n = min(nexts) if end > cb else NONE
+            if m >= n:
+                return None
+            exps = self.exp_next[cb:end]
+            e = max((exps[i] for i, nx in enumerate(nexts) if nx == n), default=0)
         self.rnext[r] = n
         self.exp[r] = e
         self.done[r] = 1

@@ -274,9 +274,18 @@ control Sparse(inout headers_t hdr, inout meta_t meta,
                                 sp_next.write(cbase + (bit<32>)meta.child, hdr.agg.next_block);
                                 sp_exp_next.write(cbase + (bit<32>)meta.child, hdr.agg.exp);
                                 agg_stats.count(STAT_CONTRIB);
-                                n = AGG_NEXT_NONE;
-                                e = 0;
-                                AGG_FOR_EACH_CHILD(SP_MIN_CHILD)
+                                sp_done.read(done, r);
+                                if (done == 1) {
+                                    /* a probe after completion: the round's next and
+                                     * exponent stay what they were (later announcements
+                                     * must not make a lagging worker skip a round) */
+                                    sp_rnext.read(n, r);
+                                    sp_exp.read(e, r);
+                                } else {
+                                    n = AGG_NEXT_NONE;
+                                    e = 0;
+                                    AGG_FOR_EACH_CHILD(SP_MIN_CHILD)
+                                }
                                 if (hdr.agg.block < n) {
                                     hdr.agg.next_block = n;
                                     hdr.agg.exp = e;
