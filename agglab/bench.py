@@ -4,7 +4,8 @@
 2. packets/s through the software switch daemon on real veth interfaces;
 3. end-to-end goodput of an 8-worker allreduce of 1M int32 per worker in Mininet;
 4. tree computation time (spt, rat, packing) on fat-trees k=4, 8, 16;
-5. reroute time on a k=4 fat-tree: link down → detected → recomputed → installed.
+5. reroute time on a k=4 fat-tree: link down → detected → recomputed → installed;
+6. sparse against dense completion time for densities 1.0 … 0.01 (agglab/bench_sparse.py).
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ def main() -> int:
                       f"recompute={f['recompute_ms']} ms install={f['install_ms']} ms "
                       f"(freeze {f.get('freeze_ms')} / snapshot {f.get('snapshot_ms')} / entries "
                       f"{f.get('entries_ms')} / preload {f.get('preload_ms')} ms)")
+        _section("sparse (OmniReduce) against dense (SwitchML), same data, rate-limited links")
+        subprocess.run([sys.executable, "-m", "agglab.bench_sparse"], cwd=REPO, env=env)
     else:
         print("\n(not root: skipping the daemon and Mininet benchmarks)")
     return 0

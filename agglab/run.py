@@ -51,6 +51,11 @@ class RunSpec:
     fail: list = field(default_factory=list)    # ["A-B@0.5", "tree@0.5", ...]
     length_override: dict[int, int] = field(default_factory=dict)   # rank -> length (tests)
 
+    @property
+    def sparse_data(self) -> bool:
+        """Block-sparse inputs: for omnireduce, or for the dense pipeline on the same data."""
+        return self.algorithm == "omnireduce" or self.density < 1.0
+
     def validate(self) -> None:
         if not 1 <= self.workers <= 1024:
             raise ValueError(f"--workers must be positive, got {self.workers}")
@@ -218,8 +223,8 @@ def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: TreeJob, quiet: bool,
                 "--progress", str(out_dir / f"rank{rank}.progress")]
         if h in plans:
             argv += ["--bml-plan", str(plans[h])]
-        if spec.algorithm == "omnireduce":
-            argv += ["--algorithm", "omnireduce", "--density", str(spec.density), "--pattern", spec.pattern,
+        if spec.sparse_data:
+            argv += ["--algorithm", spec.algorithm, "--density", str(spec.density), "--pattern", spec.pattern,
                      "--block-size", str(spec.block_size or wire.K)]
         if rank in spec.length_override:
             argv += ["--length-override", str(spec.length_override[rank])]
@@ -289,7 +294,7 @@ def _check(spec: RunSpec, reports: list[dict], switch_stats: dict) -> dict:
         result["errors"] = errors
         return result
     seconds = max(r["seconds"] for r in reports)
-    if spec.algorithm == "omnireduce":
+    if spec.sparse_data:
         from hosts.sparse_workload import expected_sparse_sum, sparse_gradient
 
         args = (spec.density, spec.pattern, spec.block_size or wire.K, spec.seed)

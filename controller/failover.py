@@ -42,7 +42,7 @@ def snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot:
     """Per slot, the complete-and-maybe-needed version at its old tree's root (if any)."""
     roots = {tree: role for (sw, tree), role in inst.roles.items() if role.root}
     cache: dict[str, dict[str, np.ndarray]] = {}
-    found: dict[int, CompletedVersion] = {}
+    wanted: dict[str, list[tuple[int, int, int]]] = {}          # root -> [(slot, ver, r)]
     for slot, tree in enumerate(tree_of_slot):
         role = roots[tree]
         regs = cache.get(role.switch)
@@ -53,8 +53,12 @@ def snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot:
         for ver in (0, 1):
             r = _index(ver, slot_base, slot)
             if regs["agg_count"][r] == len(role.children) and regs["agg_bitmap"][r] != 0:
-                values = np.array(clients[role.switch].register_read_range("agg_values", r * wire.K, wire.K))
-                found[slot] = CompletedVersion(slot, ver, int(regs["agg_exp"][r]), values)
+                wanted.setdefault(role.switch, []).append((slot, ver, r))
+    found: dict[int, CompletedVersion] = {}
+    for sw, items in wanted.items():                              # one batch per root
+        ranges = [(r * wire.K, wire.K) for _, _, r in items]
+        for (slot, ver, r), values in zip(items, clients[sw].register_read_ranges("agg_values", ranges)):
+            found[slot] = CompletedVersion(slot, ver, int(cache[sw]["agg_exp"][r]), np.array(values))
     return found
 
 

@@ -155,6 +155,7 @@ class TreeJob:
         t0 = time.monotonic()
         old = self.inst
         tree_install.freeze(self.clients, old)
+        self._publish("rerouting", f"link {link} failed")      # agents: a pause, not a stall
         phases = {"freeze_ms": time.monotonic() - t0}
         time.sleep(self.drain)                      # packets already in flight finish or miss
         ts = time.monotonic()
@@ -179,6 +180,7 @@ class TreeJob:
         ti = time.monotonic()
         self.inst = tree_install.install(self.clients, self.g, new, self.job, reply_ports=self.reply_ports)
         tp = time.monotonic()
+        self._publish("rerouting", f"link {link} failed")      # heartbeat before the preload
         writes = failover.preload(self.clients, self.inst, self.tree_of_slot, completed)
         writes += sparse_failover.sparse_preload(self.clients, self.inst, self.tree_of_slot, sparse_done) or 0
         phases.update(entries_ms=tp - ti, preload_ms=time.monotonic() - tp)

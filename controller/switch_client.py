@@ -65,6 +65,10 @@ class SwitchClient(ABC):
         outs = self.commands([f"register_read {name} {i}" for i in range(start, start + count)])
         return [int(o.rsplit("=", 1)[1]) for o in outs]
 
+    def register_read_ranges(self, name: str, ranges: list[tuple[int, int]]) -> list[list[int]]:
+        """Several (start, count) ranges; targets override with their cheapest form."""
+        return [self.register_read_range(name, start, count) for start, count in ranges]
+
     def register_write_range(self, name: str, start: int, values) -> None:
         self.commands(self.register_write_range_lines(name, start, values))
 
@@ -131,6 +135,10 @@ class SoftSwitchClient(SwitchClient):
     def register_write_range_lines(self, name: str, start: int, values) -> list[str]:
         return [f"register_write_range {name} {start} " + " ".join(str(int(v)) for v in values)]
 
+    def register_read_ranges(self, name: str, ranges: list[tuple[int, int]]) -> list[list[int]]:
+        outs = self.commands([f"register_read_range {name} {start} {count}" for start, count in ranges])
+        return [[int(v) for v in o.split("=", 1)[1].split(",") if v.strip()] for o in outs]
+
     def commands(self, lines: list[str]) -> list[str]:
         outs = []
         for start in range(0, len(lines), 512):      # bounded socket buffers both ways
@@ -183,6 +191,14 @@ class Bmv2Client(SwitchClient):
 
     def command(self, line: str) -> str:
         return self.commands([line])[0]
+
+    def register_read_range(self, name: str, start: int, count: int) -> list[int]:
+        """One Thrift call for the whole register beats `count` single reads on BMv2."""
+        return self.register_read(name)[start:start + count]
+
+    def register_read_ranges(self, name: str, ranges: list[tuple[int, int]]) -> list[list[int]]:
+        whole = self.register_read(name) if ranges else []
+        return [whole[start:start + count] for start, count in ranges]
 
     def commands(self, lines: list[str]) -> list[str]:
         if self._api is not None:

@@ -47,7 +47,7 @@ from hosts.consistency import (DTYPES, ConsistencyError, DtypeMismatchError,  # 
                                WorkerCountMismatchError, check_lead, lead_lanes)
 from hosts.diagnostics import AllreduceStats, AllreduceTimeout, NetworkPartitionError, timeout_message
 from hosts.protocol import LAYOUT, HeaderPacker
-from hosts.rto import MAX_RTO, RtoEstimator
+from hosts.rto import MAX_RTO, RtoEstimator, backoff as rto_backoff
 from hosts.transport import Transport, UdpTransport  # noqa: F401 (API)
 
 K = wire.K
@@ -209,7 +209,7 @@ class _Run:
                 continue
             self.tries[s] += 1
             self._resend(s, now)
-            backoff = min(MAX_RTO, self.rtt.rto * (2 ** min(self.tries[s], 16)))
+            backoff = rto_backoff(self.rtt.rto, self.tries[s])
             heapq.heappush(timers, (now + backoff, s, seq))
 
     def _resend(self, s: int, now: float) -> None:
@@ -226,6 +226,8 @@ class _Run:
             return False
         if msg.get("status") == "partitioned":
             raise NetworkPartitionError(msg.get("reason") or "the controller reports the workers are partitioned")
+        if msg.get("status") == "rerouting":
+            return True                    # the controller is alive and working: not a stall
         epoch = int(msg.get("epoch", self.epoch))
         trees = self._trees(msg["tree_of_slot"]) if msg.get("tree_of_slot") else self.trees
         if epoch == self.epoch and trees == self.trees:

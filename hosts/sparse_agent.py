@@ -39,6 +39,16 @@ is in, a probe for non-participants, so the new tree's sp_next is repopulated.
 Versions: the lead round takes the dense agent's next version of the slot
 (hosts.agent keeps it per transport and job); sparse round i of slot s uses
 (sv0[s] + i) % 2, sv0 likewise continued across calls.
+
+Known gap of design.md's rules: a worker that sits out round m+1 does not hold
+the column back, so round m+2 may reuse m's version while that worker still
+lacks m's result (lost, or merely late) or still has a resend of m in flight;
+the resend then restarts a round there, and sums go wrong.  The agent drains
+queued results before any timer fires and raises SparseRoundLostError when it
+sees its version reused, but only a switch rule can close the gap:
+`every_round=True` is the agent's half of the proposed one (every worker sends
+in every round, non-participants a zero probe at once; the switch completes a
+round when every child sent), tests/test_hosts_sparse_loss.py shows both.
 """
 
 from __future__ import annotations
@@ -50,11 +60,13 @@ import numpy as np
 
 from agglab import wire
 from hosts import agent as dense
-from hosts.consistency import DTYPES, LANES_USED, ConsistencyError, check_lead, lead_lanes
-from hosts.protocol import LAYOUT, HeaderPacker
+from hosts.consistency import DTYPES, LANES_USED, check_lead, lead_lanes
+from hosts.protocol import HeaderPacker
 from hosts.rto import MAX_RTO
 from hosts.sparse_blocks import NONE, SparseStats, announcements, nonzero_kblocks
-from hosts.sparse_diagnostics import DONE, LEAD, SPARSE, lost_message, timeout_message
+from hosts.sparse_diagnostics import (DONE, LEAD, SPARSE, SparseMismatchError,  # noqa: F401
+                                       SparseProtocolError, SparseRoundLostError,
+                                       lost_message, timeout_message)
 
 K = wire.K
 FLAG_SPARSE = wire.CONST["AGG_FLAG_SPARSE"]
@@ -62,32 +74,10 @@ FLAG_ACK = wire.CONST["AGG_FLAG_ACK"]
 DEFAULT_LOOKAHEAD = 64
 SPARSE_LANE = LANES_USED            # slot-0 lead lane: 1 per worker running sparse
 assert SPARSE_LANE < K
-_BE = np.dtype(">i4")
-_H, _P = wire.AGG_HEADER_BYTES, wire.PAYLOAD_BYTES
-_unpack = wire.AGG_STRUCT.unpack_from
-_SP_VERSIONS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def _field(name: str):
-    word, shift, mask = LAYOUT[name]
-    return lambda words: (words[word] >> shift) & mask
-
-
-_FLAGS, _SLOT, _VER, _BLOCK, _EXP, _NEXT = map(
-    _field, ("flags", "slot", "ver", "block", "exp", "next_block"))
-_JOB, _WORKER = map(_field, ("job", "worker"))
-
-
-class SparseMismatchError(ConsistencyError):
-    """Some workers of the job run the dense agent, others the sparse one."""
-
-
-class SparseProtocolError(RuntimeError):
-    """A result contradicts this worker's own announcements (stale switch state)."""
-
-
-class SparseRoundLostError(SparseProtocolError):
-    """The switch reused the version holding a result this worker never received."""
+_SP_VERSIONS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # as dense._VERSIONS
+_BE, _H, _P, _unpack = dense._BE, dense._H, dense._P, dense._unpack
+_FLAGS, _SLOT, _VER, _BLOCK, _EXP = dense._FLAGS, dense._SLOT, dense._VER, dense._BLOCK, dense._EXP
+_JOB, _WORKER, _NEXT = dense._JOB, dense._WORKER, dense._field("next_block")
 
 
 def allreduce(array, *, transport, rank: int, workers: int, job: int = 0, tree: int = 0,
@@ -182,32 +172,25 @@ class _SparseRun(dense._Run):
         heapq.heappush(self.timers, (now + self.rtt.rto, s, self.seq[s]))
 
     def _send_round(self, s: int, now: float) -> None:
-        """First packet of the slot's current round (nothing for a non-participant)."""
-        nb = self.nblocks
+        """First packet of the slot's current round: lead, data, an eager probe or nothing."""
+        nb, data = self.nblocks, False
         if self.phase[s] == LEAD:
             fields = dict(ver=self.v0[s] & 1, slot=s, block=s,
                           exp=self.exps[s] if s < nb else 0, next_block=s if s < nb else NONE)
             self.packet[s] = (fields, self.lead0 if s == 0 else self.zero_body)
         elif self.cur[s] == self.mine[s]:
             m = self.cur[s]
-            nxt = self.ann[m]
-            self.mine[s] = nxt
+            self.mine[s] = nxt = self.ann[m]
             fields = dict(ver=(self.sv0[s] + self.rnd[s]) & 1, slot=s, block=m, next_block=nxt,
                           exp=self.exps[nxt] if nxt != NONE else 0)
-            self.packet[s] = (fields, self._body(s, m))
+            self.packet[s], data = (fields, self._body(s, m)), True
             self.stats.blocks_sent += 1
-        elif self.every_round:
-            self.packet[s] = self._probe_packet(s)
-            self._emit(s, *self.packet[s], False, now)
-            self.sent_at[s], self.sent_data[s], self.sent_first[s] = now, False, True
-            self._arm(s, now)
-            return
         else:
-            self.packet[s], self.sent_data[s], self.sent_first[s] = None, False, False
-            self._arm(s, now)
-            return
-        self._emit(s, *self.packet[s], False, now)
-        self.sent_at[s], self.sent_data[s], self.sent_first[s] = now, True, True
+            self.packet[s] = self._probe_packet(s) if self.every_round else None
+        self.sent_data[s], self.sent_first[s] = data, self.packet[s] is not None
+        if self.packet[s] is not None:
+            self._emit(s, *self.packet[s], False, now)
+            self.sent_at[s] = now
         self._arm(s, now)
 
     def _body(self, s: int, m: int) -> bytes:
@@ -233,6 +216,8 @@ class _SparseRun(dense._Run):
 
     def _expire(self, now: float) -> None:
         timers = self.timers
+        if timers and timers[0][0] <= now:
+            self._drain(now)
         while timers and timers[0][0] <= now:
             _, s, seq = heapq.heappop(timers)
             if seq != self.seq[s] or self.phase[s] == DONE:
@@ -244,6 +229,19 @@ class _SparseRun(dense._Run):
             self._resend(s, now)
             backoff = min(MAX_RTO, self.rtt.rto * (2 ** min(self.tries[s], 16)))
             heapq.heappush(timers, (now + backoff, s, seq))
+
+    def _drain(self, now: float) -> None:
+        """Handle results that arrived since the loop's last drain, before any timer fires.
+
+        Why: under design.md's rules a packet for a round whose result is already here
+        is not harmless.  The column may have gone on without this worker, and if
+        the version has been reused by then, the packet restarts a round there (see
+        test_hosts_sparse_loss.py).  Such a spurious resend must be as rare as possible.
+        """
+        p = self.tx.recv(0.0)
+        while p is not None:
+            self._on_payload(p, now)
+            p = self.tx.recv(0.0) if self.remaining else None
 
     def _poll_control(self, now: float) -> bool:
         # the dense method resends slots with round < rounds (= 1): the open ones

@@ -9,8 +9,21 @@ hosts.sparse_agent._SparseRun.
 from __future__ import annotations
 
 from agglab import wire
+from hosts.consistency import ConsistencyError
 
-LEAD, SPARSE, DONE = 0, 1, 2
+LEAD, SPARSE, DONE = 0, 1, 2     # phases of a slot
+
+
+class SparseMismatchError(ConsistencyError):
+    """Some workers of the job run the dense agent, others the sparse one."""
+
+
+class SparseProtocolError(RuntimeError):
+    """A result contradicts this worker's own announcements (stale switch state)."""
+
+
+class SparseRoundLostError(SparseProtocolError):
+    """The switch reused the version holding a result this worker never received."""
 
 
 def _slot_state(run, s: int) -> str:

@@ -51,13 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     report: dict = {"rank": args.rank, "ok": False}
     try:
         elements = args.length_override or args.elements
-        if args.algorithm == "omnireduce":
+        if args.algorithm == "omnireduce" or args.density < 1.0:   # block-sparse data, either pipeline
             from hosts.sparse_workload import sparse_gradient
 
             block_size = args.block_size or wire.K
             data = sparse_gradient(args.rank, elements, args.dtype, args.density, args.pattern,
                                    block_size, args.seed)
-            options = {"sparse": True, "block_size": block_size}
+            options = {"sparse": True, "block_size": block_size} if args.algorithm == "omnireduce" else {}
         else:
             data, options = make_gradient(args.rank, elements, args.dtype, args.seed), {}
         started = time.monotonic()

@@ -1,0 +1,216 @@
+"""The sparse agent (hosts/sparse_agent.py) against design.md's sparse pipeline.
+
+Why both back-ends: "model" is tests/sparse_model.py, written from the
+contract's text; "pipeline" is softswitch.Pipeline (real frames, CLI-programmed
+sp_job entries).  Each scenario must be exact on both, so the agent, the
+contract and the software switch agree.  Loss is the exception, see
+test_hosts_sparse_loss.py.
+"""
+
+import numpy as np
+import pytest
+
+from agglab import wire
+from hosts import quantization as qz
+from fakenet import _get
+from hosts.agent import allreduce
+from hosts.sparse_agent import SparseMismatchError, SparseProtocolError
+from hosts.sparse_blocks import announcements, nonzero_kblocks, sent_blocks
+from hosts.sparse_workload import expected_sparse_sum, sparse_gradient
+from sparse_model import SparseModelSwitch, result_payload, sparse_net
+
+K = wire.K
+
+
+def _pipeline_has_sparse() -> bool:
+    try:
+        from softswitch.pipeline import Pipeline
+    except ImportError:
+        return False
+    return "sp_job" in Pipeline().tables
+
+
+NEEDS_PIPELINE = pytest.mark.skipif(not _pipeline_has_sparse(),
+                                    reason="softswitch.Pipeline has no sparse pipeline yet")
+BACKENDS = ["model", pytest.param("pipeline", marks=NEEDS_PIPELINE)]
+
+
+def ok(results):
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    return results
+
+
+def expected_blocks_sent(array, window, block_size=K, lookahead=64):
+    """What a worker must send: its own announcement chains (independent of the others)."""
+    nb = -(-array.size // K)
+    padded = np.zeros(nb * K, array.dtype)
+    padded[:array.size] = array.reshape(-1)
+    S = min(window, max(nb, 1))
+    ann = announcements(nonzero_kblocks(padded.reshape(nb, K), block_size), S, lookahead)
+    return len(sent_blocks(ann, S))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("pattern", ["random", "overlap", "disjoint"])
+@pytest.mark.parametrize("density", [1.0, 0.5, 0.1, 0.01, 0.0])
+def test_int32_exact_every_pattern_and_density(backend, pattern, density):
+    n, length, window = 4, 64 * 300 + 17, 16
+    arrays = [sparse_gradient(r, length, "int32", density, pattern, K, seed=5) for r in range(n)]
+    expected = expected_sparse_sum(n, length, "int32", density, pattern, K, seed=5)
+    results = ok(sparse_net(n, backend).run(arrays, sparse=True, window=window, give_up=10))
+    blocks = -(-length // K)
+    for rank, (out, stats) in enumerate(results):
+        assert out.dtype == np.int32 and np.array_equal(out, expected)
+        assert stats.blocks == blocks and stats.slots == window
+        assert stats.blocks_sent == expected_blocks_sent(arrays[rank], window)
+        # ~ density x blocks: plus block s of every column and one look-ahead block per 64 rounds
+        assert abs(stats.blocks_sent - density * blocks) <= 1 + window * (1 + blocks // (64 * window) + 1)
+        assert stats.packets_sent == stats.blocks_sent + window + stats.retransmissions   # probes: timer
+    if density <= 0.1:
+        assert results[0][1].blocks_sent < 0.25 * blocks        # really sparse on the wire
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_int32_wraparound_and_workers_without_any_non_zero_block(backend):
+    """Ranks 1 and 3 have nothing at all; the others full-range values that wrap."""
+    n, length = 5, 64 * 40 + 3
+    rng = np.random.default_rng(1)
+    arrays = [np.zeros(length, np.int32) for _ in range(n)]
+    for r in (0, 2, 4):
+        blocks = rng.choice(41, 12, replace=False)
+        for b in blocks:
+            arrays[r][b * K:(b + 1) * K] = rng.integers(-2**31, 2**31 - 1, K, dtype=np.int32)[:length - b * K]
+    expected = np.sum(arrays, axis=0, dtype=np.int32)
+    assert np.any(np.abs(expected.astype(np.int64)) > 0) and length % K
+    results = ok(sparse_net(n, backend).run(arrays, sparse=True, window=6, give_up=10))
+    for rank, (out, stats) in enumerate(results):
+        assert np.array_equal(out, expected)
+        assert stats.blocks_sent == expected_blocks_sent(arrays[rank], 6)
+    assert results[1][1].blocks_sent == 6                # only the first round of each column
+    big = np.sum([a.astype(np.int64) for a in arrays], axis=0)
+    assert np.any(big != expected)                       # some sums really wrapped
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", [(0,), (5,), (K,), (3, 7, 11)])
+def test_all_zero_for_all_workers_and_odd_shapes(backend, shape):
+    n = 3
+    arrays = [np.zeros(shape, np.int32) for _ in range(n)]
+    for out, stats in ok(sparse_net(n, backend).run(arrays, sparse=True, window=4, give_up=10)):
+        assert out.shape == shape and out.dtype == np.int32 and not out.any()
+        assert stats.blocks_sent == stats.slots * (stats.blocks > 0)
+        assert stats.rounds == stats.blocks_sent
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("block_size,sent", [(K, [9, 9]), (4 * K, [12, 12])])
+def test_block_size_all_sub_blocks_travel(backend, block_size, sent):
+    """One non-zero value in a few 4K-blocks: with block_size 4K all four K-blocks travel."""
+    n, length, window = 2, 64 * 4 * 20, 8                   # 80 K-blocks, 10 per column
+    arrays = [np.zeros(length, np.int32) for _ in range(n)]
+    arrays[0][[5, 4 * K * 7 + 3 * K + 1]] = [7, -9]          # K-blocks 0 and 31 (4K-blocks 0, 7)
+    arrays[1][4 * K * 12 + K] = 11                           # K-block 49 (4K-block 12)
+    results = ok(sparse_net(n, backend).run(arrays, sparse=True, window=window, give_up=10,
+                                            block_size=block_size))
+    for rank, (out, stats) in enumerate(results):
+        assert np.array_equal(out, arrays[0] + arrays[1])
+        assert stats.blocks_sent == expected_blocks_sent(arrays[rank], window, block_size)
+        # first round (K-blocks 0..7) plus {31} / {49}, or the whole 4K-blocks 28..31 / 48..51
+        assert stats.blocks_sent == sent[rank]
+    with pytest.raises(ValueError, match="multiple of K"):
+        allreduce(arrays[0], transport=None, rank=0, workers=1, sparse=True, block_size=K + 1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("pattern", ["random", "disjoint"])
+def test_float32_within_error_bound(backend, pattern):
+    n, length = 4, 64 * 90 + 9
+    arrays = [sparse_gradient(r, length, "float32", 0.2, pattern, K, seed=8) for r in range(n)]
+    rng = np.random.default_rng(3)
+    scale = np.repeat(10.0 ** rng.integers(-5, 6, -(-length // K)), K)[:length]
+    arrays = [(a * scale).astype(np.float32) for a in arrays]
+    exact = np.sum([a.astype(np.float64) for a in arrays], axis=0)
+    padded = np.zeros(-(-length // K) * K)
+    padded[:length] = np.max(np.abs(arrays), axis=0)
+    bound = np.repeat([qz.error_bound(qz.block_exponent(b), n) for b in padded.reshape(-1, K)],
+                      K)[:length]
+    for out, _ in ok(sparse_net(n, backend).run(arrays, sparse=True, window=8, give_up=10)):
+        assert out.dtype == np.float32
+        err = np.abs(out.astype(np.float64) - exact)
+        assert np.all(err <= bound), (err / np.maximum(bound, 1e-300)).max()
+        assert np.all(out[exact == 0] == 0)          # nobody sent: exact zeros
+        assert np.any(err > 0)                       # really quantised
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_lookahead_bounds_silence_and_costs_one_block_per_bound(backend):
+    """Worker 1 has a single non-zero block at the end of a long column: with lookahead 4
+    it still sends a zero block every 4 rounds."""
+    n, length = 2, 64 * 40
+    arrays = [np.arange(length, dtype=np.int32), np.zeros(length, np.int32)]
+    arrays[1][-1] = 5
+    for la in (1, 4, 64):
+        results = ok(sparse_net(n, backend).run(arrays, sparse=True, window=1, lookahead=la,
+                                                give_up=10))
+        for rank, (out, stats) in enumerate(results):
+            assert np.array_equal(out, arrays[0] + arrays[1])
+            assert stats.blocks_sent == expected_blocks_sent(arrays[rank], 1, lookahead=la)
+        assert results[1][1].blocks_sent == {1: 40, 4: 11, 64: 2}[la]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dense_and_sparse_workers_in_one_job_raise(backend):
+    arrays = [np.ones(64 * 8, np.int32)] * 2
+    results = sparse_net(2, backend).run(arrays, window=4, give_up=1,
+                                         per_rank=[{"sparse": True}, {}])
+    assert isinstance(results[0], SparseMismatchError), results
+    assert "only 1 of 2 workers run the sparse allreduce" in str(results[0])
+
+
+class _Scripted:
+    """One-worker 'switch' answering each packet with a result; `next_of` rewrites the
+    sparse results' next_block (to play a switch with stale sp_next registers)."""
+
+    def __init__(self, next_of):
+        self.switch, self.out, self.next_of = SparseModelSwitch(1), [], next_of
+
+    def send(self, payload):
+        for _, res in self.switch.process(0, payload):
+            if _get(res, "flags") & wire.CONST["AGG_FLAG_SPARSE"]:
+                res = result_payload(res, np.frombuffer(res, ">i4", K, wire.AGG_HEADER_BYTES),
+                                     _get(res, "exp"), self.next_of(_get(res, "next_block")))
+            self.out.append(res)
+
+    def recv(self, timeout):
+        return self.out.pop(0) if self.out else None
+
+
+def test_result_naming_a_later_next_than_announced_is_refused():
+    """A switch whose sp_next still holds another run's announcements (a second sparse run
+    without reset) can name a next block beyond this worker's own: refusing beats summing."""
+    x = np.zeros(64 * 10, np.int32)
+    x[3 * K] = 1                                             # worker announces block 3
+    out = allreduce(x, transport=_Scripted(lambda nxt: nxt), rank=0, workers=1, window=1,
+                    sparse=True)
+    assert np.array_equal(out, x)
+    with pytest.raises(SparseProtocolError, match="announced 0x3.*stale"):
+        allreduce(x, transport=_Scripted(lambda nxt: wire.NEXT_NONE), rank=0, workers=1,
+                  window=1, sparse=True)
+
+
+def test_progress_and_trees():
+    n, length = 2, 64 * 50
+    arrays = [sparse_gradient(r, length, "int32", 0.2, "random", K, seed=2) for r in range(n)]
+    net = sparse_net(n)
+    net.record = True
+    calls = [[], []]
+    ok(net.run(arrays, sparse=True, window=4, per_rank=[
+        {"tree_of_slot": [3, 1, 3, 1], "on_progress": lambda d, t: calls[0].append((d, t))},
+        {"tree_of_slot": [3, 1, 3, 1], "on_progress": lambda d, t: calls[1].append((d, t))}]))
+    assert {(slot, tree) for _, slot, tree, _ in net.sent} == {(0, 3), (1, 1), (2, 3), (3, 1)}
+    for c in calls:
+        done = [d for d, _ in c]
+        assert done == sorted(done) and done[-1] == 50 and {t for _, t in c} == {50}
+        assert len(c) < 50                       # one call per round, rounds skip blocks

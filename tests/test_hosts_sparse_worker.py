@@ -1,0 +1,80 @@
+"""hosts/worker.py with --algorithm omnireduce over real loopback UDP, without Mininet.
+
+Why: `agglab allreduce --algorithm omnireduce` runs this entry point in every
+host namespace and checks its .npy/.json against expected_sparse_sum; here the
+same argv runs in threads against the sparse model switch behind a UDP socket
+(as tests/test_hosts_transport.py does for the dense agent), on a free port.
+"""
+
+import functools
+import json
+import socket
+import threading
+
+import numpy as np
+import pytest
+
+import hosts.agent
+from hosts import worker
+from hosts.sparse_workload import expected_sparse_sum, sparse_gradient
+from hosts.workload import expected_sum
+from sparse_model import SparseModelSwitch
+from test_hosts_sparse import expected_blocks_sent
+from test_hosts_transport import SERVICE, free_port
+
+
+def serve(sock, n, stop):
+    switch, port = SparseModelSwitch(n), sock.getsockname()[1]
+    sock.settimeout(0.05)
+    while not stop.is_set():
+        try:
+            payload, (ip, _) = sock.recvfrom(65535)
+        except socket.timeout:
+            continue
+        for dest, res in switch.process(int(ip.rsplit(".", 1)[1]) - 1, payload):
+            for d in range(n) if dest is None else (dest,):
+                sock.sendto(res, (f"127.0.0.{d + 1}", port))
+
+
+@pytest.mark.parametrize("algorithm", ["omnireduce", "switchml"])
+def test_worker_entry_point_reports_blocks_sent(algorithm, tmp_path, monkeypatch):
+    n, elements, port = 3, 64 * 120 + 9, free_port()
+    monkeypatch.setattr(hosts.agent, "UdpTransport",
+                        functools.partial(hosts.agent.UdpTransport, port=port))
+    svc = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    svc.bind((SERVICE, port))
+    stop = threading.Event()
+    server = threading.Thread(target=serve, args=(svc, n, stop), daemon=True)
+    server.start()
+    extra = ["--algorithm", algorithm, "--density", "0.1", "--pattern", "disjoint",
+             "--block-size", "128"] if algorithm == "omnireduce" else []
+    codes = [None] * n
+
+    def work(rank):
+        codes[rank] = worker.main([
+            "--rank", str(rank), "--workers", str(n), "--elements", str(elements), "--seed", "4",
+            "--local-ip", f"127.0.0.{rank + 1}", "--service-ip", SERVICE, "--window", "8",
+            "--out", str(tmp_path / f"rank{rank}"), *extra])
+
+    threads = [threading.Thread(target=work, args=(r,)) for r in range(n)]
+    try:
+        [t.start() for t in threads]
+        [t.join(60) for t in threads]
+    finally:
+        stop.set()
+        server.join(5)
+        svc.close()
+    if algorithm == "omnireduce":
+        expected = expected_sparse_sum(n, elements, "int32", 0.1, "disjoint", 128, 4)
+    else:
+        expected = expected_sum(n, elements, "int32", 4)
+    for rank in range(n):
+        report = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert codes[rank] == 0 and report["ok"], report
+        assert np.array_equal(np.load(tmp_path / f"rank{rank}.npy"), expected)
+        if algorithm == "omnireduce":
+            data = sparse_gradient(rank, elements, "int32", 0.1, "disjoint", 128, 4)
+            assert report["blocks_sent"] == expected_blocks_sent(data, 8, 128)
+            assert report["blocks_sent"] <= 8 + 2 * 6          # 6 of 61 blocks of 2 K-blocks
+        else:
+            assert report["blocks_sent"] == report["blocks"] == 121
