@@ -22,7 +22,7 @@ from controller.tree_install import Installation
 # sp_next must be 0 on a new tree so a round waits until every child has announced again.
 REGISTERS = ("agg_values", "agg_bitmap", "agg_count", "agg_exp", "agg_final",
              "sp_values", "sp_block", "sp_bitmap", "sp_final", "sp_exp", "sp_rnext", "sp_done",
-             "sp_next", "sp_exp_next")
+             "sp_ack", "sp_next", "sp_exp_next")
 
 
 @dataclass

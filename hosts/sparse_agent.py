@@ -23,6 +23,12 @@ the switch's sp_next registers hold another run's announcements (a second
 sparse allreduce on the same job without resetting the sp_ registers or moving
 to a new epoch), and the sums would be silently wrong, so SparseProtocolError.
 
+Acknowledgements: the switch keeps a slot-version's round until every child is done
+with it (design.md), so a worker that lost a result can still fetch it, however many
+rounds it sits out.  A packet for block m' tells the switch its sender is done with
+every round below m'; a worker that accepts round m's result and does not send in the
+next round (or whose column is done) sends a header-only ACK (AGG_FLAG_ACK) for m.
+
 Loss: one timer per slot, as in the dense agent.  A participant resends its data
 packet; a non-participant that has waited a timeout sends a probe: block m,
 zero values, its current announcement (adds 0, changes nothing, and makes the
@@ -64,6 +70,7 @@ from hosts.sparse_diagnostics import (DONE, LEAD, SPARSE, SparseMismatchError,  
 
 K = wire.K
 FLAG_SPARSE = wire.CONST["AGG_FLAG_SPARSE"]
+FLAG_ACK = wire.CONST["AGG_FLAG_ACK"]
 DEFAULT_LOOKAHEAD = 64
 SPARSE_LANE = LANES_USED            # slot-0 lead lane: 1 per worker running sparse
 assert SPARSE_LANE < K
@@ -136,6 +143,7 @@ class _SparseRun(dense._Run):
         self.lead0 = lanes.astype(_BE).tobytes()
         self.sp_hdr = HeaderPacker(job=job, worker=rank, flags=FLAG_SPARSE)
         self.sp_retx = HeaderPacker(job=job, worker=rank, flags=FLAG_SPARSE | wire.FLAG_RETX)
+        self.sp_ack = HeaderPacker(job=job, worker=rank, flags=FLAG_SPARSE | FLAG_ACK)
 
     # -- sending ---------------------------------------------------------------------
     def _emit(self, s: int, fields: dict, body: bytes, retx: bool, now: float) -> None:
@@ -148,6 +156,15 @@ class _SparseRun(dense._Run):
         self.last_sent[s] = now
         if retx:
             self.stats.retransmissions += 1
+
+    def _ack(self, s: int, ver: int, m: int) -> None:
+        """Header-only ACK: this worker is done with slot s's round m (version ver), so the
+        switch may reuse the version.  Sent once; if lost, this worker's next packet of the
+        column (data, or a probe after a timeout) acknowledges m too (its block is > m)."""
+        self.tx.send(self.sp_ack.pack(tree=self.trees[s], epoch=self.epoch, ver=ver, slot=s,
+                                      block=m, next_block=self.mine[s]))
+        self.stats.packets_sent += 1
+        self.stats.acks += 1
 
     def _arm(self, s: int, now: float) -> None:
         self.tries[s] = 0
@@ -263,6 +280,7 @@ class _SparseRun(dense._Run):
         if phase == LEAD:
             self._lead_result(s, lanes)
         else:
+            acked = (_VER(w), self.cur[s])
             self._sparse_result(s, lanes, _NEXT(w))
         self.agreed[s] = _EXP(w)
         self.stats.results_accepted += 1
@@ -273,6 +291,8 @@ class _SparseRun(dense._Run):
             self.remaining -= 1
         else:
             self._send_round(s, now)
+        if phase == SPARSE and (self.phase[s] == DONE or not self.sent_first[s]):
+            self._ack(s, *acked)                # no packet of the next round says it for us
         return True
 
     def _lead_result(self, s: int, lanes: np.ndarray) -> None:

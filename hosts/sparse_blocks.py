@@ -35,10 +35,12 @@ class SparseStats(AllreduceStats):
     look-ahead block at most every `lookahead` rounds of a column.
     rounds: sparse rounds whose result this worker accepted (the union of all
     workers' sent blocks).  probes: zero packets sent while not participating.
+    acks: header-only acknowledgements (results accepted without sending in the next round).
     """
     blocks_sent: int = 0
     rounds: int = 0
     probes: int = 0
+    acks: int = 0
 
 
 def nonzero_kblocks(blocks: np.ndarray, block_size: int) -> np.ndarray:

@@ -53,6 +53,7 @@ def sparse_frames(workers: int, slots: int, rounds: int, density: float,
     """(port, frame) of a sparse allreduce over `rounds` blocks per column, and the number of
     rounds (completions) it takes, in the order a lock-step run would send them."""
     sparse_flag, none = wire.CONST["AGG_FLAG_SPARSE"], wire.NEXT_NONE
+    ack_flag, ack_end = wire.CONST["AGG_FLAG_ACK"], wire.AGG_OFFSET + wire.AGG_HEADER_BYTES
     columns = []
     for s in range(slots):
         nonzero = [[s + j * slots for j in range(1, rounds) if rng.random() < density] + [none]
@@ -73,6 +74,10 @@ def sparse_frames(workers: int, slots: int, rounds: int, density: float,
                                                        next_block=blocks[0])))
             completions += 1
             n = min(blocks[0] for blocks in nonzero)
+            for w, blocks in enumerate(nonzero):           # ACK: accepted m, not sending n
+                if n == none or blocks[0] != n:
+                    ack = worker_frame(w, s, r % 2, m, rng, flags=sparse_flag | ack_flag, next_block=0)
+                    frames.append((w + 1, ack[:ack_end]))
             if n == none:
                 del current[s]
             else:

@@ -17,11 +17,13 @@ IPV4_END = wire.ETH_BYTES + wire.IPV4_BYTES          # 34
 UDP_END = IPV4_END + wire.UDP_BYTES                   # 42
 AGG_END = wire.AGG_OFFSET + wire.AGG_HEADER_BYTES     # agg_h extracted
 DATA_END = wire.FRAME_BYTES                           # agg_data_h extracted
+FLAGS_OFF = wire.AGG_OFFSET + 3
+ACK_ONLY = wire.CONST["AGG_FLAG_ACK"] | wire.CONST["AGG_FLAG_SPARSE"]
 
 # What the parser accepted (parser.p4 states that ended in `accept`)
 L2 = 0        # ethernet only (ARP, IPv6, ...)
 IPV4 = 1      # ethernet + ipv4, nothing further (IHL != 5, not UDP, not agg port)
-AGG = 2       # ethernet + ipv4 + udp + agg + data
+AGG = 2       # ethernet + ipv4 + udp + agg + data (a sparse ACK: agg only)
 ERROR = 3     # an extract ran past the end of the frame: parser_error != NoError
 
 
@@ -41,5 +43,6 @@ def parse(frame: bytes) -> int:
     if frame[36] != UDP_PORT_HI or frame[37] != UDP_PORT_LO:
         return IPV4
     if n < DATA_END:
-        return ERROR
+        # parse_agg: a sparse acknowledgement (SPARSE and ACK) is header only
+        return AGG if n >= AGG_END and frame[FLAGS_OFF] & ACK_ONLY == ACK_ONLY else ERROR
     return AGG

@@ -32,6 +32,8 @@ from softswitch.tables import KeySpec, Table
 K, SLOTS, MAX_WORKERS, NONE = wire.K, wire.SLOTS, wire.MAX_WORKERS, wire.NEXT_NONE
 FLAG_RESULT = wire.FLAG_RESULT
 FLAG_SPARSE = wire.CONST["AGG_FLAG_SPARSE"]
+FLAG_ACK = wire.CONST["AGG_FLAG_ACK"]
+STAT_SP_HOLD = wire.CONST["STAT_SP_HOLD"]
 assert wire.FIELD_NAMES == ("job", "tree", "epoch", "flags", "ver", "slot", "worker", "exp",
                             "block", "next_block")
 _HEAD = struct.Struct("!BBBBHBBII")      # job tree epoch flags ver|slot worker exp block next
@@ -44,7 +46,7 @@ SP_CHILD, SP_CHILD_OF, SP_FROM_PARENT, SP_REJECT = "sp_child", "sp_child_of", "s
 REGISTERS = {
     "sp_values": (32, 2 * SLOTS * K), "sp_block": (32, 2 * SLOTS), "sp_bitmap": (32, 2 * SLOTS),
     "sp_final": (8, 2 * SLOTS), "sp_exp": (8, 2 * SLOTS), "sp_rnext": (32, 2 * SLOTS),
-    "sp_done": (8, 2 * SLOTS), "sp_next": (32, SLOTS * MAX_WORKERS),
+    "sp_done": (8, 2 * SLOTS), "sp_ack": (32, 2 * SLOTS), "sp_next": (32, SLOTS * MAX_WORKERS),
     "sp_exp_next": (8, SLOTS * MAX_WORKERS),
 }
 
@@ -81,6 +83,7 @@ class Sparse:
         mv = {name: memoryview(registers[name].data) for name in REGISTERS if name != "sp_values"}
         self.block, self.bitmap, self.final = mv["sp_block"], mv["sp_bitmap"], mv["sp_final"]
         self.exp, self.rnext, self.done = mv["sp_exp"], mv["sp_rnext"], mv["sp_done"]
+        self.ack = mv["sp_ack"]
         self.next, self.exp_next = mv["sp_next"], mv["sp_exp_next"]
         self.stats = stats
 
@@ -104,19 +107,42 @@ class Sparse:
         if idx >= SLOTS or child >= MAX_WORKERS or (parent is None and not flags & FLAG_RESULT):
             self.stats.count(STAT_REJECT, len(frame))    # see sparse.p4
             return None
-        r = idx + SLOTS if vs >> 15 else idx
+        r, o = (idx + SLOTS, idx) if vs >> 15 else (idx, idx + SLOTS)
+        every = (1 << fan_in) - 1 if fan_in < MAX_WORKERS else 0xFFFFFFFF
         if parent is None:
-            return self._from_parent(frame, r, m, mgrp, flags, pexp, pnext)
-        block, bitmap = self.block, self.bitmap
-        bm = bitmap[r]
-        new_round = block[r] != m or bm == 0
-        if new_round:                                     # the version's old round is two rounds old
+            return self._from_parent(frame, r, m, mgrp, flags, pexp, pnext, every)
+        block, bitmap, acks = self.block, self.bitmap, self.ack
+        bm, blk = bitmap[r], block[r]
+        if bm and blk > m:                                # stale: touches nothing
+            self.stats.count(STAT_SP_HOLD, len(frame))
+            return None
+        bit = 1 << child
+        # a packet for block m: its sender is done with every round below m (an ACK: and m)
+        if bitmap[o] and block[o] < m:
+            acks[o] |= bit
+        ack = acks[r]
+        is_ack = flags & FLAG_ACK
+        if bm and (blk < m or (is_ack and blk == m)):
+            ack |= bit
+            acks[r] = ack
+        if is_ack:
+            if parent >= 0 and bm and blk == m and self.final[r] == 1 and ack == every:
+                buf = bytearray(frame)                    # the whole subtree is done: up
+                buf[FLAGS_OFF] = flags & ~FLAG_RESULT & 0xFF
+                buf[UDP_CSUM] = buf[UDP_CSUM + 1] = 0
+                return buf, parent, 0, NORMAL
+            return None
+        new_round = bm == 0 or blk != m
+        if new_round:
+            if bm and ack != every:                       # a child still needs the held round
+                self.stats.count(STAT_SP_HOLD, len(frame))
+                return None
             block[r] = m
             self.done[r] = self.final[r] = 0
+            acks[r] = 0
             bm = 0
-        bit = 1 << child
         lo = r * K
-        if bm & bit:
+        if bm & bit or (parent >= 0 and self.final[r] == 1):
             return self._duplicate(port, frame, r, lo, parent, flags)
         bitmap[r] = bm | bit
         lanes = self.values[lo:lo + K]
@@ -129,13 +155,16 @@ class Sparse:
         self.next[cb + child] = pnext
         self.exp_next[cb + child] = pexp
         self.stats.count(STAT_CONTRIB, len(frame))
-        end = cb + (fan_in if fan_in < MAX_WORKERS else MAX_WORKERS)
-        nexts = self.next[cb:end]
-        n = min(nexts) if end > cb else NONE
-        if m >= n:
-            return None
-        exps = self.exp_next[cb:end]
-        e = max((exps[i] for i, nx in enumerate(nexts) if nx == n), default=0)
+        if self.done[r]:                                  # a probe after completion: the
+            n, e = self.rnext[r], self.exp[r]             # round's next/exp stay as they were
+        else:
+            end = cb + (fan_in if fan_in < MAX_WORKERS else MAX_WORKERS)
+            nexts = self.next[cb:end]
+            n = min(nexts) if end > cb else NONE
+            if m >= n:
+                return None
+            exps = self.exp_next[cb:end]
+            e = max((exps[i] for i, nx in enumerate(nexts) if nx == n), default=0)
         self.rnext[r] = n
         self.exp[r] = e
         self.done[r] = 1
@@ -158,11 +187,16 @@ class Sparse:
         self.stats.count(STAT_DUP_UP, len(frame))         # our partial may be lost: again
         return _emit(frame, lanes, e, n, flags & ~FLAG_RESULT & 0xFF), parent, 0, NORMAL
 
-    def _from_parent(self, frame, r, m, mgrp, flags, pexp, pnext):
+    def _from_parent(self, frame, r, m, mgrp, flags, pexp, pnext, every):
         """The tree's result coming down: kept (for duplicates) and multicast, if this
-        version holds round m; otherwise it is stale."""
-        if self.block[r] != m or self.bitmap[r] == 0:
-            return None
+        version holds round m, or adopted if its held round is older and every child is
+        done with it (the subtree had no data for m); otherwise stale or held back."""
+        bm, blk = self.bitmap[r], self.block[r]
+        if not (bm and blk == m):
+            if not (blk < m and (bm == 0 or self.ack[r] == every)):
+                self.stats.count(STAT_SP_HOLD, len(frame))
+                return None
+            self.block[r], self.bitmap[r], self.ack[r], self.done[r] = m, every, 0, 1
         pkt = np.frombuffer(frame, BE_U32, K, DATA_OFF)
         self.values[r * K:(r + 1) * K] = pkt
         self.exp[r] = pexp

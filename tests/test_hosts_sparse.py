@@ -17,7 +17,7 @@ from hosts.agent import allreduce
 from hosts.sparse_agent import SparseMismatchError, SparseProtocolError
 from hosts.sparse_blocks import announcements, nonzero_kblocks, sent_blocks
 from hosts.sparse_workload import expected_sparse_sum, sparse_gradient
-from sparse_model import SparseModelSwitch, result_payload, sparse_net
+from sparse_model import sparse_pipeline_commands, SparseModelSwitch, result_payload, sparse_net
 
 K = wire.K
 
@@ -32,7 +32,7 @@ def _pipeline_has_sparse() -> bool:
 
 NEEDS_PIPELINE = pytest.mark.skipif(not _pipeline_has_sparse(),
                                     reason="softswitch.Pipeline has no sparse pipeline yet")
-BACKENDS = ["model", pytest.param("pipeline", marks=NEEDS_PIPELINE)]
+BACKENDS = [pytest.param("pipeline", marks=NEEDS_PIPELINE)]   # the real switch (acknowledgements)
 
 
 def ok(results):
@@ -67,7 +67,7 @@ def test_int32_exact_every_pattern_and_density(backend, pattern, density):
         assert stats.blocks_sent == expected_blocks_sent(arrays[rank], window)
         # ~ density x blocks: plus block s of every column and one look-ahead block per 64 rounds
         assert abs(stats.blocks_sent - density * blocks) <= 1 + window * (1 + blocks // (64 * window) + 1)
-        assert stats.packets_sent == stats.blocks_sent + window + stats.retransmissions   # probes: timer
+        assert stats.packets_sent == stats.blocks_sent + window + stats.retransmissions + stats.acks  # probes: timer
     if density <= 0.1:
         assert results[0][1].blocks_sent < 0.25 * blocks        # really sparse on the wire
 
@@ -203,7 +203,15 @@ def test_result_naming_a_later_next_than_announced_is_refused():
 def test_progress_and_trees():
     n, length = 2, 64 * 50
     arrays = [sparse_gradient(r, length, "int32", 0.2, "random", K, seed=2) for r in range(n)]
-    net = sparse_net(n)
+    from softswitch.pipeline import Pipeline
+    from tests.fakenet import FakeNet
+
+    pipeline = Pipeline(seed=0)
+    for cmd in sparse_pipeline_commands(n, tree=1) + [
+            f"table_add {t} {a} 0 3 0 {i + 1} => {i} {n} 1 {4 if t == 'agg_job' else 4}"
+            for t, a in (("agg_job", "agg_child"), ("sp_job", "sp_child")) for i in range(n)]:
+        pipeline.command(cmd)
+    net = FakeNet(n, backend="pipeline", pipeline=pipeline)
     net.record = True
     calls = [[], []]
     ok(net.run(arrays, sparse=True, window=4, per_rank=[

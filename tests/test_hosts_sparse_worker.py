@@ -12,28 +12,36 @@ import socket
 import threading
 
 import numpy as np
+
+from agglab import wire
 import pytest
 
 import hosts.agent
 from hosts import worker
 from hosts.sparse_workload import expected_sparse_sum, sparse_gradient
 from hosts.workload import expected_sum
-from sparse_model import SparseModelSwitch
+from fakenet import make_frame
+from sparse_model import sparse_pipeline_commands
 from test_hosts_sparse import expected_blocks_sent
 from test_hosts_transport import SERVICE, free_port
 
 
 def serve(sock, n, stop):
-    switch, port = SparseModelSwitch(n), sock.getsockname()[1]
+    """The real software-switch pipeline behind a UDP socket (worker i = port i+1)."""
+    from softswitch.pipeline import Pipeline
+
+    pipeline, port = Pipeline(seed=0), sock.getsockname()[1]
+    for cmd in sparse_pipeline_commands(n):
+        pipeline.command(cmd)
     sock.settimeout(0.05)
     while not stop.is_set():
         try:
             payload, (ip, _) = sock.recvfrom(65535)
         except socket.timeout:
             continue
-        for dest, res in switch.process(int(ip.rsplit(".", 1)[1]) - 1, payload):
-            for d in range(n) if dest is None else (dest,):
-                sock.sendto(res, (f"127.0.0.{d + 1}", port))
+        rank = int(ip.rsplit(".", 1)[1]) - 1
+        for egress, frame in pipeline.process(rank + 1, make_frame(rank, payload)):
+            sock.sendto(frame[wire.AGG_OFFSET:], (f"127.0.0.{egress}", port))
 
 
 @pytest.mark.parametrize("algorithm", ["omnireduce", "switchml"])

@@ -22,6 +22,7 @@ from tests.conformance.frames import build
 
 SPARSE = wire.CONST["AGG_FLAG_SPARSE"]
 NONE = wire.NEXT_NONE
+ACK = wire.CONST["AGG_FLAG_ACK"]
 
 
 class PipeClient(SwitchClient):
@@ -139,8 +140,6 @@ def test_preload_answers_a_lagging_probe_through_the_new_tree(net):
     assert leaf["sp_final"][1024] == 1
 
 
-@pytest.mark.xfail(strict=True, reason="design.md 'Sparse pipeline': sp_from_parent drops a result unless "
-                   "sp_block[r] == m, so a subtree without data for m only learns it by timeout and probe")
 def test_subtree_without_data_receives_the_result(net):
     net.install(epoch=0)
     for h, nxt in (("h1", 4), ("h2", 4), ("h3", 8)):
@@ -149,3 +148,13 @@ def test_subtree_without_data_receives_the_result(net):
     net.send("h1", ver=1, block=4, next_block=NONE, exp=0, values=[5])
     got = net.send("h2", ver=1, block=4, next_block=NONE, exp=0, values=[5])
     assert sorted(got) == ["h1", "h2", "h3", "h4"]      # h3, h4 (under l2) had nothing for block 4
+    # the subtree adopted round 4 (l2 had nothing for it); h3 and h4 acknowledge it and l2,
+    # once both are done, sends one ACK up: the root's version 1 is then free for all children
+    l2 = net.clients["l2"].pipeline.registers
+    assert l2["sp_block"][1024] == 4 and l2["sp_final"][1024] == 1
+    assert net.send("h3", ver=1, block=4, flags=SPARSE | ACK, values=None) == {}
+    assert l2["sp_ack"][1024] == 1
+    s1 = net.clients["s1"].pipeline.registers
+    before = int(s1["sp_ack"][1024])
+    assert net.send("h4", ver=1, block=4, flags=SPARSE | ACK, values=None) == {}
+    assert l2["sp_ack"][1024] == 3 and int(s1["sp_ack"][1024]) != before

@@ -17,6 +17,7 @@
 #define AGG_FLAG_RESULT  1           /* packet carries an aggregate           */
 #define AGG_FLAG_RETX    2           /* worker retransmission (informational) */
 #define AGG_FLAG_SPARSE  4           /* sparse (OmniReduce) pipeline           */
+#define AGG_FLAG_ACK     8           /* sparse: header-only acknowledgement    */
 #define AGG_NEXT_NONE    0xFFFFFFFF  /* next_block value meaning "no more"    */
 #define AGG_EXP_BIAS     128         /* exp field = exponent + AGG_EXP_BIAS   */
 
@@ -28,5 +29,6 @@
 #define STAT_REJECT      4           /* malformed or not in a job, dropped    */
 #define STAT_SIM_DROP    5           /* dropped by the drop simulator         */
 #define STAT_DUP_UP      6           /* partial re-sent to the parent (trees) */
+#define STAT_SP_HOLD     7           /* sparse: new round held back or stale  */
 
 #endif

@@ -38,9 +38,18 @@ parser AgglabParser(packet_in pkt, out headers_t hdr, inout meta_t meta,
     }
 
     /* Both headers or an error: an agg packet without its K values must
-     * never reach the registers. */
+     * never reach the registers.  The one exception is a sparse
+     * acknowledgement (flags SPARSE and ACK both set): header only, its
+     * data header stays invalid and sparse.p4 never reads it. */
     state parse_agg {
         pkt.extract(hdr.agg);
+        transition select(hdr.agg.flags[3:2]) {
+            2w3: accept;                 /* AGG_FLAG_ACK | AGG_FLAG_SPARSE */
+            default: parse_agg_data;
+        }
+    }
+
+    state parse_agg_data {
         pkt.extract(hdr.data);
         transition accept;
     }

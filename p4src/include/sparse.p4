@@ -30,6 +30,7 @@ register<bit<8>>(2 * AGG_SLOTS) sp_final;       /* 1: sp_values[r] is the tree's
 register<bit<8>>(2 * AGG_SLOTS) sp_exp;         /* result (or partial) exponent         */
 register<bit<32>>(2 * AGG_SLOTS) sp_rnext;      /* result (or partial) next block       */
 register<bit<8>>(2 * AGG_SLOTS) sp_done;        /* 1: block completed at this switch    */
+register<bit<32>>(2 * AGG_SLOTS) sp_ack;        /* children done with the held round    */
 register<bit<32>>(AGG_SLOTS * AGG_MAX_WORKERS) sp_next;      /* child's announced next */
 register<bit<8>>(AGG_SLOTS * AGG_MAX_WORKERS) sp_exp_next;   /* its exponent           */
 
@@ -78,6 +79,12 @@ control Sparse(inout headers_t hdr, inout meta_t meta,
     bit<8>  ex;
     bit<8>  done;
     bit<8>  fin;
+    bit<32> o;       /* the other version of the slot     */
+    bit<32> oblk;
+    bit<32> obm;
+    bit<32> ack;
+    bit<32> all;     /* every child's bit                 */
+    bit<1>  hold;
 
     @name(".sp_child")
     action sp_child(bit<8> child, bit<8> fan_in, bit<16> mgrp, bit<16> slot_base) {
@@ -151,81 +158,152 @@ control Sparse(inout headers_t hdr, inout meta_t meta,
         } else {
             r = (bit<32>)hdr.agg.ver * AGG_SLOTS + idx;
             base = r * AGG_K;
+            if (meta.fan_in >= AGG_MAX_WORKERS) {
+                all = 32w0xFFFFFFFF;
+            } else {
+                all = ((bit<32>)1 << meta.fan_in) - 1;
+            }
             if (meta.role == ROLE_PARENT) {
                 @atomic {
                     sp_block.read(blk, r);
                     sp_bitmap.read(bm, r);
-                    if (blk == hdr.agg.block && bm != 0) {
+                    sp_ack.read(ack, r);
+                    if (bm != 0 && blk == hdr.agg.block) {
                         AGG_FOR_EACH_VALUE(SP_STORE_LANE)
                         sp_exp.write(r, hdr.agg.exp);
                         sp_rnext.write(r, hdr.agg.next_block);
                         sp_final.write(r, 1);
                         mark_result();
                         standard_metadata.mcast_grp = meta.mgrp;
+                    } else if (blk < hdr.agg.block && (bm == 0 || ack == all)) {
+                        /* A round this subtree had no data for: adopt the
+                         * tree's result (its held round is older and done). */
+                        AGG_FOR_EACH_VALUE(SP_STORE_LANE)
+                        sp_block.write(r, hdr.agg.block);
+                        sp_bitmap.write(r, all);
+                        sp_ack.write(r, 0);
+                        sp_exp.write(r, hdr.agg.exp);
+                        sp_rnext.write(r, hdr.agg.next_block);
+                        sp_done.write(r, 1);
+                        sp_final.write(r, 1);
+                        mark_result();
+                        standard_metadata.mcast_grp = meta.mgrp;
                     } else {
-                        mark_to_drop(standard_metadata);   /* not the round held here */
+                        mark_to_drop(standard_metadata);   /* stale, or held back */
+                        agg_stats.count(STAT_SP_HOLD);
                     }
                 }
             } else {
                 cbase = idx * AGG_MAX_WORKERS;
                 mask = (bit<32>)1 << meta.child;
+                if (hdr.agg.ver == 0) {
+                    o = AGG_SLOTS + idx;
+                } else {
+                    o = idx;
+                }
                 @atomic {
                     sp_block.read(blk, r);
                     sp_bitmap.read(bm, r);
-                    keep = 32w0xFFFFFFFF;
-                    if (blk != hdr.agg.block || bm == 0) {
-                        /* A new round in this version: its previous round is
-                         * two rounds old. */
-                        sp_block.write(r, hdr.agg.block);
-                        sp_done.write(r, 0);
-                        sp_final.write(r, 0);
-                        bm = 0;
-                        keep = 0;
-                    }
-                    if ((bm & mask) != 0) {
-                        sp_done.read(done, r);
-                        sp_final.read(fin, r);
-                        if (done == 0) {
-                            mark_to_drop(standard_metadata);
-                            agg_stats.count(STAT_DUP_DROP);
-                        } else {
-                            AGG_FOR_EACH_VALUE(SP_COPY_LANE)
-                            sp_exp.read(hdr.agg.exp, r);
-                            sp_rnext.read(hdr.agg.next_block, r);
-                            if (meta.role == ROLE_ROOT || fin == 1) {
-                                mark_result();
-                                standard_metadata.egress_spec = standard_metadata.ingress_port;
-                                agg_stats.count(STAT_DUP_REPLY);
-                            } else {
-                                send_up();
-                                agg_stats.count(STAT_DUP_UP);
-                            }
-                        }
+                    if (bm != 0 && blk > hdr.agg.block) {
+                        mark_to_drop(standard_metadata);   /* stale: touches nothing */
+                        agg_stats.count(STAT_SP_HOLD);
                     } else {
-                        sp_bitmap.write(r, bm | mask);
-                        AGG_FOR_EACH_VALUE(SP_ADD_LANE)
-                        sp_next.write(cbase + (bit<32>)meta.child, hdr.agg.next_block);
-                        sp_exp_next.write(cbase + (bit<32>)meta.child, hdr.agg.exp);
-                        agg_stats.count(STAT_CONTRIB);
-                        n = AGG_NEXT_NONE;
-                        e = 0;
-                        AGG_FOR_EACH_CHILD(SP_MIN_CHILD)
-                        if (hdr.agg.block < n) {
-                            hdr.agg.next_block = n;
-                            hdr.agg.exp = e;
-                            sp_rnext.write(r, n);
-                            sp_exp.write(r, e);
-                            sp_done.write(r, 1);
-                            agg_stats.count(STAT_COMPLETE);
-                            if (meta.role == ROLE_ROOT) {
-                                sp_final.write(r, 1);
-                                mark_result();
-                                standard_metadata.mcast_grp = meta.mgrp;
+                        /* A packet for block m tells: its sender is done with
+                         * every round below m (an ACK also with round m). */
+                        sp_block.read(oblk, o);
+                        sp_bitmap.read(obm, o);
+                        if (obm != 0 && oblk < hdr.agg.block) {
+                            sp_ack.read(ack, o);
+                            sp_ack.write(o, ack | mask);
+                        }
+                        sp_ack.read(ack, r);
+                        if (bm != 0 && (blk < hdr.agg.block ||
+                                        (blk == hdr.agg.block && (hdr.agg.flags & AGG_FLAG_ACK) != 0))) {
+                            ack = ack | mask;
+                            sp_ack.write(r, ack);
+                        }
+                        if ((hdr.agg.flags & AGG_FLAG_ACK) != 0) {
+                            sp_final.read(fin, r);
+                            if (meta.role == ROLE_INNER && bm != 0 && blk == hdr.agg.block &&
+                                fin == 1 && ack == all) {
+                                send_up();                 /* the whole subtree is done */
                             } else {
-                                send_up();
+                                mark_to_drop(standard_metadata);
                             }
                         } else {
-                            mark_to_drop(standard_metadata);
+                            keep = 32w0xFFFFFFFF;
+                            hold = 0;
+                            if (bm == 0 || blk != hdr.agg.block) {
+                                if (bm != 0 && ack != all) {
+                                    /* a child still needs the held round */
+                                    hold = 1;
+                                } else {
+                                    sp_block.write(r, hdr.agg.block);
+                                    sp_done.write(r, 0);
+                                    sp_final.write(r, 0);
+                                    sp_ack.write(r, 0);
+                                    bm = 0;
+                                    keep = 0;
+                                }
+                            }
+                            sp_final.read(fin, r);
+                            if (hold == 1) {
+                                mark_to_drop(standard_metadata);
+                                agg_stats.count(STAT_SP_HOLD);
+                            } else if ((bm & mask) != 0 || (meta.role == ROLE_INNER && fin == 1)) {
+                                sp_done.read(done, r);
+                                if (done == 0) {
+                                    mark_to_drop(standard_metadata);
+                                    agg_stats.count(STAT_DUP_DROP);
+                                } else {
+                                    AGG_FOR_EACH_VALUE(SP_COPY_LANE)
+                                    sp_exp.read(hdr.agg.exp, r);
+                                    sp_rnext.read(hdr.agg.next_block, r);
+                                    if (meta.role == ROLE_ROOT || fin == 1) {
+                                        mark_result();
+                                        standard_metadata.egress_spec = standard_metadata.ingress_port;
+                                        agg_stats.count(STAT_DUP_REPLY);
+                                    } else {
+                                        send_up();
+                                        agg_stats.count(STAT_DUP_UP);
+                                    }
+                                }
+                            } else {
+                                sp_bitmap.write(r, bm | mask);
+                                AGG_FOR_EACH_VALUE(SP_ADD_LANE)
+                                sp_next.write(cbase + (bit<32>)meta.child, hdr.agg.next_block);
+                                sp_exp_next.write(cbase + (bit<32>)meta.child, hdr.agg.exp);
+                                agg_stats.count(STAT_CONTRIB);
+                                sp_done.read(done, r);
+                                if (done == 1) {
+                                    /* a probe after completion: the round's next and
+                                     * exponent stay what they were (later announcements
+                                     * must not make a lagging worker skip a round) */
+                                    sp_rnext.read(n, r);
+                                    sp_exp.read(e, r);
+                                } else {
+                                    n = AGG_NEXT_NONE;
+                                    e = 0;
+                                    AGG_FOR_EACH_CHILD(SP_MIN_CHILD)
+                                }
+                                if (hdr.agg.block < n) {
+                                    hdr.agg.next_block = n;
+                                    hdr.agg.exp = e;
+                                    sp_rnext.write(r, n);
+                                    sp_exp.write(r, e);
+                                    sp_done.write(r, 1);
+                                    agg_stats.count(STAT_COMPLETE);
+                                    if (meta.role == ROLE_ROOT) {
+                                        sp_final.write(r, 1);
+                                        mark_result();
+                                        standard_metadata.mcast_grp = meta.mgrp;
+                                    } else {
+                                        send_up();
+                                    }
+                                } else {
+                                    mark_to_drop(standard_metadata);
+                                }
+                            }
                         }
                     }
                 }

@@ -12,7 +12,7 @@ A frame spec (all keys optional):
     ip:   {src, dst, ttl, id, tos, flags, frag, proto, ihl, options (hex), len, checksum}
     udp:  {sport, dport, len, checksum}
     agg:  {job, tree, epoch, flags, ver, slot, worker, exp, block, next_block}
-    values: [int32, ...] (zero-padded to K) | {fill: v} | {start: a, step: b}
+    values: [int32, ...] (zero-padded to K) | {fill: v} | {start: a, step: b} | null (agg_h only)
     arp:  {op, sha, spa, tha, tpa}        instead of ip/udp/agg
     payload: hex appended after the headers
     truncate: N                           keep only the first N bytes
@@ -99,7 +99,9 @@ def build(spec: dict) -> bytes:
         etype = 0x0800
     payload = bytes.fromhex(str(spec.get("payload", "")).replace(" ", ""))
     if is_agg:
-        payload = wire.pack_agg(**spec.get("agg", {})) + values_bytes(spec.get("values", [])) + payload
+        values = spec.get("values", [])
+        payload = (wire.pack_agg(**spec.get("agg", {}))
+                   + (values_bytes(values) if values is not None else b"") + payload)
     if etype == 0x0800 and (ip or is_agg or "from" in spec or "to" in spec):
         proto = ip.get("proto", 17)
         if proto == 17:

@@ -6,7 +6,9 @@ block the round is), in random arrival order, with retransmissions before and af
 completion and zero probes from workers that have nothing for the round.  Every worker
 rebuilds the dense result from the results it accepted (block == the one it waits for);
 it must equal the int32 sum of all workers' data, and the rounds of a column must be
-exactly its first block plus the union of the workers' non-zero blocks.
+exactly its first block plus the union of the workers' non-zero blocks.  A worker that
+does not send in the next round acknowledges the result (header-only ACK, sometimes twice),
+as the agent does; the switch holds a version until every child is done with its round.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from softswitch.pipeline import Pipeline
 from tests.conformance.frames import build
 
 SPARSE, RETX, NONE, K = wire.CONST["AGG_FLAG_SPARSE"], wire.FLAG_RETX, wire.NEXT_NONE, wire.K
+ACK = wire.CONST["AGG_FLAG_ACK"]
 SVC = "02:a6:67:ff:ff:fe 10.255.255.254"
 
 
@@ -40,7 +43,12 @@ def switch(workers: int) -> Pipeline:
 def frame(w: int, slot: int, ver: int, block: int, nxt: int, values, flags: int = SPARSE) -> bytes:
     return build({"from": f"h{w + 1}", "agg": {"job": 1, "slot": slot, "ver": ver, "block": block,
                                                "next_block": nxt, "worker": w, "flags": flags},
-                  "values": [int(v) for v in values]})
+                  "values": None if values is None else [int(v) for v in values]})
+
+
+def ack(w: int, slot: int, ver: int, block: int) -> bytes:
+    """The header-only acknowledgement a worker sends after accepting block's result."""
+    return frame(w, slot, ver, block, 0, None, SPARSE | ACK)
 
 
 @settings(max_examples=60, deadline=None)
@@ -87,6 +95,12 @@ def test_sparse_columns_are_exact(workers, slots, per_column, density, retx, see
             assert sorted(results) == list(range(workers)), f"round {m}: results for {sorted(results)}"
             nexts = {h["next_block"] for h in results.values()}
             assert nexts == {min(n[0] for n in nonzero)}
+            nxt = next(iter(nexts))
+            acks = [ack(w, s, r % 2, m) for w in range(workers) if nxt == NONE or nonzero[w][0] != nxt]
+            acks += [a for a in acks if rng.random() < retx]
+            rng.shuffle(acks)
+            for a in acks:
+                assert p.process(wire.unpack_agg(a, wire.AGG_OFFSET)["worker"] + 1, a) == []
             m, r = nexts.pop(), r + 1
         union = sorted({b for w in range(workers) for b in column[1:] if data[w, b].any()})
         assert rounds == [s] + union
@@ -95,22 +109,40 @@ def test_sparse_columns_are_exact(workers, slots, per_column, density, retx, see
         assert np.array_equal(got[w], want), f"worker {w}"
 
 
-@pytest.mark.xfail(strict=True, reason="design.md 'Sparse pipeline' step 1: a retransmission for a round two "
-                   "rounds old on the same version is taken as a new round (open design question)")
 def test_lost_result_two_rounds_behind_is_not_a_new_round():
-    """h3 lost round 0's result and had nothing for round 4, so rounds 4 and 8 go on without
-    it; its retransmission of block 0 (version 0, which now holds block 8) must neither be
-    answered with a wrong sum nor wipe round 8's partial sum."""
+    """h3 lost round 0's result and had nothing for round 4, so round 4 goes on without it;
+    version 0 still holds round 0, which h3 has not acknowledged: round 8's first packet is
+    held back (dropped, its sender's timer resends it), h3's retransmission of block 0 is
+    answered with round 0's sum, and once h3 acknowledges, round 8 starts afresh."""
     p = switch(3)
 
-    def send(w, ver, block, nxt, v):
+    def send(w, ver, block, nxt, v, flags=SPARSE):
         return [(wire.unpack_agg(o, wire.AGG_OFFSET)["block"],
                  int(np.frombuffer(o, ">i4", 1, wire.AGG_OFFSET + wire.AGG_HEADER_BYTES)[0]))
-                for _, o in p.process(w + 1, frame(w, 0, ver, block, nxt, [v]))]
+                for _, o in p.process(w + 1, frame(w, 0, ver, block, nxt, [v], flags))]
 
     send(0, 0, 0, 4, 1), send(1, 0, 0, 4, 2), send(2, 0, 0, 12, 4)     # round 0: sum 7
     send(0, 1, 4, 8, 10), send(1, 1, 4, 8, 20)                          # round 4 without h3
-    send(0, 0, 8, NONE, 100)                                            # round 8 starts on version 0
-    late = send(2, 0, 0, 12, 4)                                         # h3 retransmits block 0
-    assert all(v == 7 for _, v in late), late
+    assert send(0, 0, 8, NONE, 100) == []                              # held back
+    assert p.registers["sp_block"][0] == 0 and p.registers["sp_values"][0] == 7
+    late = send(2, 0, 0, 12, 4, SPARSE | RETX)                          # h3 retransmits block 0
+    assert late == [(0, 7)], late
+    assert p.process(3, ack(2, 0, 0, 0)) == []                          # h3 is done with round 0
+    assert send(0, 0, 8, NONE, 100) == []                               # h1's timer resends
     assert {v for _, v in send(1, 0, 8, NONE, 200)} == {300}
+
+
+def test_stale_packet_touches_nothing():
+    """A late packet for a block below the version's round is dropped, no state changes."""
+    p = switch(2)
+    for w, nxt in ((0, 2), (1, 2)):
+        p.process(w + 1, frame(w, 0, 0, 0, nxt, [1]))
+    for w in (0, 1):
+        p.process(w + 1, frame(w, 0, 1, 2, 4, [2]))
+    for w in (0, 1):
+        p.process(w + 1, frame(w, 0, 0, 4, NONE, [3]))
+    before = {name: reg.copy() for name, reg in p.registers.items() if name.startswith("sp_")}
+    for w in (0, 1):
+        assert p.process(w + 1, frame(w, 0, 0, 0, 2, [1], SPARSE | RETX)) == []
+        assert p.process(w + 1, ack(w, 0, 0, 0)) == []
+    assert all((p.registers[n] == before[n]).all() for n in before)
