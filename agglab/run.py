@@ -172,7 +172,8 @@ class Session:
             f.check(self.g)
         self.job.prepare(default_window(spec))
         self.runs += 1
-        before = _switch_stats(self.net, self.g)
+        with self.job.lock:
+            before = _switch_stats(self.net, self.g)
         _log(f"allreduce of {spec.elements} {spec.dtype} per worker on {len(self.job.treeset.trees)} "
              f"{spec.tree} tree(s), loss {spec.loss}", self.quiet)
         self.job.busy = True
@@ -181,7 +182,8 @@ class Session:
         finally:
             self.job.busy = False
         self.net.check_switches()
-        after = _switch_stats(self.net, self.g)
+        with self.job.lock:            # a reroute may still be tidying up on the same sockets
+            after = _switch_stats(self.net, self.g)
         result = _check(spec, reports, {k: after[k] - before.get(k, 0) for k in after})
         result.update(topology=spec.topology, tree=spec.tree, trees=len(self.job.treeset.trees),
                       epoch=self.job.treeset.epoch, failures=injector.report() if injector else [])
