@@ -66,7 +66,8 @@ class LabCLI(CLI):
             return
         limit = int(args[1]) if len(args) > 1 else 8
         client = self.session.net.client(args[0])
-        regs = {n: client.register_read(n) for n in ("agg_count", "agg_bitmap", "agg_exp", "agg_final")}
+        with self.session.job.lock:        # the controller's reroute uses the same socket
+            regs = {n: client.register_read(n) for n in ("agg_count", "agg_bitmap", "agg_exp", "agg_final")}
         shown = 0
         for r, count in enumerate(regs["agg_count"]):
             if count and shown < limit:
@@ -79,7 +80,8 @@ class LabCLI(CLI):
     def do_stats(self, line):
         """stats: per switch aggregation counters (contributions, completions, duplicates, drops)."""
         for sw in switches(self.session.g):
-            stats = aggregate.read_stats(self.session.net.client(sw))
+            with self.session.job.lock:
+                stats = aggregate.read_stats(self.session.net.client(sw))
             print(f"  {sw}: " + ", ".join(f"{k} {v}" for k, v in stats.items()))
 
     def do_events(self, line):
