@@ -69,6 +69,20 @@ _FLAGS, _SLOT, _VER, _BLOCK, _EXP = map(_field, ("flags", "slot", "ver", "block"
 _JOB, _WORKER = map(_field, ("job", "worker"))
 
 
+def check_call(array, rank: int, workers: int, window: int | None):
+    """Argument checks shared by the dense and the sparse agent: (array, window)."""
+    arr = np.asarray(array)
+    if arr.dtype not in DTYPES:
+        raise TypeError(f"allreduce supports {[str(d) for d in DTYPES]}, got {arr.dtype}")
+    if not 1 <= workers <= wire.MAX_WORKERS or not 0 <= rank < workers:
+        raise ValueError(f"need 1 <= workers <= {wire.MAX_WORKERS} and 0 <= rank < workers, "
+                         f"got workers={workers} rank={rank}")
+    window = DEFAULT_WINDOW if window is None else window
+    if not 1 <= window <= wire.SLOTS:
+        raise ValueError(f"window {window} outside 1..{wire.SLOTS} (AGG_SLOTS)")
+    return arr, window
+
+
 def allreduce(array, *, transport: Transport, rank: int, workers: int, job: int = 0,
               tree: int = 0, epoch: int = 0, window: int | None = None,
               timeout: float = 0.02, give_up: float = 10.0, return_stats: bool = False,
@@ -99,15 +113,7 @@ def allreduce(array, *, transport: Transport, rank: int, workers: int, job: int 
             on_progress=on_progress, **extra, **sparse_options)
     if block_size is not None or lookahead is not None or sparse_options:
         raise TypeError(f"block_size, lookahead and {sorted(sparse_options)} apply to sparse=True only")
-    arr = np.asarray(array)
-    if arr.dtype not in DTYPES:
-        raise TypeError(f"allreduce supports {[str(d) for d in DTYPES]}, got {arr.dtype}")
-    if not 1 <= workers <= wire.MAX_WORKERS or not 0 <= rank < workers:
-        raise ValueError(f"need 1 <= workers <= {wire.MAX_WORKERS} and 0 <= rank < workers, "
-                         f"got workers={workers} rank={rank}")
-    window = DEFAULT_WINDOW if window is None else window
-    if not 1 <= window <= wire.SLOTS:
-        raise ValueError(f"window {window} outside 1..{wire.SLOTS} (AGG_SLOTS)")
+    arr, window = check_call(array, rank, workers, window)
     wire.pack_agg(job=job, tree=tree, epoch=epoch, worker=rank)   # range check of the fields
     run = _Run(arr, transport, rank, workers, job, tree, epoch, window, timeout, give_up,
                tree_of_slot, control, on_progress)

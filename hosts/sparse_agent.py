@@ -60,7 +60,7 @@ import numpy as np
 
 from agglab import wire
 from hosts import agent as dense
-from hosts.consistency import DTYPES, LANES_USED, check_lead, lead_lanes
+from hosts.consistency import LANES_USED, check_lead, lead_lanes
 from hosts.protocol import HeaderPacker
 from hosts.rto import MAX_RTO
 from hosts.sparse_blocks import NONE, SparseStats, announcements, nonzero_kblocks
@@ -93,15 +93,7 @@ def allreduce(array, *, transport, rank: int, workers: int, job: int = 0, tree: 
     timeout (for a switch that completes a round only when every child sent, the
     loss-safe variant discussed in the module docstring).
     """
-    arr = np.asarray(array)
-    if arr.dtype not in DTYPES:
-        raise TypeError(f"allreduce supports {[str(d) for d in DTYPES]}, got {arr.dtype}")
-    if not 1 <= workers <= wire.MAX_WORKERS or not 0 <= rank < workers:
-        raise ValueError(f"need 1 <= workers <= {wire.MAX_WORKERS} and 0 <= rank < workers, "
-                         f"got workers={workers} rank={rank}")
-    window = dense.DEFAULT_WINDOW if window is None else window
-    if not 1 <= window <= wire.SLOTS:
-        raise ValueError(f"window {window} outside 1..{wire.SLOTS} (AGG_SLOTS)")
+    arr, window = dense.check_call(array, rank, workers, window)
     if block_size < K or block_size % K:
         raise ValueError(f"block_size must be a positive multiple of K={K}, got {block_size}")
     if lookahead < 1:
