@@ -114,7 +114,7 @@ def test_snapshot_picks_the_newer_completed_round(net):
     s1.register_write("sp_done", 2, 1)                # slot 2: done but not final -> not taken
     got = sparse_failover.sparse_snapshot(net.clients, inst, [0, 0, 0])
     assert set(got) == {0}
-    rnd = got[0]
+    [rnd] = got[0]                  # round 0 (ver 0): every child of s1 acknowledged it
     assert (rnd.ver, rnd.block, rnd.next_block, rnd.exp) == (1, 4, 8, 130)
     assert list(rnd.values[:3]) == [0, 30, 0]
 
@@ -138,6 +138,31 @@ def test_preload_answers_a_lagging_probe_through_the_new_tree(net):
     assert (res["block"], res["next_block"], res["exp"], res["flags"] & wire.FLAG_RESULT) == (4, 8, 130, 1)
     assert list(res["values"][:2]) == [0, 30]
     assert leaf["sp_final"][1024] == 1
+
+
+def test_unacknowledged_older_round_survives_a_reroute(net):
+    """h3 and h4 sit out round 4; h3 lost round 0's result (in flight at the freeze). Both
+    completed rounds at s1 must move to the new tree: h3's probe for round 0 is answered and
+    h1's packet for the round after 4 (version 0 again) is held, not started over round 0."""
+    old = net.install(epoch=0)
+    for h, nxt in (("h1", 4), ("h2", 4), ("h3", 8), ("h4", 8)):
+        net.send(h, block=0, next_block=nxt, exp=130, values=[1])
+    net.send("h1", ver=1, block=4, next_block=8, exp=130, values=[2])
+    assert sorted(net.send("h2", ver=1, block=4, next_block=NONE, exp=0, values=[3])) == \
+        ["h1", "h2", "h3", "h4"]
+    tree_install.freeze(net.clients, old)
+    completed = sparse_failover.sparse_snapshot(net.clients, old, [0])
+    assert [(r.ver, r.block) for r in completed[0]] == [(0, 0), (1, 4)]
+    failover.reset(net.clients, net.clients)
+    new = net.install(epoch=1)
+    sparse_failover.sparse_preload(net.clients, new, [0], completed)
+    assert net.send("h1", epoch=1, ver=0, block=8, next_block=NONE, exp=0, values=[7]) == {}
+    got = net.send("h3", epoch=1, ver=0, block=0, next_block=8, exp=130, flags=SPARSE | wire.FLAG_RETX)
+    assert "h3" in got
+    res = got["h3"][0]
+    assert (res["block"], res["next_block"], res["ver"]) == (0, 4, 0) and res["values"][0] == 4
+    s1 = net.clients["s1"].pipeline.registers
+    assert s1["sp_block"][0] == 0 and s1["sp_ack"][0] == 0      # h1's round 8 held back
 
 
 def test_subtree_without_data_receives_the_result(net):
