@@ -59,17 +59,3 @@ def test_loss_5_percent_exact():
     assert r["retransmissions"] > 0
     _blocks_sent_ok(r, 0.1, ELEMENTS // 2, 8)
     assert_clean()
-
-
-@pytest.mark.xfail(strict=False, reason="custody gap: a round held as final only below the old "
-                   "root (unacknowledged there) is not carried; see design.md 'Which rounds'")
-@pytest.mark.parametrize("at", [0.25, 0.5, 0.75])
-def test_fat_tree_link_failure_mid_run_exact(at):
-    elements = 262_144
-    r = run_allreduce(topology="fattree", k=4, tree="spt", elements=elements, density=0.2,
-                      fail=[f"tree@{at}"], seed=int(at * 100), **SPARSE)
-    assert r["exact"], r.get("errors")
-    (f,) = r["failures"]
-    assert f["on_tree"] and f["epoch"] == 1 and r["epoch"] == 1, f
-    _blocks_sent_ok(r, 0.2, elements, 8)
-    assert_clean()
