@@ -24,6 +24,7 @@ from agglab import wire
 from softswitch.deparser import update_ipv4_checksum
 from softswitch.forward import NORMAL, RESULT
 from softswitch.registers import CounterArray, RegisterArray
+from softswitch.roles import job_table, lookup_role
 from softswitch.tables import KeySpec, Table
 
 K, SLOTS, MAX_WORKERS = wire.K, wire.SLOTS, wire.MAX_WORKERS
@@ -55,15 +56,7 @@ def make_state() -> tuple[dict[str, RegisterArray], CounterArray]:
 
 class Aggregate:
     def __init__(self, registers: dict[str, RegisterArray], stats: CounterArray):
-        self.agg_job = Table(
-            "agg_job",
-            [KeySpec("hdr.agg.job", "exact", 8), KeySpec("hdr.agg.tree", "exact", 8),
-             KeySpec("hdr.agg.epoch", "exact", 8), KeySpec("standard_metadata.ingress_port", "exact", 9)],
-            {AGG_CHILD: [("child", 8), ("fan_in", 8), ("mgrp", 16), ("slot_base", 16)],
-             AGG_CHILD_OF: [("child", 8), ("fan_in", 8), ("mgrp", 16), ("slot_base", 16), ("parent_port", 9)],
-             AGG_FROM_PARENT: [("fan_in", 8), ("mgrp", 16), ("slot_base", 16)],
-             AGG_REJECT: []},
-            default=AGG_REJECT, size=4096)
+        self.agg_job = job_table("agg_job", AGG_CHILD, AGG_CHILD_OF, AGG_FROM_PARENT, AGG_REJECT)
         self.agg_reply = Table(
             "agg_reply", [KeySpec("standard_metadata.egress_port", "exact", 9)],
             {AGG_SET_DST: [("smac", 48), ("sip", 32), ("dmac", 48), ("dip", 32)], "drop": []},
@@ -79,27 +72,12 @@ class Aggregate:
     def ingress(self, port: int, frame: bytes):
         """Aggregate one valid agg packet; (frame, egress_spec, mcast_grp, kind) or None = drop."""
         job, tree, epoch, flags, vs, _worker, pexp = _HEAD.unpack_from(frame, wire.AGG_OFFSET)
-        table = self.agg_job
-        action, params = table.exact.get((job, tree, epoch, port), table.default)
-        if action == AGG_CHILD:
-            child, fan_in, mgrp, slot_base = params
-            parent = -1
-        elif action == AGG_CHILD_OF:
-            child, fan_in, mgrp, slot_base, parent = params
-        elif action == AGG_FROM_PARENT:
-            fan_in, mgrp, slot_base = params
-            child, parent = 0, None
-        else:
-            self.stats.count(STAT_REJECT, len(frame))
-            return None
-        idx = slot_base + (vs & 0x7FFF)
-        if idx >= SLOTS or child >= MAX_WORKERS or (parent is None and not flags & wire.FLAG_RESULT):
+        role = lookup_role(self.agg_job, (job, tree, epoch, port), vs, flags,
+                           AGG_CHILD, AGG_CHILD_OF, AGG_FROM_PARENT)
+        if role is None:
             self.stats.count(STAT_REJECT, len(frame))    # see aggregate.p4
             return None
-        if vs >> 15:
-            r, o = idx + SLOTS, idx
-        else:
-            r, o = idx, idx + SLOTS
+        child, fan_in, mgrp, parent, r, o = role
         if parent is None:
             return self._from_parent(frame, r, fan_in, mgrp, flags, pexp)
         return self._contribute(port, frame, r, o, 1 << child, fan_in, mgrp, parent, flags, pexp)

@@ -27,7 +27,7 @@ from softswitch.aggregate import (BE_U32, DATA_END, DATA_OFF, FLAGS_OFF, STAT_CO
                                   STAT_DUP_DROP, STAT_DUP_REPLY, STAT_DUP_UP, STAT_REJECT, UDP_CSUM)
 from softswitch.forward import NORMAL, RESULT
 from softswitch.registers import CounterArray, RegisterArray
-from softswitch.tables import KeySpec, Table
+from softswitch.roles import job_table, lookup_role
 
 K, SLOTS, MAX_WORKERS, NONE = wire.K, wire.SLOTS, wire.MAX_WORKERS, wire.NEXT_NONE
 FLAG_RESULT = wire.FLAG_RESULT
@@ -70,15 +70,7 @@ def _emit(frame: bytes, lanes, e: int, n: int, flags: int) -> bytearray:
 
 class Sparse:
     def __init__(self, registers: dict[str, RegisterArray], stats: CounterArray):
-        self.sp_job = Table(
-            "sp_job",
-            [KeySpec("hdr.agg.job", "exact", 8), KeySpec("hdr.agg.tree", "exact", 8),
-             KeySpec("hdr.agg.epoch", "exact", 8), KeySpec("standard_metadata.ingress_port", "exact", 9)],
-            {SP_CHILD: [("child", 8), ("fan_in", 8), ("mgrp", 16), ("slot_base", 16)],
-             SP_CHILD_OF: [("child", 8), ("fan_in", 8), ("mgrp", 16), ("slot_base", 16), ("parent_port", 9)],
-             SP_FROM_PARENT: [("fan_in", 8), ("mgrp", 16), ("slot_base", 16)],
-             SP_REJECT: []},
-            default=SP_REJECT, size=4096)
+        self.sp_job = job_table("sp_job", SP_CHILD, SP_CHILD_OF, SP_FROM_PARENT, SP_REJECT)
         self.values = registers["sp_values"].data
         mv = {name: memoryview(registers[name].data) for name in REGISTERS if name != "sp_values"}
         self.block, self.bitmap, self.final = mv["sp_block"], mv["sp_bitmap"], mv["sp_final"]
@@ -90,24 +82,12 @@ class Sparse:
     def ingress(self, port: int, frame: bytes):
         """One valid sparse agg packet; (frame, egress_spec, mcast_grp, kind) or None = drop."""
         job, tree, epoch, flags, vs, _worker, pexp, m, pnext = _HEAD.unpack_from(frame, wire.AGG_OFFSET)
-        table = self.sp_job
-        action, params = table.exact.get((job, tree, epoch, port), table.default)
-        if action == SP_CHILD:
-            child, fan_in, mgrp, slot_base = params
-            parent = -1
-        elif action == SP_CHILD_OF:
-            child, fan_in, mgrp, slot_base, parent = params
-        elif action == SP_FROM_PARENT:
-            fan_in, mgrp, slot_base = params
-            child, parent = 0, None
-        else:
-            self.stats.count(STAT_REJECT, len(frame))
-            return None
-        idx = slot_base + (vs & 0x7FFF)
-        if idx >= SLOTS or child >= MAX_WORKERS or (parent is None and not flags & FLAG_RESULT):
+        role = lookup_role(self.sp_job, (job, tree, epoch, port), vs, flags,
+                           SP_CHILD, SP_CHILD_OF, SP_FROM_PARENT)
+        if role is None:
             self.stats.count(STAT_REJECT, len(frame))    # see sparse.p4
             return None
-        r, o = (idx + SLOTS, idx) if vs >> 15 else (idx, idx + SLOTS)
+        child, fan_in, mgrp, parent, r, o = role
         every = (1 << fan_in) - 1 if fan_in < MAX_WORKERS else 0xFFFFFFFF
         if parent is None:
             return self._from_parent(frame, r, m, mgrp, flags, pexp, pnext, every)
@@ -151,7 +131,7 @@ class Sparse:
             lanes[:] = pkt
         else:
             np.add(lanes, pkt, out=lanes)                 # uint32: wraps like bit<32>
-        cb = idx * MAX_WORKERS
+        cb = (r % SLOTS) * MAX_WORKERS                # per-child cells of this slot
         self.next[cb + child] = pnext
         self.exp_next[cb + child] = pexp
         self.stats.count(STAT_CONTRIB, len(frame))
