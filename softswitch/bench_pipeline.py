@@ -22,8 +22,8 @@ import numpy as np
 
 from agglab import wire
 from softswitch.pipeline import Pipeline
+from softswitch.star import star_commands
 
-SERVICE_MAC, SERVICE_IP = "02:a6:67:ff:ff:fe", "10.255.255.254"
 
 
 def worker_frame(worker: int, slot: int, ver: int, block: int, rng: np.random.Generator, **agg) -> bytes:
@@ -38,14 +38,8 @@ def worker_frame(worker: int, slot: int, ver: int, block: int, rng: np.random.Ge
 
 
 def setup(pipeline: Pipeline, workers: int) -> None:
-    ports = " ".join(str(w + 1) for w in range(workers))
-    for line in ("mc_mgrp_create 1", f"mc_node_create 0 {ports}", "mc_node_associate 1 0"):
+    for line in star_commands(workers, job=1, sparse=True):
         pipeline.command(line)
-    for w in range(workers):
-        pipeline.command(f"table_add agg_job agg_child 1 0 0 {w + 1} => {w} {workers} 1 0")
-        pipeline.command(f"table_add sp_job sp_child 1 0 0 {w + 1} => {w} {workers} 1 0")
-        pipeline.command(f"table_add agg_reply agg_set_dst {w + 1} => {SERVICE_MAC} {SERVICE_IP} "
-                         f"02:00:00:00:00:{w + 1:02x} 10.0.0.{w + 1}")
 
 
 def sparse_frames(workers: int, slots: int, rounds: int, density: float,

@@ -27,6 +27,8 @@ import threading
 
 import numpy as np
 
+from softswitch.star import star_commands
+
 from agglab import wire
 from controller.addressing import SERVICE_IP, SERVICE_MAC, host_ip, host_mac
 from hosts.agent import allreduce
@@ -131,17 +133,6 @@ def _frame_header(rank: int, size: int) -> bytes:
     return eth + bytes(ip) + udp
 
 
-def pipeline_commands(n: int, job: int = 0, tree: int = 0, epoch: int = 0) -> list[str]:
-    """CLI program of design.md for one switch with workers on ports 1..n."""
-    ports = " ".join(str(i + 1) for i in range(n))
-    cmds = ["mc_mgrp_create 1", f"mc_node_create 0 {ports}", "mc_node_associate 1 0"]
-    for i in range(n):
-        cmds.append(f"table_add agg_job agg_child {job} {tree} {epoch} {i + 1} => {i} {n} 1 0")
-        cmds.append(f"table_add agg_reply agg_set_dst {i + 1} => {SERVICE_MAC} {SERVICE_IP} "
-                    f"{host_mac(i + 1)} {host_ip(i + 1)}")
-    return cmds
-
-
 class FakeNet:
     """N workers around one switch; `run` performs one allreduce on every worker."""
 
@@ -159,7 +150,7 @@ class FakeNet:
             if pipeline is None:
                 from softswitch.pipeline import Pipeline
                 pipeline = Pipeline()
-                for cmd in pipeline_commands(n):
+                for cmd in star_commands(n):
                     pipeline.command(cmd)
             self.switch = pipeline
         else:

@@ -22,7 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from agglab import wire
-from fakenet import FakeNet, ModelSwitch, _get, pipeline_commands
+from fakenet import FakeNet, ModelSwitch, _get
+from softswitch.star import star_commands
 from hosts.protocol import LAYOUT
 
 SPARSE = wire.CONST["AGG_FLAG_SPARSE"]
@@ -116,7 +117,7 @@ def pipeline_after_epoch(old, n: int, epoch: int):
     from softswitch.pipeline import Pipeline
 
     new = Pipeline()
-    for cmd in sparse_pipeline_commands(n, epoch=epoch):
+    for cmd in star_commands(n, epoch=epoch, sparse=True):
         new.command(cmd)
     src, dst, every, K = old.registers, new.registers, (1 << n) - 1, wire.K
     for r in range(2 * wire.SLOTS):
@@ -132,12 +133,6 @@ def pipeline_after_epoch(old, n: int, epoch: int):
     return new
 
 
-def sparse_pipeline_commands(n: int, job: int = 0, tree: int = 0, epoch: int = 0) -> list[str]:
-    """tests/fakenet.py's CLI program plus the sp_job entries of every worker port."""
-    return pipeline_commands(n, job, tree, epoch) + [
-        f"table_add sp_job sp_child {job} {tree} {epoch} {i + 1} => {i} {n} 1 0" for i in range(n)]
-
-
 def sparse_net(n: int, backend: str = "model", **kwargs) -> FakeNet:
     """A FakeNet whose switch runs both pipelines: the model above ("model", or
     "model-every" for the every_child variant) or softswitch.Pipeline ("pipeline")."""
@@ -148,6 +143,6 @@ def sparse_net(n: int, backend: str = "model", **kwargs) -> FakeNet:
     from softswitch.pipeline import Pipeline
 
     pipeline = Pipeline(seed=kwargs.get("seed", 0))
-    for cmd in sparse_pipeline_commands(n):
+    for cmd in star_commands(n, sparse=True):
         pipeline.command(cmd)
     return FakeNet(n, backend="pipeline", pipeline=pipeline, **kwargs)

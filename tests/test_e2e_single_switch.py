@@ -4,7 +4,6 @@ worker processes, the checker. These are the issue's acceptance scenarios."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from agglab import wire
-from fakenet import FakeNet, pipeline_commands
+from fakenet import FakeNet
+from softswitch.star import star_commands
 from hosts import quantization as qz
 from hosts.agent import AllreduceTimeout, LengthMismatchError
 
@@ -89,7 +90,7 @@ def test_switch_drop_simulator_loss_exact():
     """Loss made by the switch's own drop_sim tables (as experiments configure it)."""
     n, arrays = 2, ints(2, 64 * 30, seed=9)
     p = Pipeline(seed=4)
-    for cmd in pipeline_commands(n):
+    for cmd in star_commands(n):
         p.command(cmd)
     threshold = round(0.05 * 2**32)
     for port in (1, 2):
@@ -124,7 +125,7 @@ def test_mismatched_lengths_raise_on_every_worker():
 def test_worker_whose_switch_never_answers_times_out_naming_slots():
     """No agg_reply entry for port 2: the switch drops every result for worker 1."""
     p = Pipeline()
-    for cmd in pipeline_commands(2):
+    for cmd in star_commands(2):
         if not cmd.startswith("table_add agg_reply agg_set_dst 2 "):
             p.command(cmd)
     net = FakeNet(2, backend="pipeline", pipeline=p)

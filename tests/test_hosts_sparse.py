@@ -17,7 +17,7 @@ from hosts.agent import allreduce
 from hosts.sparse_agent import SparseMismatchError, SparseProtocolError
 from hosts.sparse_blocks import announcements, nonzero_kblocks, sent_blocks
 from hosts.sparse_workload import expected_sparse_sum, sparse_gradient
-from sparse_model import sparse_pipeline_commands, SparseModelSwitch, result_payload, sparse_net
+from sparse_model import SparseModelSwitch, result_payload, sparse_net
 
 K = wire.K
 
@@ -204,10 +204,11 @@ def test_progress_and_trees():
     n, length = 2, 64 * 50
     arrays = [sparse_gradient(r, length, "int32", 0.2, "random", K, seed=2) for r in range(n)]
     from softswitch.pipeline import Pipeline
+    from softswitch.star import star_commands
     from tests.fakenet import FakeNet
 
     pipeline = Pipeline(seed=0)
-    for cmd in sparse_pipeline_commands(n, tree=1) + [
+    for cmd in star_commands(n, tree=1, sparse=True) + [
             f"table_add {t} {a} 0 3 0 {i + 1} => {i} {n} 1 {4 if t == 'agg_job' else 4}"
             for t, a in (("agg_job", "agg_child"), ("sp_job", "sp_child")) for i in range(n)]:
         pipeline.command(cmd)

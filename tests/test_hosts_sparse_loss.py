@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from agglab import wire
-from controller.addressing import SERVICE_IP, SERVICE_MAC, host_ip, host_mac
 from softswitch.pipeline import Pipeline
+from softswitch.star import star_commands
 from tests.fakenet import FakeNet
 
 K = wire.K
@@ -22,14 +22,8 @@ K = wire.K
 
 def sparse_pipeline(n: int, job: int = 0) -> Pipeline:
     p = Pipeline(seed=0)
-    ports = " ".join(str(i + 1) for i in range(n))
-    for cmd in ("mc_mgrp_create 1", f"mc_node_create 0 {ports}", "mc_node_associate 1 0"):
+    for cmd in star_commands(n, job, sparse=True):
         p.command(cmd)
-    for i in range(n):
-        p.command(f"table_add agg_job agg_child {job} 0 0 {i + 1} => {i} {n} 1 0")
-        p.command(f"table_add sp_job sp_child {job} 0 0 {i + 1} => {i} {n} 1 0")
-        p.command(f"table_add agg_reply agg_set_dst {i + 1} => {SERVICE_MAC} {SERVICE_IP} "
-                  f"{host_mac(i + 1)} {host_ip(i + 1)}")
     return p
 
 

@@ -21,7 +21,7 @@ from hosts import worker
 from hosts.sparse_workload import expected_sparse_sum, sparse_gradient
 from hosts.workload import expected_sum
 from fakenet import make_frame
-from sparse_model import sparse_pipeline_commands
+from softswitch.star import star_commands
 from test_hosts_sparse import expected_blocks_sent
 from test_hosts_transport import SERVICE, free_port
 
@@ -31,7 +31,7 @@ def serve(sock, n, stop):
     from softswitch.pipeline import Pipeline
 
     pipeline, port = Pipeline(seed=0), sock.getsockname()[1]
-    for cmd in sparse_pipeline_commands(n):
+    for cmd in star_commands(n, sparse=True):
         pipeline.command(cmd)
     sock.settimeout(0.05)
     while not stop.is_set():
