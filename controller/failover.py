@@ -33,32 +33,40 @@ class CompletedVersion:
     values: np.ndarray       # K unsigned 32-bit register values
 
 
-def _index(ver: int, slot_base: int, slot: int) -> int:
+def slot_index(ver: int, slot_base: int, slot: int) -> int:
+    """Register index of a slot version (aggregate.p4 and sparse.p4 alike)."""
     return ver * wire.SLOTS + slot_base + slot
+
+
+def old_roots(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
+              names: tuple[str, ...]):
+    """(slot, root role, that root's registers `names`) per slot; each root is read once."""
+    roots = {tree: role for (_sw, tree), role in inst.roles.items() if role.root}
+    cache: dict[str, dict[str, np.ndarray]] = {}
+    for slot, tree in enumerate(tree_of_slot):
+        role = roots[tree]
+        if role.switch not in cache:
+            client = clients[role.switch]
+            cache[role.switch] = {name: np.array(client.register_read(name), dtype=np.int64) for name in names}
+        yield slot, role, cache[role.switch]
 
 
 def snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
              slot_base: int = 0) -> dict[int, CompletedVersion]:
     """Per slot, the complete-and-maybe-needed version at its old tree's root (if any)."""
-    roots = {tree: role for (sw, tree), role in inst.roles.items() if role.root}
-    cache: dict[str, dict[str, np.ndarray]] = {}
     wanted: dict[str, list[tuple[int, int, int]]] = {}          # root -> [(slot, ver, r)]
-    for slot, tree in enumerate(tree_of_slot):
-        role = roots[tree]
-        regs = cache.get(role.switch)
-        if regs is None:
-            client = clients[role.switch]
-            regs = cache[role.switch] = {name: np.array(client.register_read(name), dtype=np.int64)
-                                         for name in ("agg_count", "agg_bitmap", "agg_exp")}
+    exps: dict[str, np.ndarray] = {}
+    for slot, role, regs in old_roots(clients, inst, tree_of_slot, ("agg_count", "agg_bitmap", "agg_exp")):
+        exps[role.switch] = regs["agg_exp"]
         for ver in (0, 1):
-            r = _index(ver, slot_base, slot)
+            r = slot_index(ver, slot_base, slot)
             if regs["agg_count"][r] == len(role.children) and regs["agg_bitmap"][r] != 0:
                 wanted.setdefault(role.switch, []).append((slot, ver, r))
     found: dict[int, CompletedVersion] = {}
     for sw, items in wanted.items():                              # one batch per root
         ranges = [(r * wire.K, wire.K) for _, _, r in items]
         for (slot, ver, r), values in zip(items, clients[sw].register_read_ranges("agg_values", ranges)):
-            found[slot] = CompletedVersion(slot, ver, int(cache[sw]["agg_exp"][r]), np.array(values))
+            found[slot] = CompletedVersion(slot, ver, int(exps[sw][r]), np.array(values))
     return found
 
 
@@ -76,7 +84,7 @@ def preload(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: 
     values: dict[tuple[str, int], np.ndarray] = {}
     for slot, done in completed.items():
         tree = tree_of_slot[slot]
-        r = _index(done.ver, slot_base, slot)
+        r = slot_index(done.ver, slot_base, slot)
         for (sw, t), role in inst.roles.items():
             if t != tree:
                 continue

@@ -31,6 +31,7 @@ import numpy as np
 
 from agglab import wire
 from controller.switch_client import SwitchClient
+from controller.failover import old_roots, slot_index
 from controller.tree_install import Installation
 
 _SCALARS = ("sp_done", "sp_final", "sp_block", "sp_exp", "sp_rnext", "sp_ack")
@@ -47,27 +48,16 @@ class SparseRound:
     values: np.ndarray       # K unsigned 32-bit register values
 
 
-def _index(ver: int, slot_base: int, slot: int) -> int:
-    return ver * wire.SLOTS + slot_base + slot
-
-
 def sparse_snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
                     slot_base: int = 0) -> dict[int, list[SparseRound]]:
     """Per slot, the completed (sp_done and sp_final) rounds at the old tree's root that a
     worker may still ask for: the one with the larger sp_block, and the other version's too
     unless every child of the old root acknowledged it (sp_ack == all). Oldest first."""
-    roots = {tree: role for (_sw, tree), role in inst.roles.items() if role.root}
-    cache: dict[str, dict[str, np.ndarray]] = {}
     found: dict[int, list[SparseRound]] = {}
-    for slot, tree in enumerate(tree_of_slot):
-        role = roots[tree]
+    for slot, role, regs in old_roots(clients, inst, tree_of_slot, _SCALARS):
         root = role.switch
         every = (1 << len(role.children)) - 1
-        regs = cache.get(root)
-        if regs is None:
-            regs = cache[root] = {name: np.array(clients[root].register_read(name), dtype=np.int64)
-                                  for name in _SCALARS}
-        done = [r for r in (_index(0, slot_base, slot), _index(1, slot_base, slot))
+        done = [r for r in (slot_index(0, slot_base, slot), slot_index(1, slot_base, slot))
                 if regs["sp_done"][r] and regs["sp_final"][r]]
         done.sort(key=lambda r: regs["sp_block"][r])
         if len(done) == 2 and (regs["sp_ack"][done[0]] & every) == every:
@@ -94,7 +84,7 @@ def sparse_preload(clients: dict[str, SwitchClient], inst: Installation, tree_of
     for rnd in (r for rounds in completed.values() for r in rounds):
         slot = rnd.slot
         tree = tree_of_slot[slot]
-        r = _index(rnd.ver, slot_base, slot)
+        r = slot_index(rnd.ver, slot_base, slot)
         for (sw, t), role in inst.roles.items():
             if t != tree:
                 continue
