@@ -134,6 +134,10 @@ class TreeJob:
 
     def _on_link(self, ifname: str, up: bool, t: float) -> None:
         u, v = self.intf_edge[ifname]
+        self.link_changed(u, v, up, t, ifname)
+
+    def link_changed(self, u: str, v: str, up: bool, t: float, intf: str = "") -> None:
+        """Link u-v went down or came back (netlink, or a test's in-process network)."""
         with self.lock:
             if self.stopped:           # teardown deletes interfaces: not failures
                 return
@@ -141,7 +145,7 @@ class TreeJob:
             if edge.get("up", True) == up:
                 return                           # the other end of the same link
             edge["up"] = up
-            self.events.add("link_up" if up else "link_down", t=t, link=f"{u}-{v}", intf=ifname)
+            self.events.add("link_up" if up else "link_down", t=t, link=f"{u}-{v}", intf=intf)
             if not up and self.treeset.uses(u, v):
                 self.reroute(f"{u}-{v}", t)
             elif not up:

@@ -1,23 +1,30 @@
-"""Carry the sparse pipeline's rounds across a tree change (docs/design.md, "Sparse pipeline").
+"""Carry the sparse pipeline's rounds across a tree change (docs/design.md, "Sparse reroute").
 
-Why a sparse twin of controller/failover.py: the sparse registers say "complete" differently
-(sp_done and sp_final instead of count == fan_in) and a round is identified by its block
-(sp_block) rather than by the version alone. Per slot, the old root may hold a completed round
-in both versions. The newer one (larger sp_block) is always carried. The older one is carried
-too unless the old root's sp_ack says every child is done with it: a worker that sat out the
-newer round may still lack the older result (its result was in flight at the freeze, or lost),
-while the others already send the round after the newer one in the older round's version.
-Keeping only the newer round left that version empty in the new tree; the others' packets
-started their round there, the lagging worker's probe was then stale (block below the held
-one) and dropped, and its leaf never learnt its sp_next: the column stalled.
+Why a sparse twin of controller/failover.py: in the sparse pipeline the result a lagging
+worker still needs is not always at the root. A switch keeps a completed round ("custody")
+until every child acknowledged it, and a child switch acknowledges at its parent as soon
+as it sends a later block up, even while a worker below it still lacks the round: the
+parent (and the root) may then have moved on, reusing the version for a later round, and
+the only copy of the result is lower down. Reading the root alone lost exactly those
+rounds; after the reset the lagging worker's new leaf held nothing in that version, adopted
+the later round coming down from its parent and the worker saw its version overwritten.
 
-A carried round is written into the new tree as complete, so a lagging worker's retransmission
-or probe is answered (at the root directly, below it through DUP_UP and the parent's reply)
-instead of starting the round again with only the lagging worker's values. sp_ack stays 0 on
-every switch (the new tree has other children; nobody is known done with anything): a new round
-in that version waits until every child has sent a packet for a later block or an ACK, which
-every worker does for its unfinished columns on the epoch change (its resend of data or a probe
-for the round it is in) or after it fetched the carried result.
+So the snapshot reads every switch of the old tree and works out, per worker, slot and
+version, the round it may still need: walking up its old path, the first switch holding a
+completed result (sp_final) whose acknowledgement bit for the child on that path is clear,
+for a round newer than any acknowledged below it (a parent may hold a newer result that
+the switches below have not received yet).
+Results are the same wherever they are held (they come down from the root), so any holder
+gives the values.
+
+The preload places those rounds in the new tree the way the old protocol keeps them: a
+switch with workers below holds the oldest round they need (it answers their probes, and
+holds back the version's next round until each of them acknowledged it); a switch above
+holds the newest round its child switches hold, so a child that catches up sends that round
+up and gets the stored result back (its bit is in the bitmap: a duplicate). Held rounds are
+written complete and final with sp_ack = 0 (the new tree's children must say again that
+they are done); sp_next stays 0, so no new round completes before every child announced
+again. Rounds still in progress at the freeze are not carried: their participants resend.
 
 Call order as for the dense pipeline: freeze, sparse_snapshot(old installation), reset
 (failover.reset zeroes the sp_ registers too), install, sparse_preload(new installation).
@@ -25,21 +32,21 @@ Call order as for the dense pipeline: freeze, sparse_snapshot(old installation),
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from agglab import wire
+from controller.failover import slot_index
 from controller.switch_client import SwitchClient
-from controller.failover import old_roots, slot_index
 from controller.tree_install import Installation
 
-_SCALARS = ("sp_done", "sp_final", "sp_block", "sp_exp", "sp_rnext", "sp_ack")
+_SCALARS = ("sp_block", "sp_bitmap", "sp_final", "sp_ack", "sp_exp", "sp_rnext")
 
 
 @dataclass
 class SparseRound:
-    """A round the old root completed: what a lagging worker may still ask for."""
+    """A completed round's result: what a lagging worker may still ask for."""
     slot: int
     ver: int
     block: int
@@ -48,55 +55,115 @@ class SparseRound:
     values: np.ndarray       # K unsigned 32-bit register values
 
 
+@dataclass
+class SparseCarry:
+    """What the old tree held that some worker may still need."""
+    rounds: dict = field(default_factory=dict)   # (slot, ver, block) -> SparseRound
+    needs: dict = field(default_factory=dict)    # (slot, ver) -> {worker: block}
+
+    def __len__(self) -> int:
+        return len(self.needs)
+
+
+def tree_roles(inst: Installation, tree: int) -> dict:
+    """switch -> SwitchRole of one tree."""
+    return {sw: role for (sw, t), role in inst.roles.items() if t == tree}
+
+
+def worker_paths(roles: dict) -> dict[str, list[tuple[str, int]]]:
+    """worker -> [(switch, index of the child on the path), ...] from its leaf up to the root."""
+    up = {c: (sw, i) for sw, role in roles.items() for i, c in enumerate(role.children)}
+    paths = {}
+    for w in (c for c in up if c not in roles):
+        path, node = [], w
+        while node in up:
+            sw, i = up[node]
+            path.append((sw, i))
+            node = sw
+        paths[w] = path
+    return paths
+
+
+def _read_scalars(clients, switches) -> dict[str, dict[str, np.ndarray]]:
+    return {sw: {name: np.array(clients[sw].register_read(name), dtype=np.int64) for name in _SCALARS}
+            for sw in switches}
+
+
 def sparse_snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
-                    slot_base: int = 0) -> dict[int, list[SparseRound]]:
-    """Per slot, the completed (sp_done and sp_final) rounds at the old tree's root that a
-    worker may still ask for: the one with the larger sp_block, and the other version's too
-    unless every child of the old root acknowledged it (sp_ack == all). Oldest first."""
-    found: dict[int, list[SparseRound]] = {}
-    for slot, role, regs in old_roots(clients, inst, tree_of_slot, _SCALARS):
-        root = role.switch
-        every = (1 << len(role.children)) - 1
-        done = [r for r in (slot_index(0, slot_base, slot), slot_index(1, slot_base, slot))
-                if regs["sp_done"][r] and regs["sp_final"][r]]
-        done.sort(key=lambda r: regs["sp_block"][r])
-        if len(done) == 2 and (regs["sp_ack"][done[0]] & every) == every:
-            done = done[1:]                      # everyone is done with the older round
-        rounds = []
-        for r in done:
-            values = np.array(clients[root].register_read_range("sp_values", r * wire.K, wire.K),
-                              dtype=np.uint32)
-            rounds.append(SparseRound(slot, r // wire.SLOTS, int(regs["sp_block"][r]),
-                                      int(regs["sp_exp"][r]), int(regs["sp_rnext"][r]), values))
-        if rounds:
-            found[slot] = rounds
-    return found
+                    slot_base: int = 0) -> SparseCarry:
+    """Per slot and version, the round each worker of the old tree may still need (if any)
+    and those rounds' results, read from every switch of the old tree."""
+    regs = _read_scalars(clients, sorted({sw for sw, _ in inst.roles}))
+    carry = SparseCarry()
+    holders: dict[str, list[tuple[int, int, int, int]]] = {}    # switch -> [(slot, ver, block, r)]
+    paths_of = {t: worker_paths(tree_roles(inst, t)) for t in set(tree_of_slot)}
+    for slot, tree in enumerate(tree_of_slot):
+        for ver in (0, 1):
+            r = slot_index(ver, slot_base, slot)
+            for worker, path in paths_of[tree].items():
+                acked = -1                       # newest round known to have reached the worker
+                for sw, child in path:
+                    reg = regs[sw]
+                    if not (reg["sp_final"][r] and reg["sp_bitmap"][r]):
+                        continue                 # nothing complete held here: ask higher up
+                    block = int(reg["sp_block"][r])
+                    if (int(reg["sp_ack"][r]) >> child) & 1 or block <= acked:
+                        acked = max(acked, block)     # done with it; a newer one may be above
+                        continue
+                    carry.needs.setdefault((slot, ver), {})[worker] = block
+                    if (slot, ver, block) not in carry.rounds:
+                        carry.rounds[slot, ver, block] = None
+                        holders.setdefault(sw, []).append((slot, ver, block, r))
+                    break
+    for sw, items in holders.items():            # one batched read per holding switch
+        ranges = [(r * wire.K, wire.K) for *_, r in items]
+        for (slot, ver, block, r), values in zip(items, clients[sw].register_read_ranges("sp_values", ranges)):
+            carry.rounds[slot, ver, block] = SparseRound(
+                slot, ver, block, int(regs[sw]["sp_exp"][r]), int(regs[sw]["sp_rnext"][r]),
+                np.array(values, dtype=np.uint32))
+    return carry
+
+
+def placement(roles: dict, needs: dict[str, int]) -> dict[str, int]:
+    """switch -> block to hold, for one slot version of one tree: the oldest round needed by
+    the workers right below a switch, else the newest held by its child switches."""
+    held: dict[str, int] = {}
+
+    def visit(sw: str) -> int | None:
+        children = roles[sw].children
+        sub = [b for b in (visit(c) for c in children if c in roles) if b is not None]
+        own = [needs[c] for c in children if c not in roles and c in needs]
+        block = min(own) if own else (max(sub) if sub else None)
+        if block is not None:
+            held[sw] = block
+        return block
+
+    for root in (sw for sw, role in roles.items() if role.root):
+        visit(root)
+    return held
 
 
 def sparse_preload(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
-                   completed: dict[int, list[SparseRound]], slot_base: int = 0) -> int:
-    """Write each carried round into the new tree (after failover.reset: sp_ack, sp_next and
-    everything else 0): at its root the result (block, values, exp, next, every child's bit,
-    done, final); at every other switch of that tree block, every child's bit and done, so a
-    duplicate goes up for the root's answer. Returns the number of register cells written."""
+                   carry: SparseCarry, slot_base: int = 0) -> int:
+    """Write the carried rounds into the new tree (after failover.reset: everything 0) where
+    placement() puts them: block, values, exp, next, every child's bit, done and final.
+    Returns the number of register cells written."""
     lines: dict[str, list[str]] = {}
     values: dict[tuple[str, int], np.ndarray] = {}
-    for rnd in (r for rounds in completed.values() for r in rounds):
-        slot = rnd.slot
-        tree = tree_of_slot[slot]
-        r = slot_index(rnd.ver, slot_base, slot)
-        for (sw, t), role in inst.roles.items():
-            if t != tree:
-                continue
-            out = lines.setdefault(sw, [])
-            out += [f"register_write sp_block {r} {rnd.block}",
-                    f"register_write sp_bitmap {r} {(1 << len(role.children)) - 1}",
-                    f"register_write sp_done {r} 1"]
-            if role.root:
-                out += [f"register_write sp_exp {r} {rnd.exp}",
-                        f"register_write sp_rnext {r} {rnd.next_block}",
-                        f"register_write sp_final {r} 1"]
-                values[sw, r] = rnd.values
+    roles_of = {t: tree_roles(inst, t) for t in set(tree_of_slot)}
+    for (slot, ver), needs in carry.needs.items():
+        roles = roles_of[tree_of_slot[slot]]
+        r = slot_index(ver, slot_base, slot)
+        for sw, block in placement(roles, needs).items():
+            rnd = carry.rounds[slot, ver, block]
+            lines.setdefault(sw, []).extend([
+                f"register_write sp_block {r} {block}",
+                f"register_write sp_bitmap {r} {(1 << len(roles[sw].children)) - 1}",
+                f"register_write sp_done {r} 1",
+                f"register_write sp_final {r} 1",
+                f"register_write sp_exp {r} {rnd.exp}",
+                f"register_write sp_rnext {r} {rnd.next_block}"])
+            values[sw, r] = rnd.values
     writes = sum(len(b) for b in lines.values()) + wire.K * len(values)
     for (sw, r), vals in values.items():
         lines[sw] += clients[sw].register_write_range_lines("sp_values", r * wire.K,

@@ -86,24 +86,28 @@ def main(argv: list[str] | None = None) -> int:
 class EpochFile:
     """The controller's epoch file: poll() returns its content when it changed, else None.
 
-    Why a file: agents run in other network namespaces but share the filesystem, and a
-    stat() per poll costs microseconds; the controller replaces the file atomically.
+    Why a file: agents run in other network namespaces but share the filesystem; the
+    controller replaces it atomically. Why compare the bytes, not the mtime: a reroute
+    writes it several times within milliseconds ("rerouting", then the new epoch), and a
+    filesystem's timestamp granularity (a jiffy on some) can give two versions the same
+    mtime, so an agent that saw the first would never see the second. Reading ~200 bytes
+    every poll (5 ms) costs microseconds.
     """
 
     def __init__(self, path: str):
         self.path = path
-        self.seen = None
+        self.seen: bytes | None = None
 
     def poll(self) -> dict | None:
         try:
-            stamp = os.stat(self.path).st_mtime_ns
+            with open(self.path, "rb") as f:
+                data = f.read()
         except FileNotFoundError:
             return None
-        if stamp == self.seen:
+        if data == self.seen:
             return None
-        self.seen = stamp
-        with open(self.path) as f:
-            return json.load(f)
+        self.seen = data
+        return json.loads(data)
 
 
 class ProgressFile:

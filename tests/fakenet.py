@@ -117,19 +117,20 @@ def _addresses(rank: int) -> tuple[bytes, bytes]:
 
 def make_frame(rank: int, payload: bytes) -> bytes:
     """Ethernet/IPv4/UDP frame from worker `rank` to the aggregation service."""
-    return _frame_header(rank, len(payload)) + payload
+    return frame_header(host_mac(rank + 1), host_ip(rank + 1), len(payload)) + payload
 
 
 @functools.lru_cache(maxsize=None)
-def _frame_header(rank: int, size: int) -> bytes:
+def frame_header(mac: str, ip_addr: str, size: int) -> bytes:
+    """Ethernet/IPv4/UDP headers of a `size`-byte payload from (mac, ip_addr) to the service."""
     udp = struct.pack("!HHHH", wire.UDP_PORT, wire.UDP_PORT, 8 + size, 0)
     ip = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp) + size, 0, 0,
-                               64, 17, 0, _ip(host_ip(rank + 1)), _ip(SERVICE_IP)))
+                               64, 17, 0, _ip(ip_addr), _ip(SERVICE_IP)))
     csum = sum(struct.unpack("!10H", ip))
     csum = (csum & 0xFFFF) + (csum >> 16)
     csum = (csum & 0xFFFF) + (csum >> 16)
     ip[10:12] = struct.pack("!H", ~csum & 0xFFFF)
-    eth = _mac(SERVICE_MAC) + _mac(host_mac(rank + 1)) + b"\x08\x00"
+    eth = _mac(SERVICE_MAC) + _mac(mac) + b"\x08\x00"
     return eth + bytes(ip) + udp
 
 

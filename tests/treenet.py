@@ -1,0 +1,159 @@
+"""In-process multi-switch network: one software-switch Pipeline per switch, agents in threads.
+
+Why: whether a mid-run reroute loses a contribution depends on which packets were in
+flight or lost when the tree changed, and a Mininet run hits a given interleaving only
+now and then (and takes a minute). Here the real controller (controller.job.TreeJob:
+trees, install, freeze, snapshot, reset, preload, epoch file) programs real Pipelines
+for every switch of a topology graph, the real agents run in threads and watch the real
+epoch file, every hop may lose a packet, and a link fails when the slowest worker has
+done a chosen share of its blocks, so a test can try many failure moments in seconds.
+
+Frames travel hop by hop in the sending thread under one network lock; a control batch
+(`commands`) holds it too, as the software switch's daemon runs a batch between two
+packets. A link marked down in the graph drops whatever would cross it.
+"""
+
+from __future__ import annotations
+
+import queue
+import random
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+
+from agglab import wire
+from agglab.failures import pick_tree_link
+from controller.addressing import interface_address
+from controller.job import TreeJob
+from controller.switch_client import SwitchClient, SwitchCommandError
+from controller.topology import neighbor_on_port, port, switches, workers as worker_hosts
+from fakenet import frame_header
+from hosts.agent import allreduce
+from hosts.worker import EpochFile
+from softswitch.cli import CommandError
+from softswitch.pipeline import Pipeline
+
+
+class PipeClient(SwitchClient):
+    """A Pipeline behind the controller's client interface (commands atomic under `lock`)."""
+
+    def __init__(self, name: str, lock=None):
+        self.name, self.pipeline = name, Pipeline(seed=0)
+        self.lock = lock or threading.RLock()
+
+    def command(self, line: str) -> str:
+        with self.lock:
+            try:
+                return self.pipeline.command(line)
+            except CommandError as exc:
+                raise SwitchCommandError(f"{self.name}: {line!r}: {exc}") from exc
+
+    def commands(self, lines: list[str]) -> list[str]:
+        with self.lock:
+            return [self.command(line) for line in lines]
+
+
+class HostTransport:
+    """A worker's single NIC: send() carries the frame through the network in this thread."""
+
+    def __init__(self, net: "TreeNet", host: str):
+        self.net, self.host = net, host
+        [self.leaf] = net.g.neighbors(host)
+        self.ip, self.mac = interface_address(net.g, host, self.leaf)
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+
+    def send(self, payload: bytes) -> None:
+        self.net.inject(self.host, frame_header(self.mac, self.ip, len(payload)) + bytes(payload))
+
+    def recv(self, timeout: float) -> bytes | None:
+        try:
+            return self.inbox.get(timeout=timeout) if timeout > 0 else self.inbox.get_nowait()
+        except queue.Empty:
+            return None
+
+
+class TreeNet:
+    """A topology graph (built by controller.topologies, workers ranked) run in-process."""
+
+    def __init__(self, g, algorithm: str, window: int, epoch_file: Path, *, loss: float = 0.0,
+                 seed: int = 0):
+        self.g, self.loss = g, loss
+        self.rng = random.Random(seed)
+        self.lock = threading.RLock()
+        self.clients = {sw: PipeClient(sw, self.lock) for sw in switches(g)}
+        self.hosts = worker_hosts(g)
+        self.transports = {h: HostTransport(self, h) for h in self.hosts}
+        self.epoch_file = Path(epoch_file)
+        self.job = TreeJob(g, self.clients, algorithm, self.hosts, window, self.epoch_file,
+                           drain=0.0).start()
+        self.delivered = 0
+
+    def _crosses(self, a: str, b: str) -> bool:
+        return self.g.edges[a, b].get("up", True) and not (self.loss and self.rng.random() < self.loss)
+
+    def inject(self, host: str, frame: bytes) -> None:
+        with self.lock:
+            leaf = self.transports[host].leaf
+            if not self._crosses(host, leaf):
+                return
+            pending = deque([(leaf, port(self.g, leaf, host), frame)])
+            while pending:
+                sw, p, f = pending.popleft()
+                for out_port, out in self.clients[sw].pipeline.process(p, f):
+                    nbr = neighbor_on_port(self.g, sw, out_port)
+                    if not self._crosses(sw, nbr):
+                        continue
+                    if self.g.nodes[nbr]["kind"] == "switch":
+                        pending.append((nbr, port(self.g, nbr, sw), out))
+                    elif nbr in self.transports:
+                        self.delivered += 1
+                        self.transports[nbr].inbox.put(bytes(out[wire.AGG_OFFSET:]))
+
+    def run(self, arrays: list[np.ndarray], *, fail_at: tuple[float, ...] = (), fail_seed: int = 0,
+            join_timeout: float = 120.0, **kwargs) -> tuple[list, list[dict]]:
+        """allreduce(arrays[rank]) on every worker; a tree link fails when the slowest worker
+        has done each share in `fail_at`. Returns (per rank a result or the exception,
+        the failures injected: link and progress)."""
+        n = len(self.hosts)
+        progress = [0.0] * n
+        results: list = [None] * n
+        self.job.prepare(kwargs.get("window") or self.job.window)
+
+        def work(rank: int) -> None:
+            watcher = EpochFile(str(self.epoch_file))
+            first = watcher.poll()
+
+            def on_progress(done: int, total: int) -> None:
+                progress[rank] = done / max(1, total)
+
+            try:
+                results[rank] = allreduce(arrays[rank], transport=self.transports[self.hosts[rank]],
+                                          rank=rank, workers=n, job=self.job.job,
+                                          epoch=first["epoch"], tree_of_slot=first["tree_of_slot"],
+                                          control=watcher.poll, on_progress=on_progress,
+                                          return_stats=True, **kwargs)
+            except BaseException as exc:   # collected and checked by the test
+                results[rank] = exc
+            progress[rank] = 1.0
+
+        threads = [threading.Thread(target=work, args=(r,), daemon=True) for r in range(n)]
+        for t in threads:
+            t.start()
+        injected = []
+        for i, at in enumerate(sorted(fail_at)):
+            while min(progress) < at and any(t.is_alive() for t in threads):
+                time.sleep(0.002)
+            if not any(t.is_alive() for t in threads):
+                break
+            with self.job.lock:
+                a, b = pick_tree_link(self.job, fail_seed + i)
+            injected.append({"link": f"{a}-{b}", "at": round(min(progress), 3)})
+            self.job.link_changed(a, b, False, time.monotonic())
+        for t in threads:
+            t.join(join_timeout)
+        stuck = [r for r, t in enumerate(threads) if t.is_alive()]
+        assert not stuck, f"workers {stuck} still running after {join_timeout} s"
+        return results, injected
