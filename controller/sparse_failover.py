@@ -20,8 +20,9 @@ gives the values.
 The preload places those rounds in the new tree the way the old protocol keeps them: a
 switch with workers below holds the oldest round they need (it answers their probes, and
 holds back the version's next round until each of them acknowledged it); a switch above
-holds the newest round its child switches hold, so a child that catches up sends that round
-up and gets the stored result back (its bit is in the bitmap: a duplicate). Held rounds are
+holds the newest round needed below it, so a child that catches up sends that round up and
+gets the stored result back (its bit is in the bitmap: a duplicate) instead of rebuilding
+a completed round from probes (placement()). Held rounds are
 written complete and final with sp_ack = 0 (the new tree's children must say again that
 they are done); sp_next stays 0, so no new round completes before every child announced
 again. Rounds still in progress at the freeze are not carried: their participants resend.
@@ -125,18 +126,25 @@ def sparse_snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_o
 
 
 def placement(roles: dict, needs: dict[str, int]) -> dict[str, int]:
-    """switch -> block to hold, for one slot version of one tree: the oldest round needed by
-    the workers right below a switch, else the newest held by its child switches."""
+    """switch -> block to hold, for one slot version of one tree.
+
+    A switch with workers right below holds the oldest round they need: it answers their
+    probes and holds the version's next round back until each acknowledged it. Every other
+    switch holds the newest round needed anywhere below it: a child that catches up asks
+    for that round next, and it must be answered from the stored result. Rebuilding a
+    completed round from probes would be wrong, since the workers that already have it
+    announce only their later blocks and the round's `next` would skip one.
+    """
     held: dict[str, int] = {}
 
     def visit(sw: str) -> int | None:
         children = roles[sw].children
-        sub = [b for b in (visit(c) for c in children if c in roles) if b is not None]
+        below = [b for b in (visit(c) for c in children if c in roles) if b is not None]
         own = [needs[c] for c in children if c not in roles and c in needs]
-        block = min(own) if own else (max(sub) if sub else None)
-        if block is not None:
-            held[sw] = block
-        return block
+        newest = max(below + own, default=None)
+        if own or below:
+            held[sw] = min(own) if own else newest
+        return newest
 
     for root in (sw for sw, role in roles.items() if role.root):
         visit(root)
