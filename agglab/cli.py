@@ -27,7 +27,8 @@ def _allreduce(args) -> int:
                                window=args.window, seed=args.seed, give_up=args.give_up, bw=args.bw,
                                topology=args.topology, k=args.k, tree=args.tree, fail=args.fail or [],
                                bml_variant=args.bml_variant, algorithm=args.algorithm, density=args.density,
-                               pattern=args.pattern, block_size=args.block_size)
+                               pattern=args.pattern, block_size=args.block_size,
+                               zero_workers=args.zero_workers)
     except ValueError as exc:
         print(f"agglab allreduce: {exc}", file=sys.stderr)
         return 2
@@ -112,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--pattern", choices=["random", "overlap", "disjoint"], default="random",
                    help="omnireduce: where the non-zero blocks are across workers")
     a.add_argument("--block-size", type=int, default=None, help="omnireduce: values per block (multiple of K)")
+    a.add_argument("--zero-workers", type=int, default=0, metavar="Z",
+                   help="omnireduce: ranks 0..Z-1 have no non-zero block at all (default 0)")
     a.add_argument("--bml-variant", choices=["in-network", "host"], default="in-network",
                    help="BML on BCube: level switches aggregate (in-network, default) or servers "
                         "reduce-scatter/all-gather through them as in the paper (host)")

@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import networkx as nx
+
 _SPEC = re.compile(r"^(?:(?P<tree>tree)|(?P<a>[\w.]+)-(?P<b>[\w.]+))@(?P<at>[0-9.]+)$")
 
 
@@ -47,11 +49,20 @@ def read_progress(files: list[Path]) -> float:
 
 
 def pick_tree_link(job, seed: int) -> tuple[str, str]:
-    """A switch-switch link of the active trees if there is one (a worker's only link
-    would partition it), else any tree link."""
+    """A switch-switch link of the active trees (a worker's only link would partition it),
+    preferring one whose failure leaves every worker reachable over live links, so
+    `tree@x` asks for a reroute, not a partition; else any tree link."""
     edges = sorted({e for t in job.treeset.trees for e in t.edges})
     inner = [e for e in edges if all(job.g.nodes[n]["kind"] == "switch" for n in e)]
-    return random.Random(seed).choice(inner or edges)
+    safe = [e for e in inner if not _partitions(job.g, e, job.workers)]
+    return random.Random(seed).choice(safe or inner or edges)
+
+
+def _partitions(g, edge: tuple[str, str], workers: list[str]) -> bool:
+    """Would taking `edge` down leave some worker unreachable from the others over live links?"""
+    live = nx.Graph((u, v) for u, v, d in g.edges(data=True) if d.get("up", True) and {u, v} != set(edge))
+    return not all(w in live for w in workers) or any(
+        not nx.has_path(live, workers[0], w) for w in workers[1:])
 
 
 class FailureInjector(threading.Thread):

@@ -48,6 +48,7 @@ class RunSpec:
     density: float = 1.0               # omnireduce: fraction of non-zero blocks
     pattern: str = "random"            # omnireduce: random | overlap | disjoint
     block_size: int | None = None      # omnireduce: values per block (multiple of K)
+    zero_workers: int = 0              # omnireduce: ranks 0..Z-1 have no non-zero block
     fail: list = field(default_factory=list)    # ["A-B@0.5", "tree@0.5", ...]
     length_override: dict[int, int] = field(default_factory=dict)   # rank -> length (tests)
 
@@ -79,6 +80,10 @@ class RunSpec:
             raise ValueError(f"--pattern must be random, overlap or disjoint, got {self.pattern!r}")
         if self.block_size is not None and (self.block_size < wire.K or self.block_size % wire.K):
             raise ValueError(f"--block-size must be a positive multiple of K={wire.K}, got {self.block_size}")
+        if not 0 <= self.zero_workers <= self.workers:
+            raise ValueError(f"--zero-workers must be within 0..{self.workers} (the workers), got {self.zero_workers}")
+        if self.zero_workers and not self.sparse_data:
+            raise ValueError("--zero-workers goes with block-sparse data (--algorithm omnireduce or --density < 1)")
         if self.algorithm == "omnireduce" and self.tree == "bml":
             raise ValueError("--algorithm omnireduce runs on switch trees (spt, rat, packing), not BML")
         if self.bml_variant not in ("in-network", "host"):
@@ -227,7 +232,7 @@ def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: TreeJob, quiet: bool,
             argv += ["--bml-plan", str(plans[h])]
         if spec.sparse_data:
             argv += ["--algorithm", spec.algorithm, "--density", str(spec.density), "--pattern", spec.pattern,
-                     "--block-size", str(spec.block_size or wire.K)]
+                     "--block-size", str(spec.block_size or wire.K), "--zero-workers", str(spec.zero_workers)]
         if rank in spec.length_override:
             argv += ["--length-override", str(spec.length_override[rank])]
         log = open(out_dir / f"rank{rank}.log", "wb")
@@ -299,7 +304,7 @@ def _check(spec: RunSpec, reports: list[dict], switch_stats: dict) -> dict:
     if spec.sparse_data:
         from hosts.sparse_workload import expected_sparse_sum, sparse_gradient
 
-        args = (spec.density, spec.pattern, spec.block_size or wire.K, spec.seed)
+        args = (spec.density, spec.pattern, spec.block_size or wire.K, spec.seed, spec.zero_workers)
         expected = expected_sparse_sum(spec.workers, spec.elements, spec.dtype, *args)
         make = lambda r: sparse_gradient(r, spec.elements, spec.dtype, *args)  # noqa: E731
     else:
@@ -330,7 +335,7 @@ def _check(spec: RunSpec, reports: list[dict], switch_stats: dict) -> dict:
         retransmissions=sum(r["retransmissions"] for r in reports),
         duplicates_ignored=sum(r.get("duplicates_ignored", 0) for r in reports),
         algorithm=spec.algorithm,
-        **({"density": spec.density, "pattern": spec.pattern,
+        **({"density": spec.density, "pattern": spec.pattern, "zero_workers": spec.zero_workers,
             "blocks_sent": sum(r.get("blocks_sent", 0) for r in reports)} if spec.algorithm == "omnireduce" else {}),
         max_abs_error=worst, error_bound=bound,
     )

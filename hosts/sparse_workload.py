@@ -17,6 +17,10 @@ recomputes every worker's input instead of shipping arrays around.
   ceil(density * workers) ranks.  The generator cannot warn, since it does not
   know the worker count.
 
+``zero_workers`` (Z): ranks 0..Z-1 have no non-zero block at all (a worker with
+nothing to contribute must still take part in every round); the others follow the
+pattern as if those ranks did not exist, so Z changes nothing else.
+
 ``density`` is the fraction of non-zero blocks of ``block_size`` values:
 k = round(density * blocks) (so a tiny array at density 0.01 may have none).
 Values of a non-zero block follow hosts.workload (int32 in [-2^20, 2^20),
@@ -66,10 +70,15 @@ def nonzero_block_ids(rank: int, elements: int, density: float, pattern: str = "
 
 
 def sparse_gradient(rank: int, elements: int, dtype: str = "int32", density: float = 0.1,
-                    pattern: str = "random", block_size: int = wire.K, seed: int = 0) -> np.ndarray:
+                    pattern: str = "random", block_size: int = wire.K, seed: int = 0,
+                    zero_workers: int = 0) -> np.ndarray:
     """One worker's block-sparse gradient (see the module docstring for the patterns)."""
     _check(elements, dtype, density, pattern, block_size)
+    if zero_workers < 0:
+        raise ValueError(f"zero_workers must be >= 0, got {zero_workers}")
     out = np.zeros(elements, dtype=np.dtype(dtype))
+    if rank < zero_workers:
+        return out
     ids = nonzero_block_ids(rank, elements, density, pattern, block_size, seed)
     if ids.size == 0:
         return out
@@ -89,9 +98,9 @@ def sparse_gradient(rank: int, elements: int, dtype: str = "int32", density: flo
 
 def expected_sparse_sum(workers: int, elements: int, dtype: str = "int32", density: float = 0.1,
                         pattern: str = "random", block_size: int = wire.K,
-                        seed: int = 0) -> np.ndarray:
+                        seed: int = 0, zero_workers: int = 0) -> np.ndarray:
     """The exact reference: int32 with wrap-around, float32 inputs summed in float64."""
     acc = np.zeros(elements, dtype=np.int32 if dtype == "int32" else np.float64)
     for rank in range(workers):
-        acc += sparse_gradient(rank, elements, dtype, density, pattern, block_size, seed)
+        acc += sparse_gradient(rank, elements, dtype, density, pattern, block_size, seed, zero_workers)
     return acc

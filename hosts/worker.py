@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pattern", choices=["random", "overlap", "disjoint"], default="random",
                     help="omnireduce: where the non-zero blocks are across workers")
     ap.add_argument("--block-size", type=int, default=None, help="omnireduce: values per block (multiple of K)")
+    ap.add_argument("--zero-workers", type=int, default=0, help="ranks below this have no non-zero block")
     ap.add_argument("--bml-plan", default=None, help="BML on BCube: this server's plan (JSON)")
     ap.add_argument("--out", required=True, help="path prefix for .npy and .json")
     args = ap.parse_args(argv)
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
 
             block_size = args.block_size or wire.K
             data = sparse_gradient(args.rank, elements, args.dtype, args.density, args.pattern,
-                                   block_size, args.seed)
+                                   block_size, args.seed, args.zero_workers)
             options = {"sparse": True, "block_size": block_size} if args.algorithm == "omnireduce" else {}
         else:
             data, options = make_gradient(args.rank, elements, args.dtype, args.seed), {}

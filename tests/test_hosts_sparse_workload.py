@@ -76,6 +76,20 @@ def test_expected_sum_and_bad_arguments(dtype):
             sparse_gradient(**kw)
 
 
+def test_zero_workers_have_nothing_and_change_nobody_else():
+    args = (64 * 40, "int32", 0.25, "disjoint", K, 3)
+    for r in range(4):
+        x = sparse_gradient(r, *args, zero_workers=2)
+        if r < 2:
+            assert not x.any()
+        else:
+            assert np.array_equal(x, sparse_gradient(r, *args)) and x.any()
+    total = expected_sparse_sum(4, *args, zero_workers=2)
+    assert np.array_equal(total, sparse_gradient(2, *args) + sparse_gradient(3, *args))
+    with pytest.raises(ValueError):
+        sparse_gradient(0, *args, zero_workers=-1)
+
+
 def test_nonzero_kblocks_spreads_a_block_to_its_k_sub_blocks():
     rows = np.zeros((10, K), np.int32)
     rows[1, 5] = 1                     # 2K-block 0

@@ -107,43 +107,45 @@ def test_reset_covers_every_sparse_register(net):
     assert not any(regs[n].any() for n in regs)
 
 
-def test_snapshot_picks_the_newer_completed_round(net):
+def test_snapshot_names_the_round_each_worker_has_not_acknowledged(net):
     inst = net.install(epoch=0)
     run_two_rounds(net)
     s1 = net.clients["s1"]
     s1.register_write("sp_done", 2, 1)                # slot 2: done but not final -> not taken
     got = sparse_failover.sparse_snapshot(net.clients, inst, [0, 0, 0])
-    assert set(got) == {0}
-    [rnd] = got[0]                  # round 0 (ver 0): every child of s1 acknowledged it
+    # round 0 (ver 0): h1 and h4 sent block 4 since (acknowledged), h2 and h3 did not;
+    # round 4 (ver 1): nobody sent anything later, so everyone may still lack it
+    assert got.needs == {(0, 0): {"h2": 0, "h3": 0}, (0, 1): {"h1": 4, "h2": 4, "h3": 4, "h4": 4}}
+    rnd = got.rounds[0, 1, 4]
     assert (rnd.ver, rnd.block, rnd.next_block, rnd.exp) == (1, 4, 8, 130)
     assert list(rnd.values[:3]) == [0, 30, 0]
+    assert got.rounds[0, 0, 0].values[0] == 4 and got.rounds[0, 0, 0].next_block == 4
 
 
-def test_preload_answers_a_lagging_probe_through_the_new_tree(net):
+def test_preload_answers_a_lagging_probe_at_its_leaf(net):
     old = net.install(epoch=0)
     run_two_rounds(net)
     tree_install.freeze(net.clients, old)
-    completed = sparse_failover.sparse_snapshot(net.clients, old, [0])
+    carry = sparse_failover.sparse_snapshot(net.clients, old, [0])
     failover.reset(net.clients, net.clients)
     new = net.install(epoch=1)
-    writes = sparse_failover.sparse_preload(net.clients, new, [0], completed)
-    assert writes == 6 + 3 + 3 + wire.K
+    writes = sparse_failover.sparse_preload(net.clients, new, [0], carry)
+    assert writes == 2 * 3 * (6 + wire.K)           # both rounds held at l1, l2 and s1
     leaf = net.clients["l1"].pipeline.registers
-    assert leaf["sp_bitmap"][1024] == 3 and leaf["sp_done"][1024] == 1 and leaf["sp_final"][1024] == 0
+    assert leaf["sp_bitmap"][1024] == 3 and leaf["sp_final"][1024] == 1 and leaf["sp_ack"][1024] == 0
     # h2 lost block 4's result (it had nothing for block 4): its probe, at the new epoch,
-    # goes up from l1 (DUP_UP), s1 answers, l1 stores and multicasts to h1 and h2
+    # is answered by its leaf, which holds the result until h1 and h2 acknowledged it
     got = net.send("h2", epoch=1, ver=1, block=4, next_block=8, exp=130, flags=SPARSE | wire.FLAG_RETX)
-    assert sorted(got) == ["h1", "h2"]
+    assert sorted(got) == ["h2"]
     res = got["h2"][0]
     assert (res["block"], res["next_block"], res["exp"], res["flags"] & wire.FLAG_RESULT) == (4, 8, 130, 1)
     assert list(res["values"][:2]) == [0, 30]
-    assert leaf["sp_final"][1024] == 1
 
 
 def test_unacknowledged_older_round_survives_a_reroute(net):
     """h3 and h4 sit out round 4; h3 lost round 0's result (in flight at the freeze). Both
-    completed rounds at s1 must move to the new tree: h3's probe for round 0 is answered and
-    h1's packet for the round after 4 (version 0 again) is held, not started over round 0."""
+    completed rounds move to the new tree: h3's probe for round 0 is answered and h1's
+    packet for the round after 4 (version 0 again) does not start over round 0."""
     old = net.install(epoch=0)
     for h, nxt in (("h1", 4), ("h2", 4), ("h3", 8), ("h4", 8)):
         net.send(h, block=0, next_block=nxt, exp=130, values=[1])
@@ -151,18 +153,56 @@ def test_unacknowledged_older_round_survives_a_reroute(net):
     assert sorted(net.send("h2", ver=1, block=4, next_block=NONE, exp=0, values=[3])) == \
         ["h1", "h2", "h3", "h4"]
     tree_install.freeze(net.clients, old)
-    completed = sparse_failover.sparse_snapshot(net.clients, old, [0])
-    assert [(r.ver, r.block) for r in completed[0]] == [(0, 0), (1, 4)]
+    carry = sparse_failover.sparse_snapshot(net.clients, old, [0])
+    assert carry.needs[0, 0] == {"h3": 0, "h4": 0}
+    assert carry.needs[0, 1] == {"h1": 4, "h2": 4, "h3": 4, "h4": 4}
     failover.reset(net.clients, net.clients)
     new = net.install(epoch=1)
-    sparse_failover.sparse_preload(net.clients, new, [0], completed)
+    sparse_failover.sparse_preload(net.clients, new, [0], carry)
     assert net.send("h1", epoch=1, ver=0, block=8, next_block=NONE, exp=0, values=[7]) == {}
     got = net.send("h3", epoch=1, ver=0, block=0, next_block=8, exp=130, flags=SPARSE | wire.FLAG_RETX)
-    assert "h3" in got
+    assert sorted(got) == ["h3"]
     res = got["h3"][0]
     assert (res["block"], res["next_block"], res["ver"]) == (0, 4, 0) and res["values"][0] == 4
     s1 = net.clients["s1"].pipeline.registers
-    assert s1["sp_block"][0] == 0 and s1["sp_ack"][0] == 0      # h1's round 8 held back
+    assert s1["sp_block"][0] == 0 and s1["sp_final"][0] == 1      # round 0 still held
+
+
+def test_custody_at_a_leaf_survives_a_reroute(net):
+    """The gap the root-only snapshot had: h2 lacks round 0's result, which only its leaf
+    l1 still holds (the root reused version 0 for round 8 once l1 had sent round 4 up).
+    After the reroute h2 still gets round 0, then 4, and round 8 completes exactly."""
+    old = net.install(epoch=0)
+    for h, nxt in (("h1", 4), ("h2", 8), ("h3", 4), ("h4", 4)):
+        net.send(h, block=0, next_block=nxt, exp=0, values=[1])     # result 0: h2 "loses" it
+    for h in ("h1", "h3", "h4"):
+        net.send(h, ver=1, block=4, next_block=8, exp=0, values=[0, 2])
+    assert net.send("h1", ver=0, block=8, next_block=NONE, exp=0, values=[0, 0, 10]) == {}   # held at l1
+    for h in ("h3", "h4"):
+        assert net.send(h, ver=0, block=8, next_block=NONE, exp=0, values=[0, 0, 10]) == {}
+    s1 = net.clients["s1"].pipeline.registers
+    assert s1["sp_block"][0] == 8 and s1["sp_final"][0] == 0       # the root moved on
+    tree_install.freeze(net.clients, old)
+    carry = sparse_failover.sparse_snapshot(net.clients, old, [0])
+    assert carry.needs[0, 0] == {"h2": 0}
+    failover.reset(net.clients, net.clients)
+    new = net.install(epoch=1)
+    sparse_failover.sparse_preload(net.clients, new, [0], carry)
+    # every worker resends for the round it is in (the agents do so on an epoch change)
+    got = net.send("h2", epoch=1, ver=0, block=0, next_block=8, exp=0, flags=SPARSE | wire.FLAG_RETX)
+    assert got["h2"][0]["block"] == 0 and got["h2"][0]["values"][0] == 4
+    got = net.send("h2", epoch=1, ver=1, block=4, next_block=8, exp=0, flags=SPARSE | wire.FLAG_RETX)
+    assert got["h2"][0]["block"] == 4 and got["h2"][0]["values"][1] == 6
+    for h in ("h1", "h3", "h4"):
+        net.send(h, epoch=1, ver=0, block=8, next_block=NONE, exp=0, values=[0, 0, 10],
+                 flags=SPARSE | wire.FLAG_RETX)
+    done = net.send("h2", epoch=1, ver=0, block=8, next_block=NONE, exp=0, values=[0, 0, 1])
+    for h in ("h1", "h3", "h4"):                 # retransmissions until every partial is in
+        done.update(net.send(h, epoch=1, ver=0, block=8, next_block=NONE, exp=0, values=[0, 0, 10],
+                             flags=SPARSE | wire.FLAG_RETX))
+    assert sorted(done) == ["h1", "h2", "h3", "h4"]
+    assert all(r[-1]["block"] == 8 and r[-1]["values"][2] == 31 and r[-1]["next_block"] == NONE
+               for r in done.values())
 
 
 def test_subtree_without_data_receives_the_result(net):
