@@ -40,15 +40,13 @@ Versions: the lead round takes the dense agent's next version of the slot
 (hosts.agent keeps it per transport and job); sparse round i of slot s uses
 (sv0[s] + i) % 2, sv0 likewise continued across calls.
 
-Known gap of design.md's rules: a worker that sits out round m+1 does not hold
-the column back, so round m+2 may reuse m's version while that worker still
-lacks m's result (lost, or merely late) or still has a resend of m in flight;
-the resend then restarts a round there, and sums go wrong.  The agent drains
-queued results before any timer fires and raises SparseRoundLostError when it
-sees its version reused, but only a switch rule can close the gap:
-`every_round=True` is the agent's half of the proposed one (every worker sends
-in every round, non-participants a zero probe at once; the switch completes a
-round when every child sent), tests/test_hosts_sparse_loss.py shows both.
+Why SparseRoundLostError still exists: before the acknowledgements, a worker that sat
+out round m+1 did not hold the column back and round m+2 could reuse m's version while
+it still lacked m's result. The switch now holds m+2 back until every child is done with
+m (and a reroute keeps that custody, controller/sparse_failover.py), so seeing its version
+reused means a broken switch or controller; the agent says so instead of summing wrong.
+`every_round=True` (every worker sends in every round, non-participants a zero probe at
+once) remains for a switch that completes a round only when every child sent.
 """
 
 from __future__ import annotations

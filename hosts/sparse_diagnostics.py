@@ -59,6 +59,6 @@ def lost_message(run, s: int, seen: int) -> str:
     """A result for a later block arrived on the version this worker still waits on."""
     return (f"rank {run.rank}: slot {s} waits for the result of block {run.cur[s]} "
             f"({_slot_state(run, s)}) but the switch already holds block {seen} in that "
-            f"version: the result was lost on the way to this worker and overwritten two "
-            f"rounds later, because workers that skip a round do not hold the column back "
-            f"(design.md sparse pipeline); the sum cannot be recovered")
+            f"version: the switch reused the version before this worker acknowledged the "
+            f"round (its custody rule or the controller's reroute carry is broken, see "
+            f"design.md sparse pipeline); the sum cannot be recovered")

@@ -59,3 +59,25 @@ def test_loss_5_percent_exact():
     assert r["retransmissions"] > 0
     _blocks_sent_ok(r, 0.1, ELEMENTS // 2, 8)
     assert_clean()
+
+
+def test_some_workers_without_any_non_zero_block_exact():
+    r = run_allreduce(elements=ELEMENTS, density=0.1, pattern="random", zero_workers=3, seed=8, **SPARSE)
+    assert r["exact"], r.get("errors")
+    assert r["zero_workers"] == 3
+    blocks = ELEMENTS // wire.K
+    assert r["blocks_sent"] <= 5 * (round(0.1 * blocks) + 64 + blocks // 64 + 8) + 3 * (64 + blocks // 64 + 8)
+    assert_clean()
+
+
+@pytest.mark.parametrize("tree,at", [("spt", 0.2), ("rat", 0.5), ("packing", 0.8), ("spt", 0.95)])
+def test_fat_tree_link_failure_mid_run_exact(tree, at):
+    """An active tree link fails at `at` of the blocks: the controller carries every round a
+    worker may still need (from whichever old-tree switch holds it) into the new tree."""
+    r = run_allreduce(topology="fattree", k=4, elements=262_144, density=0.2, tree=tree,
+                      seed=21, fail=[f"tree@{at}"], **SPARSE)
+    assert r["exact"], r.get("errors")
+    (f,) = r["failures"]
+    assert f["on_tree"] and f["epoch"] == 1 and f["at"] < 1, f
+    assert r["epoch"] == 1 and r["density"] == 0.2
+    assert_clean()
