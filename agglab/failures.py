@@ -66,7 +66,7 @@ def _partitions(g, edge: tuple[str, str], workers: list[str]) -> bool:
 
 
 class FailureInjector(threading.Thread):
-    """Takes links down (Mininet's configLinkStatus, as `link a b down` does) on schedule."""
+    """Takes links down (EmulatedNetwork.set_link, as Mininet's `link a b down`) on schedule."""
 
     def __init__(self, net, job, specs: list[FailSpec], progress_files: list[Path], seed: int = 0):
         super().__init__(name="failure-injector", daemon=True)
@@ -83,7 +83,7 @@ class FailureInjector(threading.Thread):
             with self.job.lock:
                 a, b = spec.link or pick_tree_link(self.job, self.seed + i)
             t_fail = time.monotonic()
-            self.net.net.configLinkStatus(a, b, "down")
+            self.net.set_link(a, b, False)
             self.injected.append({"link": f"{a}-{b}", "t_fail": t_fail,
                                   "at": round(read_progress(self.progress_files), 3)})
 

@@ -34,7 +34,7 @@ class LabCLI(CLI):
             print(f"usage: {'fail' if status == 'down' else 'recover'} A B   (a link of the topology, "
                   f"e.g. {' '.join(next(iter(self.session.g.edges)))})")
             return
-        self.mn.configLinkStatus(args[0], args[1], status)
+        self.session.net.set_link(args[0], args[1], status == "up")
 
     def do_fail(self, line):
         """fail A B: take link A-B down (both ends). The controller sees it on netlink and, if an

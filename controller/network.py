@@ -16,7 +16,7 @@ import networkx as nx
 from agglab.cleanup import RunRecord, clean
 from controller import addressing
 from controller.switch_client import Bmv2Client, SoftSwitchClient, SwitchClient
-from controller.topology import hosts, switches
+from controller.topology import hosts, port, switches
 
 BACKENDS = ("soft", "bmv2")
 THRIFT_BASE = 9090
@@ -170,6 +170,26 @@ class EmulatedNetwork:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+    def set_link(self, a: str, b: str, up: bool) -> None:
+        """Take link a-b down (both ends) or bring it back, as Mininet's `link a b down|up`.
+
+        Why BMv2 ends leave the switch first: with Debian 12's libpcap, simple_switch's one
+        receive thread blocks inside pcap_next_ex while any of its interfaces is
+        administratively down, which silences every port of the switch, not one. So a BMv2
+        end is removed from the switch (port_remove) before its interface goes down and added
+        again (port_add) once it is up, as a real switch's port goes away with its link; the
+        controller still learns of the failure from netlink."""
+        ends = [(n, self.graph.edges[a, b]["intfs"][n], port(self.graph, n, other))
+                for n, other in ((a, b), (b, a))
+                if self.backend == "bmv2" and self.graph.nodes[n]["kind"] == "switch"]
+        if not up:
+            for n, _intf, number in ends:
+                self.clients[n].command(f"port_remove {number}")
+        self.net.configLinkStatus(a, b, "up" if up else "down")
+        if up:
+            for n, intf, number in ends:
+                self.clients[n].command(f"port_add {intf} {number}")
 
     # -- access -------------------------------------------------------------------
     def host(self, name: str):

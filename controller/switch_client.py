@@ -205,7 +205,7 @@ class Bmv2Client(SwitchClient):
             outs = []
             for line in lines:
                 buf = io.StringIO()
-                with contextlib.redirect_stdout(buf):
+                with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
                     self._api.onecmd(line)
                 outs.append(_check_bmv2_output(self.name, line, buf.getvalue()))
             return outs
@@ -256,7 +256,7 @@ def _thrift_api(thrift_port: int):
 
     services = runtime_CLI.RuntimeAPI.get_thrift_services(runtime_CLI.PreType.SimplePreLAG)
     services.extend(SimpleSwitchAPI.get_thrift_services())
-    std, mc, ss = runtime_CLI.thrift_connect("127.0.0.1", thrift_port, services)
-    with contextlib.redirect_stdout(io.StringIO()):      # it announces "Obtaining JSON..."
-        runtime_CLI.load_json_config(std)
+    quiet = io.StringIO()          # both announce themselves on the stdout bound at import time
+    std, mc, ss = runtime_CLI.utils.thrift_connect("127.0.0.1", thrift_port, services, out=quiet)
+    runtime_CLI.load_json_str(runtime_CLI.utils.get_json_config(std, None, out=quiet))
     return SimpleSwitchAPI(runtime_CLI.PreType.SimplePreLAG, std, mc, ss)

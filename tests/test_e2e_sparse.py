@@ -65,8 +65,10 @@ def test_some_workers_without_any_non_zero_block_exact():
     r = run_allreduce(elements=ELEMENTS, density=0.1, pattern="random", zero_workers=3, seed=8, **SPARSE)
     assert r["exact"], r.get("errors")
     assert r["zero_workers"] == 3
-    blocks = ELEMENTS // wire.K
-    assert r["blocks_sent"] <= 5 * (round(0.1 * blocks) + 64 + blocks // 64 + 8) + 3 * (64 + blocks // 64 + 8)
+    blocks, window = ELEMENTS // wire.K, 128           # the runner's default window
+    nonzero = round(0.1 * blocks)
+    # the zero workers send only the first round of each column (block s, zeros)
+    assert 5 * nonzero <= r["blocks_sent"] <= 5 * (nonzero + window + 8) + 3 * (window + 8), r
     assert_clean()
 
 
