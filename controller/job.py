@@ -188,6 +188,10 @@ class TreeJob:
         writes = failover.preload(self.clients, self.inst, self.tree_of_slot, completed)
         writes += sparse_failover.sparse_preload(self.clients, self.inst, self.tree_of_slot, sparse_done) or 0
         phases.update(entries_ms=tp - ti, preload_ms=time.monotonic() - tp)
+        if sparse_done.conflicts:
+            self.events.add("sparse_carry_conflict", columns=len(sparse_done.conflicts),
+                            switches=",".join(sorted({sw for *_, sw in sparse_done.conflicts})),
+                            why="workers and child switches below one switch need different rounds")
         self._publish()
         t3 = time.monotonic()
         tree_install.remove_groups(self.clients, old)      # after the agents were told: not urgent

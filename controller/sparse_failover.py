@@ -61,6 +61,7 @@ class SparseCarry:
     """What the old tree held that some worker may still need."""
     rounds: dict = field(default_factory=dict)   # (slot, ver, block) -> SparseRound
     needs: dict = field(default_factory=dict)    # (slot, ver) -> {worker: block}
+    conflicts: list = field(default_factory=list)   # (slot, ver, switch): see placement()
 
     def __len__(self) -> int:
         return len(self.needs)
@@ -125,7 +126,7 @@ def sparse_snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_o
     return carry
 
 
-def placement(roles: dict, needs: dict[str, int]) -> dict[str, int]:
+def placement(roles: dict, needs: dict[str, int], conflicts: list | None = None) -> dict[str, int]:
     """switch -> block to hold, for one slot version of one tree.
 
     A switch with workers right below holds the oldest round they need: it answers their
@@ -134,6 +135,11 @@ def placement(roles: dict, needs: dict[str, int]) -> dict[str, int]:
     for that round next, and it must be answered from the stored result. Rebuilding a
     completed round from probes would be wrong, since the workers that already have it
     announce only their later blocks and the round's `next` would skip one.
+
+    A switch with workers *and* child switches below (an edge switch that relays, after
+    several failures) cannot do both when its workers need an older round than its child
+    switches: one register per version. Its workers win; the switch is appended to
+    `conflicts` (such a column may stall; the controller logs it).
     """
     held: dict[str, int] = {}
 
@@ -144,6 +150,8 @@ def placement(roles: dict, needs: dict[str, int]) -> dict[str, int]:
         newest = max(below + own, default=None)
         if own or below:
             held[sw] = min(own) if own else newest
+            if own and below and min(own) < max(below) and conflicts is not None:
+                conflicts.append(sw)
         return newest
 
     for root in (sw for sw, role in roles.items() if role.root):
@@ -162,7 +170,8 @@ def sparse_preload(clients: dict[str, SwitchClient], inst: Installation, tree_of
     for (slot, ver), needs in carry.needs.items():
         roles = roles_of[tree_of_slot[slot]]
         r = slot_index(ver, slot_base, slot)
-        for sw, block in placement(roles, needs).items():
+        clash: list = []
+        for sw, block in placement(roles, needs, clash).items():
             rnd = carry.rounds[slot, ver, block]
             lines.setdefault(sw, []).extend([
                 f"register_write sp_block {r} {block}",
@@ -172,6 +181,7 @@ def sparse_preload(clients: dict[str, SwitchClient], inst: Installation, tree_of
                 f"register_write sp_exp {r} {rnd.exp}",
                 f"register_write sp_rnext {r} {rnd.next_block}"])
             values[sw, r] = rnd.values
+        carry.conflicts += [(slot, ver, sw) for sw in clash]
     writes = sum(len(b) for b in lines.values()) + wire.K * len(values)
     for (sw, r), vals in values.items():
         lines[sw] += clients[sw].register_write_range_lines("sp_values", r * wire.K,

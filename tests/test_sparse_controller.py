@@ -223,3 +223,18 @@ def test_subtree_without_data_receives_the_result(net):
     before = int(s1["sp_ack"][1024])
     assert net.send("h4", ver=1, block=4, flags=SPARSE | ACK, values=None) == {}
     assert l2["sp_ack"][1024] == 3 and int(s1["sp_ack"][1024]) != before
+
+
+def test_placement_oldest_at_the_workers_newest_above_and_conflicts_reported():
+    from controller.tree_install import SwitchRole
+
+    roles = {"s1": SwitchRole("s1", 0, True, ["l1", "l2"], None),
+             "l1": SwitchRole("l1", 0, False, ["h1", "h2"], "s1"),
+             "l2": SwitchRole("l2", 0, False, ["h3", "h4"], "s1")}
+    place = sparse_failover.placement
+    assert place(roles, {"h1": 4, "h2": 12}) == {"l1": 4, "s1": 12}
+    assert place(roles, {"h1": 12, "h3": 4}) == {"l1": 12, "l2": 4, "s1": 12}
+    assert place(roles, {}) == {}
+    mixed = dict(roles, s1=SwitchRole("s1", 0, True, ["l1", "h5"], None))
+    clash: list = []
+    assert place(mixed, {"h5": 4, "h1": 12}, clash) == {"l1": 12, "s1": 4} and clash == ["s1"]
