@@ -113,11 +113,11 @@ class TreeNet:
                         self.transports[nbr].inbox.put(bytes(out[wire.AGG_OFFSET:]))
 
     def run(self, arrays: list[np.ndarray], *, fail_at: tuple[float, ...] = (), fail_seed: int = 0,
-            links: list[tuple[str, str]] | None = None, join_timeout: float = 120.0,
-            **kwargs) -> tuple[list, list[dict]]:
+            pick=None, join_timeout: float = 120.0, **kwargs) -> tuple[list, list[dict]]:
         """allreduce(arrays[rank]) on every worker; a link fails when the slowest worker has
-        done each share in `fail_at` (links[i], else a tree link as `--fail tree@x` picks it).
-        Returns (per rank a result or the exception, the failures injected: link, progress)."""
+        done each share in `fail_at`: pick(job, i) if given, else a tree link as
+        `--fail tree@x` picks it. Returns (per rank a result or the exception, the failures
+        injected: link and progress)."""
         n = len(self.hosts)
         progress = [0.0] * n
         results: list = [None] * n
@@ -150,7 +150,7 @@ class TreeNet:
             if not any(t.is_alive() for t in threads):
                 break
             with self.job.lock:
-                a, b = links[i] if links else pick_tree_link(self.job, fail_seed + i)
+                a, b = pick(self.job, i) if pick else pick_tree_link(self.job, fail_seed + i)
             injected.append({"link": f"{a}-{b}", "at": round(min(progress), 3)})
             self.job.link_changed(a, b, False, time.monotonic())
         for t in threads:
