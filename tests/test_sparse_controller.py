@@ -14,26 +14,13 @@ import pytest
 from agglab import wire
 from controller import failover, sparse_failover, topologies, tree_install, trees
 from controller.addressing import assign_addresses
-from controller.switch_client import SwitchClient, SwitchCommandError
 from controller.topology import neighbor_on_port, port
-from softswitch.cli import CommandError
-from softswitch.pipeline import Pipeline
 from tests.conformance.frames import build
+from treenet import PipeClient
 
 SPARSE = wire.CONST["AGG_FLAG_SPARSE"]
 NONE = wire.NEXT_NONE
 ACK = wire.CONST["AGG_FLAG_ACK"]
-
-
-class PipeClient(SwitchClient):
-    def __init__(self, name: str):
-        self.name, self.pipeline = name, Pipeline(seed=0)
-
-    def command(self, line: str) -> str:
-        try:
-            return self.pipeline.command(line)
-        except CommandError as exc:
-            raise SwitchCommandError(f"{self.name}: {line!r}: {exc}") from exc
 
 
 class Net:
