@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 
-from agglab.paths import REPO
+from ground.paths import REPO
 
 
 def _section(title: str) -> None:
@@ -29,7 +29,7 @@ def main() -> int:
         _section("software switch daemon (raw sockets on veths)")
         subprocess.run([sys.executable, "-m", "softswitch.bench_io"], cwd=REPO, env=env)
         _section("8-worker allreduce, 1M int32 per worker, one software switch in Mininet")
-        from agglab.run import run_allreduce
+        from emulation.session import run_allreduce
 
         for elements in (1_000_000,):
             r = run_allreduce(workers=8, elements=elements, dtype="int32")
@@ -41,7 +41,7 @@ def main() -> int:
     subprocess.run([sys.executable, "-m", "controller.trees.bench"], cwd=REPO, env=env)
     if os.geteuid() == 0:
         _section("reroute on a k=4 fat-tree, 8 workers (link of the active tree fails at 50%)")
-        from agglab.run import run_allreduce
+        from emulation.session import run_allreduce
 
         for tree in ("spt", "rat", "packing"):
             r = run_allreduce(topology="fattree", k=4, workers=8, elements=200_000, tree=tree, fail=["tree@0.5"])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agglab.run import run_allreduce
+from emulation.session import run_allreduce
 
 DENSITIES = (1.0, 0.5, 0.2, 0.1, 0.05, 0.01)
 

@@ -15,7 +15,7 @@ import sys
 
 
 def _allreduce(args) -> int:
-    from agglab.run import run_allreduce
+    from emulation.session import run_allreduce
 
     if os.geteuid() != 0:
         print("agglab allreduce needs root (Mininet creates network namespaces): run it with sudo",
@@ -58,7 +58,7 @@ def _print_human(r: dict) -> None:
 
 def _lab(args) -> int:
     from agglab.lab import run_lab
-    from agglab.run import RunSpec
+    from ground.runspec import RunSpec
 
     if os.geteuid() != 0:
         print("agglab lab needs root (Mininet): run it with sudo", file=sys.stderr)
@@ -73,7 +73,7 @@ def _lab(args) -> int:
 
 
 def _clean(args) -> int:
-    from agglab.cleanup import clean
+    from ground.rundir import clean
 
     clean(everything=args.all)
     return 0

@@ -13,8 +13,9 @@ import threading
 
 from mininet.cli import CLI
 
-from agglab import wire
-from agglab.run import RunSpec, Session
+from ground import wire
+from emulation.session import Session
+from ground.runspec import RunSpec
 from controller import aggregate
 from controller.topology import switches
 

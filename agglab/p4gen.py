@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import sys
 
-from agglab.paths import P4_INCLUDE
-from agglab.wire import read_constants
+from ground.paths import P4_INCLUDE
+from ground.wire import read_constants
 
 TARGET = P4_INCLUDE / "values.p4"
 

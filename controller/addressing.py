@@ -1,9 +1,6 @@
-"""Addresses for emulated hosts and the aggregation service.
+"""Addresses on the topology graph: which host interface has which IP and MAC.
 
-Workers send aggregation packets to one virtual service address that no host owns;
-the first switch on the path intercepts them by UDP port. A static ARP entry on every
-host points SERVICE_IP at SERVICE_MAC, so no ARP ever has to be answered for it.
-All addresses are inside 10.0.0.0/8 on interfaces of namespaces this project creates.
+The address arithmetic itself (host_ip, SERVICE_IP, ...) is in ground/addresses.py.
 """
 
 from __future__ import annotations
@@ -11,28 +8,7 @@ from __future__ import annotations
 import networkx as nx
 
 from controller.topology import hosts
-
-SERVICE_IP = "10.255.255.254"
-SERVICE_MAC = "02:a6:67:ff:ff:fe"
-PREFIX_LEN = 8
-
-
-def host_ip(index: int) -> str:
-    """IP of the index-th host (1-based): 10.0.0.1 ... 10.0.0.250, 10.0.1.1, ..."""
-    return f"10.0.{(index - 1) // 250}.{(index - 1) % 250 + 1}"
-
-
-def host_mac(index: int) -> str:
-    return f"02:00:00:00:{(index >> 8) & 0xFF:02x}:{index & 0xFF:02x}"
-
-
-def nic_ip(index: int, nic: int) -> str:
-    """IP of NIC `nic` of the index-th host; NIC 0 is host_ip(index). All in 10.0.0.0/8."""
-    return host_ip(index) if nic == 0 else f"10.{32 * nic + (index - 1) // 250}.0.{(index - 1) % 250 + 1}"
-
-
-def nic_mac(index: int, nic: int) -> str:
-    return f"02:00:00:{nic:02x}:{(index >> 8) & 0xFF:02x}:{index & 0xFF:02x}"
+from ground.addresses import host_ip, host_mac, nic_ip, nic_mac
 
 
 def assign_addresses(g: nx.Graph) -> nx.Graph:
@@ -53,8 +29,3 @@ def assign_addresses(g: nx.Graph) -> nx.Graph:
 def interface_address(g: nx.Graph, host: str, nbr: str) -> tuple[str, str]:
     """(ip, mac) of the host's interface that faces `nbr`."""
     return tuple(g.edges[host, nbr]["addrs"][host])
-
-
-def ip_to_int(ip: str) -> int:
-    a, b, c, d = (int(x) for x in ip.split("."))
-    return (a << 24) | (b << 16) | (c << 8) | d

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from agglab import wire
+from ground import wire
 from controller.addressing import interface_address
 from controller.events import EventLog
 from controller.switch_client import SwitchClient
@@ -74,7 +74,7 @@ class BmlJob:
                                      [child, len(ports), group, step.part * self.window])
                     if (step.switch, p) not in replies:
                         ip, mac = interface_address(self.g, h, step.switch)
-                        from controller.addressing import SERVICE_IP, SERVICE_MAC
+                        from ground.addresses import SERVICE_IP, SERVICE_MAC
                         client.table_add("agg_reply", "agg_set_dst", [p], [SERVICE_MAC, SERVICE_IP, mac, ip])
                         replies.add((step.switch, p))
                         entries += 1
@@ -113,8 +113,9 @@ class BmlJob:
 
         failover.reset(self.clients, list(self.clients))
 
-    def watch_links(self) -> "BmlJob":
-        return self                          # BML reroutes nothing: its schedule needs every NIC
+    def link_changed(self, u: str, v: str, up: bool, t: float, intf: str = "") -> None:
+        """BML reroutes nothing: its schedule needs every NIC."""
+        self.events.add("link_up" if up else "link_down", t=t, link=f"{u}-{v}", intf=intf)
 
     def stop(self) -> None:
         pass

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agglab import wire
+from ground import wire
 from controller.switch_client import SwitchClient
 from controller.tree_install import Installation
 

@@ -2,7 +2,8 @@
 
 The job owns its trees (computed on the shared graph), their installation under an
 epoch, and the epoch file that tells its agents which epoch and which tree each slot
-uses. On a netlink link-down event for a link an active tree uses, it reroutes with
+uses. Told of a link-down (by the emulated network's netlink monitor, or a test's
+in-process network) for a link an active tree uses, it reroutes with
 the protocol in controller/failover.py; a failure elsewhere changes nothing; a
 failure that partitions the workers is announced to the agents so they stop with a
 clear error instead of hanging.
@@ -20,7 +21,6 @@ import networkx as nx
 
 from controller import failover, sparse_failover, tree_install, trees
 from controller.events import EventLog
-from controller.link_monitor import LinkMonitor
 from controller.switch_client import SwitchClient
 from controller.topology import switches
 from controller.trees.base import TreeError
@@ -66,8 +66,6 @@ class TreeJob:
         self.tree_of_slot: list[int] = []
         self.reply_ports: dict = {}
         self.failures: list[dict] = []
-        self.monitor: LinkMonitor | None = None
-        self.intf_edge = {name: (u, v) for u, v, e in graph.edges(data=True) for name in e["intfs"].values()}
         self.partitioned: str | None = None
         self.busy = False            # an allreduce is running (set by the session)
         self.stopped = False
@@ -128,14 +126,6 @@ class TreeJob:
         os.replace(tmp, self.epoch_file)
 
     # -- link events -----------------------------------------------------------------
-    def watch_links(self) -> "TreeJob":
-        self.monitor = LinkMonitor(set(self.intf_edge), self._on_link).start()
-        return self
-
-    def _on_link(self, ifname: str, up: bool, t: float) -> None:
-        u, v = self.intf_edge[ifname]
-        self.link_changed(u, v, up, t, ifname)
-
     def link_changed(self, u: str, v: str, up: bool, t: float, intf: str = "") -> None:
         """Link u-v went down or came back (netlink, or a test's in-process network)."""
         with self.lock:
@@ -208,5 +198,3 @@ class TreeJob:
     def stop(self) -> None:
         with self.lock:
             self.stopped = True
-        if self.monitor:
-            self.monitor.stop()

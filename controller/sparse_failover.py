@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agglab import wire
+from ground import wire
 from controller.failover import slot_index
 from controller.switch_client import SwitchClient
 from controller.tree_install import Installation

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import networkx as nx
 
+from ground.wire import MAX_WORKERS
 from controller.topology import assign_ports, hosts, natural_key, single_switch, switches
 
 IFNAME_MAX = 15            # Linux IFNAMSIZ - 1
@@ -210,3 +211,30 @@ def build(name: str, **kw) -> nx.Graph:
 
 __all__ = ["TopologyError", "leaf_spine", "fat_tree", "bcube", "from_yaml", "build", "check_names",
            "hosts", "switches", "natural_key", "assign_ports"]
+
+
+def for_run(spec) -> nx.Graph:
+    """The topology graph a RunSpec asks for (its workers placed, links at its --bw)."""
+    if spec.topology == "single":
+        if spec.workers > MAX_WORKERS:
+            raise ValueError(f"one switch aggregates at most {MAX_WORKERS} workers")
+        return single_switch(spec.workers, bw=spec.bw)
+    if str(spec.topology).endswith((".yaml", ".yml")):      # the file places its own hosts
+        try:
+            g = from_yaml(spec.topology)
+        except TopologyError as exc:
+            raise ValueError(str(exc)) from exc
+        if len(hosts(g)) < spec.workers:
+            raise ValueError(f"{spec.topology} has {len(hosts(g))} hosts, fewer than --workers {spec.workers}")
+        return g
+    kw = {"workers": spec.workers}
+    if spec.topology == "fattree":
+        kw.update(k=spec.k or 4, bw=spec.bw)
+    elif spec.topology == "bcube":
+        kw.update(k=spec.k if spec.k is not None else 1, bw=spec.bw)
+    elif spec.topology == "leafspine":
+        kw.update(host_bw=spec.bw)
+    try:
+        return build(spec.topology, **kw)
+    except TopologyError as exc:
+        raise ValueError(str(exc)) from exc

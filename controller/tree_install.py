@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from agglab import wire
-from controller.addressing import SERVICE_IP, SERVICE_MAC, interface_address
+from ground import wire
+from controller.addressing import interface_address
+from ground.addresses import SERVICE_IP, SERVICE_MAC
 from controller.switch_client import SwitchClient
 from controller.topology import natural_key, port
 

@@ -1,7 +1,7 @@
 """Benchmark sweeps for agglab: configs, runner, report and plots.
 
 Why a package of its own: the experiments only *drive* the emulator through one
-function, `agglab.run.run_allreduce`, so they can be tested without Mininet,
+function, `emulation.session.run_allreduce`, so they can be tested without Mininet,
 root or a switch by injecting a fake, and the emulator can change underneath
 without touching how results are collected and reported.
 

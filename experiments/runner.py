@@ -1,6 +1,6 @@
 """Run a sweep: one `run_allreduce` per (point, repeat), then CSVs, plots and a report.
 
-Why the run function is injected: `agglab.run.run_allreduce` needs root, Mininet
+Why the run function is injected: `emulation.session.run_allreduce` needs root, Mininet
 and a switch; tests pass a fake with the same keyword signature so everything
 here (bookkeeping, medians, failure handling, exit status) is tested anywhere.
 
@@ -43,7 +43,7 @@ ECHOED_KEYS = ("workers", "elements", "dtype", "backend")
 
 
 class SetupError(RuntimeError):
-    """The sweep cannot start at all (e.g. agglab.run is missing)."""
+    """The sweep cannot start at all (e.g. emulation.session is missing)."""
 
 
 @dataclass
@@ -72,9 +72,9 @@ class Outcome:
 def default_run_fn() -> RunFn:
     """Import the real emulator only when a sweep actually runs (it needs Mininet)."""
     try:
-        from agglab.run import run_allreduce
+        from emulation.session import run_allreduce
     except ImportError as exc:
-        raise SetupError(f"cannot import agglab.run.run_allreduce ({exc}); is the emulator "
+        raise SetupError(f"cannot import emulation.session.run_allreduce ({exc}); is the emulator "
                          "installed (make setup) and are you in the repository?") from exc
     return run_allreduce
 

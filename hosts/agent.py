@@ -40,7 +40,7 @@ import weakref
 
 import numpy as np
 
-from agglab import wire
+from ground import wire
 from hosts import quantization as qz
 from hosts.consistency import (DTYPES, ConsistencyError, DtypeMismatchError,  # noqa: F401 (API)
                                LengthMismatchError, WindowMismatchError,

@@ -4,7 +4,7 @@ Why two representations: scapy is the convenient way to build, dissect and
 print packets in tests, pcaps and debugging, but it costs tens of
 microseconds per packet, far too much for the data path of eight agents on two
 cores.  The data path therefore uses `encode`/`decode` and `HeaderPacker`
-(struct + numpy only).  Both are generated from `agglab.wire` (which reads the
+(struct + numpy only).  Both are generated from `ground.wire` (which reads the
 P4 headers), and tests/test_hosts_protocol.py proves they produce the same
 bytes, so neither can drift from the P4 program.
 """
@@ -16,7 +16,7 @@ from scapy.fields import BitField, FieldListField, SignedIntField
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_bottom_up, bind_top_down
 
-from agglab import wire
+from ground import wire
 
 K = wire.K
 HEADER_BYTES = wire.AGG_HEADER_BYTES

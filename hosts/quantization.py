@@ -31,7 +31,7 @@ import math
 
 import numpy as np
 
-from agglab import wire
+from ground import wire
 
 INT32_MAX = 2**31 - 1
 E_MIN = 1 - wire.EXP_BIAS          # biased 1: smallest representable exponent

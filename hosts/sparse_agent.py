@@ -56,7 +56,7 @@ import weakref
 
 import numpy as np
 
-from agglab import wire
+from ground import wire
 from hosts import agent as dense
 from hosts.consistency import LANES_USED, check_lead, lead_lanes
 from hosts.protocol import HeaderPacker

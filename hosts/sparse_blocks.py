@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agglab import wire
+from ground import wire
 from hosts.diagnostics import AllreduceStats
 
 K = wire.K

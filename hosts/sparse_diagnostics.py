@@ -8,7 +8,7 @@ hosts.sparse_agent._SparseRun.
 
 from __future__ import annotations
 
-from agglab import wire
+from ground import wire
 from hosts.consistency import ConsistencyError
 
 LEAD, SPARSE, DONE = 0, 1, 2     # phases of a slot

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from agglab import wire
+from ground import wire
 from hosts.workload import DTYPES
 
 PATTERNS = ("random", "overlap", "disjoint")

@@ -12,7 +12,7 @@ import errno
 import socket
 from typing import Protocol, runtime_checkable
 
-from agglab import wire
+from ground import wire
 
 BUFFER_BYTES = 16 * 1024 * 1024   # the kernel caps this at net.core.{r,w}mem_max
 

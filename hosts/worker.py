@@ -1,7 +1,7 @@
 """Entry point of one worker process inside a Mininet host namespace.
 
 Generates its gradient from (rank, seed), runs the allreduce through the switch and
-writes the result (.npy) and its statistics (.json) for the checker in agglab/run.py.
+writes the result (.npy) and its statistics (.json) for the checker in emulation/session.py.
 Errors are written to the JSON too, so the parent can report them by rank.
 """
 
@@ -16,70 +16,48 @@ import traceback
 
 import numpy as np
 
-from agglab import wire
-from hosts.workload import make_gradient
+from ground.runspec import RunPlan, WorkerSeat
+from hosts.gradients import gradient_for
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="agglab worker (runs inside a host namespace)")
-    ap.add_argument("--rank", type=int, required=True)
-    ap.add_argument("--workers", type=int, required=True)
-    ap.add_argument("--elements", type=int, required=True)
-    ap.add_argument("--dtype", default="int32")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--local-ip", required=True)
-    ap.add_argument("--service-ip", required=True)
-    ap.add_argument("--job", type=int, default=0)
-    ap.add_argument("--window", type=int, default=None)
-    ap.add_argument("--give-up", type=float, default=10.0)
-    ap.add_argument("--length-override", type=int, default=None,
-                    help="send an array of this length instead (to test mismatch detection)")
-    ap.add_argument("--epoch-file", default=None, help="JSON the controller rewrites on reroute")
-    ap.add_argument("--progress", default=None, help="file to rewrite with 'done total' blocks")
-    ap.add_argument("--algorithm", choices=["switchml", "omnireduce"], default="switchml",
-                    help="dense SwitchML pipeline or block-sparse OmniReduce pipeline")
-    ap.add_argument("--density", type=float, default=1.0, help="omnireduce: fraction of non-zero blocks")
-    ap.add_argument("--pattern", choices=["random", "overlap", "disjoint"], default="random",
-                    help="omnireduce: where the non-zero blocks are across workers")
-    ap.add_argument("--block-size", type=int, default=None, help="omnireduce: values per block (multiple of K)")
-    ap.add_argument("--zero-workers", type=int, default=0, help="ranks below this have no non-zero block")
-    ap.add_argument("--bml-plan", default=None, help="BML on BCube: this server's plan (JSON)")
-    ap.add_argument("--out", required=True, help="path prefix for .npy and .json")
+    ap = argparse.ArgumentParser(description="agglab worker (runs inside a host namespace): reads the "
+                                 "run plan the session wrote and runs one rank of its allreduce")
+    ap.add_argument("plan", help="run.json written by the session (ground/runspec.py RunPlan)")
+    ap.add_argument("rank", type=int)
     args = ap.parse_args(argv)
+    plan = RunPlan.read(args.plan)
+    return run_seat(plan, plan.seats[args.rank])
 
+
+def run_seat(plan: RunPlan, seat: WorkerSeat) -> int:
+    """Run one rank; write <out>.npy and <out>.json (ok, error or stats) for the session."""
     from hosts.agent import UdpTransport, allreduce
 
-    report: dict = {"rank": args.rank, "ok": False}
+    spec = plan.spec
+    report: dict = {"rank": seat.rank, "ok": False}
     try:
-        elements = args.length_override or args.elements
-        if args.algorithm == "omnireduce" or args.density < 1.0:   # block-sparse data, either pipeline
-            from hosts.sparse_workload import sparse_gradient
-
-            block_size = args.block_size or wire.K
-            data = sparse_gradient(args.rank, elements, args.dtype, args.density, args.pattern,
-                                   block_size, args.seed, args.zero_workers)
-            options = {"sparse": True, "block_size": block_size} if args.algorithm == "omnireduce" else {}
-        else:
-            data, options = make_gradient(args.rank, elements, args.dtype, args.seed), {}
+        data = gradient_for(spec, seat.rank)
+        options = {"sparse": True, "block_size": spec.blocks} if spec.algorithm == "omnireduce" else {}
         started = time.monotonic()
-        if args.bml_plan:
-            return _finish(args, report, *_run_bml(args, data, started))
-        transport = UdpTransport(args.local_ip, args.service_ip)
-        watcher = EpochFile(args.epoch_file) if args.epoch_file else None
+        if seat.bml_plan:
+            return _finish(seat, report, *_run_bml(plan, seat, data, started))
+        transport = UdpTransport(seat.local_ip, plan.service_ip)
+        watcher = EpochFile(plan.epoch_file) if plan.epoch_file else None
         first = watcher.poll() if watcher else None
-        result, stats = allreduce(data, transport=transport, rank=args.rank, workers=args.workers,
-                                  job=args.job, window=args.window, give_up=args.give_up,
+        result, stats = allreduce(data, transport=transport, rank=seat.rank, workers=spec.workers,
+                                  job=spec.job, window=plan.window, give_up=spec.give_up,
                                   epoch=first["epoch"] if first else 0,
                                   tree_of_slot=first["tree_of_slot"] if first else None,
                                   control=watcher.poll if watcher else None,
-                                  on_progress=ProgressFile(args.progress) if args.progress else None,
+                                  on_progress=ProgressFile(seat.progress) if seat.progress else None,
                                   return_stats=True, **options)
         report.update(ok=True, wall=time.monotonic() - started, **_stats_dict(stats))
         report.setdefault("blocks_sent", report.get("blocks", 0))   # dense: every block travels
-        np.save(args.out + ".npy", result)
+        np.save(seat.out + ".npy", result)
     except Exception as exc:  # reported to the parent by rank, with the reason
         report.update(error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
-    with open(args.out + ".json", "w") as f:
+    with open(seat.out + ".json", "w") as f:
         json.dump(report, f)
     return 0 if report["ok"] else 1
 
@@ -127,21 +105,22 @@ class ProgressFile:
             os.replace(tmp, self.path)
 
 
-def _run_bml(args, data, started):
-    with open(args.bml_plan) as f:
+def _run_bml(run: RunPlan, seat: WorkerSeat, data, started):
+    with open(seat.bml_plan) as f:
         plan = json.load(f)
+    give_up = run.spec.give_up
     if plan["variant"] == "host":
         from hosts.bml_host import plan_from_json, run_host_bml
 
         nic_ip = {tuple([k.split("|")[0], int(k.split("|")[1])]): ip for k, ip in plan["nic_ip"].items()}
         me = plan["me"]
         result, stats = run_host_bml(data, me, plan_from_json(plan["schedule"]), nic_ip,
-                                     timeout=args.give_up * 3, return_stats=True)
+                                     timeout=give_up * 3, return_stats=True)
         stats = {"packets_sent": 0, "retransmissions": 0, "bytes_sent": _get(stats, "bytes_sent")}
     else:
         from hosts.bml import allreduce_bml
 
-        result, stats = allreduce_bml(data, plan, args.service_ip, give_up=args.give_up)
+        result, stats = allreduce_bml(data, plan, run.service_ip, give_up=give_up)
     stats["seconds"] = time.monotonic() - started
     return result, stats
 
@@ -150,10 +129,10 @@ def _get(stats, key):
     return stats.get(key, 0) if isinstance(stats, dict) else getattr(stats, key, 0)
 
 
-def _finish(args, report, result, stats) -> int:
+def _finish(seat: WorkerSeat, report, result, stats) -> int:
     report.update(ok=True, **stats)
-    np.save(args.out + ".npy", result)
-    with open(args.out + ".json", "w") as f:
+    np.save(seat.out + ".npy", result)
+    with open(seat.out + ".json", "w") as f:
         json.dump(report, f)
     return 0
 

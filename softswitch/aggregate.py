@@ -20,7 +20,7 @@ import struct
 
 import numpy as np
 
-from agglab import wire
+from ground import wire
 from softswitch.deparser import update_ipv4_checksum
 from softswitch.forward import NORMAL, RESULT
 from softswitch.registers import CounterArray, RegisterArray

@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from agglab import wire
+from ground import wire
 from softswitch.control import wait_ready
 from softswitch.io import SO_RCVBUFFORCE
 from softswitch.netlab import Host, Lab, agg_frame, program_aggregation

@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from agglab import wire
+from ground import wire
 from softswitch.pipeline import Pipeline
 from softswitch.star import star_commands
 

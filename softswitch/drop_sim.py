@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-from agglab import wire
+from ground import wire
 from softswitch.registers import CounterArray
 from softswitch.tables import KeySpec, Table
 

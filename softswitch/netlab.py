@@ -27,7 +27,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from agglab.paths import REPO
+from ground.paths import REPO
 
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -101,8 +101,8 @@ def icmp_ping(ns: str, dst: str, count: int = 3, timeout: float = 2.0) -> int:
 
 def agg_frame(h: "Host", values, **fields) -> bytes:
     """Ethernet/IPv4/UDP/agg_h/values frame from host `h` to the aggregation service."""
-    from agglab import wire
-    from controller.addressing import SERVICE_IP, SERVICE_MAC
+    from ground import wire
+    from ground.addresses import SERVICE_IP, SERVICE_MAC
 
     payload = wire.pack_agg(**fields) + struct.pack(f"!{wire.K}i", *values)
     udp = struct.pack("!HHHH", wire.UDP_PORT, wire.UDP_PORT, 8 + len(payload), 0)
@@ -118,7 +118,7 @@ def program_aggregation(client, hosts: list["Host"], job: int = 0, tree: int = 0
     """One switch aggregates `hosts` (child index = list position), results multicast to all."""
     import re
 
-    from controller.addressing import SERVICE_IP, SERVICE_MAC
+    from ground.addresses import SERVICE_IP, SERVICE_MAC
 
     group = 1 + job
     for child, h in enumerate(hosts):
@@ -160,7 +160,7 @@ class Lab:
         self.procs: list[subprocess.Popen] = []
 
     def add_host(self, index: int, ip: str | None = None, mac: str | None = None) -> Host:
-        from controller.addressing import SERVICE_IP, SERVICE_MAC, host_ip, host_mac
+        from ground.addresses import SERVICE_IP, SERVICE_MAC, host_ip, host_mac
 
         ns = f"agglab-t-{self.tag}-h{index}"
         h = Host(f"h{index}", ns, ip or host_ip(index), mac or host_mac(index), index,

@@ -5,7 +5,7 @@ same reject checks, so both pipelines build and read them here.
 
 from __future__ import annotations
 
-from agglab import wire
+from ground import wire
 from softswitch.tables import KeySpec, Table
 
 SLOTS, MAX_WORKERS = wire.SLOTS, wire.MAX_WORKERS

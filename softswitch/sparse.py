@@ -22,7 +22,7 @@ import struct
 
 import numpy as np
 
-from agglab import wire
+from ground import wire
 from softswitch.aggregate import (BE_U32, DATA_END, DATA_OFF, FLAGS_OFF, STAT_COMPLETE, STAT_CONTRIB,
                                   STAT_DUP_DROP, STAT_DUP_REPLY, STAT_DUP_UP, STAT_REJECT, UDP_CSUM)
 from softswitch.forward import NORMAL, RESULT

@@ -6,7 +6,7 @@ which all need exactly this switch without a Mininet network or a controller.
 
 from __future__ import annotations
 
-from controller.addressing import SERVICE_IP, SERVICE_MAC, host_ip, host_mac
+from ground.addresses import SERVICE_IP, SERVICE_MAC, host_ip, host_mac
 
 
 def star_commands(n: int, job: int = 0, tree: int = 0, epoch: int = 0, sparse: bool = False) -> list[str]:

@@ -29,8 +29,8 @@ import numpy as np
 
 from softswitch.star import star_commands
 
-from agglab import wire
-from controller.addressing import SERVICE_IP, SERVICE_MAC, host_ip, host_mac
+from ground import wire
+from ground.addresses import SERVICE_IP, SERVICE_MAC, host_ip, host_mac
 from hosts.agent import allreduce
 from hosts.protocol import LAYOUT
 

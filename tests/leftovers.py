@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from agglab.cleanup import stray_interfaces
+from ground.rundir import stray_interfaces
 
 
 def our_processes() -> list[str]:

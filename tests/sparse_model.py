@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from agglab import wire
+from ground import wire
 from fakenet import FakeNet, ModelSwitch, _get
 from softswitch.star import star_commands
 from hosts.protocol import LAYOUT

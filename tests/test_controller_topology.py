@@ -4,6 +4,7 @@ import networkx as nx
 import pytest
 
 from controller import addressing, forward
+from ground import addresses
 from controller.topology import assign_ports, natural_key, neighbor_on_port, port, single_switch, workers
 
 
@@ -22,7 +23,7 @@ def test_addresses_unique_and_in_ten_slash_eight():
     macs = [g.nodes[h]["mac"] for h in g if g.nodes[h]["kind"] == "host"]
     assert len(set(ips)) == 300 and len(set(macs)) == 300
     assert all(ip.startswith("10.0.") and not ip.endswith((".0", ".255")) for ip in ips)
-    assert addressing.SERVICE_IP not in ips
+    assert addresses.SERVICE_IP not in ips
 
 
 def test_routes_and_flood_tree_on_a_looped_topology():

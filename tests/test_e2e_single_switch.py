@@ -11,16 +11,16 @@ import time
 
 import pytest
 
-from agglab import wire
-from agglab.cleanup import clean
-from agglab.paths import REPO, RUN_ROOT
+from ground import wire
+from ground.rundir import clean
+from ground.paths import REPO, RUN_ROOT
 from tests.leftovers import assert_clean, leftovers
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
 
 
 def run(**kw):
-    from agglab.run import run_allreduce
+    from emulation.session import run_allreduce
 
     result = run_allreduce(**kw)
     assert_clean()

@@ -10,7 +10,8 @@ import random
 
 import pytest
 
-from agglab.run import RunSpec, Session, run_allreduce
+from emulation.session import Session, run_allreduce
+from ground.runspec import RunSpec
 from tests.leftovers import assert_clean
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.slow]

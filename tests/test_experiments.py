@@ -42,7 +42,7 @@ def seconds_for(workers: int, elements: int, seed: int) -> float:
 
 
 class FakeRun:
-    """Stands in for agglab.run.run_allreduce; `fail` maps (workers, elements) to a behaviour."""
+    """Stands in for emulation.session.run_allreduce; `fail` maps (workers, elements) to a behaviour."""
 
     def __init__(self, fail: dict | None = None):
         self.calls: list[dict] = []
@@ -64,7 +64,7 @@ class FakeRun:
                       switch={"contrib": workers * elements // 64}, extra_note="fake")
         if mode == "missing":
             del result["seconds"]
-        if mode == "checker":   # how agglab.run reports a failed worker
+        if mode == "checker":   # how emulation.session reports a failed worker
             result.update(ok=False, exact=False, seconds=None, errors=["rank 1: timed out", "rank 2: gone"])
         return result
 
@@ -207,10 +207,10 @@ def test_dry_run_runs_nothing(tmp_path):
 
 
 def test_missing_emulator_is_a_clear_error(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "agglab.run", None)   # makes the lazy import fail
+    monkeypatch.setitem(sys.modules, "emulation.session", None)   # makes the lazy import fail
     log = io.StringIO()
     rc = main(["--config", str(write_config(tmp_path)), "--out", str(tmp_path)], log=log)
-    assert rc == 2 and "agglab.run" in log.getvalue()
+    assert rc == 2 and "emulation.session" in log.getvalue()
 
 
 @pytest.mark.parametrize("change, key", [

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from agglab import wire
+from ground import wire
 from fakenet import FakeNet, ModelSwitch
 from hosts import quantization as qz
 from hosts.agent import (AllreduceTimeout, DtypeMismatchError, LengthMismatchError,

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from agglab import wire
+from ground import wire
 from fakenet import FakeNet
 from softswitch.star import star_commands
 from hosts import quantization as qz

@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from agglab import wire
+from ground import wire
 from hosts.protocol import Agg, HeaderPacker, K, decode, encode, values_of
 
 headers = st.fixed_dictionaries(

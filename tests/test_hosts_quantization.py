@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.extra.numpy import arrays
 
-from agglab import wire
+from ground import wire
 from hosts import quantization as qz
 
 K = wire.K

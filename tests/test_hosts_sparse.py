@@ -10,7 +10,7 @@ test_hosts_sparse_loss.py.
 import numpy as np
 import pytest
 
-from agglab import wire
+from ground import wire
 from hosts import quantization as qz
 from fakenet import _get
 from hosts.agent import allreduce

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agglab import wire
+from ground import wire
 from softswitch.pipeline import Pipeline
 from softswitch.star import star_commands
 from tests.fakenet import FakeNet

@@ -13,13 +13,14 @@ import threading
 
 import numpy as np
 
-from agglab import wire
+from ground import wire
 import pytest
 
 import hosts.agent
 from hosts import worker
 from hosts.sparse_workload import expected_sparse_sum, sparse_gradient
 from hosts.workload import expected_sum
+from ground.runspec import RunPlan, RunSpec, WorkerSeat
 from fakenet import make_frame
 from softswitch.star import star_commands
 from test_hosts_sparse import expected_blocks_sent
@@ -54,15 +55,15 @@ def test_worker_entry_point_reports_blocks_sent(algorithm, tmp_path, monkeypatch
     stop = threading.Event()
     server = threading.Thread(target=serve, args=(svc, n, stop), daemon=True)
     server.start()
-    extra = ["--algorithm", algorithm, "--density", "0.1", "--pattern", "disjoint",
-             "--block-size", "128"] if algorithm == "omnireduce" else []
+    spec = RunSpec(workers=n, elements=elements, seed=4, window=8, algorithm=algorithm,
+                   **({"density": 0.1, "pattern": "disjoint", "block_size": 128} if algorithm == "omnireduce"
+                      else {})).validate()
+    seats = [WorkerSeat(rank=r, local_ip=f"127.0.0.{r + 1}", out=str(tmp_path / f"rank{r}")) for r in range(n)]
+    plan = RunPlan(spec, SERVICE, 8, None, seats).write(tmp_path / "run.json")
     codes = [None] * n
 
     def work(rank):
-        codes[rank] = worker.main([
-            "--rank", str(rank), "--workers", str(n), "--elements", str(elements), "--seed", "4",
-            "--local-ip", f"127.0.0.{rank + 1}", "--service-ip", SERVICE, "--window", "8",
-            "--out", str(tmp_path / f"rank{rank}"), *extra])
+        codes[rank] = worker.main([str(plan), str(rank)])
 
     threads = [threading.Thread(target=work, args=(r,)) for r in range(n)]
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agglab.lab import run_lab
-from agglab.run import RunSpec
+from ground.runspec import RunSpec
 from tests.leftovers import assert_clean
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.slow]

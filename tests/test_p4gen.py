@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 
-from agglab import p4gen, wire
+from agglab import p4gen
+from ground import wire
 
 
 def test_committed_values_p4_matches_generator():

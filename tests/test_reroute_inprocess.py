@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agglab.run import float32_error_bound
+from hosts.checker import float32_error_bound
 from controller import topologies
 from controller.addressing import assign_addresses
 from hosts.sparse_workload import sparse_gradient

@@ -22,8 +22,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from agglab import wire
-from controller.addressing import SERVICE_IP
+from ground import wire
+from ground.addresses import SERVICE_IP
 from softswitch.control import ControlClient, SwitchCommandError, SwitchNotReady, wait_ready
 from softswitch.netlab import Lab, icmp_ping, in_netns, program_aggregation
 from softswitch.pcap import read_pcap

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agglab import wire
+from ground import wire
 from controller import failover, sparse_failover, topologies, tree_install, trees
 from controller.addressing import assign_addresses
 from controller.topology import neighbor_on_port, port

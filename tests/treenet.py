@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from agglab import wire
-from agglab.failures import pick_tree_link
+from ground import wire
+from emulation.failures import pick_tree_link
 from controller.addressing import interface_address
 from controller.job import TreeJob
 from controller.switch_client import SwitchClient, SwitchCommandError

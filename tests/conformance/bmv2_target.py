@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from agglab.paths import P4SRC
+from ground.paths import P4SRC
 from controller.switch_client import find_bmv2_tool
 from tests.conformance.netns import Namespace, inside
 

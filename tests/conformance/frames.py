@@ -26,7 +26,7 @@ from __future__ import annotations
 import ipaddress
 import struct
 
-from agglab import wire
+from ground import wire
 
 SERVICE_MAC, SERVICE_IP = "02:a6:67:ff:ff:fe", "10.255.255.254"
 BROADCAST = "ff:ff:ff:ff:ff:ff"

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agglab import wire
+from ground import wire
 from softswitch.pipeline import Pipeline
 from tests.conformance.frames import build
 

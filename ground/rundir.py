@@ -17,7 +17,7 @@ import time
 import uuid
 from pathlib import Path
 
-from agglab.paths import RUN_ROOT
+from ground.paths import RUN_ROOT
 
 # Interfaces our networks create: s1-eth1, h3-eth0, (any node name)-ethN.
 _OUR_INTF = re.compile(r"^[a-z]+\d+-eth\d+$")

@@ -8,33 +8,13 @@ done, read from the small progress files the workers rewrite as they go.
 from __future__ import annotations
 
 import random
-import re
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import networkx as nx
 
-_SPEC = re.compile(r"^(?:(?P<tree>tree)|(?P<a>[\w.]+)-(?P<b>[\w.]+))@(?P<at>[0-9.]+)$")
-
-
-@dataclass
-class FailSpec:
-    at: float                   # fraction of blocks done, 0..1
-    link: tuple[str, str] | None   # None: a link the active tree uses
-
-    @classmethod
-    def parse(cls, text: str) -> "FailSpec":
-        m = _SPEC.match(text.strip())
-        if not m or not 0 <= float(m["at"]) <= 1:
-            raise ValueError(f"--fail {text!r}: expected A-B@FRACTION or tree@FRACTION, e.g. e1-a1@0.5")
-        return cls(float(m["at"]), None if m["tree"] else (m["a"], m["b"]))
-
-    def check(self, g) -> None:
-        if self.link and not g.has_edge(*self.link):
-            raise ValueError(f"--fail: there is no link {self.link[0]}-{self.link[1]} in this topology")
-
+from ground.runspec import FailSpec
 
 def read_progress(files: list[Path]) -> float:
     """The slowest worker's fraction done (0 until every worker has reported)."""

@@ -6,7 +6,7 @@ import hashlib
 import subprocess
 from pathlib import Path
 
-from agglab.paths import P4SRC, REPO
+from ground.paths import P4SRC, REPO
 from controller.switch_client import find_bmv2_tool
 
 BUILD = REPO / "build" / "p4"

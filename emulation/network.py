@@ -13,10 +13,12 @@ import time
 
 import networkx as nx
 
-from agglab.cleanup import RunRecord, clean
+from ground.rundir import RunRecord, clean
 from controller import addressing
+from ground import addresses
 from controller.switch_client import Bmv2Client, SoftSwitchClient, SwitchClient
 from controller.topology import hosts, port, switches
+from emulation.link_monitor import LinkMonitor
 
 BACKENDS = ("soft", "bmv2")
 THRIFT_BASE = 9090
@@ -70,19 +72,19 @@ class EmulatedNetwork:
         g = self.graph
         json_path = None
         if self.backend == "bmv2":
-            from controller.p4build import compile_p4
+            from emulation.p4build import compile_p4
 
             json_path = str(compile_p4())
         for h in hosts(g):
             a = g.nodes[h]
-            self.net.addHost(h, ip=f"{a['ip']}/{addressing.PREFIX_LEN}", mac=a["mac"])
+            self.net.addHost(h, ip=f"{a['ip']}/{addresses.PREFIX_LEN}", mac=a["mac"])
         for i, s in enumerate(switches(g)):
             if self.backend == "soft":
-                from controller.switch_nodes import SoftP4Switch
+                from emulation.switch_nodes import SoftP4Switch
 
                 self.net.addSwitch(s, cls=SoftP4Switch, run=self.run, seed=self.seed + i, pcap=self.pcap)
             else:
-                from controller.switch_nodes import Bmv2Switch
+                from emulation.switch_nodes import Bmv2Switch
 
                 self.net.addSwitch(s, cls=Bmv2Switch, run=self.run, json_path=json_path,
                                    thrift_port=THRIFT_BASE + i, device_id=i, pcap=self.pcap)
@@ -110,7 +112,7 @@ class EmulatedNetwork:
                     ip, mac = e["addrs"][h]
                     intf = node.intf(e["intfs"][h])
                     intf.setMAC(mac)
-                    intf.setIP(ip, prefixLen=addressing.PREFIX_LEN)
+                    intf.setIP(ip, prefixLen=addresses.PREFIX_LEN)
                     node.cmd(f"sysctl -qw net.ipv4.conf.{intf.name}.rp_filter=0")
             if g.degree(h) > 1:        # multi-NIC: reach a peer's NIC over the switch both hang off
                 for sw in g.neighbors(h):
@@ -121,7 +123,7 @@ class EmulatedNetwork:
                             node.cmd(f"ip route replace {ip}/32 dev {mine}")
                             node.cmd(f"ip neigh replace {ip} lladdr {mac} dev {mine} nud permanent")
             for intf in intfs:
-                node.cmd(f"ip neigh replace {addressing.SERVICE_IP} lladdr {addressing.SERVICE_MAC} "
+                node.cmd(f"ip neigh replace {addresses.SERVICE_IP} lladdr {addresses.SERVICE_MAC} "
                          f"dev {intf} nud permanent")
             for other in hosts(g):
                 if other != h:
@@ -156,7 +158,7 @@ class EmulatedNetwork:
             finally:
                 self.net = None
         if self.run is not None:
-            from agglab.cleanup import delete_interfaces, kill_pids
+            from ground.rundir import delete_interfaces, kill_pids
             import shutil
 
             kill_pids(self.run.pids())
@@ -192,6 +194,16 @@ class EmulatedNetwork:
                 self.clients[n].command(f"port_add {intf} {number}")
 
     # -- access -------------------------------------------------------------------
+    def watch_links(self, on_change) -> LinkMonitor:
+        """Call `on_change(u, v, up, t, ifname)` whenever an interface of a graph link goes
+        down or comes back (netlink); the caller stops the returned monitor."""
+        edge_of = {name: (u, v) for u, v, e in self.graph.edges(data=True) for name in e["intfs"].values()}
+
+        def seen(ifname: str, up: bool, t: float) -> None:
+            on_change(*edge_of[ifname], up, t, ifname)
+
+        return LinkMonitor(set(edge_of), seen).start()
+
     def host(self, name: str):
         return self.net.get(name)
 

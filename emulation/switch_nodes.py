@@ -14,8 +14,8 @@ from pathlib import Path
 
 from mininet.node import Switch
 
-from agglab.paths import REPO
-from agglab.cleanup import RunRecord
+from ground.paths import REPO
+from ground.rundir import RunRecord
 
 
 def _log_tail(path: Path, lines: int = 15) -> str:
@@ -83,7 +83,7 @@ class SoftP4Switch(_ProcessSwitch):
 
 
 class Bmv2Switch(_ProcessSwitch):
-    """BMv2 simple_switch running the compiled agglab.p4 (JSON from controller.p4build)."""
+    """BMv2 simple_switch running the compiled agglab.p4 (JSON from emulation.p4build)."""
 
     def __init__(self, name, run: RunRecord, json_path: str, thrift_port: int,
                  device_id: int = 0, pcap: bool = False, **params):

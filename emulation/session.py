@@ -1,0 +1,184 @@
+"""One complete allreduce in a fresh emulated network: build, program, run, check, tear down.
+
+Used by `agglab allreduce`, the experiments and the end-to-end tests. Every worker
+runs as its own process inside its Mininet host; the checker recomputes each
+worker's input from (rank, seed) and compares the returned aggregate with numpy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from controller import aggregate, drop_sim, forward, topologies
+from controller.bml_job import BmlJob
+from controller.events import EventLog
+from controller.job import TreeJob
+from controller.topology import switches, workers as worker_hosts
+from emulation.failures import FailureInjector
+from emulation.network import EmulatedNetwork
+from ground.addresses import SERVICE_IP
+from ground.paths import REPO
+from ground.runspec import RunPlan, RunSpec, WorkerSeat
+from hosts.checker import check
+
+
+def _log(msg: str, quiet: bool) -> None:
+    if not quiet:
+        print(f"[agglab] {msg}", file=sys.stderr, flush=True)
+
+
+def run_allreduce(quiet: bool = True, **kwargs) -> dict:
+    """Run one allreduce described by RunSpec(**kwargs) in a fresh network and return the result."""
+    spec = RunSpec(**kwargs)
+    spec.validate()
+    with Session(spec, quiet=quiet) as session:
+        result = session.allreduce()
+        result["events"] = session.events.lines()
+        return result
+
+
+class Session:
+    """A running network with forwarding, loss and one aggregation job (TreeJob).
+
+    `agglab allreduce` uses one per run; the interactive lab keeps one open and runs
+    many allreduces on it while links fail and recover.
+    """
+
+    def __init__(self, spec: RunSpec, quiet: bool = True, echo=None):
+        spec.validate()
+        self.spec, self.quiet = spec, quiet
+        self.g = topologies.for_run(spec)
+        for f in spec.fail_specs:
+            f.check(self.g)
+        self.net = EmulatedNetwork(self.g, backend=spec.backend, seed=spec.seed)
+        self.events = EventLog(echo=echo or (None if quiet else (lambda line: _log(line, False))))
+        self.job: TreeJob | None = None
+        self.monitor = None
+        self.runs = 0
+
+    def start(self) -> "Session":
+        spec, g = self.spec, self.g
+        n_sw = len(switches(g))
+        _log(f"building network: {spec.topology} ({n_sw} switch{'es' if n_sw > 1 else ''}, {spec.backend}), "
+             f"{spec.workers} workers", self.quiet)
+        self.net.start()
+        try:
+            for sw in switches(g):
+                client = self.net.client(sw)
+                forward.install_forwarding(client, g, sw)
+                drop_sim.set_loss(client, [e["ports"][sw] for _, _, e in g.edges(sw, data=True)], spec.loss)
+            if spec.tree == "bml":
+                self.job = BmlJob(g, self.net.clients, spec.default_window(), self.net.run.path / "epoch.json",
+                                  job=spec.job, events=self.events, variant=spec.bml_variant).start()
+            else:
+                self.job = TreeJob(g, self.net.clients, spec.tree, worker_hosts(g), spec.default_window(),
+                                   self.net.run.path / "epoch.json", job=spec.job, events=self.events).start()
+            self.monitor = self.net.watch_links(self.job.link_changed)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def allreduce(self, **overrides) -> dict:
+        spec = replace(self.spec, **overrides) if overrides else self.spec
+        spec.validate()
+        for f in spec.fail_specs:
+            f.check(self.g)
+        self.job.prepare(spec.default_window())
+        self.runs += 1
+        with self.job.lock:
+            before = _switch_stats(self.net, self.g)
+        _log(f"allreduce of {spec.elements} {spec.dtype} per worker on {len(self.job.treeset.trees)} "
+             f"{spec.tree} tree(s), loss {spec.loss}", self.quiet)
+        self.job.busy = True
+        try:
+            reports, injector = _run_workers(self.net, spec, self.job, self.quiet, f"run{self.runs}")
+        finally:
+            self.job.busy = False
+        self.net.check_switches()
+        with self.job.lock:            # a reroute may still be tidying up on the same sockets
+            after = _switch_stats(self.net, self.g)
+        result = check(spec, reports, {k: after[k] - before.get(k, 0) for k in after})
+        result.update(topology=spec.topology, tree=spec.tree, trees=len(self.job.treeset.trees),
+                      epoch=self.job.treeset.epoch, failures=injector.report() if injector else [])
+        return result
+
+    def stop(self) -> None:
+        if self.job:
+            self.job.stop()
+        if self.monitor:
+            self.monitor.stop()
+        self.net.stop()
+
+    def __enter__(self) -> "Session":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _switch_stats(net: EmulatedNetwork, g) -> dict:
+    total: dict[str, int] = {}
+    for sw in switches(g):
+        for key, value in aggregate.read_stats(net.client(sw)).items():
+            total[key] = total.get(key, 0) + value
+    return total
+
+
+def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: TreeJob, quiet: bool, name: str):
+    workers = job.workers
+    out_dir = net.run.path / name
+    out_dir.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    plans = job.write_plans(out_dir) if isinstance(job, BmlJob) else {}
+    seats = [WorkerSeat(rank=rank, local_ip=net.graph.nodes[h]["ip"], out=str(out_dir / f"rank{rank}"),
+                        progress=str(out_dir / f"rank{rank}.progress"),
+                        bml_plan=str(plans[h]) if h in plans else None)
+             for rank, h in enumerate(workers)]
+    plan = RunPlan(spec, SERVICE_IP, job.window, str(job.epoch_file), seats).write(out_dir / "run.json")
+    procs = []
+    for rank, h in enumerate(workers):
+        argv = [sys.executable, "-m", "hosts.worker", str(plan), str(rank)]
+        log = open(out_dir / f"rank{rank}.log", "wb")
+        proc = net.host(h).popen(argv, stdout=log, stderr=log, cwd=str(REPO), env=env)
+        net.run.add_pid(proc.pid, f"worker {rank} on {h}")
+        procs.append((rank, proc, log))
+    injector = None
+    if spec.fail_specs:
+        injector = FailureInjector(net, job, spec.fail_specs,
+                                   [out_dir / f"rank{r}.progress" for r in range(len(workers))], spec.seed)
+        injector.start()
+    deadline = time.monotonic() + spec.give_up * 3 + 30 + spec.elements * spec.workers / 50_000
+    started, last = time.monotonic(), 0.0
+    for rank, proc, log in procs:
+        while proc.poll() is None:
+            if time.monotonic() > deadline:
+                proc.kill()
+                break
+            if time.monotonic() - last > 5:
+                last = time.monotonic()
+                done = sum(p.poll() is not None for _, p, _ in procs)
+                _log(f"  {done}/{len(procs)} workers finished after {last - started:.0f} s", quiet)
+            time.sleep(0.05)
+        log.close()
+    reports = []
+    for rank, proc, _ in procs:
+        path = out_dir / f"rank{rank}.json"
+        if path.exists():
+            reports.append(json.loads(path.read_text()))
+        else:
+            tail = (out_dir / f"rank{rank}.log").read_text(errors="replace")[-1500:]
+            reports.append({"rank": rank, "ok": False, "error": f"worker {rank} exited with "
+                            f"{proc.returncode} and no report; log tail:\n{tail}"})
+        if reports[-1].get("ok"):
+            reports[-1]["result"] = np.load(out_dir / f"rank{rank}.npy")
+    if injector:
+        injector.stop()
+        injector.join(1)
+    return reports, injector

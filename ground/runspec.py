@@ -1,0 +1,193 @@
+"""The run description: one object that says what a run is, shared by every layer.
+
+Why one object: the CLI, the lab, the experiments, the benchmarks and the worker
+processes all need the same facts (topology, workers, data, algorithm, failures...).
+Each builds a RunSpec, `validate()` checks it once with one clear message per bad
+field, and the workers receive it as JSON (`RunPlan`), so no layer restates argv or
+the rules that derive a worker's gradient from it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+from ground import wire
+
+TOPOLOGIES = ("single", "leafspine", "fattree", "bcube")      # or a YAML file
+TREES = ("spt", "rat", "packing", "bml")
+ALGORITHMS = ("switchml", "omnireduce")
+PATTERNS = ("random", "overlap", "disjoint")
+DTYPES = ("int32", "float32")
+BACKENDS = ("soft", "bmv2")
+
+_FAIL = re.compile(r"^(?:(?P<tree>tree)|(?P<a>[\w.]+)-(?P<b>[\w.]+))@(?P<at>[0-9.]+)$")
+
+
+@dataclass(frozen=True)
+class FailSpec:
+    """One scripted link failure: `A-B@0.5` or `tree@0.5` (a link an active tree uses),
+    at a fraction of the blocks done (progress-triggered, so it lands mid-run at any speed)."""
+    at: float                      # fraction of blocks done, 0..1
+    link: tuple[str, str] | None   # None: a link the active tree uses
+
+    @classmethod
+    def parse(cls, text: str) -> "FailSpec":
+        m = _FAIL.match(text.strip())
+        if not m or not 0 <= float(m["at"]) <= 1:
+            raise ValueError(f"--fail {text!r}: expected A-B@FRACTION or tree@FRACTION, e.g. e1-a1@0.5")
+        return cls(float(m["at"]), None if m["tree"] else (m["a"], m["b"]))
+
+    def check(self, g) -> None:
+        """Refuse a named link that the topology graph does not have."""
+        if self.link and not g.has_edge(*self.link):
+            raise ValueError(f"--fail: there is no link {self.link[0]}-{self.link[1]} in this topology")
+
+
+@dataclass
+class RunSpec:
+    workers: int = 4
+    elements: int = 100_000
+    dtype: str = "int32"
+    loss: float = 0.0                  # drop probability per packet and direction (switch drop simulator)
+    backend: str = "soft"
+    window: int | None = None          # outstanding slots per worker
+    seed: int = 0
+    give_up: float = 10.0              # seconds without progress before a worker gives up
+    job: int = 0
+    bw: float | None = None            # Mb/s per link (tc htb), None = unlimited
+    topology: str = "single"           # single | leafspine | fattree | bcube | FILE.yaml
+    k: int | None = None               # fat-tree k / BCube k
+    tree: str = "spt"                  # spt | rat | packing | bml (BCube only)
+    bml_variant: str = "in-network"    # in-network | host
+    algorithm: str = "switchml"        # switchml (dense) | omnireduce (block-sparse)
+    density: float = 1.0               # fraction of non-zero blocks (block-sparse data)
+    pattern: str = "random"            # block-sparse data: random | overlap | disjoint
+    block_size: int | None = None      # omnireduce: values per block (multiple of K)
+    zero_workers: int = 0              # block-sparse data: ranks 0..Z-1 have no non-zero block
+    fail: list[str] = field(default_factory=list)    # ["A-B@0.5", "tree@0.5", ...]
+    length_override: dict[int, int] = field(default_factory=dict)   # rank -> length (tests)
+
+    # -- derived -------------------------------------------------------------------
+    @property
+    def sparse_data(self) -> bool:
+        """Block-sparse inputs: for omnireduce, or for the dense pipeline on the same data."""
+        return self.algorithm == "omnireduce" or self.density < 1.0
+
+    @property
+    def blocks(self) -> int:
+        return self.block_size or wire.K
+
+    @property
+    def fail_specs(self) -> list[FailSpec]:
+        return [FailSpec.parse(f) for f in self.fail]
+
+    def default_window(self) -> int:
+        """Outstanding slots per worker: the asked window, at most the blocks and the slots."""
+        blocks = -(-self.elements // wire.K)
+        return max(1, min(self.window or 128, blocks, wire.SLOTS))
+
+    def elements_of(self, rank: int) -> int:
+        return self.length_override.get(rank, self.elements)
+
+    # -- checks --------------------------------------------------------------------
+    def validate(self) -> "RunSpec":
+        """Raise ValueError with one line naming the option for the first bad field."""
+        if not 1 <= self.workers <= 1024:
+            raise ValueError(f"--workers must be within 1..1024, got {self.workers}")
+        if self.elements < 1:
+            raise ValueError(f"--elements must be positive, got {self.elements}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"--dtype must be int32 or float32, got {self.dtype!r}")
+        if not 0.0 <= self.loss <= 1.0:
+            raise ValueError(f"--loss must be a probability within [0, 1], got {self.loss}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"--backend must be soft or bmv2, got {self.backend!r}")
+        if self.window is not None and not 1 <= self.window <= wire.SLOTS:
+            raise ValueError(f"--window must be within 1..{wire.SLOTS}, got {self.window}")
+        if self.bw is not None and self.bw <= 0:
+            raise ValueError(f"--bw must be a positive rate in Mb/s, got {self.bw}")
+        if self.give_up <= 0:
+            raise ValueError(f"--give-up must be positive seconds, got {self.give_up}")
+        if self.topology not in TOPOLOGIES and not self.topology.endswith((".yaml", ".yml")):
+            raise ValueError(f"--topology must be one of {', '.join(TOPOLOGIES)} or a .yaml file, "
+                             f"got {self.topology!r}")
+        if self.tree not in TREES:
+            raise ValueError(f"--tree must be spt, rat, packing or bml, got {self.tree!r}")
+        if (self.tree == "bml") != (self.topology == "bcube"):
+            raise ValueError("--tree bml goes with --topology bcube (and BCube needs --tree bml: "
+                             "its servers relay, so no switch tree spans it)")
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"--algorithm must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
+        if not 0.0 <= self.density <= 1.0:
+            raise ValueError(f"--density must be within [0, 1], got {self.density}")
+        if self.pattern not in PATTERNS:
+            raise ValueError(f"--pattern must be random, overlap or disjoint, got {self.pattern!r}")
+        if self.block_size is not None and (self.block_size < wire.K or self.block_size % wire.K):
+            raise ValueError(f"--block-size must be a positive multiple of K={wire.K}, got {self.block_size}")
+        if not 0 <= self.zero_workers <= self.workers:
+            raise ValueError(f"--zero-workers must be within 0..{self.workers} (the workers), got {self.zero_workers}")
+        if self.zero_workers and not self.sparse_data:
+            raise ValueError("--zero-workers goes with block-sparse data (--algorithm omnireduce or --density < 1)")
+        if self.algorithm == "omnireduce" and self.tree == "bml":
+            raise ValueError("--algorithm omnireduce runs on switch trees (spt, rat, packing), not BML")
+        if self.bml_variant not in ("in-network", "host"):
+            raise ValueError(f"--bml-variant must be in-network or host, got {self.bml_variant!r}")
+        self.fail_specs   # noqa: B018 (parses every --fail, raising on a bad one)
+        return self
+
+    # -- JSON ----------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["length_override"] = {str(r): n for r, n in self.length_override.items()}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RunSpec":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown run field(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        d = dict(d)
+        d["length_override"] = {int(r): int(n) for r, n in d.get("length_override", {}).items()}
+        d["fail"] = list(d.get("fail", []))
+        return cls(**d)
+
+    def with_(self, **changes) -> "RunSpec":
+        """A validated copy with some fields changed (a sweep point, a lab command)."""
+        return replace(self, **changes).validate()
+
+
+@dataclass
+class WorkerSeat:
+    """What one worker process needs beyond the RunSpec: who and where it is."""
+    rank: int
+    local_ip: str
+    out: str                         # path prefix for .npy and .json
+    progress: str | None = None      # file rewritten with 'done total' blocks
+    bml_plan: str | None = None      # BML: this server's plan (JSON file)
+
+
+@dataclass
+class RunPlan:
+    """The JSON file every worker of one allreduce reads: the spec, the job's live
+    parameters (window, epoch file, service address) and one seat per rank."""
+    spec: RunSpec
+    service_ip: str
+    window: int
+    epoch_file: str | None
+    seats: list[WorkerSeat]
+
+    def write(self, path: Path) -> Path:
+        data = {"spec": self.spec.to_dict(), "service_ip": self.service_ip, "window": self.window,
+                "epoch_file": self.epoch_file, "seats": [asdict(s) for s in self.seats]}
+        Path(path).write_text(json.dumps(data, indent=1))
+        return Path(path)
+
+    @classmethod
+    def read(cls, path: Path) -> "RunPlan":
+        data = json.loads(Path(path).read_text())
+        return cls(spec=RunSpec.from_dict(data["spec"]), service_ip=data["service_ip"], window=data["window"],
+                   epoch_file=data["epoch_file"], seats=[WorkerSeat(**s) for s in data["seats"]])

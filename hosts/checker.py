@@ -1,0 +1,73 @@
+"""The checker: compare what every worker returned with numpy's sum of the same inputs.
+
+It lives with the hosts because it rebuilds each worker's input from the run
+description exactly as the worker did (hosts/gradients.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ground import wire
+from ground.runspec import RunSpec
+from hosts.gradients import exact_sum, inputs_for
+from hosts.quantization import biased_exponents, error_bound
+
+
+def float32_error_bound(inputs: list[np.ndarray]) -> np.ndarray:
+    """Per-element bound for float32 results: the agreed exponent of each block is the
+    max over workers, and hosts.quantization.error_bound(e, n) bounds that block."""
+    n, length = len(inputs), len(inputs[0])
+    blocks = -(-length // wire.K)
+    padded = np.zeros((n, blocks * wire.K), dtype=np.float32)
+    for i, x in enumerate(inputs):
+        padded[i, :length] = x
+    agreed = np.max([biased_exponents(p.reshape(blocks, wire.K)) for p in padded], axis=0)
+    per_block = np.array([error_bound(None if b == 0 else int(b) - wire.EXP_BIAS, n) for b in agreed])
+    return np.repeat(per_block, wire.K)[:length]
+
+
+def check(spec: RunSpec, reports: list[dict], switch_stats: dict) -> dict:
+    """The run's result object: ok/exact, time, goodput, packets, errors by rank."""
+    errors = [f"rank {r['rank']}: {r['error']}" for r in reports if not r.get("ok")]
+    result = {
+        "ok": not errors, "exact": False, "backend": spec.backend, "workers": spec.workers,
+        "elements": spec.elements, "dtype": spec.dtype, "loss": spec.loss,
+        "seconds": None, "goodput_mbps": None, "packets": None, "retransmissions": None,
+        "max_abs_error": None, "error_bound": None, "switch": switch_stats,
+    }
+    if errors:
+        result["errors"] = errors
+        return result
+    seconds = max(r["seconds"] for r in reports)
+    inputs = inputs_for(spec)
+    expected = exact_sum(inputs)
+    worst, exact, bound = 0.0, True, 0.0
+    if spec.dtype == "float32":
+        bound_vec = float32_error_bound(inputs)
+        bound = float(bound_vec.max())
+    for r in reports:
+        got = r.pop("result")
+        if got.shape != expected.shape:
+            exact = False
+            worst = float("inf")
+            continue
+        if spec.dtype == "int32":
+            diff = np.abs(got.astype(np.int64) - expected.astype(np.int64))
+            exact &= bool(np.array_equal(got, expected))
+        else:
+            diff = np.abs(got.astype(np.float64) - expected)
+            exact &= bool(np.all(diff <= bound_vec))
+        worst = max(worst, float(diff.max()))
+    result.update(
+        exact=exact, ok=exact, seconds=round(seconds, 4),
+        goodput_mbps=round(spec.elements * 4 * 8 / seconds / 1e6, 2),
+        packets=sum(r["packets_sent"] for r in reports),
+        retransmissions=sum(r["retransmissions"] for r in reports),
+        duplicates_ignored=sum(r.get("duplicates_ignored", 0) for r in reports),
+        algorithm=spec.algorithm,
+        **({"density": spec.density, "pattern": spec.pattern, "zero_workers": spec.zero_workers,
+            "blocks_sent": sum(r.get("blocks_sent", 0) for r in reports)} if spec.algorithm == "omnireduce" else {}),
+        max_abs_error=worst, error_bound=bound,
+    )
+    return result
