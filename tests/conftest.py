@@ -40,3 +40,54 @@ def pytest_collection_modifyitems(config, items):
         for marker, reason in reasons.items():
             if reason and item.get_closest_marker(marker):
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+# -- a hang must never eat CI's time -----------------------------------------------------
+NETWORK_MARKERS = ("root", "mininet", "bmv2")
+NETWORK_TIMEOUT = float(os.environ.get("AGGLAB_TEST_TIMEOUT", 300))   # seconds per network test
+OTHER_TIMEOUT = 600.0
+
+
+class TestTimeout(Exception):
+    """Raised in the test's thread when its time is up; carries the switch logs."""
+
+
+def _switch_logs(limit_lines: int = 40) -> str:
+    """Tails of every switch/worker log of the runs alive now (read before teardown deletes them)."""
+    from ground.paths import RUN_ROOT
+
+    parts = []
+    for log in sorted(RUN_ROOT.glob("*/*.log")) + sorted(RUN_ROOT.glob("*/*.out")) + sorted(RUN_ROOT.glob("*/*/*.log")):
+        try:
+            lines = log.read_text(errors="replace").splitlines()[-limit_lines:]
+        except OSError:
+            continue
+        parts.append(f"--- {log} (last {len(lines)} lines)\n" + "\n".join(lines))
+    return "\n".join(parts) or f"(no run logs under {RUN_ROOT})"
+
+
+@pytest.fixture(autouse=True)
+def _timeout(request):
+    """SIGALRM per test: network tests get NETWORK_TIMEOUT (or @pytest.mark.net_timeout(s)),
+    others OTHER_TIMEOUT. On expiry the test fails with the switch logs attached, and its own
+    clean-up (context managers, finally blocks) still runs."""
+    import signal
+
+    if not hasattr(signal, "SIGALRM"):
+        yield
+        return
+    marker = request.node.get_closest_marker("net_timeout")
+    network = any(request.node.get_closest_marker(m) for m in NETWORK_MARKERS)
+    seconds = marker.args[0] if marker else (NETWORK_TIMEOUT if network else OTHER_TIMEOUT)
+
+    def expired(signum, frame):
+        raise TestTimeout(f"{request.node.nodeid} ran over {seconds:.0f} s; switch and worker logs:\n"
+                          + _switch_logs())
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
