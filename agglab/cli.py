@@ -146,8 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from agglab.interrupts import run_interruptible
+
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    return run_interruptible(args.cmd, lambda: args.func(args))
 
 
 if __name__ == "__main__":

@@ -53,10 +53,10 @@ class EmulatedNetwork:
 
         setLogLevel("error")
         clean(verbose=False)                     # leftovers of dead runs would collide
-        self.run = RunRecord.create("net")
-        self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
-                           autoStaticArp=False, link=TCLink)
-        try:
+        try:                                     # a signal at any moment still cleans up
+            self.run = RunRecord.create("net")
+            self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
+                               autoStaticArp=False, link=TCLink)
             self._add_nodes()
             self.net.build()
             self._record()
