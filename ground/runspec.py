@@ -133,6 +133,9 @@ class RunSpec:
             raise ValueError("--zero-workers goes with block-sparse data (--algorithm omnireduce or --density < 1)")
         if self.algorithm == "omnireduce" and self.tree == "bml":
             raise ValueError("--algorithm omnireduce runs on switch trees (spt, rat, packing), not BML")
+        if self.fail and self.tree == "bml":
+            raise ValueError("--fail: BML on BCube cannot reroute (its schedule needs every server NIC); "
+                             "fail links on a switch tree (spt, rat, packing) instead")
         if self.bml_variant not in ("in-network", "host"):
             raise ValueError(f"--bml-variant must be in-network or host, got {self.bml_variant!r}")
         self.fail_specs   # noqa: B018 (parses every --fail, raising on a bad one)

@@ -1,0 +1,52 @@
+"""The run description: one validation with one line per bad field, and a JSON round trip."""
+
+from __future__ import annotations
+
+import pytest
+
+from ground.runspec import FailSpec, RunPlan, RunSpec, WorkerSeat
+
+
+@pytest.mark.parametrize("changes,words", [
+    (dict(workers=0), "--workers"),
+    (dict(elements=0), "--elements"),
+    (dict(dtype="int8"), "--dtype"),
+    (dict(loss=1.5), "--loss"),
+    (dict(window=0), "--window"),
+    (dict(bw=-1.0), "--bw"),
+    (dict(topology="torus"), "--topology"),
+    (dict(tree="mst"), "--tree"),
+    (dict(tree="bml"), "--tree bml goes with --topology bcube"),
+    (dict(density=2.0), "--density"),
+    (dict(pattern="striped"), "--pattern"),
+    (dict(block_size=100), "--block-size"),
+    (dict(zero_workers=2), "--zero-workers goes with block-sparse data"),
+    (dict(fail=["s1-s2"]), "--fail 's1-s2'"),
+    (dict(topology="bcube", tree="bml", fail=["tree@0.5"]), "BML on BCube cannot reroute"),
+])
+def test_bad_fields_are_refused_with_one_line_naming_the_option(changes, words):
+    with pytest.raises(ValueError) as info:
+        RunSpec(**changes).validate()
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_plan_round_trips_through_json(tmp_path):
+    spec = RunSpec(workers=3, elements=1000, algorithm="omnireduce", density=0.25, fail=["tree@0.5", "a1-c1@0.7"],
+                   length_override={2: 999}, topology="fattree", k=4, tree="rat").validate()
+    seats = [WorkerSeat(rank=r, local_ip=f"10.0.0.{r + 1}", out=f"/tmp/x/rank{r}") for r in range(3)]
+    plan = RunPlan(spec, "10.255.255.254", 16, "/tmp/x/epoch.json", seats)
+    back = RunPlan.read(plan.write(tmp_path / "run.json"))
+    assert back.spec == spec and back.seats == seats and back.window == 16
+    assert back.spec.length_override == {2: 999} and back.spec.elements_of(2) == 999
+    assert back.spec.fail_specs == [FailSpec(0.5, None), FailSpec(0.7, ("a1", "c1"))]
+
+
+def test_unknown_fields_in_json_are_named():
+    with pytest.raises(ValueError, match="unknown run field.*wrokers"):
+        RunSpec.from_dict({"wrokers": 4})
+
+
+def test_sparse_data_rule():
+    assert RunSpec(algorithm="omnireduce").sparse_data
+    assert RunSpec(density=0.5).sparse_data
+    assert not RunSpec().sparse_data
