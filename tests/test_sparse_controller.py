@@ -1,6 +1,6 @@
 """Controller side of the sparse pipeline on a two-level tree of software switches.
 
-Why: sp_job entries, the reset list and the sparse preload only make sense together with
+Why: agg_job entries shared with the dense pipeline, the reset list and the sparse preload only make sense together with
 the data plane. A leaf-spine (spine s1 = root, leaves l1/l2 with two workers each) runs
 real sparse rounds through in-process Pipelines; then the tree moves to a new epoch and a
 lagging worker's probe must still get the round it missed, through the new tree.
@@ -73,16 +73,21 @@ def run_two_rounds(net: Net) -> None:
     assert list(done["h2"][0]["values"][:2]) == [0, 30]
 
 
-def test_sp_job_twins_agg_job_and_freeze_removes_both(net):
+def test_one_agg_job_entry_per_tree_port_and_freeze_removes_them(net):
     inst = net.install(epoch=0)
-    for sw, client in net.clients.items():
-        tables = client.pipeline.tables
-        dense = sorted((key, action.replace("agg_", "sp_"), params)
-                       for _h, key, action, params in tables["agg_job"].entries())
-        sparse = sorted((key, action, params) for _h, key, action, params in tables["sp_job"].entries())
-        assert sparse == dense and len(sparse) >= 2, sw
-    assert tree_install.freeze(net.clients, inst) == 2 * (2 + 3 + 3)
-    assert all(len(c.pipeline.tables[t]) == 0 for c in net.clients.values() for t in ("agg_job", "sp_job"))
+    got = {sw: sorted((key, action, params) for _h, key, action, params in c.pipeline.tables["agg_job"].entries())
+           for sw, c in net.clients.items()}
+    # s1 is the root: its leaves' ports get agg_child; each leaf gets agg_child_of for its
+    # two workers (parent port = the port to s1) and agg_from_parent on that port; one
+    # entry each, which the sparse rounds of run_two_rounds use as well as the dense ones
+    assert sorted(a for _k, a, _p in got["s1"]) == ["agg_child"] * 2
+    for leaf in ("l1", "l2"):
+        up = port(net.g, leaf, "s1")
+        assert sorted(a for _k, a, _p in got[leaf]) == ["agg_child_of"] * 2 + ["agg_from_parent"]
+        assert all(p[-1] == up for _k, a, p in got[leaf] if a == "agg_child_of")
+        assert [k[3] for k, a, _p in got[leaf] if a == "agg_from_parent"] == [up]
+    assert tree_install.freeze(net.clients, inst) == 2 + 3 + 3
+    assert all(len(c.pipeline.tables["agg_job"]) == 0 for c in net.clients.values())
 
 
 def test_reset_covers_every_sparse_register(net):
