@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from ground import wire
-from controller import failover, sparse_failover, topologies, tree_install, trees
+from ground.runspec import ALGORITHMS
+from controller import carry, failover, sparse_failover, topologies, tree_install, trees
 from controller.addressing import assign_addresses
 from controller.topology import neighbor_on_port, port
 from tests.conformance.frames import build
@@ -230,3 +231,37 @@ def test_placement_oldest_at_the_workers_newest_above_and_conflicts_reported():
     mixed = dict(roles, s1=SwitchRole("s1", 0, True, ["l1", "h5"], None))
     clash: list = []
     assert place(mixed, {"h5": 4, "h1": 12}, clash) == {"l1": 12, "s1": 4} and clash == ["s1"]
+
+
+def test_carry_is_chosen_by_the_algorithm_and_omnireduce_keeps_its_dense_lead_round(net):
+    """A switchml reroute carries the dense versions only; an omnireduce reroute carries
+    the sparse rounds and the dense lead rounds too (the sparse agent's lead round runs
+    on the dense pipeline), and a worker that lost its lead result is answered after."""
+    old = net.install(epoch=0)
+    run_two_rounds(net)                                  # sparse rounds on slot 0
+    for h in ("h1", "h2", "h3"):                         # dense lead round of slot 1
+        assert net.send(h, flags=0, slot=1, block=1, exp=130, values=[5]) == {}
+    assert sorted(net.send("h4", flags=0, slot=1, block=1, exp=131, values=[5])) == ["h1", "h2", "h3", "h4"]
+    tree_install.freeze(net.clients, old)
+    dense = carry.carry_for("switchml").snapshot(net.clients, old, [0, 0])
+    assert sorted(dense.dense) == [1] and dense.sparse is None and dense.slots == 1
+    both = carry.carry_for("omnireduce")
+    carried = both.snapshot(net.clients, old, [0, 0])
+    assert sorted(carried.dense) == [1] and carried.dense[1].values[0] == 20
+    assert carried.sparse.needs[0, 1] == {"h1": 4, "h2": 4, "h3": 4, "h4": 4}
+    assert carried.slots == 1 + len(carried.sparse.needs)
+    failover.reset(net.clients, net.clients)
+    new = net.install(epoch=1)
+    both.preload(net.clients, new, [0, 0], carried)
+    got = net.send("h2", epoch=1, flags=wire.FLAG_RETX, slot=1, block=1, exp=130, values=[5])
+    # the leaf sends it up, the root answers from the preload, the leaf multicasts it down
+    assert sorted(got) == ["h1", "h2"] and got["h2"][0]["values"][0] == 20 and got["h2"][0]["exp"] == 131
+    got = net.send("h2", epoch=1, ver=1, block=4, next_block=8, exp=130, flags=SPARSE | wire.FLAG_RETX)
+    assert sorted(got) == ["h2"] and list(got["h2"][0]["values"][:2]) == [0, 30]
+
+
+def test_carry_for_an_unknown_algorithm_names_the_known_ones():
+    assert {a: type(carry.carry_for(a)).__name__ for a in ALGORITHMS} == {
+        "switchml": "DenseCarry", "omnireduce": "SparseCarry"}
+    with pytest.raises(ValueError, match="known: switchml, omnireduce"):
+        carry.carry_for("allgather")
