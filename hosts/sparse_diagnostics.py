@@ -3,7 +3,7 @@
 Why apart from hosts/sparse_agent.py: the wording is read by people (failing
 runs, experiment reports) and changes independently of the event loop, as
 hosts/diagnostics.py does for the dense agent.  `run` is a
-hosts.sparse_agent._SparseRun.
+hosts.sparse_agent.SparseRun.
 """
 
 from __future__ import annotations

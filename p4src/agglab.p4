@@ -25,7 +25,7 @@ struct meta_t {
     bit<32> slot_idx;   /* slot_base + slot                          */
     bit<32> r;          /* register index of this slot-version       */
     bit<32> o;          /* ... and of the other version of the slot  */
-    bit<2>  verdict;    /* the pipeline's verdict for AggOut (OUT_*) */
+    bit<3>  verdict;    /* the pipeline's verdict for AggOut (OUT_*) */
     bit<8>  fin;        /* OUT_DUP: the stored sum is the tree's result */
 }
 

@@ -74,13 +74,8 @@ control Aggregate(inout headers_t hdr, inout meta_t meta,
                     agg_stats.count(STAT_CONTRIB);
                     if (cnt == meta.fan_in) {
                         hdr.agg.exp = e;
-                        agg_stats.count(STAT_COMPLETE);
-                        if (meta.role == ROLE_ROOT) {
-                            agg_final.write(r, 1);
-                            meta.verdict = OUT_MCAST;
-                        } else {
-                            meta.verdict = OUT_UP;
-                        }
+                        agg_final.write(r, FINAL_AT_ROOT);
+                        meta.verdict = OUT_DONE;
                     }
                 } else {
                     agg_count.read(cnt, r);

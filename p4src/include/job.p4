@@ -15,7 +15,8 @@
  * final result comes down, is stored for retransmissions and multicast).
  *
  * Each pipeline ends by setting meta.verdict; AggOut turns that verdict into the
- * packet's way out (and counts duplicate answers), for both pipelines alike.
+ * packet's way out (and counts completions and duplicate answers), for both
+ * pipelines alike.
  */
 #ifndef AGGLAB_JOB_P4
 #define AGGLAB_JOB_P4
@@ -29,6 +30,12 @@
 #define OUT_MCAST    1               /* result multicast to the children (mgrp)     */
 #define OUT_UP       2               /* partial up to the parent as a contribution  */
 #define OUT_DUP      3               /* a duplicate answered with the stored sum    */
+#define OUT_DONE     4               /* completed here: OUT_MCAST at the root, else OUT_UP */
+
+/* What a completing switch writes to its *_final register: only the root holds the
+ * tree's result at completion (an inner switch gets it from its parent later, and its
+ * final is 0 then: a new round cleared it, and a final round is answered as OUT_DUP). */
+#define FINAL_AT_ROOT ((meta.role == ROLE_ROOT) ? 8w1 : 8w0)
 
 counter(AGG_STATS_SIZE, CounterType.packets) agg_stats;
 
@@ -137,6 +144,14 @@ control AggOut(inout headers_t hdr, inout meta_t meta,
     }
 
     apply {
+        if (meta.verdict == OUT_DONE) {
+            agg_stats.count(STAT_COMPLETE);
+            if (meta.role == ROLE_ROOT) {
+                meta.verdict = OUT_MCAST;
+            } else {
+                meta.verdict = OUT_UP;
+            }
+        }
         if (meta.verdict == OUT_MCAST) {
             mark_result();
             standard_metadata.mcast_grp = meta.mgrp;

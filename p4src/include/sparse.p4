@@ -198,13 +198,8 @@ control Sparse(inout headers_t hdr, inout meta_t meta,
                                 sp_rnext.write(r, n);
                                 sp_exp.write(r, e);
                                 sp_done.write(r, 1);
-                                agg_stats.count(STAT_COMPLETE);
-                                if (meta.role == ROLE_ROOT) {
-                                    sp_final.write(r, 1);
-                                    meta.verdict = OUT_MCAST;
-                                } else {
-                                    meta.verdict = OUT_UP;
-                                }
+                                sp_final.write(r, FINAL_AT_ROOT);
+                                meta.verdict = OUT_DONE;
                             }
                         }
                     }
