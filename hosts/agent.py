@@ -41,7 +41,8 @@ from hosts.codec import BLOCK, SLOT, VER, lanes
 from hosts.consistency import (DTYPES, ConsistencyError, DtypeMismatchError,  # noqa: F401 (API)
                                LengthMismatchError, WindowMismatchError,
                                WorkerCountMismatchError, check_lead)
-from hosts.diagnostics import AllreduceStats, AllreduceTimeout, NetworkPartitionError, timeout_message  # noqa: F401
+from hosts.diagnostics import (AllreduceStats, AllreduceTimeout, NetworkPartitionError,  # noqa: F401 (API)
+                               timeout_message)
 from hosts.slots import CONTROL_POLL, DEFAULT_WINDOW, SlotRun, check_call  # noqa: F401 (API)
 from hosts.transport import Transport, UdpTransport  # noqa: F401 (API)
 

@@ -50,7 +50,7 @@ def timeout_message(run, idle: float) -> str:
            f"{st.duplicates_ignored} duplicates, {st.foreign_ignored} foreign packets ignored")
     if st.results_accepted == 0:
         msg += (". No result ever arrived: check the switch is up and programmed for this job "
-                "(agg_job and sp_job entries for job/tree/epoch on this worker's port, "
+                "(the agg_job entry, dense and sparse alike, for job/tree/epoch on this worker's port, "
                 "fan_in = workers, multicast group, agg_reply) and that every worker started")
     return msg
 

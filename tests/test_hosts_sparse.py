@@ -2,7 +2,7 @@
 
 Why both back-ends: "model" is tests/sparse_model.py, written from the
 contract's text; "pipeline" is softswitch.Pipeline (real frames, CLI-programmed
-sp_job entries).  Each scenario must be exact on both, so the agent, the
+agg_job entries, shared with the dense pipeline).  Each scenario must be exact on both, so the agent, the
 contract and the software switch agree.  Loss is the exception, see
 test_hosts_sparse_loss.py.
 """

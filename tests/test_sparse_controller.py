@@ -1,7 +1,7 @@
 """Controller side of the sparse pipeline on a two-level tree of software switches.
 
-Why: agg_job entries shared with the dense pipeline, the reset list and the sparse preload only make sense together with
-the data plane. A leaf-spine (spine s1 = root, leaves l1/l2 with two workers each) runs
+Why: the agg_job entries (shared with the dense pipeline), the reset list, the carry and the
+sparse preload only make sense together with the data plane. A leaf-spine (spine s1 = root, leaves l1/l2 with two workers each) runs
 real sparse rounds through in-process Pipelines; then the tree moves to a new epoch and a
 lagging worker's probe must still get the round it missed, through the new tree.
 """
