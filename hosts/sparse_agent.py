@@ -95,7 +95,7 @@ def allreduce(array, *, transport, rank: int, workers: int, job: int = 0, tree: 
         raise ValueError(f"lookahead must be >= 1 (rounds of a column), got {lookahead}")
     wire.pack_agg(job=job, tree=tree, epoch=epoch, worker=rank)   # range check of the fields
     run = SparseRun(arr, transport, rank, workers, job, tree, epoch, window, timeout, give_up,
-                     tree_of_slot, control, on_progress, block_size, lookahead, every_round)
+                    tree_of_slot, control, on_progress, block_size, lookahead, every_round)
     out = run.run()
     return (out, run.stats) if return_stats else out
 
