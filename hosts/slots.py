@@ -30,7 +30,7 @@ from ground import wire
 from hosts import quantization as qz
 from hosts.consistency import DTYPES, lead_lanes
 from hosts.codec import BE, EXP, FLAGS, JOB, PAYLOAD_BYTES, SLOT, WORKER, unpack
-from hosts.diagnostics import NetworkPartitionError
+from hosts.diagnostics import AllreduceTimeout, NetworkPartitionError
 from hosts.protocol import HeaderPacker
 from hosts.rto import RtoEstimator, backoff
 
@@ -226,8 +226,6 @@ class SlotRun:
 
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> np.ndarray:
-        from hosts.diagnostics import AllreduceTimeout
-
         start = last = time.monotonic()
         self.remaining = self.S
         try:
