@@ -1,14 +1,19 @@
-"""Programs and reads p4src/include/aggregate.p4's state: registers and the agg_stats counter.
+"""Programs and reads the aggregation state of p4src (job.p4, aggregate.p4, sparse.p4).
 
 The agg_job/agg_reply entries of a job are installed per tree and epoch by
-controller/tree_install.py (a single switch is the one-node tree); this module holds
-what every job reads: the aggregation counters (registers are reset and preloaded by
-controller/failover.py).
+controller/tree_install.py (a single switch is the one-node tree) and by
+controller/bml_job.py; both build the agg_job entry with `job_entry`, the one place
+its format is written. It lives with the data plane's own description of that table
+(softswitch/roles.py, one layer down, so the star and test harnesses of the software
+switch use the same function) and is re-exported here for the controller. This module
+also holds what every job reads: the aggregation counters (registers are reset and
+preloaded by controller/failover.py and controller/carry.py).
 """
 
 from __future__ import annotations
 
 from controller.switch_client import SwitchClient
+from softswitch.roles import JobEntry, job_entry  # noqa: F401 (the controller's name for them)
 
 STATS = ("contributions", "completions", "dup_dropped", "dup_answered", "rejected", "sim_dropped", "dup_up")
 

@@ -108,7 +108,8 @@ class BmlJob:
             paths[h].write_text(json.dumps(self.plan_for(h)))
         return paths
 
-    def prepare(self, window: int) -> None:
+    def prepare(self, window: int, algorithm: str = "switchml") -> None:
+        """Fresh registers; `algorithm` as TreeJob.prepare (BML runs switchml and reroutes nothing)."""
         from controller import failover
 
         failover.reset(self.clients, list(self.clients))

@@ -1,4 +1,4 @@
-"""Carry a running allreduce across a tree change without losing a contribution.
+"""Carry a running dense allreduce across a tree change without losing a contribution.
 
 The protocol (docs/design.md, "Epochs"): freeze the old epoch, snapshot per slot the
 version the old root completed but some worker may not have seen, reset the new
@@ -6,6 +6,10 @@ tree's state and preload that version as complete, then tell the agents. A laggi
 worker's retransmission is then answered (by the root, through the tree) with the
 result it missed; everything incomplete is rebuilt from the workers' retransmissions
 under the new epoch.
+
+The job calls this through controller/carry.py (DenseCarry), which picks it or the
+sparse pipeline's carry (controller/sparse_failover.py) by the allreduce algorithm;
+`reset` and `write_preload` here serve both.
 """
 
 from __future__ import annotations
@@ -79,7 +83,7 @@ def reset(clients: dict[str, SwitchClient], switches) -> None:
 def preload(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
             completed: dict[int, CompletedVersion], slot_base: int = 0) -> int:
     """Write the completed versions into the new tree: full result at its root, complete
-    bitmap/count everywhere (so duplicates are answered). Returns register writes made."""
+    bitmap/count everywhere (so duplicates are answered). Returns register cells written."""
     lines: dict[str, list[str]] = {}
     values: dict[tuple[str, int], np.ndarray] = {}
     for slot, done in completed.items():
@@ -95,9 +99,18 @@ def preload(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: 
             if role.root:
                 out += [f"register_write agg_exp {r} {done.exp}", f"register_write agg_final {r} 1"]
                 values[sw, r] = done.values
+    return write_preload(clients, lines, values, "agg_values")
+
+
+def write_preload(clients: dict[str, SwitchClient], lines: dict[str, list[str]],
+                  values: dict[tuple[str, int], np.ndarray], register: str) -> int:
+    """Send a preload: per switch its scalar register writes `lines` plus the K lanes of
+    each (switch, r) in `values` into `register`, as one pipelined batch per switch.
+    Returns the register cells written."""
+    writes = sum(len(b) for b in lines.values()) + wire.K * len(values)
     for (sw, r), vals in values.items():
-        lines[sw] += clients[sw].register_write_range_lines("agg_values", r * wire.K,
+        lines[sw] += clients[sw].register_write_range_lines(register, r * wire.K,
                                                             [int(v) & 0xFFFFFFFF for v in vals])
     for sw, batch in lines.items():
         clients[sw].commands(batch)          # one pipelined batch per switch
-    return sum(len(b) for b in lines.values()) + wire.K * len(values)
+    return writes

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import networkx as nx
 
-from controller import failover, sparse_failover, tree_install, trees
+from controller import failover, tree_install, trees
+from controller.carry import carry_for
 from controller.events import EventLog
 from controller.switch_client import SwitchClient
 from controller.topology import switches
@@ -68,6 +69,7 @@ class TreeJob:
         self.failures: list[dict] = []
         self.partitioned: str | None = None
         self.busy = False            # an allreduce is running (set by the session)
+        self.carry = carry_for("switchml")   # what a reroute keeps: set per allreduce by prepare()
         self.stopped = False
 
     # -- install ---------------------------------------------------------------------
@@ -108,10 +110,12 @@ class TreeJob:
                             why=why, compute_ms=round((t1 - t0) * 1e3, 2),
                             install_ms=round((time.monotonic() - t1) * 1e3, 2))
 
-    def prepare(self, window: int) -> None:
-        """Before each allreduce: fresh registers, slots partitioned for this window."""
+    def prepare(self, window: int, algorithm: str = "switchml") -> None:
+        """Before each allreduce: fresh registers, slots partitioned for this window, the
+        reroute carry of the allreduce `algorithm` (controller/carry.py)."""
         with self.lock:
             self.window = window
+            self.carry = carry_for(algorithm)
             self.tree_of_slot = partition_slots(self.treeset.weights, window)
             failover.reset(self.clients, switches(self.g))
             self._publish("partitioned" if self.partitioned else "ok", self.partitioned or "")
@@ -153,8 +157,7 @@ class TreeJob:
         phases = {"freeze_ms": time.monotonic() - t0}
         time.sleep(self.drain)                      # packets already in flight finish or miss
         ts = time.monotonic()
-        completed = failover.snapshot(self.clients, old, self.tree_of_slot)
-        sparse_done = sparse_failover.sparse_snapshot(self.clients, old, self.tree_of_slot)
+        carried = self.carry.snapshot(self.clients, old, self.tree_of_slot)
         t1 = time.monotonic()
         phases["snapshot_ms"] = t1 - ts
         try:
@@ -175,23 +178,22 @@ class TreeJob:
         self.inst = tree_install.install(self.clients, self.g, new, self.job, reply_ports=self.reply_ports)
         tp = time.monotonic()
         self._publish("rerouting", f"link {link} failed")      # heartbeat before the preload
-        writes = failover.preload(self.clients, self.inst, self.tree_of_slot, completed)
-        writes += sparse_failover.sparse_preload(self.clients, self.inst, self.tree_of_slot, sparse_done) or 0
+        writes = self.carry.preload(self.clients, self.inst, self.tree_of_slot, carried)
         phases.update(entries_ms=tp - ti, preload_ms=time.monotonic() - tp)
-        if sparse_done.conflicts:
-            self.events.add("sparse_carry_conflict", columns=len(sparse_done.conflicts),
-                            switches=",".join(sorted({sw for *_, sw in sparse_done.conflicts})),
+        if carried.conflicts:
+            self.events.add("sparse_carry_conflict", columns=len(carried.conflicts),
+                            switches=",".join(sorted({sw for *_, sw in carried.conflicts})),
                             why="workers and child switches below one switch need different rounds")
         self._publish()
         t3 = time.monotonic()
         tree_install.remove_groups(self.clients, old)      # after the agents were told: not urgent
         record.update(recompute_ms=round((t2 - t1) * 1e3, 2), install_ms=round((t3 - t2 + t1 - t0) * 1e3, 2),
-                      epoch=new.epoch, preloaded_slots=len(completed), register_writes=writes,
+                      epoch=new.epoch, preloaded_slots=carried.slots, register_writes=writes,
                       **{k: round(v * 1e3, 2) for k, v in phases.items()})
         self.failures.append(record)
         self.events.add("rerouted", link=link, epoch=new.epoch, trees=len(new.trees),
                         recompute_ms=record["recompute_ms"], install_ms=record["install_ms"],
-                        preloaded=len(completed),
+                        preloaded=carried.slots,
                         **{k: record[k] for k in ("freeze_ms", "snapshot_ms", "entries_ms", "preload_ms")})
         return record
 

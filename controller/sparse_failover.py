@@ -1,6 +1,6 @@
 """Carry the sparse pipeline's rounds across a tree change (docs/design.md, "Sparse reroute").
 
-Why a sparse twin of controller/failover.py: in the sparse pipeline the result a lagging
+Why not controller/failover.py's snapshot: in the sparse pipeline the result a lagging
 worker still needs is not always at the root. A switch keeps a completed round ("custody")
 until every child acknowledged it, and a child switch acknowledges at its parent as soon
 as it sends a later block up, even while a worker below it still lacks the round: the
@@ -28,7 +28,8 @@ they are done); sp_next stays 0, so no new round completes before every child an
 again. Rounds still in progress at the freeze are not carried: their participants resend.
 
 Call order as for the dense pipeline: freeze, sparse_snapshot(old installation), reset
-(failover.reset zeroes the sp_ registers too), install, sparse_preload(new installation).
+(failover.reset zeroes the sp_ registers too), install, sparse_preload(new installation);
+the job does it through controller/carry.py (SparseCarry), for omnireduce allreduces.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ground import wire
-from controller.failover import slot_index
+from controller.failover import slot_index, write_preload
 from controller.switch_client import SwitchClient
 from controller.tree_install import Installation
 
@@ -57,7 +58,7 @@ class SparseRound:
 
 
 @dataclass
-class SparseCarry:
+class HeldRounds:
     """What the old tree held that some worker may still need."""
     rounds: dict = field(default_factory=dict)   # (slot, ver, block) -> SparseRound
     needs: dict = field(default_factory=dict)    # (slot, ver) -> {worker: block}
@@ -92,11 +93,11 @@ def _read_scalars(clients, switches) -> dict[str, dict[str, np.ndarray]]:
 
 
 def sparse_snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
-                    slot_base: int = 0) -> SparseCarry:
+                    slot_base: int = 0) -> HeldRounds:
     """Per slot and version, the round each worker of the old tree may still need (if any)
     and those rounds' results, read from every switch of the old tree."""
     regs = _read_scalars(clients, sorted({sw for sw, _ in inst.roles}))
-    carry = SparseCarry()
+    carry = HeldRounds()
     holders: dict[str, list[tuple[int, int, int, int]]] = {}    # switch -> [(slot, ver, block, r)]
     paths_of = {t: worker_paths(tree_roles(inst, t)) for t in set(tree_of_slot)}
     for slot, tree in enumerate(tree_of_slot):
@@ -160,7 +161,7 @@ def placement(roles: dict, needs: dict[str, int], conflicts: list | None = None)
 
 
 def sparse_preload(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
-                   carry: SparseCarry, slot_base: int = 0) -> int:
+                   carry: HeldRounds, slot_base: int = 0) -> int:
     """Write the carried rounds into the new tree (after failover.reset: everything 0) where
     placement() puts them: block, values, exp, next, every child's bit, done and final.
     Returns the number of register cells written."""
@@ -182,10 +183,4 @@ def sparse_preload(clients: dict[str, SwitchClient], inst: Installation, tree_of
                 f"register_write sp_rnext {r} {rnd.next_block}"])
             values[sw, r] = rnd.values
         carry.conflicts += [(slot, ver, sw) for sw in clash]
-    writes = sum(len(b) for b in lines.values()) + wire.K * len(values)
-    for (sw, r), vals in values.items():
-        lines[sw] += clients[sw].register_write_range_lines("sp_values", r * wire.K,
-                                                            [int(v) & 0xFFFFFFFF for v in vals])
-    for sw, batch in lines.items():
-        clients[sw].commands(batch)          # one pipelined batch per switch
-    return writes
+    return write_preload(clients, lines, values, "sp_values")

@@ -1,15 +1,15 @@
 """Install a job's aggregation trees (a TreeSet at one epoch) into the switches.
 
-Mirrors the agg_job part of p4src/include/aggregate.p4 for multi-switch trees: on
-every switch of every tree, each child port gets agg_child (root) or agg_child_of
-(non-root, with the parent port), the parent port gets agg_from_parent, and a
-multicast group per (job, tree) replicates results to the children. All port
-numbers come from the shared graph. Every job may also run sparse rounds
-(p4src/include/sparse.p4), so each agg_job entry has an sp_job twin with the same
-key and parameters (sp_child, sp_child_of, sp_from_parent).
+Mirrors p4src/include/job.p4 for multi-switch trees: on every switch of every tree,
+each child port gets agg_child (root) or agg_child_of (non-root, with the parent
+port), the parent port gets agg_from_parent, and a multicast group per (job, tree)
+replicates results to the children. All port numbers come from the shared graph.
+One agg_job entry serves the dense and the sparse pipeline (the data plane looks it
+up before it branches on AGG_FLAG_SPARSE); entries are built by
+controller.aggregate.job_entry.
 
-Handles are remembered so the epoch can be frozen (its agg_job and sp_job entries
-deleted) before the next one is installed.
+Handles are remembered so the epoch can be frozen (its agg_job entries deleted)
+before the next one is installed.
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import partial
 
 import networkx as nx
 
 from ground import wire
 from controller.addressing import interface_address
+from controller.aggregate import job_entry
 from ground.addresses import SERVICE_IP, SERVICE_MAC
 from controller.switch_client import SwitchClient
 from controller.topology import natural_key, port
@@ -50,7 +52,6 @@ class Installation:
     epoch: int
     roles: dict = field(default_factory=dict)        # (switch, tree) -> SwitchRole
     job_handles: dict = field(default_factory=lambda: defaultdict(list))   # switch -> agg_job handles
-    sp_handles: dict = field(default_factory=lambda: defaultdict(list))    # switch -> sp_job handles
     groups: dict = field(default_factory=lambda: defaultdict(list))        # switch -> [(group, node handle)]
     entries: int = 0
     seconds: float = 0.0
@@ -74,7 +75,6 @@ def install(clients: dict[str, SwitchClient], g: nx.Graph, treeset, job: int = 0
     started = time.monotonic()
     inst = Installation(epoch=treeset.epoch, roles=roles_of(treeset, g))
     reply_ports = {} if reply_ports is None else reply_ports
-    lines_by_switch: dict[str, list[str]] = defaultdict(list)
     for (sw, tree_id), role in sorted(inst.roles.items(), key=lambda kv: (natural_key(kv[0][0]), kv[0][1])):
         if len(role.children) > wire.MAX_WORKERS:
             raise ValueError(f"{sw} has {len(role.children)} children on tree {tree_id}; max {wire.MAX_WORKERS}")
@@ -82,14 +82,10 @@ def install(clients: dict[str, SwitchClient], g: nx.Graph, treeset, job: int = 0
         ports = [port(g, sw, c) for c in role.children]
         group = tree_group(job, tree_id, treeset.epoch)
         inst.groups[sw].append((group, client.mc_group(group, ports)))
-        key = [job, tree_id, treeset.epoch & 0xFF]           # the header's epoch is 8 bits
+        parent_port = None if role.root else port(g, sw, role.parent)
+        entry = partial(job_entry, job, tree_id, treeset.epoch, fan_in=len(ports), mgrp=group, slot_base=slot_base)
         for child, (c, p) in enumerate(zip(role.children, ports)):
-            params = [child, len(ports), group, slot_base]
-            if not role.root:
-                params.append(port(g, sw, role.parent))
-            action = "child" if role.root else "child_of"
-            inst.job_handles[sw].append(client.table_add("agg_job", "agg_" + action, key + [p], params))
-            inst.sp_handles[sw].append(client.table_add("sp_job", "sp_" + action, key + [p], params))
+            inst.job_handles[sw].append(client.table_add(*entry(p, child=child, parent_port=parent_port)))
             done = reply_ports.setdefault(sw, set())
             if p not in done:
                 if g.nodes[c]["kind"] == "host":
@@ -101,22 +97,19 @@ def install(clients: dict[str, SwitchClient], g: nx.Graph, treeset, job: int = 0
                 done.add(p)
                 inst.entries += 1
         if not role.root:
-            up_key, params = key + [port(g, sw, role.parent)], [len(ports), group, slot_base]
-            inst.job_handles[sw].append(client.table_add("agg_job", "agg_from_parent", up_key, params))
-            inst.sp_handles[sw].append(client.table_add("sp_job", "sp_from_parent", up_key, params))
-        inst.entries += 2 * (len(ports) + (0 if role.root else 1)) + 1
+            inst.job_handles[sw].append(client.table_add(*entry(parent_port)))
+        inst.entries += len(ports) + (0 if role.root else 1) + 1
     inst.seconds = time.monotonic() - started
     return inst
 
 
 def freeze(clients: dict[str, SwitchClient], inst: Installation) -> int:
-    """Delete the epoch's agg_job and sp_job entries: its packets now miss and never touch state."""
+    """Delete the epoch's agg_job entries: its packets now miss and never touch state."""
     removed = 0
-    for table, by_switch in (("agg_job", inst.job_handles), ("sp_job", inst.sp_handles)):
-        for sw, handles in by_switch.items():
-            clients[sw].commands([f"table_delete {table} {h}" for h in handles])
-            removed += len(handles)
-        by_switch.clear()
+    for sw, handles in inst.job_handles.items():
+        clients[sw].commands([f"table_delete agg_job {h}" for h in handles])
+        removed += len(handles)
+    inst.job_handles.clear()
     return removed
 
 

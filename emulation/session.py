@@ -90,7 +90,7 @@ class Session:
         spec.validate()
         for f in spec.fail_specs:
             f.check(self.g)
-        self.job.prepare(spec.default_window())
+        self.job.prepare(spec.default_window(), spec.algorithm)
         self.runs += 1
         with self.job.lock:
             before = _switch_stats(self.net, self.g)

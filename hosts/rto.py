@@ -1,6 +1,6 @@
 """Retransmission timeout for the agent's per-slot timers.
 
-Which latencies the agent samples (hosts/agent.py, `_on_payload`), and why it
+Which latencies the agent samples (hosts/slots.py, `sample_rtt`), and why it
 differs from TCP's Karn rule: a slot completes when the *slowest* worker's
 packet arrives, so the useful "RTT" is the completion latency since our first
 send, stragglers included; excluding retransmitted slots, as Karn does, hides

@@ -37,7 +37,7 @@ change (`control`) every unfinished column resends its packet for the round it
 is in, a probe for non-participants, so the new tree's sp_next is repopulated.
 
 Versions: the lead round takes the dense agent's next version of the slot
-(hosts.agent keeps it per transport and job); sparse round i of slot s uses
+(hosts/slots.py keeps it per transport and job); sparse round i of slot s uses
 (sv0[s] + i) % 2, sv0 likewise continued across calls.
 
 Why SparseRoundLostError still exists: before the acknowledgements, a worker that sat
@@ -51,16 +51,15 @@ once) remains for a switch that completes a round only when every child sent.
 
 from __future__ import annotations
 
-import heapq
 import weakref
 
 import numpy as np
 
 from ground import wire
-from hosts import agent as dense
+from hosts.codec import BE, BLOCK, FLAGS, NEXT_BLOCK, SLOT, VER, lanes
 from hosts.consistency import LANES_USED, check_lead, lead_lanes
 from hosts.protocol import HeaderPacker
-from hosts.rto import MAX_RTO
+from hosts.slots import SlotRun, check_call, save_versions, slot_versions, version_store
 from hosts.sparse_blocks import NONE, SparseStats, announcements, nonzero_kblocks
 from hosts.sparse_diagnostics import (DONE, LEAD, SPARSE, SparseMismatchError,  # noqa: F401
                                        SparseProtocolError, SparseRoundLostError,
@@ -72,10 +71,8 @@ FLAG_ACK = wire.CONST["AGG_FLAG_ACK"]
 DEFAULT_LOOKAHEAD = 64
 SPARSE_LANE = LANES_USED            # slot-0 lead lane: 1 per worker running sparse
 assert SPARSE_LANE < K
-_SP_VERSIONS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # as dense._VERSIONS
-_BE, _H, _P, _unpack = dense._BE, dense._H, dense._P, dense._unpack
-_FLAGS, _SLOT, _VER, _BLOCK, _EXP = dense._FLAGS, dense._SLOT, dense._VER, dense._BLOCK, dense._EXP
-_JOB, _WORKER, _NEXT = dense._JOB, dense._WORKER, dense._field("next_block")
+# transport -> {job: per-slot version of the next sparse round 0}, as slots.LEAD_VERSIONS
+SPARSE_VERSIONS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def allreduce(array, *, transport, rank: int, workers: int, job: int = 0, tree: int = 0,
@@ -91,29 +88,28 @@ def allreduce(array, *, transport, rank: int, workers: int, job: int = 0, tree: 
     timeout (for a switch that completes a round only when every child sent, the
     loss-safe variant discussed in the module docstring).
     """
-    arr, window = dense.check_call(array, rank, workers, window)
+    arr, window = check_call(array, rank, workers, window)
     if block_size < K or block_size % K:
         raise ValueError(f"block_size must be a positive multiple of K={K}, got {block_size}")
     if lookahead < 1:
         raise ValueError(f"lookahead must be >= 1 (rounds of a column), got {lookahead}")
     wire.pack_agg(job=job, tree=tree, epoch=epoch, worker=rank)   # range check of the fields
-    run = _SparseRun(arr, transport, rank, workers, job, tree, epoch, window, timeout, give_up,
-                     tree_of_slot, control, on_progress, block_size, lookahead, every_round)
+    run = SparseRun(arr, transport, rank, workers, job, tree, epoch, window, timeout, give_up,
+                    tree_of_slot, control, on_progress, block_size, lookahead, every_round)
     out = run.run()
     return (out, run.stats) if return_stats else out
 
 
-class _SparseRun(dense._Run):
-    """One sparse allreduce.  Inherits the dense run's set-up (blocks, exponents, trees,
-    version store, control polling skeleton) and replaces sending and receiving."""
+class SparseRun(SlotRun):
+    """One sparse allreduce: a lead round per slot, then the column's sparse rounds; the
+    slot machinery (blocks, exponents, trees, timers, control, the loop) is hosts/slots.py's."""
 
     def __init__(self, arr, transport, rank, n, job, tree, epoch, window, timeout, give_up,
                  tree_of_slot, control, on_progress, block_size, lookahead, every_round):
         super().__init__(arr, transport, rank, n, job, tree, epoch, window, timeout, give_up,
-                         tree_of_slot, control, on_progress)
+                         tree_of_slot, control, on_progress, SparseStats)
         nb, S = self.nblocks, self.S
-        self.stats = SparseStats(blocks=nb, slots=S)
-        rows = self.blocks if self.is_float else np.frombuffer(self.raw, _BE).reshape(nb, K)
+        rows = self.blocks if self.is_float else np.frombuffer(self.raw, BE).reshape(nb, K)
         self.ann = announcements(nonzero_kblocks(rows, block_size), S, lookahead).tolist()
         self.phase = [LEAD] * S
         self.cur = list(range(S))              # block of the sparse round a slot is in
@@ -122,18 +118,17 @@ class _SparseRun(dense._Run):
         self.sent_data = [False] * S           # our first packet of this round was data
         self.sent_first = [False] * S          # we sent in this round (data or eager probe)
         self.every_round = every_round
-        self.round, self.rounds = [0] * S, [1] * S   # the dense view: one (lead) round per slot
-        try:
-            self.sp_versions = _SP_VERSIONS.setdefault(transport, {})
-        except TypeError:                      # transport not weak-referenceable
-            self.sp_versions = {}
-        self.sv0 = self.sp_versions.setdefault(job, np.zeros(wire.SLOTS, np.uint8))[:S].tolist()
-        lanes = lead_lanes(length=self.length, window=S, dtype=arr.dtype)
-        lanes[SPARSE_LANE] = 1
-        self.lead0 = lanes.astype(_BE).tobytes()
+        self.sp_versions = version_store(SPARSE_VERSIONS, transport)
+        self.sv0 = slot_versions(self.sp_versions, job, S)
+        lead = lead_lanes(length=self.length, window=S, dtype=arr.dtype)
+        lead[SPARSE_LANE] = 1
+        self.lead0 = lead.astype(BE).tobytes()
         self.sp_hdr = HeaderPacker(job=job, worker=rank, flags=FLAG_SPARSE)
         self.sp_retx = HeaderPacker(job=job, worker=rank, flags=FLAG_SPARSE | wire.FLAG_RETX)
         self.sp_ack = HeaderPacker(job=job, worker=rank, flags=FLAG_SPARSE | FLAG_ACK)
+
+    def is_open(self, s: int) -> bool:
+        return self.phase[s] != DONE
 
     # -- sending ---------------------------------------------------------------------
     def _emit(self, s: int, fields: dict, body: bytes, retx: bool, now: float) -> None:
@@ -156,12 +151,7 @@ class _SparseRun(dense._Run):
         self.stats.packets_sent += 1
         self.stats.acks += 1
 
-    def _arm(self, s: int, now: float) -> None:
-        self.tries[s] = 0
-        self.seq[s] += 1
-        heapq.heappush(self.timers, (now + self.rtt.rto, s, self.seq[s]))
-
-    def _send_round(self, s: int, now: float) -> None:
+    def send_round(self, s: int, now: float) -> None:
         """First packet of the slot's current round: lead, data, an eager probe or nothing."""
         nb, data = self.nblocks, False
         if self.phase[s] == LEAD:
@@ -173,7 +163,7 @@ class _SparseRun(dense._Run):
             self.mine[s] = nxt = self.ann[m]
             fields = dict(ver=(self.sv0[s] + self.rnd[s]) & 1, slot=s, block=m, next_block=nxt,
                           exp=self.exps[nxt] if nxt != NONE else 0)
-            self.packet[s], data = (fields, self._body(s, m)), True
+            self.packet[s], data = (fields, self.data_body(s, m)), True
             self.stats.blocks_sent += 1
         else:
             self.packet[s] = self._probe_packet(s) if self.every_round else None
@@ -181,16 +171,7 @@ class _SparseRun(dense._Run):
         if self.packet[s] is not None:
             self._emit(s, *self.packet[s], False, now)
             self.sent_at[s] = now
-        self._arm(s, now)
-
-    def _body(self, s: int, m: int) -> bytes:
-        if not self.is_float:
-            return self.raw[m * 4 * K:(m + 1) * 4 * K]
-        if self.agreed[s] == 0:
-            return self.zero_body               # every participant's block is all zero
-        q = np.rint(self.blocks[m] * self.ftable[self.agreed[s]])
-        np.clip(q, -self.limit, self.limit, out=q)
-        return q.astype(_BE).tobytes()
+        self.arm(s, now)
 
     def _probe_packet(self, s: int) -> tuple[dict, bytes]:
         mine = self.mine[s]
@@ -199,28 +180,12 @@ class _SparseRun(dense._Run):
         self.stats.probes += 1
         return fields, self.zero_body
 
-    def _resend(self, s: int, now: float) -> None:
+    def resend(self, s: int, now: float) -> None:
         if self.packet[s] is None:              # non-participant: its first probe
             self.packet[s] = self._probe_packet(s)
         self._emit(s, *self.packet[s], True, now)
 
-    def _expire(self, now: float) -> None:
-        timers = self.timers
-        if timers and timers[0][0] <= now:
-            self._drain(now)
-        while timers and timers[0][0] <= now:
-            _, s, seq = heapq.heappop(timers)
-            if seq != self.seq[s] or self.phase[s] == DONE:
-                continue                        # stale timer
-            if s and not self.stats.results_accepted:
-                self.parked.append(s)           # nothing heard yet: slot 0 alone probes
-                continue
-            self.tries[s] += 1
-            self._resend(s, now)
-            backoff = min(MAX_RTO, self.rtt.rto * (2 ** min(self.tries[s], 16)))
-            heapq.heappush(timers, (now + backoff, s, seq))
-
-    def _drain(self, now: float) -> None:
+    def before_expiry(self, now: float) -> None:
         """Handle results that arrived since the loop's last drain, before any timer fires.
 
         Why: under design.md's rules a packet for a round whose result is already here
@@ -230,57 +195,40 @@ class _SparseRun(dense._Run):
         """
         p = self.tx.recv(0.0)
         while p is not None:
-            self._on_payload(p, now)
+            self.on_payload(p, now)
             p = self.tx.recv(0.0) if self.remaining else None
 
-    def _poll_control(self, now: float) -> bool:
-        # the dense method resends slots with round < rounds (= 1): the open ones
-        self.round = [int(p == DONE) for p in self.phase]
-        return super()._poll_control(now)
-
     # -- receiving -------------------------------------------------------------------
-    def _on_payload(self, p: bytes, now: float) -> bool:
+    def on_payload(self, p: bytes, now: float) -> bool:
         """Handle one payload; True if it was an accepted (progress-making) result."""
-        if len(p) < _P:
-            self.stats.foreign_ignored += 1
+        w = self.result_words(p)
+        if w is None:
             return False
-        w = _unpack(p)
-        flags, s = _FLAGS(w), _SLOT(w)
-        if not flags & wire.FLAG_RESULT or _JOB(w) != self.job or s >= self.S:
-            self.stats.foreign_ignored += 1
-            return False
+        flags, s = FLAGS(w), SLOT(w)
         phase = self.phase[s]
         if phase == LEAD:
-            ok = not flags & FLAG_SPARSE and _VER(w) == self.v0[s] & 1 and _BLOCK(w) == s
+            ok = not flags & FLAG_SPARSE and VER(w) == self.v0[s] & 1 and BLOCK(w) == s
         else:
-            ok = (phase == SPARSE and flags & FLAG_SPARSE and _BLOCK(w) == self.cur[s]
-                  and _VER(w) == (self.sv0[s] + self.rnd[s]) & 1)
+            ok = (phase == SPARSE and flags & FLAG_SPARSE and BLOCK(w) == self.cur[s]
+                  and VER(w) == (self.sv0[s] + self.rnd[s]) & 1)
         if not ok:
             if (phase == SPARSE and not self.every_round and flags & FLAG_SPARSE
-                    and _VER(w) == (self.sv0[s] + self.rnd[s]) & 1 and _BLOCK(w) > self.cur[s]):
-                raise SparseRoundLostError(lost_message(self, s, _BLOCK(w)))
+                    and VER(w) == (self.sv0[s] + self.rnd[s]) & 1 and BLOCK(w) > self.cur[s]):
+                raise SparseRoundLostError(lost_message(self, s, BLOCK(w)))
             self.stats.duplicates_ignored += 1
             return False
         if self.sent_first[s]:
-            if not flags & wire.FLAG_RETX:
-                self.rtt.sample(now - self.sent_at[s], now)
-            elif _WORKER(w) == self.rank and self.tries[s] == 1:
-                self.rtt.sample(now - self.last_sent[s], now)
-        lanes = np.frombuffer(p, dtype=_BE, count=K, offset=_H)
+            self.sample_rtt(s, w, now)
         if phase == LEAD:
-            self._lead_result(s, lanes)
+            self._lead_result(s, lanes(p))
         else:
-            acked = (_VER(w), self.cur[s])
-            self._sparse_result(s, lanes, _NEXT(w))
-        self.agreed[s] = _EXP(w)
-        self.stats.results_accepted += 1
-        for other in self.parked:               # first result: re-arm the parked slots
-            heapq.heappush(self.timers, (now + self.rtt.rto, other, self.seq[other]))
-        self.parked.clear()
+            acked = (VER(w), self.cur[s])
+            self._sparse_result(s, lanes(p), NEXT_BLOCK(w))
+        self.accepted(s, w, now)
         if self.phase[s] == DONE:
             self.remaining -= 1
         else:
-            self._send_round(s, now)
+            self.send_round(s, now)
         if phase == SPARSE and (self.phase[s] == DONE or not self.sent_first[s]):
             self._ack(s, *acked)                # no packet of the next round says it for us
         return True
@@ -318,7 +266,7 @@ class _SparseRun(dense._Run):
             self.cur[s] = nxt
 
     # -- the loop --------------------------------------------------------------------
-    def _timeout_message(self, idle: float) -> str:
+    def timeout_message(self, idle: float) -> str:
         return timeout_message(self, idle)
 
     def run(self) -> np.ndarray:
@@ -327,6 +275,5 @@ class _SparseRun(dense._Run):
         except BaseException:
             self.sp_versions.pop(self.job, None)
             raise
-        state = self.sp_versions.setdefault(self.job, np.zeros(wire.SLOTS, np.uint8))
-        state[:self.S] = [(v + r) & 1 for v, r in zip(self.sv0, self.rnd)]
+        save_versions(self.sp_versions, self.job, [(v + r) & 1 for v, r in zip(self.sv0, self.rnd)])
         return out

@@ -3,7 +3,7 @@
 Why apart from hosts/sparse_agent.py: the wording is read by people (failing
 runs, experiment reports) and changes independently of the event loop, as
 hosts/diagnostics.py does for the dense agent.  `run` is a
-hosts.sparse_agent._SparseRun.
+hosts.sparse_agent.SparseRun.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def timeout_message(run, idle: float) -> str:
            f"{st.duplicates_ignored} duplicates, {st.foreign_ignored} foreign packets ignored")
     if st.results_accepted == 0:
         msg += (". No result ever arrived: check the switch is up and programmed for this job "
-                "(agg_job and sp_job entries for job/tree/epoch on this worker's port, "
+                "(the agg_job entry, dense and sparse alike, for job/tree/epoch on this worker's port, "
                 "fan_in = workers, multicast group, agg_reply) and that every worker started")
     return msg
 

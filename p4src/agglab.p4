@@ -16,16 +16,22 @@ struct meta_t {
     bit<1>  sim_drop;
     bit<1>  is_result;  /* emitted aggregate: egress applies agg_reply */
     bit<1>  is_flood;   /* l2 flood replica: pruned on its ingress port */
-    bit<2>  role;       /* agg_job's verdict, see aggregate.p4 */
+    bit<2>  role;       /* agg_job's answer (ROLE_*), see job.p4 */
     bit<8>  child;
     bit<8>  fan_in;
     bit<16> mgrp;
     bit<16> slot_base;
     bit<9>  parent_port;
+    bit<32> slot_idx;   /* slot_base + slot                          */
+    bit<32> r;          /* register index of this slot-version       */
+    bit<32> o;          /* ... and of the other version of the slot  */
+    bit<3>  verdict;    /* the pipeline's verdict for AggOut (OUT_*) */
+    bit<8>  fin;        /* OUT_DUP: the stored sum is the tree's result */
 }
 
 #include "include/parser.p4"
-#include "include/aggregate.p4"   /* declares agg_stats, used by all below */
+#include "include/job.p4"         /* agg_job, agg_stats, AggOut: both pipelines */
+#include "include/aggregate.p4"   /* dense (SwitchML) */
 #include "include/sparse.p4"      /* AGG_FLAG_SPARSE packets (OmniReduce) */
 #include "include/drop_sim.p4"
 #include "include/forward.p4"
@@ -34,8 +40,10 @@ struct meta_t {
 control AgglabIngress(inout headers_t hdr, inout meta_t meta,
                       inout standard_metadata_t standard_metadata) {
     DropSimIngress() drop_sim_in;
+    JobRole() job_role;
     Aggregate() aggregate;
     Sparse() sparse;
+    AggOut() agg_out;
     Forward() forward;
 
     apply {
@@ -46,10 +54,14 @@ control AgglabIngress(inout headers_t hdr, inout meta_t meta,
                 mark_to_drop(standard_metadata);
                 agg_stats.count(STAT_REJECT);
             } else if (hdr.agg.isValid()) {
-                if ((hdr.agg.flags & AGG_FLAG_SPARSE) != 0) {
-                    sparse.apply(hdr, meta, standard_metadata);
-                } else {
-                    aggregate.apply(hdr, meta, standard_metadata);
+                job_role.apply(hdr, meta, standard_metadata);   /* one lookup for both */
+                if (meta.role != ROLE_NONE) {
+                    if ((hdr.agg.flags & AGG_FLAG_SPARSE) != 0) {
+                        sparse.apply(hdr, meta, standard_metadata);
+                    } else {
+                        aggregate.apply(hdr, meta, standard_metadata);
+                    }
+                    agg_out.apply(hdr, meta, standard_metadata);
                 }
             } else {
                 forward.apply(hdr, meta, standard_metadata);

@@ -3,12 +3,13 @@
 The semantics are docs/design.md's pseudo-code ("Aggregation semantics",
 "Aggregation trees"), line for line with the P4; the software switch is
 single-threaded, so the P4's @atomic block is simply a method body.  The
-agg_job entry of the ingress port picks the role: tree root (agg_child),
-inner switch (agg_child_of: a complete partial goes up to the parent port)
-or result coming down from the parent (agg_from_parent).
+agg_job entry of the ingress port (softswitch/roles.py, looked up once by the
+pipeline for both the dense and the sparse path) picks the role: tree root
+(agg_child), inner switch (agg_child_of: a complete partial goes up to the
+parent port) or result coming down from the parent (agg_from_parent).
 
-Speed comes from reading the agg_h fields with one struct call at the fixed
-offset, an exact-match dict lookup, Python ints for the per-slot scalars
+Speed comes from reading the agg_h fields at fixed offsets, an exact-match
+dict lookup (roles.py), Python ints for the per-slot scalars
 (`.item`) and one numpy add over the K lanes, done on a big-endian view of
 the frame so no values are copied before the add.  Results are built once
 per completion and then patched per egress port by `reply` (agg_reply).
@@ -16,15 +17,12 @@ per completion and then patched per egress port by `reply` (agg_reply).
 
 from __future__ import annotations
 
-import struct
-
 import numpy as np
 
 from ground import wire
 from softswitch.deparser import update_ipv4_checksum
 from softswitch.forward import NORMAL, RESULT
 from softswitch.registers import CounterArray, RegisterArray
-from softswitch.roles import job_table, lookup_role
 from softswitch.tables import KeySpec, Table
 
 K, SLOTS, MAX_WORKERS = wire.K, wire.SLOTS, wire.MAX_WORKERS
@@ -35,15 +33,27 @@ STAT_DUP_UP = C["STAT_DUP_UP"]
 
 # The offsets below assume this agg_h layout; fail at import if headers.p4 changes it.
 assert wire.FIELD_NAMES[:8] == ("job", "tree", "epoch", "flags", "ver", "slot", "worker", "exp")
-_HEAD = struct.Struct("!BBBBHBB")                 # job tree epoch flags ver|slot worker exp
 FLAGS_OFF = wire.AGG_OFFSET + 3
 EXP_OFF = wire.AGG_OFFSET + 7
 DATA_OFF = wire.AGG_OFFSET + wire.AGG_HEADER_BYTES
 DATA_END = DATA_OFF + wire.DATA_BYTES
 UDP_CSUM = wire.ETH_BYTES + wire.IPV4_BYTES + 6
 BE_U32 = np.dtype(">u4")
-AGG_CHILD, AGG_CHILD_OF, AGG_FROM_PARENT = "agg_child", "agg_child_of", "agg_from_parent"
-AGG_REJECT, AGG_SET_DST = "agg_reject", "agg_set_dst"
+AGG_SET_DST = "agg_set_dst"
+RESULT_FLAG = wire.FLAG_RESULT
+UP_FLAGS = ~wire.FLAG_RESULT & 0xFF                # send_up clears RESULT
+
+
+def emit(frame: bytes, lanes: np.ndarray, e: int, flags: int) -> bytearray:
+    """The packet leaving with `lanes`, exponent e and `flags`: RESULT set for a result
+    (AggOut's mark_result), clear for a partial going up (send_up); UDP checksum 0 either
+    way, since the payload changed. Shared with the sparse pipeline."""
+    buf = bytearray(frame)
+    buf[DATA_OFF:DATA_END] = lanes.astype(BE_U32).tobytes()
+    buf[FLAGS_OFF] = flags
+    buf[EXP_OFF] = e
+    buf[UDP_CSUM] = buf[UDP_CSUM + 1] = 0
+    return buf
 
 
 def make_state() -> tuple[dict[str, RegisterArray], CounterArray]:
@@ -56,7 +66,6 @@ def make_state() -> tuple[dict[str, RegisterArray], CounterArray]:
 
 class Aggregate:
     def __init__(self, registers: dict[str, RegisterArray], stats: CounterArray):
-        self.agg_job = job_table("agg_job", AGG_CHILD, AGG_CHILD_OF, AGG_FROM_PARENT, AGG_REJECT)
         self.agg_reply = Table(
             "agg_reply", [KeySpec("standard_metadata.egress_port", "exact", 9)],
             {AGG_SET_DST: [("smac", 48), ("sip", 32), ("dmac", 48), ("dip", 32)], "drop": []},
@@ -69,15 +78,11 @@ class Aggregate:
         self.stats = stats
         self._dst_bytes: dict[tuple, tuple[bytes, bytes]] = {}
 
-    def ingress(self, port: int, frame: bytes):
-        """Aggregate one valid agg packet; (frame, egress_spec, mcast_grp, kind) or None = drop."""
-        job, tree, epoch, flags, vs, _worker, pexp = _HEAD.unpack_from(frame, wire.AGG_OFFSET)
-        role = lookup_role(self.agg_job, (job, tree, epoch, port), vs, flags,
-                           AGG_CHILD, AGG_CHILD_OF, AGG_FROM_PARENT)
-        if role is None:
-            self.stats.count(STAT_REJECT, len(frame))    # see aggregate.p4
-            return None
-        child, fan_in, mgrp, parent, r, o = role
+    def ingress(self, port: int, frame: bytes, role: tuple):
+        """Aggregate one agg packet whose agg_job `role` (roles.lookup_role) was found;
+        (frame, egress_spec, mcast_grp, kind) or None = drop."""
+        child, fan_in, mgrp, parent, r, o, flags = role
+        pexp = frame[EXP_OFF]
         if parent is None:
             return self._from_parent(frame, r, fan_in, mgrp, flags, pexp)
         return self._contribute(port, frame, r, o, 1 << child, fan_in, mgrp, parent, flags, pexp)
@@ -110,17 +115,17 @@ class Aggregate:
             self.stats.count(STAT_COMPLETE, len(frame))
             if parent < 0:
                 self.final[r] = 1
-                return self._result(frame, lanes, e, flags), 0, mgrp, RESULT
-            return self._partial(frame, lanes, e, flags), parent, 0, NORMAL
+                return emit(frame, lanes, e, flags | RESULT_FLAG), 0, mgrp, RESULT
+            return emit(frame, lanes, e, flags & UP_FLAGS), parent, 0, NORMAL
         if self.count.item(r) != fan_in:                  # duplicate before completion
             self.stats.count(STAT_DUP_DROP, len(frame))
             return None
         lanes = self.values[lo:lo + K]                    # duplicate after completion
         if parent < 0 or self.final.item(r) == 1:
             self.stats.count(STAT_DUP_REPLY, len(frame))
-            return self._result(frame, lanes, self.exp.item(r), flags), port, 0, RESULT
+            return emit(frame, lanes, self.exp.item(r), flags | RESULT_FLAG), port, 0, RESULT
         self.stats.count(STAT_DUP_UP, len(frame))         # our partial may be lost: again
-        return self._partial(frame, lanes, self.exp.item(r), flags), parent, 0, NORMAL
+        return emit(frame, lanes, self.exp.item(r), flags & UP_FLAGS), parent, 0, NORMAL
 
     def _from_parent(self, frame, r, fan_in, mgrp, flags, pexp):
         """The tree's result coming down: store it (for retransmissions), multicast it."""
@@ -130,26 +135,7 @@ class Aggregate:
         self.values[r * K:(r + 1) * K] = pkt
         self.exp[r] = pexp
         self.final[r] = 1
-        return self._result(frame, pkt, pexp, flags), 0, mgrp, RESULT
-
-    @staticmethod
-    def _partial(frame: bytes, lanes: np.ndarray, e: int, flags: int) -> bytearray:
-        """send_up: the partial as one contribution (RESULT clear, UDP checksum 0)."""
-        buf = bytearray(frame)
-        buf[DATA_OFF:DATA_END] = lanes.astype(BE_U32).tobytes()
-        buf[FLAGS_OFF] = flags & ~wire.FLAG_RESULT & 0xFF
-        buf[EXP_OFF] = e
-        buf[UDP_CSUM] = buf[UDP_CSUM + 1] = 0
-        return buf
-
-    @staticmethod
-    def _result(frame: bytes, lanes: np.ndarray, e: int, flags: int) -> bytearray:
-        buf = bytearray(frame)
-        buf[DATA_OFF:DATA_END] = lanes.astype(BE_U32).tobytes()
-        buf[FLAGS_OFF] = flags | wire.FLAG_RESULT
-        buf[EXP_OFF] = e
-        buf[UDP_CSUM] = buf[UDP_CSUM + 1] = 0
-        return buf
+        return emit(frame, pkt, pexp, flags | RESULT_FLAG), 0, mgrp, RESULT
 
     def reply(self, egress_port: int, buf: bytearray) -> bytes | None:
         """AggregateEgress for one replica of a result: agg_reply, then the IPv4 checksum."""

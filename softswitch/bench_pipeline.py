@@ -38,7 +38,7 @@ def worker_frame(worker: int, slot: int, ver: int, block: int, rng: np.random.Ge
 
 
 def setup(pipeline: Pipeline, workers: int) -> None:
-    for line in star_commands(workers, job=1, sparse=True):
+    for line in star_commands(workers, job=1):
         pipeline.command(line)
 
 

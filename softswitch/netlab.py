@@ -103,6 +103,7 @@ def agg_frame(h: "Host", values, **fields) -> bytes:
     """Ethernet/IPv4/UDP/agg_h/values frame from host `h` to the aggregation service."""
     from ground import wire
     from ground.addresses import SERVICE_IP, SERVICE_MAC
+    from softswitch.roles import job_entry
 
     payload = wire.pack_agg(**fields) + struct.pack(f"!{wire.K}i", *values)
     udp = struct.pack("!HHHH", wire.UDP_PORT, wire.UDP_PORT, 8 + len(payload), 0)
@@ -119,11 +120,11 @@ def program_aggregation(client, hosts: list["Host"], job: int = 0, tree: int = 0
     import re
 
     from ground.addresses import SERVICE_IP, SERVICE_MAC
+    from softswitch.roles import job_entry
 
     group = 1 + job
     for child, h in enumerate(hosts):
-        client.command(f"table_add agg_job agg_child {job} {tree} {epoch} {h.port} => "
-                       f"{child} {len(hosts)} {group} 0")
+        client.command(job_entry(job, tree, epoch, h.port, child=child, fan_in=len(hosts), mgrp=group).command())
         client.command(f"table_add agg_reply agg_set_dst {h.port} => "
                        f"{SERVICE_MAC} {SERVICE_IP} {h.mac} {h.ip}")
     client.command(f"mc_mgrp_create {group}")

@@ -14,8 +14,8 @@ vectors in tests/conformance check against BMv2 itself.
     p.tables["agg_job"]                # softswitch.tables.Table
 
 `process` follows AgglabIngress/AgglabEgress: ingress drop simulator, parser
-error check, aggregation (dense, or sparse.py for AGG_FLAG_SPARSE) or
-forwarding, replication (ascending port order), then per replica the egress
+error check, the agg_job lookup (roles.py, JobRole) then aggregation (dense,
+or sparse.py for AGG_FLAG_SPARSE) or forwarding, replication (ascending port order), then per replica the egress
 drop simulator, agg_reply or flood pruning, and the IPv4 checksum.  It is
 the daemon's per-packet hot path, hence the flat code.
 """
@@ -23,11 +23,12 @@ the daemon's per-packet hot path, hence the flat code.
 from __future__ import annotations
 
 from softswitch import cli, parser, sparse
-from softswitch.aggregate import FLAGS_OFF, STAT_REJECT, Aggregate, make_state
+from softswitch.aggregate import STAT_REJECT, Aggregate, make_state
 from softswitch.deparser import update_ipv4_checksum
 from softswitch.drop_sim import DropSim
 from softswitch.forward import RESULT, Forward, flood_prune
 from softswitch.multicast import Multicast
+from softswitch.roles import job_table, lookup_role
 
 DROP_PORT = 511          # simple_switch's default drop port (egress_spec after mark_to_drop)
 _AGG, _IPV4, _ERROR, _L2 = parser.AGG, parser.IPV4, parser.ERROR, parser.L2
@@ -40,12 +41,13 @@ class Pipeline:
         self.register_arrays.update(sparse.make_state())
         self.counter_arrays = {self.stats.name: self.stats}
         self.drop_sim = DropSim(self.stats, seed)
+        self.agg_job = job_table()               # JobRole: one lookup for both pipelines
         self.aggregate = Aggregate(self.register_arrays, self.stats)
         self.sparse = sparse.Sparse(self.register_arrays, self.stats)
         self.forward = Forward()
         self.mc = Multicast()
         self.tables = {t.name: t for t in (
-            self.drop_sim.ingress_table, self.aggregate.agg_job, self.sparse.sp_job, self.forward.ipv4_lpm,
+            self.drop_sim.ingress_table, self.agg_job, self.forward.ipv4_lpm,
             self.forward.l2_exact, self.drop_sim.egress_table, self.aggregate.agg_reply)}
         self.registers = {name: reg.data for name, reg in self.register_arrays.items()}
         self.counters = {name: c.packets for name, c in self.counter_arrays.items()}
@@ -72,10 +74,14 @@ class Pipeline:
             return []
         ptype = parser.parse(frame)
         if ptype == _AGG:
-            if frame[FLAGS_OFF] & _SPARSE:
-                decision = self.sparse.ingress(ingress_port, frame)
+            role = lookup_role(self.agg_job, ingress_port, frame)
+            if role is None:                   # agg_reject (job.p4)
+                self.stats.count(STAT_REJECT, len(frame))
+                return []
+            if role[-1] & _SPARSE:
+                decision = self.sparse.ingress(ingress_port, frame, role)
             else:
-                decision = self.aggregate.ingress(ingress_port, frame)
+                decision = self.aggregate.ingress(ingress_port, frame, role)
         elif ptype == _IPV4:
             decision = self.forward.ipv4(frame)
         elif ptype == _ERROR:

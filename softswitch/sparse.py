@@ -2,8 +2,8 @@
 
 Packets flagged AGG_FLAG_SPARSE take this path instead of softswitch.aggregate;
 the semantics are docs/design.md's "Sparse pipeline", step for step with the
-P4 (same table sp_job, actions sp_child / sp_child_of / sp_from_parent,
-registers sp_*).  A block m is complete once m is below the minimum of the
+P4 (the same agg_job entry, looked up once by the pipeline for both paths in
+roles.py; registers sp_*).  A block m is complete once m is below the minimum of the
 next blocks the switch's children announced: nobody will send for m any more.
 
 Why memoryviews: the per-slot scalars (block, bitmap, done, ...) and the
@@ -23,11 +23,10 @@ import struct
 import numpy as np
 
 from ground import wire
-from softswitch.aggregate import (BE_U32, DATA_END, DATA_OFF, FLAGS_OFF, STAT_COMPLETE, STAT_CONTRIB,
-                                  STAT_DUP_DROP, STAT_DUP_REPLY, STAT_DUP_UP, STAT_REJECT, UDP_CSUM)
+from softswitch.aggregate import (BE_U32, DATA_OFF, FLAGS_OFF, STAT_COMPLETE, STAT_CONTRIB, STAT_DUP_DROP,
+                                  STAT_DUP_REPLY, STAT_DUP_UP, UDP_CSUM, emit)
 from softswitch.forward import NORMAL, RESULT
 from softswitch.registers import CounterArray, RegisterArray
-from softswitch.roles import job_table, lookup_role
 
 K, SLOTS, MAX_WORKERS, NONE = wire.K, wire.SLOTS, wire.MAX_WORKERS, wire.NEXT_NONE
 FLAG_RESULT = wire.FLAG_RESULT
@@ -36,11 +35,10 @@ FLAG_ACK = wire.CONST["AGG_FLAG_ACK"]
 STAT_SP_HOLD = wire.CONST["STAT_SP_HOLD"]
 assert wire.FIELD_NAMES == ("job", "tree", "epoch", "flags", "ver", "slot", "worker", "exp",
                             "block", "next_block")
-_HEAD = struct.Struct("!BBBBHBBII")      # job tree epoch flags ver|slot worker exp block next
+_TAIL = struct.Struct("!BII")            # exp block next_block
 _NEXT = struct.Struct("!I")
 EXP_OFF = wire.AGG_OFFSET + 7
 NEXT_OFF = wire.AGG_OFFSET + 12
-SP_CHILD, SP_CHILD_OF, SP_FROM_PARENT, SP_REJECT = "sp_child", "sp_child_of", "sp_from_parent", "sp_reject"
 
 # name -> (width, size); the order is sparse.p4's
 REGISTERS = {
@@ -57,20 +55,14 @@ def make_state() -> dict[str, RegisterArray]:
 
 
 def _emit(frame: bytes, lanes, e: int, n: int, flags: int) -> bytearray:
-    """The packet leaving with the stored/summed lanes, exponent e, next block n and `flags`
-    (RESULT set for results, clear for a partial going up); UDP checksum 0 either way."""
-    buf = bytearray(frame)
-    buf[DATA_OFF:DATA_END] = lanes.astype(BE_U32).tobytes()
-    buf[FLAGS_OFF] = flags
-    buf[EXP_OFF] = e
+    """aggregate.emit, plus the round's next block n."""
+    buf = emit(frame, lanes, e, flags)
     _NEXT.pack_into(buf, NEXT_OFF, n)
-    buf[UDP_CSUM] = buf[UDP_CSUM + 1] = 0
     return buf
 
 
 class Sparse:
     def __init__(self, registers: dict[str, RegisterArray], stats: CounterArray):
-        self.sp_job = job_table("sp_job", SP_CHILD, SP_CHILD_OF, SP_FROM_PARENT, SP_REJECT)
         self.values = registers["sp_values"].data
         mv = {name: memoryview(registers[name].data) for name in REGISTERS if name != "sp_values"}
         self.block, self.bitmap, self.final = mv["sp_block"], mv["sp_bitmap"], mv["sp_final"]
@@ -79,15 +71,11 @@ class Sparse:
         self.next, self.exp_next = mv["sp_next"], mv["sp_exp_next"]
         self.stats = stats
 
-    def ingress(self, port: int, frame: bytes):
-        """One valid sparse agg packet; (frame, egress_spec, mcast_grp, kind) or None = drop."""
-        job, tree, epoch, flags, vs, _worker, pexp, m, pnext = _HEAD.unpack_from(frame, wire.AGG_OFFSET)
-        role = lookup_role(self.sp_job, (job, tree, epoch, port), vs, flags,
-                           SP_CHILD, SP_CHILD_OF, SP_FROM_PARENT)
-        if role is None:
-            self.stats.count(STAT_REJECT, len(frame))    # see sparse.p4
-            return None
-        child, fan_in, mgrp, parent, r, o = role
+    def ingress(self, port: int, frame: bytes, role: tuple):
+        """One sparse agg packet whose agg_job `role` (roles.lookup_role) was found;
+        (frame, egress_spec, mcast_grp, kind) or None = drop."""
+        child, fan_in, mgrp, parent, r, o, flags = role
+        pexp, m, pnext = _TAIL.unpack_from(frame, EXP_OFF)
         every = (1 << fan_in) - 1 if fan_in < MAX_WORKERS else 0xFFFFFFFF
         if parent is None:
             return self._from_parent(frame, r, m, mgrp, flags, pexp, pnext, every)

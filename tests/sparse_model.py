@@ -117,7 +117,7 @@ def pipeline_after_epoch(old, n: int, epoch: int):
     from softswitch.pipeline import Pipeline
 
     new = Pipeline()
-    for cmd in star_commands(n, epoch=epoch, sparse=True):
+    for cmd in star_commands(n, epoch=epoch):
         new.command(cmd)
     src, dst, every, K = old.registers, new.registers, (1 << n) - 1, wire.K
     for r in range(2 * wire.SLOTS):
@@ -143,6 +143,6 @@ def sparse_net(n: int, backend: str = "model", **kwargs) -> FakeNet:
     from softswitch.pipeline import Pipeline
 
     pipeline = Pipeline(seed=kwargs.get("seed", 0))
-    for cmd in star_commands(n, sparse=True):
+    for cmd in star_commands(n):
         pipeline.command(cmd)
     return FakeNet(n, backend="pipeline", pipeline=pipeline, **kwargs)

@@ -2,7 +2,7 @@
 
 Why both back-ends: "model" is tests/sparse_model.py, written from the
 contract's text; "pipeline" is softswitch.Pipeline (real frames, CLI-programmed
-sp_job entries).  Each scenario must be exact on both, so the agent, the
+agg_job entries, shared with the dense pipeline).  Each scenario must be exact on both, so the agent, the
 contract and the software switch agree.  Loss is the exception, see
 test_hosts_sparse_loss.py.
 """
@@ -27,7 +27,7 @@ def _pipeline_has_sparse() -> bool:
         from softswitch.pipeline import Pipeline
     except ImportError:
         return False
-    return "sp_job" in Pipeline().tables
+    return "sp_values" in Pipeline().registers
 
 
 NEEDS_PIPELINE = pytest.mark.skipif(not _pipeline_has_sparse(),
@@ -208,9 +208,8 @@ def test_progress_and_trees():
     from tests.fakenet import FakeNet
 
     pipeline = Pipeline(seed=0)
-    for cmd in star_commands(n, tree=1, sparse=True) + [
-            f"table_add {t} {a} 0 3 0 {i + 1} => {i} {n} 1 {4 if t == 'agg_job' else 4}"
-            for t, a in (("agg_job", "agg_child"), ("sp_job", "sp_child")) for i in range(n)]:
+    for cmd in star_commands(n, tree=1) + [
+            f"table_add agg_job agg_child 0 3 0 {i + 1} => {i} {n} 1 4" for i in range(n)]:
         pipeline.command(cmd)
     net = FakeNet(n, backend="pipeline", pipeline=pipeline)
     net.record = True

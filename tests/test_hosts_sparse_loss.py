@@ -22,7 +22,7 @@ K = wire.K
 
 def sparse_pipeline(n: int, job: int = 0) -> Pipeline:
     p = Pipeline(seed=0)
-    for cmd in star_commands(n, job, sparse=True):
+    for cmd in star_commands(n, job):
         p.command(cmd)
     return p
 

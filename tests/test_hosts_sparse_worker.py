@@ -32,7 +32,7 @@ def serve(sock, n, stop):
     from softswitch.pipeline import Pipeline
 
     pipeline, port = Pipeline(seed=0), sock.getsockname()[1]
-    for cmd in star_commands(n, sparse=True):
+    for cmd in star_commands(n):
         pipeline.command(cmd)
     sock.settimeout(0.05)
     while not stop.is_set():

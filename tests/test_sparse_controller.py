@@ -1,7 +1,7 @@
 """Controller side of the sparse pipeline on a two-level tree of software switches.
 
-Why: sp_job entries, the reset list and the sparse preload only make sense together with
-the data plane. A leaf-spine (spine s1 = root, leaves l1/l2 with two workers each) runs
+Why: the agg_job entries (shared with the dense pipeline), the reset list, the carry and the
+sparse preload only make sense together with the data plane. A leaf-spine (spine s1 = root, leaves l1/l2 with two workers each) runs
 real sparse rounds through in-process Pipelines; then the tree moves to a new epoch and a
 lagging worker's probe must still get the round it missed, through the new tree.
 """
@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from ground import wire
-from controller import failover, sparse_failover, topologies, tree_install, trees
+from ground.runspec import ALGORITHMS
+from controller import carry, failover, sparse_failover, topologies, tree_install, trees
 from controller.addressing import assign_addresses
 from controller.topology import neighbor_on_port, port
 from tests.conformance.frames import build
@@ -73,16 +74,21 @@ def run_two_rounds(net: Net) -> None:
     assert list(done["h2"][0]["values"][:2]) == [0, 30]
 
 
-def test_sp_job_twins_agg_job_and_freeze_removes_both(net):
+def test_one_agg_job_entry_per_tree_port_and_freeze_removes_them(net):
     inst = net.install(epoch=0)
-    for sw, client in net.clients.items():
-        tables = client.pipeline.tables
-        dense = sorted((key, action.replace("agg_", "sp_"), params)
-                       for _h, key, action, params in tables["agg_job"].entries())
-        sparse = sorted((key, action, params) for _h, key, action, params in tables["sp_job"].entries())
-        assert sparse == dense and len(sparse) >= 2, sw
-    assert tree_install.freeze(net.clients, inst) == 2 * (2 + 3 + 3)
-    assert all(len(c.pipeline.tables[t]) == 0 for c in net.clients.values() for t in ("agg_job", "sp_job"))
+    got = {sw: sorted((key, action, params) for _h, key, action, params in c.pipeline.tables["agg_job"].entries())
+           for sw, c in net.clients.items()}
+    # s1 is the root: its leaves' ports get agg_child; each leaf gets agg_child_of for its
+    # two workers (parent port = the port to s1) and agg_from_parent on that port; one
+    # entry each, which the sparse rounds of run_two_rounds use as well as the dense ones
+    assert sorted(a for _k, a, _p in got["s1"]) == ["agg_child"] * 2
+    for leaf in ("l1", "l2"):
+        up = port(net.g, leaf, "s1")
+        assert sorted(a for _k, a, _p in got[leaf]) == ["agg_child_of"] * 2 + ["agg_from_parent"]
+        assert all(p[-1] == up for _k, a, p in got[leaf] if a == "agg_child_of")
+        assert [k[3] for k, a, _p in got[leaf] if a == "agg_from_parent"] == [up]
+    assert tree_install.freeze(net.clients, inst) == 2 + 3 + 3
+    assert all(len(c.pipeline.tables["agg_job"]) == 0 for c in net.clients.values())
 
 
 def test_reset_covers_every_sparse_register(net):
@@ -225,3 +231,37 @@ def test_placement_oldest_at_the_workers_newest_above_and_conflicts_reported():
     mixed = dict(roles, s1=SwitchRole("s1", 0, True, ["l1", "h5"], None))
     clash: list = []
     assert place(mixed, {"h5": 4, "h1": 12}, clash) == {"l1": 12, "s1": 4} and clash == ["s1"]
+
+
+def test_carry_is_chosen_by_the_algorithm_and_omnireduce_keeps_its_dense_lead_round(net):
+    """A switchml reroute carries the dense versions only; an omnireduce reroute carries
+    the sparse rounds and the dense lead rounds too (the sparse agent's lead round runs
+    on the dense pipeline), and a worker that lost its lead result is answered after."""
+    old = net.install(epoch=0)
+    run_two_rounds(net)                                  # sparse rounds on slot 0
+    for h in ("h1", "h2", "h3"):                         # dense lead round of slot 1
+        assert net.send(h, flags=0, slot=1, block=1, exp=130, values=[5]) == {}
+    assert sorted(net.send("h4", flags=0, slot=1, block=1, exp=131, values=[5])) == ["h1", "h2", "h3", "h4"]
+    tree_install.freeze(net.clients, old)
+    dense = carry.carry_for("switchml").snapshot(net.clients, old, [0, 0])
+    assert sorted(dense.dense) == [1] and dense.sparse is None and dense.slots == 1
+    both = carry.carry_for("omnireduce")
+    carried = both.snapshot(net.clients, old, [0, 0])
+    assert sorted(carried.dense) == [1] and carried.dense[1].values[0] == 20
+    assert carried.sparse.needs[0, 1] == {"h1": 4, "h2": 4, "h3": 4, "h4": 4}
+    assert carried.slots == 1 + len(carried.sparse.needs)
+    failover.reset(net.clients, net.clients)
+    new = net.install(epoch=1)
+    both.preload(net.clients, new, [0, 0], carried)
+    got = net.send("h2", epoch=1, flags=wire.FLAG_RETX, slot=1, block=1, exp=130, values=[5])
+    # the leaf sends it up, the root answers from the preload, the leaf multicasts it down
+    assert sorted(got) == ["h1", "h2"] and got["h2"][0]["values"][0] == 20 and got["h2"][0]["exp"] == 131
+    got = net.send("h2", epoch=1, ver=1, block=4, next_block=8, exp=130, flags=SPARSE | wire.FLAG_RETX)
+    assert sorted(got) == ["h2"] and list(got["h2"][0]["values"][:2]) == [0, 30]
+
+
+def test_carry_for_an_unknown_algorithm_names_the_known_ones():
+    assert {a: type(carry.carry_for(a)).__name__ for a in ALGORITHMS} == {
+        "switchml": "DenseCarry", "omnireduce": "SparseCarry"}
+    with pytest.raises(ValueError, match="known: switchml, omnireduce"):
+        carry.carry_for("allgather")

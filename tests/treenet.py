@@ -121,7 +121,8 @@ class TreeNet:
         n = len(self.hosts)
         progress = [0.0] * n
         results: list = [None] * n
-        self.job.prepare(kwargs.get("window") or self.job.window)
+        self.job.prepare(kwargs.get("window") or self.job.window,
+                         "omnireduce" if kwargs.get("sparse") else "switchml")
 
         def work(rank: int) -> None:
             watcher = EpochFile(str(self.epoch_file))

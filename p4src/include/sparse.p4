@@ -1,7 +1,8 @@
 /* Block-sparse streaming aggregation, OmniReduce-style (docs/design.md,
  * "Sparse pipeline").  Packets with AGG_FLAG_SPARSE come here instead of
- * aggregate.p4; same header, own table, actions and registers (prefix sp_),
- * so a job can run dense lead rounds and sparse rounds side by side.
+ * aggregate.p4; same header and the same agg_job entry (job.p4's JobRole,
+ * applied before the branch), own registers (prefix sp_), so a job can run
+ * dense lead rounds and sparse rounds side by side.
  *
  * Why a block completes without everyone: each child announces the next
  * block it will contribute in this slot's column (sp_next); block m is
@@ -13,11 +14,11 @@
  * generated values.p4); children >= fan_in count as AGG_NEXT_NONE so unused
  * register cells never hold the minimum down.
  *
- * Roles as in aggregate.p4: sp_child at the tree's root (results are
- * multicast), sp_child_of at a non-root switch (a completed block goes up as
- * one contribution carrying the local minimum), sp_from_parent on the
- * parent port (the tree's result comes down).  Included after aggregate.p4:
- * uses its ROLE_* values, STAT_DUP_UP and the agg_stats counter.
+ * Roles as for the dense pipeline: agg_child at the tree's root (results are
+ * multicast), agg_child_of at a non-root switch (a completed block goes up as
+ * one contribution carrying the local minimum), agg_from_parent on the
+ * parent port (the tree's result comes down).  The verdict goes to job.p4's
+ * AggOut through meta.verdict, as in aggregate.p4.
  */
 #ifndef AGGLAB_SPARSE_P4
 #define AGGLAB_SPARSE_P4
@@ -34,19 +35,10 @@ register<bit<32>>(2 * AGG_SLOTS) sp_ack;        /* children done with the held r
 register<bit<32>>(AGG_SLOTS * AGG_MAX_WORKERS) sp_next;      /* child's announced next */
 register<bit<8>>(AGG_SLOTS * AGG_MAX_WORKERS) sp_exp_next;   /* its exponent           */
 
-/* First copy: add lane i; keep = 0 when this packet starts the round, which
- * turns the add into an overwrite (the round's values start at 0). */
-#define SP_ADD_LANE(i) \
-    sp_values.read(lane, base + i); \
-    lane = (lane & keep) + hdr.data.v##i; \
-    sp_values.write(base + i, lane); \
-    hdr.data.v##i = lane;
-
-#define SP_COPY_LANE(i) \
-    sp_values.read(hdr.data.v##i, base + i);
-
-#define SP_STORE_LANE(i) \
-    sp_values.write(base + i, hdr.data.v##i);
+/* keep = 0 when this packet starts the round: the add becomes an overwrite. */
+#define SP_ADD_LANE(i) LANE_ADD(sp_values, i)
+#define SP_COPY_LANE(i) LANE_COPY(sp_values, i)
+#define SP_STORE_LANE(i) LANE_STORE(sp_values, i)
 
 /* One child of the unrolled min: n = min next, e = max exponent among the
  * children whose next equals n (ties on n raise e, a smaller n resets it). */
@@ -64,8 +56,8 @@ register<bit<8>>(AGG_SLOTS * AGG_MAX_WORKERS) sp_exp_next;   /* its exponent    
 
 control Sparse(inout headers_t hdr, inout meta_t meta,
                inout standard_metadata_t standard_metadata) {
-    bit<32> idx;     /* slot_base + slot                  */
-    bit<32> r;       /* this slot-version                 */
+    bit<32> idx;     /* slot_base + slot (meta.slot_idx)  */
+    bit<32> r;       /* this slot-version (meta.r)        */
     bit<32> base;    /* first value lane of r             */
     bit<32> cbase;   /* first per-child cell of the slot  */
     bit<32> mask;    /* 1 << child                        */
@@ -86,223 +78,128 @@ control Sparse(inout headers_t hdr, inout meta_t meta,
     bit<32> all;     /* every child's bit                 */
     bit<1>  hold;
 
-    @name(".sp_child")
-    action sp_child(bit<8> child, bit<8> fan_in, bit<16> mgrp, bit<16> slot_base) {
-        meta.role = ROLE_ROOT;
-        meta.child = child;
-        meta.fan_in = fan_in;
-        meta.mgrp = mgrp;
-        meta.slot_base = slot_base;
-    }
-
-    @name(".sp_child_of")
-    action sp_child_of(bit<8> child, bit<8> fan_in, bit<16> mgrp, bit<16> slot_base,
-                       port_t parent_port) {
-        meta.role = ROLE_INNER;
-        meta.child = child;
-        meta.fan_in = fan_in;
-        meta.mgrp = mgrp;
-        meta.slot_base = slot_base;
-        meta.parent_port = parent_port;
-    }
-
-    @name(".sp_from_parent")
-    action sp_from_parent(bit<8> fan_in, bit<16> mgrp, bit<16> slot_base) {
-        meta.role = ROLE_PARENT;
-        meta.child = 0;
-        meta.fan_in = fan_in;
-        meta.mgrp = mgrp;
-        meta.slot_base = slot_base;
-    }
-
-    @name(".sp_reject")
-    action sp_reject() {
-        meta.role = ROLE_NONE;
-        mark_to_drop(standard_metadata);
-        agg_stats.count(STAT_REJECT);
-    }
-
-    @name(".sp_job")
-    table sp_job {
-        key = {
-            hdr.agg.job: exact;
-            hdr.agg.tree: exact;
-            hdr.agg.epoch: exact;
-            standard_metadata.ingress_port: exact;
-        }
-        actions = { sp_child; sp_child_of; sp_from_parent; sp_reject; }
-        default_action = sp_reject();
-        size = 4096;
-    }
-
-    action mark_result() {
-        hdr.agg.flags = hdr.agg.flags | AGG_FLAG_RESULT;
-        meta.is_result = 1;
-    }
-
-    /* A non-root's completed block travels up as an ordinary contribution. */
-    action send_up() {
-        hdr.agg.flags = hdr.agg.flags & ~(bit<8>)AGG_FLAG_RESULT;
-        hdr.udp.checksum = 0;
-        standard_metadata.egress_spec = meta.parent_port;
-    }
-
     apply {
-        sp_job.apply();
-        idx = (bit<32>)meta.slot_base + (bit<32>)hdr.agg.slot;
-        if (meta.role == ROLE_NONE) {
-            /* sp_reject already dropped and counted */
-        } else if (idx >= AGG_SLOTS || meta.child >= AGG_MAX_WORKERS ||
-                   (meta.role == ROLE_PARENT && (hdr.agg.flags & AGG_FLAG_RESULT) == 0)) {
-            sp_reject();   /* as in aggregate.p4: never spill into other slots */
+        idx = meta.slot_idx;
+        r = meta.r;
+        o = meta.o;
+        base = r * AGG_K;
+        if (meta.fan_in >= AGG_MAX_WORKERS) {
+            all = 32w0xFFFFFFFF;
         } else {
-            r = (bit<32>)hdr.agg.ver * AGG_SLOTS + idx;
-            base = r * AGG_K;
-            if (meta.fan_in >= AGG_MAX_WORKERS) {
-                all = 32w0xFFFFFFFF;
-            } else {
-                all = ((bit<32>)1 << meta.fan_in) - 1;
-            }
-            if (meta.role == ROLE_PARENT) {
-                @atomic {
-                    sp_block.read(blk, r);
-                    sp_bitmap.read(bm, r);
-                    sp_ack.read(ack, r);
-                    if (bm != 0 && blk == hdr.agg.block) {
-                        AGG_FOR_EACH_VALUE(SP_STORE_LANE)
-                        sp_exp.write(r, hdr.agg.exp);
-                        sp_rnext.write(r, hdr.agg.next_block);
-                        sp_final.write(r, 1);
-                        mark_result();
-                        standard_metadata.mcast_grp = meta.mgrp;
-                    } else if (blk < hdr.agg.block && (bm == 0 || ack == all)) {
-                        /* A round this subtree had no data for: adopt the
-                         * tree's result (its held round is older and done). */
-                        AGG_FOR_EACH_VALUE(SP_STORE_LANE)
-                        sp_block.write(r, hdr.agg.block);
-                        sp_bitmap.write(r, all);
-                        sp_ack.write(r, 0);
-                        sp_exp.write(r, hdr.agg.exp);
-                        sp_rnext.write(r, hdr.agg.next_block);
-                        sp_done.write(r, 1);
-                        sp_final.write(r, 1);
-                        mark_result();
-                        standard_metadata.mcast_grp = meta.mgrp;
-                    } else {
-                        mark_to_drop(standard_metadata);   /* stale, or held back */
-                        agg_stats.count(STAT_SP_HOLD);
-                    }
-                }
-            } else {
-                cbase = idx * AGG_MAX_WORKERS;
-                mask = (bit<32>)1 << meta.child;
-                if (hdr.agg.ver == 0) {
-                    o = AGG_SLOTS + idx;
+            all = ((bit<32>)1 << meta.fan_in) - 1;
+        }
+        if (meta.role == ROLE_PARENT) {
+            @atomic {
+                sp_block.read(blk, r);
+                sp_bitmap.read(bm, r);
+                sp_ack.read(ack, r);
+                if (bm != 0 && blk == hdr.agg.block) {
+                    AGG_FOR_EACH_VALUE(SP_STORE_LANE)
+                    sp_exp.write(r, hdr.agg.exp);
+                    sp_rnext.write(r, hdr.agg.next_block);
+                    sp_final.write(r, 1);
+                    meta.verdict = OUT_MCAST;
+                } else if (blk < hdr.agg.block && (bm == 0 || ack == all)) {
+                    /* A round this subtree had no data for: adopt the
+                     * tree's result (its held round is older and done). */
+                    AGG_FOR_EACH_VALUE(SP_STORE_LANE)
+                    sp_block.write(r, hdr.agg.block);
+                    sp_bitmap.write(r, all);
+                    sp_ack.write(r, 0);
+                    sp_exp.write(r, hdr.agg.exp);
+                    sp_rnext.write(r, hdr.agg.next_block);
+                    sp_done.write(r, 1);
+                    sp_final.write(r, 1);
+                    meta.verdict = OUT_MCAST;
                 } else {
-                    o = idx;
+                    agg_stats.count(STAT_SP_HOLD);   /* stale, or held back: dropped */
                 }
-                @atomic {
-                    sp_block.read(blk, r);
-                    sp_bitmap.read(bm, r);
-                    if (bm != 0 && blk > hdr.agg.block) {
-                        mark_to_drop(standard_metadata);   /* stale: touches nothing */
-                        agg_stats.count(STAT_SP_HOLD);
+            }
+        } else {
+            cbase = idx * AGG_MAX_WORKERS;
+            mask = (bit<32>)1 << meta.child;
+            @atomic {
+                sp_block.read(blk, r);
+                sp_bitmap.read(bm, r);
+                if (bm != 0 && blk > hdr.agg.block) {
+                    agg_stats.count(STAT_SP_HOLD);       /* stale: touches nothing, dropped */
+                } else {
+                    /* A packet for block m tells: its sender is done with
+                     * every round below m (an ACK also with round m). */
+                    sp_block.read(oblk, o);
+                    sp_bitmap.read(obm, o);
+                    if (obm != 0 && oblk < hdr.agg.block) {
+                        sp_ack.read(ack, o);
+                        sp_ack.write(o, ack | mask);
+                    }
+                    sp_ack.read(ack, r);
+                    if (bm != 0 && (blk < hdr.agg.block ||
+                                    (blk == hdr.agg.block && (hdr.agg.flags & AGG_FLAG_ACK) != 0))) {
+                        ack = ack | mask;
+                        sp_ack.write(r, ack);
+                    }
+                    if ((hdr.agg.flags & AGG_FLAG_ACK) != 0) {
+                        sp_final.read(fin, r);
+                        if (meta.role == ROLE_INNER && bm != 0 && blk == hdr.agg.block &&
+                            fin == 1 && ack == all) {
+                            meta.verdict = OUT_UP;          /* the whole subtree is done */
+                        }
                     } else {
-                        /* A packet for block m tells: its sender is done with
-                         * every round below m (an ACK also with round m). */
-                        sp_block.read(oblk, o);
-                        sp_bitmap.read(obm, o);
-                        if (obm != 0 && oblk < hdr.agg.block) {
-                            sp_ack.read(ack, o);
-                            sp_ack.write(o, ack | mask);
-                        }
-                        sp_ack.read(ack, r);
-                        if (bm != 0 && (blk < hdr.agg.block ||
-                                        (blk == hdr.agg.block && (hdr.agg.flags & AGG_FLAG_ACK) != 0))) {
-                            ack = ack | mask;
-                            sp_ack.write(r, ack);
-                        }
-                        if ((hdr.agg.flags & AGG_FLAG_ACK) != 0) {
-                            sp_final.read(fin, r);
-                            if (meta.role == ROLE_INNER && bm != 0 && blk == hdr.agg.block &&
-                                fin == 1 && ack == all) {
-                                send_up();                 /* the whole subtree is done */
+                        keep = 32w0xFFFFFFFF;
+                        hold = 0;
+                        if (bm == 0 || blk != hdr.agg.block) {
+                            if (bm != 0 && ack != all) {
+                                /* a child still needs the held round */
+                                hold = 1;
                             } else {
-                                mark_to_drop(standard_metadata);
+                                sp_block.write(r, hdr.agg.block);
+                                sp_done.write(r, 0);
+                                sp_final.write(r, 0);
+                                sp_ack.write(r, 0);
+                                bm = 0;
+                                keep = 0;
+                            }
+                        }
+                        sp_final.read(fin, r);
+                        if (hold == 1) {
+                            agg_stats.count(STAT_SP_HOLD);
+                        } else if ((bm & mask) != 0 || (meta.role == ROLE_INNER && fin == 1)) {
+                            sp_done.read(done, r);
+                            if (done == 0) {
+                                agg_stats.count(STAT_DUP_DROP);
+                            } else {
+                                AGG_FOR_EACH_VALUE(SP_COPY_LANE)
+                                sp_exp.read(hdr.agg.exp, r);
+                                sp_rnext.read(hdr.agg.next_block, r);
+                                meta.fin = fin;
+                                meta.verdict = OUT_DUP;
                             }
                         } else {
-                            keep = 32w0xFFFFFFFF;
-                            hold = 0;
-                            if (bm == 0 || blk != hdr.agg.block) {
-                                if (bm != 0 && ack != all) {
-                                    /* a child still needs the held round */
-                                    hold = 1;
-                                } else {
-                                    sp_block.write(r, hdr.agg.block);
-                                    sp_done.write(r, 0);
-                                    sp_final.write(r, 0);
-                                    sp_ack.write(r, 0);
-                                    bm = 0;
-                                    keep = 0;
-                                }
-                            }
-                            sp_final.read(fin, r);
-                            if (hold == 1) {
-                                mark_to_drop(standard_metadata);
-                                agg_stats.count(STAT_SP_HOLD);
-                            } else if ((bm & mask) != 0 || (meta.role == ROLE_INNER && fin == 1)) {
-                                sp_done.read(done, r);
-                                if (done == 0) {
-                                    mark_to_drop(standard_metadata);
-                                    agg_stats.count(STAT_DUP_DROP);
-                                } else {
-                                    AGG_FOR_EACH_VALUE(SP_COPY_LANE)
-                                    sp_exp.read(hdr.agg.exp, r);
-                                    sp_rnext.read(hdr.agg.next_block, r);
-                                    if (meta.role == ROLE_ROOT || fin == 1) {
-                                        mark_result();
-                                        standard_metadata.egress_spec = standard_metadata.ingress_port;
-                                        agg_stats.count(STAT_DUP_REPLY);
-                                    } else {
-                                        send_up();
-                                        agg_stats.count(STAT_DUP_UP);
-                                    }
-                                }
+                            sp_bitmap.write(r, bm | mask);
+                            AGG_FOR_EACH_VALUE(SP_ADD_LANE)
+                            sp_next.write(cbase + (bit<32>)meta.child, hdr.agg.next_block);
+                            sp_exp_next.write(cbase + (bit<32>)meta.child, hdr.agg.exp);
+                            agg_stats.count(STAT_CONTRIB);
+                            sp_done.read(done, r);
+                            if (done == 1) {
+                                /* a probe after completion: the round's next and
+                                 * exponent stay what they were (later announcements
+                                 * must not make a lagging worker skip a round) */
+                                sp_rnext.read(n, r);
+                                sp_exp.read(e, r);
                             } else {
-                                sp_bitmap.write(r, bm | mask);
-                                AGG_FOR_EACH_VALUE(SP_ADD_LANE)
-                                sp_next.write(cbase + (bit<32>)meta.child, hdr.agg.next_block);
-                                sp_exp_next.write(cbase + (bit<32>)meta.child, hdr.agg.exp);
-                                agg_stats.count(STAT_CONTRIB);
-                                sp_done.read(done, r);
-                                if (done == 1) {
-                                    /* a probe after completion: the round's next and
-                                     * exponent stay what they were (later announcements
-                                     * must not make a lagging worker skip a round) */
-                                    sp_rnext.read(n, r);
-                                    sp_exp.read(e, r);
-                                } else {
-                                    n = AGG_NEXT_NONE;
-                                    e = 0;
-                                    AGG_FOR_EACH_CHILD(SP_MIN_CHILD)
-                                }
-                                if (hdr.agg.block < n) {
-                                    hdr.agg.next_block = n;
-                                    hdr.agg.exp = e;
-                                    sp_rnext.write(r, n);
-                                    sp_exp.write(r, e);
-                                    sp_done.write(r, 1);
-                                    agg_stats.count(STAT_COMPLETE);
-                                    if (meta.role == ROLE_ROOT) {
-                                        sp_final.write(r, 1);
-                                        mark_result();
-                                        standard_metadata.mcast_grp = meta.mgrp;
-                                    } else {
-                                        send_up();
-                                    }
-                                } else {
-                                    mark_to_drop(standard_metadata);
-                                }
+                                n = AGG_NEXT_NONE;
+                                e = 0;
+                                AGG_FOR_EACH_CHILD(SP_MIN_CHILD)
+                            }
+                            if (hdr.agg.block < n) {
+                                hdr.agg.next_block = n;
+                                hdr.agg.exp = e;
+                                sp_rnext.write(r, n);
+                                sp_exp.write(r, e);
+                                sp_done.write(r, 1);
+                                sp_final.write(r, FINAL_AT_ROOT);
+                                meta.verdict = OUT_DONE;
                             }
                         }
                     }

@@ -1,0 +1,91 @@
+"""The reroute carry: what a job keeps of a running allreduce across a tree change.
+
+Why one interface: a reroute (controller/job.py) always runs freeze, snapshot of the
+old tree, reset, install, preload of the new tree; only what the snapshot looks for
+and where the preload puts it depends on the pipeline the allreduce uses. So the job
+holds one Carry, chosen by the allreduce algorithm with `carry_for`, and calls
+snapshot/preload without knowing which:
+
+- DenseCarry (switchml): per slot the version the old root completed
+  (controller/failover.py).
+- SparseCarry (omnireduce): every round some worker may still need, wherever in the
+  old tree it is held (controller/sparse_failover.py), plus the dense carry, because
+  the sparse agent's lead round runs on the dense pipeline (hosts/sparse_agent.py)
+  and a reroute may land while some slots are still in it.
+
+A dense allreduce thus no longer reads every switch's sparse registers on a reroute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from controller import failover, sparse_failover
+from controller.switch_client import SwitchClient
+from controller.tree_install import Installation
+
+
+@dataclass
+class Carried:
+    """A snapshot: the dense versions (slot -> failover.CompletedVersion) and, for the
+    sparse pipeline, the rounds held in the old tree (sparse_failover.HeldRounds)."""
+    dense: dict = field(default_factory=dict)
+    sparse: sparse_failover.HeldRounds | None = None
+
+    @property
+    def slots(self) -> int:
+        """Slot versions carried (the figure the job reports as preloaded)."""
+        return len(self.dense) + (len(self.sparse) if self.sparse else 0)
+
+    @property
+    def conflicts(self) -> list:
+        """(slot, ver, switch) where the sparse placement could not hold every round."""
+        return self.sparse.conflicts if self.sparse else []
+
+
+class Carry(Protocol):
+    algorithm: str
+
+    def snapshot(self, clients: dict[str, SwitchClient], old: Installation,
+                 tree_of_slot: list[int]) -> Carried:
+        """Read, after the freeze, what the old tree holds that a worker may still need."""
+
+    def preload(self, clients: dict[str, SwitchClient], new: Installation, tree_of_slot: list[int],
+                carried: Carried) -> int:
+        """Write it into the new tree (after the reset and install); register cells written."""
+
+
+class DenseCarry:
+    algorithm = "switchml"
+
+    def snapshot(self, clients, old, tree_of_slot) -> Carried:
+        return Carried(dense=failover.snapshot(clients, old, tree_of_slot))
+
+    def preload(self, clients, new, tree_of_slot, carried: Carried) -> int:
+        return failover.preload(clients, new, tree_of_slot, carried.dense)
+
+
+class SparseCarry(DenseCarry):
+    algorithm = "omnireduce"
+
+    def snapshot(self, clients, old, tree_of_slot) -> Carried:
+        carried = super().snapshot(clients, old, tree_of_slot)       # the lead rounds
+        carried.sparse = sparse_failover.sparse_snapshot(clients, old, tree_of_slot)
+        return carried
+
+    def preload(self, clients, new, tree_of_slot, carried: Carried) -> int:
+        writes = super().preload(clients, new, tree_of_slot, carried)
+        return writes + sparse_failover.sparse_preload(clients, new, tree_of_slot, carried.sparse)
+
+
+CARRIES = {c.algorithm: c for c in (DenseCarry, SparseCarry)}
+
+
+def carry_for(algorithm: str) -> Carry:
+    """The carry of an allreduce algorithm (ground.runspec.ALGORITHMS)."""
+    try:
+        return CARRIES[algorithm]()
+    except KeyError:
+        raise ValueError(f"no reroute carry for algorithm {algorithm!r}; "
+                         f"known: {', '.join(CARRIES)}") from None

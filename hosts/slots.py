@@ -1,0 +1,267 @@
+"""What every allreduce agent does per slot: blocks, versions, timers, control, the loop.
+
+Why a shared base: the dense agent (hosts/agent.py) and the sparse agent
+(hosts/sparse_agent.py) cut the array the same way, walk S slots, keep one timer per
+slot with the same RTO and backoff (hosts/rto.py), sample latencies by the same rule,
+follow the controller's epoch file the same way and assemble the result alike; they
+differ only in what a slot sends next and which results it accepts. SlotRun holds the
+common part; a subclass implements
+
+    send_round(s, now)   first packet of slot s's current round (and arm its timer)
+    resend(s, now)       the slot's retransmission
+    on_payload(p, now)   handle one received payload; True if it made progress
+    is_open(s)           slot s still has rounds to go
+    timeout_message(idle)
+
+Versions: round 0 of slot s (the lead round, on the dense pipeline for both agents)
+uses version v0[s]; v0 is kept per transport and job across calls (see hosts/agent.py)
+with `version_store`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+import weakref
+
+import numpy as np
+
+from ground import wire
+from hosts import quantization as qz
+from hosts.consistency import DTYPES, lead_lanes
+from hosts.codec import BE, EXP, FLAGS, JOB, PAYLOAD_BYTES, SLOT, WORKER, unpack
+from hosts.diagnostics import AllreduceTimeout, NetworkPartitionError
+from hosts.protocol import HeaderPacker
+from hosts.rto import RtoEstimator, backoff
+
+K = wire.K
+DEFAULT_WINDOW = 128
+CONTROL_POLL = 0.005
+# transport -> {job: per-slot version of the next round 0}
+LEAD_VERSIONS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def check_call(array, rank: int, workers: int, window: int | None):
+    """Argument checks shared by the dense and the sparse agent: (array, window)."""
+    arr = np.asarray(array)
+    if arr.dtype not in DTYPES:
+        raise TypeError(f"allreduce supports {[str(d) for d in DTYPES]}, got {arr.dtype}")
+    if not 1 <= workers <= wire.MAX_WORKERS or not 0 <= rank < workers:
+        raise ValueError(f"need 1 <= workers <= {wire.MAX_WORKERS} and 0 <= rank < workers, "
+                         f"got workers={workers} rank={rank}")
+    window = DEFAULT_WINDOW if window is None else window
+    if not 1 <= window <= wire.SLOTS:
+        raise ValueError(f"window {window} outside 1..{wire.SLOTS} (AGG_SLOTS)")
+    return arr, window
+
+
+def version_store(registry: "weakref.WeakKeyDictionary", transport) -> dict:
+    """{job: per-slot versions} kept for `transport` in `registry` (a fresh dict if the
+    transport cannot be weakly referenced: then nothing outlives the call)."""
+    try:
+        return registry.setdefault(transport, {})
+    except TypeError:
+        return {}
+
+
+def slot_versions(store: dict, job: int, S: int) -> list[int]:
+    return store.setdefault(job, np.zeros(wire.SLOTS, np.uint8))[:S].tolist()
+
+
+def save_versions(store: dict, job: int, versions) -> None:
+    state = store.setdefault(job, np.zeros(wire.SLOTS, np.uint8))
+    state[:len(versions)] = versions
+
+
+class SlotRun:
+    """State of one allreduce; `run()` is the single-threaded event loop."""
+
+    def __init__(self, arr, transport, rank, n, job, tree, epoch, window, timeout, give_up,
+                 tree_of_slot, control, on_progress, stats_type):
+        self.shape, self.dtype, self.tx, self.rank, self.n = arr.shape, arr.dtype, transport, rank, n
+        self.job, self.epoch, self.give_up = job, epoch, give_up
+        self.control, self.on_progress, self.done = control, on_progress, 0
+        self.length = arr.size
+        self.nblocks = nb = -(-self.length // K)
+        self.S = S = min(window, max(nb, 1))
+        padded = np.zeros(nb * K, dtype=arr.dtype)
+        padded[:self.length] = arr.reshape(-1)
+        self.is_float = arr.dtype == np.float32
+        if self.is_float:
+            self.blocks = padded.reshape(nb, K).astype(np.float64)
+            self.exps = qz.biased_exponents(self.blocks).tolist() + [0] * S
+            self.ftable = [0.0] + [qz.scale(b - wire.EXP_BIAS, n) for b in range(1, 256)]
+            self.limit = qz.INT32_MAX // n
+            self.used_exp = np.zeros(nb, dtype=np.uint8)
+        else:
+            self.raw = padded.astype(BE).tobytes()
+            self.exps = [0] * (nb + S)
+        self.sums = np.zeros((nb, K), dtype=np.int32)
+        self.agreed = [0] * S                   # agreed biased exponent for the next round
+        self.packet: list = [None] * S          # (header fields, body) per slot, for retransmission
+        self.sent_at, self.last_sent = [0.0] * S, [0.0] * S
+        self.tries, self.seq = [0] * S, [0] * S
+        self.timers: list[tuple[float, int, int]] = []
+        self.parked: list[int] = []             # slots whose timer waits for a first result
+        self.rtt = RtoEstimator(timeout)
+        self.stats = stats_type(blocks=nb, slots=S)
+        self.trees = self.parse_trees(tree_of_slot) if tree_of_slot else [tree] * S
+        self.hdr = HeaderPacker(job=job, worker=rank)
+        self.retx_hdr = HeaderPacker(job=job, worker=rank, flags=wire.FLAG_RETX)
+        self.versions = version_store(LEAD_VERSIONS, transport)
+        self.v0 = slot_versions(self.versions, job, S)
+        self.rounds = [1] * S                   # rounds per slot on the v0 alternation (sparse: the lead)
+        self.zero_body = bytes(wire.DATA_BYTES)
+        self.lead0 = lead_lanes(length=self.length, window=S, dtype=arr.dtype).astype(BE).tobytes()
+
+    def parse_trees(self, tree_of_slot) -> list[int]:
+        trees = [int(t) for t in tree_of_slot]
+        if len(trees) < self.S or not all(0 <= t < 256 for t in trees[:self.S]):
+            raise ValueError(f"tree_of_slot needs {self.S} tree ids in 0..255, got {tree_of_slot!r}")
+        return trees[:self.S]
+
+    # -- subclass interface --------------------------------------------------------------
+    def send_round(self, s: int, now: float) -> None:
+        raise NotImplementedError
+
+    def resend(self, s: int, now: float) -> None:
+        raise NotImplementedError
+
+    def on_payload(self, p: bytes, now: float) -> bool:
+        raise NotImplementedError
+
+    def is_open(self, s: int) -> bool:
+        raise NotImplementedError
+
+    def timeout_message(self, idle: float) -> str:
+        raise NotImplementedError
+
+    def before_expiry(self, now: float) -> None:
+        """Hook run before due timers fire (the sparse agent drains results first)."""
+
+    # -- sending and timers ----------------------------------------------------------------
+    def data_body(self, s: int, j: int) -> bytes:
+        """Block j's payload at slot s's agreed exponent (int32: the raw bytes)."""
+        if not self.is_float:
+            return self.raw[j * 4 * K:(j + 1) * 4 * K]
+        if self.agreed[s] == 0:
+            return self.zero_body               # every participant's block is all zero
+        q = np.rint(self.blocks[j] * self.ftable[self.agreed[s]])
+        np.clip(q, -self.limit, self.limit, out=q)
+        self.used_exp[j] = self.agreed[s]
+        return q.astype(BE).tobytes()
+
+    def arm(self, s: int, now: float) -> None:
+        """A new round of slot s: fresh tries, its timer from now."""
+        self.tries[s] = 0
+        self.seq[s] += 1
+        heapq.heappush(self.timers, (now + self.rtt.rto, s, self.seq[s]))
+
+    def expire(self, now: float) -> None:
+        timers = self.timers
+        if timers and timers[0][0] <= now:
+            self.before_expiry(now)
+        while timers and timers[0][0] <= now:
+            _, s, seq = heapq.heappop(timers)
+            if seq != self.seq[s] or not self.is_open(s):
+                continue                        # stale timer
+            if s and not self.stats.results_accepted:
+                self.parked.append(s)           # nothing heard yet: slot 0 alone probes
+                continue
+            self.tries[s] += 1
+            self.resend(s, now)
+            heapq.heappush(timers, (now + backoff(self.rtt.rto, self.tries[s]), s, seq))
+
+    def poll_control(self, now: float) -> bool:
+        """Apply a new epoch / tree_of_slot from the controller; True if anything changed."""
+        msg = self.control()
+        if not msg:
+            return False
+        if msg.get("status") == "partitioned":
+            raise NetworkPartitionError(msg.get("reason") or "the controller reports the workers are partitioned")
+        if msg.get("status") == "rerouting":
+            return True                    # the controller is alive and working: not a stall
+        epoch = int(msg.get("epoch", self.epoch))
+        trees = self.parse_trees(msg["tree_of_slot"]) if msg.get("tree_of_slot") else self.trees
+        if epoch == self.epoch and trees == self.trees:
+            return False
+        wire.pack_agg(epoch=epoch)                 # range check
+        self.epoch, self.trees = epoch, trees
+        self.stats.epoch_changes += 1
+        for s in range(self.S):                    # rebuild and resend everything outstanding
+            if self.is_open(s):
+                self.resend(s, now)
+                self.sent_at[s] = now
+                self.arm(s, now)
+                self.tries[s] = 1
+        return True
+
+    # -- receiving -------------------------------------------------------------------------
+    def result_words(self, p: bytes):
+        """The header words of a result of this job for one of our slots, else None
+        (counted as foreign)."""
+        if len(p) >= PAYLOAD_BYTES:
+            w = unpack(p)
+            if FLAGS(w) & wire.FLAG_RESULT and JOB(w) == self.job and SLOT(w) < self.S:
+                return w
+        self.stats.foreign_ignored += 1
+        return None
+
+    def sample_rtt(self, s: int, w, now: float) -> None:
+        """hosts/rto.py's rule: a result completed by first transmissions is timed from
+        our first send; one completed by our own single retransmission from that."""
+        if not FLAGS(w) & wire.FLAG_RETX:
+            self.rtt.sample(now - self.sent_at[s], now)
+        elif WORKER(w) == self.rank and self.tries[s] == 1:
+            self.rtt.sample(now - self.last_sent[s], now)
+
+    def accepted(self, s: int, w, now: float) -> None:
+        """Bookkeeping of an accepted result: its exponent is agreed for the slot's next
+        round, and the first result re-arms the slots parked until something was heard."""
+        self.agreed[s] = EXP(w)
+        self.stats.results_accepted += 1
+        for other in self.parked:
+            heapq.heappush(self.timers, (now + self.rtt.rto, other, self.seq[other]))
+        self.parked.clear()
+
+    # -- the loop --------------------------------------------------------------------------
+    def run(self) -> np.ndarray:
+        start = last = time.monotonic()
+        self.remaining = self.S
+        try:
+            for s in range(self.S):
+                self.send_round(s, start)
+            recv, wait, poll_at = self.tx.recv, 0.0, start
+            while self.remaining:
+                p = recv(wait)
+                while p is not None:            # drain what is queued before any timer fires:
+                    now = time.monotonic()      # after a stall the results are usually there
+                    if self.on_payload(p, now):
+                        last = now
+                    p = recv(0.0) if self.remaining else None
+                now = time.monotonic()
+                if self.control is not None and now >= poll_at:
+                    poll_at = now + CONTROL_POLL
+                    if self.poll_control(now):
+                        last = now                 # a new tree gets a full give_up period
+                self.expire(now)
+                if now - last > self.give_up and self.remaining:
+                    raise AllreduceTimeout(self.timeout_message(now - last))
+                wake = last + self.give_up
+                if self.timers and self.timers[0][0] < wake:
+                    wake = self.timers[0][0]
+                if self.control is not None and poll_at < wake:
+                    wake = poll_at
+                wait = max(0.0, wake - now)
+        except BaseException:
+            self.versions.pop(self.job, None)   # switch state unknown now (see hosts/agent.py)
+            raise
+        finally:
+            self.stats.seconds = time.monotonic() - start
+            self.stats.srtt = self.rtt.srtt
+        save_versions(self.versions, self.job, [(v + r) & 1 for v, r in zip(self.v0, self.rounds)])
+        if self.is_float:
+            flat = qz.dequantize_blocks(self.sums, self.used_exp, self.n).reshape(-1)
+        else:
+            flat = self.sums.reshape(-1)
+        return flat[:self.length].astype(self.dtype).reshape(self.shape)
