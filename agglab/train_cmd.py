@@ -56,6 +56,9 @@ def add_train_parser(sub) -> None:
     t.add_argument("--cycle-ms", type=float, default=5.0, help="FIFO cycle time (ms)")
     t.add_argument("--emulated-mb", type=float, default=4.0,
                    help="gradient MB per worker and iteration sent through the emulator (sets the shrink)")
+    t.add_argument("--plan-cost", choices=["measured", "model"], default="measured",
+                   help="plan the schedules with the emulated network's calibrated alpha+beta*s "
+                        "(default) or with the modelled real network's")
     t.add_argument("--out", default="results/train", help="directory for plots, traces and JSON")
     t.add_argument("--json", action="store_true", help="print one JSON object")
     t.set_defaults(func=run_train)
@@ -106,7 +109,7 @@ def _profile(args) -> dict:
     from emulation.pace_run import PaceOptions, run_profile
 
     opts = PaceOptions(args.link_gbps, args.alpha_us, args.partition_mb, args.threshold_mb, args.cycle_ms,
-                       args.emulated_mb)
+                       args.emulated_mb, args.plan_cost)
     schedulers = ["fifo", "pace"] if args.scheduler == "both" else [args.scheduler]
     return run_profile(_spec(args), args.model, schedulers, opts, Path(args.out),
                        emulate=not args.no_network, quiet=args.json)
@@ -123,6 +126,11 @@ def _print_human(r: dict) -> None:
                  f"{'link-bound' if r['link_bound'] else 'NOT link-bound'})" if r["emulated"] else "pure model")
         print(f"{r['profile']}, {r['workers']} workers, {r['algorithm']} on a {r['link_gbps']} Gb/s network, "
               f"{where}: compute {r['compute_ms']} ms")
+        if r["emulated"]:
+            c = r["emulated_cost"]
+            print(f"  emulated network measured at alpha {c['alpha_ms']} ms + {c['ms_per_mb']} ms/MB "
+                  f"(real-network units; modelled alpha {r['alpha_us'] / 1e3} ms); schedules planned "
+                  f"with the {r['plan_cost']} cost; {r['retransmissions']} retransmissions")
         print(f"  iteration ms: {r['iteration_ms']} (pure model {r['model_iteration_ms']})")
         if "speedup" in r:
             print(f"  PACE speed-up over FIFO: {r['speedup']}x (model {r['model_speedup']}x)")

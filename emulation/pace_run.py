@@ -12,9 +12,13 @@ this is the minimal arithmetic, kept here until then):
              communication keep their real proportions, and measured times divided by
              the dilation are real-network milliseconds.
 The scheduler's transfer order and sizes come from the pure model (pace/schedule.py) with
-the real network's cost model; the emulator measures each transfer (real packets, loss,
-failures, per-call overheads of the Python agents), and `replay` puts the measured times
-back into the iteration model per worker.
+the real network's cost model (`model_iteration_ms`). Through the emulator, the network's
+own alpha + beta*s is first measured (`calibrate`, in real-network units: the Python
+agents' per-call overhead is far above a real NIC's, so it shows here), the schedules are
+planned with that cost (--plan-cost measured, the default; PACE profiles alpha and beta
+online too) or with the modelled one (--plan-cost model), every transfer then runs for
+real (packets, loss, failures) and `replay` puts the measured times back into the
+iteration model per worker.
 """
 
 from __future__ import annotations
@@ -24,7 +28,10 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
 from emulation.session import Session
+from ground import wire
 from ground.runspec import RunSpec
 from pace.fusion import CostModel
 from pace.schedule import MiB, SCHEDULERS, load_profile, replay, simulate
@@ -32,6 +39,11 @@ from pace.timeline import plot, write_trace
 
 DEFAULT_BW_MBPS = 5.0
 LINK_BOUND_FRACTION = 0.7
+# Outstanding slots per worker: a window of 128 packets (~42 KB) takes ~70 ms to drain at
+# 5 Mb/s, longer than the agents' first retransmission timeout, so every call would start
+# with spurious retransmissions; 16 packets (~5 KB, ~8 ms) still fill a veth's tiny
+# bandwidth-delay product.
+WINDOW = 16
 
 
 @dataclass
@@ -42,10 +54,13 @@ class PaceOptions:
     threshold_mb: float = 64.0       # FIFO fusion buffer (Horovod's default)
     cycle_ms: float = 5.0            # FIFO background-loop cycle
     emulated_mb: float = 4.0         # gradient MB per worker and iteration through the emulator
+    plan_cost: str = "measured"      # plan the schedules with the emulator's calibrated cost, or "model"
 
     def check(self) -> "PaceOptions":
+        if self.plan_cost not in ("measured", "model"):
+            raise ValueError(f"--plan-cost must be measured or model, got {self.plan_cost!r}")
         for name, value in asdict(self).items():
-            if value <= 0:
+            if name != "plan_cost" and value <= 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value}")
         return self
 
@@ -91,7 +106,7 @@ def run_profile(spec: RunSpec, model: str, schedulers: list[str], opts: PaceOpti
         spec = spec if spec.bw else spec.with_(bw=DEFAULT_BW_MBPS)
         total = sum(x.nbytes for x in profile.layers)
         sc = Scale.of(opts.link_gbps, spec.bw, total, opts.emulated_mb)
-        per_worker, info = _emulate(spec, profile, pure, sc, quiet)
+        per_worker, info = _emulate(spec, profile, pure, sc, opts, quiet)
         measured = {s: max(its, key=lambda it: it.iteration_ms) for s, its in per_worker.items()}
         runs.update({f"{s} (emulated)": its for s, its in per_worker.items()})
         result.update(scale=round(sc.scale, 3), shrink=round(sc.shrink, 3), dilation=round(sc.dilation, 3),
@@ -118,35 +133,62 @@ def run_profile(spec: RunSpec, model: str, schedulers: list[str], opts: PaceOpti
     return result
 
 
-def _emulate(spec: RunSpec, profile, pure: dict, sc: Scale, quiet: bool):
-    """Replay each scheduler's transfers on every worker host; per-worker Iterations."""
-    sizes = {s: [max(1, round(tr.nbytes / 4 / sc.shrink)) for tr in it.transfers] for s, it in pure.items()}
-    spec = spec.with_(elements=max(max(v) for v in sizes.values()), dtype="int32")
-    per_worker, errors, failures, goodput = {}, [], [], []
+def _replay_all(session, name: str, transfers: list[dict], deadline_s: float):
+    """Every worker replays `transfers`; (per-rank spans in emulated seconds, failures, errors)."""
+    path = session.net.run.path / f"transfers-{name}.json"
+    path.write_text(json.dumps({"iterations": 1, "transfers": transfers}))
+    reports, failures = session.run_program("hosts.replay_worker", name, (str(path),), deadline_s=deadline_s)
+    errors = [f"{name} rank {r['rank']}: {r.get('error', 'failed')}" for r in reports if not r.get("ok")]
+    spans = [] if errors else [r["iterations"][-1] for r in reports]
+    return spans, failures, errors, sum(r.get("retransmissions", 0) for r in reports)
+
+
+def calibrate(session, elements: list[int], sc: Scale, give_up: float) -> tuple[CostModel, list]:
+    """The emulated network's own alpha + beta*s, in real-network units: each size allreduced
+    three times back to back, a least-squares line through (real bytes, real ms)."""
+    sizes = [n for n in elements for _ in range(3)]
+    spans, failures, errors, _ = _replay_all(session, "calibrate", [{"ready_s": 0, "elements": n} for n in sizes],
+                                             120 + give_up * 3 + 40 * sum(sizes) * 32 / (session.spec.bw * 1e6))
+    if errors:
+        raise RuntimeError("; ".join(errors))
+    x = np.array([n * 4 * sc.shrink for n in sizes] * len(spans), float)
+    y = np.array([(end - start) * 1e3 / sc.dilation for rank in spans for start, end in rank])
+    beta, alpha = np.polyfit(x, y, 1)
+    return CostModel(max(alpha, 0.0), max(beta, 1e-15)), failures
+
+
+def _emulate(spec: RunSpec, profile, pure: dict, sc: Scale, opts: PaceOptions, quiet: bool):
+    """Calibrate the emulated network's cost model, plan each scheduler with it (PACE's
+    fusion and FIFO's cycles see the network they run on), replay the plans on every worker
+    host; per-worker Iterations in real-network units."""
+    biggest = max(max(tr.nbytes for tr in it.transfers) for it in pure.values())
+    spec = spec.with_(elements=max(1, round(biggest / 4 / sc.shrink)), dtype="int32",
+                      window=spec.window or WINDOW)
+    per_worker, errors, failures, goodput, retx = {}, [], [], [], 0
     with Session(spec, quiet=quiet) as session:
-        for s, it in pure.items():
-            path = session.net.run.path / f"transfers-{s}.json"
-            path.write_text(json.dumps({"iterations": 1, "transfers": [
-                {"ready_s": tr.ready * 1e-3 * sc.dilation, "elements": n} for tr, n in zip(it.transfers, sizes[s])]}))
-            emu_seconds = (sum(sizes[s]) * 32 / (spec.bw * 1e6) + it.iteration_ms * 1e-3 * sc.dilation)
-            reports, fails = session.run_program("hosts.replay_worker", f"pace-{s}", (str(path),),
-                                                 deadline_s=120 + 20 * emu_seconds + spec.give_up * 3)
-            failures += fails
-            errors += [f"{s} rank {r['rank']}: {r.get('error', 'failed')}" for r in reports if not r.get("ok")]
-            if any(not r.get("ok") for r in reports):
-                continue
+        cost, failures = calibrate(session, [wire.K * 16, spec.elements], sc, spec.give_up)
+        plans = model_runs(profile, list(pure), cost, opts) if opts.plan_cost == "measured" else pure
+        for s, it in plans.items():
+            sizes = [max(1, round(tr.nbytes / 4 / sc.shrink)) for tr in it.transfers]
+            emu_seconds = sum(sizes) * 32 / (spec.bw * 1e6) + it.iteration_ms * 1e-3 * sc.dilation
+            spans, fails, errs, r = _replay_all(
+                session, f"pace-{s}", [{"ready_s": tr.ready * 1e-3 * sc.dilation, "elements": n}
+                                       for tr, n in zip(it.transfers, sizes)],
+                120 + 20 * emu_seconds + spec.give_up * 3)
+            failures, errors, retx = failures + fails, errors + errs, retx + r
             its = []
-            for r in reports:
-                spans = r["iterations"][-1]
-                real_ms = [(end - start) * 1e3 / sc.dilation for start, end in spans]
+            for rank in spans:
+                real_ms = [(end - start) * 1e3 / sc.dilation for start, end in rank]
                 its.append(replay(profile, s, copy.deepcopy(it.transfers), real_ms))
-                busy = sum(end - start for start, end in spans)
-                goodput.append(sum(sizes[s]) * 32 / busy / 1e6)
-            per_worker[s] = its
-    info = {"ok": not errors, "failures": failures,
+                goodput.append(sum(sizes) * 32 / sum(end - start for start, end in rank) / 1e6)
+            if its:
+                per_worker[s] = its
+    info = {"ok": not errors, "failures": failures, "retransmissions": retx,
+            "emulated_cost": {"alpha_ms": round(cost.alpha_ms, 4),
+                              "ms_per_mb": round(cost.beta_ms_per_byte * MiB, 4)},
+            "plan_cost": opts.plan_cost,
             "emulated_goodput_mbps": round(min(goodput), 3) if goodput else None,
             "link_bound": bool(goodput) and min(goodput) >= LINK_BOUND_FRACTION * spec.bw}
     if errors:
         info["errors"] = errors
     return per_worker, info
-

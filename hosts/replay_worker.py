@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         comm = Communicator(plan, args.rank)
         comm.allreduce(np.ones(64, np.int32))          # warm-up: every rank up before timing
-        iterations = []
+        iterations, retx = [], 0
         for it in range(work["iterations"]):
             spans, t0 = [], time.monotonic()
             for k, tr in enumerate(work["transfers"]):
@@ -45,9 +45,10 @@ def main(argv: list[str] | None = None) -> int:
                 start = time.monotonic() - t0
                 comm.allreduce(np.full(tr["elements"], 1 + args.rank, np.int32))
                 spans.append((start, time.monotonic() - t0))
+                retx += comm.last_stats.retransmissions
                 comm.progress(it * len(work["transfers"]) + k + 1, work["iterations"] * len(work["transfers"]))
             iterations.append(spans)
-        report.update(ok=True, iterations=iterations)
+        report.update(ok=True, iterations=iterations, retransmissions=retx)
     except Exception as exc:  # reported to the parent by rank, with the reason
         report.update(error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
     with open(seat.out + ".json", "w") as f:
