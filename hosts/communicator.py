@@ -20,7 +20,10 @@ baselines plug in behind the same call with `register`.
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import traceback
 from typing import Callable
 
 import numpy as np
@@ -93,6 +96,26 @@ class Communicator:
                 "job": self.spec.job, "window": self.plan.window, "give_up": self.spec.give_up,
                 "epoch": self._route.get("epoch", 0), "tree_of_slot": self._route.get("tree_of_slot"),
                 "control": self.poll_route if self._watcher else None, "return_stats": True}
+
+
+def rank_program(description: str, input_help: str, body, argv: list[str] | None = None) -> int:
+    """Entry point shared by the programs the session starts in hosts
+    (`python -m MODULE run.json RANK INPUT`): body(comm, input_path) returns the report's
+    fields; errors are reported by rank with the reason, in <out>.json like hosts/worker.py."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("plan", help="run.json written by the session (ground/runspec.py RunPlan)")
+    ap.add_argument("rank", type=int)
+    ap.add_argument("input", help=input_help)
+    args = ap.parse_args(argv)
+    plan = RunPlan.read(args.plan)
+    report: dict = {"rank": args.rank, "ok": False}
+    try:
+        report.update(body(Communicator(plan, args.rank), args.input), ok=True)
+    except Exception as exc:  # reported to the parent by rank, with the reason
+        report.update(error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+    with open(plan.seats[args.rank].out + ".json", "w") as f:
+        json.dump(report, f)
+    return 0 if report["ok"] else 1
 
 
 @register("switchml")
