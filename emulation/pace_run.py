@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +44,10 @@ LINK_BOUND_FRACTION = 0.7
 # with spurious retransmissions; 16 packets (~5 KB, ~8 ms) still fill a veth's tiny
 # bandwidth-delay product.
 WINDOW = 16
+# Planning with the measured cost, a PACE chunk is large enough that its start-up
+# cost is at most a tenth of its transfer time (PACE tunes its partition size the same way):
+# the emulator's per-call cost in real-network units grows with the shrink.
+ALPHA_SHARE = 10.0
 
 
 @dataclass
@@ -167,7 +171,10 @@ def _emulate(spec: RunSpec, profile, pure: dict, sc: Scale, opts: PaceOptions, q
     per_worker, errors, failures, goodput, retx = {}, [], [], [], 0
     with Session(spec, quiet=quiet) as session:
         cost, failures = calibrate(session, [wire.K * 16, spec.elements], sc, spec.give_up)
-        plans = model_runs(profile, list(pure), cost, opts) if opts.plan_cost == "measured" else pure
+        plans, partition = pure, opts.partition_mb
+        if opts.plan_cost == "measured":
+            partition = max(opts.partition_mb, ALPHA_SHARE * cost.alpha_ms / cost.beta_ms_per_byte / MiB)
+            plans = model_runs(profile, list(pure), cost, replace(opts, partition_mb=partition))
         for s, it in plans.items():
             sizes = [max(1, round(tr.nbytes / 4 / sc.shrink)) for tr in it.transfers]
             emu_seconds = sum(sizes) * 32 / (spec.bw * 1e6) + it.iteration_ms * 1e-3 * sc.dilation
@@ -186,7 +193,7 @@ def _emulate(spec: RunSpec, profile, pure: dict, sc: Scale, opts: PaceOptions, q
     info = {"ok": not errors, "failures": failures, "retransmissions": retx,
             "emulated_cost": {"alpha_ms": round(cost.alpha_ms, 4),
                               "ms_per_mb": round(cost.beta_ms_per_byte * MiB, 4)},
-            "plan_cost": opts.plan_cost,
+            "plan_cost": opts.plan_cost, "partition_mb": round(partition, 3),
             "emulated_goodput_mbps": round(min(goodput), 3) if goodput else None,
             "link_bound": bool(goodput) and min(goodput) >= LINK_BOUND_FRACTION * spec.bw}
     if errors:
