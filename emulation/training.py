@@ -95,8 +95,8 @@ def plot_curves(result: dict, path: Path) -> Path:
     for curve, label, style in ((result["curve"], f"{result['workers']} workers through the switches", "-"),
                                 (result["single_process_curve"], "one process, same data and seed", "--")):
         steps = [c["step"] for c in curve]
-        a.plot(steps, [c["train_loss"] for c in curve], style, label=label)
-        b.plot(steps, [c["test_accuracy"] for c in curve], style, label=label)
+        a.plot(steps, [c["train_loss"] for c in curve], style, marker=".", label=label)
+        b.plot(steps, [c["test_accuracy"] for c in curve], style, marker=".", label=label)
     a.set(xlabel="step", ylabel="training loss (full training set)")
     b.set(xlabel="step", ylabel="test accuracy")
     a.legend(fontsize=8)

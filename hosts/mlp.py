@@ -161,7 +161,7 @@ def train(cfg: Config, ranks: list[int], reduce, on_step=None) -> dict:
     model = MLP(xtr.shape[1], cfg.hidden, 10, cfg.seed)
     shards = {r: np.arange(r, len(ytr), cfg.workers) for r in ranks}
     codecs = {r: Encoding(cfg.workers, cfg.dtype, cfg.topk) for r in ranks}
-    curve = []
+    curve = [{"step": 0, "train_loss": model.evaluate(xtr, ytr)[0], "test_accuracy": model.evaluate(xte, yte)[1]}]
     for step in range(cfg.steps):
         encoded = []
         for r in ranks:
