@@ -194,6 +194,8 @@ def _emulate(spec: RunSpec, profile, pure: dict, sc: Scale, opts: PaceOptions, q
             "emulated_cost": {"alpha_ms": round(cost.alpha_ms, 4),
                               "ms_per_mb": round(cost.beta_ms_per_byte * MiB, 4)},
             "plan_cost": opts.plan_cost, "partition_mb": round(partition, 3),
+            "emulated_plan": {s: {"transfers": len(p.transfers), "preemptions": len(p.preemptions)}
+                              for s, p in plans.items()},
             "emulated_goodput_mbps": round(min(goodput), 3) if goodput else None,
             "link_bound": bool(goodput) and min(goodput) >= LINK_BOUND_FRACTION * spec.bw}
     if errors:
