@@ -99,3 +99,24 @@ def test_timeline_outputs(tmp_path):
     assert (l1["ts"], l1["dur"]) == (9500.0, 1250.0)          # microseconds
     png = plot(runs, tmp_path / "t.png", "three layers")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_replay_puts_measured_times_into_the_planned_order():
+    from pace.schedule import replay
+
+    planned = simulate(THREE, "pace", COST, partition=1000).transfers
+    # Measured: L3 2 ms, every other transfer 1 ms. L3 5-7; L2[1] 7-8, L2[2] 8-9; L1 (ready 9)
+    # 9-10; L2[3] 10-11, L2[4] 11-12. Forward: L1 10-11, L2 waits to 12: 12-13, L3 13-14 -> 11.
+    it = replay(THREE, "pace", planned, [2, 1, 1, 1, 1, 1])
+    assert [(t.start, t.end) for t in it.transfers] == [(5, 7), (7, 8), (8, 9), (9, 10), (10, 11), (11, 12)]
+    assert it.iteration_ms == pytest.approx(11.0)
+
+
+def test_scale_arithmetic():
+    from emulation.pace_run import Scale
+
+    sc = Scale.of(link_gbps=10, bw_mbps=5, total_bytes=100 * 2**20, emulated_mb=4)
+    assert (sc.scale, sc.shrink, sc.dilation) == (2000.0, 25.0, 80.0)
+    # 4 MB really: 3.36 ms at 10 Gb/s; 4/25 MB emulated at 5 Mb/s: 268 ms = 80 x 3.36 ms
+    assert 4 * 2**20 / sc.shrink * 8 / 5e6 == pytest.approx(80 * 4 * 2**20 * 8 / 10e9)
+    assert Scale.of(10, 5, 2**20, 4).shrink == 1.0        # never inflate a small model
