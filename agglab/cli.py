@@ -2,6 +2,7 @@
 
     agglab allreduce --workers N --elements M [--dtype int32|float32] [--loss P]
                      [--backend soft|bmv2] [--window S] [--seed N] [--json]
+    agglab train        a model trained through the switches; FIFO vs PACE (--profile-only)
     agglab clean        remove what a crashed run left (namespaces, interfaces, processes)
     agglab doctor       say what is installed and what is missing, and why it matters
 """
@@ -135,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     lab.add_argument("--elements", type=int, default=200_000, help="default size of 'allreduce'")
     lab.add_argument("--script", default=None, help="run the lab commands in this file, then exit")
     lab.set_defaults(func=_lab)
+
+    from agglab.train_cmd import add_train_parser
+    add_train_parser(sub)
 
     c = sub.add_parser("clean", help="remove what crashed runs left behind (idempotent)")
     c.add_argument("--all", action="store_true", help="also stop runs whose owner is still alive")

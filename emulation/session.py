@@ -109,6 +109,21 @@ class Session:
                       epoch=self.job.treeset.epoch, failures=injector.report() if injector else [])
         return result
 
+    def run_program(self, module: str, name: str, extra_args: tuple = (), deadline_s: float = 600.0):
+        """Run `python -m MODULE run.json RANK *extra_args` on every worker host (a program
+        using hosts.communicator, e.g. hosts.train_worker; AGGLAB_PLAN/AGGLAB_RANK are set),
+        with the spec's scripted failures; return (reports by rank, failures)."""
+        self.job.prepare(self.spec.default_window())
+        self.runs += 1
+        self.job.busy = True
+        try:
+            reports, injector = _run_workers(self.net, self.spec, self.job, self.quiet, name,
+                                             module, tuple(extra_args), deadline_s)
+        finally:
+            self.job.busy = False
+        self.net.check_switches()
+        return reports, injector.report() if injector else []
+
     def stop(self) -> None:
         if self.job:
             self.job.stop()
@@ -131,7 +146,8 @@ def _switch_stats(net: EmulatedNetwork, g) -> dict:
     return total
 
 
-def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: TreeJob, quiet: bool, name: str):
+def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: TreeJob, quiet: bool, name: str,
+                 module: str = "hosts.worker", extra_args: tuple = (), deadline_s: float | None = None):
     workers = job.workers
     out_dir = net.run.path / name
     out_dir.mkdir()
@@ -144,9 +160,10 @@ def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: TreeJob, quiet: bool,
     plan = RunPlan(spec, SERVICE_IP, job.window, str(job.epoch_file), seats).write(out_dir / "run.json")
     procs = []
     for rank, h in enumerate(workers):
-        argv = [sys.executable, "-m", "hosts.worker", str(plan), str(rank)]
+        argv = [sys.executable, "-m", module, str(plan), str(rank), *extra_args]
         log = open(out_dir / f"rank{rank}.log", "wb")
-        proc = net.host(h).popen(argv, stdout=log, stderr=log, cwd=str(REPO), env=env)
+        proc = net.host(h).popen(argv, stdout=log, stderr=log, cwd=str(REPO),
+                                 env=dict(env, AGGLAB_PLAN=str(plan), AGGLAB_RANK=str(rank)))
         net.run.add_pid(proc.pid, f"worker {rank} on {h}")
         procs.append((rank, proc, log))
     injector = None
@@ -154,7 +171,7 @@ def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: TreeJob, quiet: bool,
         injector = FailureInjector(net, job, spec.fail_specs,
                                    [out_dir / f"rank{r}.progress" for r in range(len(workers))], spec.seed)
         injector.start()
-    deadline = time.monotonic() + spec.give_up * 3 + 30 + spec.elements * spec.workers / 50_000
+    deadline = time.monotonic() + (deadline_s or spec.give_up * 3 + 30 + spec.elements * spec.workers / 50_000)
     started, last = time.monotonic(), 0.0
     for rank, proc, log in procs:
         while proc.poll() is None:
@@ -176,7 +193,7 @@ def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: TreeJob, quiet: bool,
             tail = (out_dir / f"rank{rank}.log").read_text(errors="replace")[-1500:]
             reports.append({"rank": rank, "ok": False, "error": f"worker {rank} exited with "
                             f"{proc.returncode} and no report; log tail:\n{tail}"})
-        if reports[-1].get("ok"):
+        if reports[-1].get("ok") and (out_dir / f"rank{rank}.npy").exists():
             reports[-1]["result"] = np.load(out_dir / f"rank{rank}.npy")
     if injector:
         injector.stop()

@@ -2,7 +2,8 @@
 
 Layers, bottom up (docs/design.md "Layout"):
   0 ground                 packet format, run directories, addresses, run description
-  1 softswitch, hosts      data plane and host agents
+  1 softswitch, hosts,     data plane and host agents; PACE and the training-iteration
+    pace                   model (pure: profiles, schedulers, fusion, timelines)
   2 controller             topology graph, trees, switch clients, jobs, failover
   3 emulation              Mininet builder, switch nodes, P4 build, link monitor, failures, session
   4 agglab, experiments    the program: CLI, lab, benchmarks; experiment sweeps and reports
@@ -22,7 +23,7 @@ from pathlib import Path
 import networkx as nx
 
 REPO = Path(__file__).resolve().parent.parent
-LAYERS = {"ground": 0, "softswitch": 1, "hosts": 1, "controller": 2, "emulation": 3,
+LAYERS = {"ground": 0, "softswitch": 1, "hosts": 1, "pace": 1, "controller": 2, "emulation": 3,
           "agglab": 4, "experiments": 4}
 
 

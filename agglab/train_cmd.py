@@ -1,0 +1,147 @@
+"""`agglab train`: a real model trained through the emulated network, or a layer profile's
+iteration under FIFO and PACE (`--profile-only`).
+
+    agglab train --workers 4 --model mlp --dataset digits [--algorithm switchml|omnireduce]
+                 [--loss P] [--fail tree@0.5] [--topk F] [--dtype int32|float32] [--json]
+    agglab train --model resnet50 --profile-only --scheduler fifo|pace|both --workers 8 [--json]
+    agglab train --model vgg16 --profile-only --no-network      # the pure model only
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+PROFILE_MODELS = ("resnet50", "vgg16", "bert-base")
+
+
+def add_train_parser(sub) -> None:
+    t = sub.add_parser("train", help="train a model data-parallel through the emulated switches, or "
+                       "compare FIFO and PACE gradient scheduling on a layer profile (--profile-only)")
+    t.add_argument("--model", default="mlp", help="mlp (trained on --dataset), or with --profile-only: "
+                   f"{', '.join(PROFILE_MODELS)} or a profile .yaml")
+    t.add_argument("--dataset", default="digits", choices=["digits"], help="scikit-learn's digits (shipped)")
+    t.add_argument("--workers", type=int, default=4)
+    t.add_argument("--algorithm", default="switchml", help="switchml (dense), omnireduce (block-sparse); "
+                   "ring/ps where this build has them")
+    t.add_argument("--dtype", choices=["int32", "float32"], default="int32",
+                   help="int32: fixed-point gradients, exact aggregation, identical to one process "
+                        "(default); float32: the switch's float path")
+    t.add_argument("--topk", type=float, default=1.0, metavar="F",
+                   help="send only the fraction F of gradient blocks with the largest norm (error feedback)")
+    t.add_argument("--steps", type=int, default=120)
+    t.add_argument("--batch", type=int, default=32, help="samples per worker and step")
+    t.add_argument("--lr", type=float, default=0.5)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--loss", type=float, default=0.0, help="drop probability per packet and direction")
+    t.add_argument("--fail", action="append", metavar="A-B@FRACTION",
+                   help="take link A-B down at FRACTION of the training steps ('tree@0.5': a tree link)")
+    t.add_argument("--topology", default="single")
+    t.add_argument("--k", type=int, default=None)
+    t.add_argument("--tree", default="spt", choices=["spt", "rat", "packing"])
+    t.add_argument("--bw", type=float, default=None, help="emulated link rate in Mb/s (tc htb); "
+                   "--profile-only defaults to 5")
+    t.add_argument("--backend", choices=["soft", "bmv2"], default="soft")
+    t.add_argument("--give-up", type=float, default=10.0)
+    t.add_argument("--profile-only", action="store_true", help="simulate compute from the model's layer "
+                   "profile; run only the gradient communication (through the network unless --no-network)")
+    t.add_argument("--scheduler", choices=["fifo", "pace", "both"], default="both")
+    t.add_argument("--no-network", action="store_true", help="--profile-only: the pure model, no emulator")
+    t.add_argument("--link-gbps", type=float, default=10.0, help="real-network link rate modelled (Gb/s)")
+    t.add_argument("--alpha-us", type=float, default=50.0, help="start-up cost of one allreduce (us)")
+    t.add_argument("--partition-mb", type=float, default=4.0, help="PACE chunk size (MB)")
+    t.add_argument("--threshold-mb", type=float, default=64.0, help="FIFO fusion buffer (MB)")
+    t.add_argument("--cycle-ms", type=float, default=5.0, help="FIFO cycle time (ms)")
+    t.add_argument("--emulated-mb", type=float, default=4.0,
+                   help="gradient MB per worker and iteration sent through the emulator (sets the shrink)")
+    t.add_argument("--plan-cost", choices=["measured", "model"], default="measured",
+                   help="plan the schedules with the emulated network's calibrated alpha+beta*s "
+                        "(default) or with the modelled real network's")
+    t.add_argument("--out", default="results/train", help="directory for plots, traces and JSON")
+    t.add_argument("--json", action="store_true", help="print one JSON object")
+    t.set_defaults(func=run_train)
+
+
+def _spec(args):
+    from ground.runspec import RunSpec
+
+    return RunSpec(workers=args.workers, loss=args.loss, backend=args.backend, seed=args.seed,
+                   give_up=args.give_up, bw=args.bw, topology=args.topology, k=args.k, tree=args.tree,
+                   algorithm=args.algorithm, fail=args.fail or []).validate()
+
+
+def run_train(args) -> int:
+    needs_root = not (args.profile_only and args.no_network)
+    if needs_root and os.geteuid() != 0:
+        print("agglab train needs root (Mininet creates network namespaces): run it with sudo, "
+              "or --profile-only --no-network for the pure model", file=sys.stderr)
+        return 2
+    try:
+        if args.profile_only:
+            result = _profile(args)
+        else:
+            result = _mlp(args)
+    except ValueError as exc:
+        print(f"agglab train: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({k: v for k, v in result.items() if k != "events"}, sort_keys=True))
+    else:
+        _print_human(result)
+    return 0 if result["ok"] else 1
+
+
+def _mlp(args) -> dict:
+    from emulation.training import run_training
+    from hosts.mlp import Config
+
+    if args.model != "mlp":
+        raise ValueError(f"--model {args.model}: only mlp trains for real; {', '.join(PROFILE_MODELS)} "
+                         "go with --profile-only")
+    cfg = Config(workers=args.workers, steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed,
+                 dtype=args.dtype, topk=args.topk)
+    return run_training(_spec(args), cfg, Path(args.out), quiet=args.json)
+
+
+def _profile(args) -> dict:
+    from emulation.pace_run import PaceOptions, run_profile
+
+    opts = PaceOptions(args.link_gbps, args.alpha_us, args.partition_mb, args.threshold_mb, args.cycle_ms,
+                       args.emulated_mb, args.plan_cost)
+    schedulers = ["fifo", "pace"] if args.scheduler == "both" else [args.scheduler]
+    return run_profile(_spec(args), args.model, schedulers, opts, Path(args.out),
+                       emulate=not args.no_network, quiet=args.json)
+
+
+def _print_human(r: dict) -> None:
+    if r.get("errors"):
+        print("FAILED:")
+        for err in r["errors"]:
+            print("  " + err.splitlines()[0])
+        return
+    if "profile" in r:
+        where = (f"through the emulator at {r['bw_mbps']} Mb/s (scale {r['scale']}, shrink {r['shrink']}, "
+                 f"{'link-bound' if r['link_bound'] else 'NOT link-bound'})" if r["emulated"] else "pure model")
+        print(f"{r['profile']}, {r['workers']} workers, {r['algorithm']} on a {r['link_gbps']} Gb/s network, "
+              f"{where}: compute {r['compute_ms']} ms")
+        if r["emulated"]:
+            c = r["emulated_cost"]
+            print(f"  emulated network measured at alpha {c['alpha_ms']} ms + {c['ms_per_mb']} ms/MB "
+                  f"(real-network units; modelled alpha {r['alpha_us'] / 1e3} ms); schedules planned "
+                  f"with the {r['plan_cost']} cost; {r['retransmissions']} retransmissions")
+        print(f"  iteration ms: {r['iteration_ms']} (pure model {r['model_iteration_ms']})")
+        if "speedup" in r:
+            print(f"  PACE speed-up over FIFO: {r['speedup']}x (model {r['model_speedup']}x)")
+        print(f"  timeline {r['timeline']}, trace {r['trace']} (Perfetto / chrome://tracing)")
+        return
+    verdict = "identical to" if r["max_abs_param_diff"] == 0 else "differs from"
+    print(f"{'OK' if r['ok'] else 'MISMATCH'}: mlp on digits, {r['workers']} workers, {r['algorithm']} "
+          f"({r['dtype']}, top-k {r['topk']}), {r['steps']} steps in {r['seconds']} s, loss {r['loss']}, "
+          f"{r['retransmissions']} retransmissions")
+    print(f"  test accuracy {r['final_accuracy']:.4f} through the switches vs {r['single_process_accuracy']:.4f} "
+          f"in one process; parameters {verdict} the one-process run (max |diff| {r['max_abs_param_diff']:.3g})")
+    for f in r.get("failures", []):
+        print(f"  link {f['link']} failed at {f['at']:.0%} of the steps: detected in {f['detect_ms']} ms")
+    print(f"  plot {r['plot']}")

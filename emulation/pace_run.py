@@ -1,0 +1,203 @@
+"""`agglab train --profile-only`: a model's iteration under FIFO and PACE, in the pure model
+and with its communication run for real through the emulated network.
+
+Scale (TODO: merge with h-experiments' scale/fidelity module when both branches land;
+this is the minimal arithmetic, kept here until then):
+  scale    = real-network link rate / emulated link rate (--link-gbps / --bw)
+  shrink   = gradient bytes per iteration / bytes sent per worker through the emulator
+             (--emulated-mb): every transfer carries 1/shrink of its bytes
+  dilation = scale / shrink: emulated seconds per real-network second. A transfer of s
+             bytes takes s/R_real really and (s/shrink)/R_emu emulated, dilation times
+             longer; compute is slept `dilation` times its profile time, so compute and
+             communication keep their real proportions, and measured times divided by
+             the dilation are real-network milliseconds.
+The scheduler's transfer order and sizes come from the pure model (pace/schedule.py) with
+the real network's cost model (`model_iteration_ms`). Through the emulator, the network's
+own alpha + beta*s is first measured (`calibrate`, in real-network units: the Python
+agents' per-call overhead is far above a real NIC's, so it shows here), the schedules are
+planned with that cost (--plan-cost measured, the default; PACE profiles alpha and beta
+online too) or with the modelled one (--plan-cost model), every transfer then runs for
+real (packets, loss, failures) and `replay` puts the measured times back into the
+iteration model per worker.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from emulation.session import Session
+from ground import wire
+from ground.runspec import RunSpec
+from pace.fusion import CostModel
+from pace.schedule import MiB, SCHEDULERS, load_profile, replay, simulate
+from pace.timeline import plot, write_trace
+
+DEFAULT_BW_MBPS = 5.0
+LINK_BOUND_FRACTION = 0.7
+# Outstanding slots per worker: a window of 128 packets (~42 KB) takes ~70 ms to drain at
+# 5 Mb/s, longer than the agents' first retransmission timeout, so every call would start
+# with spurious retransmissions; 16 packets (~5 KB, ~8 ms) still fill a veth's tiny
+# bandwidth-delay product.
+WINDOW = 16
+# Planning with the measured cost, a PACE chunk is large enough that its start-up
+# cost is at most a tenth of its transfer time (PACE tunes its partition size the same way):
+# the emulator's per-call cost in real-network units grows with the shrink.
+ALPHA_SHARE = 10.0
+
+
+@dataclass
+class PaceOptions:
+    link_gbps: float = 10.0          # the real network being modelled
+    alpha_us: float = 50.0           # start-up cost per allreduce on the real network
+    partition_mb: float = 4.0        # PACE chunk size
+    threshold_mb: float = 64.0       # FIFO fusion buffer (Horovod's default)
+    cycle_ms: float = 5.0            # FIFO background-loop cycle
+    emulated_mb: float = 4.0         # gradient MB per worker and iteration through the emulator
+    plan_cost: str = "measured"      # plan the schedules with the emulator's calibrated cost, or "model"
+
+    def check(self) -> "PaceOptions":
+        if self.plan_cost not in ("measured", "model"):
+            raise ValueError(f"--plan-cost must be measured or model, got {self.plan_cost!r}")
+        for name, value in asdict(self).items():
+            if name != "plan_cost" and value <= 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value}")
+        return self
+
+
+@dataclass(frozen=True)
+class Scale:
+    scale: float          # real link rate / emulated link rate
+    shrink: float         # real bytes per emulated byte
+    dilation: float       # emulated seconds per real second
+
+    @classmethod
+    def of(cls, link_gbps: float, bw_mbps: float, total_bytes: int, emulated_mb: float) -> "Scale":
+        scale = link_gbps * 1e3 / bw_mbps
+        shrink = max(1.0, total_bytes / (emulated_mb * MiB))
+        return cls(scale, shrink, scale / shrink)
+
+
+def model_runs(profile, schedulers, cost: CostModel, opts: PaceOptions) -> dict:
+    return {s: simulate(profile, s, cost, threshold=int(opts.threshold_mb * MiB), cycle_ms=opts.cycle_ms,
+                        partition=int(opts.partition_mb * MiB)) for s in schedulers}
+
+
+def run_profile(spec: RunSpec, model: str, schedulers: list[str], opts: PaceOptions, out_dir: Path,
+                emulate: bool = True, quiet: bool = True) -> dict:
+    opts.check()
+    bad = [s for s in schedulers if s not in SCHEDULERS]
+    if bad:
+        raise ValueError(f"--scheduler must be fifo, pace or both, got {bad[0]!r}")
+    profile = load_profile(model)
+    if spec.algorithm not in ("switchml", "omnireduce", "ring", "ps"):
+        raise ValueError(f"--algorithm {spec.algorithm!r} has no cost model")
+    cost = CostModel.for_network(spec.algorithm, spec.workers, opts.link_gbps, opts.alpha_us)
+    pure = model_runs(profile, schedulers, cost, opts)
+    result = {"ok": True, "profile": profile.model, "workers": spec.workers, "algorithm": spec.algorithm,
+              "link_gbps": opts.link_gbps, "alpha_us": opts.alpha_us, "compute_ms": round(
+                  profile.forward_ms + profile.backward_ms, 3),
+              "model_iteration_ms": {s: round(it.iteration_ms, 3) for s, it in pure.items()},
+              "preemptions": {s: len(it.preemptions) for s, it in pure.items()},
+              "transfers": {s: len(it.transfers) for s, it in pure.items()}, "emulated": emulate}
+    runs = {f"{s} (model)": [it] for s, it in pure.items()}
+    measured = pure
+    if emulate:
+        spec = spec if spec.bw else spec.with_(bw=DEFAULT_BW_MBPS)
+        total = sum(x.nbytes for x in profile.layers)
+        sc = Scale.of(opts.link_gbps, spec.bw, total, opts.emulated_mb)
+        per_worker, info = _emulate(spec, profile, pure, sc, opts, quiet)
+        measured = {s: max(its, key=lambda it: it.iteration_ms) for s, its in per_worker.items()}
+        runs.update({f"{s} (emulated)": its for s, its in per_worker.items()})
+        result.update(scale=round(sc.scale, 3), shrink=round(sc.shrink, 3), dilation=round(sc.dilation, 3),
+                      bw_mbps=spec.bw, **info)
+        result["ok"] = info["ok"]
+        if not info["ok"]:
+            return result
+    else:
+        result.update(scale=None, note="pure model: no network")
+    iteration = {s: round(it.iteration_ms, 3) for s, it in measured.items()}
+    result["iteration_ms"] = iteration[schedulers[0]] if len(schedulers) == 1 else iteration
+    result["scheduler"] = schedulers[0] if len(schedulers) == 1 else "both"
+    if {"fifo", "pace"} <= set(schedulers):
+        result["speedup"] = round(measured["fifo"].iteration_ms / measured["pace"].iteration_ms, 4)
+        result["model_speedup"] = round(pure["fifo"].iteration_ms / pure["pace"].iteration_ms, 4)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = f"pace-{profile.model}-{'-'.join(schedulers)}"
+    result["trace"] = str(write_trace(runs, out_dir / f"{stem}.trace.json"))
+    where = (f"emulated at {spec.bw} Mb/s, scale {result['scale']}, shrink {result.get('shrink')}"
+             if emulate else "pure model")
+    result["timeline"] = str(plot(runs, out_dir / f"{stem}.png",
+                                  f"{profile.model}, {spec.workers} workers, {spec.algorithm}, "
+                                  f"{opts.link_gbps} Gb/s real network ({where})"))
+    return result
+
+
+def _replay_all(session, name: str, transfers: list[dict], deadline_s: float):
+    """Every worker replays `transfers`; (per-rank spans in emulated seconds, failures, errors)."""
+    path = session.net.run.path / f"transfers-{name}.json"
+    path.write_text(json.dumps({"iterations": 1, "transfers": transfers}))
+    reports, failures = session.run_program("hosts.replay_worker", name, (str(path),), deadline_s=deadline_s)
+    errors = [f"{name} rank {r['rank']}: {r.get('error', 'failed')}" for r in reports if not r.get("ok")]
+    spans = [] if errors else [r["iterations"][-1] for r in reports]
+    return spans, failures, errors, sum(r.get("retransmissions", 0) for r in reports)
+
+
+def calibrate(session, elements: list[int], sc: Scale, give_up: float) -> tuple[CostModel, list]:
+    """The emulated network's own alpha + beta*s, in real-network units: each size allreduced
+    three times back to back, a least-squares line through (real bytes, real ms)."""
+    sizes = [n for n in elements for _ in range(3)]
+    spans, failures, errors, _ = _replay_all(session, "calibrate", [{"ready_s": 0, "elements": n} for n in sizes],
+                                             120 + give_up * 3 + 40 * sum(sizes) * 32 / (session.spec.bw * 1e6))
+    if errors:
+        raise RuntimeError("; ".join(errors))
+    x = np.array([n * 4 * sc.shrink for n in sizes] * len(spans), float)
+    y = np.array([(end - start) * 1e3 / sc.dilation for rank in spans for start, end in rank])
+    beta, alpha = np.polyfit(x, y, 1)
+    return CostModel(max(alpha, 0.0), max(beta, 1e-15)), failures
+
+
+def _emulate(spec: RunSpec, profile, pure: dict, sc: Scale, opts: PaceOptions, quiet: bool):
+    """Calibrate the emulated network's cost model, plan each scheduler with it (PACE's
+    fusion and FIFO's cycles see the network they run on), replay the plans on every worker
+    host; per-worker Iterations in real-network units."""
+    biggest = max(max(tr.nbytes for tr in it.transfers) for it in pure.values())
+    spec = spec.with_(elements=max(1, round(biggest / 4 / sc.shrink)), dtype="int32",
+                      window=spec.window or WINDOW)
+    per_worker, errors, failures, goodput, retx = {}, [], [], [], 0
+    with Session(spec, quiet=quiet) as session:
+        cost, failures = calibrate(session, [wire.K * 16, spec.elements], sc, spec.give_up)
+        plans, partition = pure, opts.partition_mb
+        if opts.plan_cost == "measured":
+            partition = max(opts.partition_mb, ALPHA_SHARE * cost.alpha_ms / cost.beta_ms_per_byte / MiB)
+            plans = model_runs(profile, list(pure), cost, replace(opts, partition_mb=partition))
+        for s, it in plans.items():
+            sizes = [max(1, round(tr.nbytes / 4 / sc.shrink)) for tr in it.transfers]
+            emu_seconds = sum(sizes) * 32 / (spec.bw * 1e6) + it.iteration_ms * 1e-3 * sc.dilation
+            spans, fails, errs, r = _replay_all(
+                session, f"pace-{s}", [{"ready_s": tr.ready * 1e-3 * sc.dilation, "elements": n}
+                                       for tr, n in zip(it.transfers, sizes)],
+                120 + 20 * emu_seconds + spec.give_up * 3)
+            failures, errors, retx = failures + fails, errors + errs, retx + r
+            its = []
+            for rank in spans:
+                real_ms = [(end - start) * 1e3 / sc.dilation for start, end in rank]
+                its.append(replay(profile, s, copy.deepcopy(it.transfers), real_ms))
+                goodput.append(sum(sizes) * 32 / sum(end - start for start, end in rank) / 1e6)
+            if its:
+                per_worker[s] = its
+    info = {"ok": not errors, "failures": failures, "retransmissions": retx,
+            "emulated_cost": {"alpha_ms": round(cost.alpha_ms, 4),
+                              "ms_per_mb": round(cost.beta_ms_per_byte * MiB, 4)},
+            "plan_cost": opts.plan_cost, "partition_mb": round(partition, 3),
+            "emulated_plan": {s: {"transfers": len(p.transfers), "preemptions": len(p.preemptions)}
+                              for s, p in plans.items()},
+            "emulated_goodput_mbps": round(min(goodput), 3) if goodput else None,
+            "link_bound": bool(goodput) and min(goodput) >= LINK_BOUND_FRACTION * spec.bw}
+    if errors:
+        info["errors"] = errors
+    return per_worker, info

@@ -1,0 +1,144 @@
+"""`Communicator`: allreduce from a user's own training loop inside an agglab host.
+
+Why: `hosts.agent.allreduce` needs a transport, the rank, the job, the window and the
+controller's epoch file; hosts/worker.py wires those for one synthetic array. A training
+loop calls allreduce thousands of times and must keep following reroutes between calls,
+so this object holds that wiring once:
+
+    from hosts.communicator import Communicator
+    comm = Communicator.from_env()          # AGGLAB_PLAN / AGGLAB_RANK, set by agglab
+    for step in range(steps):
+        grad = model.gradient(batch)
+        grad = comm.allreduce(grad) / comm.workers
+        model.step(grad)
+        comm.progress(step + 1, steps)      # lets --fail tree@0.5 land mid-training
+
+The algorithm comes from the run's spec (`--algorithm`); each one is an entry of
+`ALGORITHMS` (name -> function(comm, array) -> (sum, stats)), so the host-based
+baselines plug in behind the same call with `register`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import traceback
+from typing import Callable
+
+import numpy as np
+
+from ground.runspec import RunPlan
+
+ALGORITHMS: dict[str, Callable] = {}
+
+
+def register(name: str):
+    """Add an allreduce implementation: fn(comm: Communicator, array) -> (sum, stats)."""
+    def add(fn):
+        ALGORITHMS[name] = fn
+        return fn
+    return add
+
+
+class Communicator:
+    """One rank of a job: `allreduce(array)` returns the sum over all workers."""
+
+    def __init__(self, plan: RunPlan, rank: int, transport=None):
+        from hosts.transport import UdpTransport
+        from hosts.worker import EpochFile, ProgressFile
+
+        self.plan, self.spec, self.rank = plan, plan.spec, rank
+        self.seat = plan.seats[rank]
+        self.workers = self.spec.workers
+        if self.spec.algorithm not in ALGORITHMS:
+            raise ValueError(f"no allreduce registered for algorithm {self.spec.algorithm!r} "
+                             f"(have: {', '.join(sorted(ALGORITHMS))})")
+        self.transport = transport or UdpTransport(self.seat.local_ip, plan.service_ip)
+        self._watcher = EpochFile(plan.epoch_file) if plan.epoch_file else None
+        self._route = (self._watcher.poll() if self._watcher else None) or {}
+        self._progress = ProgressFile(self.seat.progress) if self.seat.progress else None
+        self.calls, self.last_stats = 0, None
+
+    @classmethod
+    def from_env(cls, transport=None) -> "Communicator":
+        """The communicator of this process: agglab sets AGGLAB_PLAN (the run.json path) and
+        AGGLAB_RANK for every program it starts in a host."""
+        try:
+            path, rank = os.environ["AGGLAB_PLAN"], int(os.environ["AGGLAB_RANK"])
+        except KeyError as exc:
+            raise RuntimeError(f"{exc.args[0]} is not set: start this program with agglab "
+                               "(or pass Communicator(RunPlan.read(path), rank))") from None
+        return cls(RunPlan.read(path), rank, transport)
+
+    def allreduce(self, array) -> np.ndarray:
+        """Sum of `array` (int32 or float32, same shape on every rank) over the job's workers."""
+        result, self.last_stats = ALGORITHMS[self.spec.algorithm](self, np.asarray(array))
+        self.calls += 1
+        return result
+
+    def progress(self, done: int, total: int) -> None:
+        """Report training progress (the session's scripted failures trigger on it)."""
+        if self._progress:
+            self._progress(done, total)
+
+    # -- what the in-network algorithms need from the controller --------------------
+    def poll_route(self) -> dict | None:
+        """The controller's epoch file when it changed (a reroute), remembered for later calls."""
+        new = self._watcher.poll() if self._watcher else None
+        if new:
+            self._route = new
+        return new
+
+    def agent_options(self) -> dict:
+        self.poll_route()
+        return {"transport": self.transport, "rank": self.rank, "workers": self.workers,
+                "job": self.spec.job, "window": self.plan.window, "give_up": self.spec.give_up,
+                "epoch": self._route.get("epoch", 0), "tree_of_slot": self._route.get("tree_of_slot"),
+                "control": self.poll_route if self._watcher else None, "return_stats": True}
+
+
+def rank_program(description: str, input_help: str, body, argv: list[str] | None = None) -> int:
+    """Entry point shared by the programs the session starts in hosts
+    (`python -m MODULE run.json RANK INPUT`): body(comm, input_path) returns the report's
+    fields; errors are reported by rank with the reason, in <out>.json like hosts/worker.py."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("plan", help="run.json written by the session (ground/runspec.py RunPlan)")
+    ap.add_argument("rank", type=int)
+    ap.add_argument("input", help=input_help)
+    args = ap.parse_args(argv)
+    plan = RunPlan.read(args.plan)
+    report: dict = {"rank": args.rank, "ok": False}
+    try:
+        report.update(body(Communicator(plan, args.rank), args.input), ok=True)
+    except Exception as exc:  # reported to the parent by rank, with the reason
+        report.update(error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+    with open(plan.seats[args.rank].out + ".json", "w") as f:
+        json.dump(report, f)
+    return 0 if report["ok"] else 1
+
+
+@register("switchml")
+def _dense(comm: Communicator, array):
+    from hosts.agent import allreduce
+
+    return allreduce(array, **comm.agent_options())
+
+
+class SparseRepeatError(RuntimeError):
+    """A second block-sparse allreduce on a switch whose registers were not reset."""
+
+
+@register("omnireduce")
+def _sparse(comm: Communicator, array):
+    """One block-sparse allreduce per job and register reset: after a completed sparse
+    allreduce every child's sp_next cell holds AGG_NEXT_NONE, so the next call's first
+    contribution would complete its block alone (a wrong sum, reproduced in-process on the
+    model switch and the software switch: tests/test_communicator.py). Refused until the
+    sparse protocol resets the announcements between calls."""
+    from hosts.agent import allreduce
+
+    if comm.calls:
+        raise SparseRepeatError("omnireduce: a second sparse allreduce without a switch register reset "
+                                "returns wrong sums (stale sp_next announcements); one call per job for now")
+    return allreduce(array, sparse=True, block_size=comm.spec.blocks, **comm.agent_options())
