@@ -16,7 +16,6 @@ from mininet.cli import CLI
 from ground import wire
 from emulation.session import Session
 from ground.runspec import RunSpec
-from controller import aggregate
 from controller.topology import switches
 
 
@@ -49,15 +48,14 @@ class LabCLI(CLI):
     # -- state -------------------------------------------------------------------
     def do_trees(self, line):
         """trees: the job's current trees, their weights and the epoch."""
-        job = self.session.job
-        with job.lock:
-            ts, share = job.treeset, job.tree_of_slot
-            print(f"algorithm {job.algorithm}, epoch {ts.epoch}, {len(ts.trees)} tree(s), window {job.window} slots"
-                  + (f"  PARTITIONED: {job.partitioned}" if job.partitioned else ""))
-            for t in ts.trees:
-                edges = " ".join(f"{a}-{b}" for a, b in sorted(t.edges))
-                print(f"  tree {t.id}: root {t.root}, weight {t.weight:.3f}, {share.count(t.id)} slots, "
-                      f"height {t.height}\n    {edges}")
+        st = self.session.job.state()
+        ts = st.treeset
+        print(f"algorithm {st.algorithm}, epoch {ts.epoch}, {len(ts.trees)} tree(s), window {st.window} slots"
+              + (f"  PARTITIONED: {st.partitioned}" if st.partitioned else ""))
+        for t in ts.trees:
+            edges = " ".join(f"{a}-{b}" for a, b in sorted(t.edges))
+            print(f"  tree {t.id}: root {t.root}, weight {t.weight:.3f}, {st.tree_of_slot.count(t.id)} slots, "
+                  f"height {t.height}\n    {edges}")
 
     def do_slots(self, line):
         """slots SWITCH [N]: aggregation state of the first N (default 8) busy slots of a switch."""
@@ -66,9 +64,7 @@ class LabCLI(CLI):
             print("usage: slots SWITCH [N]")
             return
         limit = int(args[1]) if len(args) > 1 else 8
-        client = self.session.net.client(args[0])
-        with self.session.job.lock:        # the controller's reroute uses the same socket
-            regs = {n: client.register_read(n) for n in ("agg_count", "agg_bitmap", "agg_exp", "agg_final")}
+        regs = self.session.job.read_registers(args[0], ("agg_count", "agg_bitmap", "agg_exp", "agg_final"))
         shown = 0
         for r, count in enumerate(regs["agg_count"]):
             if count and shown < limit:
@@ -80,9 +76,7 @@ class LabCLI(CLI):
 
     def do_stats(self, line):
         """stats: per switch aggregation counters (contributions, completions, duplicates, drops)."""
-        for sw in switches(self.session.g):
-            with self.session.job.lock:
-                stats = aggregate.read_stats(self.session.net.client(sw))
+        for sw, stats in self.session.job.switch_stats().items():
             print(f"  {sw}: " + ", ".join(f"{k} {v}" for k, v in stats.items()))
 
     def do_events(self, line):

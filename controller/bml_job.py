@@ -12,15 +12,17 @@ same stages as explicit server-to-server transfers, each one hop through a level
 from __future__ import annotations
 
 import json
-import threading
 import time
 from pathlib import Path
 
 import networkx as nx
 
 from ground import wire
+from ground.addresses import SERVICE_IP, SERVICE_MAC
 from controller.addressing import interface_address
+from controller import failover
 from controller.events import EventLog
+from controller.jobs import Job
 from controller.switch_client import SwitchClient
 from controller.topology import port, workers as worker_hosts
 from controller.tree_install import tree_group
@@ -28,13 +30,13 @@ from controller.trees import compute
 from controller.trees.bml import schedule
 
 
-class BmlJob:
-    """Duck-types the parts of TreeJob that Session and the runner use."""
+class BmlJob(Job):
+    """BML's fixed schedule as a Job: nothing to reroute (the schedule needs every NIC)."""
 
     def __init__(self, graph: nx.Graph, clients: dict[str, SwitchClient], window: int, epoch_file: Path,
                  job: int = 0, events: EventLog | None = None, variant: str = "in-network"):
+        Job.__init__(self, events)
         self.g, self.clients, self.job = graph, clients, job
-        self.events = events or EventLog()
         self.variant = variant
         self.sched = schedule(graph)
         self.levels = self.sched.levels
@@ -47,9 +49,6 @@ class BmlJob:
         self.treeset = compute("bml", graph, self.workers)
         self.algorithm = "bml"
         self.tree_of_slot: list[int] = []
-        self.failures: list[dict] = []
-        self.lock = threading.RLock()
-        self.busy = False
         self.partitioned = None
 
     def start(self) -> "BmlJob":
@@ -74,7 +73,6 @@ class BmlJob:
                                      [child, len(ports), group, step.part * self.window])
                     if (step.switch, p) not in replies:
                         ip, mac = interface_address(self.g, h, step.switch)
-                        from ground.addresses import SERVICE_IP, SERVICE_MAC
                         client.table_add("agg_reply", "agg_set_dst", [p], [SERVICE_MAC, SERVICE_IP, mac, ip])
                         replies.add((step.switch, p))
                         entries += 1
@@ -109,13 +107,8 @@ class BmlJob:
         return paths
 
     def prepare(self, window: int) -> None:
-        from controller import failover
-
         failover.reset(self.clients, list(self.clients))
 
     def link_changed(self, u: str, v: str, up: bool, t: float, intf: str = "") -> None:
         """BML reroutes nothing: its schedule needs every NIC."""
         self.events.add("link_up" if up else "link_down", t=t, link=f"{u}-{v}", intf=intf)
-
-    def stop(self) -> None:
-        pass

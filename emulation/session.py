@@ -15,10 +15,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from controller import aggregate, drop_sim, forward, topologies
+from controller import drop_sim, forward, topologies
 from controller.bml_job import BmlJob
 from controller.events import EventLog
 from controller.job import TreeJob
+from controller.jobs import Job
 from controller.topology import switches, workers as worker_hosts
 from emulation.failures import FailureInjector
 from emulation.network import EmulatedNetwork
@@ -44,7 +45,7 @@ def run_allreduce(quiet: bool = True, **kwargs) -> dict:
 
 
 class Session:
-    """A running network with forwarding, loss and one aggregation job (TreeJob).
+    """A running network with forwarding, loss and one aggregation job (controller/jobs.py).
 
     `agglab allreduce` uses one per run; the interactive lab keeps one open and runs
     many allreduces on it while links fail and recover.
@@ -58,7 +59,7 @@ class Session:
             f.check(self.g)
         self.net = EmulatedNetwork(self.g, backend=spec.backend, seed=spec.seed)
         self.events = EventLog(echo=echo or (None if quiet else (lambda line: _log(line, False))))
-        self.job: TreeJob | None = None
+        self.job: Job | None = None
         self.monitor = None
         self.runs = 0
 
@@ -92,21 +93,17 @@ class Session:
             f.check(self.g)
         self.job.prepare(spec.default_window())
         self.runs += 1
-        with self.job.lock:
-            before = _switch_stats(self.net, self.g)
-        _log(f"allreduce of {spec.elements} {spec.dtype} per worker on {len(self.job.treeset.trees)} "
+        before = self.job.stats()
+        _log(f"allreduce of {spec.elements} {spec.dtype} per worker on {len(self.job.trees().trees)} "
              f"{spec.tree} tree(s), loss {spec.loss}", self.quiet)
-        self.job.busy = True
-        try:
+        with self.job.running():
             reports, injector = _run_workers(self.net, spec, self.job, self.quiet, f"run{self.runs}")
-        finally:
-            self.job.busy = False
         self.net.check_switches()
-        with self.job.lock:            # a reroute may still be tidying up on the same sockets
-            after = _switch_stats(self.net, self.g)
+        after = self.job.stats()       # under the job's lock: a reroute may still be tidying up
         result = check(spec, reports, {k: after[k] - before.get(k, 0) for k in after})
-        result.update(topology=spec.topology, tree=spec.tree, trees=len(self.job.treeset.trees),
-                      epoch=self.job.treeset.epoch, failures=injector.report() if injector else [])
+        treeset = self.job.trees()
+        result.update(topology=spec.topology, tree=spec.tree, trees=len(treeset.trees),
+                      epoch=treeset.epoch, failures=injector.report() if injector else [])
         return result
 
     def stop(self) -> None:
@@ -123,20 +120,12 @@ class Session:
         self.stop()
 
 
-def _switch_stats(net: EmulatedNetwork, g) -> dict:
-    total: dict[str, int] = {}
-    for sw in switches(g):
-        for key, value in aggregate.read_stats(net.client(sw)).items():
-            total[key] = total.get(key, 0) + value
-    return total
-
-
-def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: TreeJob, quiet: bool, name: str):
+def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, name: str):
     workers = job.workers
     out_dir = net.run.path / name
     out_dir.mkdir()
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    plans = job.write_plans(out_dir) if isinstance(job, BmlJob) else {}
+    plans = job.write_plans(out_dir)
     seats = [WorkerSeat(rank=rank, local_ip=net.graph.nodes[h]["ip"], out=str(out_dir / f"rank{rank}"),
                         progress=str(out_dir / f"rank{rank}.progress"),
                         bml_plan=str(plans[h]) if h in plans else None)

@@ -44,7 +44,7 @@ def test_failing_an_active_tree_link_mid_allreduce_stays_exact(attempt):
 def test_failure_off_the_active_trees_changes_nothing():
     spec = RunSpec(elements=40_000, tree="spt", seed=3, **FAT)
     with Session(spec) as s:
-        used = {e for t in s.job.treeset.trees for e in t.edges}
+        used = {e for t in s.job.trees().trees for e in t.edges}
         spare = sorted((u, v) for u, v in s.g.edges
                        if s.g.nodes[u]["kind"] == s.g.nodes[v]["kind"] == "switch"
                        and tuple(sorted((u, v))) not in used and (v, u) not in used)

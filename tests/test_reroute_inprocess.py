@@ -30,7 +30,8 @@ def check(results, arrays, dtype: str, failures: int, net: TreeNet, injected) ->
     errors = [f"rank {r}: {x!r}" for r, x in enumerate(results) if isinstance(x, BaseException)]
     assert not errors, "\n".join(errors)
     assert len(injected) == failures and all(f["at"] < 1 for f in injected), injected
-    assert [f["epoch"] for f in net.job.failures] == list(range(1, failures + 1)), net.job.failures
+    records = net.job.failure_records()
+    assert [f["epoch"] for f in records] == list(range(1, failures + 1)), records
     if dtype == "int32":
         expected = np.sum(np.stack(arrays).astype(np.int64), axis=0).astype(np.int32)
         for out, _stats in results:
@@ -48,7 +49,7 @@ def core_link(job, i: int) -> tuple[str, str]:
     failure touched: two such failures still leave every edge switch a direct path up, so
     no edge switch has to relay for others (the case design.md says a carry cannot serve)."""
     failed = {n for u, v, d in job.g.edges(data=True) if not d.get("up", True) for n in (u, v)}
-    links = sorted({e for t in job.treeset.trees for e in t.edges
+    links = sorted({e for t in job.trees().trees for e in t.edges
                     if {job.g.nodes[n].get("tier") for n in e} == {"agg", "core"} and not set(e) & failed})
     return links[(7 * i) % len(links)]
 

@@ -25,7 +25,6 @@ from pathlib import Path
 import numpy as np
 
 from ground import wire
-from emulation.failures import pick_tree_link
 from controller.addressing import interface_address
 from controller.job import TreeJob
 from controller.switch_client import SwitchClient, SwitchCommandError
@@ -149,8 +148,8 @@ class TreeNet:
                 time.sleep(0.002)
             if not any(t.is_alive() for t in threads):
                 break
-            with self.job.lock:
-                a, b = pick(self.job, i) if pick else pick_tree_link(self.job, fail_seed + i)
+            with self.job.locked():
+                a, b = pick(self.job, i) if pick else self.job.pick_tree_link(fail_seed + i)
             injected.append({"link": f"{a}-{b}", "at": round(min(progress), 3)})
             self.job.link_changed(a, b, False, time.monotonic())
         for t in threads:
