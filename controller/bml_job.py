@@ -38,11 +38,8 @@ class BmlJob(Job):
         Job.__init__(self, events)
         self.g, self.clients, self.job = graph, clients, job
         self.variant = variant
-        self.sched = schedule(graph)
+        self.sched = self.check(graph)
         self.levels = self.sched.levels
-        if len(worker_hosts(graph)) != len(self.sched.hosts):
-            raise ValueError(f"BML needs every BCube server as a worker ({len(self.sched.hosts)}), "
-                             f"got {len(worker_hosts(graph))}")
         self.workers = list(self.sched.hosts)
         self.window = min(window, wire.SLOTS // self.levels)
         self.epoch_file = Path(epoch_file)
@@ -50,6 +47,15 @@ class BmlJob(Job):
         self.algorithm = "bml"
         self.tree_of_slot: list[int] = []
         self.partitioned = None
+
+    @staticmethod
+    def check(graph: nx.Graph):
+        """BML's schedule for the graph; ValueError unless every BCube server is a worker."""
+        sched = schedule(graph)
+        if len(worker_hosts(graph)) != len(sched.hosts):
+            raise ValueError(f"BML needs every BCube server as a worker ({len(sched.hosts)}), "
+                             f"got {len(worker_hosts(graph))}")
+        return sched
 
     def start(self) -> "BmlJob":
         t0 = time.monotonic()

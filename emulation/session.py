@@ -36,12 +36,27 @@ def _log(msg: str, quiet: bool) -> None:
 
 def run_allreduce(quiet: bool = True, **kwargs) -> dict:
     """Run one allreduce described by RunSpec(**kwargs) in a fresh network and return the result."""
-    spec = RunSpec(**kwargs)
-    spec.validate()
+    return run_spec(RunSpec(**kwargs), quiet=quiet)
+
+
+def run_spec(spec: RunSpec, quiet: bool = True) -> dict:
+    """Run one allreduce described by `spec` in a fresh network and return the result."""
     with Session(spec, quiet=quiet) as session:
         result = session.allreduce()
         result["events"] = session.events.lines()
         return result
+
+
+def graph_for(spec: RunSpec):
+    """The spec's topology graph, with every named --fail link checked against it. Needs no
+    root and builds nothing: bad input (ValueError, TopologyError) surfaces before Mininet."""
+    spec.validate()
+    g = topologies.for_run(spec)
+    for f in spec.fail_specs:
+        f.check(g)
+    if spec.tree == "bml":
+        BmlJob.check(g)
+    return g
 
 
 class Session:
@@ -52,11 +67,8 @@ class Session:
     """
 
     def __init__(self, spec: RunSpec, quiet: bool = True, echo=None):
-        spec.validate()
         self.spec, self.quiet = spec, quiet
-        self.g = topologies.for_run(spec)
-        for f in spec.fail_specs:
-            f.check(self.g)
+        self.g = graph_for(spec)
         self.net = EmulatedNetwork(self.g, backend=spec.backend, seed=spec.seed)
         self.events = EventLog(echo=echo or (None if quiet else (lambda line: _log(line, False))))
         self.job: Job | None = None
