@@ -66,7 +66,6 @@ def _stop(sw) -> None:
 @pytest.fixture
 def switch(lab, tmp_path):
     """The daemon with the real P4 pipeline on h1/h2's ports (fresh state per test)."""
-    pytest.importorskip("softswitch.pipeline", reason="softswitch/pipeline.py not there yet")
     sw = _start(lab, tmp_path, "--seed", "1")
     try:
         yield sw
