@@ -19,9 +19,13 @@ import random
 import networkx as nx
 import numpy as np
 import pytest
+from networkx.algorithms.approximation import steiner_tree
 from scipy.optimize import linprog
 
+from controller.topologies import fat_tree, leaf_spine
+from controller.topology import workers
 from controller.trees import compute
+from controller.trees.packing import _Net
 
 FAST = 1000.0         # host links that never limit (unless a case says otherwise)
 
@@ -133,3 +137,24 @@ def test_packing_reaches_the_optimum_on_these_small_cases(case):
     the oracle or of the re-optimisation even while the factor still holds."""
     g = make_graph(*CASES[case])
     assert compute("packing", g, eps=0.1).meta["rate"] == pytest.approx(optimum(g, list(CASES[case][1])), rel=1e-6)
+
+
+@pytest.mark.parametrize("make", [lambda: fat_tree(4, bw=100, workers=8), lambda: fat_tree(8, workers=16),
+                                  lambda: leaf_spine(4, 3, 2, host_bw=100, uplink_bw=40),
+                                  lambda: make_graph(*CASES["k4-hetero"]), lambda: make_graph(*CASES["grid-2x3"])],
+                         ids=["fattree4w8", "fattree8w16", "leafspine", "k4-hetero", "grid-2x3"])
+def test_steiner_oracle_is_networkx_mehlhorn(make):
+    """packing.py keeps its own Mehlhorn oracle for speed (its docstring has the numbers);
+    under random link lengths it must return exactly networkx's Mehlhorn tree."""
+    g = make()
+    net = _Net(g, workers(g))
+    h = nx.Graph()
+    for i, (u, v) in enumerate(net.edges):
+        h.add_edge(u, v, index=i)
+    rng = random.Random(1)
+    for _ in range(10):
+        length = [rng.uniform(1, 10) for _ in net.edges]
+        for _u, _v, d in h.edges(data=True):
+            d["length"] = length[d["index"]]
+        theirs = steiner_tree(h, net.workers, weight="length", method="mehlhorn")
+        assert net.steiner(length) == frozenset(h.edges[e]["index"] for e in theirs.edges)
