@@ -97,8 +97,12 @@ class LabCLI(CLI):
             print(exc)
             return
         tree = opts.pop("tree", None)
-        if tree and tree != self.session.job.algorithm:
-            self.session.job.reinstall(tree, why="requested by allreduce --tree")
+        if tree and tree != self.session.job.state().algorithm:
+            try:
+                self.session.job.reinstall(tree, why="requested by allreduce --tree")
+            except ValueError as exc:
+                print(exc)
+                return
             opts["tree"] = tree
 
         def work():
