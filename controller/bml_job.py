@@ -20,7 +20,6 @@ import networkx as nx
 from ground import wire
 from ground.addresses import SERVICE_IP, SERVICE_MAC
 from controller.addressing import interface_address
-from controller import failover
 from controller.events import EventLog
 from controller.jobs import Job
 from controller.switch_client import SwitchClient
@@ -112,7 +111,10 @@ class BmlJob(Job):
             paths[h].write_text(json.dumps(self.plan_for(h)))
         return paths
 
-    def prepare(self, window: int) -> None:
+    def prepare(self, window: int, algorithm: str = "switchml") -> None:
+        """Fresh registers; `algorithm` as TreeJob.prepare (BML runs switchml and reroutes nothing)."""
+        from controller import failover
+
         failover.reset(self.clients, list(self.clients))
 
     def link_changed(self, u: str, v: str, up: bool, t: float, intf: str = "") -> None:

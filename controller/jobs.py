@@ -69,8 +69,9 @@ class Job(ABC):
         """Compute and install what the job needs in the switches; returns self."""
 
     @abstractmethod
-    def prepare(self, window: int) -> None:
-        """Before each allreduce: fresh registers, `window` slots per worker."""
+    def prepare(self, window: int, algorithm: str = "switchml") -> None:
+        """Before each allreduce: fresh registers, `window` slots per worker (and, where the
+        job reroutes, what a reroute carries for the allreduce `algorithm`)."""
 
     @abstractmethod
     def link_changed(self, u: str, v: str, up: bool, t: float, intf: str = "") -> None:
