@@ -107,8 +107,9 @@ class TreeJob(Job):
                             why=why, compute_ms=round((t1 - t0) * 1e3, 2),
                             install_ms=round((time.monotonic() - t1) * 1e3, 2))
 
-    def prepare(self, window: int) -> None:
-        """Before each allreduce: fresh registers, slots partitioned for this window."""
+    def prepare(self, window: int, algorithm: str = "switchml") -> None:
+        """Before each allreduce: fresh registers, slots partitioned for this window, the
+        reroute carry of the allreduce `algorithm` (controller/carry.py)."""
         with self.locked():
             self.window = window
             self.tree_of_slot = partition_slots(self.treeset.weights, window)

@@ -240,6 +240,10 @@ def test_result_naming_a_later_next_than_announced_is_refused():
 def test_progress_and_trees():
     n, length = 2, 64 * 50
     arrays = [sparse_gradient(r, length, "int32", 0.2, "random", K, seed=2) for r in range(n)]
+    from softswitch.pipeline import Pipeline
+    from softswitch.star import star_commands
+    from tests.fakenet import FakeNet
+
     pipeline = Pipeline(seed=0)
     for cmd in star_commands(n, tree=1, sparse=True) + [
             f"table_add {t} {a} 0 3 0 {i + 1} => {i} {n} 1 {4 if t == 'agg_job' else 4}"

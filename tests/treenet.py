@@ -128,7 +128,8 @@ class TreeNet:
         pending = sorted(fail_at)
         injected: list[dict] = []
         injecting = threading.Lock()
-        self.job.prepare(kwargs.get("window") or self.job.window)
+        self.job.prepare(kwargs.get("window") or self.job.window,
+                         "omnireduce" if kwargs.get("sparse") else "switchml")
 
         def fail_links_due() -> None:
             with injecting:
