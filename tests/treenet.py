@@ -125,11 +125,12 @@ class TreeNet:
         n = len(self.hosts)
         progress = [0.0] * n
         results: list = [None] * n
+        self.job.prepare(kwargs.get("window") or self.job.window,
+                         "omnireduce" if kwargs.get("sparse") else "switchml")
+
         pending = sorted(fail_at)
         injected: list[dict] = []
         injecting = threading.Lock()
-        self.job.prepare(kwargs.get("window") or self.job.window,
-                         "omnireduce" if kwargs.get("sparse") else "switchml")
 
         def fail_links_due() -> None:
             with injecting:
