@@ -7,12 +7,14 @@ through netlink exactly like `fail a b`.
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import threading
 
 from mininet.cli import CLI
 
+from agglab.cli import add_run_options
 from ground import wire
 from emulation.session import Session
 from ground.runspec import RunSpec
@@ -86,13 +88,16 @@ class LabCLI(CLI):
 
     # -- traffic -----------------------------------------------------------------
     def do_allreduce(self, line):
-        """allreduce [ELEMENTS] [--tree spt|rat|packing] [--dtype int32|float32] [--loss P]:
-        run one allreduce in the background (fail links meanwhile); prints the outcome when done."""
+        """allreduce [ELEMENTS] [--tree spt|rat|packing] [--dtype int32|float32] [--loss P]
+        [--algorithm switchml|omnireduce] [--density D] [--fail A-B@F] ... (any `agglab allreduce`
+        option that does not reshape the network): run one allreduce in the background (fail
+        links meanwhile); prints the outcome when done."""
         if self.running and self.running.is_alive():
             print("an allreduce is already running")
             return
         try:
             opts = _parse_allreduce(shlex.split(line))
+            self.session.spec.with_(**opts)        # validated before any tree changes
         except ValueError as exc:
             print(exc)
             return
@@ -127,19 +132,31 @@ class LabCLI(CLI):
 
 
 
+# RunSpec fields one allreduce of an open lab may change; the rest shape the network.
+PER_RUN = ("elements", "dtype", "loss", "tree", "algorithm", "density", "pattern", "block_size",
+           "zero_workers", "seed", "window", "give_up", "fail")
+
+
+class _Options(argparse.ArgumentParser):
+    """The CLI's run options (agglab.cli.add_run_options), raising instead of exiting."""
+
+    def error(self, message):
+        raise ValueError(f"allreduce: {message}; see 'help allreduce'")
+
+
 def _parse_allreduce(args: list[str]) -> dict:
-    opts: dict = {}
-    it = iter(args)
-    for a in it:
-        if a.isdigit():
-            opts["elements"] = int(a)
-        elif a in ("--tree", "--dtype", "--loss"):
-            value = next(it, None)
-            if value is None:
-                raise ValueError(f"{a} needs a value")
-            opts[a[2:]] = float(value) if a == "--loss" else value
-        else:
-            raise ValueError(f"unknown argument {a!r}; see 'help allreduce'")
+    """The RunSpec fields a lab `allreduce` line changes (ELEMENTS may come first, bare)."""
+    ap = _Options(prog="allreduce", add_help=False)
+    ap.add_argument("count", nargs="?", type=int, metavar="ELEMENTS")
+    add_run_options(ap)
+    ap.set_defaults(**{k: None for k in vars(ap.parse_args([]))})
+    opts = {k: v for k, v in vars(ap.parse_args(args)).items() if v is not None}
+    if "count" in opts:
+        opts["elements"] = opts.pop("count")
+    fixed = sorted(set(opts) - set(PER_RUN))
+    if fixed:
+        raise ValueError(f"--{fixed[0].replace('_', '-')} is fixed when the lab opens; an allreduce may change "
+                         + ", ".join("--" + f.replace("_", "-") for f in PER_RUN))
     return opts
 
 

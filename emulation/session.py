@@ -74,6 +74,7 @@ class Session:
         self.job: Job | None = None
         self.monitor = None
         self.runs = 0
+        self.loss: float | None = None      # what the switches' drop simulators are set to
 
     def start(self) -> "Session":
         spec, g = self.spec, self.g
@@ -83,9 +84,8 @@ class Session:
         self.net.start()
         try:
             for sw in switches(g):
-                client = self.net.client(sw)
-                forward.install_forwarding(client, g, sw)
-                drop_sim.set_loss(client, [e["ports"][sw] for _, _, e in g.edges(sw, data=True)], spec.loss)
+                forward.install_forwarding(self.net.client(sw), g, sw)
+            self._set_loss(spec.loss)
             if spec.tree == "bml":
                 self.job = BmlJob(g, self.net.clients, spec.default_window(), self.net.run.path / "epoch.json",
                                   job=spec.job, events=self.events, variant=spec.bml_variant).start()
@@ -98,12 +98,21 @@ class Session:
             raise
         return self
 
+    def _set_loss(self, loss: float) -> None:
+        for sw in switches(self.g):
+            ports = [e["ports"][sw] for _, _, e in self.g.edges(sw, data=True)]
+            drop_sim.set_loss(self.net.client(sw), ports, loss)
+        self.loss = loss
+
     def allreduce(self, **overrides) -> dict:
         spec = replace(self.spec, **overrides) if overrides else self.spec
         spec.validate()
         for f in spec.fail_specs:
             f.check(self.g)
-        self.job.prepare(spec.default_window())
+        if spec.loss != self.loss:              # the lab's `allreduce --loss P`
+            with self.job.locked():
+                self._set_loss(spec.loss)
+        self.job.prepare(spec.default_window(), spec.algorithm)
         self.runs += 1
         before = self.job.stats()
         _log(f"allreduce of {spec.elements} {spec.dtype} per worker on {len(self.job.trees().trees)} "

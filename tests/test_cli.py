@@ -67,3 +67,27 @@ def test_bad_input_is_one_line_and_exit_2(cmd, argv, message, capsys, monkeypatc
     assert main([cmd, *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"agglab {cmd}: ") and message in err, err
+
+
+def test_lab_allreduce_line_takes_the_per_run_options(monkeypatch):
+    """The lab's `allreduce` command parses the CLI's options; those that shape the network
+    are refused with one line (agglab.lab imports Mininet's CLI: a stand-in is enough here)."""
+    cli_module = types.ModuleType("mininet.cli")
+    cli_module.CLI = type("CLI", (), {})
+    monkeypatch.setitem(sys.modules, "mininet", types.ModuleType("mininet"))
+    monkeypatch.setitem(sys.modules, "mininet.cli", cli_module)
+    saved = sys.modules.pop("agglab.lab", None)
+    try:
+        from agglab.lab import _parse_allreduce
+    finally:                                    # never leave the stand-in's lab behind
+        sys.modules.pop("agglab.lab", None)
+        if saved is not None:
+            sys.modules["agglab.lab"] = saved
+    assert _parse_allreduce(["30000", "--tree", "spt", "--loss", "0.1"]) == {"elements": 30000, "tree": "spt",
+                                                                           "loss": 0.1}
+    assert _parse_allreduce(["--fail", "tree@0.5", "--algorithm", "omnireduce"]) == {
+        "fail": ["tree@0.5"], "algorithm": "omnireduce"}
+    for bad, message in [(["--workers", "3"], "--workers is fixed when the lab opens"),
+                         (["--dtype", "int8"], "invalid choice"), (["--bogus"], "unrecognized")]:
+        with pytest.raises(ValueError, match=message):
+            _parse_allreduce(bad)
