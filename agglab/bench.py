@@ -15,6 +15,10 @@ import subprocess
 import sys
 
 from ground.paths import REPO
+from ground.runspec import RunSpec
+
+GOODPUT = RunSpec(workers=8, elements=1_000_000, dtype="int32")
+REROUTE = RunSpec(topology="fattree", k=4, workers=8, elements=200_000, fail=["tree@0.5"])
 
 
 def _section(title: str) -> None:
@@ -29,22 +33,21 @@ def main() -> int:
         _section("software switch daemon (raw sockets on veths)")
         subprocess.run([sys.executable, "-m", "softswitch.bench_io"], cwd=REPO, env=env)
         _section("8-worker allreduce, 1M int32 per worker, one software switch in Mininet")
-        from emulation.session import run_allreduce
+        from emulation.session import run_spec
 
-        for elements in (1_000_000,):
-            r = run_allreduce(workers=8, elements=elements, dtype="int32")
-            print(f"workers=8 elements={elements}: exact={r['exact']} seconds={r['seconds']} "
-                  f"goodput={r['goodput_mbps']} Mb/s per worker, aggregate "
-                  f"{r['goodput_mbps'] * 8:.1f} Mb/s, packets={r['packets']}, "
-                  f"retransmissions={r['retransmissions']}")
+        r = run_spec(GOODPUT)
+        print(f"workers={GOODPUT.workers} elements={GOODPUT.elements}: exact={r['exact']} seconds={r['seconds']} "
+              f"goodput={r['goodput_mbps']} Mb/s per worker, aggregate "
+              f"{r['goodput_mbps'] * GOODPUT.workers:.1f} Mb/s, packets={r['packets']}, "
+              f"retransmissions={r['retransmissions']}")
     _section("tree computation (ms)")
     subprocess.run([sys.executable, "-m", "controller.trees.bench"], cwd=REPO, env=env)
     if os.geteuid() == 0:
         _section("reroute on a k=4 fat-tree, 8 workers (link of the active tree fails at 50%)")
-        from emulation.session import run_allreduce
+        from emulation.session import run_spec
 
         for tree in ("spt", "rat", "packing"):
-            r = run_allreduce(topology="fattree", k=4, workers=8, elements=200_000, tree=tree, fail=["tree@0.5"])
+            r = run_spec(REROUTE.with_(tree=tree))
             for f in r["failures"]:
                 print(f"{tree:8s} exact={r['exact']} link={f['link']} detect={f['detect_ms']} ms "
                       f"recompute={f['recompute_ms']} ms install={f['install_ms']} ms "

@@ -12,24 +12,22 @@ from __future__ import annotations
 import argparse
 import sys
 
-from emulation.session import run_allreduce
+from agglab.cli import add_run_options, spec_from_args
+from emulation.session import run_spec
 
 DENSITIES = (1.0, 0.5, 0.2, 0.1, 0.05, 0.01)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workers", type=int, default=8)
-    ap.add_argument("--elements", type=int, default=262_144)
-    ap.add_argument("--bw", type=float, default=5.0, help="Mb/s per link")
-    ap.add_argument("--pattern", default="overlap", choices=["overlap", "random", "disjoint"])
-    args = ap.parse_args(argv)
-    common = dict(workers=args.workers, elements=args.elements, bw=args.bw, pattern=args.pattern)
-    print(f"{args.workers} workers x {args.elements} int32, links {args.bw} Mb/s, pattern {args.pattern}")
+    add_run_options(ap, workers=8, elements=262_144, bw=5.0, pattern="overlap")
+    base = spec_from_args(ap.parse_args(argv)).validate()
+    print(f"{base.workers} workers x {base.elements} {base.dtype}, {base.topology}, links {base.bw} Mb/s, "
+          f"pattern {base.pattern}")
     print(f"{'density':>8} {'dense s':>9} {'sparse s':>9} {'speedup':>8} {'ideal':>7} {'blocks sent':>12} exact")
     for d in DENSITIES:
-        dense = run_allreduce(algorithm="switchml", density=d, **common)     # same data, dense pipeline
-        sparse = run_allreduce(algorithm="omnireduce", density=d, **common)
+        dense = run_spec(base.with_(algorithm="switchml", density=d))     # same data, dense pipeline
+        sparse = run_spec(base.with_(algorithm="omnireduce", density=d))
         ok = dense["exact"] and sparse["exact"]
         if not ok:
             print(f"{d:>8} failed: {dense.get('errors') or sparse.get('errors')}")

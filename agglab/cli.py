@@ -1,10 +1,13 @@
 """The `agglab` command line.
 
-    agglab allreduce --workers N --elements M [--dtype int32|float32] [--loss P]
-                     [--backend soft|bmv2] [--window S] [--seed N] [--json]
-    agglab train        a model trained through the switches; FIFO vs PACE (--profile-only)
+    agglab allreduce [RUN OPTIONS] [--json]   one allreduce in a fresh network, checked against numpy
+    agglab lab [RUN OPTIONS] [--script FILE]  the Mininet CLI with fail/recover/trees/allreduce/...
+    agglab train [RUN OPTIONS] ...    a model trained through the switches; FIFO vs PACE (--profile-only)
     agglab clean        remove what a crashed run left (namespaces, interfaces, processes)
     agglab doctor       say what is installed and what is missing, and why it matters
+
+RUN OPTIONS are the fields of ground/runspec.py's RunSpec, one option per field
+(`add_run_options`); bad input (a bad field, topology or tree) prints one line and exits 2.
 """
 
 from __future__ import annotations
@@ -13,26 +16,52 @@ import argparse
 import json
 import os
 import sys
+import dataclasses
+from dataclasses import fields
+
+from ground.runspec import ALGORITHMS, BACKENDS, DTYPES, PATTERNS, TREES, RunSpec
+
+
+def spec_from_args(args: argparse.Namespace) -> RunSpec:
+    """The RunSpec the options describe: each option is the RunSpec field of the same name
+    (options left unset keep the field's default), so no option list is restated here."""
+    names = {f.name for f in fields(RunSpec)}
+    return RunSpec(**{k: v for k, v in vars(args).items() if k in names and v is not None})
+
+
+def _checked_spec(cmd: str, args) -> RunSpec:
+    """Validate the options and build the topology graph (no root needed): bad input fails
+    here with one line, before any network exists."""
+    from emulation.session import graph_for
+
+    spec = spec_from_args(args)
+    graph_for(spec)
+    return spec
+
+
+def _bad_input(cmd: str, exc: Exception) -> int:
+    print(f"agglab {cmd}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+    return 2
+
+
+def _needs_root(cmd: str) -> bool:
+    if os.geteuid() != 0:
+        print(f"agglab {cmd} needs root (Mininet creates network namespaces): run it with sudo", file=sys.stderr)
+        return True
+    return False
 
 
 def _allreduce(args) -> int:
-    from emulation.session import run_allreduce
+    from controller.trees.base import TreeError
+    from emulation.session import run_spec
 
-    if os.geteuid() != 0:
-        print("agglab allreduce needs root (Mininet creates network namespaces): run it with sudo",
-              file=sys.stderr)
-        return 2
     try:
-        result = run_allreduce(quiet=args.json, workers=args.workers, elements=args.elements,
-                               dtype=args.dtype, loss=args.loss, backend=args.backend,
-                               window=args.window, seed=args.seed, give_up=args.give_up, bw=args.bw,
-                               topology=args.topology, k=args.k, tree=args.tree, fail=args.fail or [],
-                               bml_variant=args.bml_variant, algorithm=args.algorithm, density=args.density,
-                               pattern=args.pattern, block_size=args.block_size,
-                               zero_workers=args.zero_workers)
-    except ValueError as exc:
-        print(f"agglab allreduce: {exc}", file=sys.stderr)
-        return 2
+        spec = _checked_spec("allreduce", args)
+        if _needs_root("allreduce"):
+            return 2
+        result = run_spec(spec, quiet=args.json)
+    except (ValueError, TreeError) as exc:       # TopologyError is a ValueError
+        return _bad_input("allreduce", exc)
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:
@@ -59,18 +88,15 @@ def _print_human(r: dict) -> None:
 
 def _lab(args) -> int:
     from agglab.lab import run_lab
-    from ground.runspec import RunSpec
+    from controller.trees.base import TreeError
 
-    if os.geteuid() != 0:
-        print("agglab lab needs root (Mininet): run it with sudo", file=sys.stderr)
-        return 2
     try:
-        spec = RunSpec(workers=args.workers, topology=args.topology, k=args.k, tree=args.tree,
-                       backend=args.backend, loss=args.loss, bw=args.bw, elements=args.elements)
+        spec = _checked_spec("lab", args)
+        if _needs_root("lab"):
+            return 2
         return run_lab(spec, script=args.script)
-    except ValueError as exc:
-        print(f"agglab lab: {exc}", file=sys.stderr)
-        return 2
+    except (ValueError, TreeError) as exc:
+        return _bad_input("lab", exc)
 
 
 def _clean(args) -> int:
@@ -86,54 +112,55 @@ def _doctor(args) -> int:
     return report()
 
 
+def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
+    """The RunSpec options, each named after its field (`--give-up` is `give_up`); defaults
+    are RunSpec's unless a command overrides one (the lab opens a fat-tree)."""
+    d = {f.name: f.default for f in fields(RunSpec) if f.default is not dataclasses.MISSING} | defaults
+    opt = parser.add_argument
+    opt("--workers", type=int, default=d["workers"], help=f"number of worker hosts (default {d['workers']})")
+    opt("--elements", type=int, default=d["elements"], help=f"array length per worker (default {d['elements']})")
+    opt("--dtype", choices=DTYPES, default=d["dtype"])
+    opt("--loss", type=float, default=d["loss"], help="drop probability per packet and direction, "
+        "applied by the switch's drop simulator (default 0)")
+    opt("--backend", choices=BACKENDS, default=d["backend"])
+    opt("--window", type=int, default=d["window"], help="outstanding slots per worker")
+    opt("--seed", type=int, default=d["seed"])
+    opt("--give-up", type=float, default=d["give_up"], help="seconds without progress before a worker "
+        "gives up with an error")
+    opt("--bw", type=float, default=d["bw"], help="link rate in Mb/s (tc htb); default unlimited")
+    opt("--topology", default=d["topology"], help=f"single, leafspine, fattree, bcube or a YAML file "
+        f"(nodes, links, bandwidth); default {d['topology']}")
+    opt("--k", type=int, default=d["k"], help="fat-tree k (default 4) or BCube level count k")
+    opt("--tree", default=d["tree"], choices=TREES,
+        help=f"aggregation tree algorithm (default {d['tree']}; bml goes with bcube)")
+    opt("--algorithm", choices=ALGORITHMS, default=d["algorithm"],
+        help="dense SwitchML pipeline (default) or block-sparse OmniReduce pipeline")
+    opt("--density", type=float, default=d["density"], help="fraction of non-zero blocks (block-sparse data)")
+    opt("--pattern", choices=PATTERNS, default=d["pattern"],
+        help="block-sparse data: where the non-zero blocks are across workers")
+    opt("--block-size", type=int, default=d["block_size"], help="omnireduce: values per block (multiple of K)")
+    opt("--zero-workers", type=int, default=d["zero_workers"], metavar="Z",
+        help="block-sparse data: ranks 0..Z-1 have no non-zero block at all (default 0)")
+    opt("--bml-variant", choices=["in-network", "host"], default=d["bml_variant"],
+        help="BML on BCube: level switches aggregate (in-network, default) or servers "
+             "reduce-scatter/all-gather through them as in the paper (host)")
+    opt("--fail", action="append", metavar="A-B@FRACTION",
+        help="take link A-B down when FRACTION of the blocks are done; 'tree@0.5' picks a "
+             "link the active tree uses; may repeat")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="agglab", description="In-network aggregation emulator "
                                  "(SwitchML-style P4 pipelines on BMv2 or a software switch in Mininet)")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     a = sub.add_parser("allreduce", help="run one allreduce in a fresh network and check it against numpy")
-    a.add_argument("--workers", type=int, default=4, help="number of worker hosts (default 4)")
-    a.add_argument("--elements", type=int, default=100_000, help="array length per worker")
-    a.add_argument("--dtype", choices=["int32", "float32"], default="int32")
-    a.add_argument("--loss", type=float, default=0.0, help="drop probability per packet and direction, "
-                   "applied by the switch's drop simulator (default 0)")
-    a.add_argument("--backend", choices=["soft", "bmv2"], default="soft")
-    a.add_argument("--window", type=int, default=None, help="outstanding slots per worker")
-    a.add_argument("--seed", type=int, default=0)
-    a.add_argument("--give-up", type=float, default=10.0, help="seconds without progress before a worker "
-                   "gives up with an error")
-    a.add_argument("--bw", type=float, default=None, help="link rate in Mb/s (tc htb); default unlimited")
-    a.add_argument("--topology", default="single", help="single (default), leafspine, fattree, bcube "
-                   "or a YAML file (nodes, links, bandwidth)")
-    a.add_argument("--k", type=int, default=None, help="fat-tree k (default 4) or BCube level count k")
-    a.add_argument("--tree", default="spt", choices=["spt", "rat", "packing", "bml"],
-                   help="aggregation tree algorithm (default spt)")
-    a.add_argument("--algorithm", choices=["switchml", "omnireduce"], default="switchml",
-                   help="dense SwitchML pipeline (default) or block-sparse OmniReduce pipeline")
-    a.add_argument("--density", type=float, default=1.0, help="omnireduce: fraction of non-zero blocks")
-    a.add_argument("--pattern", choices=["random", "overlap", "disjoint"], default="random",
-                   help="omnireduce: where the non-zero blocks are across workers")
-    a.add_argument("--block-size", type=int, default=None, help="omnireduce: values per block (multiple of K)")
-    a.add_argument("--zero-workers", type=int, default=0, metavar="Z",
-                   help="omnireduce: ranks 0..Z-1 have no non-zero block at all (default 0)")
-    a.add_argument("--bml-variant", choices=["in-network", "host"], default="in-network",
-                   help="BML on BCube: level switches aggregate (in-network, default) or servers "
-                        "reduce-scatter/all-gather through them as in the paper (host)")
-    a.add_argument("--fail", action="append", metavar="A-B@FRACTION",
-                   help="take link A-B down when FRACTION of the blocks are done; 'tree@0.5' picks a "
-                        "link the active tree uses; may repeat")
+    add_run_options(a)
     a.add_argument("--json", action="store_true", help="print one JSON object")
     a.set_defaults(func=_allreduce)
 
     lab = sub.add_parser("lab", help="interactive Mininet CLI with fail/recover/trees/allreduce/slots/stats/events")
-    lab.add_argument("--topology", default="fattree")
-    lab.add_argument("--k", type=int, default=None)
-    lab.add_argument("--workers", type=int, default=8)
-    lab.add_argument("--tree", default="rat", choices=["spt", "rat", "packing"])
-    lab.add_argument("--backend", choices=["soft", "bmv2"], default="soft")
-    lab.add_argument("--loss", type=float, default=0.0)
-    lab.add_argument("--bw", type=float, default=None)
-    lab.add_argument("--elements", type=int, default=200_000, help="default size of 'allreduce'")
+    add_run_options(lab, topology="fattree", workers=8, tree="rat", elements=200_000)
     lab.add_argument("--script", default=None, help="run the lab commands in this file, then exit")
     lab.set_defaults(func=_lab)
 

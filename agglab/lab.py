@@ -7,16 +7,17 @@ through netlink exactly like `fail a b`.
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import threading
 
 from mininet.cli import CLI
 
+from agglab.cli import add_run_options
 from ground import wire
 from emulation.session import Session
 from ground.runspec import RunSpec
-from controller import aggregate
 from controller.topology import switches
 
 
@@ -49,15 +50,14 @@ class LabCLI(CLI):
     # -- state -------------------------------------------------------------------
     def do_trees(self, line):
         """trees: the job's current trees, their weights and the epoch."""
-        job = self.session.job
-        with job.lock:
-            ts, share = job.treeset, job.tree_of_slot
-            print(f"algorithm {job.algorithm}, epoch {ts.epoch}, {len(ts.trees)} tree(s), window {job.window} slots"
-                  + (f"  PARTITIONED: {job.partitioned}" if job.partitioned else ""))
-            for t in ts.trees:
-                edges = " ".join(f"{a}-{b}" for a, b in sorted(t.edges))
-                print(f"  tree {t.id}: root {t.root}, weight {t.weight:.3f}, {share.count(t.id)} slots, "
-                      f"height {t.height}\n    {edges}")
+        st = self.session.job.state()
+        ts = st.treeset
+        print(f"algorithm {st.algorithm}, epoch {ts.epoch}, {len(ts.trees)} tree(s), window {st.window} slots"
+              + (f"  PARTITIONED: {st.partitioned}" if st.partitioned else ""))
+        for t in ts.trees:
+            edges = " ".join(f"{a}-{b}" for a, b in sorted(t.edges))
+            print(f"  tree {t.id}: root {t.root}, weight {t.weight:.3f}, {st.tree_of_slot.count(t.id)} slots, "
+                  f"height {t.height}\n    {edges}")
 
     def do_slots(self, line):
         """slots SWITCH [N]: aggregation state of the first N (default 8) busy slots of a switch."""
@@ -66,9 +66,7 @@ class LabCLI(CLI):
             print("usage: slots SWITCH [N]")
             return
         limit = int(args[1]) if len(args) > 1 else 8
-        client = self.session.net.client(args[0])
-        with self.session.job.lock:        # the controller's reroute uses the same socket
-            regs = {n: client.register_read(n) for n in ("agg_count", "agg_bitmap", "agg_exp", "agg_final")}
+        regs = self.session.job.read_registers(args[0], ("agg_count", "agg_bitmap", "agg_exp", "agg_final"))
         shown = 0
         for r, count in enumerate(regs["agg_count"]):
             if count and shown < limit:
@@ -80,9 +78,7 @@ class LabCLI(CLI):
 
     def do_stats(self, line):
         """stats: per switch aggregation counters (contributions, completions, duplicates, drops)."""
-        for sw in switches(self.session.g):
-            with self.session.job.lock:
-                stats = aggregate.read_stats(self.session.net.client(sw))
+        for sw, stats in self.session.job.switch_stats().items():
             print(f"  {sw}: " + ", ".join(f"{k} {v}" for k, v in stats.items()))
 
     def do_events(self, line):
@@ -92,19 +88,26 @@ class LabCLI(CLI):
 
     # -- traffic -----------------------------------------------------------------
     def do_allreduce(self, line):
-        """allreduce [ELEMENTS] [--tree spt|rat|packing] [--dtype int32|float32] [--loss P]:
-        run one allreduce in the background (fail links meanwhile); prints the outcome when done."""
+        """allreduce [ELEMENTS] [--tree spt|rat|packing] [--dtype int32|float32] [--loss P]
+        [--algorithm switchml|omnireduce] [--density D] [--fail A-B@F] ... (any `agglab allreduce`
+        option that does not reshape the network): run one allreduce in the background (fail
+        links meanwhile); prints the outcome when done."""
         if self.running and self.running.is_alive():
             print("an allreduce is already running")
             return
         try:
             opts = _parse_allreduce(shlex.split(line))
+            self.session.spec.with_(**opts)        # validated before any tree changes
         except ValueError as exc:
             print(exc)
             return
         tree = opts.pop("tree", None)
-        if tree and tree != self.session.job.algorithm:
-            self.session.job.reinstall(tree, why="requested by allreduce --tree")
+        if tree and tree != self.session.job.state().algorithm:
+            try:
+                self.session.job.reinstall(tree, why="requested by allreduce --tree")
+            except ValueError as exc:
+                print(exc)
+                return
             opts["tree"] = tree
 
         def work():
@@ -129,19 +132,31 @@ class LabCLI(CLI):
 
 
 
+# RunSpec fields one allreduce of an open lab may change; the rest shape the network.
+PER_RUN = ("elements", "dtype", "loss", "tree", "algorithm", "density", "pattern", "block_size",
+           "zero_workers", "seed", "window", "give_up", "fail")
+
+
+class _Options(argparse.ArgumentParser):
+    """The CLI's run options (agglab.cli.add_run_options), raising instead of exiting."""
+
+    def error(self, message):
+        raise ValueError(f"allreduce: {message}; see 'help allreduce'")
+
+
 def _parse_allreduce(args: list[str]) -> dict:
-    opts: dict = {}
-    it = iter(args)
-    for a in it:
-        if a.isdigit():
-            opts["elements"] = int(a)
-        elif a in ("--tree", "--dtype", "--loss"):
-            value = next(it, None)
-            if value is None:
-                raise ValueError(f"{a} needs a value")
-            opts[a[2:]] = float(value) if a == "--loss" else value
-        else:
-            raise ValueError(f"unknown argument {a!r}; see 'help allreduce'")
+    """The RunSpec fields a lab `allreduce` line changes (ELEMENTS may come first, bare)."""
+    ap = _Options(prog="allreduce", add_help=False)
+    ap.add_argument("count", nargs="?", type=int, metavar="ELEMENTS")
+    add_run_options(ap)
+    ap.set_defaults(**{k: None for k in vars(ap.parse_args([]))})
+    opts = {k: v for k, v in vars(ap.parse_args(args)).items() if v is not None}
+    if "count" in opts:
+        opts["elements"] = opts.pop("count")
+    fixed = sorted(set(opts) - set(PER_RUN))
+    if fixed:
+        raise ValueError(f"--{fixed[0].replace('_', '-')} is fixed when the lab opens; an allreduce may change "
+                         + ", ".join("--" + f.replace("_", "-") for f in PER_RUN))
     return opts
 
 

@@ -12,15 +12,16 @@ same stages as explicit server-to-server transfers, each one hop through a level
 from __future__ import annotations
 
 import json
-import threading
 import time
 from pathlib import Path
 
 import networkx as nx
 
 from ground import wire
+from ground.addresses import SERVICE_IP, SERVICE_MAC
 from controller.addressing import interface_address
 from controller.events import EventLog
+from controller.jobs import Job
 from controller.switch_client import SwitchClient
 from controller.topology import port, workers as worker_hosts
 from controller.tree_install import tree_group
@@ -28,29 +29,32 @@ from controller.trees import compute
 from controller.trees.bml import schedule
 
 
-class BmlJob:
-    """Duck-types the parts of TreeJob that Session and the runner use."""
+class BmlJob(Job):
+    """BML's fixed schedule as a Job: nothing to reroute (the schedule needs every NIC)."""
 
     def __init__(self, graph: nx.Graph, clients: dict[str, SwitchClient], window: int, epoch_file: Path,
                  job: int = 0, events: EventLog | None = None, variant: str = "in-network"):
+        Job.__init__(self, events)
         self.g, self.clients, self.job = graph, clients, job
-        self.events = events or EventLog()
         self.variant = variant
-        self.sched = schedule(graph)
+        self.sched = self.check(graph)
         self.levels = self.sched.levels
-        if len(worker_hosts(graph)) != len(self.sched.hosts):
-            raise ValueError(f"BML needs every BCube server as a worker ({len(self.sched.hosts)}), "
-                             f"got {len(worker_hosts(graph))}")
         self.workers = list(self.sched.hosts)
         self.window = min(window, wire.SLOTS // self.levels)
         self.epoch_file = Path(epoch_file)
         self.treeset = compute("bml", graph, self.workers)
         self.algorithm = "bml"
         self.tree_of_slot: list[int] = []
-        self.failures: list[dict] = []
-        self.lock = threading.RLock()
-        self.busy = False
         self.partitioned = None
+
+    @staticmethod
+    def check(graph: nx.Graph):
+        """BML's schedule for the graph; ValueError unless every BCube server is a worker."""
+        sched = schedule(graph)
+        if len(worker_hosts(graph)) != len(sched.hosts):
+            raise ValueError(f"BML needs every BCube server as a worker ({len(sched.hosts)}), "
+                             f"got {len(worker_hosts(graph))}")
+        return sched
 
     def start(self) -> "BmlJob":
         t0 = time.monotonic()
@@ -74,7 +78,6 @@ class BmlJob:
                                      [child, len(ports), group, step.part * self.window])
                     if (step.switch, p) not in replies:
                         ip, mac = interface_address(self.g, h, step.switch)
-                        from ground.addresses import SERVICE_IP, SERVICE_MAC
                         client.table_add("agg_reply", "agg_set_dst", [p], [SERVICE_MAC, SERVICE_IP, mac, ip])
                         replies.add((step.switch, p))
                         entries += 1
@@ -117,6 +120,3 @@ class BmlJob:
     def link_changed(self, u: str, v: str, up: bool, t: float, intf: str = "") -> None:
         """BML reroutes nothing: its schedule needs every NIC."""
         self.events.add("link_up" if up else "link_down", t=t, link=f"{u}-{v}", intf=intf)
-
-    def stop(self) -> None:
-        pass

@@ -25,6 +25,11 @@ class EventLog:
         details = " ".join(f"{k}={v}" for k, v in info.items())
         return f"{t - self.t0:9.3f}s  {kind:<18} {details}"
 
+    def of_kind(self, kind: str) -> list[tuple[float, dict]]:
+        """(time, details) of every event of one kind, oldest first."""
+        with self._lock:
+            return [(t, info) for t, k, info in self.events if k == kind]
+
     def lines(self, last: int | None = None) -> list[str]:
         with self._lock:
             events = list(self.events)

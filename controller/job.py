@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import networkx as nx
 from controller import failover, tree_install, trees
 from controller.carry import carry_for
 from controller.events import EventLog
+from controller.jobs import Job
 from controller.switch_client import SwitchClient
 from controller.topology import switches
 from controller.trees.base import TreeError
@@ -48,7 +48,9 @@ def partition_slots(weights, window: int) -> list[int]:
     return order
 
 
-class TreeJob:
+class TreeJob(Job):
+    """A job aggregating along switch trees (spt, rat, packing) that reroutes live."""
+
     def __init__(self, graph: nx.Graph, clients: dict[str, SwitchClient], algorithm: str,
                  workers: list[str], window: int, epoch_file: Path, job: int = 0,
                  events: EventLog | None = None, drain: float = 0.02):
@@ -59,16 +61,13 @@ class TreeJob:
         self.window = window
         self.epoch_file = Path(epoch_file)
         self.job = job
-        self.events = events or EventLog()
+        Job.__init__(self, events)
         self.drain = drain
-        self.lock = threading.RLock()
         self.treeset = None
         self.inst: tree_install.Installation | None = None
         self.tree_of_slot: list[int] = []
         self.reply_ports: dict = {}
-        self.failures: list[dict] = []
         self.partitioned: str | None = None
-        self.busy = False            # an allreduce is running (set by the session)
         self.carry = carry_for("switchml")   # what a reroute keeps: set per allreduce by prepare()
         self.stopped = False
 
@@ -88,7 +87,7 @@ class TreeJob:
 
     def reinstall(self, algorithm: str | None = None, why: str = "") -> None:
         """Between allreduces: recompute (maybe with another algorithm) under a new epoch."""
-        with self.lock:
+        with self.locked():
             if algorithm:
                 self.algorithm = algorithm
             t0 = time.monotonic()
@@ -113,7 +112,7 @@ class TreeJob:
     def prepare(self, window: int, algorithm: str = "switchml") -> None:
         """Before each allreduce: fresh registers, slots partitioned for this window, the
         reroute carry of the allreduce `algorithm` (controller/carry.py)."""
-        with self.lock:
+        with self.locked():
             self.window = window
             self.carry = carry_for(algorithm)
             self.tree_of_slot = partition_slots(self.treeset.weights, window)
@@ -131,8 +130,9 @@ class TreeJob:
 
     # -- link events -----------------------------------------------------------------
     def link_changed(self, u: str, v: str, up: bool, t: float, intf: str = "") -> None:
-        """Link u-v went down or came back (netlink, or a test's in-process network)."""
-        with self.lock:
+        """A failed link an active tree uses reroutes at once; a recovered one reinstalls
+        the trees only between allreduces (`running()`)."""
+        with self.locked():
             if self.stopped:           # teardown deletes interfaces: not failures
                 return
             edge = self.g.edges[u, v]
@@ -144,7 +144,7 @@ class TreeJob:
                 self.reroute(f"{u}-{v}", t)
             elif not up:
                 self.events.add("no_reinstall", link=f"{u}-{v}", why="not on an active tree")
-            elif up and not self.busy:
+            elif up and not self.is_running:
                 self.partitioned = None
                 self.reinstall(why=f"link {u}-{v} recovered")
 
@@ -167,7 +167,7 @@ class TreeJob:
             self._publish("partitioned", f"link {link} failed and the workers are partitioned: {exc}")
             self.events.add("partitioned", link=link, reason=str(exc))
             record.update(partitioned=True, recompute_ms=round((time.monotonic() - t1) * 1e3, 2))
-            self.failures.append(record)
+            self.record_failure(record)
             return record
         t2 = time.monotonic()
         self.treeset = new
@@ -190,7 +190,7 @@ class TreeJob:
         record.update(recompute_ms=round((t2 - t1) * 1e3, 2), install_ms=round((t3 - t2 + t1 - t0) * 1e3, 2),
                       epoch=new.epoch, preloaded_slots=carried.slots, register_writes=writes,
                       **{k: round(v * 1e3, 2) for k, v in phases.items()})
-        self.failures.append(record)
+        self.record_failure(record)
         self.events.add("rerouted", link=link, epoch=new.epoch, trees=len(new.trees),
                         recompute_ms=record["recompute_ms"], install_ms=record["install_ms"],
                         preloaded=carried.slots,
@@ -198,5 +198,5 @@ class TreeJob:
         return record
 
     def stop(self) -> None:
-        with self.lock:
+        with self.locked():
             self.stopped = True

@@ -7,14 +7,12 @@ done, read from the small progress files the workers rewrite as they go.
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from pathlib import Path
 
-import networkx as nx
-
 from ground.runspec import FailSpec
+
 
 def read_progress(files: list[Path]) -> float:
     """The slowest worker's fraction done (0 until every worker has reported)."""
@@ -26,23 +24,6 @@ def read_progress(files: list[Path]) -> float:
         except (OSError, ValueError):
             return 0.0
     return min(fractions) if fractions else 0.0
-
-
-def pick_tree_link(job, seed: int) -> tuple[str, str]:
-    """A switch-switch link of the active trees (a worker's only link would partition it),
-    preferring one whose failure leaves every worker reachable over live links, so
-    `tree@x` asks for a reroute, not a partition; else any tree link."""
-    edges = sorted({e for t in job.treeset.trees for e in t.edges})
-    inner = [e for e in edges if all(job.g.nodes[n]["kind"] == "switch" for n in e)]
-    safe = [e for e in inner if not _partitions(job.g, e, job.workers)]
-    return random.Random(seed).choice(safe or inner or edges)
-
-
-def _partitions(g, edge: tuple[str, str], workers: list[str]) -> bool:
-    """Would taking `edge` down leave some worker unreachable from the others over live links?"""
-    live = nx.Graph((u, v) for u, v, d in g.edges(data=True) if d.get("up", True) and {u, v} != set(edge))
-    return not all(w in live for w in workers) or any(
-        not nx.has_path(live, workers[0], w) for w in workers[1:])
 
 
 class FailureInjector(threading.Thread):
@@ -60,8 +41,7 @@ class FailureInjector(threading.Thread):
             while read_progress(self.progress_files) < spec.at:
                 if self.stop_event.wait(0.005):
                     return
-            with self.job.lock:
-                a, b = spec.link or pick_tree_link(self.job, self.seed + i)
+            a, b = spec.link or self.job.pick_tree_link(self.seed + i)
             t_fail = time.monotonic()
             self.net.set_link(a, b, False)
             self.injected.append({"link": f"{a}-{b}", "t_fail": t_fail,
@@ -75,7 +55,7 @@ class FailureInjector(threading.Thread):
         out = []
         for inj in self.injected:
             a, b = inj["link"].split("-")
-            rec = next((f for f in self.job.failures if set(f["link"].split("-")) == {a, b}), None)
+            rec = next((f for f in self.job.failure_records() if set(f["link"].split("-")) == {a, b}), None)
             row = {"link": inj["link"], "at": inj["at"], "on_tree": rec is not None,
                    "detect_ms": None, "recompute_ms": None, "install_ms": None}
             if rec:
@@ -85,8 +65,8 @@ class FailureInjector(threading.Thread):
                            **{k: rec[k] for k in ("freeze_ms", "snapshot_ms", "entries_ms", "preload_ms")
                               if k in rec})
             else:
-                seen = [t for t, kind, info in self.job.events.events
-                        if kind == "link_down" and set(info["link"].split("-")) == {a, b}]
+                seen = [t for t, info in self.job.events.of_kind("link_down")
+                        if set(info["link"].split("-")) == {a, b}]
                 if seen:
                     row["detect_ms"] = round((seen[0] - inj["t_fail"]) * 1e3, 2)
             out.append(row)

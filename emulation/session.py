@@ -15,10 +15,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from controller import aggregate, drop_sim, forward, topologies
+from controller import drop_sim, forward, topologies
 from controller.bml_job import BmlJob
 from controller.events import EventLog
 from controller.job import TreeJob
+from controller.jobs import Job
 from controller.topology import switches, workers as worker_hosts
 from emulation.failures import FailureInjector
 from emulation.network import EmulatedNetwork
@@ -35,32 +36,45 @@ def _log(msg: str, quiet: bool) -> None:
 
 def run_allreduce(quiet: bool = True, **kwargs) -> dict:
     """Run one allreduce described by RunSpec(**kwargs) in a fresh network and return the result."""
-    spec = RunSpec(**kwargs)
-    spec.validate()
+    return run_spec(RunSpec(**kwargs), quiet=quiet)
+
+
+def run_spec(spec: RunSpec, quiet: bool = True) -> dict:
+    """Run one allreduce described by `spec` in a fresh network and return the result."""
     with Session(spec, quiet=quiet) as session:
         result = session.allreduce()
         result["events"] = session.events.lines()
         return result
 
 
+def graph_for(spec: RunSpec):
+    """The spec's topology graph, with every named --fail link checked against it. Needs no
+    root and builds nothing: bad input (ValueError, TopologyError) surfaces before Mininet."""
+    spec.validate()
+    g = topologies.for_run(spec)
+    for f in spec.fail_specs:
+        f.check(g)
+    if spec.tree == "bml":
+        BmlJob.check(g)
+    return g
+
+
 class Session:
-    """A running network with forwarding, loss and one aggregation job (TreeJob).
+    """A running network with forwarding, loss and one aggregation job (controller/jobs.py).
 
     `agglab allreduce` uses one per run; the interactive lab keeps one open and runs
     many allreduces on it while links fail and recover.
     """
 
     def __init__(self, spec: RunSpec, quiet: bool = True, echo=None):
-        spec.validate()
         self.spec, self.quiet = spec, quiet
-        self.g = topologies.for_run(spec)
-        for f in spec.fail_specs:
-            f.check(self.g)
+        self.g = graph_for(spec)
         self.net = EmulatedNetwork(self.g, backend=spec.backend, seed=spec.seed)
         self.events = EventLog(echo=echo or (None if quiet else (lambda line: _log(line, False))))
-        self.job: TreeJob | None = None
+        self.job: Job | None = None
         self.monitor = None
         self.runs = 0
+        self.loss: float | None = None      # what the switches' drop simulators are set to
 
     def start(self) -> "Session":
         spec, g = self.spec, self.g
@@ -70,9 +84,8 @@ class Session:
         self.net.start()
         try:
             for sw in switches(g):
-                client = self.net.client(sw)
-                forward.install_forwarding(client, g, sw)
-                drop_sim.set_loss(client, [e["ports"][sw] for _, _, e in g.edges(sw, data=True)], spec.loss)
+                forward.install_forwarding(self.net.client(sw), g, sw)
+            self._set_loss(spec.loss)
             if spec.tree == "bml":
                 self.job = BmlJob(g, self.net.clients, spec.default_window(), self.net.run.path / "epoch.json",
                                   job=spec.job, events=self.events, variant=spec.bml_variant).start()
@@ -85,42 +98,44 @@ class Session:
             raise
         return self
 
+    def _set_loss(self, loss: float) -> None:
+        for sw in switches(self.g):
+            ports = [e["ports"][sw] for _, _, e in self.g.edges(sw, data=True)]
+            drop_sim.set_loss(self.net.client(sw), ports, loss)
+        self.loss = loss
+
     def allreduce(self, **overrides) -> dict:
         spec = replace(self.spec, **overrides) if overrides else self.spec
         spec.validate()
         for f in spec.fail_specs:
             f.check(self.g)
+        if spec.loss != self.loss:              # the lab's `allreduce --loss P`
+            with self.job.locked():
+                self._set_loss(spec.loss)
         self.job.prepare(spec.default_window(), spec.algorithm)
         self.runs += 1
-        with self.job.lock:
-            before = _switch_stats(self.net, self.g)
-        _log(f"allreduce of {spec.elements} {spec.dtype} per worker on {len(self.job.treeset.trees)} "
+        before = self.job.stats()
+        _log(f"allreduce of {spec.elements} {spec.dtype} per worker on {len(self.job.trees().trees)} "
              f"{spec.tree} tree(s), loss {spec.loss}", self.quiet)
-        self.job.busy = True
-        try:
+        with self.job.running():
             reports, injector = _run_workers(self.net, spec, self.job, self.quiet, f"run{self.runs}")
-        finally:
-            self.job.busy = False
         self.net.check_switches()
-        with self.job.lock:            # a reroute may still be tidying up on the same sockets
-            after = _switch_stats(self.net, self.g)
+        after = self.job.stats()       # under the job's lock: a reroute may still be tidying up
         result = check(spec, reports, {k: after[k] - before.get(k, 0) for k in after})
-        result.update(topology=spec.topology, tree=spec.tree, trees=len(self.job.treeset.trees),
-                      epoch=self.job.treeset.epoch, failures=injector.report() if injector else [])
+        treeset = self.job.trees()
+        result.update(topology=spec.topology, tree=spec.tree, trees=len(treeset.trees),
+                      epoch=treeset.epoch, failures=injector.report() if injector else [])
         return result
 
     def run_program(self, module: str, name: str, extra_args: tuple = (), deadline_s: float = 600.0):
         """Run `python -m MODULE run.json RANK *extra_args` on every worker host (a program
         using hosts.communicator, e.g. hosts.train_worker; AGGLAB_PLAN/AGGLAB_RANK are set),
         with the spec's scripted failures; return (reports by rank, failures)."""
-        self.job.prepare(self.spec.default_window())
+        self.job.prepare(self.spec.default_window(), self.spec.algorithm)
         self.runs += 1
-        self.job.busy = True
-        try:
+        with self.job.running():
             reports, injector = _run_workers(self.net, self.spec, self.job, self.quiet, name,
                                              module, tuple(extra_args), deadline_s)
-        finally:
-            self.job.busy = False
         self.net.check_switches()
         return reports, injector.report() if injector else []
 
@@ -138,21 +153,13 @@ class Session:
         self.stop()
 
 
-def _switch_stats(net: EmulatedNetwork, g) -> dict:
-    total: dict[str, int] = {}
-    for sw in switches(g):
-        for key, value in aggregate.read_stats(net.client(sw)).items():
-            total[key] = total.get(key, 0) + value
-    return total
-
-
-def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: TreeJob, quiet: bool, name: str,
+def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, name: str,
                  module: str = "hosts.worker", extra_args: tuple = (), deadline_s: float | None = None):
     workers = job.workers
     out_dir = net.run.path / name
     out_dir.mkdir()
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    plans = job.write_plans(out_dir) if isinstance(job, BmlJob) else {}
+    plans = job.write_plans(out_dir)
     seats = [WorkerSeat(rank=rank, local_ip=net.graph.nodes[h]["ip"], out=str(out_dir / f"rank{rank}"),
                         progress=str(out_dir / f"rank{rank}.progress"),
                         bml_plan=str(plans[h]) if h in plans else None)

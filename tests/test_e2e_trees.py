@@ -19,6 +19,16 @@ pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.slow]
 FAT = dict(topology="fattree", k=4, workers=8)
 
 
+def parse_event(line: str) -> tuple[str, dict]:
+    """(kind, details) of one EventLog line: '  1.234s  kind  key=value ...'."""
+    _t, kind, *details = line.split()
+    return kind, dict(d.split("=", 1) for d in details if "=" in d)
+
+
+def same_link(a: str, b: str) -> bool:
+    return set(a.split("-")) == set(b.split("-"))
+
+
 @pytest.mark.parametrize("tree", ["spt", "rat", "packing"])
 def test_fat_tree_8_workers_exact(tree):
     r = run_allreduce(elements=20_000, tree=tree, seed=11, **FAT)
@@ -36,7 +46,14 @@ def test_failing_an_active_tree_link_mid_allreduce_stays_exact(attempt):
     assert r["exact"], r.get("errors")
     (f,) = r["failures"]
     assert f["on_tree"] and f["epoch"] == 1, f
-    assert 0 <= f["detect_ms"] < 1000 and f["recompute_ms"] >= 0 and f["install_ms"] > 0
+    # causality, not speed (speed is `make bench`): the failure is seen after it happened,
+    # then the trees are recomputed and installed under epoch 1, once
+    assert f["detect_ms"] >= 0 and f["recompute_ms"] >= 0 and f["install_ms"] > 0
+    events = [(kind, info) for kind, info in map(parse_event, r["events"])
+              if kind in ("trees_installed", "link_down", "rerouted")]
+    assert [kind for kind, _ in events] == ["trees_installed", "link_down", "rerouted"], r["events"]
+    assert same_link(events[1][1]["link"], f["link"]) and same_link(events[2][1]["link"], f["link"])
+    assert events[0][1]["epoch"] == "0" and events[2][1]["epoch"] == "1"
     assert r["epoch"] == 1
     assert_clean()
 
@@ -44,7 +61,7 @@ def test_failing_an_active_tree_link_mid_allreduce_stays_exact(attempt):
 def test_failure_off_the_active_trees_changes_nothing():
     spec = RunSpec(elements=40_000, tree="spt", seed=3, **FAT)
     with Session(spec) as s:
-        used = {e for t in s.job.treeset.trees for e in t.edges}
+        used = {e for t in s.job.trees().trees for e in t.edges}
         spare = sorted((u, v) for u, v in s.g.edges
                        if s.g.nodes[u]["kind"] == s.g.nodes[v]["kind"] == "switch"
                        and tuple(sorted((u, v))) not in used and (v, u) not in used)

@@ -5,14 +5,14 @@ consistency check, give-up) from the switch implementation; the same
 scenarios run through the real software switch in test_hosts_fakenet.py.
 """
 
-import time
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from ground import wire
-from fakenet import FakeNet, ModelSwitch
+from fakenet import FakeNet, ModelSwitch, _get
+import hosts.agent as agent_module
 from hosts import quantization as qz
 from hosts.agent import (AllreduceTimeout, DtypeMismatchError, LengthMismatchError,
                          WindowMismatchError, WorkerCountMismatchError, allreduce)
@@ -121,9 +121,7 @@ def test_consistency_check_raises_iff_lengths_differ(lengths, window):
 def test_muted_worker_times_out_naming_missing_slots():
     """Worker 1 never hears back: it cannot advance, so worker 0 stalls after the lead round."""
     arrays = ints(2, 10 * K)
-    start = time.monotonic()
-    results = FakeNet(2, mute=(1,)).run(arrays, window=4, give_up=0.5)
-    assert time.monotonic() - start < 5
+    results = FakeNet(2, mute=(1,)).run(arrays, window=4, give_up=0.5, join_timeout=60)
     assert all(isinstance(r, AllreduceTimeout) for r in results), results
     muted, other = str(results[1]), str(results[0])
     assert "4 of 4 slots unfinished" in muted and "slot 0 round 0 (lead" in muted
@@ -132,26 +130,45 @@ def test_muted_worker_times_out_naming_missing_slots():
     assert "No result ever arrived" not in other
 
 
-class _Silent:
+class _FakeClock:
+    """hosts.agent's clock, advanced only by the transport's waits: timer behaviour becomes
+    a deterministic sequence of events, whatever the load on the machine."""
+
     def __init__(self):
-        self.sent = 0
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+class _Silent:
+    """A switch that never answers; each recv(timeout) lets `timeout` pass on the clock."""
+
+    def __init__(self, clock: _FakeClock | None = None):
+        self.clock, self.sent = clock or _FakeClock(), []
 
     def send(self, payload):
-        self.sent += 1
+        self.sent.append((self.clock.now, _get(payload, "slot"), bool(_get(payload, "flags") & wire.FLAG_RETX)))
 
     def recv(self, timeout):
-        time.sleep(timeout)
+        self.clock.now += max(timeout, 1e-4)      # a real wait always lets some time pass
         return None
 
 
-def test_silent_switch_gives_up_in_bounded_time_with_backoff():
-    t, start = _Silent(), time.monotonic()
+def test_silent_switch_gives_up_after_give_up_with_capped_backoff(monkeypatch):
+    clock = _FakeClock()
+    monkeypatch.setattr(agent_module, "time", clock)
+    t = _Silent(clock)
     with pytest.raises(AllreduceTimeout, match=r"slot 2 round 0 \(lead, ver 0, tree 0, 0 retransmissions"):
         allreduce(np.zeros(5 * K, np.float32), transport=t, rank=0, workers=2, give_up=0.4)
-    assert 0.4 <= time.monotonic() - start < 1.5
-    # 5 first packets, then only slot 0 probes, backed off 20, 40, 80, 80... ms (capped at
-    # 4 x RTO: hosts.rto.backoff), ~6 probes in 0.4 s, not 2 ms spam
-    assert 5 + 3 <= t.sent <= 5 + 8
+    assert 0.4 < clock.now < 0.4 + 0.01              # gave up once give_up had passed, not later
+    first, probes = t.sent[:5], t.sent[5:]
+    assert first == [(0.0, s, False) for s in range(5)]     # every slot's lead packet at once
+    # then only slot 0 probes (the lead of slot 0 carries the check lanes), backed off
+    # 20, 40, 80 ms and capped at 4 x RTO (hosts.rto.backoff), until give_up: not 2 ms spam
+    assert all(slot == 0 and retx for _, slot, retx in probes)
+    gaps = np.diff([0.0] + [at for at, _, _ in probes])
+    assert gaps == pytest.approx([0.02, 0.04, 0.08, 0.08, 0.08, 0.08], abs=1e-3)
 
 
 class _Echo:

@@ -16,9 +16,7 @@ from fakenet import FakeNet
 from softswitch.star import star_commands
 from hosts import quantization as qz
 from hosts.agent import AllreduceTimeout, LengthMismatchError
-
-pytest.importorskip("softswitch.pipeline")
-from softswitch.pipeline import Pipeline  # noqa: E402
+from softswitch.pipeline import Pipeline
 
 K = wire.K
 STAT = {name: wire.CONST[name] for name in ("STAT_CONTRIB", "STAT_COMPLETE", "STAT_REJECT",
@@ -129,9 +127,7 @@ def test_worker_whose_switch_never_answers_times_out_naming_slots():
         if not cmd.startswith("table_add agg_reply agg_set_dst 2 "):
             p.command(cmd)
     net = FakeNet(2, backend="pipeline", pipeline=p)
-    start = time.monotonic()
-    results = net.run(ints(2, 64 * 6), window=4, give_up=0.5)
-    assert time.monotonic() - start < 5
+    results = net.run(ints(2, 64 * 6), window=4, give_up=0.5, join_timeout=60)
     assert all(isinstance(r, AllreduceTimeout) for r in results), results
     deaf = str(results[1])
     for slot in range(4):

@@ -1,10 +1,10 @@
 """The sparse agent (hosts/sparse_agent.py) against design.md's sparse pipeline.
 
-Why both back-ends: "model" is tests/sparse_model.py, written from the
-contract's text; "pipeline" is softswitch.Pipeline (real frames, CLI-programmed
-agg_job entries, shared with the dense pipeline).  Each scenario must be exact on both, so the agent, the
-contract and the software switch agree.  Loss is the exception, see
-test_hosts_sparse_loss.py.
+The switch is softswitch.Pipeline (real frames, CLI-programmed agg_job entries), so the
+agent and the software switch are tested together; loss is in test_hosts_sparse_loss.py.
+What each worker must send is computed here from design.md's rule with plain loops
+(`blocks_a_worker_sends`), not with hosts/sparse_blocks.py, whose vectorised version the
+agent uses; the two are compared on hand-worked layouts and on every scenario.
 """
 
 import numpy as np
@@ -14,25 +14,15 @@ from ground import wire
 from hosts import quantization as qz
 from fakenet import _get
 from hosts.agent import allreduce
+from hosts.protocol import LAYOUT
 from hosts.sparse_agent import SparseMismatchError, SparseProtocolError
 from hosts.sparse_blocks import announcements, nonzero_kblocks, sent_blocks
 from hosts.sparse_workload import expected_sparse_sum, sparse_gradient
-from sparse_model import SparseModelSwitch, result_payload, sparse_net
+from fakenet import FakeNet, make_frame
+from softswitch.pipeline import Pipeline
+from softswitch.star import star_commands
 
 K = wire.K
-
-
-def _pipeline_has_sparse() -> bool:
-    try:
-        from softswitch.pipeline import Pipeline
-    except ImportError:
-        return False
-    return "sp_values" in Pipeline().registers
-
-
-NEEDS_PIPELINE = pytest.mark.skipif(not _pipeline_has_sparse(),
-                                    reason="softswitch.Pipeline has no sparse pipeline yet")
-BACKENDS = [pytest.param("pipeline", marks=NEEDS_PIPELINE)]   # the real switch (acknowledgements)
 
 
 def ok(results):
@@ -42,24 +32,70 @@ def ok(results):
     return results
 
 
-def expected_blocks_sent(array, window, block_size=K, lookahead=64):
-    """What a worker must send: its own announcement chains (independent of the others)."""
-    nb = -(-array.size // K)
-    padded = np.zeros(nb * K, array.dtype)
-    padded[:array.size] = array.reshape(-1)
+def sparse_net(n: int, **kwargs) -> FakeNet:
+    """N workers around a Pipeline with one job's agg_job and sp_job entries."""
+    pipeline = Pipeline(seed=kwargs.get("seed", 0))
+    for cmd in star_commands(n):
+        pipeline.command(cmd)
+    return FakeNet(n, backend="pipeline", pipeline=pipeline, **kwargs)
+
+
+def blocks_a_worker_sends(array, window, block_size=K, lookahead=64) -> list[int]:
+    """design.md, written as loops: with S = min(window, K-blocks) columns (column s holds
+    K-blocks s, s+S, ...), a worker first sends block s of every column; after sending m it
+    announces, and later sends, the first K-block after m in m's column whose block_size
+    block holds a non-zero value, or m + lookahead*S if that comes first; nothing beyond
+    the array."""
+    flat = np.asarray(array).reshape(-1)
+    nb = -(-flat.size // K)
+    per_big = block_size // K
+    big_nonzero = [bool(np.any(flat[b * block_size:(b + 1) * block_size])) for b in range(-(-nb // per_big))]
     S = min(window, max(nb, 1))
-    ann = announcements(nonzero_kblocks(padded.reshape(nb, K), block_size), S, lookahead)
-    return len(sent_blocks(ann, S))
+    sent = []
+    for s in range(min(S, nb)):
+        m = s
+        while m < nb:
+            sent.append(m)
+            nxt = m + S
+            while nxt < nb and nxt < m + lookahead * S and not big_nonzero[nxt // per_big]:
+                nxt += S
+            m = nxt
+    return sorted(sent)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+def expected_blocks_sent(array, window, block_size=K, lookahead=64) -> int:
+    return len(blocks_a_worker_sends(array, window, block_size, lookahead))
+
+
+@pytest.mark.parametrize("nb,nonzero,S,block_size,lookahead,sent", [
+    # column 0 = 0 2 4 6 8, column 1 = 1 3 5 7 9; non-zero K-blocks 3 and 8; look-ahead 2 rounds:
+    # col 0: 0, then 8 is beyond 0+2*2 so 4, then 8; col 1: 1, 3, then nothing before 3+4 so 7
+    (10, {3, 8}, 2, K, 2, [0, 1, 3, 4, 7, 8]),
+    (10, {3, 8}, 2, K, 64, [0, 1, 3, 8]),            # no look-ahead bound within the array
+    (10, set(), 2, K, 64, [0, 1]),                   # first round only
+    (10, set(), 1, K, 3, [0, 3, 6, 9]),              # one column: every third block
+    # 2K blocks: K-block 5 non-zero makes 4 and 5 travel (2K-block 2); S=3: cols 0 3 6 9 / 1 4 7 / 2 5 8
+    (10, {5}, 3, 2 * K, 64, [0, 1, 2, 4, 5]),
+    (7, {6}, 4, K, 64, [0, 1, 2, 3, 6]),             # columns 0 4 / 1 5 / 2 6 / 3: 6 follows 2
+])
+def test_blocks_sent_rule_by_hand(nb, nonzero, S, block_size, lookahead, sent):
+    """The hand-worked layouts (comments) pin both the test's loop rule and the agent's
+    vectorised one (hosts/sparse_blocks.py)."""
+    x = np.zeros(nb * K, np.int32)
+    for b in nonzero:
+        x[b * K + 1] = 1
+    assert blocks_a_worker_sends(x, S, block_size, lookahead) == sent
+    mask = nonzero_kblocks(x.reshape(nb, K), block_size)
+    assert sent_blocks(announcements(mask, S, lookahead), S) == sent
+
+
 @pytest.mark.parametrize("pattern", ["random", "overlap", "disjoint"])
 @pytest.mark.parametrize("density", [1.0, 0.5, 0.1, 0.01, 0.0])
-def test_int32_exact_every_pattern_and_density(backend, pattern, density):
+def test_int32_exact_every_pattern_and_density(pattern, density):
     n, length, window = 4, 64 * 300 + 17, 16
     arrays = [sparse_gradient(r, length, "int32", density, pattern, K, seed=5) for r in range(n)]
     expected = expected_sparse_sum(n, length, "int32", density, pattern, K, seed=5)
-    results = ok(sparse_net(n, backend).run(arrays, sparse=True, window=window, give_up=10))
+    results = ok(sparse_net(n).run(arrays, sparse=True, window=window, give_up=10))
     blocks = -(-length // K)
     for rank, (out, stats) in enumerate(results):
         assert out.dtype == np.int32 and np.array_equal(out, expected)
@@ -72,8 +108,7 @@ def test_int32_exact_every_pattern_and_density(backend, pattern, density):
         assert results[0][1].blocks_sent < 0.25 * blocks        # really sparse on the wire
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_int32_wraparound_and_workers_without_any_non_zero_block(backend):
+def test_int32_wraparound_and_workers_without_any_non_zero_block():
     """Ranks 1 and 3 have nothing at all; the others full-range values that wrap."""
     n, length = 5, 64 * 40 + 3
     rng = np.random.default_rng(1)
@@ -84,7 +119,7 @@ def test_int32_wraparound_and_workers_without_any_non_zero_block(backend):
             arrays[r][b * K:(b + 1) * K] = rng.integers(-2**31, 2**31 - 1, K, dtype=np.int32)[:length - b * K]
     expected = np.sum(arrays, axis=0, dtype=np.int32)
     assert np.any(np.abs(expected.astype(np.int64)) > 0) and length % K
-    results = ok(sparse_net(n, backend).run(arrays, sparse=True, window=6, give_up=10))
+    results = ok(sparse_net(n).run(arrays, sparse=True, window=6, give_up=10))
     for rank, (out, stats) in enumerate(results):
         assert np.array_equal(out, expected)
         assert stats.blocks_sent == expected_blocks_sent(arrays[rank], 6)
@@ -93,26 +128,24 @@ def test_int32_wraparound_and_workers_without_any_non_zero_block(backend):
     assert np.any(big != expected)                       # some sums really wrapped
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("shape", [(0,), (5,), (K,), (3, 7, 11)])
-def test_all_zero_for_all_workers_and_odd_shapes(backend, shape):
+def test_all_zero_for_all_workers_and_odd_shapes(shape):
     n = 3
     arrays = [np.zeros(shape, np.int32) for _ in range(n)]
-    for out, stats in ok(sparse_net(n, backend).run(arrays, sparse=True, window=4, give_up=10)):
+    for out, stats in ok(sparse_net(n).run(arrays, sparse=True, window=4, give_up=10)):
         assert out.shape == shape and out.dtype == np.int32 and not out.any()
         assert stats.blocks_sent == stats.slots * (stats.blocks > 0)
         assert stats.rounds == stats.blocks_sent
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("block_size,sent", [(K, [9, 9]), (4 * K, [12, 12])])
-def test_block_size_all_sub_blocks_travel(backend, block_size, sent):
+def test_block_size_all_sub_blocks_travel(block_size, sent):
     """One non-zero value in a few 4K-blocks: with block_size 4K all four K-blocks travel."""
     n, length, window = 2, 64 * 4 * 20, 8                   # 80 K-blocks, 10 per column
     arrays = [np.zeros(length, np.int32) for _ in range(n)]
     arrays[0][[5, 4 * K * 7 + 3 * K + 1]] = [7, -9]          # K-blocks 0 and 31 (4K-blocks 0, 7)
     arrays[1][4 * K * 12 + K] = 11                           # K-block 49 (4K-block 12)
-    results = ok(sparse_net(n, backend).run(arrays, sparse=True, window=window, give_up=10,
+    results = ok(sparse_net(n).run(arrays, sparse=True, window=window, give_up=10,
                                             block_size=block_size))
     for rank, (out, stats) in enumerate(results):
         assert np.array_equal(out, arrays[0] + arrays[1])
@@ -123,9 +156,8 @@ def test_block_size_all_sub_blocks_travel(backend, block_size, sent):
         allreduce(arrays[0], transport=None, rank=0, workers=1, sparse=True, block_size=K + 1)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("pattern", ["random", "disjoint"])
-def test_float32_within_error_bound(backend, pattern):
+def test_float32_within_error_bound(pattern):
     n, length = 4, 64 * 90 + 9
     arrays = [sparse_gradient(r, length, "float32", 0.2, pattern, K, seed=8) for r in range(n)]
     rng = np.random.default_rng(3)
@@ -136,7 +168,7 @@ def test_float32_within_error_bound(backend, pattern):
     padded[:length] = np.max(np.abs(arrays), axis=0)
     bound = np.repeat([qz.error_bound(qz.block_exponent(b), n) for b in padded.reshape(-1, K)],
                       K)[:length]
-    for out, _ in ok(sparse_net(n, backend).run(arrays, sparse=True, window=8, give_up=10)):
+    for out, _ in ok(sparse_net(n).run(arrays, sparse=True, window=8, give_up=10)):
         assert out.dtype == np.float32
         err = np.abs(out.astype(np.float64) - exact)
         assert np.all(err <= bound), (err / np.maximum(bound, 1e-300)).max()
@@ -144,15 +176,14 @@ def test_float32_within_error_bound(backend, pattern):
         assert np.any(err > 0)                       # really quantised
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_lookahead_bounds_silence_and_costs_one_block_per_bound(backend):
+def test_lookahead_bounds_silence_and_costs_one_block_per_bound():
     """Worker 1 has a single non-zero block at the end of a long column: with lookahead 4
     it still sends a zero block every 4 rounds."""
     n, length = 2, 64 * 40
     arrays = [np.arange(length, dtype=np.int32), np.zeros(length, np.int32)]
     arrays[1][-1] = 5
     for la in (1, 4, 64):
-        results = ok(sparse_net(n, backend).run(arrays, sparse=True, window=1, lookahead=la,
+        results = ok(sparse_net(n).run(arrays, sparse=True, window=1, lookahead=la,
                                                 give_up=10))
         for rank, (out, stats) in enumerate(results):
             assert np.array_equal(out, arrays[0] + arrays[1])
@@ -160,31 +191,37 @@ def test_lookahead_bounds_silence_and_costs_one_block_per_bound(backend):
         assert results[1][1].blocks_sent == {1: 40, 4: 11, 64: 2}[la]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_dense_and_sparse_workers_in_one_job_raise(backend):
+def test_dense_and_sparse_workers_in_one_job_raise():
     arrays = [np.ones(64 * 8, np.int32)] * 2
-    results = sparse_net(2, backend).run(arrays, window=4, give_up=1,
+    results = sparse_net(2).run(arrays, window=4, give_up=1,
                                          per_rank=[{"sparse": True}, {}])
     assert isinstance(results[0], SparseMismatchError), results
     assert "only 1 of 2 workers run the sparse allreduce" in str(results[0])
 
 
 class _Scripted:
-    """One-worker 'switch' answering each packet with a result; `next_of` rewrites the
-    sparse results' next_block (to play a switch with stale sp_next registers)."""
+    """One worker on a Pipeline, answered at once; `next_of` rewrites the sparse results'
+    next_block (to play a switch with stale sp_next registers)."""
 
     def __init__(self, next_of):
-        self.switch, self.out, self.next_of = SparseModelSwitch(1), [], next_of
+        self.switch, self.out, self.next_of = sparse_net(1).switch, [], next_of
 
     def send(self, payload):
-        for _, res in self.switch.process(0, payload):
+        for _port, frame in self.switch.process(1, make_frame(0, payload)):
+            res = bytes(frame[wire.AGG_OFFSET:])
             if _get(res, "flags") & wire.CONST["AGG_FLAG_SPARSE"]:
-                res = result_payload(res, np.frombuffer(res, ">i4", K, wire.AGG_HEADER_BYTES),
-                                     _get(res, "exp"), self.next_of(_get(res, "next_block")))
+                res = _with_next(res, self.next_of(_get(res, "next_block")))
             self.out.append(res)
 
     def recv(self, timeout):
         return self.out.pop(0) if self.out else None
+
+
+def _with_next(payload: bytes, nxt: int) -> bytes:
+    words = list(wire.AGG_STRUCT.unpack_from(payload))
+    word, shift, mask = LAYOUT["next_block"]
+    words[word] = (words[word] & ~(mask << shift)) | (nxt << shift)
+    return wire.AGG_STRUCT.pack(*words) + payload[wire.AGG_HEADER_BYTES:]
 
 
 def test_result_naming_a_later_next_than_announced_is_refused():

@@ -25,7 +25,6 @@ from pathlib import Path
 import numpy as np
 
 from ground import wire
-from emulation.failures import pick_tree_link
 from controller.addressing import interface_address
 from controller.job import TreeJob
 from controller.switch_client import SwitchClient, SwitchCommandError
@@ -117,12 +116,31 @@ class TreeNet:
         """allreduce(arrays[rank]) on every worker; a link fails when the slowest worker has
         done each share in `fail_at`: pick(job, i) if given, else a tree link as
         `--fail tree@x` picks it. Returns (per rank a result or the exception, the failures
-        injected: link and progress)."""
+        injected: link and progress).
+
+        The failure is injected by the worker thread whose progress report makes the
+        slowest worker reach the share, before that thread goes on: where it lands is
+        fixed by the order of events, not by how fast a watcher thread gets scheduled
+        (16 agents and a watcher on a loaded 2-core machine used to miss the moment)."""
         n = len(self.hosts)
         progress = [0.0] * n
         results: list = [None] * n
         self.job.prepare(kwargs.get("window") or self.job.window,
                          "omnireduce" if kwargs.get("sparse") else "switchml")
+
+        pending = sorted(fail_at)
+        injected: list[dict] = []
+        injecting = threading.Lock()
+
+        def fail_links_due() -> None:
+            with injecting:
+                while pending and min(progress) >= pending[0]:
+                    i = len(injected)
+                    pending.pop(0)
+                    with self.job.locked():
+                        a, b = pick(self.job, i) if pick else self.job.pick_tree_link(fail_seed + i)
+                    injected.append({"link": f"{a}-{b}", "at": round(min(progress), 3)})
+                    self.job.link_changed(a, b, False, time.monotonic())
 
         def work(rank: int) -> None:
             watcher = EpochFile(str(self.epoch_file))
@@ -130,6 +148,8 @@ class TreeNet:
 
             def on_progress(done: int, total: int) -> None:
                 progress[rank] = done / max(1, total)
+                if pending:
+                    fail_links_due()
 
             try:
                 results[rank] = allreduce(arrays[rank], transport=self.transports[self.hosts[rank]],
@@ -144,16 +164,6 @@ class TreeNet:
         threads = [threading.Thread(target=work, args=(r,), daemon=True) for r in range(n)]
         for t in threads:
             t.start()
-        injected = []
-        for i, at in enumerate(sorted(fail_at)):
-            while min(progress) < at and any(t.is_alive() for t in threads):
-                time.sleep(0.002)
-            if not any(t.is_alive() for t in threads):
-                break
-            with self.job.lock:
-                a, b = pick(self.job, i) if pick else pick_tree_link(self.job, fail_seed + i)
-            injected.append({"link": f"{a}-{b}", "at": round(min(progress), 3)})
-            self.job.link_changed(a, b, False, time.monotonic())
         for t in threads:
             t.join(join_timeout)
         stuck = [r for r, t in enumerate(threads) if t.is_alive()]

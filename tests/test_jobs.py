@@ -1,0 +1,77 @@
+"""The job interface (controller/jobs.py) on the in-process network of tests/treenet.py:
+what the session, the failure injector and the lab rely on instead of the job's attributes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from controller import topologies
+from controller.addressing import assign_addresses
+from controller.bml_job import BmlJob
+from controller.jobs import Job
+from controller.topologies import bcube
+from treenet import TreeNet
+
+
+@pytest.fixture
+def net(tmp_path):
+    return TreeNet(assign_addresses(topologies.build("fattree", k=4, workers=8)), "spt", 16,
+                   tmp_path / "epoch.json")
+
+
+def kinds(job) -> list[str]:
+    return [line.split()[1] for line in job.events.lines()]
+
+
+def test_a_recovered_link_reinstalls_only_between_allreduces(net):
+    job = net.job
+    a, b = job.pick_tree_link(0)
+    job.link_changed(a, b, False, time.monotonic())
+    assert job.trees().epoch == 1 and not job.trees().uses(a, b)
+    with job.running():
+        job.link_changed(a, b, True, time.monotonic())
+        assert job.trees().epoch == 1 and kinds(job).count("trees_installed") == 1   # the start only
+    job.link_changed(a, b, False, time.monotonic())        # down again: on no active tree now
+    job.link_changed(a, b, True, time.monotonic())         # up, between allreduces: reinstall
+    assert kinds(job)[-3:] == ["no_reinstall", "link_up", "trees_installed"] and job.trees().epoch == 2
+
+
+def test_failure_records_are_a_copy_in_order(net):
+    job = net.job
+    for i in range(2):
+        a, b = job.pick_tree_link(i)
+        job.link_changed(a, b, False, time.monotonic())
+    records = job.failure_records()
+    assert [r["epoch"] for r in records] == [1, 2]
+    records[0]["epoch"] = 99
+    records.clear()
+    assert [r["epoch"] for r in job.failure_records()] == [1, 2]
+
+
+def test_pick_tree_link_is_a_switch_link_of_the_trees_and_deterministic(net):
+    job = net.job
+    for seed in range(5):
+        a, b = job.pick_tree_link(seed)
+        assert job.trees().uses(a, b)
+        assert {job.g.nodes[a]["kind"], job.g.nodes[b]["kind"]} == {"switch"}
+        assert job.pick_tree_link(seed) == (a, b)
+
+
+def test_state_and_stats(net):
+    job = net.job
+    state = job.state()
+    assert state.algorithm == "spt" and state.window == 16 and len(state.tree_of_slot) == 16
+    assert state.treeset is job.trees() and state.partitioned is None
+    assert set(job.switch_stats()) == {n for n in job.g if job.g.nodes[n]["kind"] == "switch"}
+    assert job.stats()["contributions"] == 0               # nothing sent yet
+
+
+def test_both_jobs_are_jobs_and_bml_cannot_change_trees(tmp_path):
+    g = assign_addresses(bcube(3, 1))
+    bml = BmlJob(g, {}, 16, tmp_path / "epoch.json")
+    assert isinstance(bml, Job)
+    with pytest.raises(ValueError, match="cannot change its trees"):
+        bml.reinstall("spt")
+    assert bml.write_plans(tmp_path)                        # one plan per server
