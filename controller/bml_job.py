@@ -20,6 +20,7 @@ import networkx as nx
 from ground import wire
 from ground.addresses import SERVICE_IP, SERVICE_MAC
 from controller.addressing import interface_address
+from controller.aggregate import job_entry
 from controller.events import EventLog
 from controller.jobs import Job
 from controller.switch_client import SwitchClient
@@ -74,8 +75,8 @@ class BmlJob(Job):
                 group = tree_group(self.job, step.part, 0)
                 client.mc_group(group, ports)
                 for child, (h, p) in enumerate(zip(step.members, ports)):
-                    client.table_add("agg_job", "agg_child", [self.job, step.part, 0, p],
-                                     [child, len(ports), group, step.part * self.window])
+                    client.table_add(*job_entry(self.job, step.part, 0, p, child=child, fan_in=len(ports),
+                                                mgrp=group, slot_base=step.part * self.window))
                     if (step.switch, p) not in replies:
                         ip, mac = interface_address(self.g, h, step.switch)
                         client.table_add("agg_reply", "agg_set_dst", [p], [SERVICE_MAC, SERVICE_IP, mac, ip])
