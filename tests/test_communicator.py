@@ -66,12 +66,12 @@ def test_repeated_allreduces_with_the_epoch_file(tmp_path):
     assert (tmp_path / "rank0.progress").read_text() == "4 4"
 
 
-@pytest.mark.parametrize("topk", [1.0, 0.25])
-def test_training_through_the_switch_pipeline_equals_one_process(tmp_path, topk):
+@pytest.mark.parametrize("algorithm,topk", [("switchml", 1.0), ("switchml", 0.25), ("omnireduce", 0.25)])
+def test_training_through_the_switch_pipeline_equals_one_process(tmp_path, algorithm, topk):
     n = 2
     net = FakeNet(n, backend="pipeline")
     cfg = Config(workers=n, steps=12, eval_every=4, topk=topk)
-    p = plan(tmp_path, n)
+    p = plan(tmp_path, n, algorithm=algorithm)
 
     def work(r):
         comm = Communicator(p, r, transport=net.transports[r])
