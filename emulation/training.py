@@ -31,10 +31,6 @@ def check_train_spec(spec: RunSpec, cfg: Config) -> None:
     if spec.algorithm not in communicator.ALGORITHMS:
         raise ValueError(f"--algorithm {spec.algorithm} has no allreduce in this build "
                          f"(have: {', '.join(sorted(communicator.ALGORITHMS))})")
-    if spec.algorithm == "omnireduce":
-        raise ValueError("--algorithm omnireduce: the sparse pipeline cannot yet run one allreduce per step "
-                         "without a register reset between them (hosts/communicator.py SparseRepeatError); "
-                         "use switchml (with --topk the unsent blocks travel as zeros)")
     if spec.tree == "bml":
         raise ValueError("agglab train runs on switch trees (spt, rat, packing), not --tree bml")
     if cfg.steps < 1 or cfg.batch < 1 or cfg.lr <= 0:

@@ -125,20 +125,10 @@ def _dense(comm: Communicator, array):
     return allreduce(array, **comm.agent_options())
 
 
-class SparseRepeatError(RuntimeError):
-    """A second block-sparse allreduce on a switch whose registers were not reset."""
-
-
 @register("omnireduce")
 def _sparse(comm: Communicator, array):
-    """One block-sparse allreduce per job and register reset: after a completed sparse
-    allreduce every child's sp_next cell holds AGG_NEXT_NONE, so the next call's first
-    contribution would complete its block alone (a wrong sum, reproduced in-process on the
-    model switch and the software switch: tests/test_communicator.py). Refused until the
-    sparse protocol resets the announcements between calls."""
+    """Block-sparse allreduce; repeated calls need no register reset in between (each
+    call's dense lead round re-arms the switch's sparse slots, design.md "Sparse pipeline")."""
     from hosts.agent import allreduce
 
-    if comm.calls:
-        raise SparseRepeatError("omnireduce: a second sparse allreduce without a switch register reset "
-                                "returns wrong sums (stale sp_next announcements); one call per job for now")
     return allreduce(array, sparse=True, block_size=comm.spec.blocks, **comm.agent_options())

@@ -43,6 +43,7 @@ control AgglabIngress(inout headers_t hdr, inout meta_t meta,
     JobRole() job_role;
     Aggregate() aggregate;
     Sparse() sparse;
+    SparseRearm() sparse_rearm;
     AggOut() agg_out;
     Forward() forward;
 
@@ -60,6 +61,10 @@ control AgglabIngress(inout headers_t hdr, inout meta_t meta,
                         sparse.apply(hdr, meta, standard_metadata);
                     } else {
                         aggregate.apply(hdr, meta, standard_metadata);
+                        if (meta.verdict == OUT_DONE) {
+                            /* a dense round (a sparse call's lead round) completed */
+                            sparse_rearm.apply(hdr, meta, standard_metadata);
+                        }
                     }
                     agg_out.apply(hdr, meta, standard_metadata);
                 }

@@ -65,7 +65,10 @@ def make_state() -> tuple[dict[str, RegisterArray], CounterArray]:
 
 
 class Aggregate:
-    def __init__(self, registers: dict[str, RegisterArray], stats: CounterArray):
+    def __init__(self, registers: dict[str, RegisterArray], stats: CounterArray, on_complete=None):
+        """on_complete(r, o): called when a round completes at this switch (agglab.p4 then
+        applies the sparse pipeline's SparseRearm: softswitch.sparse.Sparse.rearm)."""
+        self.on_complete = on_complete
         self.agg_reply = Table(
             "agg_reply", [KeySpec("standard_metadata.egress_port", "exact", 9)],
             {AGG_SET_DST: [("smac", 48), ("sip", 32), ("dmac", 48), ("dip", 32)], "drop": []},
@@ -113,6 +116,8 @@ class Aggregate:
             if cnt != fan_in:
                 return None
             self.stats.count(STAT_COMPLETE, len(frame))
+            if self.on_complete is not None:
+                self.on_complete(r, o)
             if parent < 0:
                 self.final[r] = 1
                 return emit(frame, lanes, e, flags | RESULT_FLAG), 0, mgrp, RESULT

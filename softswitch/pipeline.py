@@ -15,8 +15,9 @@ vectors in tests/conformance check against BMv2 itself.
 
 `process` follows AgglabIngress/AgglabEgress: ingress drop simulator, parser
 error check, the agg_job lookup (roles.py, JobRole) then aggregation (dense,
-or sparse.py for AGG_FLAG_SPARSE) or forwarding, replication (ascending port order), then per replica the egress
-drop simulator, agg_reply or flood pruning, and the IPv4 checksum.  It is
+or sparse.py for AGG_FLAG_SPARSE; a dense completion re-arms the slot's sparse
+state, SparseRearm) or forwarding, replication (ascending port order), then per
+replica the egress drop simulator, agg_reply or flood pruning, and the IPv4 checksum.  It is
 the daemon's per-packet hot path, hence the flat code.
 """
 
@@ -42,8 +43,8 @@ class Pipeline:
         self.counter_arrays = {self.stats.name: self.stats}
         self.drop_sim = DropSim(self.stats, seed)
         self.agg_job = job_table()               # JobRole: one lookup for both pipelines
-        self.aggregate = Aggregate(self.register_arrays, self.stats)
         self.sparse = sparse.Sparse(self.register_arrays, self.stats)
+        self.aggregate = Aggregate(self.register_arrays, self.stats, on_complete=self.sparse.rearm)
         self.forward = Forward()
         self.mc = Multicast()
         self.tables = {t.name: t for t in (

@@ -69,7 +69,18 @@ class Sparse:
         self.exp, self.rnext, self.done = mv["sp_exp"], mv["sp_rnext"], mv["sp_done"]
         self.ack = mv["sp_ack"]
         self.next, self.exp_next = mv["sp_next"], mv["sp_exp_next"]
+        self.next_cells = registers["sp_next"].data
         self.stats = stats
+
+    def rearm(self, r: int, o: int) -> None:
+        """sparse.p4's SparseRearm: a dense round (a sparse call's lead round) completed on
+        this slot, so every child is past any earlier call: forget its held rounds and
+        announcements (as a register reset), or the last call's AGG_NEXT_NONE announcements
+        would complete the next call's first round with one contribution."""
+        for v in (r, o):
+            self.block[v] = self.bitmap[v] = self.ack[v] = self.done[v] = self.final[v] = 0
+        cb = (r % SLOTS) * MAX_WORKERS
+        self.next_cells[cb:cb + MAX_WORKERS] = 0
 
     def ingress(self, port: int, frame: bytes, role: tuple):
         """One sparse agg packet whose agg_job `role` (roles.lookup_role) was found;

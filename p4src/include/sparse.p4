@@ -209,4 +209,39 @@ control Sparse(inout headers_t hdr, inout meta_t meta,
     }
 }
 
+/* A dense round completed here (meta.verdict OUT_DONE from aggregate.p4): re-arm
+ * the slot's sparse state, as a register reset leaves it.  Why here: every sparse
+ * allreduce starts each slot with a dense lead round (hosts/sparse_agent.py), and a
+ * dense round completes at a switch only once all its children sent it, so every
+ * worker below is past any earlier call on this slot and no held sparse round is
+ * needed any more; the sparse rounds of the new call come only after the lead
+ * result.  Without it the previous call's announcements (sp_next = AGG_NEXT_NONE)
+ * would complete the new call's first round with one contribution, and its held
+ * rounds (larger sp_block) would make the new call's packets look stale.  Cleared:
+ * what a new round reads before writing it (both versions' block, bitmap, ack,
+ * done, final; every child's next: 0 holds the min down until each announced). */
+#define SP_REARM_CHILD(i) sp_next.write(cbase + i, 0);
+
+control SparseRearm(inout headers_t hdr, inout meta_t meta,
+                    inout standard_metadata_t standard_metadata) {
+    bit<32> cbase;
+
+    apply {
+        cbase = meta.slot_idx * AGG_MAX_WORKERS;
+        @atomic {
+            sp_block.write(meta.r, 0);
+            sp_block.write(meta.o, 0);
+            sp_bitmap.write(meta.r, 0);
+            sp_bitmap.write(meta.o, 0);
+            sp_ack.write(meta.r, 0);
+            sp_ack.write(meta.o, 0);
+            sp_done.write(meta.r, 0);
+            sp_done.write(meta.o, 0);
+            sp_final.write(meta.r, 0);
+            sp_final.write(meta.o, 0);
+            AGG_FOR_EACH_CHILD(SP_REARM_CHILD)
+        }
+    }
+}
+
 #endif
