@@ -137,10 +137,8 @@ class Peer:
             got += n
 
     def close(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+        """Shut down first: that (not close) wakes another thread blocked on this socket."""
+        _shut(self.sock)
 
 
 @dataclass
@@ -183,7 +181,7 @@ def open_mesh(hello: Hello, addrs: list[str], out_to: list[int], in_from: list[i
     out: dict[int, Peer] = {}
     try:
         for r in out_to:
-            out[r] = _connect(hello, r, addrs[r], port, deadline, give_up)
+            out[r] = _connect(hello, addrs[me], r, addrs[r], port, deadline, give_up)
         acceptor.join(max(0.0, deadline - time.monotonic()) + 1)
         if failure:
             raise failure[0]
@@ -192,15 +190,24 @@ def open_mesh(hello: Hello, addrs: list[str], out_to: list[int], in_from: list[i
             raise AllreduceTimeout(f"rank {me}: rank(s) {missing} ({', '.join(addrs[r] for r in missing)}) "
                                    f"never connected to {addrs[me]}:{port} within the setup deadline")
     except BaseException:
+        _shut(listener)                      # wakes the acceptor, resets connections not yet accepted
+        acceptor.join(1)
         for p in list(out.values()) + list(accepted.values()):
             p.close()
         raise
-    finally:
-        listener.close()
+    _shut(listener)
     return Mesh(out, dict(accepted))
 
 
-def _connect(hello: Hello, r: int, addr: str, port: int, deadline: float, give_up: float) -> Peer:
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+
+
+def _connect(hello: Hello, source: str, r: int, addr: str, port: int, deadline: float, give_up: float) -> Peer:
     """Connect to rank r (retrying while it is not listening yet) and exchange hellos."""
     me, last = hello.rank, None
     while True:
@@ -211,6 +218,7 @@ def _connect(hello: Hello, r: int, addr: str, port: int, deadline: float, give_u
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.settimeout(left)
         try:
+            sock.bind((source, 0))              # the peer sees (and names) this worker's own address
             sock.connect((addr, port))
             break
         except (ConnectionRefusedError, socket.timeout, OSError) as exc:
@@ -254,8 +262,8 @@ def _accept_all(listener, hello: Hello, addrs, expected: set[int], deadline: flo
                 raise PeerError(f"rank {me}: {ip} connected as rank {theirs.rank}, expected one of "
                                 f"{sorted(expected - set(accepted))}")
             peer = Peer(sock, me, theirs.rank, ip, give_up)
+            sock.sendall(hello.pack())          # first, so a disagreeing peer learns it too
             hello.check(theirs, peer.name)
-            sock.sendall(hello.pack())
             sock.settimeout(give_up)
             accepted[theirs.rank] = peer
     except BaseException as exc:   # handed to open_mesh, which raises it in the worker's thread

@@ -1,0 +1,191 @@
+"""The controller's job for the host baselines (ring, ps): keep IP routes on live links.
+
+Why a job at all: ring and PS workers sum on the hosts over TCP, so no aggregation tree
+is installed; but when a link fails the switches' IP routes (static shortest paths,
+controller/forward.py) still point into it, and TCP would retransmit into the dead
+link until the worker gives up. This job plays the part a routing protocol plays in a
+real network: told of a link-down or -up (the emulated network's netlink monitor, as
+for TreeJob), it recomputes every switch's shortest paths over the live links and
+rewrites only the ipv4_lpm entries whose next hop changed (table_modify by handle, so
+routes that did not change never disappear, not even for a moment); TCP's next
+retransmission takes the new path.
+
+It offers what the session, the failure injector and the lab read from a job (lock,
+busy, workers, window, epoch_file, treeset, failures, events, prepare, link_changed,
+stop); its `treeset` is the `Routes` the workers' traffic crosses, so `--fail tree@0.5`
+picks a link the baseline's traffic uses.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import networkx as nx
+
+from controller.events import EventLog
+from controller.forward import ipv4_routes, next_hops
+from controller.switch_client import SwitchClient
+from controller.topology import switches
+from controller.trees.base import edge_key, live_graph
+
+
+@dataclass(frozen=True)
+class Routes:
+    """The links the workers' IP paths cross at one epoch.
+
+    Shaped like a TreeSet (trees, weights, epoch, uses) because the session and the
+    failure injector read those: the one "tree" is the union of the worker-to-worker paths."""
+    edges: frozenset
+    epoch: int = 0
+    weight: float = 1.0
+
+    @property
+    def trees(self) -> tuple:
+        return (self,)
+
+    @property
+    def weights(self) -> tuple:
+        return (self.weight,)
+
+    def uses(self, u: str, v: str) -> bool:
+        return edge_key(u, v) in self.edges
+
+
+def worker_paths(g: nx.Graph, workers: list[str], hops: dict[str, dict[str, str]]) -> frozenset:
+    """Edges on the path every ordered worker pair's packets take, following the switches'
+    next hops `hops[switch][host]` (so it is the installed routes, not a fresh computation)."""
+    live = live_graph(g)
+    edges = set()
+    for a, b in itertools.permutations(workers, 2):
+        node = next((n for n in live.neighbors(a) if n in hops), None)
+        if node is None:
+            continue
+        edges.add(edge_key(a, node))
+        for _ in range(len(g)):                     # a path visits each node at most once
+            nxt = hops[node].get(b)
+            if nxt is None:
+                break
+            edges.add(edge_key(node, nxt))
+            if nxt == b:
+                break
+            node = nxt
+    return frozenset(edges)
+
+
+class ForwardingJob:
+    def __init__(self, graph: nx.Graph, clients: dict[str, SwitchClient], workers: list[str], window: int,
+                 epoch_file: Path, job: int = 0, events: EventLog | None = None):
+        self.g, self.clients, self.workers = graph, clients, workers
+        self.window, self.epoch_file, self.job = window, Path(epoch_file), job
+        self.events = events or EventLog()
+        self.lock = threading.RLock()
+        self.handles: dict[str, dict[str, tuple[int, str, int]]] = {}    # switch -> prefix -> (handle, mac, port)
+        self.treeset: Routes | None = None
+        self.failures: list[dict] = []
+        self.partitioned: str | None = None
+        self.busy = False
+        self.stopped = False
+
+    # -- install ---------------------------------------------------------------------
+    def start(self) -> "ForwardingJob":
+        """Take over the IP routes the session installed, keeping every entry's handle."""
+        t0 = time.monotonic()
+        entries = 0
+        for sw in switches(self.g):
+            client = self.clients[sw]
+            client.table_clear("ipv4_lpm")
+            self.handles[sw] = {}
+            for prefix, (mac, port) in ipv4_routes(self.g, sw).items():
+                handle = client.table_add("ipv4_lpm", "ipv4_forward", [prefix], [mac, port])
+                self.handles[sw][prefix] = (handle, mac, port)
+                entries += 1
+        self.treeset = Routes(self._paths(), epoch=0)
+        self._publish()
+        self.events.add("routes_installed", epoch=0, entries=entries, links=len(self.treeset.edges),
+                        install_ms=round((time.monotonic() - t0) * 1e3, 2))
+        return self
+
+    def prepare(self, window: int) -> None:
+        """Before each allreduce: nothing to reset on the switches (they only forward)."""
+        with self.lock:
+            self.window = window
+            self._publish("partitioned" if self.partitioned else "ok", self.partitioned or "")
+
+    def _paths(self) -> frozenset:
+        return worker_paths(self.g, self.workers, {sw: next_hops(self.g, sw) for sw in switches(self.g)})
+
+    def _publish(self, status: str = "ok", reason: str = "") -> None:
+        """The routing epoch and status, in the same file TreeJob keeps (the lab shows it)."""
+        data = {"epoch": self.treeset.epoch & 0xFF if self.treeset else 0, "status": status, "reason": reason}
+        tmp = self.epoch_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, self.epoch_file)
+
+    # -- link events -----------------------------------------------------------------
+    def link_changed(self, u: str, v: str, up: bool, t: float, intf: str = "") -> None:
+        """Link u-v went down or came back: recompute the routes over the live links."""
+        with self.lock:
+            if self.stopped:           # teardown deletes interfaces: not failures
+                return
+            edge = self.g.edges[u, v]
+            if edge.get("up", True) == up:
+                return                           # the other end of the same link
+            edge["up"] = up
+            self.events.add("link_up" if up else "link_down", t=t, link=f"{u}-{v}", intf=intf)
+            self.reroute(f"{u}-{v}", t, record=not up)
+
+    def reroute(self, link: str, t_detect: float, record: bool = True) -> dict:
+        """Rewrite the ipv4_lpm entries whose next hop changed; announce a partition."""
+        t0 = time.monotonic()
+        wanted = {sw: ipv4_routes(self.g, sw) for sw in switches(self.g)}
+        t1 = time.monotonic()
+        changed = 0
+        for sw, routes in wanted.items():
+            client, have = self.clients[sw], self.handles[sw]
+            for prefix, (mac, port) in routes.items():
+                old = have.get(prefix)
+                if old is None:
+                    have[prefix] = (client.table_add("ipv4_lpm", "ipv4_forward", [prefix], [mac, port]), mac, port)
+                elif old[1:] != (mac, port):
+                    client.command(f"table_modify ipv4_lpm ipv4_forward {old[0]} {mac} {port}")
+                    have[prefix] = (old[0], mac, port)
+                else:
+                    continue
+                changed += 1
+        t2 = time.monotonic()
+        entry = {"link": link, "t_detect": t_detect, "recompute_ms": round((t1 - t0) * 1e3, 2),
+                 "install_ms": round((t2 - t1) * 1e3, 2), "entries_changed": changed}
+        self.partitioned = _partition(self.g, self.workers)
+        if self.partitioned:
+            entry["partitioned"] = True
+            self._publish("partitioned", f"link {link} failed and the workers are partitioned: {self.partitioned}")
+            self.events.add("partitioned", link=link, reason=self.partitioned)
+        if changed:
+            self.treeset = Routes(self._paths(), epoch=self.treeset.epoch + 1)
+            entry["epoch"] = self.treeset.epoch
+            if not self.partitioned:
+                self._publish()
+            self.events.add("rerouted", link=link, epoch=self.treeset.epoch, entries=changed,
+                            recompute_ms=entry["recompute_ms"], install_ms=entry["install_ms"])
+        else:
+            self.events.add("no_reinstall", link=link, why="no worker route crosses it")
+        if record and (changed or self.partitioned):
+            self.failures.append(entry)
+        return entry
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopped = True
+
+
+def _partition(g: nx.Graph, workers: list[str]) -> str | None:
+    """Why the workers cannot all reach each other over live links, or None."""
+    live = live_graph(g)
+    cut = [w for w in workers[1:] if not nx.has_path(live, workers[0], w)]
+    return f"{', '.join(cut)} unreachable from {workers[0]}" if cut else None
