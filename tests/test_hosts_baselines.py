@@ -8,6 +8,7 @@ process runs it in a Mininet host; expectations are numpy sums of the same input
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 import time
 
@@ -192,3 +193,55 @@ def test_float32_bound_is_tight_enough_to_catch_a_wrong_sum():
     smallest = np.min(np.abs(np.stack(inputs)), axis=0).astype(np.float64)
     assert (smallest > bound).mean() > 0.5
     assert np.all(np.abs(expected.astype(np.float32).astype(np.float64) - expected) <= bound)
+
+
+@pytest.mark.parametrize("algorithm,dtype", [("ring", "float32"), ("ps", "int32")])
+def test_worker_entry_point_and_checker(algorithm, dtype, tmp_path, monkeypatch):
+    """hosts/worker.py as the session runs it (RunPlan, peers from the seats), on block-sparse
+    data run densely, then the session's checker on the reports: exact, same JSON keys."""
+    from ground.runspec import RunPlan, WorkerSeat
+    from hosts import worker
+    from hosts.checker import check
+
+    n = 4
+    monkeypatch.setattr(worker, "BASE_PORT", next(_ports))
+    spec = RunSpec(workers=n, elements=5_003, dtype=dtype, seed=9, algorithm=algorithm, density=0.3).validate()
+    seats = [WorkerSeat(rank=r, local_ip=f"127.0.0.{r + 1}", out=str(tmp_path / f"rank{r}"),
+                        progress=str(tmp_path / f"rank{r}.progress")) for r in range(n)]
+    plan = RunPlan(spec, "10.255.255.254", 1, None, seats).write(tmp_path / "run.json")
+    assert RunPlan.read(plan).peers() == [f"127.0.0.{r + 1}" for r in range(n)]
+    codes = [None] * n
+    threads = [threading.Thread(target=lambda r=r: codes.__setitem__(r, worker.main([str(plan), str(r)])))
+               for r in range(n)]
+    [t.start() for t in threads]
+    [t.join(60) for t in threads]
+    reports, arrays = [], []
+    for r in range(n):
+        report = json.loads((tmp_path / f"rank{r}.json").read_text())
+        assert codes[r] == 0 and report["ok"], report
+        done, total = (tmp_path / f"rank{r}.progress").read_text().split()
+        assert done == total                                  # progress reached the end
+        reports.append(report)
+        arrays.append(np.load(tmp_path / f"rank{r}.npy"))
+    result = check(spec, [dict(rep, result=a) for rep, a in zip(reports, arrays)], {})
+    assert result["ok"] and result["exact"] and result["algorithm"] == algorithm
+    for key in ("seconds", "goodput_mbps", "packets", "retransmissions", "max_abs_error", "error_bound"):
+        assert result[key] is not None, key
+    arrays[1] = arrays[1].copy()
+    arrays[1][17] += 1                                       # one value off by one on one rank
+    assert not check(spec, [dict(rep, result=a) for rep, a in zip(reports, arrays)], {})["exact"]
+
+
+@pytest.mark.parametrize("changes,message", [
+    (dict(algorithm="ring", tree="rat"), "leave --tree at spt"),
+    (dict(algorithm="ps", topology="bcube", tree="bml"), "BCube"),
+])
+def test_runspec_rules_for_the_baselines(changes, message):
+    with pytest.raises(ValueError, match=message):
+        RunSpec(**changes).validate()
+
+
+def test_runspec_accepts_baselines_on_sparse_data_and_many_workers():
+    spec = RunSpec(algorithm="ring", density=0.1, zero_workers=2, workers=64).validate()
+    assert spec.host_baseline and spec.sparse_data
+    assert not RunSpec(algorithm="switchml").validate().host_baseline
