@@ -12,8 +12,8 @@ retransmission takes the new path.
 
 It offers what the session, the failure injector and the lab read from a job (lock,
 busy, workers, window, epoch_file, treeset, failures, events, prepare, link_changed,
-stop); its `treeset` is the `Routes` the workers' traffic crosses, so `--fail tree@0.5`
-picks a link the baseline's traffic uses.
+stop); its `treeset` is the `Routes` the algorithm's traffic crosses (ring: each rank to
+its neighbours; ps: every pair), so `--fail tree@0.5` picks a link that traffic uses.
 """
 
 from __future__ import annotations
@@ -57,12 +57,27 @@ class Routes:
         return edge_key(u, v) in self.edges
 
 
-def worker_paths(g: nx.Graph, workers: list[str], hops: dict[str, dict[str, str]]) -> frozenset:
-    """Edges on the path every ordered worker pair's packets take, following the switches'
+def ring_pairs(workers: list[str]) -> list[tuple[str, str]]:
+    """Rank r sends to rank r+1 (and its TCP ACKs come back)."""
+    n = len(workers)
+    right = [(workers[r], workers[(r + 1) % n]) for r in range(n)] if n > 1 else []
+    return right + [(b, a) for a, b in right]
+
+
+def all_pairs(workers: list[str]) -> list[tuple[str, str]]:
+    return list(itertools.permutations(workers, 2))
+
+
+# spec.algorithm -> the ordered host pairs its traffic flows between
+TRAFFIC = {"ring": ring_pairs, "ps": all_pairs}
+
+
+def worker_paths(g: nx.Graph, pairs: list[tuple[str, str]], hops: dict[str, dict[str, str]]) -> frozenset:
+    """Edges on the path each ordered (a, b) pair's packets take, following the switches'
     next hops `hops[switch][host]` (so it is the installed routes, not a fresh computation)."""
     live = live_graph(g)
     edges = set()
-    for a, b in itertools.permutations(workers, 2):
+    for a, b in pairs:
         node = next((n for n in live.neighbors(a) if n in hops), None)
         if node is None:
             continue
@@ -80,8 +95,9 @@ def worker_paths(g: nx.Graph, workers: list[str], hops: dict[str, dict[str, str]
 
 class ForwardingJob:
     def __init__(self, graph: nx.Graph, clients: dict[str, SwitchClient], workers: list[str], window: int,
-                 epoch_file: Path, job: int = 0, events: EventLog | None = None):
+                 epoch_file: Path, job: int = 0, events: EventLog | None = None, algorithm: str = "ps"):
         self.g, self.clients, self.workers = graph, clients, workers
+        self.pairs = TRAFFIC[algorithm](workers)
         self.window, self.epoch_file, self.job = window, Path(epoch_file), job
         self.events = events or EventLog()
         self.lock = threading.RLock()
@@ -118,7 +134,7 @@ class ForwardingJob:
             self._publish("partitioned" if self.partitioned else "ok", self.partitioned or "")
 
     def _paths(self) -> frozenset:
-        return worker_paths(self.g, self.workers, {sw: next_hops(self.g, sw) for sw in switches(self.g)})
+        return worker_paths(self.g, self.pairs, {sw: next_hops(self.g, sw) for sw in switches(self.g)})
 
     def _publish(self, status: str = "ok", reason: str = "") -> None:
         """The routing epoch and status, in the same file TreeJob keeps (the lab shows it)."""

@@ -89,7 +89,8 @@ class Session:
             self._set_loss(spec.loss)
             if spec.host_baseline:    # ring, ps: hosts sum over TCP; the job keeps IP routes on live links
                 self.job = ForwardingJob(g, self.net.clients, worker_hosts(g), spec.default_window(),
-                                         self.net.run.path / "epoch.json", job=spec.job, events=self.events).start()
+                                         self.net.run.path / "epoch.json", job=spec.job, events=self.events,
+                                         algorithm=spec.algorithm).start()
             elif spec.tree == "bml":
                 self.job = BmlJob(g, self.net.clients, spec.default_window(), self.net.run.path / "epoch.json",
                                   job=spec.job, events=self.events, variant=spec.bml_variant).start()

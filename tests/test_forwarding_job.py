@@ -121,3 +121,14 @@ def test_every_worker_reaches_every_other(tmp_path, topology):
     workers = worker_hosts(g)
     ForwardingJob(g, clients, workers, 1, tmp_path / "epoch.json").start()
     assert all(all_paths(g, clients, workers).values())
+
+
+def test_ring_routes_are_the_neighbours_paths(tmp_path):
+    """`--fail tree@x` must pick a link the ring's traffic crosses: its Routes are the paths
+    between ring neighbours (both ways: data and ACKs), not every pair's."""
+    g, clients, workers, everyone = build(tmp_path)
+    ring = ForwardingJob(g, clients, workers, 1, tmp_path / "ring.json", algorithm="ring").start()
+    n = len(workers)
+    walked = [walk(g, clients, workers[r], workers[(r + d) % n]) for r in range(n) for d in (1, -1)]
+    assert {frozenset(e) for e in ring.treeset.edges} == set().union(*(links(p) for p in walked))
+    assert ring.treeset.edges <= everyone.treeset.edges
