@@ -12,15 +12,13 @@ retransmission takes the new path.
 
 It offers what the session, the failure injector and the lab read from a job (lock,
 busy, workers, window, epoch_file, treeset, failures, events, prepare, link_changed,
-stop); its `treeset` is the `Routes` the algorithm's traffic crosses (ring: each rank to
+stop; the epoch file's path only, as no baseline worker watches one); its `treeset` is the `Routes` the algorithm's traffic crosses (ring: each rank to
 its neighbours; ps: every pair), so `--fail tree@0.5` picks a link that traffic uses.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -31,7 +29,7 @@ import networkx as nx
 from controller.events import EventLog
 from controller.forward import ipv4_routes, next_hops
 from controller.switch_client import SwitchClient
-from controller.topology import switches
+from controller.topology import mark_link, switches
 from controller.trees.base import edge_key, live_graph
 
 
@@ -98,7 +96,8 @@ class ForwardingJob:
                  epoch_file: Path, job: int = 0, events: EventLog | None = None, algorithm: str = "ps"):
         self.g, self.clients, self.workers = graph, clients, workers
         self.pairs = TRAFFIC[algorithm](workers)
-        self.window, self.epoch_file, self.job = window, Path(epoch_file), job
+        self.window, self.job = window, job
+        self.epoch_file = Path(epoch_file)    # never written: ring/ps workers have no epochs to watch
         self.events = events or EventLog()
         self.lock = threading.RLock()
         self.handles: dict[str, dict[str, tuple[int, str, int]]] = {}    # switch -> prefix -> (handle, mac, port)
@@ -122,26 +121,16 @@ class ForwardingJob:
                 self.handles[sw][prefix] = (handle, mac, port)
                 entries += 1
         self.treeset = Routes(self._paths(), epoch=0)
-        self._publish()
         self.events.add("routes_installed", epoch=0, entries=entries, links=len(self.treeset.edges),
                         install_ms=round((time.monotonic() - t0) * 1e3, 2))
         return self
 
     def prepare(self, window: int) -> None:
         """Before each allreduce: nothing to reset on the switches (they only forward)."""
-        with self.lock:
-            self.window = window
-            self._publish("partitioned" if self.partitioned else "ok", self.partitioned or "")
+        self.window = window
 
     def _paths(self) -> frozenset:
         return worker_paths(self.g, self.pairs, {sw: next_hops(self.g, sw) for sw in switches(self.g)})
-
-    def _publish(self, status: str = "ok", reason: str = "") -> None:
-        """The routing epoch and status, in the same file TreeJob keeps (the lab shows it)."""
-        data = {"epoch": self.treeset.epoch & 0xFF if self.treeset else 0, "status": status, "reason": reason}
-        tmp = self.epoch_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, self.epoch_file)
 
     # -- link events -----------------------------------------------------------------
     def link_changed(self, u: str, v: str, up: bool, t: float, intf: str = "") -> None:
@@ -149,12 +138,9 @@ class ForwardingJob:
         with self.lock:
             if self.stopped:           # teardown deletes interfaces: not failures
                 return
-            edge = self.g.edges[u, v]
-            if edge.get("up", True) == up:
-                return                           # the other end of the same link
-            edge["up"] = up
-            self.events.add("link_up" if up else "link_down", t=t, link=f"{u}-{v}", intf=intf)
-            self.reroute(f"{u}-{v}", t, record=not up)
+            if mark_link(self.g, u, v, up):
+                self.events.add("link_up" if up else "link_down", t=t, link=f"{u}-{v}", intf=intf)
+                self.reroute(f"{u}-{v}", t, record=not up)
 
     def reroute(self, link: str, t_detect: float, record: bool = True) -> dict:
         """Rewrite the ipv4_lpm entries whose next hop changed; announce a partition."""
@@ -178,15 +164,12 @@ class ForwardingJob:
         entry = {"link": link, "t_detect": t_detect, "recompute_ms": round((t1 - t0) * 1e3, 2),
                  "install_ms": round((t2 - t1) * 1e3, 2), "entries_changed": changed}
         self.partitioned = _partition(self.g, self.workers)
-        if self.partitioned:
+        if self.partitioned:                # the workers' TCP gives up naming the unreachable peer
             entry["partitioned"] = True
-            self._publish("partitioned", f"link {link} failed and the workers are partitioned: {self.partitioned}")
             self.events.add("partitioned", link=link, reason=self.partitioned)
         if changed:
             self.treeset = Routes(self._paths(), epoch=self.treeset.epoch + 1)
             entry["epoch"] = self.treeset.epoch
-            if not self.partitioned:
-                self._publish()
             self.events.add("rerouted", link=link, epoch=self.treeset.epoch, entries=changed,
                             recompute_ms=entry["recompute_ms"], install_ms=entry["install_ms"])
         else:

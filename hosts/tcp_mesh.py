@@ -24,6 +24,7 @@ import socket
 import struct
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -96,15 +97,11 @@ class Peer:
     def send(self, payload) -> None:
         """Send one message (a bytes-like or a numpy array view)."""
         view = memoryview(payload).cast("B")
-        try:
+        with self._errors(lambda: f"{self.name} accepted no data for {self.give_up:g} s (message {self.sent}, "
+                          f"{view.nbytes} bytes): peer stalled or unreachable (failed link not rerouted?)",
+                          lambda: f"sending to {self.name} failed"):
             self.sock.sendall(_FRAME.pack(self.sent, view.nbytes))
             self.sock.sendall(view)
-        except socket.timeout:
-            raise AllreduceTimeout(f"rank {self.me}: {self.name} accepted no data for {self.give_up:g} s "
-                                   f"(message {self.sent}, {view.nbytes} bytes): peer stalled or "
-                                   f"unreachable (failed link not rerouted?)") from None
-        except OSError as exc:
-            raise PeerError(f"rank {self.me}: sending to {self.name} failed: {exc}") from exc
         self.sent += 1
         self.bytes_sent += view.nbytes
 
@@ -123,18 +120,24 @@ class Peer:
     def _read(self, view: memoryview, what: str) -> None:
         got = 0
         while got < view.nbytes:
-            try:
+            with self._errors(lambda: f"no data from {self.name} for {self.give_up:g} s while receiving {what} "
+                              f"({got}/{view.nbytes} bytes of message {self.received})",
+                              lambda: f"receiving {what} from {self.name} failed"):
                 n = self.sock.recv_into(view[got:])
-            except socket.timeout:
-                raise AllreduceTimeout(f"rank {self.me}: no data from {self.name} for {self.give_up:g} s "
-                                       f"while receiving {what} ({got}/{view.nbytes} bytes of message "
-                                       f"{self.received})") from None
-            except OSError as exc:
-                raise PeerError(f"rank {self.me}: receiving {what} from {self.name} failed: {exc}") from exc
             if n == 0:
                 raise PeerError(f"rank {self.me}: {self.name} closed the connection while this worker "
                                 f"waited for {what} (did it fail? see its own error)")
             got += n
+
+    @contextmanager
+    def _errors(self, timed_out, failed):
+        """Socket errors as this module's: a timeout names what was awaited, an error the peer."""
+        try:
+            yield
+        except socket.timeout:
+            raise AllreduceTimeout(f"rank {self.me}: {timed_out()}") from None
+        except OSError as exc:
+            raise PeerError(f"rank {self.me}: {failed()}: {exc}") from exc
 
     def close(self) -> None:
         """Shut down first: that (not close) wakes another thread blocked on this socket."""
