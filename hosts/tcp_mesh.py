@@ -100,8 +100,8 @@ class Peer:
         with self._errors(lambda: f"{self.name} accepted no data for {self.give_up:g} s (message {self.sent}, "
                           f"{view.nbytes} bytes): peer stalled or unreachable (failed link not rerouted?)",
                           lambda: f"sending to {self.name} failed"):
-            self.sock.sendall(_FRAME.pack(self.sent, view.nbytes))
-            self.sock.sendall(view)
+            # one call: with TCP_NODELAY a separate header would leave as a segment of its own
+            self.sock.sendall(_FRAME.pack(self.sent, view.nbytes) + view)
         self.sent += 1
         self.bytes_sent += view.nbytes
 
