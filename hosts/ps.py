@@ -8,9 +8,10 @@ sends the sum back to every worker. Per host that is (n-1)/n of the array pushed
 (n-1)/n served back out, the same 2(n-1)/n the ring sends, but in one round trip
 instead of 2(n-1) steps, over n(n-1) connections instead of n.
 
-Pipelining: every shard travels in chunks; the pusher round-robins over the servers
-(starting with the next rank, so the servers are not all hit by everyone at once), a
-server sums chunk c as soon as every worker's chunk c arrived and returns it at once.
+Pipelining: every shard travels in chunks, one thread per flow (a push to a server, a
+reply to a worker), so a flow slowed by its receiver's busy downlink never holds up the
+others on the same uplink; a server sums chunk c as soon as every worker's chunk c arrived
+and each reply thread returns it at once.
 
 Exactness: int32 sums wrap as numpy int32 does. A server sums float32 contributions in
 rank order 0..n-1 whatever order they arrived in, so the result is deterministic and
@@ -53,28 +54,27 @@ class _Ps:
         self.staging[rank] = arr[lo:hi]
         self.result = np.empty_like(arr)
         self.pushed = {i: Progress(give_up, rank) for i in self.others}   # chunks received from worker i
-        self.results = Progress(give_up, rank)
-        self.threads = Threads(mesh, [*self.pushed.values(), self.results])
+        self.reduced = Progress(give_up, rank)                              # chunks of my shard summed
+        self.results = Progress(give_up, rank)                              # result chunks in place
+        self.threads = Threads(mesh, [*self.pushed.values(), self.reduced])
         self.on_progress, self.progress_lock = on_progress, threading.Lock()
         self.total = sum(len(c) for c in self.chunks)
 
     def run(self) -> np.ndarray:
         spawn = self.threads.spawn
-        spawn(f"ps-push-{self.rank}", self._push)
-        for i in self.others:
-            spawn(f"ps-serve-recv-{self.rank}-{i}", self._receive_pushes, i)
+        for i in self.others:        # one thread per flow: a flow waits for its own receiver only
+            spawn(f"ps-push-{self.rank}-{i}", self._push, i)
             spawn(f"ps-result-recv-{self.rank}-{i}", self._receive_results, i)
-        spawn(f"ps-reduce-{self.rank}", self._reduce_and_reply)
+            spawn(f"ps-serve-recv-{self.rank}-{i}", self._receive_pushes, i)
+            spawn(f"ps-reply-{self.rank}-{i}", self._reply, i)
+        spawn(f"ps-reduce-{self.rank}", self._reduce)
         self.threads.join()
         return self.result
 
     # -- worker side ---------------------------------------------------------------
-    def _push(self) -> None:
-        for c in range(max(len(ch) for ch in self.chunks)):
-            for j in self.others:
-                if c < len(self.chunks[j]):
-                    lo, hi = self.chunks[j][c]
-                    self.mesh.out[j].send(self.arr[lo:hi])
+    def _push(self, j: int) -> None:
+        for lo, hi in self.chunks[j]:
+            self.mesh.out[j].send(self.arr[lo:hi])
 
     def _receive_results(self, j: int) -> None:
         for c, (lo, hi) in enumerate(self.chunks[j]):
@@ -89,7 +89,7 @@ class _Ps:
                                        f"shard {self.rank} chunk {c} [{lo}:{hi}] pushed by rank {i}")
             self.pushed[i].bump()
 
-    def _reduce_and_reply(self) -> None:
+    def _reduce(self) -> None:
         base = self.shards[self.rank][0]
         for c, (lo, hi) in enumerate(self.chunks[self.rank]):
             for i in self.others:
@@ -99,9 +99,13 @@ class _Ps:
             acc[:] = rows[0]
             for k in range(1, self.n):          # rank order: deterministic float32 sums
                 acc += rows[k]
-            for i in self.others:
-                self.mesh.inc[i].send(acc)
+            self.reduced.bump()
             self._done()
+
+    def _reply(self, i: int) -> None:
+        for c, (lo, hi) in enumerate(self.chunks[self.rank]):
+            self.reduced.wait_for(c + 1, f"the sum of chunk {c} of shard {self.rank}")
+            self.mesh.inc[i].send(self.result[lo:hi])
 
     def _done(self) -> None:
         self.results.bump()
