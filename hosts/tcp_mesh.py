@@ -231,7 +231,7 @@ def _connect(hello: Hello, source: str, r: int, addr: str, port: int, deadline: 
     peer = Peer(sock, me, r, addr, give_up)
     try:
         sock.settimeout(max(0.1, deadline - time.monotonic()))
-        sock.sendall(hello.pack())
+        _send_hello(sock, hello, peer.name)
         theirs = Hello.unpack(_read_exact(sock, _HELLO.size, peer.name, me), peer.name)
         if theirs.rank != r:
             raise PeerError(f"rank {me}: {addr}:{port} answered as rank {theirs.rank}, expected rank {r}")
@@ -265,12 +265,23 @@ def _accept_all(listener, hello: Hello, addrs, expected: set[int], deadline: flo
                 raise PeerError(f"rank {me}: {ip} connected as rank {theirs.rank}, expected one of "
                                 f"{sorted(expected - set(accepted))}")
             peer = Peer(sock, me, theirs.rank, ip, give_up)
-            sock.sendall(hello.pack())          # first, so a disagreeing peer learns it too
-            hello.check(theirs, peer.name)
+            try:
+                _send_hello(sock, hello, peer.name)   # first, so a disagreeing peer learns it too
+                hello.check(theirs, peer.name)
+            except BaseException:
+                peer.close()
+                raise
             sock.settimeout(give_up)
             accepted[theirs.rank] = peer
     except BaseException as exc:   # handed to open_mesh, which raises it in the worker's thread
         failure.append(exc)
+
+
+def _send_hello(sock: socket.socket, hello: Hello, who: str) -> None:
+    try:
+        sock.sendall(hello.pack())
+    except OSError as exc:        # a timeout is an OSError too: setup is bounded by its deadline
+        raise PeerError(f"rank {hello.rank}: {who} broke the connection during setup: {exc}") from exc
 
 
 def _read_exact(sock: socket.socket, n: int, who: str, me: int) -> bytes:
@@ -280,6 +291,8 @@ def _read_exact(sock: socket.socket, n: int, who: str, me: int) -> bytes:
             chunk = sock.recv(n - len(buf))
         except socket.timeout:
             raise AllreduceTimeout(f"rank {me}: {who} sent no hello before the setup deadline") from None
+        except OSError as exc:
+            raise PeerError(f"rank {me}: {who} broke the connection during setup: {exc}") from exc
         if not chunk:
             raise PeerError(f"rank {me}: {who} closed the connection during setup")
         buf += chunk
