@@ -245,3 +245,31 @@ def test_runspec_accepts_baselines_on_sparse_data_and_many_workers():
     spec = RunSpec(algorithm="ring", density=0.1, zero_workers=2, workers=64).validate()
     assert spec.host_baseline and spec.sparse_data
     assert not RunSpec(algorithm="switchml").validate().host_baseline
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "ps"])
+def test_a_training_loop_calls_the_baseline_through_the_communicator(algorithm, tmp_path):
+    """hosts.communicator: repeated allreduce(array) calls on ring/ps, as a training loop makes them."""
+    from ground.runspec import RunPlan, WorkerSeat
+    from hosts.communicator import Communicator
+
+    n = 3
+    spec = RunSpec(workers=n, algorithm=algorithm, job=next(_ports) - 29_500).validate()
+    seats = [WorkerSeat(rank=r, local_ip=f"127.0.0.{r + 1}", out=str(tmp_path / f"rank{r}")) for r in range(n)]
+    plan = RunPlan(spec, "10.255.255.254", 1, None, seats)
+    rng = np.random.default_rng(2)
+    steps = [[rng.standard_normal(333).astype(np.float32) for _ in range(n)] for _ in range(3)]
+    out: list = [None] * n
+
+    def work(r):
+        comm = Communicator(plan, r, transport=object())     # the baselines use TCP, not the UDP transport
+        out[r] = [comm.allreduce(step[r]) for step in steps]
+
+    threads = [threading.Thread(target=work, args=(r,), daemon=True) for r in range(n)]
+    [t.start() for t in threads]
+    [t.join(60) for t in threads]
+    assert all(o is not None for o in out), "a rank failed or hung"
+    for i, step in enumerate(steps):
+        bound = summation_error_bound(step)
+        for r in range(n):
+            assert np.all(np.abs(out[r][i].astype(np.float64) - exact_sum(step)) <= bound)
