@@ -95,7 +95,7 @@ class ForwardingJob:
     def __init__(self, graph: nx.Graph, clients: dict[str, SwitchClient], workers: list[str], window: int,
                  epoch_file: Path, job: int = 0, events: EventLog | None = None, algorithm: str = "ps"):
         self.g, self.clients, self.workers = graph, clients, workers
-        self.pairs = TRAFFIC[algorithm](workers)
+        self.algorithm, self.pairs = algorithm, TRAFFIC[algorithm](workers)
         self.window, self.job = window, job
         self.epoch_file = Path(epoch_file)    # never written: ring/ps workers have no epochs to watch
         self.events = events or EventLog()
@@ -125,9 +125,14 @@ class ForwardingJob:
                         install_ms=round((time.monotonic() - t0) * 1e3, 2))
         return self
 
-    def prepare(self, window: int) -> None:
-        """Before each allreduce: nothing to reset on the switches (they only forward)."""
+    def prepare(self, window: int, algorithm: str | None = None) -> None:
+        """Before each allreduce: nothing to reset on the switches (they only forward); a
+        change between ring and ps changes the flows whose links `tree@x` picks from."""
         self.window = window
+        if algorithm in TRAFFIC and algorithm != self.algorithm:
+            with self.lock:
+                self.algorithm, self.pairs = algorithm, TRAFFIC[algorithm](self.workers)
+                self.treeset = Routes(self._paths(), epoch=self.treeset.epoch)
 
     def _paths(self) -> frozenset:
         return worker_paths(self.g, self.pairs, {sw: next_hops(self.g, sw) for sw in switches(self.g)})

@@ -130,3 +130,5 @@ def test_ring_routes_are_the_neighbours_paths(tmp_path):
     walked = [walk(g, clients, workers[r], workers[(r + d) % n]) for r in range(n) for d in (1, -1)]
     assert {frozenset(e) for e in ring.treeset.edges} == set().union(*(links(p) for p in walked))
     assert ring.treeset.edges <= everyone.treeset.edges
+    everyone.prepare(1, "ring")                                        # the session's call before a run
+    assert everyone.treeset.edges == ring.treeset.edges and everyone.algorithm == "ring"
