@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import threading
-import time
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
 from ground.runspec import RunSpec
+from test_communicator import on_threads
 from hosts import ps, ring
 from hosts.checker import summation_error_bound
 from hosts.consistency import ConsistencyError, LengthMismatchError
@@ -27,27 +27,25 @@ ALGORITHMS = {"ring": ring.allreduce, "ps": ps.allreduce}
 _ports = itertools.count(31_000)          # a fresh port per run: no TIME_WAIT surprises
 
 
-def run_all(algorithm: str, arrays, *, join_timeout: float = 120.0, peers=None, **kwargs) -> list:
+@dataclass
+class Failed:
+    exc: BaseException
+
+
+def run_all(algorithm: str, arrays, *, peers=None, **kwargs) -> list:
     """allreduce(arrays[rank]) on every rank in threads; per rank (result, stats) or the exception."""
     n = len(arrays)
     peers = peers or [f"127.0.0.{r + 1}" for r in range(n)]
     port = next(_ports)
-    results: list = [None] * n
 
-    def work(rank: int) -> None:
+    def work(rank: int):
         try:
-            results[rank] = ALGORITHMS[algorithm](arrays[rank], rank=rank, peers=peers, port=port,
-                                                  return_stats=True, **kwargs)
-        except BaseException as exc:     # checked by the test
-            results[rank] = exc
+            return ALGORITHMS[algorithm](arrays[rank], rank=rank, peers=peers, port=port,
+                                         return_stats=True, **kwargs)
+        except BaseException as exc:     # checked by the test (on_threads would raise it)
+            return Failed(exc)
 
-    threads = [threading.Thread(target=work, args=(r,), daemon=True) for r in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(join_timeout)
-    assert not [r for r, t in enumerate(threads) if t.is_alive()], "a worker hung"
-    return results
+    return [o.exc if isinstance(o, Failed) else o for o in on_threads(n, work)]
 
 
 def assert_exact(results, inputs) -> None:
@@ -150,30 +148,21 @@ def test_a_different_length_is_refused_not_summed(algorithm):
 
 @pytest.mark.parametrize("algorithm", ["ring", "ps"])
 def test_a_peer_that_never_starts_is_named_before_the_deadline(algorithm):
-    """Rank 2's address has no worker: the others fail naming it, within the setup deadline."""
+    """Rank 2's address has no worker: the others give up at the setup deadline, naming it."""
     peers = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
     arrays = [np.zeros(10, np.int32)] * 2
     port = next(_ports)
-    started = time.monotonic()
-    results: list = [None, None]
 
     def work(rank):
         try:
-            ALGORITHMS[algorithm](arrays[rank], rank=rank, peers=peers, port=port, give_up=1.0)
+            return ALGORITHMS[algorithm](arrays[rank], rank=rank, peers=peers, port=port, give_up=1.0)
         except BaseException as exc:
-            results[rank] = exc
+            return Failed(exc)
 
-    threads = [threading.Thread(target=work, args=(r,), daemon=True) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert not any(t.is_alive() for t in threads)
-    waited = time.monotonic() - started
+    results = [getattr(o, "exc", o) for o in on_threads(2, work)]      # on_threads: none may hang
     named = [x for x in results if isinstance(x, AllreduceTimeout) and "rank 2" in str(x) and "127.0.0.3" in str(x)]
     assert named, results
     assert all(isinstance(x, (AllreduceTimeout, PeerError)) for x in results), results
-    assert waited < 30
 
 
 def test_one_worker_returns_its_input_without_a_network():
@@ -210,11 +199,7 @@ def test_worker_entry_point_and_checker(algorithm, dtype, tmp_path, monkeypatch)
                         progress=str(tmp_path / f"rank{r}.progress")) for r in range(n)]
     plan = RunPlan(spec, "10.255.255.254", 1, None, seats).write(tmp_path / "run.json")
     assert RunPlan.read(plan).peers() == [f"127.0.0.{r + 1}" for r in range(n)]
-    codes = [None] * n
-    threads = [threading.Thread(target=lambda r=r: codes.__setitem__(r, worker.main([str(plan), str(r)])))
-               for r in range(n)]
-    [t.start() for t in threads]
-    [t.join(60) for t in threads]
+    codes = on_threads(n, lambda r: worker.main([str(plan), str(r)]))
     reports, arrays = [], []
     for r in range(n):
         report = json.loads((tmp_path / f"rank{r}.json").read_text())
@@ -259,16 +244,12 @@ def test_a_training_loop_calls_the_baseline_through_the_communicator(algorithm, 
     plan = RunPlan(spec, "10.255.255.254", 1, None, seats)
     rng = np.random.default_rng(2)
     steps = [[rng.standard_normal(333).astype(np.float32) for _ in range(n)] for _ in range(3)]
-    out: list = [None] * n
 
     def work(r):
         comm = Communicator(plan, r, transport=object())     # the baselines use TCP, not the UDP transport
-        out[r] = [comm.allreduce(step[r]) for step in steps]
+        return [comm.allreduce(step[r]) for step in steps]
 
-    threads = [threading.Thread(target=work, args=(r,), daemon=True) for r in range(n)]
-    [t.start() for t in threads]
-    [t.join(60) for t in threads]
-    assert all(o is not None for o in out), "a rank failed or hung"
+    out = on_threads(n, work)
     for i, step in enumerate(steps):
         bound = summation_error_bound(step)
         for r in range(n):
