@@ -3,7 +3,8 @@ TCP through the software switches (forwarding only), loss from the switches' dro
 simulator, a link failure rerouted by controller/forwarding_job.py, the session's checker.
 
 Timeouts: every worker gives up after `give_up` seconds without progress (every socket
-call carries it) and the session kills a worker past its deadline, so no test can hang.
+call carries it), the session kills a worker past its deadline, and tests/conftest.py's
+per-test alarm (NETWORK_TIMEOUT for root/mininet tests) fails a run that still hangs.
 """
 
 from __future__ import annotations
