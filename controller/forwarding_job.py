@@ -10,16 +10,15 @@ rewrites only the ipv4_lpm entries whose next hop changed (table_modify by handl
 routes that did not change never disappear, not even for a moment); TCP's next
 retransmission takes the new path.
 
-It offers what the session, the failure injector and the lab read from a job (lock,
-busy, workers, window, epoch_file, treeset, failures, events, prepare, link_changed,
-stop; the epoch file's path only, as no baseline worker watches one); its `treeset` is the `Routes` the algorithm's traffic crosses (ring: each rank to
+It is a `controller.jobs.Job` (start, prepare, link_changed, stop, locked, running,
+trees, failure_records, pick_tree_link, stats; the epoch file's path only, as no
+baseline worker watches one); its `treeset` is the `Routes` the algorithm's traffic crosses (ring: each rank to
 its neighbours; ps: every pair), so `--fail tree@0.5` picks a link that traffic uses.
 """
 
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ import networkx as nx
 
 from controller.events import EventLog
 from controller.forward import ipv4_routes, next_hops
+from controller.jobs import Job
 from controller.switch_client import SwitchClient
 from controller.topology import mark_link, switches
 from controller.trees.base import edge_key, live_graph
@@ -91,20 +91,20 @@ def worker_paths(g: nx.Graph, pairs: list[tuple[str, str]], hops: dict[str, dict
     return frozenset(edges)
 
 
-class ForwardingJob:
+class ForwardingJob(Job):
+    """The host baselines' job (controller/jobs.py interface): IP routes, no trees, no slots."""
+
     def __init__(self, graph: nx.Graph, clients: dict[str, SwitchClient], workers: list[str], window: int,
                  epoch_file: Path, job: int = 0, events: EventLog | None = None, algorithm: str = "ps"):
+        super().__init__(events)
         self.g, self.clients, self.workers = graph, clients, workers
         self.algorithm, self.pairs = algorithm, TRAFFIC[algorithm](workers)
         self.window, self.job = window, job
         self.epoch_file = Path(epoch_file)    # never written: ring/ps workers have no epochs to watch
-        self.events = events or EventLog()
-        self.lock = threading.RLock()
         self.handles: dict[str, dict[str, tuple[int, str, int]]] = {}    # switch -> prefix -> (handle, mac, port)
         self.treeset: Routes | None = None
-        self.failures: list[dict] = []
+        self.tree_of_slot: list[int] = []     # no slots: the hosts' TCP carries everything
         self.partitioned: str | None = None
-        self.busy = False
         self.stopped = False
 
     # -- install ---------------------------------------------------------------------
@@ -130,7 +130,7 @@ class ForwardingJob:
         change between ring and ps changes the flows whose links `tree@x` picks from."""
         self.window = window
         if algorithm in TRAFFIC and algorithm != self.algorithm:
-            with self.lock:
+            with self.locked():
                 self.algorithm, self.pairs = algorithm, TRAFFIC[algorithm](self.workers)
                 self.treeset = Routes(self._paths(), epoch=self.treeset.epoch)
 
@@ -140,7 +140,7 @@ class ForwardingJob:
     # -- link events -----------------------------------------------------------------
     def link_changed(self, u: str, v: str, up: bool, t: float, intf: str = "") -> None:
         """Link u-v went down or came back: recompute the routes over the live links."""
-        with self.lock:
+        with self.locked():
             if self.stopped:           # teardown deletes interfaces: not failures
                 return
             if mark_link(self.g, u, v, up):
@@ -180,11 +180,11 @@ class ForwardingJob:
         else:
             self.events.add("no_reinstall", link=link, why="no worker route crosses it")
         if record and (changed or self.partitioned):
-            self.failures.append(entry)
+            self.record_failure(entry)
         return entry
 
     def stop(self) -> None:
-        with self.lock:
+        with self.locked():
             self.stopped = True
 
 

@@ -4,12 +4,12 @@ allreduces, the reroute file followed between calls, and training identical to o
 from __future__ import annotations
 
 import json
-import threading
 
 import numpy as np
 import pytest
 
 from fakenet import FakeNet
+from threads import on_threads
 from ground.runspec import RunPlan, RunSpec, WorkerSeat
 from hosts.communicator import Communicator
 from hosts.mlp import Config, train, train_single_process
@@ -21,27 +21,6 @@ def plan(tmp_path, n: int, algorithm: str = "switchml", epoch_file=None) -> RunP
     seats = [WorkerSeat(rank=r, local_ip=f"10.0.0.{r + 1}", out=str(tmp_path / f"rank{r}"),
                         progress=str(tmp_path / f"rank{r}.progress")) for r in range(n)]
     return RunPlan(spec, "10.0.0.254", 16, epoch_file, seats)
-
-
-def on_threads(n: int, work) -> list:
-    out: list = [None] * n
-
-    def run(r):
-        try:
-            out[r] = work(r)
-        except BaseException as exc:      # checked by the caller
-            out[r] = exc
-
-    threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not any(t.is_alive() for t in threads), "a rank is stuck"
-    for o in out:
-        if isinstance(o, BaseException):
-            raise o
-    return out
 
 
 def test_repeated_allreduces_with_the_epoch_file(tmp_path):

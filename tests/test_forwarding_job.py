@@ -83,13 +83,13 @@ def test_routes_move_off_a_failed_link_and_back(tmp_path):
     assert all(after.values()), [k for k, v in after.items() if not v]
     assert not any(frozenset((a, b)) in links(p) for p in after.values())
     assert not job.treeset.uses(a, b) and job.treeset.epoch == 1
-    (record,) = job.failures
+    (record,) = job.failure_records()
     assert record["link"] == f"{a}-{b}" and record["epoch"] == 1 and record["entries_changed"] > 0
     assert entries(clients) == counts                                # modified in place, nothing added
     assert job.partitioned is None
     job.link_changed(a, b, True, time.monotonic())
     assert all_paths(g, clients, workers) == before                  # shortest paths again
-    assert len(job.failures) == 1
+    assert len(job.failure_records()) == 1
 
 
 def test_a_link_no_worker_route_crosses_changes_nothing(tmp_path):
@@ -97,7 +97,7 @@ def test_a_link_no_worker_route_crosses_changes_nothing(tmp_path):
     spare = next(h for h in g.nodes if g.nodes[h]["kind"] == "host" and h not in workers)
     [sw] = g.neighbors(spare)
     job.link_changed(spare, sw, False, time.monotonic())
-    assert job.failures == [] and job.treeset.epoch == 0
+    assert job.failure_records() == [] and job.treeset.epoch == 0
     assert "no_reinstall" in " ".join(job.events.lines())
 
 
@@ -105,7 +105,7 @@ def test_a_partition_is_announced(tmp_path):
     g, clients, workers, job = build(tmp_path)
     [sw] = g.neighbors(workers[3])
     job.link_changed(workers[3], sw, False, time.monotonic())
-    (record,) = job.failures
+    (record,) = job.failure_records()
     assert record["partitioned"] and workers[3] in job.partitioned
     assert "partitioned" in " ".join(job.events.lines())
 

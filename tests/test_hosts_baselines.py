@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from ground.runspec import RunSpec
-from test_communicator import on_threads
+from threads import on_threads
 from hosts import ps, ring
 from hosts.checker import summation_error_bound
 from hosts.consistency import ConsistencyError, LengthMismatchError
