@@ -1,7 +1,8 @@
 """Programs p4src/include/forward.p4: ordinary L3 (ipv4_lpm) and L2 (l2_exact) forwarding.
 
-Routes come from the shared topology graph (shortest paths), so no port number is
-written by hand. Broadcast frames are flooded only along a spanning tree of the
+Routes come from the shared topology graph (shortest paths over live links), so no
+port number is written by hand; controller/forwarding_job.py recomputes them when a
+link fails, for the host baselines whose TCP traffic must find the new path. Broadcast frames are flooded only along a spanning tree of the
 switches, so a topology with loops (fat-tree, BCube) cannot loop a flood.
 """
 
@@ -11,15 +12,27 @@ import networkx as nx
 
 from controller.switch_client import SwitchClient
 from controller.topology import hosts, port, switches
+from controller.trees.base import live_graph
 
 FLOOD_GROUP = 1000          # multicast group id reserved for L2 flooding
 BROADCAST_MAC = "ff:ff:ff:ff:ff:ff"
 
 
 def next_hops(g: nx.Graph, switch: str) -> dict[str, str]:
-    """For every host, the neighbour of `switch` on a shortest path to it."""
-    paths = nx.single_source_shortest_path(g, switch)
-    return {h: paths[h][1] for h in hosts(g) if h in paths}
+    """For every host reachable over live links, the neighbour of `switch` on a shortest path to it."""
+    paths = nx.single_source_shortest_path(live_graph(g), switch)
+    return {h: paths[h][1] for h in hosts(g) if h in paths and h != switch}
+
+
+def ipv4_routes(g: nx.Graph, switch: str) -> dict[str, tuple[str, int]]:
+    """ipv4_lpm on one switch: prefix -> (destination MAC, out port)."""
+    routes = {f"{g.nodes[h]['ip']}/32": (g.nodes[h]["mac"], port(g, switch, hop))
+              for h, hop in next_hops(g, switch).items()}
+    for nbr in g.neighbors(switch):        # extra NICs of multi-NIC hosts: only via their own link
+        if g.nodes[nbr]["kind"] == "host" and g.edges[switch, nbr]["ports"][nbr] != 0:
+            ip, mac = g.edges[switch, nbr]["addrs"][nbr]
+            routes[f"{ip}/32"] = (mac, port(g, switch, nbr))
+    return routes
 
 
 def flood_ports(g: nx.Graph, switch: str) -> list[int]:
@@ -36,19 +49,10 @@ def flood_ports(g: nx.Graph, switch: str) -> list[int]:
 def install_forwarding(client: SwitchClient, g: nx.Graph, switch: str) -> int:
     """Install L3 routes and L2 entries on one switch; returns the number of entries."""
     entries = 0
-    for host, hop in next_hops(g, switch).items():
-        attrs = g.nodes[host]
-        out = port(g, switch, hop)
-        client.table_add("ipv4_lpm", "ipv4_forward", [f"{attrs['ip']}/32"], [attrs["mac"], out])
-        client.table_add("l2_exact", "l2_forward", [attrs["mac"]], [out])
+    for prefix, (mac, out) in ipv4_routes(g, switch).items():
+        client.table_add("ipv4_lpm", "ipv4_forward", [prefix], [mac, out])
+        client.table_add("l2_exact", "l2_forward", [mac], [out])
         entries += 2
-    for nbr in g.neighbors(switch):        # extra NICs of multi-NIC hosts: only via their own link
-        if g.nodes[nbr]["kind"] == "host" and g.edges[switch, nbr]["ports"][nbr] != 0:
-            ip, mac = g.edges[switch, nbr]["addrs"][nbr]
-            out = port(g, switch, nbr)
-            client.table_add("ipv4_lpm", "ipv4_forward", [f"{ip}/32"], [mac, out])
-            client.table_add("l2_exact", "l2_forward", [mac], [out])
-            entries += 2
     client.mc_group(FLOOD_GROUP, flood_ports(g, switch))
     client.table_add("l2_exact", "l2_flood", [BROADCAST_MAC], [FLOOD_GROUP])
     return entries + 1

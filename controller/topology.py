@@ -62,6 +62,16 @@ def neighbor_on_port(g: nx.Graph, node: str, number: int) -> str:
     raise KeyError(f"{node} has no port {number}")
 
 
+def mark_link(g: nx.Graph, u: str, v: str, up: bool) -> bool:
+    """Flag link u-v up or down in the shared graph (every tree and route computation skips
+    a link marked down); False when it already was: the other end's netlink event."""
+    edge = g.edges[u, v]
+    if edge.get("up", True) == up:
+        return False
+    edge["up"] = up
+    return True
+
+
 def single_switch(workers: int, bw: float | None = None) -> nx.Graph:
     """One switch s1 with `workers` hosts h1..hN (ranks 0..N-1)."""
     if workers < 1:

@@ -18,6 +18,7 @@ import numpy as np
 from controller import drop_sim, forward, topologies
 from controller.bml_job import BmlJob
 from controller.events import EventLog
+from controller.forwarding_job import ForwardingJob
 from controller.job import TreeJob
 from controller.jobs import Job
 from controller.topology import switches, workers as worker_hosts
@@ -86,7 +87,11 @@ class Session:
             for sw in switches(g):
                 forward.install_forwarding(self.net.client(sw), g, sw)
             self._set_loss(spec.loss)
-            if spec.tree == "bml":
+            if spec.host_baseline:    # ring, ps: hosts sum over TCP; the job keeps IP routes on live links
+                self.job = ForwardingJob(g, self.net.clients, worker_hosts(g), spec.default_window(),
+                                         self.net.run.path / "epoch.json", job=spec.job, events=self.events,
+                                         algorithm=spec.algorithm).start()
+            elif spec.tree == "bml":
                 self.job = BmlJob(g, self.net.clients, spec.default_window(), self.net.run.path / "epoch.json",
                                   job=spec.job, events=self.events, variant=spec.bml_variant).start()
             else:

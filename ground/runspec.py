@@ -18,7 +18,9 @@ from ground import wire
 
 TOPOLOGIES = ("single", "leafspine", "fattree", "bcube")      # or a YAML file
 TREES = ("spt", "rat", "packing", "bml")
-ALGORITHMS = ("switchml", "omnireduce")
+IN_NETWORK = ("switchml", "omnireduce")                  # the switches aggregate
+HOST_BASELINES = ("ring", "ps")                          # hosts sum over TCP, switches only forward
+ALGORITHMS = IN_NETWORK + HOST_BASELINES
 PATTERNS = ("random", "overlap", "disjoint")
 DTYPES = ("int32", "float32")
 BACKENDS = ("soft", "bmv2")
@@ -62,7 +64,7 @@ class RunSpec:
     k: int | None = None               # fat-tree k / BCube k
     tree: str = "spt"                  # spt | rat | packing | bml (BCube only)
     bml_variant: str = "in-network"    # in-network | host
-    algorithm: str = "switchml"        # switchml (dense) | omnireduce (block-sparse)
+    algorithm: str = "switchml"        # switchml (dense) | omnireduce (block-sparse) | ring | ps (host baselines)
     density: float = 1.0               # fraction of non-zero blocks (block-sparse data)
     pattern: str = "random"            # block-sparse data: random | overlap | disjoint
     block_size: int | None = None      # omnireduce: values per block (multiple of K)
@@ -75,6 +77,11 @@ class RunSpec:
     def sparse_data(self) -> bool:
         """Block-sparse inputs: for omnireduce, or for the dense pipeline on the same data."""
         return self.algorithm == "omnireduce" or self.density < 1.0
+
+    @property
+    def host_baseline(self) -> bool:
+        """Hosts sum over TCP (ring, ps); the switches only forward IP."""
+        return self.algorithm in HOST_BASELINES
 
     @property
     def blocks(self) -> int:
@@ -116,6 +123,9 @@ class RunSpec:
                              f"got {self.topology!r}")
         if self.tree not in TREES:
             raise ValueError(f"--tree must be spt, rat, packing or bml, got {self.tree!r}")
+        if self.host_baseline and self.topology == "bcube":
+            raise ValueError(f"--algorithm {self.algorithm} runs between single-NIC hosts over IP routes; "
+                             "BCube's servers have several NICs and relay: use --tree bml --bml-variant host")
         if (self.tree == "bml") != (self.topology == "bcube"):
             raise ValueError("--tree bml goes with --topology bcube (and BCube needs --tree bml: "
                              "its servers relay, so no switch tree spans it)")
@@ -136,6 +146,10 @@ class RunSpec:
         if self.fail and self.tree == "bml":
             raise ValueError("--fail: BML on BCube cannot reroute (its schedule needs every server NIC); "
                              "fail links on a switch tree (spt, rat, packing) instead")
+        if self.host_baseline and self.tree != "spt":
+            raise ValueError(f"--algorithm {self.algorithm} sums on the hosts over IP shortest paths: "
+                             f"--tree {self.tree} (aggregation trees"
+                             + (", BCube" if self.tree == "bml" else "") + ") does not apply; leave --tree at spt")
         if self.bml_variant not in ("in-network", "host"):
             raise ValueError(f"--bml-variant must be in-network or host, got {self.bml_variant!r}")
         self.fail_specs   # noqa: B018 (parses every --fail, raising on a bad one)
@@ -182,6 +196,10 @@ class RunPlan:
     window: int
     epoch_file: str | None
     seats: list[WorkerSeat]
+
+    def peers(self) -> list[str]:
+        """Every rank's address, by rank: where the host baselines (ring, ps) connect."""
+        return [s.local_ip for s in self.seats]
 
     def write(self, path: Path) -> Path:
         data = {"spec": self.spec.to_dict(), "service_ip": self.service_ip, "window": self.window,

@@ -132,3 +132,21 @@ def _sparse(comm: Communicator, array):
     from hosts.agent import allreduce
 
     return allreduce(array, sparse=True, block_size=comm.spec.blocks, **comm.agent_options())
+
+
+def _host_baseline(module_name: str):
+    """ring / ps: the hosts sum over TCP with their peers (the seats' addresses); each call
+    opens and closes its own connections, so a rank may start the next call at any time."""
+    def run(comm: Communicator, array):
+        from importlib import import_module
+
+        from hosts.tcp_mesh import BASE_PORT
+
+        return import_module(module_name).allreduce(array, rank=comm.rank, peers=comm.plan.peers(),
+                                                    port=BASE_PORT + comm.spec.job, give_up=comm.spec.give_up,
+                                                    return_stats=True)
+    return run
+
+
+register("ring")(_host_baseline("hosts.ring"))
+register("ps")(_host_baseline("hosts.ps"))

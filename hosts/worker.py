@@ -17,7 +17,9 @@ import traceback
 import numpy as np
 
 from ground.runspec import RunPlan, WorkerSeat
+from hosts import ps, ring
 from hosts.gradients import gradient_for
+from hosts.tcp_mesh import BASE_PORT
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,27 +34,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_seat(plan: RunPlan, seat: WorkerSeat) -> int:
     """Run one rank; write <out>.npy and <out>.json (ok, error or stats) for the session."""
-    from hosts.agent import UdpTransport, allreduce
-
     spec = plan.spec
     report: dict = {"rank": seat.rank, "ok": False}
     try:
         data = gradient_for(spec, seat.rank)
-        options = {"sparse": True, "block_size": spec.blocks} if spec.algorithm == "omnireduce" else {}
+        runner = _run_bml if seat.bml_plan else RUNNERS[spec.algorithm]
         started = time.monotonic()
-        if seat.bml_plan:
-            return _finish(seat, report, *_run_bml(plan, seat, data, started))
-        transport = UdpTransport(seat.local_ip, plan.service_ip)
-        watcher = EpochFile(plan.epoch_file) if plan.epoch_file else None
-        first = watcher.poll() if watcher else None
-        result, stats = allreduce(data, transport=transport, rank=seat.rank, workers=spec.workers,
-                                  job=spec.job, window=plan.window, give_up=spec.give_up,
-                                  epoch=first["epoch"] if first else 0,
-                                  tree_of_slot=first["tree_of_slot"] if first else None,
-                                  control=watcher.poll if watcher else None,
-                                  on_progress=ProgressFile(seat.progress) if seat.progress else None,
-                                  return_stats=True, **options)
-        report.update(ok=True, wall=time.monotonic() - started, **_stats_dict(stats))
+        result, stats = runner(plan, seat, data)
+        report.update(ok=True, wall=time.monotonic() - started, **stats)
         report.setdefault("blocks_sent", report.get("blocks", 0))   # dense: every block travels
         np.save(seat.out + ".npy", result)
     except Exception as exc:  # reported to the parent by rank, with the reason
@@ -60,6 +49,61 @@ def run_seat(plan: RunPlan, seat: WorkerSeat) -> int:
     with open(seat.out + ".json", "w") as f:
         json.dump(report, f)
     return 0 if report["ok"] else 1
+
+
+def _run_in_network(plan: RunPlan, seat: WorkerSeat, data):
+    """switchml / omnireduce: the agent sends blocks to the service address; switches sum."""
+    from hosts.agent import UdpTransport, allreduce
+
+    spec = plan.spec
+    options = {"sparse": True, "block_size": spec.blocks} if spec.algorithm == "omnireduce" else {}
+    transport = UdpTransport(seat.local_ip, plan.service_ip)
+    watcher = EpochFile(plan.epoch_file) if plan.epoch_file else None
+    first = watcher.poll() if watcher else None
+    result, stats = allreduce(data, transport=transport, rank=seat.rank, workers=spec.workers,
+                              job=spec.job, window=plan.window, give_up=spec.give_up,
+                              epoch=first["epoch"] if first else 0,
+                              tree_of_slot=first["tree_of_slot"] if first else None,
+                              control=watcher.poll if watcher else None,
+                              on_progress=ProgressFile(seat.progress) if seat.progress else None,
+                              return_stats=True, **options)
+    return result, _stats_dict(stats)
+
+
+def _host_baseline(allreduce):
+    """ring / ps: the hosts sum over TCP to their peers' addresses; switches only forward."""
+    def run(plan: RunPlan, seat: WorkerSeat, data):
+        result, stats = allreduce(data, rank=seat.rank, peers=plan.peers(), port=BASE_PORT + plan.spec.job,
+                                  give_up=plan.spec.give_up, return_stats=True,
+                                  on_progress=ProgressFile(seat.progress) if seat.progress else None)
+        return result, _stats_dict(stats)
+    return run
+
+
+def _run_bml(run: RunPlan, seat: WorkerSeat, data):
+    started = time.monotonic()
+    with open(seat.bml_plan) as f:
+        plan = json.load(f)
+    give_up = run.spec.give_up
+    if plan["variant"] == "host":
+        from hosts.bml_host import plan_from_json, run_host_bml
+
+        nic_ip = {tuple([k.split("|")[0], int(k.split("|")[1])]): ip for k, ip in plan["nic_ip"].items()}
+        me = plan["me"]
+        result, stats = run_host_bml(data, me, plan_from_json(plan["schedule"]), nic_ip,
+                                     timeout=give_up * 3, return_stats=True)
+        stats = {"packets_sent": 0, "retransmissions": 0, "bytes_sent": _get(stats, "bytes_sent")}
+    else:
+        from hosts.bml import allreduce_bml
+
+        result, stats = allreduce_bml(data, plan, run.service_ip, give_up=give_up)
+    stats["seconds"] = time.monotonic() - started
+    return result, stats
+
+
+# spec.algorithm -> how one rank runs it (BML seats, which carry a plan, go to _run_bml)
+RUNNERS = {"switchml": _run_in_network, "omnireduce": _run_in_network,
+           "ring": _host_baseline(ring.allreduce), "ps": _host_baseline(ps.allreduce)}
 
 
 class EpochFile:
@@ -105,36 +149,8 @@ class ProgressFile:
             os.replace(tmp, self.path)
 
 
-def _run_bml(run: RunPlan, seat: WorkerSeat, data, started):
-    with open(seat.bml_plan) as f:
-        plan = json.load(f)
-    give_up = run.spec.give_up
-    if plan["variant"] == "host":
-        from hosts.bml_host import plan_from_json, run_host_bml
-
-        nic_ip = {tuple([k.split("|")[0], int(k.split("|")[1])]): ip for k, ip in plan["nic_ip"].items()}
-        me = plan["me"]
-        result, stats = run_host_bml(data, me, plan_from_json(plan["schedule"]), nic_ip,
-                                     timeout=give_up * 3, return_stats=True)
-        stats = {"packets_sent": 0, "retransmissions": 0, "bytes_sent": _get(stats, "bytes_sent")}
-    else:
-        from hosts.bml import allreduce_bml
-
-        result, stats = allreduce_bml(data, plan, run.service_ip, give_up=give_up)
-    stats["seconds"] = time.monotonic() - started
-    return result, stats
-
-
 def _get(stats, key):
     return stats.get(key, 0) if isinstance(stats, dict) else getattr(stats, key, 0)
-
-
-def _finish(seat: WorkerSeat, report, result, stats) -> int:
-    report.update(ok=True, **stats)
-    np.save(seat.out + ".npy", result)
-    with open(seat.out + ".json", "w") as f:
-        json.dump(report, f)
-    return 0
 
 
 def _stats_dict(stats) -> dict:

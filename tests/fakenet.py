@@ -213,3 +213,13 @@ class FakeNet:
         stuck = [i for i, t in enumerate(threads) if t.is_alive()]
         assert not stuck, f"workers {stuck} still running after {join_timeout} s"
         return results
+
+
+def sparse_net(n: int, **kwargs) -> FakeNet:
+    """N workers around a Pipeline with one job's agg_job and sp_job entries."""
+    from softswitch.pipeline import Pipeline
+
+    pipeline = Pipeline(seed=kwargs.get("seed", 0))
+    for cmd in star_commands(n):
+        pipeline.command(cmd)
+    return FakeNet(n, backend="pipeline", pipeline=pipeline, **kwargs)

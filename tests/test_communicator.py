@@ -4,17 +4,16 @@ allreduces, the reroute file followed between calls, and training identical to o
 from __future__ import annotations
 
 import json
-import threading
 
 import numpy as np
 import pytest
 
-from fakenet import FakeNet
+from fakenet import FakeNet, sparse_net
 from ground import wire
+from threads import on_threads
 from ground.runspec import RunPlan, RunSpec, WorkerSeat
 from hosts.communicator import Communicator
 from hosts.mlp import Config, train, train_single_process
-from sparse_model import sparse_net
 
 
 def plan(tmp_path, n: int, algorithm: str = "switchml", epoch_file=None) -> RunPlan:
@@ -22,27 +21,6 @@ def plan(tmp_path, n: int, algorithm: str = "switchml", epoch_file=None) -> RunP
     seats = [WorkerSeat(rank=r, local_ip=f"10.0.0.{r + 1}", out=str(tmp_path / f"rank{r}"),
                         progress=str(tmp_path / f"rank{r}.progress")) for r in range(n)]
     return RunPlan(spec, "10.0.0.254", 16, epoch_file, seats)
-
-
-def on_threads(n: int, work) -> list:
-    out: list = [None] * n
-
-    def run(r):
-        try:
-            out[r] = work(r)
-        except BaseException as exc:      # checked by the caller
-            out[r] = exc
-
-    threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not any(t.is_alive() for t in threads), "a rank is stuck"
-    for o in out:
-        if isinstance(o, BaseException):
-            raise o
-    return out
 
 
 def test_repeated_allreduces_with_the_epoch_file(tmp_path):
@@ -112,7 +90,7 @@ def test_consecutive_sparse_allreduces_without_reset_are_exact(calls):
     """No register reset between the calls: the lead round's dense completion re-arms each
     slot's sparse state (design.md "Sparse pipeline"), so no call sees another's announcements."""
     n = 3
-    net = sparse_net(n, backend="pipeline")       # the software switch, one pipeline
+    net = sparse_net(n)       # the software switch, one pipeline
     rng = np.random.default_rng(calls)
     for blocks, density in [(12, 0.3), (7, 0.7), (12, 1.0)][:calls]:
         arrays = [block_sparse(rng, blocks, density) for _ in range(n)]
@@ -129,7 +107,7 @@ def test_from_env_without_agglab_is_a_clear_error(monkeypatch):
 
 
 def test_a_training_loop_of_sparse_calls_is_exact(tmp_path):
-    n, net = 2, sparse_net(2, backend="pipeline")
+    n, net = 2, sparse_net(2)
     p = plan(tmp_path, n, algorithm="omnireduce")
     rng = np.random.default_rng(7)
     steps = [[block_sparse(rng, 10, 0.5) for _ in range(n)] for _ in range(3)]

@@ -18,7 +18,7 @@ from hosts.protocol import LAYOUT
 from hosts.sparse_agent import SparseMismatchError, SparseProtocolError
 from hosts.sparse_blocks import announcements, nonzero_kblocks, sent_blocks
 from hosts.sparse_workload import expected_sparse_sum, sparse_gradient
-from fakenet import FakeNet, make_frame
+from fakenet import FakeNet, make_frame, sparse_net
 from softswitch.pipeline import Pipeline
 from softswitch.star import star_commands
 
@@ -30,14 +30,6 @@ def ok(results):
         if isinstance(r, BaseException):
             raise r
     return results
-
-
-def sparse_net(n: int, **kwargs) -> FakeNet:
-    """N workers around a Pipeline with one job's agg_job and sp_job entries."""
-    pipeline = Pipeline(seed=kwargs.get("seed", 0))
-    for cmd in star_commands(n):
-        pipeline.command(cmd)
-    return FakeNet(n, backend="pipeline", pipeline=pipeline, **kwargs)
 
 
 def blocks_a_worker_sends(array, window, block_size=K, lookahead=64) -> list[int]:
