@@ -164,7 +164,8 @@ def run(mode: str, a: argparse.Namespace) -> dict:
                 "daemon_cpu": (sum(c1) - sum(c0)) / dt, "daemon_sys": (c1[1] - c0[1]) / dt}
 
 
-def main(argv: list[str] | None = None) -> int:
+def options(argv: list[str] | None = None) -> argparse.Namespace:
+    """The benchmark's settings (defaults, or parsed from `argv`); `run(mode, options())`."""
     ap = argparse.ArgumentParser(prog="python -m softswitch.bench_io", description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--window", type=int, default=128, help="slots in flight per worker")
@@ -178,7 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     for name, typ in (("--rank", int), ("--ip", str), ("--mac", str), ("--ifname", str),
                       ("--start-at", float), ("--expect", int)):
         ap.add_argument(name, type=typ, help=argparse.SUPPRESS)
-    a = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = options(argv)
     if a.sender:
         print(json.dumps(sender(a)), flush=True)
         return 0
