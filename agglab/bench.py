@@ -78,6 +78,7 @@ def bench_daemon(a) -> list[dict]:
                    target=">= 150,000 (3x the issue's ~50,000)", met=r["rx_pps"] >= 150_000,
                    link_mbps=None, scale=f"8 workers x window {opts.window} on unshaped veths",
                    link_bound=False, frames_out_per_s=round(r["tx_pps"]),
+                   detail=f"daemon CPU {r['daemon_cpu']:.0%} (kernel {r['daemon_sys']:.0%})",
                    daemon_cpu=round(r["daemon_cpu"], 3), daemon_kernel_cpu=round(r["daemon_sys"], 3),
                    retransmissions=r["retx"], wrong_results=r["bad"])]
 
@@ -96,6 +97,7 @@ def bench_wire(a) -> list[dict]:
                           met=ratio <= LINK_BOUND if at_target else None, link_mbps=mbps,
                           scale=f"8 workers x {a.elements:,} int32, one switch",
                           link_bound=ratio <= LINK_BOUND, analytic_s=round(ideal, 3),
+                          detail=f"{ratio:.2f}x the analytic {ideal:.2f} s, exact={r['exact']}",
                           x_analytic=round(ratio, 3), exact=r["exact"],
                           retransmissions=r["retransmissions"]))
     return out
@@ -117,6 +119,9 @@ def bench_reroute(a) -> list[dict]:
                                   total, "ms", link_mbps=None,
                                   scale=f"fat-tree k=4, 8 workers x {a.reroute_elements:,}",
                                   link_bound=None, exact=r["exact"], link=f.get("link"),
+                                  detail=" / ".join(f"{k[:-3]} {f.get(k)}" for k in (
+                                      "detect_ms", "recompute_ms", "install_ms", "freeze_ms", "snapshot_ms",
+                                      "entries_ms", "preload_ms") if f.get(k) is not None) + " ms",
                                   **{k: f.get(k) for k in ("detect_ms", "recompute_ms", "install_ms",
                                                            "freeze_ms", "snapshot_ms", "entries_ms",
                                                            "preload_ms")}))
@@ -143,7 +148,8 @@ def bench_build(_a) -> list[dict]:
         session.stop()
         teardown = time.monotonic() - t1
     return [figure("k=8 fat-tree built and programmed", built, "s", target="< 15 s", met=built < 15,
-                   scale="80 switches, 16 workers, unshaped links", link_bound=None,
+                   scale="80 switches, 16 workers", link_bound=None,
+                   detail=f"teardown {teardown:.1f} s, allreduce {r['seconds']} s",
                    teardown_s=round(teardown, 2), allreduce_s=r["seconds"], exact=r["exact"])]
 
 
@@ -162,6 +168,7 @@ def bench_sparse(a) -> list[dict]:
                           scale=f"8 workers x {a.elements:,} int32, one switch, overlapping blocks",
                           link_bound=dense["seconds"] <= LINK_BOUND * ideal,
                           dense_s=dense["seconds"], sparse_s=sparse["seconds"],
+                          detail=f"dense {dense['seconds']} s, sparse {sparse['seconds']} s",
                           dense_x_analytic=round(dense["seconds"] / ideal, 3),
                           blocks_sent=sparse.get("blocks_sent"),
                           exact=dense["exact"] and sparse["exact"]))
@@ -187,6 +194,8 @@ def show(f: dict, previous: dict | None = None) -> str:
     link = f"{f['link_mbps']:g} Mb/s links" if f["link_mbps"] else f.get("links") or "unshaped links"
     bound = {True: "link-bound", False: "CPU-bound", None: "link-bound n/a"}[f["link_bound"]]
     parts.append(f"({link}; {f['scale']}; {bound})")
+    if f.get("detail"):
+        parts.append(f"- {f['detail']}")
     if previous is not None and isinstance(previous.get("value"), (int, float)) and previous["value"]:
         parts.append(f"was {_num(previous['value'])} ({f['value'] / previous['value'] - 1:+.0%})")
     return " ".join(parts)
