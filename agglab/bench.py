@@ -268,12 +268,14 @@ def main(argv: list[str] | None = None) -> int:
             print(show(f, previous.get(f["name"])), flush=True)
         report["figures"] += figures
         print(f"({section}: {time.monotonic() - t0:.0f} s)", flush=True)
+    report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     out = a.out or REPO / "results" / "bench" / f"{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n")
     targets = [f for f in report["figures"] if f["target"]]
     print(f"\n{sum(bool(f['met']) for f in targets)} of {len(targets)} targets met; "
-          f"load average {report['load_average']} on {report['cpus']} CPUs; written to {out}")
+          f"load average {report['load_average']} at the start, {report['load_average_end']} at the end, "
+          f"on {report['cpus']} CPUs; written to {out}")
     return 0
 
 
