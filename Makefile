@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 help:
 	@echo "make experiment [BACKEND=soft|bmv2] [CONFIG=...]  run the default experiment"
 	@echo "make test                                           run the tests"
-	@echo "make bench                                          print switch packets/s and goodput"
+	@echo "make bench                                          speed figures vs targets, JSON in results/bench/"
 	@echo "make clean                                          remove leftovers of crashed runs"
 	@echo "make p4gen                                          regenerate p4src/include/values.p4 after changing AGG_K"
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from pathlib import Path
 
 import networkx as nx
 
@@ -24,11 +25,53 @@ BACKENDS = ("soft", "bmv2")
 THRIFT_BASE = 9090
 
 
-def _quiet_host(node, intfs: list[str]) -> None:
-    """No IPv6 chatter, no checksum/segmentation offloads (switches re-inject frames)."""
-    node.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1")
+def host_setup(g: nx.Graph, h: str, intfs: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """What host `h` runs to join the network: (shell lines, sysctl settings, `ip -batch` lines).
+
+    No IPv6 chatter and no checksum/segmentation offloads (switches re-inject frames);
+    multi-NIC hosts get every NIC its own address, no reverse-path filtering between them
+    and a route to a peer's NIC over the switch both hang off; every NIC knows the
+    aggregation service and every host's MAC statically (no ARP in the data plane)."""
+    sysctls = ["net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1",
+               "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"]
+    lines = [f"ethtool -K {intf} rx off tx off tso off gso off gro off >/dev/null 2>&1 || true"
+             for intf in intfs]
+    batch = []
+    for nbr in g.neighbors(h):
+        e = g.edges[h, nbr]
+        if e["ports"][h] != 0:
+            ip, mac = e["addrs"][h]
+            intf = e["intfs"][h]
+            batch += [f"link set dev {intf} address {mac}", f"addr replace {ip}/{addresses.PREFIX_LEN} dev {intf}",
+                      f"link set dev {intf} up"]
+            sysctls.append(f"net.ipv4.conf.{intf}.rp_filter=0")
+    if g.degree(h) > 1:
+        for sw in g.neighbors(h):
+            mine = g.edges[h, sw]["intfs"][h]
+            for peer in g.neighbors(sw):
+                if peer != h and g.nodes[peer]["kind"] == "host":
+                    ip, mac = g.edges[sw, peer]["addrs"][peer]
+                    batch += [f"route replace {ip}/32 dev {mine}",
+                              f"neigh replace {ip} lladdr {mac} dev {mine} nud permanent"]
     for intf in intfs:
-        node.cmd(f"ethtool -K {intf} rx off tx off tso off gso off gro off >/dev/null 2>&1")
+        batch.append(f"neigh replace {addresses.SERVICE_IP} lladdr {addresses.SERVICE_MAC} "
+                     f"dev {intf} nud permanent")
+    for other in hosts(g):
+        if other != h:
+            o = g.nodes[other]
+            batch.append(f"neigh replace {o['ip']} lladdr {o['mac']} dev {intfs[0]} nud permanent")
+    return lines, sysctls, batch
+
+
+_SETUP_OK = "agglab-host-setup-ok"
+
+
+def _write_sysctl(key: str, value: str) -> None:
+    """Set a sysctl of the root namespace directly (no `sysctl` process per interface)."""
+    try:
+        (Path("/proc/sys") / key).write_text(value)
+    except OSError:
+        pass
 
 
 class EmulatedNetwork:
@@ -88,52 +131,63 @@ class EmulatedNetwork:
 
                 self.net.addSwitch(s, cls=Bmv2Switch, run=self.run, json_path=json_path,
                                    thrift_port=THRIFT_BASE + i, device_id=i, pcap=self.pcap)
+        self._add_links()
+
+    def _add_links(self) -> None:
+        """Every veth pair in one `ip -batch` (emulation/veths.py), then Mininet adopts them."""
+        from mininet.link import TCIntf
+
+        from emulation.veths import PrebuiltLink, QuietIntf, create_veths
+
+        g, pairs = self.graph, []
         for u, v, e in g.edges(data=True):
-            params = {"bw": e["bw"]} if e.get("bw") else {}
-            self.net.addLink(u, v, port1=e["ports"][u], port2=e["ports"][v],
-                             intfName1=e["intfs"][u], intfName2=e["intfs"][v], **params)
+            ends = sorted((u, v), key=lambda n: g.nodes[n]["kind"] == "host")   # root end first
+            pid = self.net.get(ends[1]).pid if g.nodes[ends[1]]["kind"] == "host" else None
+            pairs.append((e["intfs"][ends[0]], e["intfs"][ends[1]], pid))
+        self.run.add_interfaces(sorted(i for e in g.edges.values() for i in e["intfs"].values()))
+        create_veths(pairs)
+        for u, v, e in g.edges(data=True):
+            params = {"bw": e["bw"], "intf": TCIntf} if e.get("bw") else {"intf": QuietIntf}
+            self.net.addLink(u, v, port1=e["ports"][u], port2=e["ports"][v], cls=PrebuiltLink,
+                             intfName1=e["intfs"][u], intfName2=e["intfs"][v], addr1=None, addr2=None,
+                             **params)
 
     def _record(self) -> None:
         for node in self.net.hosts + self.net.switches:
             self.run.add_pid(node.pid, f"{node.name} shell")
-        self.run.add_interfaces(sorted(i for e in self.graph.edges.values() for i in e["intfs"].values()))
 
     def _configure_hosts(self) -> None:
+        """Addresses, routes, static neighbours, no IPv6/offloads: one script per host, all
+        hosts at once.
+
+        Why scripts: the same settings as one `node.cmd` each cost a shell round trip per
+        neighbour entry (16 hosts x 16 entries ...), which made this the slowest phase of a
+        k=8 fat-tree (51 s of 66). Each host now runs one `sh` with one `sysctl`, one
+        `ethtool` per NIC and one `ip -batch`, and every host shell runs its script
+        concurrently (sendCmd, then waitOutput)."""
         g = self.graph
+        started = []
         for h in hosts(g):
             node = self.net.get(h)
-            intfs = [i.name for i in node.intfList() if i.name != "lo"]
-            _quiet_host(node, intfs)
-            # multi-NIC hosts: every NIC its own address; no reverse-path filtering between them
-            node.cmd("sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0")
-            for nbr in g.neighbors(h):
+            lines, sysctls, batch = host_setup(g, h, [i.name for i in node.intfList() if i.name != "lo"])
+            for nbr in g.neighbors(h):             # keep Mininet's view of the extra NICs true
                 e = g.edges[h, nbr]
                 if e["ports"][h] != 0:
-                    ip, mac = e["addrs"][h]
                     intf = node.intf(e["intfs"][h])
-                    intf.setMAC(mac)
-                    intf.setIP(ip, prefixLen=addresses.PREFIX_LEN)
-                    node.cmd(f"sysctl -qw net.ipv4.conf.{intf.name}.rp_filter=0")
-            if g.degree(h) > 1:        # multi-NIC: reach a peer's NIC over the switch both hang off
-                for sw in g.neighbors(h):
-                    mine = g.edges[h, sw]["intfs"][h]
-                    for peer in g.neighbors(sw):
-                        if peer != h and g.nodes[peer]["kind"] == "host":
-                            ip, mac = g.edges[sw, peer]["addrs"][peer]
-                            node.cmd(f"ip route replace {ip}/32 dev {mine}")
-                            node.cmd(f"ip neigh replace {ip} lladdr {mac} dev {mine} nud permanent")
-            for intf in intfs:
-                node.cmd(f"ip neigh replace {addresses.SERVICE_IP} lladdr {addresses.SERVICE_MAC} "
-                         f"dev {intf} nud permanent")
-            for other in hosts(g):
-                if other != h:
-                    o = g.nodes[other]
-                    node.cmd(f"ip neigh replace {o['ip']} lladdr {o['mac']} dev {intfs[0]} nud permanent")
+                    intf.mac, (intf.ip, intf.prefixLen) = e["addrs"][h][1], (e["addrs"][h][0], addresses.PREFIX_LEN)
+            script = self.run.path / f"{h}.setup.sh"
+            script.write_text("\n".join(["set -e", f"sysctl -qw {' '.join(sysctls)}", *lines,
+                                         "ip -batch - <<'EOF'", *batch, "EOF", f"echo {_SETUP_OK}", ""]))
+            node.sendCmd(f"sh {script} 2>&1")
+            started.append((h, node))
         for s in switches(g):     # root-namespace ends: no IPv6 router solicitations into the switch
             for intf in self.net.get(s).intfList():
                 if intf.name != "lo":
-                    subprocess.run(["sysctl", "-qw", f"net.ipv6.conf.{intf.name}.disable_ipv6=1"],
-                                   capture_output=True)
+                    _write_sysctl(f"net/ipv6/conf/{intf.name}/disable_ipv6", "1")
+        failed = [(h, out.strip()) for h, out in ((h, node.waitOutput()) for h, node in started)
+                  if _SETUP_OK not in out]
+        if failed:
+            raise RuntimeError("host set-up failed: " + "; ".join(f"{h}: {out[:300]}" for h, out in failed))
 
     def _connect_switches(self) -> None:
         for s in switches(self.graph):
@@ -154,6 +208,11 @@ class EmulatedNetwork:
         self.clients.clear()
         if self.net is not None:
             try:
+                self._stop_data_planes()
+                if self.run is not None:
+                    from emulation.veths import delete_veths
+
+                    delete_veths(self.run.interfaces())
                 self.net.stop()
             finally:
                 self.net = None
@@ -166,6 +225,21 @@ class EmulatedNetwork:
             if not getattr(self, "keep_run_dir", False):
                 shutil.rmtree(self.run.path, ignore_errors=True)
             self.run = None
+
+    def _stop_data_planes(self) -> None:
+        """SIGTERM every switch process at once, then wait for each (Mininet's stop() would
+        terminate and wait for them one after the other, up to 3 s each)."""
+        procs = [p for p in (getattr(s, "proc", None) for s in self.net.switches)
+                 if p is not None and p.poll() is None]
+        for p in procs:
+            p.terminate()
+        deadline = time.monotonic() + 3
+        for p in procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
 
     def __enter__(self) -> "EmulatedNetwork":
         return self.start()

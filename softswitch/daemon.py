@@ -13,6 +13,7 @@ the immutable `bytes` copy handed to the pipeline.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -23,7 +24,8 @@ import time
 from pathlib import Path
 
 from softswitch.control import ControlServer
-from softswitch.io import MAX_FRAME, RawPort
+from ground.mmsg import MsgBatch
+from softswitch.io import MAX_FRAME, TX_SLOT, RawPort
 from softswitch.pcap import PcapWriter
 
 try:                                          # refusals of the CLI carry BMv2's wording already
@@ -55,10 +57,11 @@ class Daemon:
         self.counters = {c: [0] * NPORTS for c in COUNTERS}
         self.no_port = 0                          # outputs to ports this switch does not have
         self.ports: dict[int, RawPort] = {}
-        self._sends: dict[int, object] = {}
+        self._tx: dict[int, list[bytes]] = {}          # egress port -> frames waiting for the flush
+        self._tx_batch: dict[int, MsgBatch] = {}
         self._pcap_in: dict[int, PcapWriter] = {}
         self._pcap_out: dict[int, PcapWriter | None] = {}
-        self._buf = bytearray(MAX_FRAME)
+        self._rx = MsgBatch(batch, MAX_FRAME)          # shared by all ports: one drain at a time
         self._ep = select.epoll()
         self._handlers: dict[int, object] = {}
         self._control: ControlServer | None = None
@@ -106,7 +109,8 @@ class Daemon:
         for number, ifname in sorted(self.port_names.items()):
             port = RawPort(number, ifname, prepare=self.prepare_ports)
             self.ports[number] = port
-            self._sends[number] = port.send
+            self._tx[number] = []
+            self._tx_batch[number] = port.tx_batch(batch=self.batch)
             self.log.info("port %d = %s (%s)", number, ifname, ", ".join(port.notes) or "ok")
         if self.pcap_dir:
             self.pcap_dir.mkdir(parents=True, exist_ok=True)
@@ -180,27 +184,30 @@ class Daemon:
 
     # ---- the per-frame path --------------------------------------------------------------
     def _make_drain(self, port: RawPort):
-        """Build the readable-callback of one port: up to `batch` frames per call."""
-        buf, view, recv_into = self._buf, memoryview(self._buf), port.recv_into
-        process, sends, iport = self.pipeline.process, self._sends, port.port
+        """Build the readable-callback of one port: one batch of up to `batch` frames per call.
+
+        The batch is received with one recvmmsg, run through the pipeline one frame
+        after another in arrival order (exactly the order P4 would see them), and
+        every egress port's outputs leave with one sendmmsg at the end of the batch,
+        in the order the pipeline emitted them."""
+        rx, fd, recv, iport = self._rx, port.fileno(), port.recv_batch, port.port
+        view, words, slot, count = rx.view, rx.words, rx.slot, self.batch
+        process, queues, flush = self.pipeline.process, self._tx, self._flush_tx
         c = self.counters
-        rx, rxb, drop, tx, txb = c["rx"], c["rx_bytes"], c["drop"], c["tx"], c["tx_bytes"]
+        rx_c, rxb, drop = c["rx"], c["rx_bytes"], c["drop"]
         pcap_in, pcap_out = self._pcap_in.get(iport), self._pcap_out
-        turns = range(self.batch)
 
         def drain(_events: int) -> None:
-            nrx = nbytes = ndrop = 0
+            nbytes = ndrop = n = 0
             try:
-                for _ in turns:
-                    try:
-                        n = recv_into(buf)
-                    except BlockingIOError:
-                        break
-                    if not n:
-                        continue
-                    frame = bytes(view[:n])
-                    nrx += 1
-                    nbytes += n
+                n = recv(rx, count)
+            except OSError as exc:
+                self._rx_error(port, exc)
+            try:
+                for i in range(n):
+                    start = i * slot
+                    frame = bytes(view[start:start + words[16 * i + 14]])
+                    nbytes += len(frame)
                     if pcap_in is not None:
                         pcap_in.write(frame)
                     try:
@@ -212,26 +219,65 @@ class Daemon:
                         ndrop += 1
                         continue
                     for eport, out in outs:
-                        send = sends.get(eport)
-                        if send is None:
+                        queue = queues.get(eport)
+                        if queue is None:
                             self._no_port(eport)
                             continue
-                        try:
-                            send(out)
-                        except OSError as exc:
-                            self._tx_error(eport, exc)
-                            continue
-                        tx[eport] += 1
-                        txb[eport] += len(out)
+                        queue.append(out)
                         if pcap_in is not None:
                             pcap_out[eport].write(out)
-            except OSError as exc:
-                self._rx_error(port, exc)
             finally:
-                rx[iport] += nrx
+                rx_c[iport] += n
                 rxb[iport] += nbytes
                 drop[iport] += ndrop
+                flush()
         return drain
+
+    def _flush_tx(self) -> None:
+        """Send every port's queued frames, one sendmmsg per port and up to `batch` frames."""
+        for eport, queue in self._tx.items():
+            if queue:
+                batch = self._tx_batch[eport]
+                slot, view, lens = batch.slot, batch.view, batch.iov_len
+                for first in range(0, len(queue), batch.count):
+                    staged = 0
+                    for out in queue[first:first + batch.count]:
+                        n = len(out)
+                        if n > slot:                     # jumbo frame: after the staged ones
+                            staged = self._send_staged(eport, batch, staged)
+                            self._send_one(eport, out)
+                            continue
+                        start = staged * slot
+                        view[start:start + n] = out
+                        lens[2 * staged + 1] = n
+                        staged += 1
+                    self._send_staged(eport, batch, staged)
+                queue.clear()
+
+    def _send_staged(self, eport: int, batch, staged: int) -> int:
+        """sendmmsg the `staged` frames of `batch`; a refused frame is a tx drop. Returns 0."""
+        c = self.counters
+        done = 0
+        while done < staged:
+            sent = batch.send(batch.fd, staged, done)
+            if sent:
+                c["tx"][eport] += sent
+                c["tx_bytes"][eport] += sum(batch.iov_len[2 * i + 1] for i in range(done, done + sent))
+                done += sent
+            if done < staged:                             # frame `done` was refused
+                self._tx_error(eport, OSError(batch.errno or errno.ENOBUFS,
+                                              os.strerror(batch.errno or errno.ENOBUFS)))
+                done += 1
+        return 0
+
+    def _send_one(self, eport: int, frame: bytes) -> None:
+        try:
+            self.ports[eport].sock.send(frame)
+        except OSError as exc:
+            self._tx_error(eport, exc)
+            return
+        self.counters["tx"][eport] += 1
+        self.counters["tx_bytes"][eport] += len(frame)
 
     # ---- rare paths: errors are counted always, logged at most once a second -------------
     def _rate_limited(self, msg: str, *args) -> None:

@@ -27,6 +27,8 @@ import struct
 import subprocess
 from pathlib import Path
 
+from ground.mmsg import MsgBatch
+
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23
@@ -36,7 +38,8 @@ SKF_AD_PKTTYPE = (-0x1000 + 4) & 0xFFFFFFFF     # ancillary load: skb->pkt_type
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
 SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
 SOCKET_BUFFER = 16 << 20           # bytes; absorbs bursts of a few thousand frames
-MAX_FRAME = 65536                  # receive buffer size; > any MTU we run with
+MAX_FRAME = 65536                  # receive slot size; > any MTU we run with
+TX_SLOT = 2048                     # transmit slot size; a larger frame is sent on its own
 
 
 def disable_offloads(ifname: str) -> str:
@@ -126,18 +129,31 @@ class RawPort:
             raise
         self.sock = sock
         self.send = sock.send
-        self.recv_into = sock.recv_into if (self.ignore_outgoing or self.filtered) \
-            else self._checked_recv(sock)
+        self.recv_batch = self._recv_mmsg if (self.ignore_outgoing or self.filtered) \
+            else self._recv_checked
 
-    @staticmethod
-    def _checked_recv(sock: socket.socket):
-        """Slow path when neither kernel guard is available: report outgoing frames as length 0."""
-        recvfrom_into = sock.recvfrom_into
+    def _recv_mmsg(self, batch: MsgBatch, count: int) -> int:
+        """Up to `count` frames into `batch` with one recvmmsg; 0 when none is waiting."""
+        return batch.recv(self.sock.fileno(), count)
 
-        def recv_into(buf) -> int:
-            n, addr = recvfrom_into(buf)
-            return 0 if addr[2] == PACKET_OUTGOING else n
-        return recv_into
+    def _recv_checked(self, batch: MsgBatch, count: int) -> int:
+        """Slow path when neither kernel guard is available: one recvfrom per frame, so the
+        address tells outgoing frames (skipped) from received ones."""
+        got = 0
+        for _ in range(count):
+            start = got * batch.slot
+            try:
+                n, addr = self.sock.recvfrom_into(batch.view[start:start + batch.slot])
+            except BlockingIOError:
+                break
+            if addr[2] != PACKET_OUTGOING:
+                batch.set_length(got, n)
+                got += 1
+        return got
+
+    def tx_batch(self, batch: int = 64) -> MsgBatch:
+        """A send batch bound to this port (`.fd`): frames staged in it leave with one sendmmsg."""
+        return MsgBatch(batch, TX_SLOT, fd=self.sock.fileno())
 
     def _buffers(self, sock: socket.socket) -> None:
         """Large socket buffers: FORCE variants (root) bypass net.core.[rw]mem_max."""
