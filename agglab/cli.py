@@ -2,6 +2,8 @@
 
     agglab allreduce --workers N --elements M [--dtype int32|float32] [--loss P]
                      [--backend soft|bmv2] [--window S] [--seed N] [--json]
+    agglab experiment [FILE.yaml|default|quick]   run paper trends, write results/<name>/report.md
+    agglab calibrate    measure this machine's fidelity ceiling (fastest faithful link rate)
     agglab clean        remove what a crashed run left (namespaces, interfaces, processes)
     agglab doctor       say what is installed and what is missing, and why it matters
 """
@@ -72,6 +74,11 @@ def _lab(args) -> int:
         return 2
 
 
+def _experiment(args) -> int:
+    """Hand over to `python -m experiments` with the remaining arguments."""
+    os.execv(sys.executable, [sys.executable, "-m", "experiments", *args.rest])
+
+
 def _clean(args) -> int:
     from ground.rundir import clean
 
@@ -136,6 +143,13 @@ def build_parser() -> argparse.ArgumentParser:
     lab.add_argument("--script", default=None, help="run the lab commands in this file, then exit")
     lab.set_defaults(func=_lab)
 
+    # issue 9: experiments (layer 4, run as its own program: no sideways import) and calibration
+    e = sub.add_parser("experiment", add_help=False, help="run a trend definition or suite "
+                       "(python -m experiments; see `agglab experiment --help`)")
+    e.set_defaults(func=_experiment)
+    from agglab.calibrate import add_parser as add_calibrate
+    add_calibrate(sub)
+
     c = sub.add_parser("clean", help="remove what crashed runs left behind (idempotent)")
     c.add_argument("--all", action="store_true", help="also stop runs whose owner is still alive")
     c.set_defaults(func=_clean)
@@ -146,6 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["experiment"]:
+        return _experiment(argparse.Namespace(rest=argv[1:]))
     args = build_parser().parse_args(argv)
     return args.func(args)
 

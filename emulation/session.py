@@ -21,6 +21,7 @@ from controller.events import EventLog
 from controller.job import TreeJob
 from controller.topology import switches, workers as worker_hosts
 from emulation.failures import FailureInjector
+from emulation.fidelity import FidelityProbe
 from emulation.network import EmulatedNetwork
 from ground.addresses import SERVICE_IP
 from ground.paths import REPO
@@ -97,16 +98,19 @@ class Session:
         _log(f"allreduce of {spec.elements} {spec.dtype} per worker on {len(self.job.treeset.trees)} "
              f"{spec.tree} tree(s), loss {spec.loss}", self.quiet)
         self.job.busy = True
+        probe = FidelityProbe(self.net.graph, self.net.run.path / "pids").start()
         try:
             reports, injector = _run_workers(self.net, spec, self.job, self.quiet, f"run{self.runs}")
         finally:
             self.job.busy = False
+            fidelity = probe.stop()
         self.net.check_switches()
         with self.job.lock:            # a reroute may still be tidying up on the same sockets
             after = _switch_stats(self.net, self.g)
         result = check(spec, reports, {k: after[k] - before.get(k, 0) for k in after})
         result.update(topology=spec.topology, tree=spec.tree, trees=len(self.job.treeset.trees),
                       epoch=self.job.treeset.epoch, failures=injector.report() if injector else [])
+        result["fidelity"] = fidelity       # link-bound or CPU-bound? (emulation/fidelity.py)
         return result
 
     def stop(self) -> None:
