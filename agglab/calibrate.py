@@ -42,14 +42,15 @@ def probe(rate: float, workers: int, seconds: float, tolerance: float, log) -> d
     fid = result.get("fidelity") or {}
     faithful = bool(result.get("ok")) and took <= ideal * (1 + tolerance) and bool(fid.get("link_bound"))
     print(f"  {rate:g} Mb/s: {elements} int32 x {workers} workers in {took:.2f} s, analytic {ideal:.2f} s "
-          f"({ideal / took:.0%} of ideal); {fid.get('reason', 'no fidelity record')} -> "
+          f"({ideal / took:.0%} of ideal), {result.get('retransmissions')} retransmissions; "
+          f"{fid.get('reason', 'no fidelity record')} -> "
           f"{'faithful' if faithful else 'NOT faithful'}", file=log, flush=True)
     return {"rate_mbps": rate, "elements": elements, "seconds": took, "analytic_seconds": round(ideal, 4),
             "faithful": faithful, "fidelity": fid, "ok": bool(result.get("ok"))}
 
 
-def calibrate(workers: int = 8, start: float = 1.0, factor: float = 2.0, limit: float = 200.0,
-              refine: int = 2, seconds: float = 2.0, tolerance: float = 0.10, log=sys.stderr) -> dict:
+def calibrate(workers: int = 8, start: float = 2.0, factor: float = 2.0, limit: float = 200.0,
+              refine: int = 2, seconds: float = 3.0, tolerance: float = 0.10, log=sys.stderr) -> dict:
     """Step up, then bisect; returns (and stores) the calibration record."""
     probes, good, bad = [], None, None
     rate = start
@@ -57,11 +58,16 @@ def calibrate(workers: int = 8, start: float = 1.0, factor: float = 2.0, limit: 
         p = probe(rate, workers, seconds, tolerance, log)
         probes.append(p)
         if p["faithful"]:
-            good = rate
-            rate *= factor
+            good, bad = rate, None
         else:
             bad = rate
-            break
+            if good is not None:
+                break
+            # unfaithful below any faithful rate: very slow links can lose to the workers'
+            # retransmission timers (a full window queued at the link); keep climbing a little
+            if len(probes) >= 3:
+                break
+        rate *= factor
     for _ in range(refine if good and bad else 0):
         mid = round((good + bad) / 2, 3)
         p = probe(mid, workers, seconds, tolerance, log)
@@ -99,10 +105,10 @@ def add_parser(sub) -> None:
     c = sub.add_parser("calibrate", help="measure this machine's fidelity ceiling (fastest faithful link rate) "
                        "and store it for the experiments")
     c.add_argument("--workers", type=int, default=8, help="workers on one switch (default 8)")
-    c.add_argument("--start", type=float, default=1.0, help="first rate in Mb/s (default 1)")
+    c.add_argument("--start", type=float, default=2.0, help="first rate in Mb/s (default 2)")
     c.add_argument("--factor", type=float, default=2.0, help="step-up factor (default 2)")
     c.add_argument("--limit", type=float, default=200.0, help="highest rate tried, Mb/s (default 200)")
     c.add_argument("--refine", type=int, default=2, help="bisection steps after the step-up (default 2)")
-    c.add_argument("--seconds", type=float, default=2.0, help="wire time of each probe (default 2 s)")
+    c.add_argument("--seconds", type=float, default=3.0, help="wire time of each probe (default 3 s)")
     c.add_argument("--tolerance", type=float, default=0.10, help="allowed excess over the analytic time (default 0.10)")
     c.set_defaults(func=main)

@@ -54,6 +54,7 @@ import networkx as nx
 import yaml
 
 from controller import topologies
+from emulation.fidelity import DEFAULT_CEILING_MBPS
 from ground import wire
 from ground.runspec import ALGORITHMS, RunSpec
 from experiments.units import Scale, UnitError, parse_rate, parse_size, parse_time
@@ -183,9 +184,16 @@ class Definition:
                 rates.append(parse_rate(values["bw"]))
         return max(rates)
 
+    def emulated_for(self, ceiling_mbps: float) -> int:
+        """The emulated gradient is written for a 5 Mb/s ceiling; under a lower ceiling it
+        shrinks with it (whole blocks of K), so a run keeps about the same wire time."""
+        shrink = min(1.0, ceiling_mbps / DEFAULT_CEILING_MBPS)
+        per_block = wire.K * DTYPE_BYTES
+        return max(per_block, int(self.emulated_bytes * shrink) // per_block * per_block)
+
     def scale(self, ceiling_mbps: float) -> Scale:
         return Scale.fit(self.fastest_link(), ceiling_mbps * 1e6, parse_size(self.network["gradient"]),
-                         self.emulated_bytes)
+                         self.emulated_for(ceiling_mbps))
 
     def points(self, ceiling_mbps: float, topo_dir: Path) -> list[Point]:
         scale = self.scale(ceiling_mbps)
@@ -201,7 +209,7 @@ class Definition:
         net = {**self.network, **{k: v for k, v in merged.items() if k in NETWORK_KEYS}}
         run = {k: v for k, v in merged.items() if k in RUN_FIELDS}
         link = parse_rate(run.pop("bw", net["link"]))
-        run.setdefault("elements", max(1, self.emulated_bytes // DTYPE_BYTES))
+        run.setdefault("elements", max(1, round(parse_size(net["gradient"]) / scale.size) // DTYPE_BYTES))
         run["seed"] = run.get("seed", 0)
         try:
             run.update(_network_for(run, net, scale.link_mbps(link), topo_dir))
@@ -225,7 +233,7 @@ class Definition:
                 names = {**{k: v for k, v in {**self.run, **num}.items() if _is_num(v)}, **bound}
                 try:
                     paper = evaluate(raw["paper"], names)
-                except (ValueError, ZeroDivisionError, TypeError) as exc:
+                except (ValueError, ZeroDivisionError, TypeError, SyntaxError) as exc:
                     raise ConfigError(self.source, f"claims[{i}].paper", str(exc)) from exc
                 text = raw["text"] + ("" if not bound else " (" + ", ".join(f"{k}={v}" for k, v in bound.items()) + ")")
                 out.append((Claim(text, num, den, paper, raw.get("expect", "about"),
