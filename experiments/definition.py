@@ -301,15 +301,19 @@ def topology_yaml(g: nx.Graph) -> str:
 
 
 # -- parsing ------------------------------------------------------------------------
-def load_definition(path: str | Path, overrides: dict[str, Any] | None = None) -> Definition:
-    path = Path(path)
+def read_yaml(path: Path) -> Any:
+    """A YAML file's content, or a ConfigError naming the file."""
     try:
-        raw = yaml.safe_load(path.read_text())
+        return yaml.safe_load(path.read_text())
     except OSError as exc:
         raise ConfigError(str(path), "<file>", f"cannot read: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(str(path), "<file>", f"not valid YAML: {exc}") from exc
-    return parse_definition(raw, str(path), overrides)
+
+
+def load_definition(path: str | Path, overrides: dict[str, Any] | None = None) -> Definition:
+    path = Path(path)
+    return parse_definition(read_yaml(path), str(path), overrides)
 
 
 def parse_definition(raw: Any, source: str = "definition", overrides: dict[str, Any] | None = None) -> Definition:

@@ -19,13 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
 
-import yaml
-
 from controller import topologies
 from controller.topology import switches
 from emulation.fidelity import DEFAULT_CEILING_MBPS, calibration_path, load_calibration
 from ground.runspec import RunSpec
-from experiments.definition import ConfigError, Definition, Point, load_definition, parse_definition
+from experiments.definition import ConfigError, Definition, Point, load_definition, parse_definition, read_yaml
 
 RunFn = Callable[[list[RunSpec]], Iterator[dict]]   # specs of one point (its repeats) -> results
 SUITE_KEYS = ("name", "repeats", "definitions", "ceiling_mbps")
@@ -69,12 +67,7 @@ def ceiling() -> tuple[float, str]:
 def load_suite(path: str | Path, repeats: int | None = None) -> Suite:
     """A suite file (`definitions: [...]`) or one definition file (a suite of one)."""
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(str(path), "<file>", f"cannot read: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(str(path), "<file>", f"not valid YAML: {exc}") from exc
+    raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise ConfigError(str(path), "<top>", "must be a mapping")
     top = {} if repeats is None else {"repeats": repeats}
