@@ -208,7 +208,7 @@ def render(outcome: "Outcome", facts: dict[str, str], plots: dict[str, list[Path
              "## Trends: ours vs the papers", ""] + _trend_rows(outcome) + ["", TIMING_NOTE, ""]
     lines += ["## Machine and scale", "", "| fact | value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in facts.items()]
-    lines += [f"| fidelity ceiling | {suite.ceiling_mbps:g} Mb/s per link — {suite.ceiling_source} |",
+    lines += [f"| fastest emulated link | {suite.ceiling_mbps:g} Mb/s — {suite.ceiling_source} |",
               f"| definitions | {suite.source} |", ""]
     lines += _ring_check(outcome)
     for d in suite.definitions:
