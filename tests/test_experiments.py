@@ -25,6 +25,12 @@ TRENDS = REPO / "experiments" / "trends"
 CONFIGS = REPO / "experiments" / "configs"
 
 
+@pytest.fixture(autouse=True)
+def no_calibration(tmp_path, monkeypatch):
+    """This machine's calibration must not change the arithmetic under test: 5 Mb/s default."""
+    monkeypatch.setenv("AGGLAB_CALIBRATION", str(tmp_path / "no-calibration.json"))
+
+
 # -- units and scale -------------------------------------------------------------------
 @pytest.mark.parametrize("text,bps", [("100Gbps", 100e9), ("100 Gb/s", 100e9), ("5Mbit", 5e6),
                                       ("2.5 Mbps", 2.5e6), ("40kb/s", 40e3)])
