@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None, run_fn: RunFn | None = None, log: TextIO
         print(f"error: {exc}", file=log)
         return 2
     ok = sum(1 for r in outcome.rows if r.get("ok"))
-    print(f"{ok}/{len(outcome.rows)} runs ok ({outcome.ran} ran now, {outcome.skipped} kept from before); "
+    print(f"{ok}/{len(outcome.rows)} runs ok ({outcome.ran} ran now in {outcome.finished - outcome.started:.0f} s, "
+          f"{outcome.skipped} kept from before); "
           f"report: {out_dir / 'report.md'}", file=log)
     if outcome.interrupted:
         return 130
