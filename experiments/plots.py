@@ -62,16 +62,17 @@ def time_plot(rows: list[dict], d: Definition, path: Path) -> Path:
             if not pts:
                 continue
             tag = " ".join(f"{k}={v}" for k, v in other.items())
-            ax.errorbar([x for x, _ in pts], [st.median for _, st in pts],
-                        yerr=[[st.median - st.low for _, st in pts], [st.high - st.median for _, st in pts]],
+            ax.errorbar([x for x, _ in pts], [st.median * 1e3 for _, st in pts],
+                        yerr=[[(st.median - st.low) * 1e3 for _, st in pts],
+                              [(st.high - st.median) * 1e3 for _, st in pts]],
                         marker="o", capsize=3, label=f"{s} {tag}".strip())
-            bad = [(x, st.median) for x, st in pts if st.flagged]
+            bad = [(x, st.median * 1e3) for x, st in pts if st.flagged]
             if bad:
                 flagged = True
                 ax.plot([b[0] for b in bad], [b[1] for b in bad], "x", color="red", markersize=10)
     ax.set_xticks(xs, labels, rotation=0 if numeric else 20, fontsize=8)
     ax.set_xlabel(d.x if d.x != "fail" else "link failures during the run (link@fraction of blocks done)")
-    ax.set_ylabel("allreduce time, real network (s)")
+    ax.set_ylabel("allreduce time, real network (ms)")
     ax.set_title(f"{d.title}\n{format_rate(parse_rate(d.network['link']))} links, "
                  f"{d.network['gradient']} gradient (scaled; medians, min-max)", fontsize=9)
     _flag_legend(ax, flagged)
