@@ -310,7 +310,7 @@ def _net_run(*args: str) -> dict:
 @pytest.mark.mininet
 def test_fidelity_flags_a_cpu_bound_run():
     """8 workers on 1 Gb/s links: the Python switch cannot come near the links' rate."""
-    r = _net_run("--workers", "8", "--elements", "400000", "--bw", "1000")
+    r = _net_run("--workers", "8", "--elements", "1000000", "--bw", "1000")
     assert r["ok"], r.get("errors")
     fid = r["fidelity"]
     assert fid["link"]["utilisation"] < 0.5, fid
