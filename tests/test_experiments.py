@@ -328,25 +328,20 @@ def _net_run(*args: str) -> dict:
 
 @pytest.mark.root
 @pytest.mark.mininet
-def test_fidelity_flags_a_cpu_bound_run():
-    """8 workers on 1 Gb/s links: the Python switch cannot come near the links' rate."""
-    r = _net_run("--workers", "8", "--elements", "1000000", "--bw", "1000")
+@pytest.mark.parametrize("args,bound", [
+    # 8 workers on 1 Gb/s links: the Python switch cannot come near the links' rate
+    (("--workers", "8", "--elements", "1000000", "--bw", "1000"), "cpu"),
+    # 2 workers at 2 Mb/s: 128 Ki int32 need ~2.9 s of wire time; the links are the limit
+    (("--workers", "2", "--elements", "131072", "--bw", "2"), "link"),
+], ids=["cpu-bound", "link-bound"])
+def test_fidelity_flag(args, bound):
+    r = _net_run(*args)
     assert r["ok"], r.get("errors")
     fid = r["fidelity"]
-    assert fid["link"]["utilisation"] < 0.5, fid
-    assert fid["cpu_bound"] is True and fid["link_bound"] is False, fid
-
-
-@pytest.mark.root
-@pytest.mark.mininet
-def test_fidelity_is_clear_on_a_link_bound_run():
-    """2 workers at 2 Mb/s: 128 Ki int32 need ~2.9 s of wire time; the links are the limit."""
-    r = _net_run("--workers", "2", "--elements", "131072", "--bw", "2")
-    assert r["ok"], r.get("errors")
-    fid = r["fidelity"]
-    assert fid["link"]["configured_mbps"] == 2.0
-    assert fid["link"]["utilisation"] >= 0.9, fid
-    assert fid["cpu_bound"] is False and fid["link_bound"] is True, fid
+    assert fid["link"]["configured_mbps"] == float(args[-1])
+    busy = fid["link"]["utilisation"]
+    assert (busy < 0.5 if bound == "cpu" else busy >= 0.9), fid
+    assert fid["cpu_bound"] is (bound == "cpu") and fid["link_bound"] is (bound == "link"), fid
 
 
 @pytest.mark.root
