@@ -144,8 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     lab.set_defaults(func=_lab)
 
     # issue 9: experiments (layer 4, run as its own program: no sideways import) and calibration
-    e = sub.add_parser("experiment", add_help=False, help="run a trend definition or suite "
-                       "(python -m experiments; see `agglab experiment --help`)")
+    e = sub.add_parser("experiment", add_help=False, prefix_chars="+",    # every argument passes through
+                       help="run a trend definition or suite (python -m experiments; see `agglab experiment --help`)")
+    e.add_argument("rest", nargs="*")
     e.set_defaults(func=_experiment)
     from agglab.calibrate import add_parser as add_calibrate
     add_calibrate(sub)
@@ -160,9 +161,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["experiment"]:
-        return _experiment(argparse.Namespace(rest=argv[1:]))
     args = build_parser().parse_args(argv)
     return args.func(args)
 
