@@ -6,13 +6,15 @@
 PY      := .venv/bin/python
 SUDO    := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 BACKEND ?= soft
-CONFIG  ?= experiments/configs/default.yaml
+CONFIG  ?= default
+# CONFIG: a suite name under experiments/configs (default, quick) or any definition/suite file
 PYTEST_ARGS ?=
 
-.PHONY: setup test experiment bench clean p4gen p4 help
+.PHONY: setup test experiment calibrate bench clean p4gen p4 help
 
 help:
-	@echo "make experiment [BACKEND=soft|bmv2] [CONFIG=...]  run the default experiment"
+	@echo "make experiment [BACKEND=soft|bmv2] [CONFIG=quick|FILE.yaml]  every paper trend -> results/<name>/report.md"
+	@echo "make calibrate                                      measure this machine's fidelity ceiling"
 	@echo "make test                                           run the tests"
 	@echo "make bench                                          speed figures vs targets, JSON in results/bench/"
 	@echo "make clean                                          remove leftovers of crashed runs"
@@ -30,7 +32,10 @@ test: setup
 	$(SUDO) $(PY) -m pytest -q $(PYTEST_ARGS)
 
 experiment: setup
-	$(SUDO) $(PY) -m experiments --config $(CONFIG) --backend $(BACKEND)
+	$(SUDO) $(PY) -m experiments $(CONFIG) --backend $(BACKEND)
+
+calibrate: setup
+	$(SUDO) $(PY) -m agglab calibrate
 
 bench: setup
 	$(SUDO) $(PY) -m agglab.bench

@@ -3,6 +3,8 @@
     agglab allreduce [RUN OPTIONS] [--json]   one allreduce in a fresh network, checked against numpy
     agglab lab [RUN OPTIONS] [--script FILE]  the Mininet CLI with fail/recover/trees/allreduce/...
     agglab train [RUN OPTIONS] ...    a model trained through the switches; FIFO vs PACE (--profile-only)
+    agglab experiment [FILE.yaml|default|quick]   run paper trends, write results/<name>/report.md
+    agglab calibrate    measure this machine's fidelity ceiling (fastest faithful link rate)
     agglab clean        remove what a crashed run left (namespaces, interfaces, processes)
     agglab doctor       say what is installed and what is missing, and why it matters
 
@@ -99,6 +101,11 @@ def _lab(args) -> int:
         return _bad_input("lab", exc)
 
 
+def _experiment(args) -> int:
+    """Hand over to `python -m experiments` with the remaining arguments."""
+    os.execv(sys.executable, [sys.executable, "-m", "experiments", *args.rest])
+
+
 def _clean(args) -> int:
     from ground.rundir import clean
 
@@ -167,6 +174,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     from agglab.train_cmd import add_train_parser
     add_train_parser(sub)
+    # issue 9: experiments (layer 4, run as its own program: no sideways import) and calibration
+    e = sub.add_parser("experiment", add_help=False, prefix_chars="+",    # every argument passes through
+                       help="run a trend definition or suite (python -m experiments; see `agglab experiment --help`)")
+    e.add_argument("rest", nargs="*")
+    e.set_defaults(func=_experiment)
+    from agglab.calibrate import add_parser as add_calibrate
+    add_calibrate(sub)
 
     c = sub.add_parser("clean", help="remove what crashed runs left behind (idempotent)")
     c.add_argument("--all", action="store_true", help="also stop runs whose owner is still alive")

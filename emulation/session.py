@@ -23,6 +23,7 @@ from controller.job import TreeJob
 from controller.jobs import Job
 from controller.topology import switches, workers as worker_hosts
 from emulation.failures import FailureInjector
+from emulation.fidelity import FidelityProbe
 from emulation.network import EmulatedNetwork
 from ground.addresses import SERVICE_IP
 from ground.paths import REPO
@@ -122,14 +123,19 @@ class Session:
         before = self.job.stats()
         _log(f"allreduce of {spec.elements} {spec.dtype} per worker on {len(self.job.trees().trees)} "
              f"{spec.tree} tree(s), loss {spec.loss}", self.quiet)
-        with self.job.running():
-            reports, injector = _run_workers(self.net, spec, self.job, self.quiet, f"run{self.runs}")
+        probe = FidelityProbe(self.net.graph, self.net.run.path / "pids").start()
+        try:
+            with self.job.running():
+                reports, injector = _run_workers(self.net, spec, self.job, self.quiet, f"run{self.runs}")
+        finally:
+            fidelity = probe.stop()
         self.net.check_switches()
         after = self.job.stats()       # under the job's lock: a reroute may still be tidying up
         result = check(spec, reports, {k: after[k] - before.get(k, 0) for k in after})
         treeset = self.job.trees()
         result.update(topology=spec.topology, tree=spec.tree, trees=len(treeset.trees),
                       epoch=treeset.epoch, failures=injector.report() if injector else [])
+        result["fidelity"] = fidelity       # link-bound or CPU-bound? (emulation/fidelity.py)
         return result
 
     def run_program(self, module: str, name: str, extra_args: tuple = (), deadline_s: float = 600.0):

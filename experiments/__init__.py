@@ -1,13 +1,13 @@
-"""Benchmark sweeps for agglab: configs, runner, report and plots.
+"""Paper trends on the emulator: definitions, runner, report and plots.
 
-Why a package of its own: the experiments only *drive* the emulator through one
-function, `emulation.session.run_allreduce`, so they can be tested without Mininet,
-root or a switch by injecting a fake, and the emulator can change underneath
-without touching how results are collected and reported.
+Why a package of its own: the experiments only *drive* the emulator through one function,
+`emulation.session.run_allreduce`, so they can be tested without Mininet by injecting a
+fake, and the emulator can change underneath without touching how results are collected,
+judged against the papers and reported.
 
-Run it as `python -m experiments --config experiments/configs/default.yaml`.
+Run it as `python -m experiments [default|quick|FILE.yaml]` or `agglab experiment FILE.yaml`.
 """
 
-from experiments.config import Config, ConfigError, Point, load_config
+from experiments.definition import ConfigError, Definition, Point, load_definition
 
-__all__ = ["Config", "ConfigError", "Point", "load_config"]
+__all__ = ["ConfigError", "Definition", "Point", "load_definition"]

@@ -1,62 +1,85 @@
-"""Command line of the experiments: `python -m experiments [--config PATH] ...`.
+"""`python -m experiments` / `agglab experiment`: run a suite or one trend definition.
 
-Why exit statuses matter here: `make experiment` and CI use the status to tell a
-clean sweep (0) from one where some run failed or was not exact (1), an
-unusable config or missing emulator (2), and an interrupted sweep (130).
+Exit status: 0 every run ok, 1 some run failed, 2 unusable definition or no emulator,
+130 interrupted (every finished run is kept; rerunning resumes).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import TextIO
 
-from experiments.config import BACKENDS, ConfigError, estimate_run_seconds, load_config
-from experiments.runner import RunFn, SetupError, run_experiment
+from experiments.definition import ConfigError
+from experiments.runner import RunFn, SetupError, estimate_seconds, load_suite, plan, run_suite
 
-DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "default.yaml"
+CONFIGS = Path(__file__).resolve().parent / "configs"
+
+
+def resolve(config: str) -> Path:
+    """A path, or a suite name under experiments/configs (`quick` -> configs/quick.yaml)."""
+    path = Path(config)
+    if not path.exists() and not config.endswith((".yaml", ".yml")) and (CONFIGS / f"{config}.yaml").exists():
+        return CONFIGS / f"{config}.yaml"
+    return path
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m experiments", description=(
-        "Run an allreduce sweep on the emulator and write runs.csv, summary.csv, plots and "
-        "report.md to OUT/NAME/. Exit status 1 if any run failed or was not exact."))
-    p.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="YAML config (default: %(default)s)")
-    p.add_argument("--name", help="override the config's name (the output directory)")
-    p.add_argument("--backend", choices=BACKENDS, help="override the config's backend")
-    p.add_argument("--repeats", type=int, help="override the config's repeats")
+    p = argparse.ArgumentParser(prog="agglab experiment", description=(
+        "Run trend definitions (experiments/*.yaml) or a suite of them (experiments/configs/*.yaml) "
+        "on the emulator at a scale under this machine's fidelity ceiling, and write "
+        "OUT/NAME/report.md with each trend beside the paper's claim. Resumes: finished runs "
+        "recorded in OUT/NAME/runs.jsonl are skipped."))
+    p.add_argument("config", nargs="?", default="default", help="definition or suite file, or a suite name "
+                   "(default, quick); default: %(default)s")
+    p.add_argument("--config", dest="config_opt", help="same as the positional argument")
+    p.add_argument("--name", help="output directory name (default: the suite's name)")
+    p.add_argument("--repeats", type=int, help="override every definition's repeats")
     p.add_argument("--out", type=Path, default=Path("results"), help="results root (default: %(default)s)")
-    p.add_argument("--dry-run", action="store_true", help="print the plan and time estimate, run nothing")
+    p.add_argument("--backend", choices=["soft", "bmv2"], help="data plane of every run (default: each definition's)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and its time estimate, run nothing")
+    p.add_argument("--fresh", action="store_true", help="discard OUT/NAME/runs.jsonl instead of resuming")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None, run_fn: RunFn | None = None, log: TextIO = sys.stderr) -> int:
-    """CLI entry: 0 all runs exact, 1 some run failed or inexact, 2 unusable config, 130 Ctrl-C."""
     args = parse_args(argv)
     try:
-        cfg = load_config(args.config, {"name": args.name, "backend": args.backend, "repeats": args.repeats})
+        suite = load_suite(resolve(args.config_opt or args.config), args.repeats)
+        if args.backend:
+            for d in suite.definitions:
+                d.run["backend"] = args.backend
+        out_dir = args.out / (args.name or suite.name)
+        steps = plan(suite, out_dir)
     except ConfigError as exc:
         print(f"error: {exc}", file=log)
         return 2
-    out_dir = args.out / cfg.name
-    plan = cfg.plan()
-    print(f"{cfg.name}: {len(cfg.points())} points x {cfg.repeats} repeats = {len(plan)} runs on "
-          f"backend {cfg.backend}, estimated <= {cfg.estimate_seconds() / 60:.1f} min -> {out_dir}/",
+    est = sum(estimate_seconds(p, len(reps)) for _, p, reps in steps)
+    runs = sum(len(reps) for _, _, reps in steps)
+    print(f"{suite.name}: {len(suite.definitions)} trend(s), {runs} runs, estimated {est / 60:.1f} min "
+          f"at a ceiling of {suite.ceiling_mbps:g} Mb/s per link ({suite.ceiling_source}) -> {out_dir}/",
           file=log, flush=True)
     if args.dry_run:
-        for n, (repeat, point) in enumerate(plan, start=1):
-            print(f"[{n}/{len(plan)}] {point.label()} rep={repeat + 1} (~{estimate_run_seconds(point):.1f} s)",
-                  file=log)
+        for d, p, reps in steps:
+            what = p.error or f"~{estimate_seconds(p, len(reps)):.0f} s"
+            print(f"  {d.name}: {p.label()} x{len(reps)} ({what})", file=log)
         return 0
+    if run_fn is None and os.geteuid() != 0:
+        print("error: experiments build Mininet networks and need root: run with sudo", file=log)
+        return 2
+    if args.fresh and (out_dir / "runs.jsonl").exists():
+        (out_dir / "runs.jsonl").unlink()
     try:
-        outcome = run_experiment(cfg, out_dir, run_fn, log)
+        outcome = run_suite(suite, out_dir, run_fn, log)
     except SetupError as exc:
         print(f"error: {exc}", file=log)
         return 2
-    took = outcome.finished - outcome.started
-    print(f"{outcome.exact_runs}/{len(outcome.rows)} runs exact in {took:.1f} s; "
+    ok = sum(1 for r in outcome.rows if r.get("ok"))
+    print(f"{ok}/{len(outcome.rows)} runs ok ({outcome.ran} ran now in {outcome.finished - outcome.started:.0f} s, "
+          f"{outcome.skipped} kept from before); "
           f"report: {out_dir / 'report.md'}", file=log)
     if outcome.interrupted:
         return 130
-    return 0 if outcome.all_exact else 1
+    return 0 if ok == len(outcome.rows) else 1

@@ -1,13 +1,9 @@
-"""The four sweep plots: completion time and goodput, against workers and against size.
+"""One figure per trend, in the paper's comparison, with flagged runs marked as such.
 
-Why these four: SwitchML's claim is that in-network allreduce time stays flat as
-workers grow and scales with tensor size; goodput per worker shows the same
-from the network's side.  Each plot draws the median per point (the line) and
-every successful run (the dots), so the spread between repeats is visible and
-a single outlier cannot hide behind a median.
-
-Why `Figure` and the Agg canvas instead of pyplot: no global state and no
-display needed, so plotting works on headless VMs and CI and inside tests.
+Why every plot marks CPU-bound points: a time measured while the emulator, not the link,
+was the bottleneck says nothing about the network (emulation/fidelity.py); such a point is
+drawn as a red cross and the legend says "CPU-bound (flagged)". Times are in the real
+network's units (the axis label says so). `Figure` + Agg: no display, no global state.
 """
 
 from __future__ import annotations
@@ -18,99 +14,132 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from experiments.config import DTYPE_BYTES, Config
-
-# (file, sweep, metric key in runs.csv, y-axis label, title start)
-PLOTS = (
-    ("completion_vs_workers.png", "workers", "seconds", "completion time (s)", "Allreduce completion time"),
-    ("goodput_vs_workers.png", "workers", "goodput_mbps", "goodput per worker (Mb/s)", "Allreduce goodput"),
-    ("completion_vs_size.png", "elements", "seconds", "completion time (s)", "Allreduce completion time"),
-    ("goodput_vs_size.png", "elements", "goodput_mbps", "goodput per worker (Mb/s)", "Allreduce goodput"),
-)
+from experiments.analysis import select
+from experiments.definition import Definition
+from experiments.units import format_rate, parse_rate
 
 
-def human_count(n: int) -> str:
-    """1048576 -> '1Mi', 16384 -> '16Ki': sizes in a sweep are usually powers of two."""
-    for unit, scale in (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
-        if n >= scale and n % scale == 0:
-            return f"{n // scale}{unit}"
-    return str(n)
+def _xlabels(values: list) -> tuple[list, list[str], bool]:
+    """Numeric x values as they are; anything else (failure lists, patterns) as categories."""
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    if numeric:
+        return list(values), [str(v) for v in values], True
+    labels = [("none" if v == [] else "+".join(v)) if isinstance(v, list) else str(v) for v in values]
+    return list(range(len(values))), labels, False
 
 
-def human_bytes(n: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n} B"
+def _others(d: Definition) -> list[dict[str, Any]]:
+    """Combinations of the sweep keys other than x: one line each per series."""
+    keys = [k for k in d.sweep if k != d.x]
+    combos = [{}]
+    for k in keys:
+        combos = [{**c, k: v} for c in combos for v in d.sweep[k]]
+    return combos
 
 
-def _subtitle(cfg: Config, sweep: str) -> str:
-    if sweep == "workers":
-        size = cfg.fixed_elements
-        fixed = f"{size} {cfg.dtype} elements ({human_bytes(size * DTYPE_BYTES[cfg.dtype])})"
-    else:
-        fixed = f"{cfg.fixed_workers} workers"
-    loss = f", loss {cfg.loss:g}" if cfg.loss else ""
-    return f"{fixed}, backend {cfg.backend}{loss}, median of {cfg.repeats} run(s)"
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def draw(path: Path, cfg: Config, sweep: str, metric: str, ylabel: str, title: str,
-         summary: list[dict[str, Any]], rows: list[dict[str, Any]]) -> Path:
-    """One plot; a sweep with no successful run still gets a file that says so."""
-    xkey = "workers" if sweep == "workers" else "elements"
-    points = sorted((s for s in summary if sweep in s["sweeps"].split("+")), key=lambda s: s[xkey])
-    ids = {s["point"] for s in points}
-    fig = Figure(figsize=(7, 4.5), dpi=100)
+def _save(fig: Figure, path: Path) -> Path:
     FigureCanvasAgg(fig)
-    ax = fig.add_subplot(1, 1, 1)
-    line = [(s[xkey], s[f"{metric}_median"]) for s in points if _is_number(s[f"{metric}_median"])]
-    if line:
-        ax.plot([x for x, _ in line], [y for _, y in line], "o-", color="tab:blue", label="median")
-    for exact, style, label in ((True, dict(marker=".", color="tab:blue", alpha=0.45), "run (exact)"),
-                                (False, dict(marker="x", color="tab:red"), "run (NOT exact)")):
-        dots = [(r[xkey], r[metric]) for r in rows
-                if r["point"] in ids and r["ok"] and r["exact"] is exact and _is_number(r.get(metric))]
-        if dots:
-            ax.scatter([x for x, _ in dots], [y for _, y in dots], label=label, zorder=3, **style)
-    failed = sum(s["errors"] for s in points)
-    lost = [s[xkey] for s in points if s["ok"] == 0]
-    if lost:  # points with no successful run at all: mark where they would be
-        ax.scatter(lost, [0] * len(lost), marker="v", color="tab:red", s=60, zorder=4,
-                   clip_on=False, label="all runs failed")
-    if not line:
-        ax.text(0.5, 0.5, "no successful runs", ha="center", va="center", transform=ax.transAxes,
-                fontsize=14, color="tab:red")
-    xs = [s[xkey] for s in points]
-    if sweep == "elements":
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(xs, [f"{human_count(x)}\n{human_bytes(x * DTYPE_BYTES[cfg.dtype])}" for x in xs])
-        ax.set_xlabel(f"tensor size per worker (elements of {cfg.dtype})")
-    else:
-        ax.set_xticks(xs)
-        if xs:
-            ax.set_xlim(min(xs) - 0.5, max(xs) + 0.5)
-        ax.set_xlabel("workers")
-    ax.set_ylabel(ylabel)
-    ys = [y for _, y in line] + [r[metric] for r in rows if r["point"] in ids and r["ok"]
-                                  and _is_number(r.get(metric))]
-    ax.set_ylim(0, max(ys) * 1.12 if ys and max(ys) > 0 else 1)
-    suffix = f" ({failed} failed run(s) not shown)" if failed else ""
-    ax.set_title(f"{title} vs {'workers' if sweep == 'workers' else 'tensor size'}{suffix}\n"
-                 f"{_subtitle(cfg, sweep)}", fontsize=10)
-    ax.grid(True, alpha=0.3)
-    if line or lost:
-        ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
-    fig.savefig(path, format="png")
+    fig.savefig(path, dpi=110)
     return path
 
 
-def write_plots(out_dir: Path, cfg: Config, summary: list[dict[str, Any]],
-                rows: list[dict[str, Any]]) -> list[Path]:
-    """All four plots into out_dir; returns their paths in PLOTS order."""
-    return [draw(Path(out_dir) / name, cfg, sweep, metric, ylabel, title, summary, rows)
-            for name, sweep, metric, ylabel, title in PLOTS]
+def _flag_legend(ax, any_flagged: bool) -> None:
+    if any_flagged:
+        ax.plot([], [], "x", color="red", markersize=10, label="CPU-bound (flagged)")
+    ax.legend(fontsize=7)
+
+
+def time_plot(rows: list[dict], d: Definition, path: Path) -> Path:
+    fig = Figure(figsize=(6.4, 4.2))
+    ax = fig.add_subplot()
+    xs, labels, numeric = _xlabels(d.sweep[d.x])
+    flagged = False
+    for other in _others(d):
+        for s in d.series:
+            pts = [(x, select(rows, d, {"series": s, d.x: v, **other})) for x, v in zip(xs, d.sweep[d.x])]
+            pts = [(x, st) for x, st in pts if st.runs]
+            if not pts:
+                continue
+            tag = " ".join(f"{k}={v}" for k, v in other.items())
+            ax.errorbar([x for x, _ in pts], [st.median * 1e3 for _, st in pts],
+                        yerr=[[(st.median - st.low) * 1e3 for _, st in pts],
+                              [(st.high - st.median) * 1e3 for _, st in pts]],
+                        marker="o", capsize=3, label=f"{s} {tag}".strip())
+            bad = [(x, st.median * 1e3) for x, st in pts if st.flagged]
+            if bad:
+                flagged = True
+                ax.plot([b[0] for b in bad], [b[1] for b in bad], "x", color="red", markersize=10)
+    ax.set_xticks(xs, labels, rotation=0 if numeric else 20, fontsize=8)
+    ax.set_xlabel(d.x if d.x != "fail" else "link failures during the run (link@fraction of blocks done)")
+    ax.set_ylabel("allreduce time, real network (ms)")
+    ax.set_title(f"{d.title}\n{format_rate(parse_rate(d.network['link']))} links, "
+                 f"{d.network['gradient']} gradient (scaled; medians, min-max)", fontsize=9)
+    _flag_legend(ax, flagged)
+    return _save(fig, path)
+
+
+def speedup_plot(rows: list[dict], d: Definition, path: Path) -> Path:
+    """The first series' speed-up over every other series against x, with the 1/x line."""
+    fig = Figure(figsize=(6.4, 4.2))
+    ax = fig.add_subplot()
+    subject, *bases = list(d.series)
+    xs = d.sweep[d.x]
+    flagged = False
+    for other in _others(d):
+        tag = " ".join(f"{k}={v}" for k, v in other.items())
+        for base in bases:
+            pts = []
+            for v in xs:
+                a = select(rows, d, {"series": subject, d.x: v, **other})
+                b = select(rows, d, {"series": base, d.x: v, **other})
+                if a.runs and b.runs:
+                    pts.append((v, b.median / a.median, bool(a.flagged or b.flagged)))
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{subject} vs {base} {tag}")
+                bad = [p for p in pts if p[2]]
+                flagged |= bool(bad)
+                ax.plot([p[0] for p in bad], [p[1] for p in bad], "x", color="red", markersize=10)
+    ax.plot(xs, [1 / v for v in xs], "k--", label="1/density (paper: speed-up when links bind)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(d.x)
+    ax.set_ylabel("speed-up (time of other / time of " + subject + ")")
+    ax.set_title(d.title, fontsize=9)
+    _flag_legend(ax, flagged)
+    return _save(fig, path)
+
+
+def shares_plot(rows: list[dict], d: Definition, path: Path) -> Path | None:
+    """Rate share of each packed tree, recomputed from the run's own topology."""
+    from controller import topologies, trees
+    from ground.runspec import RunSpec
+
+    specs = [r["spec"] for r in rows if r["definition"] == d.name and r.get("spec")
+             and r["spec"].get("tree") == "packing"]
+    if not specs:
+        return None
+    spec = RunSpec.from_dict(specs[0])
+    g = topologies.for_run(spec)
+    ts = trees.compute("packing", g)
+    weights = list(ts.weights)
+    fig = Figure(figsize=(5.4, 3.6))
+    ax = fig.add_subplot()
+    ax.bar([f"tree {i + 1}\nroot {t.root}" for i, t in enumerate(ts.trees)], weights)
+    ax.set_ylabel("share of the gradient (rate share)")
+    slow = sum(1 for _, _, e in g.edges(data=True) if e.get("bw") and e["bw"] < max(
+        x.get("bw") or 0 for _, _, x in g.edges(data=True)))
+    ax.set_title(f"Packed trees on {Path(spec.topology).stem}\n({slow} slow links)", fontsize=9)
+    return _save(fig, path)
+
+
+def write_plots(rows: list[dict], d: Definition, out_dir: Path) -> list[Path]:
+    out = []
+    if d.plot == "speedup":
+        out.append(speedup_plot(rows, d, out_dir / f"{d.name}-speedup.png"))
+    out.append(time_plot(rows, d, out_dir / f"{d.name}-time.png"))
+    if d.plot == "shares":
+        shares = shares_plot(rows, d, out_dir / f"{d.name}-shares.png")
+        if shares:
+            out.append(shares)
+    return out

@@ -1,9 +1,10 @@
-"""report.md: what ran, where, what came out, and what went wrong.
+"""report.md: per trend our figure beside the paper's claim, a verdict, plots, and how
+faithful every run was.
 
-Why a written report next to the CSVs: a plot without the machine it ran on and
-without the failed runs invites wrong conclusions.  The report states the
-backend, the cores and kernel, the git commit, how many runs were exact, every
-failure with its error, and that emulator timings show trends, not line rates.
+Why the fidelity of every run is in the report: a time the emulator's CPU decided, not
+the links, would make any verdict meaningless; the report names the machine, the
+calibrated ceiling, the scale factor of each trend and, per run, the bottleneck link's
+utilisation and whether the run was flagged CPU-bound.
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from experiments.config import DTYPE_BYTES
-from experiments.plots import PLOTS, human_bytes
+from experiments.analysis import real_seconds, series_table, verdicts
+from experiments.definition import ring_vs_innet
+from experiments.plots import write_plots
+from experiments.units import DELAY_NOTE, format_rate, format_size, format_time, parse_rate, parse_size
 
 if TYPE_CHECKING:
     from experiments.runner import Outcome
@@ -24,13 +26,12 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parent.parent
 
 TIMING_NOTE = (
-    "Timings come from a packet-level emulator: every packet crosses Linux veth pairs and a "
-    "switch running in user space (BMv2's simple_switch or agglab's Python software switch), "
-    "all sharing the cores listed above. Absolute numbers are orders of magnitude below a "
-    "hardware switch's line rate and depend on this machine's load; compare **trends** "
-    "(how time grows with workers and size, and between backends on the same machine), "
-    "not rates. If the load average approached the core count, the emulator was CPU-bound."
-)
+    "Every time in this report is in the **real network's units**: the emulated time times "
+    "z/s, where s divides every link rate (to bring the fastest link to this machine's "
+    "fidelity ceiling) and z shrinks the gradient (to keep runs short). The conversion holds "
+    "for bandwidth-bound runs; start-up and per-packet latencies do not scale and inflate "
+    "small points. A run whose bottleneck link was under 90% busy while a process or the "
+    "machine was saturated is flagged CPU-bound; its time measures the emulator.")
 
 
 def _read(path: str) -> str:
@@ -50,7 +51,7 @@ def _cpu_model() -> str:
 def _memory() -> str:
     for line in _read("/proc/meminfo").splitlines():
         if line.startswith("MemTotal:"):
-            return human_bytes(int(line.split()[1]) * 1024)
+            return format_size(int(line.split()[1]) * 1024)
     return "unknown"
 
 
@@ -90,96 +91,136 @@ def machine_facts() -> dict[str, str]:
     }
 
 
-def _cell(value: Any, spec: str = "") -> str:
-    if value is None or value == "":
-        return "–"
-    if isinstance(value, float) and spec:
-        return format(value, spec)
-    return str(value)
+def _num(x: float, spec: str = ".3g") -> str:
+    return "–" if x != x else format(x, spec)
 
 
-def _stamp(t: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(t))
+def _range(v) -> str:
+    return "–" if v.ours != v.ours else f"{_num(v.ours)} ({_num(v.low)}–{_num(v.high)})"
 
 
-def _what_ran(outcome: Outcome) -> list[str]:
-    cfg = outcome.config
-    size = human_bytes(cfg.fixed_elements * DTYPE_BYTES[cfg.dtype])
-    return [
-        "## What ran", "",
-        f"- config: `{cfg.source}` (as run: [config.yaml](config.yaml))",
-        f"- backend: **{cfg.backend}**; dtype {cfg.dtype}; loss {cfg.loss:g}; "
-        f"window {cfg.window if cfg.window is not None else 'agent default'}; "
-        f"seeds {cfg.seed}..{cfg.seed + cfg.repeats - 1} (one per repeat)",
-        f"- workers sweep: {list(cfg.sweep_workers)} at {cfg.fixed_elements} elements ({size} per worker)",
-        f"- size sweep: {list(cfg.sweep_elements)} elements at {cfg.fixed_workers} workers",
-        f"- {len(cfg.points())} distinct points x {cfg.repeats} repeat(s) = {len(cfg.plan())} planned runs; "
-        f"{len(outcome.rows)} ran" + (" (**interrupted**)" if outcome.interrupted else ""),
-        f"- started {_stamp(outcome.started)}, finished {_stamp(outcome.finished)} "
-        f"({outcome.finished - outcome.started:.1f} s)",
-        "- raw data: [runs.csv](runs.csv) (one row per run), [summary.csv](summary.csv) (medians per point)",
-        "",
-    ]
+def _trend_rows(outcome: "Outcome") -> list[str]:
+    """The summary table: one line per claim of every trend."""
+    lines = ["| trend | claim | paper | ours (min–max) | ours/paper | verdict |", "|---|---|---:|---:|---:|---|"]
+    for d in outcome.suite.definitions:
+        for v in verdicts(outcome.rows, d):
+            verdict = v.verdict + (f" — {v.flagged} CPU-bound run(s) involved" if v.flagged else "")
+            if v.missing:
+                verdict += f" ({v.missing[:120]})"
+            lines.append(f"| {d.name} | {v.claim.text} | {_num(v.claim.paper)} ({v.claim.expect.replace('_', ' ')}) | "
+                         f"{_range(v)} | {_num(v.ratio, '.2f')} | {verdict} |")
+    return lines
 
 
-def _medians(outcome: Outcome) -> list[str]:
-    dtype_bytes = DTYPE_BYTES[outcome.config.dtype]
-    lines = [
-        "## Medians per point", "",
-        "Medians over the successful runs of each point; min–max in brackets.", "",
-        "| workers | elements | size/worker | sweep | runs | exact | completion (s) | "
-        "goodput (Mb/s/worker) | packets | retransmissions | max abs error |",
-        "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for s in outcome.summary:
-        spread = (f" [{_cell(s['seconds_min'], '.3f')}–{_cell(s['seconds_max'], '.3f')}]"
-                  if s["seconds_min"] is not None else "")
+def _scale_line(outcome: "Outcome", d) -> str:
+    rows = [r for r in outcome.rows if r["definition"] == d.name]
+    if not rows:
+        return "not run"
+    s, z = rows[0]["scale_rate"], rows[0]["scale_size"]
+    link = parse_rate(d.network["link"])
+    return (f"real {format_rate(link)} links and a {format_size(parse_size(d.network['gradient']))} gradient; "
+            f"emulated at {format_rate(link / s)} (rates / {s:.6g}) with a "
+            f"{format_size(parse_size(d.network['gradient']) / z)} gradient (/ {z:.6g}); "
+            f"real time = emulated time x {z / s:.4g}")
+
+
+def _trend_section(outcome: "Outcome", d, plots: list[Path]) -> list[str]:
+    lines = [f"## {d.title}", "", f"**Paper:** {d.paper}. **Claim:** {d.claim}", "",
+             f"**Scale:** {_scale_line(outcome, d)}.", ""]
+    if "delay" in d.network:
+        lines += [f"**Delay:** {d.network['delay']} real; {DELAY_NOTE}.", ""]
+    if d.notes:
+        lines += [d.notes, ""]
+    lines += ["| claim | paper | ours (min–max) | ours/paper | verdict |", "|---|---:|---:|---:|---|"]
+    for v in verdicts(outcome.rows, d):
+        flag = f"; {v.flagged} CPU-bound run(s) involved" if v.flagged else ""
+        lines.append(f"| {v.claim.text} | {_num(v.claim.paper)} | {_range(v)} | "
+                     f"{_num(v.ratio, '.2f')} | {v.verdict}{flag}{' (' + v.missing[:150] + ')' if v.missing else ''} |")
+    lines += ["", "Medians in real-network time (min–max); `flagged` = runs flagged CPU-bound.", "",
+              "| series | point | time (real) | runs | flagged | failed |", "|---|---|---:|---:|---:|---:|"]
+    for series, combo, st in series_table(outcome.rows, d):
+        point = " ".join(f"{k}={v}" for k, v in combo.items())
+        t = (f"{format_time(st.median)} ({format_time(st.low)}–{format_time(st.high)})" if st.runs
+             else f"– ({st.error[:100]})")
+        lines.append(f"| {series} | {point} | {t} | {st.runs} | {st.flagged} | {st.failed} |")
+    lines.append("")
+    for p in plots:
+        lines += [f"![{p.name}]({p.name})", ""]
+    if any(st.flagged for _, _, st in series_table(outcome.rows, d)):
+        lines += ["Red crosses in the plots mark medians with CPU-bound (flagged) runs: those times "
+                  "measure the emulator, not the network.", ""]
+    return lines
+
+
+def _ring_check(outcome: "Outcome") -> list[str]:
+    """Measured ring / in-network at 8 workers beside 2(n-1)/n x the wire-efficiency ratio."""
+    from experiments.analysis import select
+
+    out = []
+    for d in outcome.suite.definitions:
+        if "ring" not in d.series or "in-network" not in d.series or 8 not in d.sweep.get("workers", []):
+            continue
+        ring = select(outcome.rows, d, {"series": "ring", "workers": 8})
+        innet = select(outcome.rows, d, {"series": "in-network", "workers": 8})
+        measured = ring.median / innet.median if ring.runs and innet.runs else float("nan")
+        out += ["## Ring vs in-network at 8 workers: measured vs analytic", "",
+                "| measured ring/in-network | analytic 2(n-1)/n x (256/314)/(1448/1514) | measured/analytic | flagged runs |",
+                "|---:|---:|---:|---:|",
+                f"| {_num(measured)} | {ring_vs_innet(8):.3f} | {_num(measured / ring_vs_innet(8), '.2f')} | "
+                f"{ring.flagged + innet.flagged} |", ""]
+    return out
+
+
+def _fidelity(outcome: "Outcome") -> list[str]:
+    lines = ["## Fidelity of every run", "",
+             "Bottleneck = the link direction needing the most time at its configured rate; "
+             "utilisation = its achieved rate over the time it carried data / configured rate. "
+             "CPU shares are of one core over that window.", "",
+             "| trend | point | rep | emulated s | real time | bottleneck | configured → achieved Mb/s | "
+             "utilisation | max switch CPU | max worker CPU | machine busy | bound |",
+             "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|"]
+    for r in sorted(outcome.rows, key=lambda r: (r["definition"], r["series"], str(r["values"]), r["repeat"])):
+        point = f"{r['series']} " + " ".join(f"{k}={v}" for k, v in r["values"].items())
+        if not r.get("ok"):
+            lines.append(f"| {r['definition']} | {point} | {r['repeat'] + 1} | – | – | – | – | – | – | – | – | "
+                         f"failed: {str(r.get('error', ''))[:100]} |")
+            continue
+        f = r.get("fidelity") or {}
+        link = f.get("link") or {}
+        sw = max((f.get("switch_cpu") or {}).values(), default=float("nan"))
+        bound = "**CPU-bound**" if f.get("cpu_bound") else ("link-bound" if f.get("link_bound") else "neither")
         lines.append(
-            f"| {s['workers']} | {s['elements']} | {human_bytes(s['elements'] * dtype_bytes)} | "
-            f"{s['sweeps']} | {s['runs']} | {s['exact']}/{s['runs']} | "
-            f"{_cell(s['seconds_median'], '.3f')}{spread} | {_cell(s['goodput_mbps_median'], '.1f')} | "
-            f"{_cell(s['packets_median'], '.0f')} | {_cell(s['retransmissions_median'], '.0f')} | "
-            f"{_cell(s['max_abs_error_max'], 'g')} |")
+            f"| {r['definition']} | {point} | {r['repeat'] + 1} | {r['seconds']:.2f} | {format_time(real_seconds(r))} | "
+            f"{link.get('link', '–')} | {_num(link.get('configured_mbps') or float('nan'))} → "
+            f"{_num(link.get('achieved_mbps', float('nan')))} | {_num(link.get('utilisation') or float('nan'), '.0%')} | "
+            f"{_num(sw, '.0%')} | {_num(f.get('host_cpu_max', float('nan')), '.0%')} | "
+            f"{_num(f.get('machine_busy', float('nan')), '.0%')} | {bound} |")
     return lines + [""]
 
 
-def _failures(outcome: Outcome) -> list[str]:
-    lines = ["## Failures and inexact runs", ""]
-    bad = [r for r in outcome.rows if not r["exact"]]
-    for r in bad:
-        what = r["error"] or f"result not exact (max abs error {_cell(r.get('max_abs_error'))})"
-        lines.append(f"- run {r['run']} (workers={r['workers']} elements={r['elements']} "
-                     f"rep={r['repeat'] + 1}): {what}")
-    missing = len(outcome.config.plan()) - len(outcome.rows)
-    if missing:
-        lines.append(f"- {missing} planned run(s) did not run (interrupted)")
-    if not bad and not missing:
-        lines.append("None: every run finished and its result was exact.")
-    return lines + [""]
-
-
-def render(outcome: Outcome, facts: dict[str, str]) -> str:
-    """The whole report as Markdown text."""
-    cfg = outcome.config
-    planned = len(cfg.plan())
-    verdict = (f"**All {planned} runs exact.**" if outcome.all_exact else
-               f"**{outcome.exact_runs} of {planned} planned runs exact** "
-               f"({len(outcome.rows)} ran) — see Failures below.")
-    facts = {**facts, "load average (1/5/15 min) after": _loadavg()}
-    lines = [f"# agglab experiment `{cfg.name}` on backend `{cfg.backend}`", "", verdict, ""]
-    lines += _what_ran(outcome)
-    lines += ["## Machine", "", "| fact | value |", "|---|---|"]
-    lines += [f"| {k} | {v} |" for k, v in facts.items()] + [""]
-    lines += _medians(outcome)
-    lines += ["## Plots", ""]
-    for name, *_ in PLOTS:
-        lines += [f"[{name}]({name})", "", f"![{name}]({name})", ""]
-    lines += ["## About these timings", "", TIMING_NOTE, ""]
-    lines += _failures(outcome)
+def render(outcome: "Outcome", facts: dict[str, str], plots: dict[str, list[Path]]) -> str:
+    suite = outcome.suite
+    ok = sum(1 for r in outcome.rows if r.get("ok"))
+    flagged = sum(1 for r in outcome.rows if r.get("ok") and (r.get("fidelity") or {}).get("cpu_bound"))
+    state = " **Interrupted**: rerun the same command to resume." if outcome.interrupted else ""
+    lines = [f"# agglab experiment `{suite.name}`", "",
+             f"{ok} of {len(outcome.rows)} recorded runs succeeded; {flagged} of them flagged CPU-bound.{state}", "",
+             "## Trends: ours vs the papers", ""] + _trend_rows(outcome) + ["", TIMING_NOTE, ""]
+    lines += ["## Machine and scale", "", "| fact | value |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in facts.items()]
+    lines += [f"| fastest emulated link | {suite.ceiling_mbps:g} Mb/s — {suite.ceiling_source} |",
+              f"| definitions | {suite.source} |", ""]
+    lines += _ring_check(outcome)
+    for d in suite.definitions:
+        lines += _trend_section(outcome, d, plots.get(d.name, []))
+    lines += _fidelity(outcome)
     return "\n".join(lines)
 
 
-def write_report(outcome: Outcome, facts: dict[str, str]) -> Path:
+def write_report(outcome: "Outcome") -> Path:
+    facts = {**machine_facts(), "load average (1/5/15 min) at report": _loadavg()}
+    facts.pop("load average (1/5/15 min) before", None)
+    plots = {d.name: write_plots(outcome.rows, d, outcome.out_dir) for d in outcome.suite.definitions}
     path = outcome.out_dir / "report.md"
-    path.write_text(render(outcome, facts))
+    path.write_text(render(outcome, facts, plots))
     return path

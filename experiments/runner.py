@@ -1,252 +1,294 @@
-"""Run a sweep: one `run_allreduce` per (point, repeat), then CSVs, plots and a report.
+"""Run a suite of trend definitions: resumable, interruptible, with a progress bar and ETA.
 
-Why the run function is injected: `emulation.session.run_allreduce` needs root, Mininet
-and a switch; tests pass a fake with the same keyword signature so everything
-here (bookkeeping, medians, failure handling, exit status) is tested anywhere.
+Why runs.jsonl: every finished run is appended (and flushed) the moment it ends, so Ctrl-C,
+a crash or a reboot loses at most the run in flight, and a rerun skips every run already
+recorded as ok (failed runs are tried again: the failure may have been fixed, e.g. a
+baseline that was not built yet). The report is rewritten from the file after every sweep.
 
-Why failures are rows, not crashes: one bad point (a switch that did not start,
-a timeout) must not throw away the other 19 runs of a sweep; the row keeps the
-error text and the exit status turns non-zero.
+Why the run function is injected: `emulation.session.run_allreduce` needs root and Mininet;
+tests pass a fake taking a RunSpec so bookkeeping, resume, medians and the report are
+tested anywhere.
 """
 
 from __future__ import annotations
 
-import csv
 import json
-import math
-import statistics
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, Iterator, TextIO
 
-import yaml
+from controller import topologies
+from controller.topology import switches
+from emulation.fidelity import DEFAULT_CEILING_MBPS, calibration_path, load_calibration
+from ground.runspec import RunSpec
+from experiments.definition import ConfigError, Definition, Point, load_definition, parse_definition, read_yaml
 
-from experiments.config import Config, Point
-
-RunFn = Callable[..., dict]
-
-# Keys run_allreduce promises; a result without them is recorded as a failure.
-RESULT_KEYS = ("ok", "exact", "workers", "elements", "dtype", "seconds", "goodput_mbps",
-               "packets", "retransmissions", "max_abs_error", "backend")
-# Fixed leading columns of runs.csv; extra keys from run_allreduce follow, sorted.
-RUN_COLUMNS = ("run", "repeat", "point", "sweeps", "workers", "elements", "dtype", "loss",
-               "window", "seed", "backend", "ok", "exact", "seconds", "goodput_mbps", "packets",
-               "retransmissions", "max_abs_error", "wall_seconds", "error")
-MEDIAN_KEYS = ("seconds", "goodput_mbps", "packets", "retransmissions", "wall_seconds")
-SUMMARY_COLUMNS = ("point", "workers", "elements", "sweeps", "runs", "ok", "exact",
-                   *(f"{k}_median" for k in MEDIAN_KEYS), "seconds_min", "seconds_max",
-                   "max_abs_error_max", "errors")
-# Values that must come back as they were asked for; anything else is a wrong run.
-ECHOED_KEYS = ("workers", "elements", "dtype", "backend")
+RunFn = Callable[[list[RunSpec]], Iterator[dict]]   # specs of one point (its repeats) -> results
+SUITE_KEYS = ("name", "repeats", "definitions", "ceiling_mbps")
+ENTRY_KEYS = ("file", "sweep", "repeats", "series", "emulated", "run")
 
 
 class SetupError(RuntimeError):
-    """The sweep cannot start at all (e.g. emulation.session is missing)."""
+    """The suite cannot start (e.g. the emulator is not importable)."""
+
+
+@dataclass
+class Suite:
+    name: str
+    definitions: list[Definition]
+    ceiling_mbps: float
+    ceiling_source: str
+    source: str
 
 
 @dataclass
 class Outcome:
-    """Everything one sweep produced, handed to the CSV, plot and report writers."""
-
-    config: Config
+    suite: Suite
     out_dir: Path
     rows: list[dict[str, Any]] = field(default_factory=list)
-    summary: list[dict[str, Any]] = field(default_factory=list)
+    interrupted: bool = False
+    ran: int = 0
+    skipped: int = 0
     started: float = 0.0
     finished: float = 0.0
-    interrupted: bool = False
-    files: list[Path] = field(default_factory=list)
 
-    @property
-    def exact_runs(self) -> int:
-        return sum(1 for r in self.rows if r["exact"] is True)
 
-    @property
-    def all_exact(self) -> bool:
-        planned = len(self.config.plan())
-        return not self.interrupted and len(self.rows) == planned and self.exact_runs == planned
+# The fastest link runs at this fraction of the calibrated ceiling: the ceiling is where
+# 8 workers on one switch just stay within 10% of the ideal; multi-switch networks and 16
+# workers put more packets through the same two cores.
+HEADROOM = 0.8
+
+
+def ceiling() -> tuple[float, str]:
+    """The per-link rate the fastest link runs at (Mb/s) and where it came from."""
+    cal = load_calibration()
+    if cal and cal.get("ceiling_mbps"):
+        c = float(cal["ceiling_mbps"])
+        return round(c * HEADROOM, 3), (f"{HEADROOM:.0%} of the ceiling {c:g} Mb/s calibrated {cal.get('when', '?')} "
+                                        f"with {cal.get('workers')} workers, window {cal.get('window')} "
+                                        f"({calibration_path()})")
+    return DEFAULT_CEILING_MBPS, (f"default {DEFAULT_CEILING_MBPS:g} Mb/s: no calibration at {calibration_path()}"
+                                  " (run `agglab calibrate`)")
+
+
+def load_suite(path: str | Path, repeats: int | None = None) -> Suite:
+    """A suite file (`definitions: [...]`) or one definition file (a suite of one)."""
+    path = Path(path)
+    raw = read_yaml(path)
+    if not isinstance(raw, dict):
+        raise ConfigError(str(path), "<top>", "must be a mapping")
+    top = {} if repeats is None else {"repeats": repeats}
+    ceil, where = ceiling()
+    if "definitions" not in raw:
+        return Suite(raw.get("name", path.stem), [parse_definition(raw, str(path), top)], ceil, where, str(path))
+    for key in raw:
+        if key not in SUITE_KEYS:
+            raise ConfigError(str(path), key, f"unknown suite key (allowed: {', '.join(SUITE_KEYS)})")
+    if "ceiling_mbps" in raw:
+        ceil, where = float(raw["ceiling_mbps"]), f"fixed by {path}"
+    defs = []
+    for i, entry in enumerate(raw["definitions"] or []):
+        entry = {"file": entry} if isinstance(entry, str) else entry
+        if not isinstance(entry, dict) or "file" not in entry:
+            raise ConfigError(str(path), f"definitions[{i}]", "must be a file name or {file: ..., sweep: ...}")
+        for key in entry:
+            if key not in ENTRY_KEYS:
+                raise ConfigError(str(path), f"definitions[{i}].{key}", f"unknown key (allowed: {', '.join(ENTRY_KEYS)})")
+        over = {k: v for k, v in entry.items() if k != "file"}
+        if "repeats" in raw:
+            over.setdefault("repeats", raw["repeats"])
+        over.update(top)
+        defs.append(load_definition((path.parent / entry["file"]).resolve(), over))
+    if not defs:
+        raise ConfigError(str(path), "definitions", "is empty")
+    return Suite(str(raw.get("name", path.stem)), defs, ceil, where, str(path))
+
+
+# Algorithms whose repeats may share one network (Session.allreduce runs them again on the
+# same job). The hosts' baselines run in a fresh network per run until that is known to hold.
+REUSABLE = ("switchml", "omnireduce")
 
 
 def default_run_fn() -> RunFn:
-    """Import the real emulator only when a sweep actually runs (it needs Mininet)."""
+    """Runs a group of specs that differ only in their seed (the repeats of one point): in one
+    network when the algorithm allows it and no link is failed on purpose (a failed link stays
+    down), else in a fresh network each. A run that raises inside a shared network ends the
+    sharing: the rest of the group runs in fresh networks."""
     try:
-        from emulation.session import run_allreduce
+        from emulation.session import Session, run_allreduce
     except ImportError as exc:
-        raise SetupError(f"cannot import emulation.session.run_allreduce ({exc}); is the emulator "
-                         "installed (make setup) and are you in the repository?") from exc
-    return run_allreduce
+        raise SetupError(f"cannot import emulation.session ({exc}): run `make setup` in the repository") from exc
+
+    def fresh(spec: RunSpec) -> dict:
+        d = spec.to_dict()
+        d.pop("length_override")
+        return run_allreduce(**d)
+
+    def run(specs: list[RunSpec]) -> Iterator[dict]:
+        if len(specs) == 1:
+            yield fresh(specs[0])
+            return
+        left = list(specs)
+        try:
+            with Session(specs[0]) as session:
+                while left:
+                    result = session.allreduce(seed=left[0].seed)
+                    result["events"] = session.events.lines()
+                    left.pop(0)
+                    yield result
+        except Exception:  # noqa: BLE001 - retried below in fresh networks
+            pass
+        for spec in left:
+            yield fresh(spec)
+    return run
 
 
-def run_one(run_fn: RunFn, cfg: Config, point: Point, point_index: int, repeat: int,
-            run_index: int) -> dict[str, Any]:
-    """One allreduce as a CSV row; exceptions and malformed results become `error`."""
-    row: dict[str, Any] = {
-        "run": run_index, "repeat": repeat, "point": point_index, "sweeps": "+".join(point.sweeps),
-        "workers": point.workers, "elements": point.elements, "dtype": cfg.dtype, "loss": cfg.loss,
-        "window": cfg.window, "seed": cfg.seed + repeat, "backend": cfg.backend,
-        "ok": False, "exact": False, "error": "",
-    }
-    asked = {k: row[k] for k in ECHOED_KEYS}
-    t0 = time.monotonic()
+def shareable(p: Point) -> bool:
+    return bool(p.spec) and p.spec.algorithm in REUSABLE and not p.spec.fail
+
+
+def plan(suite: Suite, out_dir: Path) -> list[tuple[Definition, Point, list[int]]]:
+    """(definition, point, repeats): each distinct RunSpec once, with all its repeats (they
+    share one network where they can: building it costs more than a small run)."""
+    out = []
+    for d in suite.definitions:
+        seen = set()
+        for p in d.points(suite.ceiling_mbps, out_dir / "topologies"):
+            if p.key not in seen:
+                seen.add(p.key)
+                out.append((d, p, list(range(d.repeats))))
+    return out
+
+
+def estimate_seconds(point: Point, runs: int = 1) -> float:
+    """Set-up (grows with the switch count; once per shared network) plus 1.5x the in-network
+    wire time at the slowest link (the hosts' baselines move up to 2(n-1)/n of it). Fitted to
+    the quick suite on a loaded 2-core machine: 15 runs in 38 s."""
+    if point.spec is None:
+        return 0.1 * runs
     try:
-        result = run_fn(workers=point.workers, elements=point.elements, dtype=cfg.dtype,
-                        loss=cfg.loss, backend=cfg.backend, window=cfg.window, seed=cfg.seed + repeat)
-    except Exception as exc:  # noqa: BLE001 - any failure of one run is data, not a crash
-        result, error = None, f"{type(exc).__name__}: {exc}".strip()
-    else:
-        error = ""
-    row["wall_seconds"] = round(time.monotonic() - t0, 3)
-    if result is not None and not isinstance(result, dict):
-        error = f"run_allreduce returned {type(result).__name__}, not a dict"
-    elif isinstance(result, dict):
-        row.update(flatten(result))
-        missing = [k for k in RESULT_KEYS if k not in result]
-        wrong = [f"{k}={result[k]!r} (asked {asked[k]!r})" for k in ECHOED_KEYS
-                 if k in result and result[k] != asked[k]]
-        if missing:
-            error = f"result lacks keys: {', '.join(missing)}"
-        elif wrong:
-            error = f"result does not match the request: {', '.join(wrong)}"
-        elif not result.get("ok"):
-            error = failure_text(result)
-    row["ok"] = bool(row.get("ok")) and not error
-    row["exact"] = bool(row.get("exact")) and row["ok"]
-    row["error"] = shorten(" ".join(error.split()))
+        g = topologies.for_run(point.spec)
+    except ValueError:
+        return 5.0
+    rates = [e["bw"] for _, _, e in g.edges(data=True) if e.get("bw")] or [50.0]
+    wire = point.spec.elements * 4 * 8 * 1.25 / (min(rates) * 1e6)
+    setups = 1 if shareable(point) else runs
+    return setups * (1.0 + 0.4 * len(switches(g))) + runs * (0.5 + 1.5 * wire)
+
+
+def load_rows(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue                       # a line cut short by a crash
+    return rows
+
+
+def new_row(d: Definition, p: Point, repeat: int) -> dict[str, Any]:
+    return {"definition": d.name, "key": p.key, "repeat": repeat, "series": p.series, "values": p.values,
+            "spec": p.spec.to_dict() if p.spec else None, "scale_rate": p.scale.rate, "scale_size": p.scale.size,
+            "ok": False, "error": p.error, "when": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def fill_row(row: dict[str, Any], result: dict | None, error: str, wall: float) -> dict[str, Any]:
+    """A run's result (or the exception that ended it) as the row's fields."""
+    result = result or {}
+    row["wall_seconds"] = round(wall, 3)
+    row["error"] = error[:600]
+    for key in ("ok", "exact", "seconds", "goodput_mbps", "packets", "retransmissions", "fidelity",
+                "failures", "trees", "errors"):
+        if key in result:
+            row[key] = result[key]
+    if result and not result.get("ok") and not row["error"]:
+        errs = result.get("errors") or ["run not ok"]
+        row["error"] = "; ".join(str(e).splitlines()[0] for e in errs)[:600]
+    row["ok"] = bool(result.get("ok")) and bool(result.get("exact", True)) and not error
     return row
 
 
-def shorten(text: str, limit: int = 600) -> str:
-    """Keep the head and the tail of a long error: a traceback's last line names the cause."""
-    if len(text) <= limit:
-        return text
-    head = limit // 3
-    return f"{text[:head]} … {text[-(limit - head - 3):]}"
+def run_group(run_fn: RunFn, d: Definition, p: Point, repeats: list[int]) -> Iterator[dict[str, Any]]:
+    """Rows of one point's repeats as they finish; an unavailable point or an exception
+    becomes the error of the runs it stopped (one bad run is data, not a crash)."""
+    if p.spec is None:
+        for r in repeats:
+            yield new_row(d, p, r)
+        return
+    specs = [p.spec.with_(seed=p.spec.seed + r) for r in repeats]
+    results = run_fn(specs)
+    for r in repeats:
+        row, t0 = new_row(d, p, r), time.monotonic()
+        try:
+            result, error = next(results), ""
+        except StopIteration:
+            result, error = None, "the run function returned fewer results than runs"
+        except (Exception, SystemExit) as exc:  # noqa: BLE001
+            result, error = None, f"{type(exc).__name__}: {exc}".strip()
+            results = run_fn(specs[repeats.index(r) + 1:]) if r != repeats[-1] else iter(())
+        yield fill_row(row, result, error, time.monotonic() - t0)
 
 
-def failure_text(result: dict[str, Any]) -> str:
-    """Why a result says ok=False: its own error(s), else the inexactness it reports."""
-    errors = result.get("errors") or result.get("error")
-    if isinstance(errors, (list, tuple)):
-        errors = "; ".join(str(e) for e in errors)
-    if errors:
-        return str(errors)
-    if not result.get("exact"):
-        return f"result not exact (max abs error {result.get('max_abs_error')})"
-    return "run reported ok=False"
+def run_suite(suite: Suite, out_dir: Path, run_fn: RunFn | None = None, log: TextIO = sys.stderr,
+              progress: bool = True) -> Outcome:
+    """Run what is not yet done, append each run to runs.jsonl, then write the report."""
+    from tqdm import tqdm
+    from experiments.report import write_report
 
-
-def flatten(result: dict[str, Any]) -> dict[str, Any]:
-    """CSV-ready values: nested dicts become `key.sub` columns, lists JSON, numpy scalars plain."""
-    out: dict[str, Any] = {}
-    for key, value in result.items():
-        if isinstance(value, dict):
-            for sub, inner in value.items():
-                out[f"{key}.{sub}"] = _plain(inner)
-        else:
-            out[key] = _plain(value)
-    return out
-
-
-def _plain(value: Any) -> Any:
-    if getattr(value, "shape", None) == () and hasattr(value, "item"):
-        return value.item()
-    if isinstance(value, (list, tuple, dict)):
-        return json.dumps(value, default=str)
-    return value
-
-
-def summarize(cfg: Config, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per point: counts, and medians over the runs that succeeded."""
-    out = []
-    for index, point in enumerate(cfg.points()):
-        mine = [r for r in rows if r["point"] == index]
-        good = [r for r in mine if r["ok"]]
-        entry: dict[str, Any] = {
-            "point": index, "workers": point.workers, "elements": point.elements,
-            "sweeps": "+".join(point.sweeps), "runs": len(mine), "ok": len(good),
-            "exact": sum(1 for r in mine if r["exact"]), "errors": len(mine) - len(good),
-        }
-        for key in MEDIAN_KEYS:
-            entry[f"{key}_median"] = _stat(statistics.median, good, key)
-        entry["seconds_min"] = _stat(min, good, "seconds")
-        entry["seconds_max"] = _stat(max, good, "seconds")
-        entry["max_abs_error_max"] = _stat(max, good, "max_abs_error")
-        out.append(entry)
-    return out
-
-
-def _stat(fn: Callable, rows: list[dict[str, Any]], key: str) -> float | None:
-    values = [float(r[key]) for r in rows if _is_number(r.get(key))]
-    return round(fn(values), 6) if values else None
-
-
-def _is_number(value: Any) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(float(value)))
-
-
-def progress_text(row: dict[str, Any]) -> str:
-    """The tail of a progress line: time, goodput, verdict, or the error."""
-    if not row["ok"]:
-        return f"FAILED after {row['wall_seconds']:.1f} s: {row['error']}"
-    text = f"{_fmt(row.get('seconds'), '.2f')} s, {_fmt_rate(row.get('goodput_mbps'))} Mb/s/worker"
-    if row["exact"]:
-        return f"{text}, exact"
-    return f"{text}, NOT EXACT (max abs error {row['max_abs_error']})"
-
-
-def _fmt(value: Any, spec: str) -> str:
-    return format(float(value), spec) if _is_number(value) else "?"
-
-
-def _fmt_rate(value: Any) -> str:
-    """Whole Mb/s for big rates, three significant digits for the slow emulator's small ones."""
-    if not _is_number(value):
-        return "?"
-    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
-
-
-def run_experiment(cfg: Config, out_dir: Path, run_fn: RunFn | None = None,
-                   log: TextIO = sys.stderr) -> Outcome:
-    """Run the whole plan, then write every output file (also after Ctrl-C)."""
-    from experiments.report import machine_facts, write_report
-    from experiments.plots import write_plots
-
-    run_fn = run_fn or default_run_fn()
-    out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    outcome = Outcome(cfg, out_dir, started=time.time())
-    facts_before = machine_facts()
-    plan = cfg.plan()
-    index_of = {p: i for i, p in enumerate(cfg.points())}
+    runs_file = out_dir / "runs.jsonl"
+    outcome = Outcome(suite, out_dir, started=time.time())
+    done = {(r["definition"], r["key"], r["repeat"]) for r in load_rows(runs_file) if r.get("ok")}
+    groups = []
+    for d, p, reps in plan(suite, out_dir):
+        todo = [r for r in reps if (d.name, p.key, r) not in done]
+        outcome.skipped += len(reps) - len(todo)
+        for chunk in ([todo] if shareable(p) else [[r] for r in todo]):
+            if chunk:
+                groups.append((d, p, chunk, estimate_seconds(p, len(chunk))))
+    if outcome.skipped:
+        print(f"resuming: {outcome.skipped} finished run(s) in {runs_file} are kept and skipped", file=log)
+    run_fn = run_fn or (default_run_fn() if groups else None)
+    bar = tqdm(total=round(sum(g[3] for g in groups)), unit="s", file=log, disable=not progress or not groups,
+               desc=suite.name, bar_format="{desc} {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} est-s "
+               "[{elapsed}<{remaining}] {postfix}")
     try:
-        for n, (repeat, point) in enumerate(plan, start=1):
-            print(f"[{n}/{len(plan)}] {point.label()} rep={repeat + 1} ... ", end="", file=log, flush=True)
-            row = run_one(run_fn, cfg, point, index_of[point], repeat, n)
-            outcome.rows.append(row)
-            print(progress_text(row), file=log, flush=True)
+        for d, p, reps, est in groups:
+            bar.set_postfix_str(f"{d.name}: {p.label()}")
+            for row in run_group(run_fn, d, p, reps):
+                with runs_file.open("a") as f:
+                    f.write(json.dumps(row, default=str) + "\n")
+                outcome.ran += 1
+                bar.update(round(est / len(reps)))
+                bar.write(f"{d.name}: {p.label()} rep {row['repeat'] + 1}: {describe(row)}", file=log)
     except KeyboardInterrupt:
         outcome.interrupted = True
-        print("\ninterrupted: writing the runs so far", file=log, flush=True)
+        bar.write("interrupted: every finished run is kept in runs.jsonl; rerun to resume", file=log)
+    finally:
+        bar.close()
     outcome.finished = time.time()
-    outcome.summary = summarize(cfg, outcome.rows)
-    outcome.files.append(write_csv(out_dir / "runs.csv", outcome.rows, RUN_COLUMNS))
-    outcome.files.append(write_csv(out_dir / "summary.csv", outcome.summary, SUMMARY_COLUMNS))
-    (out_dir / "config.yaml").write_text(yaml.safe_dump(cfg.as_dict(), sort_keys=False))
-    outcome.files.append(out_dir / "config.yaml")
-    outcome.files.extend(write_plots(out_dir, cfg, outcome.summary, outcome.rows))
-    outcome.files.append(write_report(outcome, facts_before))
+    outcome.rows = latest(load_rows(runs_file))
+    write_report(outcome)
     return outcome
 
 
-def write_csv(path: Path, rows: list[dict[str, Any]], leading: tuple[str, ...]) -> Path:
-    """CSV with the fixed columns first and any extra keys after them, sorted."""
-    extra = sorted({k for r in rows for k in r} - set(leading))
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=[*leading, *extra], restval="")
-        writer.writeheader()
-        for r in rows:
-            writer.writerow({k: ("" if v is None else v) for k, v in r.items()})
-    return path
+def latest(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (definition, key, repeat): an ok row wins, else the most recent."""
+    best: dict[tuple, dict] = {}
+    for r in rows:
+        k = (r["definition"], r["key"], r["repeat"])
+        if k not in best or r.get("ok") or not best[k].get("ok"):
+            best[k] = r
+    return list(best.values())
+
+
+def describe(row: dict[str, Any]) -> str:
+    if not row.get("ok"):
+        return f"FAILED: {row.get('error') or 'not ok'}"
+    fid = row.get("fidelity") or {}
+    bound = "CPU-BOUND" if fid.get("cpu_bound") else ("link-bound" if fid.get("link_bound") else "not link-bound")
+    return f"{row['seconds']:.2f} s emulated, {bound} ({fid.get('reason', 'no fidelity record')})"

@@ -1,271 +1,360 @@
-"""The experiment runner, driven by a fake `run_allreduce` (no Mininet, no root).
-
-Why a fake: the runner's job is bookkeeping (rows, medians, plots, report, exit
-status); the fake's timings are known in advance, so every number the runner
-writes can be checked exactly.
-"""
+"""Experiments: scale arithmetic, definitions, verdicts, the report from synthetic rows,
+resume after Ctrl-C, the fidelity verdict; and, in Mininet, the fidelity flag on a CPU-bound
+and a link-bound run and the quick suite end to end."""
 
 from __future__ import annotations
 
-import csv
-import io
-import platform
-import re
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
-import matplotlib.image
 import pytest
 import yaml
 
-from experiments.cli import main
-from experiments.config import ConfigError, load_config, parse_config
-from experiments.runner import RESULT_KEYS, RUN_COLUMNS
+from emulation.fidelity import _Direction, bottleneck, verdict
+from experiments import cli
+from experiments.analysis import judge
+from experiments.definition import ConfigError, parse_definition, ring_vs_innet
+from experiments.runner import load_rows, load_suite, plan, run_suite
+from experiments.units import Scale, UnitError, parse_rate, parse_size, parse_time
+from ground.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
+TRENDS = REPO / "experiments" / "trends"
 CONFIGS = REPO / "experiments" / "configs"
-PLOTS = ("completion_vs_workers.png", "goodput_vs_workers.png", "completion_vs_size.png", "goodput_vs_size.png")
-BASE = {
-    "name": "t", "backend": "soft", "repeats": 3, "dtype": "int32", "loss": 0.0, "window": None, "seed": 10,
-    "sweep": {"workers": [2, 3, 4], "elements": [256, 1024, 4096]},
-    "fixed": {"elements": 1024, "workers": 4},
-}
-# (workers, elements) of BASE: the workers sweep at 1024, then the size sweep at 4 workers;
-# (4, 1024) is in both and runs once per repeat.
-POINTS = [(2, 1024), (3, 1024), (4, 1024), (4, 256), (4, 4096)]
-SLOWDOWN = {10: 1.0, 11: 5.0, 12: 2.0}   # seed -> factor: median (x2) differs from mean (x8/3)
 
 
-def seconds_for(workers: int, elements: int, seed: int) -> float:
-    """The fake's completion time: grows with workers x size, differs per repeat."""
-    return round((0.05 + workers * elements * 1e-5) * SLOWDOWN.get(seed, 1.0), 6)
+@pytest.fixture(autouse=True)
+def no_calibration(tmp_path, monkeypatch):
+    """This machine's calibration must not change the arithmetic under test: 5 Mb/s default."""
+    monkeypatch.setenv("AGGLAB_CALIBRATION", str(tmp_path / "no-calibration.json"))
 
 
-class FakeRun:
-    """Stands in for emulation.session.run_allreduce; `fail` maps (workers, elements) to a behaviour."""
-
-    def __init__(self, fail: dict | None = None):
-        self.calls: list[dict] = []
-        self.fail = fail or {}
-
-    def __call__(self, *, workers, elements, dtype="int32", loss=0.0, backend="soft", window=None, seed=0):
-        self.calls.append(dict(workers=workers, elements=elements, dtype=dtype, loss=loss,
-                               backend=backend, window=window, seed=seed))
-        mode = self.fail.get((workers, elements))
-        if mode == "raise":
-            raise RuntimeError(f"switch s1 did not start (workers={workers})")
-        if mode == "interrupt" and len(self.calls) > 1:
-            raise KeyboardInterrupt
-        secs = seconds_for(workers, elements, seed)
-        result = dict(ok=True, exact=mode != "inexact", workers=workers, elements=elements, dtype=dtype,
-                      seconds=secs, goodput_mbps=round(elements * 32 / secs / 1e6, 4),
-                      packets=workers * (elements // 64 + 1), retransmissions=seed - 10,
-                      max_abs_error=3 if mode == "inexact" else 0, backend=backend,
-                      switch={"contrib": workers * elements // 64}, extra_note="fake")
-        if mode == "missing":
-            del result["seconds"]
-        if mode == "checker":   # how emulation.session reports a failed worker
-            result.update(ok=False, exact=False, seconds=None, errors=["rank 1: timed out", "rank 2: gone"])
-        return result
+# -- units and scale -------------------------------------------------------------------
+@pytest.mark.parametrize("text,bps", [("100Gbps", 100e9), ("100 Gb/s", 100e9), ("5Mbit", 5e6),
+                                      ("2.5 Mbps", 2.5e6), ("40kb/s", 40e3)])
+def test_rates_parse_to_bits_per_second(text, bps):
+    assert parse_rate(text) == pytest.approx(bps)
 
 
-def write_config(tmp_path: Path, **changes) -> Path:
-    cfg = {**BASE, **changes}
-    path = tmp_path / "exp.yaml"
-    path.write_text(yaml.safe_dump(cfg))
+@pytest.mark.parametrize("text,size", [("25 MB", 25_000_000), ("100MB", 100_000_000), ("256KiB", 262_144),
+                                       ("1MiB", 1_048_576), ("4096B", 4096)])
+def test_sizes_parse_to_bytes(text, size):
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("bad", ["100", "100 Gbps/s", "fast", "10 MB/s"])
+def test_a_rate_without_a_unit_is_refused(bad):
+    with pytest.raises(UnitError):
+        parse_rate(bad)
+
+
+def test_times_parse():
+    assert parse_time("10us") == pytest.approx(1e-5)
+    assert parse_time("1.5ms") == pytest.approx(1.5e-3)
+
+
+def test_scale_brings_100g_to_5mbps_and_converts_time_back():
+    s = Scale.fit(100e9, 5e6, real_bytes=100_000_000, emulated_bytes=1_000_000)
+    assert s.rate == pytest.approx(20_000)
+    assert s.size == pytest.approx(100)
+    assert s.link_mbps(100e9) == pytest.approx(5.0)
+    assert s.link_mbps(25e9) == pytest.approx(1.25)        # ratios between links are kept
+    # 100 MB at 100 Gb/s is 8 ms on the wire; 1 MB at 5 Mb/s is 1.6 s: 1.6 s * 100 / 20000 = 8 ms
+    assert s.real_seconds(1.6) == pytest.approx(0.008)
+    assert s.emulated_delay(1e-6) == pytest.approx(2e-4)
+
+
+def test_a_network_under_the_ceiling_is_not_sped_up():
+    assert Scale.fit(1e6, 5e6, 1000, 1000).rate == 1.0
+
+
+def test_ring_vs_in_network_analytic_value_is_the_issues_1_49():
+    # issue 9: 2(n-1)/n = 1.75 times (256 B under 58 B of headers) / (1448 B in a 1514 B frame)
+    assert ring_vs_innet(8) == pytest.approx(1.75 * (256 / 314) / (1448 / 1514), rel=1e-9)
+    assert ring_vs_innet(8) == pytest.approx(1.49, abs=0.01)
+
+
+# -- definitions -------------------------------------------------------------------------
+def base(**over) -> dict:
+    d = {"name": "t", "network": {"link": "100Gbps", "gradient": "100MB"}, "emulated": {"gradient": "64KiB"},
+         "run": {"topology": "single"}, "series": {"in-network": {"algorithm": "switchml"}},
+         "sweep": {"workers": [2, 4]}}
+    d.update(over)
+    return d
+
+
+@pytest.mark.parametrize("path", sorted(TRENDS.glob("*.yaml")) + sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_definition_and_suite_loads_and_plans(path, tmp_path):
+    suite = load_suite(path)
+    steps = plan(suite, tmp_path)
+    assert steps
+    for d, p, reps in steps:
+        assert p.spec is not None or "not available" in p.error, p.error
+
+
+def test_five_trends_ship_with_paper_claims():
+    names = {p.stem for p in TRENDS.glob("*.yaml")}
+    assert {"switchml", "omnireduce", "rat", "rat_failures", "bml", "packing"} <= names
+    for p in TRENDS.glob("*.yaml"):
+        raw = yaml.safe_load(p.read_text())
+        assert raw["claim"] and raw["claims"], p
+
+
+@pytest.mark.parametrize("raw,where", [
+    (base(reapeats=2), "reapeats"),
+    (base(series={"x": {"algoritm": "ring"}}), "algoritm"),
+    (base(network={"link": "100", "gradient": "100MB"}), "network"),
+    (base(sweep={"workers": 4}), "sweep.workers"),
+    (base(sweep={"density": [2.0]}), "density"),
+    (base(claims=[{"text": "x", "ratio": [{"series": "nope"}, {}], "paper": 1}]), "claims[0].ratio"),
+    (base(claims=[{"text": "x", "ratio": [{}, {}], "paper": "import os"}]), "claims[0].paper"),
+    (base(plot="pie"), "plot"),
+])
+def test_bad_definitions_name_the_key(raw, where, tmp_path):
+    with pytest.raises(ConfigError) as exc:
+        parse_definition(raw, "t.yaml").points(5.0, tmp_path)
+    assert where in str(exc.value)
+
+
+def test_a_missing_baseline_is_a_point_error_not_a_crash(tmp_path, monkeypatch):
+    """A build without the hosts' baselines: their points carry an error, the rest run."""
+    import experiments.definition as definition
+    import ground.runspec as runspec
+
+    monkeypatch.setattr(runspec, "ALGORITHMS", ("switchml", "omnireduce"))
+    monkeypatch.setattr(definition, "ALGORITHMS", ("switchml", "omnireduce"))
+    d = parse_definition(base(series={"ring": {"algorithm": "ring"}, "in-network": {}}))
+    points = d.points(5.0, tmp_path)
+    ring = [p for p in points if p.series == "ring"]
+    assert len(ring) == 2 and all(p.spec is None and "'ring' is not available" in p.error for p in ring)
+    assert all(p.spec is not None for p in points if p.series == "in-network")
+
+
+def test_any_runspec_field_can_be_swept(tmp_path):
+    d = parse_definition(base(sweep={"dtype": ["int32", "float32"], "loss": [0.0, 0.01], "window": [8]}))
+    specs = [p.spec for p in d.points(5.0, tmp_path)]
+    assert {(s.dtype, s.loss, s.window) for s in specs} == {(t, l, 8) for t in ("int32", "float32") for l in (0.0, 0.01)}
+    assert all(s.bw == pytest.approx(5.0) and s.elements == 16384 for s in specs)
+
+
+def test_oversubscription_writes_a_topology_with_slower_uplinks(tmp_path):
+    d = parse_definition(base(run={"topology": "leafspine", "workers": 8},
+                              network={"link": "100Gbps", "gradient": "100MB", "racks": 4, "hosts_per_rack": 2,
+                                       "spines": 2},
+                              sweep={"oversubscription": [4]}))
+    (p,) = d.points(5.0, tmp_path)
+    topo = yaml.safe_load(Path(p.spec.topology).read_text())
+    rates = {frozenset((a, b)): bw for a, b, bw in topo["links"]}
+    assert rates[frozenset(("h1", "l1"))] == pytest.approx(5.0)
+    # a rack of 2 hosts x 5 Mb/s over 2 uplinks at 1:4 -> 10/(2*4) = 1.25 Mb/s each
+    assert rates[frozenset(("l1", "s1"))] == pytest.approx(1.25)
+
+
+def test_slow_links_are_a_fraction_of_the_fabric(tmp_path):
+    d = parse_definition(base(run={"topology": "leafspine", "workers": 8},
+                              network={"link": "100Gbps", "gradient": "100MB", "slow_fraction": 0.25,
+                                       "slow_factor": 0.25},
+                              sweep={"workers": [8]}))
+    (p,) = d.points(5.0, tmp_path)
+    topo = yaml.safe_load(Path(p.spec.topology).read_text())
+    fabric = [bw for a, b, bw in topo["links"] if not a.startswith("h") and not b.startswith("h")]
+    assert len(fabric) == 8 and sorted(fabric) == [1.25, 1.25] + [5.0] * 6
+
+
+def test_agglab_experiment_hands_over_to_the_runner(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "agglab", "experiment", "quick", "--dry-run", "--out", str(tmp_path)],
+                         capture_output=True, text=True, cwd=REPO, timeout=60,
+                         env=dict(os.environ, AGGLAB_CALIBRATION=str(tmp_path / "none.json")))
+    assert out.returncode == 0, out.stderr
+    assert "quick: 4 trend(s)" in out.stderr and "switchml: in-network workers=2 x1" in out.stderr
+
+
+def test_a_suite_with_an_unknown_key_exits_2(tmp_path):
+    suite = tmp_path / "s.yaml"
+    suite.write_text(yaml.safe_dump({"name": "s", "definitions": [{"file": str(TRENDS / "rat.yaml"), "sweeps": {}}]}))
+    log = tmp_path / "log"
+    with log.open("w") as f:
+        assert cli.main([str(suite), "--out", str(tmp_path)], run_fn=lambda specs: iter(()), log=f) == 2
+    assert "definitions[0].sweeps" in log.read_text()
+
+
+# -- verdicts ----------------------------------------------------------------------------
+@pytest.mark.parametrize("ours,paper,expect,tol,want", [
+    (9.0, 10.0, "at_least", 0.2, "holds"), (3.0, 10.0, "at_least", 0.2, "weaker"),
+    (0.8, 10.0, "at_least", 0.2, "does not hold"), (1.1, 1.0, "at_most", 0.2, "holds"),
+    (1.5, 1.0, "at_most", 0.2, "weaker"), (3.0, 1.0, "at_most", 0.2, "does not hold"),
+    (1.45, 1.49, "about", 0.1, "holds"), (1.2, 1.49, "about", 0.1, "weaker"),
+    (0.9, 1.49, "about", 0.1, "does not hold"), (2.5, 1.49, "about", 0.1, "holds (stronger)"),
+])
+def test_judge(ours, paper, expect, tol, want):
+    assert judge(ours, paper, expect, tol) == want
+
+
+# -- the runner and the report on synthetic runs ----------------------------------------------
+def fake_result(spec, cpu_bound=False) -> dict:
+    """A result the way run_allreduce returns it: in-network flat in workers, ring 2(n-1)/n."""
+    n = spec.workers
+    t = {"switchml": 1.0, "ring": 1.49 * 2 * (n - 1) / n / 1.75}.get(spec.algorithm, 1.0)
+    fid = {"cpu_bound": cpu_bound, "link_bound": not cpu_bound, "reason": "synthetic",
+           "link": {"link": "s1->h1", "configured_mbps": 5.0, "achieved_mbps": 4.9, "utilisation": 0.98},
+           "switch_cpu": {"s1": 0.3}, "host_cpu_max": 0.1, "machine_busy": 0.5}
+    return {"ok": True, "exact": True, "seconds": t, "fidelity": fid}
+
+
+def write_suite(tmp_path, repeats=2) -> Path:
+    d = base(series={"in-network": {"algorithm": "switchml"}, "big": {"algorithm": "switchml", "dtype": "float32"}},
+             sweep={"workers": [2, 8]}, repeats=repeats,
+             claims=[{"text": "flat", "ratio": [{"workers": 8}, {"workers": 2}], "paper": 1.0, "expect": "at_most"},
+                     {"text": "big is 3x slower", "ratio": [{"series": "big", "workers": 8}, {"workers": 8}],
+                      "paper": 3.0, "expect": "at_least"}])
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(d, sort_keys=False))      # the first series is the claims' default
     return path
 
 
-def run(tmp_path: Path, fake: FakeRun, *extra: str, **changes) -> tuple[int, Path, str]:
-    log = io.StringIO()
-    rc = main(["--config", str(write_config(tmp_path, **changes)), "--out", str(tmp_path / "results"), *extra],
-              run_fn=fake, log=log)
-    return rc, tmp_path / "results" / changes.get("name", "t"), log.getvalue()
+def test_report_from_synthetic_runs(tmp_path):
+    path = write_suite(tmp_path)
+    calls = []
+
+    def run_fn(specs):
+        for s in specs:
+            calls.append(s)
+            yield fake_result(s, cpu_bound=(s.dtype == "float32" and s.workers == 8))
+
+    out = tmp_path / "out"
+    code = cli.main([str(path), "--out", str(out)], run_fn=run_fn)
+    assert code == 0
+    assert len(calls) == 8 and sorted(s.seed for s in calls) == [0, 0, 0, 0, 1, 1, 1, 1]
+    report = (out / "t" / "report.md").read_text()
+    assert "| t | flat | 1 (at most) | 1 (1–1) | 1.00 | holds |" in report
+    # the 'big' series times equal the in-network ones: 1x, not 3x -> does not hold, and flagged
+    assert "big is 3x slower" in report and "does not hold — 2 CPU-bound run(s) involved" in report
+    assert "real time = emulated time x 0.07629" in report     # (100 MB / 64 KiB) / (100 Gb/s / 5 Mb/s)
+    assert (out / "t" / "t-time.png").stat().st_size > 0
+    assert "**CPU-bound**" in report
 
 
-def read_csv(path: Path) -> list[dict[str, str]]:
-    with path.open(newline="") as f:
-        return list(csv.DictReader(f))
+def test_interrupt_keeps_finished_runs_and_a_rerun_resumes(tmp_path):
+    path = write_suite(tmp_path)
+    out = tmp_path / "out"
+    seen = []
+
+    def interrupted(specs):
+        for s in specs:
+            if len(seen) == 3:
+                raise KeyboardInterrupt
+            seen.append(s)
+            yield fake_result(s)
+
+    assert cli.main([str(path), "--out", str(out)], run_fn=interrupted) == 130
+    rows = load_rows(out / "t" / "runs.jsonl")
+    assert len(rows) == 3 and all(r["ok"] for r in rows)
+    assert "Interrupted" in (out / "t" / "report.md").read_text()
+
+    again = []
+
+    def rest(specs):
+        for s in specs:
+            again.append(s)
+            yield fake_result(s)
+
+    assert cli.main([str(path), "--out", str(out)], run_fn=rest) == 0
+    assert len(again) == 5                                   # 8 planned, 3 kept
+    done = {(json.dumps(s.to_dict(), sort_keys=True)) for s in seen}
+    assert not done & {json.dumps(s.to_dict(), sort_keys=True) for s in again}
+    assert len(load_rows(out / "t" / "runs.jsonl")) == 8
 
 
-def test_runs_csv_has_one_row_per_run_with_all_keys(tmp_path):
-    fake = FakeRun()
-    rc, out, log = run(tmp_path, fake)
-    assert rc == 0
-    rows = read_csv(out / "runs.csv")
-    assert len(rows) == len(POINTS) * 3 == len(fake.calls)
-    header = list(rows[0])
-    assert header[:len(RUN_COLUMNS)] == list(RUN_COLUMNS)
-    assert set(RESULT_KEYS) <= set(header) and {"extra_note", "switch.contrib"} <= set(header)
-    got = sorted((int(r["workers"]), int(r["elements"]), int(r["repeat"]), int(r["seed"])) for r in rows)
-    assert got == sorted((w, e, rep, 10 + rep) for w, e in POINTS for rep in range(3))
-    for r in rows:
-        assert r["ok"] == "True" and r["exact"] == "True" and r["error"] == ""
-        assert float(r["seconds"]) == seconds_for(int(r["workers"]), int(r["elements"]), int(r["seed"]))
-    assert all(c["backend"] == "soft" and c["dtype"] == "int32" and c["window"] is None for c in fake.calls)
-    assert "[1/15] workers=2 elements=1024 rep=1 ... " in log and ", exact" in log
+def test_a_raising_run_is_a_failed_row_and_exit_1(tmp_path):
+    path = write_suite(tmp_path, repeats=1)
+
+    def boom(specs):
+        raise RuntimeError("switch s1 did not come up")
+        yield  # pragma: no cover
+
+    out = tmp_path / "out"
+    assert cli.main([str(path), "--out", str(out)], run_fn=boom) == 1
+    rows = load_rows(out / "t" / "runs.jsonl")
+    assert len(rows) == 4 and all("did not come up" in r["error"] for r in rows)
 
 
-def test_summary_holds_the_median_of_each_point(tmp_path):
-    rc, out, _ = run(tmp_path, FakeRun())
-    assert rc == 0
-    summary = read_csv(out / "summary.csv")
-    assert [(int(s["workers"]), int(s["elements"])) for s in summary] == POINTS
-    for s in summary:
-        w, e = int(s["workers"]), int(s["elements"])
-        assert float(s["seconds_median"]) == pytest.approx(seconds_for(w, e, 12))   # factors 1, 5, 2
-        assert float(s["seconds_min"]) == pytest.approx(seconds_for(w, e, 10))
-        assert float(s["seconds_max"]) == pytest.approx(seconds_for(w, e, 11))
-        assert float(s["retransmissions_median"]) == 1.0
-        assert (s["runs"], s["ok"], s["exact"], s["errors"]) == ("3", "3", "3", "0")
-    assert [s["sweeps"] for s in summary] == ["workers", "workers", "workers+elements", "elements", "elements"]
+def test_bad_definition_exits_2(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(base(reapeats=1)))
+    assert cli.main([str(path), "--out", str(tmp_path)], run_fn=lambda specs: iter(())) == 2
 
 
-def test_plots_exist_and_are_valid_pngs(tmp_path):
-    _, out, _ = run(tmp_path, FakeRun())
-    for name in PLOTS:
-        data = (out / name).read_bytes()
-        assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR", name
-        image = matplotlib.image.imread(out / name)
-        assert image.shape[0] > 200 and image.shape[1] > 300, name
-        assert image.std() > 0.01, f"{name} is blank"
+# -- the fidelity verdict ------------------------------------------------------------------
+def direction(rate, points):
+    d = _Direction("s1->h1", "s1-eth1", "tx_bytes", rate)
+    d.samples = list(points)
+    return d
 
 
-def test_report_names_backend_machine_every_point_and_plots(tmp_path):
-    _, out, _ = run(tmp_path, FakeRun(), "--backend", "bmv2")
-    report = (out / "report.md").read_text()
-    assert "backend `bmv2`" in report and platform.release() in report
-    assert re.search(r"\| cores \| \d+ ", report)
-    for w, e in POINTS:
-        assert re.search(rf"^\| {w} \| {e} \| .* \| 3/3 \|", report, re.M), (w, e)
-    for name in PLOTS:
-        assert f"]({name})" in report
-    assert "All 15 runs exact." in report and "trends" in report and "line rate" in report
+def test_bottleneck_is_the_link_needing_most_time_at_its_rate():
+    fast = direction(10.0, [(0, 0), (1, 1_000_000), (2, 2_000_000)])           # 16 Mb over 10 Mb/s
+    slow = direction(1.0, [(0, 0), (1, 50_000), (2, 100_000)])                  # 0.8 Mb over 1 Mb/s
+    link = bottleneck([slow, fast])
+    assert link["configured_mbps"] == 10.0 and link["bytes"] == 2_000_000
+    slower = direction(1.0, [(0, 0), (1, 150_000), (2, 250_000)])               # 2 Mb over 1 Mb/s
+    assert bottleneck([fast, slower])["configured_mbps"] == 1.0
 
 
-def test_failing_point_is_recorded_and_exit_is_nonzero(tmp_path):
-    fake = FakeRun(fail={(3, 1024): "raise"})
-    rc, out, log = run(tmp_path, fake)
-    assert rc == 1
-    rows = read_csv(out / "runs.csv")
-    assert len(rows) == 15, "the sweep must go on after a failure"
-    bad = [r for r in rows if r["workers"] == "3"]
-    assert len(bad) == 3 and all(r["ok"] == "False" and r["exact"] == "False" for r in bad)
-    assert all("RuntimeError: switch s1 did not start" in r["error"] for r in bad)
-    summary = {(s["workers"], s["elements"]): s for s in read_csv(out / "summary.csv")}
-    assert summary[("3", "1024")]["errors"] == "3" and summary[("3", "1024")]["seconds_median"] == ""
-    assert summary[("2", "1024")]["exact"] == "3"
-    report = (out / "report.md").read_text()
-    assert "12 of 15 planned runs exact" in report
-    assert report.count("RuntimeError: switch s1 did not start") == 3
-    assert "FAILED after" in log and "12/15 runs exact" in log
-    for name in PLOTS:
-        assert (out / name).exists()
+def test_verdict_flags_an_idle_bottleneck_with_a_saturated_switch():
+    idle = {"link": "s1->h1", "configured_mbps": 100.0, "achieved_mbps": 20.0, "utilisation": 0.2}
+    busy = {**idle, "achieved_mbps": 95.0, "utilisation": 0.95}
+    assert verdict(idle, {"s1": 0.97}, [0.1], 0.5, 2)["cpu_bound"] is True
+    assert verdict(busy, {"s1": 0.97}, [0.1], 0.5, 2)["cpu_bound"] is False
+    assert verdict(busy, {"s1": 0.2}, [0.1], 0.5, 2)["link_bound"] is True
+    # idle but nothing saturated: a protocol or timer bound, not the CPU
+    assert verdict(idle, {"s1": 0.2}, [0.1], 0.3, 2)["cpu_bound"] is False
+    unshaped = {**idle, "configured_mbps": None, "utilisation": None}
+    assert verdict(unshaped, {"s1": 0.2}, [0.1], 0.3, 2)["cpu_bound"] is True
 
 
-@pytest.mark.parametrize("mode, error", [
-    ("inexact", ""),
-    ("missing", "result lacks keys: seconds"),
-    ("checker", "rank 1: timed out; rank 2: gone"),
-])
-def test_bad_results_make_the_exit_nonzero(tmp_path, mode, error):
-    rc, out, log = run(tmp_path, FakeRun(fail={(4, 256): mode}))
-    assert rc == 1
-    bad = [r for r in read_csv(out / "runs.csv") if (r["workers"], r["elements"]) == ("4", "256")]
-    assert len(bad) == 3 and all(r["exact"] == "False" and error in r["error"] for r in bad)
-    report = (out / "report.md").read_text()
-    assert "12 of 15 planned runs exact" in report
-    if mode == "inexact":
-        assert "NOT EXACT (max abs error 3)" in log and "max abs error 3" in report
+# -- in Mininet -------------------------------------------------------------------------------
+def _net_run(*args: str) -> dict:
+    """`agglab allreduce --json` in a subprocess: the timeout bounds the whole network run."""
+    from tests.leftovers import assert_clean
+
+    out = subprocess.run([sys.executable, "-m", "agglab", "allreduce", *args, "--json"], capture_output=True,
+                         text=True, cwd=REPO, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert_clean()
+    return json.loads(out.stdout)
 
 
-def test_interrupt_still_writes_results(tmp_path):
-    rc, out, _ = run(tmp_path, FakeRun(fail={(3, 1024): "interrupt"}))
-    assert rc == 130
-    assert len(read_csv(out / "runs.csv")) == 1
-    assert "interrupted" in (out / "report.md").read_text()
+@pytest.mark.root
+@pytest.mark.mininet
+@pytest.mark.parametrize("args,bound", [
+    # 8 workers on 1 Gb/s links: the Python switch cannot come near the links' rate
+    (("--workers", "8", "--elements", "1000000", "--bw", "1000"), "cpu"),
+    # 2 workers at 2 Mb/s: 128 Ki int32 need ~2.9 s of wire time; the links are the limit
+    (("--workers", "2", "--elements", "131072", "--bw", "2"), "link"),
+], ids=["cpu-bound", "link-bound"])
+def test_fidelity_flag(args, bound):
+    r = _net_run(*args)
+    assert r["ok"], r.get("errors")
+    fid = r["fidelity"]
+    assert fid["link"]["configured_mbps"] == float(args[-1])
+    busy = fid["link"]["utilisation"]
+    assert (busy < 0.5 if bound == "cpu" else busy >= 0.9), fid
+    assert fid["cpu_bound"] is (bound == "cpu") and fid["link_bound"] is (bound == "link"), fid
 
 
-def test_cli_overrides_name_backend_repeats(tmp_path):
-    fake = FakeRun()
-    log = io.StringIO()
-    rc = main(["--config", str(write_config(tmp_path)), "--out", str(tmp_path / "r"), "--name", "other",
-               "--backend", "bmv2", "--repeats", "1"], run_fn=fake, log=log)
-    assert rc == 0 and len(fake.calls) == len(POINTS)
-    assert {c["backend"] for c in fake.calls} == {"bmv2"}
-    assert (tmp_path / "r" / "other" / "report.md").exists()
-    assert yaml.safe_load((tmp_path / "r" / "other" / "config.yaml").read_text())["backend"] == "bmv2"
-
-
-def test_dry_run_runs_nothing(tmp_path):
-    def explode(**_):
-        raise AssertionError("dry run must not run anything")
-    log = io.StringIO()
-    assert main(["--config", str(write_config(tmp_path)), "--out", str(tmp_path), "--dry-run"],
-                run_fn=explode, log=log) == 0
-    assert "[15/15]" in log.getvalue() and not (tmp_path / "t").exists()
-
-
-def test_missing_emulator_is_a_clear_error(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "emulation.session", None)   # makes the lazy import fail
-    log = io.StringIO()
-    rc = main(["--config", str(write_config(tmp_path)), "--out", str(tmp_path)], log=log)
-    assert rc == 2 and "emulation.session" in log.getvalue()
-
-
-@pytest.mark.parametrize("change, key", [
-    ({"repeats": 0}, "repeats"),
-    ({"repeats": True}, "repeats"),
-    ({"backend": "tofino"}, "backend"),
-    ({"dtype": "int8"}, "dtype"),
-    ({"loss": 1.5}, "loss"),
-    ({"window": 0}, "window"),
-    ({"name": "../escape"}, "name"),
-    ({"reapeats": 2}, "reapeats"),
-    ({"sweep": [2, 3]}, "sweep"),
-    ({"sweep": {"workers": [2, "4"], "elements": [8]}}, "sweep.workers[1]"),
-    ({"sweep": {"workers": [1, 2], "elements": [8]}}, "sweep.workers[0]"),
-    ({"sweep": {"workers": [2, 2], "elements": [8]}}, "sweep.workers"),
-    ({"sweep": {"workers": [2], "elements": []}}, "sweep.elements"),
-    ({"sweep": {"workers": [2], "elements": [8], "size": [1]}}, "sweep.size"),
-    ({"fixed": {"elements": 1024}}, "fixed.workers"),
-    ({"fixed": {"elements": 1024, "workers": 99}}, "fixed.workers"),
-])
-def test_config_errors_name_the_key(change, key):
-    with pytest.raises(ConfigError) as info:
-        parse_config({**BASE, **change}, source="exp.yaml")
-    assert info.value.key == key
-    assert f"key '{key}'" in str(info.value) and str(info.value).startswith("exp.yaml: ")
-
-
-def test_bad_config_file_exits_2_with_the_key(tmp_path):
-    log = io.StringIO()
-    assert main(["--config", str(write_config(tmp_path, repeats="two")), "--out", str(tmp_path)],
-                run_fn=FakeRun(), log=log) == 2
-    assert "key 'repeats'" in log.getvalue() and "'two'" in log.getvalue()
-    broken = tmp_path / "broken.yaml"
-    broken.write_text("sweep: [unclosed\n")
-    assert main(["--config", str(broken)], run_fn=FakeRun(), log=log) == 2
-    assert "not valid YAML" in log.getvalue()
-    with pytest.raises(ConfigError, match="did you mean 'repeats'"):
-        parse_config({**BASE, "reapeats": 2})
-
-
-def test_shipped_configs_are_valid_and_within_budget():
-    default, quick = load_config(CONFIGS / "default.yaml"), load_config(CONFIGS / "quick.yaml")
-    assert default.sweep_workers == (2, 3, 4, 5, 6, 7, 8) and default.fixed_workers == 8
-    assert len(default.sweep_elements) >= 3 and 15 <= len(default.plan()) <= 24
-    # 3 s set-up + 4 s per 8-worker 1M-element allreduce: "well under 10 minutes" on 2 cores.
-    assert default.estimate_seconds() < 300
-    assert quick.name == "quick" and len(quick.plan()) <= 5 and quick.estimate_seconds() < 30
-
-
-def test_long_errors_keep_their_last_line(tmp_path):
-    def traceback_like(**_):
-        raise RuntimeError("switch s1 exited; log tail:\n" + "  File x.py, line 1\n" * 100 + "ImportError: no foo")
-    log = io.StringIO()
-    assert main(["--config", str(write_config(tmp_path, repeats=1)), "--out", str(tmp_path)],
-                run_fn=traceback_like, log=log) == 1
-    errors = [r["error"] for r in read_csv(tmp_path / "t" / "runs.csv")]
-    assert all(e.startswith("RuntimeError: switch s1 exited") and e.endswith("ImportError: no foo") for e in errors)
-    assert all(len(e) <= 600 and "\n" not in e for e in errors)
+@pytest.mark.root
+@pytest.mark.mininet
+@pytest.mark.slow
+def test_quick_suite_writes_a_report(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "experiments", "quick", "--out", str(tmp_path)],
+                         capture_output=True, text=True, cwd=REPO, timeout=300,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert out.returncode in (0, 1), out.stderr[-2000:]
+    report = (tmp_path / "quick" / "report.md").read_text()
+    rows = load_rows(tmp_path / "quick" / "runs.jsonl")
+    assert len(rows) == sum(len(reps) for _, _, reps in plan(load_suite(CONFIGS / "quick.yaml"), tmp_path))
+    in_network = [r for r in rows if r["series"] == "in-network"]
+    assert in_network and all(r["ok"] and "fidelity" in r for r in in_network)
+    assert "## Trends: ours vs the papers" in report and "Fidelity of every run" in report

@@ -1,0 +1,124 @@
+"""`agglab calibrate`: this machine's fidelity ceiling, the fastest faithful link rate.
+
+Why: the emulator is faithful only while the links, not Python, are the bottleneck
+(issue 9 measured 8 workers x 1M int32 at 94% of the wire-time ideal at 5 Mb/s, 61% at
+10 Mb/s, 14% at 40 Mb/s). The ceiling is the highest per-link rate at which an N-worker
+dense allreduce on one switch finishes within `tolerance` of its analytic wire time
+(emulation.fidelity.switchml_wire_seconds) with its bottleneck link at least 90% busy.
+The experiments scale every real network so that its fastest link runs at the ceiling.
+
+Window: 16 slots per worker by default, the value the trend definitions use. With the
+agent's default (128) a few-Mb/s link queues a whole window (160 ms at 2 Mb/s), the
+workers' timers fire and duplicates fill the link: measured here, 8 workers at 2 Mb/s ran at
+76% of the ideal with 3458 retransmissions at window 128 and at 92% with 96 at window 16.
+
+Search: rates step up by `factor` from `start` while runs stay faithful; then a bisection
+between the last faithful and the first unfaithful rate (`--refine` steps). Each rate
+runs a gradient sized for `seconds` of wire time, so every probe costs about the same.
+The result goes to emulation.fidelity.calibration_path() (results/calibration.json in the
+checkout, or $AGGLAB_CALIBRATION).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+
+from emulation.fidelity import save_calibration, switchml_wire_seconds
+from ground import wire
+
+
+def elements_for(rate_mbps: float, seconds: float) -> int:
+    """A gradient whose in-network wire time at rate_mbps is about `seconds`."""
+    frames = rate_mbps * 1e6 * seconds / (wire.FRAME_BYTES * 8)
+    return max(wire.K, int(frames) * wire.K)
+
+
+def probe(rate: float, workers: int, seconds: float, tolerance: float, log, window: int | None = None) -> dict:
+    """One allreduce at `rate`: its time against the analytic wire time, and its fidelity."""
+    from emulation.session import run_allreduce
+
+    elements = elements_for(rate, seconds)
+    ideal = switchml_wire_seconds(elements, rate)
+    result = run_allreduce(workers=workers, elements=elements, bw=rate, window=window)
+    took = result.get("seconds") or float("inf")
+    fid = result.get("fidelity") or {}
+    faithful = bool(result.get("ok")) and took <= ideal * (1 + tolerance) and bool(fid.get("link_bound"))
+    print(f"  {rate:g} Mb/s: {elements} int32 x {workers} workers in {took:.2f} s, analytic {ideal:.2f} s "
+          f"({ideal / took:.0%} of ideal), {result.get('retransmissions')} retransmissions; "
+          f"{fid.get('reason', 'no fidelity record')} -> "
+          f"{'faithful' if faithful else 'NOT faithful'}", file=log, flush=True)
+    return {"rate_mbps": rate, "elements": elements, "seconds": took, "analytic_seconds": round(ideal, 4),
+            "faithful": faithful, "fidelity": fid, "ok": bool(result.get("ok"))}
+
+
+def calibrate(workers: int = 8, start: float = 2.0, factor: float = 2.0, limit: float = 200.0,
+              refine: int = 2, seconds: float = 3.0, tolerance: float = 0.10, window: int | None = 16,
+              log=sys.stderr) -> dict:
+    """Step up, then bisect; returns (and stores) the calibration record."""
+    probes, good, bad = [], None, None
+    rate = start
+    while rate <= limit:
+        p = probe(rate, workers, seconds, tolerance, log, window)
+        probes.append(p)
+        if p["faithful"]:
+            good, bad = rate, None
+        else:
+            bad = rate
+            if good is not None:
+                break
+            # unfaithful below any faithful rate: very slow links can lose to the workers'
+            # retransmission timers (a full window queued at the link); keep climbing a little
+            if len(probes) >= 3:
+                break
+        rate *= factor
+    for _ in range(refine if good and bad else 0):
+        mid = round((good + bad) / 2, 3)
+        p = probe(mid, workers, seconds, tolerance, log, window)
+        probes.append(p)
+        good, bad = (mid, bad) if p["faithful"] else (good, mid)
+    record = {"ceiling_mbps": good, "workers": workers, "window": window, "tolerance": tolerance,
+              "when": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "host": platform.node(),
+              "cores": os.cpu_count(), "load_average": list(os.getloadavg()), "probes": probes,
+              "note": ("no rate was faithful: the ceiling is unknown, experiments fall back to the default"
+                       if good is None else f"first unfaithful rate: {bad} Mb/s" if bad else
+                       f"faithful up to the search limit {limit} Mb/s")}
+    if good is not None:
+        path = save_calibration(record)
+        print(f"fidelity ceiling: {good:g} Mb/s per link ({workers} workers on one switch) -> {path}", file=log)
+    else:
+        print("no rate was faithful (is the machine overloaded?); nothing stored", file=log)
+    return record
+
+
+def main(args) -> int:
+    if os.geteuid() != 0:
+        print("agglab calibrate needs root (Mininet): run it with sudo", file=sys.stderr)
+        return 2
+    if args.workers < 2 or args.start <= 0 or args.factor <= 1 or args.limit < args.start:
+        print("agglab calibrate: need --workers >= 2, --start > 0, --factor > 1, --limit >= --start", file=sys.stderr)
+        return 2
+    print(f"calibrating: {args.workers} workers on one switch, rates from {args.start:g} Mb/s x{args.factor:g} "
+          f"(at most {args.limit:g}), faithful = within {args.tolerance:.0%} of the analytic wire time and "
+          "bottleneck >= 90% busy", file=sys.stderr)
+    record = calibrate(args.workers, args.start, args.factor, args.limit, args.refine, args.seconds, args.tolerance,
+                       args.window)
+    return 0 if record["ceiling_mbps"] else 1
+
+
+def add_parser(sub) -> None:
+    c = sub.add_parser("calibrate", help="measure this machine's fidelity ceiling (fastest faithful link rate) "
+                       "and store it for the experiments")
+    c.add_argument("--workers", type=int, default=8, help="workers on one switch (default 8)")
+    c.add_argument("--start", type=float, default=2.0, help="first rate in Mb/s (default 2)")
+    c.add_argument("--factor", type=float, default=2.0, help="step-up factor (default 2)")
+    c.add_argument("--limit", type=float, default=200.0, help="highest rate tried, Mb/s (default 200)")
+    c.add_argument("--refine", type=int, default=2, help="bisection steps after the step-up (default 2)")
+    c.add_argument("--seconds", type=float, default=3.0, help="wire time of each probe (default 3 s)")
+    c.add_argument("--window", type=int, default=16, help="outstanding slots per worker (default 16, as the "
+                   "trend definitions use: a full default window queued at a few-Mb/s link outlasts the "
+                   "workers' retransmission timers, and the duplicates, not the data, fill the link)")
+    c.add_argument("--tolerance", type=float, default=0.10, help="allowed excess over the analytic time (default 0.10)")
+    c.set_defaults(func=main)

@@ -1,0 +1,250 @@
+"""Did a run measure the network or the emulator? A fidelity probe for every allreduce.
+
+Why (the idea of Mininet-HiFi, CoNEXT'12): an emulated run is only worth reporting if the
+emulator's own invariants held while it ran. Here the invariant is that the configured
+links, not Python, were the bottleneck. While the workers run, `FidelityProbe` samples
+
+- the byte counters of every link direction (`/sys/class/net/<intf>/statistics`, read at
+  the switch end of each link, which lives in the root namespace: its tx is the direction
+  away from the switch, its rx the direction towards it), and
+- the CPU time (`/proc/<pid>/stat`, utime+stime) of every switch data plane and every
+  worker process of the run, plus the whole machine's busy time (`/proc/stat`).
+
+`summary()` names the bottleneck link direction (the one that needed the most time at its
+configured rate: bytes / rate), its achieved rate over the window in which it carried
+data, and whether the run stayed **link-bound** (bottleneck at least `BUSY_MIN` busy).
+A run whose bottleneck idled below that while a switch or worker process used
+`CORE_MAX` of a core, or while the whole machine was `MACHINE_MAX` busy (other jobs count:
+a starved emulator is just as unfaithful), is flagged `cpu_bound`. A run with unshaped
+links has no configured rate to reach, so it is CPU-bound by construction.
+
+The calibration (`agglab calibrate`) stores this machine's fidelity ceiling - the highest
+per-link rate at which allreduce stays within 10% of its analytic wire time - in
+`calibration_path()`; the experiments scale real networks under it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ground import wire
+from ground.paths import REPO
+
+BUSY_MIN = 0.90          # bottleneck link must be at least this busy while it carries data
+CORE_MAX = 0.90          # a process this busy is saturated
+MACHINE_MAX = 0.80       # all cores this busy: saturated (the kernel's softirq work for veths and
+                         # htb is nobody's utime, and 0.1 s samples of a 2-core box are coarse)
+SAMPLE_SECONDS = 0.1
+DEFAULT_CEILING_MBPS = 5.0   # issue 9: 94% of the wire-time ideal at 5 Mb/s on a 2-core machine
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def calibration_path() -> Path:
+    """Where `agglab calibrate` stores the ceiling: $AGGLAB_CALIBRATION, else
+    results/calibration.json in the checkout (per machine: results/ is not committed)."""
+    return Path(os.environ.get("AGGLAB_CALIBRATION") or REPO / "results" / "calibration.json")
+
+
+def load_calibration() -> dict | None:
+    path = calibration_path()
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def save_calibration(data: dict) -> Path:
+    path = calibration_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, sort_keys=True))
+    return path
+
+
+def switchml_wire_seconds(elements: int, rate_mbps: float) -> float:
+    """Analytic time of a dense in-network allreduce on one switch: every worker link carries
+    ceil(elements/K) aggregation frames each way (full duplex), so the wire time is one
+    direction's frames at the link rate."""
+    frames = -(-elements // wire.K)
+    return frames * wire.FRAME_BYTES * 8 / (rate_mbps * 1e6)
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / TICKS      # utime, stime (fields 14, 15)
+
+
+def _machine_busy() -> tuple[float, float]:
+    """(busy, total) jiffies of all CPUs since boot."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)
+    return sum(values) - idle, sum(values)
+
+
+@dataclass
+class _Direction:
+    name: str              # "a->b"
+    intf: str              # switch-end interface
+    counter: str           # tx_bytes or rx_bytes
+    rate_mbps: float | None
+    samples: list[tuple[float, int]] = field(default_factory=list)
+
+
+class FidelityProbe:
+    """Samples link counters and process CPU while one allreduce runs (a daemon thread)."""
+
+    def __init__(self, graph, pids_file: Path | None, interval: float = SAMPLE_SECONDS):
+        self.interval = interval
+        self.pids_file = pids_file
+        self.directions: list[_Direction] = []
+        for u, v, e in graph.edges(data=True):
+            sw = u if graph.nodes[u]["kind"] == "switch" else v
+            other = v if sw == u else u
+            intf = e["intfs"][sw]
+            rate = e.get("bw") or None
+            self.directions.append(_Direction(f"{sw}->{other}", intf, "tx_bytes", rate))
+            self.directions.append(_Direction(f"{other}->{sw}", intf, "rx_bytes", rate))
+        self.cpu: dict[int, list[tuple[float, float]]] = {}    # pid -> [(t, cpu seconds)]
+        self.machine: list[tuple[float, tuple[float, float]]] = []
+        self.labels: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fidelity-probe", daemon=True)
+        self.started = self.finished = 0.0
+
+    def start(self) -> "FidelityProbe":
+        self.started = time.monotonic()
+        self._sample()
+        self._thread.start()
+        return self
+
+    def _labels(self) -> None:
+        if not self.pids_file or not self.pids_file.exists():
+            return
+        for line in self.pids_file.read_text().splitlines():
+            pid, _, what = line.partition(" ")
+            if pid.isdigit() and "shell" not in what:
+                self.labels[int(pid)] = what
+
+    def _sample(self) -> None:
+        now = time.monotonic()
+        for d in self.directions:
+            value = _read_int(f"/sys/class/net/{d.intf}/statistics/{d.counter}")
+            if value is not None:
+                d.samples.append((now, value))
+        self.machine.append((now, _machine_busy()))
+        self._labels()
+        for pid in self.labels:
+            cpu = _cpu_seconds(pid)
+            if cpu is not None:
+                self.cpu.setdefault(pid, []).append((now, cpu))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._thread.join(2)
+        self._sample()
+        self.finished = time.monotonic()
+        return self.summary()
+
+    # -- the verdict ---------------------------------------------------------------
+    def summary(self) -> dict:
+        """CPU shares are taken over the bottleneck's active window (worker start-up, when
+        Python imports and no data moves, would otherwise dilute a saturated switch)."""
+        link = bottleneck(self.directions)
+        t0, t1 = (link["window"] if link else (self.started, self.finished))
+        wall = max(t1 - t0, 1e-9)
+        share = {pid: _delta(samples, t0, t1) / wall for pid, samples in self.cpu.items()}
+        switch_cpu = {self.labels[p].replace(" data plane", ""): round(s, 3)
+                      for p, s in share.items() if "data plane" in self.labels[p]}
+        host_cpu = [round(s, 3) for p, s in share.items() if "data plane" not in self.labels[p]]
+        busy = _delta([(t, b) for t, (b, _) in self.machine], t0, t1)
+        total = max(_delta([(t, a) for t, (_, a) in self.machine], t0, t1), 1)
+        if link:
+            link = {k: v for k, v in link.items() if k != "window"}
+        return verdict(link, switch_cpu, host_cpu, round(busy / total, 3), os.cpu_count() or 1)
+
+
+def _delta(samples: list[tuple[float, float]], t0: float, t1: float) -> float:
+    """How much a cumulative counter grew between t0 and t1 (nearest samples at or before)."""
+    def at(t: float) -> float:
+        before = [v for s, v in samples if s <= t + 1e-9]
+        return before[-1] if before else samples[0][1]
+    return at(t1) - at(t0) if samples else 0.0
+
+
+def bottleneck(directions: list[_Direction]) -> dict | None:
+    """The link direction that needed the most time at its configured rate, with the rate it
+    achieved over the window in which it carried data (first to last sample that grew)."""
+    best, best_need = None, -1.0
+    for d in directions:
+        if len(d.samples) < 2:
+            continue
+        moved = d.samples[-1][1] - d.samples[0][1]
+        need = moved * 8 / (d.rate_mbps * 1e6) if d.rate_mbps else moved * 1e-12
+        if moved > 0 and need > best_need:
+            best, best_need = d, need
+    if best is None:
+        return None
+    grew = [i for i in range(1, len(best.samples)) if best.samples[i][1] > best.samples[i - 1][1]]
+    t0, t1 = best.samples[grew[0] - 1][0], best.samples[grew[-1]][0]
+    moved = best.samples[-1][1] - best.samples[0][1]
+    # The rate while data was pending: over the sample intervals strictly inside the active
+    # window (the first and last ones are only partly active), when there are any.
+    a, b = grew[0], grew[-1] - 1
+    if b > a:
+        (ta, va), (tb, vb) = best.samples[a], best.samples[b]
+        achieved = (vb - va) * 8 / max(tb - ta, 1e-9) / 1e6
+    else:
+        achieved = moved * 8 / max(t1 - t0, 1e-9) / 1e6
+    return {"link": best.name, "configured_mbps": best.rate_mbps, "achieved_mbps": round(achieved, 3),
+            "bytes": moved, "active_seconds": round(t1 - t0, 3), "window": (t0, t1),
+            "utilisation": round(achieved / best.rate_mbps, 3) if best.rate_mbps else None}
+
+
+def verdict(link: dict | None, switch_cpu: dict[str, float], host_cpu: list[float],
+            machine: float, cores: int) -> dict:
+    """The fidelity record of a run: the numbers, `link_bound`, `cpu_bound` and why."""
+    top_switch = max(switch_cpu.values(), default=0.0)
+    top_host = max(host_cpu, default=0.0)
+    saturated = []
+    if top_switch >= CORE_MAX:
+        saturated.append(f"a switch used {top_switch:.0%} of a core")
+    if top_host >= CORE_MAX:
+        saturated.append(f"a worker used {top_host:.0%} of a core")
+    if machine >= MACHINE_MAX:
+        saturated.append(f"the machine was {machine:.0%} busy ({cores} cores)")
+    util = link["utilisation"] if link else None
+    if link is None:
+        link_bound, reason = False, "no link carried data"
+    elif util is None:
+        link_bound, reason = False, "links unshaped (no configured rate): the time measures CPU"
+    else:
+        link_bound = util >= BUSY_MIN
+        reason = (f"bottleneck {link['link']} {util:.0%} busy" +
+                  ("" if link_bound else f" (< {BUSY_MIN:.0%})"))
+    cpu_bound = not link_bound and (util is None or bool(saturated))
+    if saturated:
+        reason += "; " + "; ".join(saturated)
+    return {"link": link, "link_bound": link_bound, "cpu_bound": cpu_bound, "reason": reason,
+            "switch_cpu": switch_cpu, "host_cpu_max": round(top_host, 3),
+            "host_cpu_total": round(sum(host_cpu), 3), "machine_busy": machine}

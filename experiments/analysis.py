@@ -1,0 +1,124 @@
+"""From run rows to figures: medians per point, claim ratios and plain verdicts.
+
+Why separate from the report's text: the verdict rules are the part a reader must be able
+to check (and the tests pin), so they live in small functions with their thresholds named.
+Times are converted to the real network's units here, once: real = emulated * z / s.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from experiments.definition import Claim, Definition
+
+
+def real_seconds(row: dict[str, Any]) -> float:
+    return float(row["seconds"]) * float(row["scale_size"]) / float(row["scale_rate"])
+
+
+def matches(row: dict[str, Any], selector: dict[str, Any], default_series: str) -> bool:
+    if row["series"] != selector.get("series", default_series):
+        return False
+    return all(row["values"].get(k) == v for k, v in selector.items() if k != "series")
+
+
+@dataclass
+class Stat:
+    median: float
+    low: float
+    high: float
+    runs: int
+    flagged: int          # cpu_bound runs among them
+    failed: int
+    error: str = ""
+
+
+def stat(rows: list[dict[str, Any]]) -> Stat:
+    good = [r for r in rows if r.get("ok")]
+    times = [real_seconds(r) for r in good]
+    flagged = sum(1 for r in good if (r.get("fidelity") or {}).get("cpu_bound"))
+    errors = [r.get("error", "") for r in rows if not r.get("ok")]
+    if not times:
+        return Stat(float("nan"), float("nan"), float("nan"), 0, 0, len(rows), errors[0] if errors else "no runs")
+    return Stat(statistics.median(times), min(times), max(times), len(good), flagged, len(rows) - len(good))
+
+
+def select(rows: list[dict[str, Any]], d: Definition, selector: dict[str, Any]) -> Stat:
+    """Runs of the labelled points the selector names. Points that share a RunSpec share
+    runs (ring serves every density), so the match goes through the planned points' keys
+    when the definition was planned, and through the rows' own labels otherwise."""
+    first = next(iter(d.series))
+    mine = [r for r in rows if r["definition"] == d.name]
+    if d.built:
+        keys = {p.key for p in d.built if matches({"series": p.series, "values": p.values}, selector, first)}
+        return stat([r for r in mine if r["key"] in keys])
+    return stat([r for r in mine if matches(r, selector, first)])
+
+
+@dataclass
+class Verdict:
+    claim: Claim
+    ours: float                     # median(num) / median(den)
+    low: float                      # min(num)/max(den)
+    high: float                     # max(num)/min(den)
+    verdict: str
+    flagged: int
+    missing: str = ""
+
+    @property
+    def ratio(self) -> float:
+        return self.ours / self.claim.paper if self.claim.paper else float("nan")
+
+
+def judge(ours: float, paper: float, expect: str, tolerance: float) -> str:
+    """holds / weaker / does not hold.
+
+    at_least (a speed-up "A is P x faster"): holds at >= P(1-tol); weaker if A is still
+    faster (> 1) but by less; else does not hold.  at_most (e.g. "flat": P = 1): holds at
+    <= P(1+tol); weaker up to P(1+3 tol); else does not hold.  about: holds within tol of P
+    either way; weaker if on the same side of 1 as P but short of it; does not hold if on
+    the other side of 1 (or 1 itself when P is not)."""
+    if ours != ours:                # NaN
+        return "no data"
+    if expect == "at_least":
+        return "holds" if ours >= paper * (1 - tolerance) else ("weaker" if ours > 1 else "does not hold")
+    if expect == "at_most":
+        if ours <= paper * (1 + tolerance):
+            return "holds"
+        return "weaker" if ours <= paper * (1 + 3 * tolerance) else "does not hold"
+    if abs(ours / paper - 1) <= tolerance:
+        return "holds"
+    if (ours - 1) * (paper - 1) > 0:
+        return "holds (stronger)" if abs(ours - 1) > abs(paper - 1) else "weaker"
+    return "does not hold"
+
+
+def verdicts(rows: list[dict[str, Any]], d: Definition) -> list[Verdict]:
+    out = []
+    for claim, _ in d.claims():
+        unswept = [f"{k}={v}" for sel in (claim.num, claim.den) for k, v in sel.items()
+                   if k in d.sweep and v not in d.sweep[k]]
+        if unswept:
+            out.append(Verdict(claim, float("nan"), float("nan"), float("nan"), "not measured", 0,
+                               f"{', '.join(unswept)} is not in this run's sweep"))
+            continue
+        num, den = select(rows, d, claim.num), select(rows, d, claim.den)
+        if not num.runs or not den.runs:
+            missing = (num.error or den.error or "no successful runs")
+            out.append(Verdict(claim, float("nan"), float("nan"), float("nan"), "no data", 0, missing))
+            continue
+        ours = num.median / den.median
+        out.append(Verdict(claim, ours, num.low / den.high, num.high / den.low,
+                           judge(ours, claim.paper, claim.expect, claim.tolerance), num.flagged + den.flagged))
+    return out
+
+
+def series_table(rows: list[dict[str, Any]], d: Definition) -> list[tuple[str, dict[str, Any], Stat]]:
+    """(series, sweep values, stat) for every labelled point, in definition order."""
+    out = []
+    for combo in d.combos():
+        for s in d.series:
+            out.append((s, combo, select(rows, d, {"series": s, **combo})))
+    return out
