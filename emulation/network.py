@@ -16,7 +16,8 @@ import networkx as nx
 from ground.rundir import RunRecord, clean
 from controller import addressing
 from ground import addresses
-from controller.switch_client import Bmv2Client, SoftSwitchClient, SwitchClient
+from controller.bmv2_client import Bmv2Client
+from controller.switch_client import SoftSwitchClient, SwitchClient
 from controller.topology import hosts, port, switches
 from emulation.link_monitor import LinkMonitor
 
