@@ -72,7 +72,7 @@ class Bmv2Client(SwitchClient):
         if self.via == "p4-utils":
             return [_check(self.name, line, _p4utils_command(self._api, line)) for line in lines]
         if self.via == "runtime_CLI":
-            return [_check(self.name, line, _captured(self._api.onecmd, line)[0]) for line in lines]
+            return [_check(self.name, line, _captured(self._api.onecmd, line)[1]) for line in lines]
         return _cli_session(self.name, self.thrift_port, lines)
 
     def _pipelined_writes(self, lines: list[str]) -> list[str]:
