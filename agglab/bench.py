@@ -1,7 +1,8 @@
 """`make bench`: speed figures, printed (not asserted).
 
 1. packets/s of the software switch's aggregation pipeline (in-process, one core);
-2. packets/s through the software switch daemon on real veth interfaces;
+2. packets/s through the software switch daemon on real veth interfaces, and the same
+   aggregation load on BMv2 simple_switch beside it when BMv2 and p4c are installed;
 3. end-to-end goodput of an 8-worker allreduce of 1M int32 per worker in Mininet;
 4. tree computation time (spt, rat, packing) on fat-trees k=4, 8, 16;
 5. reroute time on a k=4 fat-tree: link down → detected → recomputed → installed;
@@ -28,6 +29,13 @@ def main() -> int:
     if os.geteuid() == 0:
         _section("software switch daemon (raw sockets on veths)")
         subprocess.run([sys.executable, "-m", "softswitch.bench_io"], cwd=REPO, env=env)
+        from controller.switch_client import find_bmv2_tool
+
+        if find_bmv2_tool("simple_switch") and find_bmv2_tool("p4c"):
+            _section("aggregation pipeline, BMv2 beside the software switch (same packets, same program)")
+            subprocess.run([sys.executable, "-m", "agglab.bench_bmv2"], cwd=REPO, env=env)
+        else:
+            print("\n(no simple_switch/p4c: skipping the BMv2 pipeline figure)")
         _section("8-worker allreduce, 1M int32 per worker, one software switch in Mininet")
         from emulation.session import run_allreduce
 

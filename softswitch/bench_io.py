@@ -114,14 +114,22 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run(mode: str, a: argparse.Namespace) -> dict:
-    """One measurement with a fresh lab; returns the figures."""
+def soft_switch(lab: Lab, wd: Path, mode: str):
+    """Start the software switch daemon on the lab's ports: (process, control client, port_stats)."""
+    extra = ["--stats-interval", "3600"] + (["--pipeline", "softswitch.bench_io:Reflect"]
+                                           if mode == "reflect" else [])
+    proc, paths = lab.start_switch(wd, *extra)
+    client = wait_ready(paths["control"], 20, log=paths["log"], process=proc)
+    return proc, client, client.port_stats
+
+
+def run(mode: str, a: argparse.Namespace, start_switch=soft_switch) -> dict:
+    """One measurement with a fresh lab; returns the figures. `start_switch(lab, workdir, mode)`
+    starts the data plane under test (default: this daemon) and returns (process, a client that
+    takes simple_switch_CLI lines, a port-counter function or None)."""
     with Lab() as lab, tempfile.TemporaryDirectory(prefix="agglab-bench-") as wd:
         hosts = [lab.add_host(i) for i in range(1, a.workers + 1)]
-        extra = ["--stats-interval", "3600"] + (["--pipeline", "softswitch.bench_io:Reflect"]
-                                               if mode == "reflect" else [])
-        proc, paths = lab.start_switch(Path(wd), *extra)
-        client = wait_ready(paths["control"], 20, log=paths["log"], process=proc)
+        proc, client, port_stats = start_switch(lab, Path(wd), mode)
         if mode == "agg":
             program_aggregation(client, hosts, job=a.job)
         expect = {"agg": a.workers * (a.workers + 1) // 2}
@@ -135,9 +143,10 @@ def run(mode: str, a: argparse.Namespace) -> dict:
                     "--expect", str(expect.get(mode, i + 1))]
             senders.append(lab.spawn(argv, ns=h.ns, stdout=subprocess.PIPE, text=True))
         time.sleep(max(0.0, start_at + a.warmup - time.time()))
-        s0, c0, t0 = client.port_stats(), _cpu_seconds(proc.pid), time.monotonic()
+        stats = port_stats or (lambda: {})
+        s0, c0, t0 = stats(), _cpu_seconds(proc.pid), time.monotonic()
         time.sleep(a.seconds)
-        s1, c1, t1 = client.port_stats(), _cpu_seconds(proc.pid), time.monotonic()
+        s1, c1, t1 = stats(), _cpu_seconds(proc.pid), time.monotonic()
         outs = []
         for p in senders:
             out, _ = p.communicate(timeout=30 + a.seconds)
@@ -148,9 +157,12 @@ def run(mode: str, a: argparse.Namespace) -> dict:
 
         def rate(key: str) -> float:
             return sum(s1[p][key] - s0[p][key] for p in s0 if p.isdigit()) / dt
+        results_per_s = sum(o["results"] for o in outs) / len(outs) / a.seconds
         return {"mode": mode, "rx_pps": rate("rx"), "tx_pps": rate("tx"),
                 "drops_in_switch": sum(s1[p]["drop"] for p in s1 if p.isdigit()),
-                "results_per_s": sum(o["results"] for o in outs) / len(outs) / a.seconds,
+                "results_per_s": results_per_s,
+                # every completion takes one frame from each worker and multicasts one to each
+                "completion_frames_pps": results_per_s * a.workers,
                 "bad": sum(o["bad"] for o in outs), "retx": sum(o["retx"] for o in outs),
                 "daemon_cpu": (c1 - c0) / dt}
 
