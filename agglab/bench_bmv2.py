@@ -33,12 +33,7 @@ def bmv2_switch(lab, wd: Path, mode: str):
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m agglab.bench_bmv2", description=__doc__.splitlines()[0])
-    ap.add_argument("--workers", type=int, default=8)
-    ap.add_argument("--window", type=int, default=32, help="slots in flight per worker")
-    ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--warmup", type=float, default=1.0)
-    ap.add_argument("--job", type=int, default=1)
-    ap.add_argument("--rto", type=float, default=0.5)
+    bench_io.add_load_options(ap, window=32)
     a = ap.parse_args(argv)
     if os.geteuid() != 0:
         print("bench_bmv2 needs root (network namespaces, raw sockets)", file=sys.stderr)

@@ -167,15 +167,20 @@ def run(mode: str, a: argparse.Namespace, start_switch=soft_switch) -> dict:
                 "daemon_cpu": (c1 - c0) / dt}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m softswitch.bench_io", description=__doc__.splitlines()[0])
+def add_load_options(ap: argparse.ArgumentParser, window: int) -> None:
+    """The load's shape, shared with agglab.bench_bmv2 so both switches see the same packets."""
     ap.add_argument("--workers", type=int, default=8)
-    ap.add_argument("--window", type=int, default=128, help="slots in flight per worker")
+    ap.add_argument("--window", type=int, default=window, help="slots in flight per worker")
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--warmup", type=float, default=1.0)
-    ap.add_argument("--mode", choices=["both", "reflect", "agg"], default="both")
     ap.add_argument("--job", type=int, default=1)
     ap.add_argument("--rto", type=float, default=0.5, help="sender retransmission timeout (s)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m softswitch.bench_io", description=__doc__.splitlines()[0])
+    add_load_options(ap, window=128)
+    ap.add_argument("--mode", choices=["both", "reflect", "agg"], default="both")
     for name in ("--sender",):
         ap.add_argument(name, action="store_true", help=argparse.SUPPRESS)
     for name, typ in (("--rank", int), ("--ip", str), ("--mac", str), ("--ifname", str),
