@@ -185,10 +185,15 @@ def _wait_for_port(name: str, thrift_port: int, timeout: float) -> None:
             time.sleep(0.2)
 
 
+_CAPTURE = threading.Lock()
+
+
 def _captured(fn, *args):
-    """Call fn with stdout/stderr captured (both APIs print their answers and their errors)."""
+    """Call fn with stdout/stderr captured (both APIs print their answers and their errors).
+    The redirection is process-wide, so two clients in two threads (a reroute and the lab)
+    take turns: interleaved, one could restore the other's buffer as sys.stdout for good."""
     buf = io.StringIO()
-    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+    with _CAPTURE, contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
         result = fn(*args)
     return result, buf.getvalue()
 
