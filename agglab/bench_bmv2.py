@@ -21,7 +21,11 @@ THRIFT_PORT = 29611
 def bmv2_switch(lab, wd: Path, mode: str):
     """simple_switch on the lab's ports running the compiled agglab.p4 (per-packet logging off)."""
     from emulation.p4build import compile_p4
+    from softswitch.netlab import sh
 
+    for h in lab.hosts:          # libpcap only opens interfaces that are up; no IPv6 chatter
+        sh("sysctl", "-qw", f"net.ipv6.conf.{h.switch_if}.disable_ipv6=1", check=False)
+        sh("ip", "link", "set", h.switch_if, "up")
     argv = [find_bmv2_tool("simple_switch"), "--device-id", "61", "--thrift-port", str(THRIFT_PORT),
             "--notifications-addr", f"ipc://{wd}/notify.ipc", "--log-level", "warn",
             "--log-file", str(wd / "simple_switch")]
