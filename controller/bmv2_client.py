@@ -10,6 +10,10 @@ Why registers bypass all three: the reroute's snapshot and preload move whole re
 Both APIs keep the standard Thrift client as `.client`, so a whole register is one
 `bm_register_read_all` call and a batch of `register_write` lines is sent pipelined
 (all requests, then all answers, in windows), instead of a round trip per cell.
+`register_reset`s are posted: sent, and acknowledged at this client's next call, so a loop
+that resets every switch of a tree (the reroute) has all switches clearing at once instead of
+one after the other; the next call on a switch still sees its registers cleared (one Thrift
+connection answers in order), and a failed reset raises there.
 """
 
 from __future__ import annotations
@@ -45,27 +49,24 @@ class Bmv2Client(SwitchClient):
         self.via = via or "runtime_CLI"
         self._api = api
         self._thrift = getattr(api, "client", None)     # the standard Thrift client under both APIs
+        self._posted: list[tuple] = []                   # (method, args, recv) sent, answer unread
 
     # -- text commands -------------------------------------------------------------------
     def command(self, line: str) -> str:
         return self.commands([line])[0]
 
     def commands(self, lines: list[str]) -> list[str]:
-        """Run the lines in order; runs of register_write go pipelined over Thrift."""
+        """Run the lines in order. Over Thrift, runs of register_write go pipelined and
+        register_resets are posted: sent now, acknowledged before this client's next call."""
         outs: list[str] = []
         with self._lock:
-            start = 0
-            while start < len(lines):
-                end = start
-                while end < len(lines) and self._thrift is not None and lines[end].startswith("register_write "):
-                    end += 1
-                if end > start:
-                    outs += self._pipelined_writes(lines[start:end])
-                else:
-                    while end < len(lines) and not (self._thrift is not None and lines[end].startswith("register_write ")):
-                        end += 1
-                    outs += self._run_lines(lines[start:end])
-                start = end
+            for kind, run in _runs(lines, bulk=self._thrift is not None):
+                if kind == "register_reset":
+                    self._post("bm_register_reset", [(0, line.split()[1]) for line in run])
+                    outs += ["" for _ in run]
+                    continue
+                self._settle()
+                outs += self._pipelined_writes(run) if kind == "register_write" else self._run_lines(run)
         return outs
 
     def _run_lines(self, lines: list[str]) -> list[str]:
@@ -87,25 +88,38 @@ class Bmv2Client(SwitchClient):
 
     def _thrift_pipeline(self, method: str, calls: list[tuple]) -> list:
         """send_* for a window of calls, then recv_* for each: one round trip per window."""
-        send, recv = getattr(self._thrift, "send_" + method), getattr(self._thrift, "recv_" + method)
+        self._settle()                           # answers owed to earlier posts come first
         results = []
-        try:
-            for at in range(0, len(calls), PIPELINE_WINDOW):
-                window = calls[at:at + PIPELINE_WINDOW]
-                for args in window:
-                    send(*args)
-                failed = None
-                for args in window:           # read every answer even after a failure
-                    try:
-                        results.append(recv())
-                    except Exception as exc:  # InvalidRegisterOperation and friends (generated types)
-                        failed = failed or (args, exc)
-                if failed:
-                    raise SwitchCommandError(f"{self.name}: {method}{failed[0][1:]}: {failed[1]!r}")
-        except SwitchCommandError:
-            raise
-        except Exception as exc:
-            raise SwitchCommandError(f"{self.name}: {method}: {exc!r}") from exc
+        for at in range(0, len(calls), PIPELINE_WINDOW):
+            self._post(method, calls[at:at + PIPELINE_WINDOW])
+            results += self._settle()
+        return results
+
+    def _post(self, method: str, calls: list[tuple]) -> None:
+        """Send without waiting; the answers are read by _settle (at most a window outstanding,
+        so that unread answers always fit the socket buffers and the switch never blocks)."""
+        send, recv = getattr(self._thrift, "send_" + method), getattr(self._thrift, "recv_" + method)
+        for args in calls:
+            if len(self._posted) >= PIPELINE_WINDOW:
+                self._settle()
+            try:
+                send(*args)
+            except Exception as exc:
+                raise SwitchCommandError(f"{self.name}: {method}: {exc!r}") from exc
+            self._posted.append((method, args, recv))
+
+    def _settle(self) -> list:
+        """Read every outstanding answer, in order; raise for the first that failed."""
+        posted, self._posted = self._posted, []
+        results, failed = [], None
+        for method, args, recv in posted:        # read every answer even after a failure
+            try:
+                results.append(recv())
+            except Exception as exc:             # InvalidRegisterOperation and friends (generated types)
+                failed = failed or (method, args, exc)
+        if failed:
+            method, args, exc = failed
+            raise SwitchCommandError(f"{self.name}: {method}{args[1:]}: {exc!r}")
         return results
 
     # -- typed helpers: p4-utils' API as its users call it -------------------------------------
@@ -138,6 +152,7 @@ class Bmv2Client(SwitchClient):
     def _call(self, method: str, *args):
         """One p4-utils API call; it prints its errors instead of raising, so read them."""
         with self._lock:
+            self._settle()
             result, out = _captured(getattr(self._api, method), *args)
         _check(self.name, f"{method}{args}", out)
         return result, out
@@ -147,6 +162,7 @@ class Bmv2Client(SwitchClient):
         if self._thrift is None:
             return super().register_read(name, index)
         with self._lock:
+            self._settle()
             if index is None:
                 return list(self._thrift_pipeline("bm_register_read_all", [(0, name)])[0])
             return int(self._thrift_pipeline("bm_register_read", [(0, name, index)])[0])
@@ -159,17 +175,27 @@ class Bmv2Client(SwitchClient):
         whole = self.register_read(name) if ranges else []
         return [whole[start:start + count] for start, count in ranges]
 
-    def register_reset(self, name: str) -> None:
-        if self._thrift is None:
-            return super().register_reset(name)
-        with self._lock:
-            self._thrift_pipeline("bm_register_reset", [(0, name)])
-
     def close(self) -> None:
+        if self._thrift is not None:
+            with self._lock, contextlib.suppress(SwitchCommandError):
+                self._settle()
         transport = getattr(getattr(getattr(self._thrift, "_iprot", None), "trans", None), "close", None)
         if transport:
             with contextlib.suppress(Exception):
                 transport()
+
+
+def _runs(lines: list[str], bulk: bool):
+    """Consecutive lines grouped as ("register_write" | "register_reset" | "other", lines)."""
+    runs: list[tuple[str, list[str]]] = []
+    for line in lines:
+        verb = line.split(maxsplit=1)[0] if line.strip() else ""
+        kind = verb if bulk and verb in ("register_write", "register_reset") and len(line.split()) > 1 else "other"
+        if runs and runs[-1][0] == kind:
+            runs[-1][1].append(line)
+        else:
+            runs.append((kind, [line]))
+    return runs
 
 
 def _wait_for_port(name: str, thrift_port: int, timeout: float) -> None:

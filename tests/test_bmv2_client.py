@@ -192,3 +192,18 @@ def test_whole_register_read_is_one_call(client, api):
     assert client.register_read("agg_values", 11) == 8
     client.register_reset("agg_values")
     assert client.register_read("agg_values") == [0] * 64
+
+
+def test_resets_are_posted_and_settled_by_the_next_call(client, api):
+    api.client.regs["agg_count"][3] = 9
+    client.commands(["register_reset agg_count", "register_reset agg_values"])
+    assert api.client.wire == ["send", "send"] and len(api.client._pending) == 2   # not waited for
+    assert client.register_read("agg_count", 3) == 0          # the next call reads them first
+    assert not api.client._pending
+
+
+def test_a_failed_posted_reset_raises_at_the_next_call(client, api):
+    client.command("register_reset nosuch")
+    with pytest.raises(SwitchCommandError, match="nosuch"):
+        client.table_add("agg_job", "agg_child", [1, 0, 0, 3], [2, 4, 1, 0])
+    assert client.table_add("agg_job", "agg_child", [1, 0, 0, 3], [2, 4, 1, 0]) == 0   # in step again
