@@ -185,10 +185,14 @@ def test_bad_write_raises_after_reading_every_answer(client, api):
     assert api.client.regs["agg_count"][1:3] == [5, 6]
 
 
-def test_whole_register_read_is_one_call(client, api):
+def test_whole_register_read_is_one_call(client, api, monkeypatch):
     api.client.regs["agg_values"][10:13] = [7, 8, 9]
     assert client.register_read_ranges("agg_values", [(10, 2), (12, 1)]) == [[7, 8], [9]]
-    assert api.client.wire == ["send", "recv"]
+    assert api.client.wire == ["send"] * 3 + ["recv"] * 3          # few cells: single reads, pipelined
+    api.client.wire.clear()
+    monkeypatch.setattr("controller.bmv2_client.RANGE_CELLS", 2)
+    assert client.register_read_ranges("agg_values", [(10, 2), (12, 1)]) == [[7, 8], [9]]
+    assert api.client.wire == ["send", "recv"]                        # many: the whole register
     assert client.register_read("agg_values", 11) == 8
     client.register_reset("agg_values")
     assert client.register_read("agg_values") == [0] * 64
