@@ -97,7 +97,7 @@ def test_fat_tree_exact_with_a_tree_link_failing(algorithm):
 
 def test_lab_script_on_bmv2(tmp_path):
     script = tmp_path / "lab.txt"
-    script.write_text("trees\nallreduce 20000\nwait\nfail a1 c1\nallreduce 20000\nwait\nstats\n")
+    script.write_text("trees\nallreduce 20000\nwait\nfail a1 c1\nallreduce 20000\nwait\nstats\nevents\n")
     proc = agglab(["lab", "--backend", "bmv2", "--topology", "fattree", "--k", "4", "--workers", "8",
                    "--script", str(script)], timeout=400)
     assert proc.stdout.count("allreduce: exact") == 2, proc.stdout + proc.stderr
