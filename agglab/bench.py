@@ -14,6 +14,8 @@ an emulation is only faithful while the links, not the CPU, are the bottleneck):
   sparse     8 workers x 1M int32 at 5 Mb/s, overlapping blocks: dense time over
              sparse time at density 0.1 and 0.01                                 (>= 9x, >= 50x)
   trees      tree computation on fat-trees (informational)
+  bmv2       BMv2 simple_switch's 8-way aggregation frames/s beside the software
+             switch's (same lab, senders, packets, program; skipped without BMv2/p4c)
 
     sudo .venv/bin/python -m agglab.bench                      # everything, results/bench/<time>.json
     sudo .venv/bin/python -m agglab.bench --only daemon,build --compare results/bench/PREV.json
@@ -37,8 +39,8 @@ from pathlib import Path
 from ground import wire
 from ground.paths import REPO
 
-SECTIONS = ("pipeline", "daemon", "wire", "reroute", "build", "sparse", "trees")
-ROOT_SECTIONS = {"daemon", "wire", "reroute", "build", "sparse"}
+SECTIONS = ("pipeline", "daemon", "wire", "reroute", "build", "sparse", "trees", "bmv2")
+ROOT_SECTIONS = {"daemon", "wire", "reroute", "build", "sparse", "bmv2"}
 LINK_BOUND = 1.10          # a run within 10% of its analytic wire time is link-bound
 
 
@@ -182,8 +184,30 @@ def bench_trees(_a) -> list[dict]:
     return []                               # printed only: its own table
 
 
+def bench_bmv2(a) -> list[dict]:
+    """Both switches under the same closed-loop load (agglab/bench_bmv2.py); informational."""
+    from agglab.bench_bmv2 import bmv2_switch
+    from controller.switch_client import find_bmv2_tool
+    from softswitch import bench_io
+
+    if not (find_bmv2_tool("simple_switch") and find_bmv2_tool("p4c")):
+        raise RuntimeError("simple_switch or p4c not found (scripts/provision-vm.sh builds them)")
+    opts = bench_io.options(["--seconds", str(a.daemon_seconds), "--window", "32"])
+    out = []
+    for name, start in (("software switch", bench_io.soft_switch), ("BMv2 simple_switch", bmv2_switch)):
+        r = bench_io.run("agg", opts, start_switch=start)
+        out.append(figure(f"{name} aggregation frames/s (window 32)", r["completion_frames_pps"],
+                          "frames/s", link_mbps=None, link_bound=False,
+                          scale=f"{opts.workers} workers x window {opts.window} on unshaped veths",
+                          detail=f"switch CPU {r['daemon_cpu']:.0%}, retransmissions {r['retx']}, "
+                                 f"wrong results {r['bad']}",
+                          switch_cpu=round(r["daemon_cpu"], 3), wrong_results=r["bad"]))
+    return out
+
+
 BENCHES = {"pipeline": bench_pipeline, "daemon": bench_daemon, "wire": bench_wire,
-           "reroute": bench_reroute, "build": bench_build, "sparse": bench_sparse, "trees": bench_trees}
+           "reroute": bench_reroute, "build": bench_build, "sparse": bench_sparse, "trees": bench_trees,
+           "bmv2": bench_bmv2}
 
 
 # ---- output ------------------------------------------------------------------------------

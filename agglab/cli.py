@@ -188,6 +188,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("doctor", help="check the installation")
     d.set_defaults(func=_doctor)
+
+    x = sub.add_parser("export", help="write agglab's pipeline for another tool: "
+                       "'p4app' = a p4-utils network (p4app.json + per-switch CLI files)")
+    x.add_argument("format", choices=["p4app"])
+    x.add_argument("topology", help="single, leafspine, fattree, bcube or a YAML file")
+    x.add_argument("--k", type=int, default=None, help="fat-tree k (default 4) or BCube level count k")
+    x.add_argument("--workers", type=int, default=8)
+    x.add_argument("--tree", default="rat", choices=["spt", "rat", "packing"])
+    x.add_argument("--bw", type=float, default=None, help="link rate in Mb/s written on every link")
+    x.add_argument("--out", default="p4app", help="output directory (default ./p4app)")
+    x.set_defaults(func=lambda args: __import__("agglab.export_p4app", fromlist=["main"]).main(args))
     return ap
 
 

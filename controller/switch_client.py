@@ -3,22 +3,16 @@
 Both targets are programmed in the simple_switch_CLI command language, so the
 conformance vectors, the controller and a human at a CLI use one vocabulary:
 - SoftSwitchClient talks to the software switch's Unix control socket;
-- Bmv2Client talks Thrift to simple_switch (BMv2's aggregation registers are only
-  reachable over Thrift), through p4-utils' SimpleSwitchThriftAPI when installed,
-  else BMv2's own runtime_CLI module, else the simple_switch_CLI program.
+- Bmv2Client (controller/bmv2_client.py) talks Thrift to simple_switch, through
+  p4-utils' SimpleSwitchThriftAPI when installed, else BMv2's own runtime_CLI module,
+  else the simple_switch_CLI program.
 Typed helpers (table_add, register_read, ...) are built once on top of command().
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
-import os
 import re
 import shutil
-import socket
-import subprocess
-import time
 from abc import ABC, abstractmethod
 
 
@@ -164,99 +158,3 @@ def find_bmv2_tool(name: str) -> str | None:
 
     hits = sorted(glob.glob(f"/opt/*/bin/{name}"))
     return hits[0] if hits else None
-
-
-class Bmv2Client(SwitchClient):
-    """BMv2 simple_switch over Thrift."""
-
-    def __init__(self, name: str, thrift_port: int, timeout: float = 10.0):
-        self.name = name
-        self.thrift_port = thrift_port
-        self._api = None
-        deadline = time.monotonic() + timeout
-        while True:                            # simple_switch opens its Thrift port when ready
-            try:
-                socket.create_connection(("127.0.0.1", thrift_port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise SwitchCommandError(f"{name}: no Thrift server on port {thrift_port}")
-                time.sleep(0.2)
-        try:
-            self._api = _thrift_api(thrift_port)
-        except ImportError:
-            self._api = None                   # no python bindings: use the CLI program
-        except SystemExit as exc:              # runtime_CLI exits on connection errors
-            raise SwitchCommandError(f"{name}: Thrift connection to port {thrift_port} failed") from exc
-
-    def command(self, line: str) -> str:
-        return self.commands([line])[0]
-
-    def register_read_range(self, name: str, start: int, count: int) -> list[int]:
-        """One Thrift call for the whole register beats `count` single reads on BMv2."""
-        return self.register_read(name)[start:start + count]
-
-    def register_read_ranges(self, name: str, ranges: list[tuple[int, int]]) -> list[list[int]]:
-        whole = self.register_read(name) if ranges else []
-        return [whole[start:start + count] for start, count in ranges]
-
-    def commands(self, lines: list[str]) -> list[str]:
-        if self._api is not None:
-            outs = []
-            for line in lines:
-                buf = io.StringIO()
-                with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
-                    self._api.onecmd(line)
-                outs.append(_check_bmv2_output(self.name, line, buf.getvalue()))
-            return outs
-        cli = find_bmv2_tool("simple_switch_CLI")
-        if not cli:
-            raise SwitchCommandError("simple_switch_CLI not found (is BMv2 installed?)")
-        outs = []
-        for line in lines:   # one process per line keeps outputs apart; fine for set-up
-            proc = subprocess.run([cli, "--thrift-port", str(self.thrift_port)], input=line + "\n",
-                                  capture_output=True, text=True, timeout=30)
-            outs.append(_check_bmv2_output(self.name, line, proc.stdout + proc.stderr))
-        return outs
-
-
-def _check_bmv2_output(name: str, line: str, out: str) -> str:
-    if re.search(r"Error|Invalid|exception", out):
-        raise SwitchCommandError(f"{name}: {line!r}: {out.strip()}")
-    return out
-
-
-def _add_bmv2_python_path() -> None:
-    """BMv2 installs its Python runtime (runtime_CLI, bm_runtime) under PREFIX/lib/python3*/."""
-    import glob
-    import sys
-
-    binary = find_bmv2_tool("simple_switch")
-    if not binary:
-        return
-    prefix = os.path.dirname(os.path.dirname(os.path.realpath(binary)))
-    for path in sorted(glob.glob(f"{prefix}/lib/python3*/site-packages")) + \
-            sorted(glob.glob(f"{prefix}/lib/python3*/dist-packages")):
-        if path not in sys.path:
-            sys.path.append(path)
-
-
-def _thrift_api(thrift_port: int):
-    """A RuntimeAPI-like object with onecmd(), from p4-utils or BMv2's runtime_CLI."""
-    try:
-        from p4utils.utils.thrift_API import ThriftAPI  # type: ignore
-
-        return ThriftAPI(thrift_port, "127.0.0.1", "SimpleSwitch")
-    except ImportError:
-        pass
-    _add_bmv2_python_path()
-    import runtime_CLI  # type: ignore  # BMv2's module, installed beside simple_switch
-    from sswitch_runtime import SimpleSwitch  # type: ignore
-    from sswitch_CLI import SimpleSwitchAPI  # type: ignore
-
-    services = runtime_CLI.RuntimeAPI.get_thrift_services(runtime_CLI.PreType.SimplePreLAG)
-    services.extend(SimpleSwitchAPI.get_thrift_services())
-    quiet = io.StringIO()          # both announce themselves on the stdout bound at import time
-    std, mc, ss = runtime_CLI.utils.thrift_connect("127.0.0.1", thrift_port, services, out=quiet)
-    runtime_CLI.load_json_str(runtime_CLI.utils.get_json_config(std, None, out=quiet))
-    return SimpleSwitchAPI(runtime_CLI.PreType.SimplePreLAG, std, mc, ss)

@@ -43,7 +43,7 @@ class FailureInjector(threading.Thread):
                     return
             a, b = spec.link or self.job.pick_tree_link(self.seed + i)
             t_fail = time.monotonic()
-            self.net.set_link(a, b, False)
+            t_fail = self.net.set_link(a, b, False) or t_fail    # BMv2: after its port change
             self.injected.append({"link": f"{a}-{b}", "t_fail": t_fail,
                                   "at": round(read_progress(self.progress_files), 3)})
 

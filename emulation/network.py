@@ -17,7 +17,8 @@ import networkx as nx
 from ground.rundir import RunRecord, clean
 from controller import addressing
 from ground import addresses
-from controller.switch_client import Bmv2Client, SoftSwitchClient, SwitchClient
+from controller.bmv2_client import Bmv2Client
+from controller.switch_client import SoftSwitchClient, SwitchClient
 from controller.topology import hosts, port, switches
 from emulation.link_monitor import LinkMonitor
 
@@ -247,25 +248,36 @@ class EmulatedNetwork:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    def set_link(self, a: str, b: str, up: bool) -> None:
-        """Take link a-b down (both ends) or bring it back, as Mininet's `link a b down|up`.
+    def set_link(self, a: str, b: str, up: bool) -> float:
+        """Take link a-b down (both ends) or bring it back, as Mininet's `link a b down|up`;
+        returns the monotonic time the link changed state.
 
-        Why BMv2 ends leave the switch first: with Debian 12's libpcap, simple_switch's one
-        receive thread blocks inside pcap_next_ex while any of its interfaces is
-        administratively down, which silences every port of the switch, not one. So a BMv2
-        end is removed from the switch (port_remove) before its interface goes down and added
-        again (port_add) once it is up, as a real switch's port goes away with its link; the
-        controller still learns of the failure from netlink."""
+        On BMv2 a switch's end first leaves the switch (port_remove) and comes back after
+        (port_add), with the traffic sources paused while it does: see emulation/bmv2_ports.py
+        for the two BMv2 behaviours that make this necessary. The controller still learns of
+        the failure from netlink."""
         ends = [(n, self.graph.edges[a, b]["intfs"][n], port(self.graph, n, other))
                 for n, other in ((a, b), (b, a))
                 if self.backend == "bmv2" and self.graph.nodes[n]["kind"] == "switch"]
-        if not up:
-            for n, _intf, number in ends:
-                self.clients[n].command(f"port_remove {number}")
-        self.net.configLinkStatus(a, b, "up" if up else "down")
-        if up:
-            for n, intf, number in ends:
-                self.clients[n].command(f"port_add {intf} {number}")
+        if not ends:
+            changed = time.monotonic()
+            self.net.configLinkStatus(a, b, "up" if up else "down")
+            return changed
+        from emulation import bmv2_ports
+
+        shells = [self.net.get(h).pid for h in hosts(self.graph)]
+        ports_of = [i.name for s in switches(self.graph) for i in self.net.get(s).intfList() if i.name != "lo"]
+        with bmv2_ports.sources_paused(bmv2_ports.processes_in_netns(shells)):
+            bmv2_ports.wait_idle(ports_of)
+            if not up:
+                for n, _intf, number in ends:
+                    self.clients[n].command(f"port_remove {number}")
+            changed = time.monotonic()
+            self.net.configLinkStatus(a, b, "up" if up else "down")
+            if up:
+                for n, intf, number in ends:
+                    self.clients[n].command(f"port_add {intf} {number}")
+        return changed
 
     # -- access -------------------------------------------------------------------
     def watch_links(self, on_change) -> LinkMonitor:

@@ -29,7 +29,8 @@ def compile_p4(out_dir: Path = BUILD) -> Path:
         return json_path
     p4c = find_bmv2_tool("p4c")
     if not p4c:
-        raise RuntimeError("p4c not found: install p4c (see the Vagrantfile) or use --backend soft")
+        raise RuntimeError("p4c not found: install p4c (sudo scripts/provision-vm.sh, or the Vagrant VM) "
+                           "or use --backend soft")
     proc = subprocess.run([p4c, "--target", "bmv2", "--arch", "v1model", "-o", str(out_dir),
                            str(P4SRC / "agglab.p4")], capture_output=True, text=True)
     if proc.returncode != 0 or not json_path.exists():

@@ -98,8 +98,11 @@ class Bmv2Switch(_ProcessSwitch):
 
         binary = find_bmv2_tool("simple_switch")
         if not binary:
-            raise RuntimeError("simple_switch not found: install BMv2 (see the Vagrantfile) or use --backend soft")
+            raise RuntimeError("simple_switch not found: install BMv2 (sudo scripts/provision-vm.sh, or the Vagrant VM) or use --backend soft")
+        # the notifications socket defaults to /tmp/bmv2-<device>-notifications.ipc, shared by
+        # every simple_switch on the machine: another run's switch would stop ours from starting
         argv = [binary, "--device-id", str(self.device_id), "--thrift-port", str(self.thrift_port),
+                "--notifications-addr", f"ipc://{self.run.path}/{self.name}-notifications.ipc",
                 "--log-file", str(self.log_path.with_suffix("")), "--log-level",
                 os.environ.get("AGGLAB_BMV2_LOG_LEVEL", "warn")]   # per-packet logging halves BMv2's rate
         for number, intf in sorted(self.data_ports().items()):

@@ -123,14 +123,22 @@ def _cpu_seconds(pid: int) -> tuple[float, float]:
     return int(fields[11]) / tick, int(fields[12]) / tick
 
 
-def run(mode: str, a: argparse.Namespace) -> dict:
-    """One measurement with a fresh lab; returns the figures."""
+def soft_switch(lab: Lab, wd: Path, mode: str):
+    """Start the software switch daemon on the lab's ports: (process, control client, port_stats)."""
+    extra = ["--stats-interval", "3600"] + (["--pipeline", "softswitch.bench_io:Reflect"]
+                                           if mode == "reflect" else [])
+    proc, paths = lab.start_switch(wd, *extra)
+    client = wait_ready(paths["control"], 20, log=paths["log"], process=proc)
+    return proc, client, client.port_stats
+
+
+def run(mode: str, a: argparse.Namespace, start_switch=soft_switch) -> dict:
+    """One measurement with a fresh lab; returns the figures. `start_switch(lab, workdir, mode)`
+    starts the data plane under test (default: this daemon) and returns (process, a client that
+    takes simple_switch_CLI lines, a port-counter function or None)."""
     with Lab() as lab, tempfile.TemporaryDirectory(prefix="agglab-bench-") as wd:
         hosts = [lab.add_host(i) for i in range(1, a.workers + 1)]
-        extra = ["--stats-interval", "3600"] + (["--pipeline", "softswitch.bench_io:Reflect"]
-                                               if mode == "reflect" else [])
-        proc, paths = lab.start_switch(Path(wd), *extra)
-        client = wait_ready(paths["control"], 20, log=paths["log"], process=proc)
+        proc, client, port_stats = start_switch(lab, Path(wd), mode)
         if mode == "agg":
             program_aggregation(client, hosts, job=a.job)
         expect = {"agg": a.workers * (a.workers + 1) // 2}
@@ -144,9 +152,10 @@ def run(mode: str, a: argparse.Namespace) -> dict:
                     "--expect", str(expect.get(mode, i + 1))]
             senders.append(lab.spawn(argv, ns=h.ns, stdout=subprocess.PIPE, text=True))
         time.sleep(max(0.0, start_at + a.warmup - time.time()))
-        s0, c0, t0 = client.port_stats(), _cpu_seconds(proc.pid), time.monotonic()
+        stats = port_stats or (lambda: {})
+        s0, c0, t0 = stats(), _cpu_seconds(proc.pid), time.monotonic()
         time.sleep(a.seconds)
-        s1, c1, t1 = client.port_stats(), _cpu_seconds(proc.pid), time.monotonic()
+        s1, c1, t1 = stats(), _cpu_seconds(proc.pid), time.monotonic()
         outs = []
         for p in senders:
             out, _ = p.communicate(timeout=30 + a.seconds)
@@ -157,23 +166,31 @@ def run(mode: str, a: argparse.Namespace) -> dict:
 
         def rate(key: str) -> float:
             return sum(s1[p][key] - s0[p][key] for p in s0 if p.isdigit()) / dt
+        results_per_s = sum(o["results"] for o in outs) / len(outs) / a.seconds
         return {"mode": mode, "rx_pps": rate("rx"), "tx_pps": rate("tx"),
                 "drops_in_switch": sum(s1[p]["drop"] for p in s1 if p.isdigit()),
-                "results_per_s": sum(o["results"] for o in outs) / len(outs) / a.seconds,
+                "results_per_s": results_per_s,
+                # every completion takes one frame from each worker and multicasts one to each
+                "completion_frames_pps": results_per_s * a.workers,
                 "bad": sum(o["bad"] for o in outs), "retx": sum(o["retx"] for o in outs),
                 "daemon_cpu": (sum(c1) - sum(c0)) / dt, "daemon_sys": (c1[1] - c0[1]) / dt}
+
+
+def add_load_options(ap: argparse.ArgumentParser, window: int) -> None:
+    """The load's shape, shared with agglab.bench_bmv2 so both switches see the same packets."""
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--window", type=int, default=window, help="slots in flight per worker")
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--warmup", type=float, default=1.0)
+    ap.add_argument("--job", type=int, default=1)
+    ap.add_argument("--rto", type=float, default=0.5, help="sender retransmission timeout (s)")
 
 
 def options(argv: list[str] | None = None) -> argparse.Namespace:
     """The benchmark's settings (defaults, or parsed from `argv`); `run(mode, options())`."""
     ap = argparse.ArgumentParser(prog="python -m softswitch.bench_io", description=__doc__.splitlines()[0])
-    ap.add_argument("--workers", type=int, default=8)
-    ap.add_argument("--window", type=int, default=128, help="slots in flight per worker")
-    ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--warmup", type=float, default=1.0)
+    add_load_options(ap, window=128)
     ap.add_argument("--mode", choices=["both", "reflect", "agg"], default="both")
-    ap.add_argument("--job", type=int, default=1)
-    ap.add_argument("--rto", type=float, default=0.5, help="sender retransmission timeout (s)")
     for name in ("--sender",):
         ap.add_argument(name, action="store_true", help=argparse.SUPPRESS)
     for name, typ in (("--rank", int), ("--ip", str), ("--mac", str), ("--ifname", str),
@@ -197,8 +214,9 @@ def main(argv: list[str] | None = None) -> int:
                 else f"P4 pipeline, {a.workers}-way aggregation")
         print(f"softswitch daemon [{what}]: {r['rx_pps']:,.0f} frames/s in, "
               f"{r['tx_pps']:,.0f} frames/s out, {r['results_per_s']:,.0f} results/s per worker "
-              f"(daemon CPU {r['daemon_cpu']:.0%} of which kernel {r['daemon_sys']:.0%}, i.e. {r['rx_pps'] / max(r['daemon_cpu'], 1e-9):,.0f} "
-              f"frames in per CPU-second; window {a.window} x {a.workers} workers, "
+              f"(daemon CPU {r['daemon_cpu']:.0%} of which kernel {r['daemon_sys']:.0%}, i.e. "
+              f"{r['rx_pps'] / max(r['daemon_cpu'], 1e-9):,.0f} frames in per CPU-second; "
+              f"window {a.window} x {a.workers} workers, "
               f"retransmissions {r['retx']}, wrong results {r['bad']})", flush=True)
     return 0
 

@@ -1,0 +1,80 @@
+"""Taking a BMv2 port away and back without hanging simple_switch.
+
+Two BMv2 facts shape a link failure on the bmv2 backend (both measured with BMv2 1.15.5 on
+Debian 12, see docs/design.md "Link failures on BMv2"):
+1. an interface that is administratively down blocks simple_switch's one receive thread inside
+   libpcap, silencing every port of the switch, so a switch's end must leave the switch
+   (`port_remove`) before its link goes down and come back (`port_add`) after it is up;
+2. `port_remove`/`port_add` deadlock under traffic: BMI's port manager (src/BMI/bmi_port.c)
+   holds its write lock while it waits for the receive thread to echo a byte over a socket
+   pair, and a receive thread that has packets to handle is waiting for that lock instead.
+   It only succeeds when the receive thread sits idle in select().
+So the emulator pauses the traffic sources (the processes in the hosts' namespaces: workers)
+with SIGSTOP, waits until the switches' interfaces stop counting packets, changes the ports,
+and lets the sources go on. The pause lasts the drain (typically 50-200 ms) plus the Thrift calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+
+
+def processes_in_netns(shell_pids: list[int]) -> list[int]:
+    """Every process sharing a network namespace with one of `shell_pids`, the shells excluded."""
+    spaces = set()
+    for pid in shell_pids:
+        with contextlib.suppress(OSError):
+            spaces.add(os.stat(f"/proc/{pid}/ns/net").st_ino)
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) in shell_pids or int(entry.name) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            if os.stat(f"/proc/{entry.name}/ns/net").st_ino in spaces:
+                found.append(int(entry.name))
+    return found
+
+
+def packet_count(interfaces: list[str]) -> int:
+    """rx + tx packets of root-namespace interfaces (gone ones count 0)."""
+    total = 0
+    for name in interfaces:
+        for key in ("rx_packets", "tx_packets"):
+            with contextlib.suppress(OSError, ValueError):
+                total += int(Path(f"/sys/class/net/{name}/statistics/{key}").read_text())
+    return total
+
+
+def wait_idle(interfaces: list[str], settle: float = 0.05, limit: float = 2.0) -> float:
+    """Wait until the interfaces' counters stay still for `settle` seconds (at most `limit`);
+    returns the seconds waited."""
+    start = time.monotonic()
+    last, still_since = packet_count(interfaces), time.monotonic()
+    while time.monotonic() - start < limit:
+        time.sleep(0.01)
+        now = packet_count(interfaces)
+        if now != last:
+            last, still_since = now, time.monotonic()
+        elif time.monotonic() - still_since >= settle:
+            break
+    return time.monotonic() - start
+
+
+@contextlib.contextmanager
+def sources_paused(pids: list[int]):
+    """SIGSTOP the pids for the duration of the block; SIGCONT them whatever happens."""
+    stopped = []
+    try:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+        yield stopped
+    finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
