@@ -5,6 +5,7 @@
     agglab train        a model trained through the switches; FIFO vs PACE (--profile-only)
     agglab clean        remove what a crashed run left (namespaces, interfaces, processes)
     agglab doctor       say what is installed and what is missing, and why it matters
+    agglab exercise     teaching labs: list, start N, check N [--json], solution N
 """
 
 from __future__ import annotations
@@ -146,6 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("doctor", help="check the installation")
     d.set_defaults(func=_doctor)
+
+    from agglab.exercise import add_parser as add_exercise_parser   # teaching labs (issue 14)
+    add_exercise_parser(sub)
     return ap
 
 
