@@ -164,6 +164,7 @@ def default_dir(ex: Exercise) -> Path:
 
 def write_files(ex: Exercise, dest: Path, solution: bool) -> list[Path]:
     written = []
+    dest.mkdir(parents=True, exist_ok=True)
     for rel in ex.files:
         text = repo_text(rel)
         out = dest / rel

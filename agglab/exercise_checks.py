@@ -295,11 +295,12 @@ def failure_checks(work: Path) -> list[dict]:
     out = []
 
     def same(field: str, got, want, why: str) -> None:
-        if got is None:
+        if got is None or got == []:
             out.append(result(field, False, f"{field} is not answered yet ({why})"))
-        else:
+        else:            # the expected value is not printed: it is the answer
             ok = got == want
-            out.append(result(field, ok, "" if ok else f"{field}: you wrote {got!r}, the rerun gives {want!r} ({why})"))
+            out.append(result(field, ok, "" if ok else f"{field}: {got!r} does not match a rerun of the "
+                                                       f"controller with your failed_link ({why})"))
 
     same("epoch_before", ans.get("epoch_before"), before.epoch, "`trees` before the failure")
     same("roots_before", _names(ans.get("roots_before")), sorted(t.root for t in before.trees),
