@@ -234,21 +234,25 @@ def check(ex: Exercise, work: Path, bmv2: str = "auto", timeout: float = 600) ->
 
 
 def grade(ex: Exercise, checks: list[dict]) -> dict:
-    passed = sum(1 for c in checks if c["ok"])
-    return {"exercise": ex.number, "slug": ex.slug, "passed": passed, "total": len(checks),
-            "ok": bool(checks) and passed == len(checks), "checks": checks}
+    passed = sum(1 for c in checks if c["ok"] and not c.get("skipped"))
+    skipped = sum(1 for c in checks if c.get("skipped"))
+    return {"exercise": ex.number, "slug": ex.slug, "passed": passed, "skipped": skipped, "total": len(checks),
+            "ok": bool(checks) and all(c["ok"] for c in checks), "checks": checks}
 
 
 def show(result: dict) -> str:
     lines = []
     for c in result["checks"]:
-        lines.append(f"{'PASS' if c['ok'] else 'FAIL'}  {c['name']}")
+        lines.append(f"{'SKIP' if c.get('skipped') else 'PASS' if c['ok'] else 'FAIL'}  {c['name']}")
         if c.get("detail") and not c["ok"]:
             lines += ["      " + line for line in c["detail"].splitlines()]
-        elif c.get("detail"):
+        elif c.get("skipped"):
+            lines.append("      " + c["detail"])
+        elif c.get("detail") and not c.get("skipped"):
             lines.append("      " + c["detail"].splitlines()[0])
     verdict = "all checks pass" if result["ok"] else "not yet"
-    lines.append(f"exercise {result['exercise']}: {result['passed']}/{result['total']} checks pass: {verdict}")
+    skipped = f" ({result['skipped']} skipped)" if result.get("skipped") else ""
+    lines.append(f"exercise {result['exercise']}: {result['passed']}/{result['total']} checks pass{skipped}: {verdict}")
     return "\n".join(lines)
 
 
