@@ -7,6 +7,7 @@
     agglab calibrate    measure this machine's fidelity ceiling (fastest faithful link rate)
     agglab clean        remove what a crashed run left (namespaces, interfaces, processes)
     agglab doctor       say what is installed and what is missing, and why it matters
+    agglab exercise     teaching labs: list, start N, check N [--json], solution N
 
 RUN OPTIONS are the fields of ground/runspec.py's RunSpec, one option per field
 (`add_run_options`); bad input (a bad field, topology or tree) prints one line and exits 2.
@@ -199,6 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--bw", type=float, default=None, help="link rate in Mb/s written on every link")
     x.add_argument("--out", default="p4app", help="output directory (default ./p4app)")
     x.set_defaults(func=lambda args: __import__("agglab.export_p4app", fromlist=["main"]).main(args))
+    from agglab.exercise import add_parser as add_exercise_parser   # teaching labs (issue 14)
+    add_exercise_parser(sub)
     return ap
 
 

@@ -117,7 +117,9 @@ class DenseRun(SlotRun):
             nxt = j + S if j + S < self.nblocks else wire.NEXT_NONE
             exp = self.exps[j + S]
             body = self.data_body(s, j)
+        # EXERCISE slot-version BEGIN hint: round r of slot s alternates versions, starting from v0[s]: ver = (v0[s] + r) mod 2
         fields = dict(ver=(self.v0[s] + r) & 1, slot=s, exp=exp, block=j, next_block=nxt)
+        # EXERCISE END
         self.packet[s] = (fields, body)
         self.tx.send(self.hdr.pack(tree=self.trees[s], epoch=self.epoch, **fields) + body)
         self.stats.packets_sent += 1

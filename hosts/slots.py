@@ -168,9 +168,11 @@ class SlotRun:
             if s and not self.stats.results_accepted:
                 self.parked.append(s)           # nothing heard yet: slot 0 alone probes
                 continue
+            # EXERCISE retransmit-timer BEGIN hint: the slot's timer fired and no result came: count the try, resend(s, now) and re-arm the timer after backoff(self.rtt.rto, self.tries[s]) with the same seq
             self.tries[s] += 1
             self.resend(s, now)
             heapq.heappush(timers, (now + backoff(self.rtt.rto, self.tries[s]), s, seq))
+            # EXERCISE END
 
     def poll_control(self, now: float) -> bool:
         """Apply a new epoch / tree_of_slot from the controller; True if anything changed."""

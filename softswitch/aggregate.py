@@ -97,8 +97,11 @@ class Aggregate:
         lo = r * K
         if not bm & bit:                                  # first copy
             obm = bitmap.item(o)
+            # EXERCISE shadow-copy BEGIN hint: the child's packet of version r proves it received the result of the other version o; clear its bit in bitmap[o] so that version's slot can be reused
             if obm & bit:
                 bitmap[o] = obm & ~bit                    # shadow copy: free the other version
+            # EXERCISE END
+            # EXERCISE aggregate-add BEGIN hint: first contribution (bm == 0) copies the lanes, later ones add them (np.add, out=lanes); keep the max exponent, count, set the child's bit; when count == fan_in: root multicasts a RESULT (final=1), an inner switch sends the partial up
             lanes = self.values[lo:lo + K]
             pkt = np.frombuffer(frame, BE_U32, K, DATA_OFF)
             if bm == 0:
@@ -122,6 +125,8 @@ class Aggregate:
                 self.final[r] = 1
                 return emit(frame, lanes, e, flags | RESULT_FLAG), 0, mgrp, RESULT
             return emit(frame, lanes, e, flags & UP_FLAGS), parent, 0, NORMAL
+            # EXERCISE END
+        # EXERCISE aggregate-duplicate BEGIN hint: the child's bit is already set: before completion drop it (STAT_DUP_DROP); after completion answer the sender alone with the stored result (a lost result)
         if self.count.item(r) != fan_in:                  # duplicate before completion
             self.stats.count(STAT_DUP_DROP, len(frame))
             return None
@@ -131,6 +136,7 @@ class Aggregate:
             return emit(frame, lanes, self.exp.item(r), flags | RESULT_FLAG), port, 0, RESULT
         self.stats.count(STAT_DUP_UP, len(frame))         # our partial may be lost: again
         return emit(frame, lanes, self.exp.item(r), flags & UP_FLAGS), parent, 0, NORMAL
+        # EXERCISE END
 
     def _from_parent(self, frame, r, fan_in, mgrp, flags, pexp):
         """The tree's result coming down: store it (for retransmissions), multicast it."""

@@ -137,6 +137,7 @@ class Sparse:
         if self.done[r]:                                  # a probe after completion: the
             n, e = self.rnext[r], self.exp[r]             # round's next/exp stay as they were
         else:
+            # EXERCISE sparse-min-next BEGIN hint: n = the minimum next block announced by the fan_in children (self.next[cb:cb+fan_in], NONE if none); block m completes only if m < n (else return None); e = max exponent of the children that announced n
             end = cb + (fan_in if fan_in < MAX_WORKERS else MAX_WORKERS)
             nexts = self.next[cb:end]
             n = min(nexts) if end > cb else NONE
@@ -144,6 +145,7 @@ class Sparse:
                 return None
             exps = self.exp_next[cb:end]
             e = max((exps[i] for i, nx in enumerate(nexts) if nx == n), default=0)
+            # EXERCISE END
         self.rnext[r] = n
         self.exp[r] = e
         self.done[r] = 1

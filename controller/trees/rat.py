@@ -59,12 +59,14 @@ def candidates(g: nx.Graph, workers, adj: dict) -> list[Tree]:
             continue
         parent.update(rack)
         tree = Tree.from_parent(0, root, prune(parent, workers))
+        # EXERCISE rack-aware BEGIN hint: count, per ToR, the tree edges to another switch; a tree is rack-aware ('good') when every ToR has at most one uplink edge, else it goes to 'other'
         uplinks = {t: 0 for t in tors}
         for a, b in tree.edges:
             for t, o in ((a, b), (b, a)):
                 if t in uplinks and is_switch[o]:
                     uplinks[t] += 1
         pool = good if max(uplinks.values()) <= 1 else other
+        # EXERCISE END
         best = pool.get(tree.edges)
         if best is None or (tree.height, natural_key(tree.root)) < (best.height, natural_key(best.root)):
             pool[tree.edges] = tree

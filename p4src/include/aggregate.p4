@@ -57,8 +57,11 @@ control Aggregate(inout headers_t hdr, inout meta_t meta,
                 if ((bm & mask) == 0) {
                     /* Shadow copy: our result of the other version was
                      * received, so its slot may be reused. */
+                    // EXERCISE shadow-copy BEGIN hint: read agg_bitmap[o] and clear this child's bit (mask) there: its packet for r proves it got o's result
                     agg_bitmap.read(obm, o);
                     agg_bitmap.write(o, obm & ~mask);
+                    // EXERCISE END
+                    // EXERCISE aggregate-add BEGIN hint: keep = 0 on the first contribution else all ones; AGG_FOR_EACH_VALUE(AGG_ADD_LANE); max exponent into agg_exp, count+1 into agg_count, set mask in agg_bitmap, count STAT_CONTRIB; when cnt == meta.fan_in: agg_final = FINAL_AT_ROOT, meta.verdict = OUT_DONE
                     keep = (bm == 0) ? 32w0 : 32w0xFFFFFFFF;
                     AGG_FOR_EACH_VALUE(AGG_ADD_LANE)
                     agg_exp.read(e, r);
@@ -77,7 +80,9 @@ control Aggregate(inout headers_t hdr, inout meta_t meta,
                         agg_final.write(r, FINAL_AT_ROOT);
                         meta.verdict = OUT_DONE;
                     }
+                    // EXERCISE END
                 } else {
+                    // EXERCISE aggregate-duplicate BEGIN hint: bit already set: before completion count STAT_DUP_DROP (and drop); after it copy the stored lanes (AGG_COPY_LANE), agg_exp and agg_final into the packet and set meta.verdict = OUT_DUP
                     agg_count.read(cnt, r);
                     if (cnt != meta.fan_in) {
                         agg_stats.count(STAT_DUP_DROP);
@@ -89,6 +94,7 @@ control Aggregate(inout headers_t hdr, inout meta_t meta,
                         agg_final.read(meta.fin, r);
                         meta.verdict = OUT_DUP;
                     }
+                    // EXERCISE END
                 }
             }
         }

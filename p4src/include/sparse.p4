@@ -188,9 +188,11 @@ control Sparse(inout headers_t hdr, inout meta_t meta,
                                 sp_rnext.read(n, r);
                                 sp_exp.read(e, r);
                             } else {
+                                // EXERCISE sparse-min-next BEGIN hint: start from n = AGG_NEXT_NONE, e = 0 and fold every child in with AGG_FOR_EACH_CHILD(SP_MIN_CHILD)
                                 n = AGG_NEXT_NONE;
                                 e = 0;
                                 AGG_FOR_EACH_CHILD(SP_MIN_CHILD)
+                                // EXERCISE END
                             }
                             if (hdr.agg.block < n) {
                                 hdr.agg.next_block = n;

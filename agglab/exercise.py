@@ -1,0 +1,290 @@
+"""Teaching labs generated from the project's own code: `agglab exercise list|start|check|solution`.
+
+Why generated: the solution of every exercise is the tested pipeline itself. Regions of the
+real files are fenced by comment markers
+
+    # EXERCISE <region> BEGIN hint: <one line>        (// in P4)
+    ...the solution...
+    # EXERCISE END
+
+and an exercise's skeleton is the file with its regions' bodies replaced by a TODO naming the
+region and its hint (Python also raises NotImplementedError there, so a missing part fails
+loudly). The markers stay in the skeleton, so a student's regions can be spliced back into the
+*current* repo file for checking: only the regions count, and the skeleton never rots.
+Exercise texts live in exercises/<N>-<slug>/README.md; the checks in agglab/exercise_checks.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ground.paths import REPO
+
+EXERCISE_DIR = REPO / "exercises"
+_BEGIN = re.compile(r"^(?P<indent>[ \t]*)(?P<c>#|//) EXERCISE (?P<name>[\w-]+) BEGIN hint: (?P<hint>.*)$")
+_END = re.compile(r"^[ \t]*(#|//) EXERCISE END$")
+TODO = "TODO(exercise"
+
+
+@dataclass(frozen=True)
+class Exercise:
+    number: int
+    slug: str
+    title: str
+    minutes: int
+    files: tuple[str, ...]          # repo-relative files holding this exercise's regions
+    regions: tuple[str, ...]        # region names the student writes
+    extra: tuple[str, ...] = ()     # files copied from exercises/<N>-<slug>/ (answer templates)
+
+    @property
+    def folder(self) -> Path:
+        return EXERCISE_DIR / f"{self.number}-{self.slug}"
+
+    @property
+    def p4(self) -> bool:
+        return any(f.endswith(".p4") for f in self.files)
+
+
+EXERCISES = (
+    Exercise(1, "aggregation-action", "The aggregation action: add, detect duplicates, complete, multicast",
+             90, ("softswitch/aggregate.py", "p4src/include/aggregate.p4"),
+             ("aggregate-add", "aggregate-duplicate")),
+    Exercise(2, "loss-recovery", "Loss recovery: two versions per slot, the shadow copy, the retransmission timer",
+             75, ("softswitch/aggregate.py", "p4src/include/aggregate.p4", "hosts/agent.py", "hosts/slots.py"),
+             ("shadow-copy", "slot-version", "retransmit-timer")),
+    Exercise(3, "block-sparse", "Block-sparse aggregation: the min(next) rule",
+             60, ("softswitch/sparse.py", "p4src/include/sparse.p4"), ("sparse-min-next",)),
+    Exercise(4, "rack-aware-trees", "Aggregation trees: rack-aware trees on an oversubscribed leaf-spine",
+             60, ("controller/trees/rat.py",), ("rack-aware",)),
+    Exercise(5, "link-failures", "Link failures: find the active tree, cut it, explain the epoch change",
+             45, (), (), ("answers.yaml",)),
+)
+
+
+class ExerciseError(ValueError):
+    """Bad exercise number, missing work folder, broken markers: one line for the user."""
+
+
+def get(number: int) -> Exercise:
+    for ex in EXERCISES:
+        if ex.number == number:
+            return ex
+    raise ExerciseError(f"no exercise {number}; `agglab exercise list` shows 1..{len(EXERCISES)}")
+
+
+# -- the generator -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Region:
+    name: str
+    hint: str
+    indent: str
+    comment: str
+    body: str                       # the lines between the markers, newlines kept
+
+
+def split(text: str, path: str = "") -> list:
+    """The file as a list of plain text chunks and Regions, in order (joining gives it back)."""
+    out: list = []
+    lines = text.splitlines(keepends=True)
+    i, plain = 0, []
+    while i < len(lines):
+        m = _BEGIN.match(lines[i].rstrip("\n"))
+        if not m:
+            if _END.match(lines[i].rstrip("\n")):
+                raise ExerciseError(f"{path}:{i + 1}: EXERCISE END without BEGIN")
+            plain.append(lines[i])
+            i += 1
+            continue
+        plain.append(lines[i])
+        j = i + 1
+        while j < len(lines) and not _END.match(lines[j].rstrip("\n")):
+            if _BEGIN.match(lines[j].rstrip("\n")):
+                raise ExerciseError(f"{path}:{j + 1}: nested EXERCISE BEGIN")
+            j += 1
+        if j == len(lines):
+            raise ExerciseError(f"{path}:{i + 1}: EXERCISE {m['name']} BEGIN without END")
+        out.append("".join(plain))
+        out.append(Region(m["name"], m["hint"], m["indent"], m["c"], "".join(lines[i + 1:j])))
+        plain = [lines[j]]
+        i = j + 1
+    out.append("".join(plain))
+    return out
+
+
+def join(chunks: list) -> str:
+    return "".join(c.body if isinstance(c, Region) else c for c in chunks)
+
+
+def regions(text: str, path: str = "") -> dict[str, Region]:
+    return {c.name: c for c in split(text, path) if isinstance(c, Region)}
+
+
+def todo_body(region: Region, number: int) -> str:
+    """What a skeleton holds in place of a region."""
+    note = f"{TODO} {number}, {region.name}): {region.hint}"
+    if region.comment == "#":
+        return (f"{region.indent}# {note}\n"
+                f"{region.indent}raise NotImplementedError({f'exercise {number}: write region {region.name}'!r})\n")
+    return f"{region.indent}// {note}\n"
+
+
+def skeleton(text: str, ex: Exercise, path: str = "") -> str:
+    """`text` with the bodies of `ex`'s regions replaced by TODOs (other regions untouched)."""
+    chunks = split(text, path)
+    return join([Region(c.name, c.hint, c.indent, c.comment, todo_body(c, ex.number))
+                 if isinstance(c, Region) and c.name in ex.regions else c for c in chunks])
+
+
+def splice(base: str, student: str, names, path: str = "") -> str:
+    """`base` with the bodies of regions `names` taken from `student` (the file a check runs)."""
+    theirs = regions(student, path)
+    missing = [n for n in names if n in regions(base, path) and n not in theirs]
+    if missing:
+        raise ExerciseError(f"{path}: the markers of region(s) {', '.join(missing)} are gone; keep the "
+                            f"EXERCISE BEGIN/END lines (`agglab exercise start` again gives a fresh copy)")
+    return join([theirs[c.name] if isinstance(c, Region) and c.name in names else c
+                 for c in split(base, path)])
+
+
+def repo_text(rel: str) -> str:
+    return (REPO / rel).read_text()
+
+
+# -- the commands --------------------------------------------------------------------------
+def default_dir(ex: Exercise) -> Path:
+    return Path.cwd() / f"agglab-exercise-{ex.number}"
+
+
+def write_files(ex: Exercise, dest: Path, solution: bool) -> list[Path]:
+    written = []
+    dest.mkdir(parents=True, exist_ok=True)
+    for rel in ex.files:
+        text = repo_text(rel)
+        out = dest / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text if solution else skeleton(text, ex, rel))
+        written.append(out)
+    for name in ex.extra:
+        src = ex.folder / (name if not solution else f"solution/{name}")
+        out = dest / name
+        out.write_text(src.read_text())
+        written.append(out)
+    readme = dest / "README.md"
+    readme.write_text((ex.folder / "README.md").read_text())
+    written.append(readme)
+    return written
+
+
+def start(ex: Exercise, dest: Path, solution: bool = False, force: bool = False) -> str:
+    """Copy the skeleton (or the solution) into `dest`; the text to print."""
+    if dest.exists() and any(dest.iterdir()) and not force and not solution:
+        raise ExerciseError(f"{dest} is not empty: pick another --dir or remove it (your work would be lost)")
+    files = write_files(ex, dest, solution)
+    what = "solution" if solution else "skeleton"
+    lines = [f"exercise {ex.number}: {ex.title} (about {ex.minutes} min)",
+             f"{what} written to {dest}:"] + [f"  {f.relative_to(dest)}" for f in files]
+    if not solution:
+        lines += ["", f"read {dest / 'README.md'}, then fill in the regions marked {TODO} {ex.number}, ...)",
+                  f"({', '.join(ex.regions) or 'answers.yaml'}); check with:",
+                  f"  agglab exercise check {ex.number} --dir {dest}"]
+    return "\n".join(lines)
+
+
+def build_overlay(ex: Exercise, work: Path, overlay: Path) -> None:
+    """The repo's current files with the student's regions spliced in, at repo-relative paths."""
+    for rel in ex.files:
+        student = work / rel
+        if not student.exists():
+            raise ExerciseError(f"{student} is missing: run `agglab exercise start {ex.number} --dir {work}`")
+        out = overlay / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(splice(repo_text(rel), student.read_text(), ex.regions, rel))
+
+
+def check(ex: Exercise, work: Path, bmv2: str = "auto", timeout: float = 600) -> dict:
+    """Grade `work`: run agglab.exercise_checks in a fresh interpreter with the student's code
+    loaded in place of the project's modules (nothing in the repo changes)."""
+    if not work.is_dir():
+        raise ExerciseError(f"{work} does not exist: run `agglab exercise start {ex.number} --dir {work}` first")
+    with tempfile.TemporaryDirectory(prefix="agglab-exercise-") as tmp:
+        overlay = Path(tmp) / "overlay"
+        overlay.mkdir()
+        build_overlay(ex, work, overlay)
+        cmd = [sys.executable, "-m", "agglab.exercise_checks", str(ex.number), "--overlay", str(overlay),
+               "--work", str(work), "--bmv2", bmv2]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
+        except subprocess.TimeoutExpired:
+            return grade(ex, [{"name": "runs", "ok": False,
+                               "detail": f"the checks did not finish in {timeout:.0f} s (an endless loop?)"}])
+    try:
+        checks = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        checks = [{"name": "runs", "ok": False,
+                   "detail": "the checker crashed:\n" + "\n".join(proc.stderr.strip().splitlines()[-15:])}]
+    return grade(ex, checks)
+
+
+def grade(ex: Exercise, checks: list[dict]) -> dict:
+    passed = sum(1 for c in checks if c["ok"] and not c.get("skipped"))
+    skipped = sum(1 for c in checks if c.get("skipped"))
+    return {"exercise": ex.number, "slug": ex.slug, "passed": passed, "skipped": skipped, "total": len(checks),
+            "ok": bool(checks) and all(c["ok"] for c in checks), "checks": checks}
+
+
+def show(result: dict) -> str:
+    lines = []
+    for c in result["checks"]:
+        lines.append(f"{'SKIP' if c.get('skipped') else 'PASS' if c['ok'] else 'FAIL'}  {c['name']}")
+        if c.get("detail") and not c["ok"]:
+            lines += ["      " + line for line in c["detail"].splitlines()]
+        elif c.get("skipped"):
+            lines.append("      " + c["detail"])
+        elif c.get("detail") and not c.get("skipped"):
+            lines.append("      " + c["detail"].splitlines()[0])
+    verdict = "all checks pass" if result["ok"] else "not yet"
+    skipped = f" ({result['skipped']} skipped)" if result.get("skipped") else ""
+    lines.append(f"exercise {result['exercise']}: {result['passed']}/{result['total']} checks pass{skipped}: {verdict}")
+    return "\n".join(lines)
+
+
+def main(args) -> int:
+    """Entry point of `agglab exercise` (agglab/cli.py)."""
+    try:
+        if args.action == "list":
+            for ex in EXERCISES:
+                kind = "P4 + Python" if ex.p4 else ("Python" if ex.files else "lab + answers")
+                print(f"{ex.number}  {ex.title}  [{kind}, ~{ex.minutes} min]")
+            return 0
+        if args.number is None:
+            raise ExerciseError(f"agglab exercise {args.action} needs an exercise number (see `agglab exercise list`)")
+        ex = get(args.number)
+        dest = Path(args.dir).resolve() if args.dir else default_dir(ex)
+        if args.action in ("start", "solution"):
+            print(start(ex, dest, solution=args.action == "solution"))
+            return 0
+        result = check(ex, dest, bmv2=args.bmv2)
+    except ExerciseError as exc:
+        print(f"agglab exercise: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, sort_keys=True) if args.json else show(result))
+    return 0 if result["ok"] else 1
+
+
+def add_parser(sub) -> None:
+    e = sub.add_parser("exercise", help="teaching labs: list, start, check, solution")
+    e.add_argument("action", choices=["list", "start", "check", "solution"])
+    e.add_argument("number", type=int, nargs="?", help="exercise number (see `agglab exercise list`)")
+    e.add_argument("--dir", default=None, help="work folder (default ./agglab-exercise-N)")
+    e.add_argument("--json", action="store_true", help="check: print one grade object (for autograders)")
+    e.add_argument("--bmv2", choices=["auto", "yes", "no"], default="auto",
+                   help="check P4 exercises on BMv2: auto = when simple_switch, p4c and root are there")
+    e.set_defaults(func=main)

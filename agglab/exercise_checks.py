@@ -1,0 +1,401 @@
+"""The checks of `agglab exercise check`, run in a fresh interpreter with the student's code.
+
+    python -m agglab.exercise_checks N --overlay DIR --work DIR [--bmv2 auto|yes|no]
+
+Why a separate interpreter: the student's modules are loaded *in place of* the project's
+(sys.modules, before anything imports them) from the overlay folder agglab/exercise.py built,
+so nothing in the repo is modified and a crash or endless loop in student code cannot take
+the CLI down. Prints one JSON list of {name, ok, detail} as its last line.
+
+What runs: the regions are filled in (no TODO left); the conformance vectors of
+tests/conformance that exercise the regions, on the software switch (in process); an
+end-to-end allreduce through the software switch with real agents (tests/fakenet.py: the
+same frames as Mininet, in-process wires); for P4 exercises, the same vectors on BMv2 with
+the student's P4 compiled from an overlay p4src (needs simple_switch, p4c and root). The
+tree and link-failure exercises are graded against a rerun of the controller's algorithms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.abc
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import traceback
+from pathlib import Path
+
+from ground.paths import P4SRC, REPO
+
+VECTORS = {
+    1: ("first_contribution", "accumulation", "max_exponent", "completion_multicast",
+        "duplicate_before_completion", "duplicate_after_completion", "tree_inner_switch"),
+    2: ("version_flip_shadow", "duplicate_after_completion", "completion_multicast"),
+    3: ("sparse_first_round", "sparse_completion", "sparse_skip_block", "sparse_new_round",
+        "sparse_column_done", "sparse_tree_inner", "sparse_duplicates", "sparse_probe"),
+}
+
+
+def result(name: str, ok: bool, detail: str = "") -> dict:
+    return {"name": name, "ok": bool(ok), "detail": detail}
+
+
+def short_error(exc: BaseException) -> str:
+    """The student's exception and where in their file it came from."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "agglab-exercise-" in f.filename]
+    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+class OverlayFinder(importlib.abc.MetaPathFinder):
+    """Finds the overlay's files first: `hosts.slots` is overlay/hosts/slots.py when it exists."""
+
+    def __init__(self, overlay: Path):
+        self.files = {".".join(p.relative_to(overlay).with_suffix("").parts): p for p in overlay.rglob("*.py")}
+
+    def find_spec(self, name, path=None, target=None):
+        if name in self.files:
+            return importlib.util.spec_from_file_location(name, self.files[name])
+        return None
+
+
+def load_overlay(overlay: Path) -> list[dict]:
+    """Put the overlay first and import each of its modules; one that does not import is a failed check."""
+    finder = OverlayFinder(overlay)
+    sys.meta_path.insert(0, finder)
+    out = []
+    for name, path in sorted(finder.files.items()):
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            out.append(result(f"your {path.relative_to(overlay)} imports", False, short_error(exc)))
+    return out
+
+
+def regions_filled(ex, overlay: Path, p4_graded: bool, why: str) -> list[dict]:
+    """No TODO left in the student's regions. P4 regions are only graded where BMv2 runs: on a
+    machine without it the Python twin is the exercise, and the P4 regions are shown as SKIP."""
+    from agglab.exercise import TODO, regions
+
+    out = []
+    for rel in ex.files:
+        for name, region in regions((overlay / rel).read_text(), rel).items():
+            if name not in ex.regions:
+                continue
+            todo = TODO in region.body
+            check = result(f"region {name} in {rel} written", not todo,
+                           f"region {name} still holds the skeleton's TODO: {region.hint}" if todo else "")
+            if rel.endswith(".p4") and not p4_graded:
+                check.update(ok=True, skipped=True, detail=f"P4 not graded here: {why}"
+                             + (" (still TODO)" if todo else ""))
+            out.append(check)
+    return out
+
+
+def bmv2_plan(ex, mode: str) -> tuple[bool, str]:
+    """(run the BMv2 checks?, why not)."""
+    if not ex.p4 or mode == "no":
+        return False, "--bmv2 no" if ex.p4 else ""
+    from tests.conformance.bmv2_target import find_tools
+
+    if find_tools() is None:
+        return False, "BMv2 simple_switch/p4c not found (PATH or /opt/p4/bin)"
+    if os.geteuid() != 0:
+        return False, "BMv2 checks need root (a network namespace)"
+    return True, ""
+
+
+def conformance(target, names, ordered: bool, label: str) -> list[dict]:
+    """Each named vector on `target`; the first differing packet or register on failure."""
+    from tests.conformance.test_conformance import run_vector
+    from tests.conformance.vectors import VECTOR_DIR, load
+
+    out = []
+    for name in names:
+        try:
+            run_vector(target, load(VECTOR_DIR / f"{name}.yaml"), ordered=ordered)
+            out.append(result(f"conformance {name} ({label})", True))
+        except AssertionError as exc:
+            out.append(result(f"conformance {name} ({label})", False, str(exc)))
+        except Exception as exc:
+            out.append(result(f"conformance {name} ({label})", False, short_error(exc)))
+    return out
+
+
+def allreduce_soft(name: str, n: int, arrays, expected, **kw) -> dict:
+    """One allreduce by n real agents through the software switch (tests/fakenet.py)."""
+    import numpy as np
+
+    from tests.fakenet import FakeNet
+
+    loss, seed = kw.pop("loss", 0.0), kw.pop("seed", 0)
+    try:
+        results = FakeNet(n, backend="pipeline", loss=loss, seed=seed).run(arrays, join_timeout=60, give_up=5, **kw)
+    except AssertionError as exc:
+        return result(name, False, str(exc))
+    for rank, r in enumerate(results):
+        if isinstance(r, BaseException):
+            return result(name, False, f"rank {rank}: {short_error(r)}")
+        out, stats = r
+        if not np.array_equal(out, expected):
+            bad = int(np.flatnonzero(out != expected)[0])
+            return result(name, False, f"rank {rank}: element {bad} is {out[bad]}, expected {expected[bad]}")
+    s = results[0][1]
+    return result(name, True, f"{n} workers x {len(expected)} int32 exact, "
+                              f"{s.retransmissions} retransmissions at rank 0")
+
+
+def dense_allreduce(name: str, n: int = 4, length: int = 4096, **kw) -> dict:
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    arrays = [rng.integers(-1000, 1000, length, dtype=np.int32) for _ in range(n)]
+    return allreduce_soft(name, n, arrays, np.sum(np.stack(arrays), axis=0, dtype=np.int32), **kw)
+
+
+def sparse_allreduce(name: str) -> dict:
+    from hosts.sparse_workload import expected_sparse_sum, sparse_gradient
+    from ground.wire import K
+
+    n, length = 4, 64 * K * 4
+    arrays = [sparse_gradient(r, length, "int32", 0.2, "random", K, seed=5) for r in range(n)]
+    expected = expected_sparse_sum(n, length, "int32", 0.2, "random", K, seed=5)
+    return allreduce_soft(name, n, arrays, expected, sparse=True, window=6)
+
+
+def two_allreduces(name: str) -> dict:
+    """Two allreduces in a row on the same switch state: the versions must alternate across calls."""
+    import numpy as np
+
+    from tests.fakenet import FakeNet
+
+    n, length = 3, 2048
+    net = FakeNet(n, backend="pipeline")
+    for call in range(2):
+        arrays = [np.full(length, r + 10 * call, np.int32) for r in range(n)]
+        results = net.run(arrays, join_timeout=60, give_up=3)
+        expected = np.sum(np.stack(arrays), axis=0, dtype=np.int32)
+        for rank, r in enumerate(results):
+            if isinstance(r, BaseException):
+                return result(name, False, f"call {call + 1}, rank {rank}: {short_error(r)}")
+            if not np.array_equal(r[0], expected):
+                return result(name, False, f"call {call + 1}, rank {rank}: got {r[0][0]}, expected "
+                                           f"{expected[0]} (a stale result of the previous call?)")
+    return result(name, True, "second call got fresh sums")
+
+
+def bmv2_checks(ex, overlay: Path) -> list[dict]:
+    """The exercise's vectors on BMv2, compiled from the repo's p4src with the student's files."""
+    import tests.conformance.bmv2_target as bt
+
+    tools = bt.find_tools()
+    src = overlay / "bmv2-p4src"
+    shutil.copytree(P4SRC, src)
+    for rel in ex.files:
+        if rel.endswith(".p4"):
+            shutil.copy(overlay / rel, src / Path(rel).relative_to("p4src"))
+    bt.P4SRC = src                     # compile_p4 reads it at call time: the include override
+    work = overlay / "bmv2"
+    work.mkdir()
+    from tests.conformance.vectors import VECTOR_DIR, load
+
+    ports = set()
+    for name in VECTORS[ex.number]:
+        ports |= load(VECTOR_DIR / f"{name}.yaml").ports
+    target = bt.Bmv2Target(tools, work, max(ports) + 1)
+    try:
+        target.start()
+    except RuntimeError as exc:
+        return [result("your P4 compiles (p4c)", False, str(exc)[-2000:])]
+    try:
+        return [result("your P4 compiles (p4c)", True)] + conformance(target, VECTORS[ex.number], False, "BMv2")
+    finally:
+        target.close()
+
+
+# -- the tree and failure exercises ------------------------------------------------------
+def tree_checks() -> list[dict]:
+    """The student's RAT on an oversubscribed leaf-spine, intact and with uplinks failed:
+    valid trees, rack-aware ones (one uplink edge per ToR), and the reference's cost."""
+    from controller import topologies
+    from controller.trees import base, compute
+    from controller.trees import rat
+
+    scenarios = [("intact", []), ("l1-s1 down", [("l1", "s1")]),
+                 ("l1-s1 and l3-s2 down", [("l1", "s1"), ("l3", "s2")])]
+    reference = _reference_rat()
+    out = []
+    for label, down in scenarios:
+        g = topologies.leaf_spine(racks=4, hosts_per_rack=4, spines=3, host_bw=100, uplink_bw=40)
+        for u, v in down:
+            g.edges[u, v]["up"] = False
+        name = f"rack-aware trees, leaf-spine 4x4 hosts, 3 spines, {g.graph['oversubscription']:.2f}:1, {label}"
+        try:
+            ts = compute("rat", g)
+            for t in ts.trees:
+                base.check_tree(g, t, ts_workers(g))
+        except Exception as exc:
+            out.append(result(name, False, short_error(exc)))
+            continue
+        ref = reference.compute(g, ts_workers(g))
+        relays = [(t.root, tor) for t in ts.trees for tor in _relaying_tors(g, t)]
+        ref_relays = [(t.root, tor) for t in ref.trees for tor in _relaying_tors(g, t)]
+        cost, ref_cost = link_cost(g, ts), link_cost(g, ref)
+        if relays and not ref_relays:
+            out.append(result(name, False, f"tree rooted at {relays[0][0]} makes {relays[0][1]} carry more than "
+                                           f"one uplink edge (it relays another rack) although rack-aware "
+                                           f"trees exist"))
+        elif cost > ref_cost * (1 + 1e-6):
+            out.append(result(name, False, f"completion time per Mb {cost:.4g} s (busiest link) is above "
+                                           f"the reference's {ref_cost:.4g} s"))
+        else:
+            out.append(result(name, True, f"{len(ts.trees)} tree(s), roots "
+                                          f"{', '.join(t.root for t in ts.trees)}; time per Mb {cost:.4g} s "
+                                          f"(reference {ref_cost:.4g} s)"))
+    del rat
+    return out
+
+
+def ts_workers(g):
+    from controller.topology import workers
+
+    return workers(g)
+
+
+def _reference_rat():
+    """The project's own rat.py, loaded under another name (the student's is controller.trees.rat)."""
+    spec = importlib.util.spec_from_file_location("agglab_reference_rat", REPO / "controller/trees/rat.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _relaying_tors(g, tree) -> list[str]:
+    """ToRs (switches with a worker below them) with more than one switch-switch edge in the tree."""
+    tors = {tree.parent[n] for n in tree.parent if g.nodes[n]["kind"] == "host"}
+    return sorted(t for t in tors
+                  if sum(1 for e in tree.edges if t in e and all(g.nodes[x]["kind"] == "switch" for x in e)) > 1)
+
+
+def link_cost(g, ts) -> float:
+    """Seconds per Mb of tensor on the busiest link: each tree edge carries its weight once
+    per direction, so a link's time is (sum of the weights of the trees over it) / capacity."""
+    from controller.trees.base import capacities
+
+    cap, load = capacities(g), {}
+    for t in ts.trees:
+        for e in t.edges:
+            load[e] = load.get(e, 0.0) + t.weight
+    return max(w / cap[e] for e, w in load.items())
+
+
+def failure_checks(work: Path) -> list[dict]:
+    """answers.yaml against a rerun of the controller's reroute on the lab's default topology."""
+    import yaml
+
+    from controller import topologies
+    from controller.trees import compute
+    from ground.runspec import RunSpec
+
+    path = work / "answers.yaml"
+    try:
+        ans = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        return [result("answers.yaml readable", False, str(exc))]
+    spec = RunSpec(workers=8, topology="fattree", tree="rat")
+    g = topologies.for_run(spec)
+    before = compute(spec.tree, g, epoch=0)
+    out = []
+
+    def same(field: str, got, want, why: str) -> None:
+        if got is None or got == []:
+            out.append(result(field, False, f"{field} is not answered yet ({why})"))
+        else:            # the expected value is not printed: it is the answer
+            ok = got == want
+            out.append(result(field, ok, "" if ok else f"{field}: {got!r} does not match a rerun of the "
+                                                       f"controller with your failed_link ({why})"))
+
+    same("epoch_before", ans.get("epoch_before"), before.epoch, "`trees` before the failure")
+    same("roots_before", _names(ans.get("roots_before")), sorted(t.root for t in before.trees),
+         "`trees` lists one root per tree")
+    link = ans.get("failed_link")
+    if not (isinstance(link, list) and len(link) == 2 and g.has_edge(*link)):
+        out.append(result("failed_link", False, f"failed_link must be [A, B], a link of the lab's topology; got {link!r}"))
+        return out
+    on_tree = any(t.uses(*link) for t in before.trees)
+    out.append(result("failed_link is on an active tree", on_tree,
+                      "" if on_tree else f"{link[0]}-{link[1]} is on no active tree: cutting it changes nothing; "
+                                         f"pick an edge printed by `trees`"))
+    g.edges[link[0], link[1]]["up"] = False
+    after = compute(spec.tree, g, epoch=before.epoch + 1)
+    same("epoch_after", ans.get("epoch_after"), after.epoch, "one reroute = one new epoch")
+    same("roots_after", _names(ans.get("roots_after")), sorted(t.root for t in after.trees),
+         "`trees` after the reroute")
+    ms = ans.get("reroute_ms")
+    ok = isinstance(ms, (int, float)) and 0 < ms < 60_000
+    out.append(result("reroute_ms measured", ok, "" if ok else "reroute_ms: detect + recompute + install, in ms, "
+                                                               "from `events` (a positive number)"))
+    why = str(ans.get("why_epoch") or "").strip()
+    ok = len(why.split()) >= 8
+    out.append(result("why_epoch explained", ok, "" if ok else "why_epoch: explain in a sentence or two why the "
+                                                                "epoch changes and what the switches do with "
+                                                                "packets of the old epoch"))
+    return out
+
+
+def _names(value):
+    return sorted(str(v) for v in value) if isinstance(value, list) else value
+
+
+# -- the runner ----------------------------------------------------------------------------
+def run(number: int, overlay: Path, work: Path, bmv2: str) -> list[dict]:
+    from agglab.exercise import get
+
+    ex = get(number)
+    checks = load_overlay(overlay)
+    if checks:
+        return checks
+    use_bmv2, why = bmv2_plan(ex, bmv2)
+    checks = regions_filled(ex, overlay, use_bmv2, why)
+    if number in VECTORS:
+        from tests.conformance.soft_target import SoftTarget
+
+        checks += conformance(SoftTarget(), VECTORS[number], True, "software switch")
+    if number == 1:
+        checks.append(dense_allreduce("allreduce 4 workers (software switch)"))
+    elif number == 2:
+        checks.append(dense_allreduce("allreduce 4 workers at 5% loss (software switch)", loss=0.05, seed=3))
+        checks.append(two_allreduces("two allreduces in a row (software switch)"))
+    elif number == 3:
+        checks.append(sparse_allreduce("sparse allreduce 4 workers (software switch)"))
+    elif number == 4:
+        checks += tree_checks()
+    elif number == 5:
+        checks += failure_checks(work)
+    if use_bmv2:
+        checks += bmv2_checks(ex, overlay)
+    elif ex.p4 and bmv2 == "yes":
+        checks.append(result("BMv2", False, why))
+    return checks
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m agglab.exercise_checks")
+    ap.add_argument("number", type=int)
+    ap.add_argument("--overlay", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--bmv2", choices=["auto", "yes", "no"], default="auto")
+    args = ap.parse_args(argv)
+    for extra in (REPO, REPO / "tests"):        # the vectors and harnesses live under tests/
+        if str(extra) not in sys.path:
+            sys.path.insert(0, str(extra))
+    checks = run(args.number, Path(args.overlay), Path(args.work), args.bmv2)
+    print(json.dumps(checks))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
