@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -84,10 +85,30 @@ def _timeout(request):
         raise TestTimeout(f"{request.node.nodeid} ran over {seconds:.0f} s; switch and worker logs:\n"
                           + _switch_logs())
 
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
+    with _network_turn(network):
+        previous = signal.signal(signal.SIGALRM, expired)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+
+@contextlib.contextmanager
+def _network_turn(network: bool):
+    """With AGGLAB_NET_LOCK=PATH, a network test first takes an exclusive flock on PATH, so
+    several checkouts' suites on one machine take turns per test instead of colliding on
+    root-namespace interface names or loading each other's links. Unset (CI): no lock."""
+    path = os.environ.get("AGGLAB_NET_LOCK")
+    if not (network and path):
         yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        return
+    import fcntl
+
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
