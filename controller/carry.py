@@ -59,11 +59,14 @@ class Carry(Protocol):
 class DenseCarry:
     algorithm = "switchml"
 
+    def __init__(self, slot_base: int = 0):
+        self.slot_base = slot_base            # the job's slot range starts here (jobs share switches)
+
     def snapshot(self, clients, old, tree_of_slot) -> Carried:
-        return Carried(dense=failover.snapshot(clients, old, tree_of_slot))
+        return Carried(dense=failover.snapshot(clients, old, tree_of_slot, self.slot_base))
 
     def preload(self, clients, new, tree_of_slot, carried: Carried) -> int:
-        return failover.preload(clients, new, tree_of_slot, carried.dense)
+        return failover.preload(clients, new, tree_of_slot, carried.dense, self.slot_base)
 
 
 class SparseCarry(DenseCarry):
@@ -71,21 +74,23 @@ class SparseCarry(DenseCarry):
 
     def snapshot(self, clients, old, tree_of_slot) -> Carried:
         carried = super().snapshot(clients, old, tree_of_slot)       # the lead rounds
-        carried.sparse = sparse_failover.sparse_snapshot(clients, old, tree_of_slot)
+        carried.sparse = sparse_failover.sparse_snapshot(clients, old, tree_of_slot, self.slot_base)
         return carried
 
     def preload(self, clients, new, tree_of_slot, carried: Carried) -> int:
         writes = super().preload(clients, new, tree_of_slot, carried)
-        return writes + sparse_failover.sparse_preload(clients, new, tree_of_slot, carried.sparse)
+        return writes + sparse_failover.sparse_preload(clients, new, tree_of_slot, carried.sparse,
+                                                       self.slot_base)
 
 
 CARRIES = {c.algorithm: c for c in (DenseCarry, SparseCarry)}
 
 
-def carry_for(algorithm: str) -> Carry:
-    """The carry of an allreduce algorithm (ground.runspec.ALGORITHMS)."""
+def carry_for(algorithm: str, slot_base: int = 0) -> Carry:
+    """The carry of an allreduce algorithm (ground.runspec.ALGORITHMS) for a job whose slot
+    range starts at `slot_base`."""
     try:
-        return CARRIES[algorithm]()
+        return CARRIES[algorithm](slot_base)
     except KeyError:
         raise ValueError(f"no reroute carry for algorithm {algorithm!r}; "
                          f"known: {', '.join(CARRIES)}") from None

@@ -74,10 +74,30 @@ def snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot:
     return found
 
 
-def reset(clients: dict[str, SwitchClient], switches) -> None:
-    """Zero the aggregation registers (one job per network: the job owns them)."""
+# Register layouts (aggregate.p4, sparse.p4): cells per slot version, or per slot and child.
+PER_VERSION_LANES = ("agg_values", "sp_values")                   # r*K + lane
+PER_CHILD = ("sp_next", "sp_exp_next")                            # (slot_base+slot)*MAX_WORKERS + child
+
+
+def reset(clients: dict[str, SwitchClient], switches, slots: tuple[int, int] | None = None) -> None:
+    """Zero the aggregation registers: all of them (a job alone on its switches), or with
+    `slots` = (first, count) only those slots' cells, both versions (jobs sharing the
+    switches: another job's slots are never written)."""
     for sw in switches:
-        clients[sw].commands([f"register_reset {name}" for name in REGISTERS])
+        client = clients[sw]
+        if slots is None:
+            client.commands([f"register_reset {name}" for name in REGISTERS])
+            continue
+        lines: list[str] = []
+        for name in REGISTERS:
+            if name in PER_CHILD:
+                ranges = [(slots[0] * wire.MAX_WORKERS, slots[1] * wire.MAX_WORKERS)]
+            else:
+                per = wire.K if name in PER_VERSION_LANES else 1
+                ranges = [(slot_index(ver, slots[0], 0) * per, slots[1] * per) for ver in (0, 1)]
+            for start, count in ranges:
+                lines += client.register_write_range_lines(name, start, [0] * count)
+        client.commands(lines)
 
 
 def preload(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],

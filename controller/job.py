@@ -18,6 +18,7 @@ from pathlib import Path
 
 import networkx as nx
 
+from ground import wire
 from controller import failover, tree_install, trees
 from controller.carry import carry_for
 from controller.events import EventLog
@@ -53,7 +54,12 @@ class TreeJob(Job):
 
     def __init__(self, graph: nx.Graph, clients: dict[str, SwitchClient], algorithm: str,
                  workers: list[str], window: int, epoch_file: Path, job: int = 0,
-                 events: EventLog | None = None, drain: float = 0.02):
+                 events: EventLog | None = None, drain: float = 0.02,
+                 slot_base: int = 0, slots: int | None = None, reply_ports: dict | None = None):
+        """slot_base/slots: the job's slot range on every switch (default all of them); jobs
+        that share switches get disjoint ranges, and a job with a range of its own resets
+        only its own slots (never another job's). reply_ports: switch -> ports with an
+        agg_reply entry, shared by the jobs of one network (one entry per port)."""
         self.g = graph
         self.clients = clients
         self.algorithm = algorithm
@@ -66,9 +72,11 @@ class TreeJob(Job):
         self.treeset = None
         self.inst: tree_install.Installation | None = None
         self.tree_of_slot: list[int] = []
-        self.reply_ports: dict = {}
+        self.reply_ports: dict = {} if reply_ports is None else reply_ports
         self.partitioned: str | None = None
-        self.carry = carry_for("switchml")   # what a reroute keeps: set per allreduce by prepare()
+        self.slot_base = slot_base
+        self.slots = wire.SLOTS - slot_base if slots is None else slots
+        self.carry = carry_for("switchml", slot_base)   # what a reroute keeps: set per allreduce by prepare()
         self.stopped = False
 
     # -- install ---------------------------------------------------------------------
@@ -77,8 +85,8 @@ class TreeJob(Job):
         self.treeset = trees.compute(self.algorithm, self.g, self.workers, epoch=0)
         recompute = time.monotonic() - t0
         self.tree_of_slot = partition_slots(self.treeset.weights, self.window)
-        failover.reset(self.clients, switches(self.g))
-        self.inst = tree_install.install(self.clients, self.g, self.treeset, self.job, reply_ports=self.reply_ports)
+        self._reset(switches(self.g))
+        self.inst = self._install(self.treeset)
         self._publish()
         self.events.add("trees_installed", epoch=0, trees=len(self.treeset.trees), algorithm=self.algorithm,
                         compute_ms=round(recompute * 1e3, 2), install_ms=round(self.inst.seconds * 1e3, 2),
@@ -102,7 +110,7 @@ class TreeJob(Job):
             tree_install.freeze(self.clients, old)
             self.treeset = new
             self.tree_of_slot = partition_slots(new.weights, self.window)
-            self.inst = tree_install.install(self.clients, self.g, new, self.job, reply_ports=self.reply_ports)
+            self.inst = self._install(new)
             tree_install.remove_groups(self.clients, old)
             self._publish()
             self.events.add("trees_installed", epoch=new.epoch, trees=len(new.trees), algorithm=self.algorithm,
@@ -114,10 +122,22 @@ class TreeJob(Job):
         reroute carry of the allreduce `algorithm` (controller/carry.py)."""
         with self.locked():
             self.window = window
-            self.carry = carry_for(algorithm)
+            self.carry = carry_for(algorithm, self.slot_base)
             self.tree_of_slot = partition_slots(self.treeset.weights, window)
-            failover.reset(self.clients, switches(self.g))
+            self._reset(switches(self.g))
             self._publish("partitioned" if self.partitioned else "ok", self.partitioned or "")
+
+    def _install(self, treeset) -> tree_install.Installation:
+        """Install `treeset` in the job's slot range; each worker's port admits only its rank."""
+        return tree_install.install(self.clients, self.g, treeset, self.job, slot_base=self.slot_base,
+                                    reply_ports=self.reply_ports, slots=self.slots,
+                                    ranks={h: rank for rank, h in enumerate(self.workers)})
+
+    def _reset(self, on: list[str]) -> None:
+        """Fresh registers on switches `on`: all of them for a job that has every slot, else
+        only the job's slots in use (`window` of them from slot_base)."""
+        shared = self.slot_base > 0 or self.slots < wire.SLOTS
+        failover.reset(self.clients, on, (self.slot_base, self.window) if shared else None)
 
     def _publish(self, status: str = "ok", reason: str = "") -> None:
         """Atomically replace the epoch file the agents watch."""
@@ -173,9 +193,9 @@ class TreeJob(Job):
         self.treeset = new
         self.tree_of_slot = partition_slots(new.weights, self.window)
         on_tree = sorted({sw for sw, _ in tree_install.roles_of(new, self.g)})
-        failover.reset(self.clients, on_tree)
+        self._reset(on_tree)
         ti = time.monotonic()
-        self.inst = tree_install.install(self.clients, self.g, new, self.job, reply_ports=self.reply_ports)
+        self.inst = self._install(new)
         tp = time.monotonic()
         self._publish("rerouting", f"link {link} failed")      # heartbeat before the preload
         writes = self.carry.preload(self.clients, self.inst, self.tree_of_slot, carried)

@@ -215,19 +215,21 @@ __all__ = ["TopologyError", "leaf_spine", "fat_tree", "bcube", "from_yaml", "bui
 
 def for_run(spec) -> nx.Graph:
     """The topology graph a RunSpec asks for (its workers placed, links at its --bw)."""
+    n = spec.workers * getattr(spec, "jobs", 1)     # every job's workers on hosts of their own
     if spec.topology == "single":
-        if spec.workers > MAX_WORKERS:
-            raise ValueError(f"one switch aggregates at most {MAX_WORKERS} workers")
-        return single_switch(spec.workers, bw=spec.bw)
+        if n > MAX_WORKERS:
+            raise ValueError(f"one switch aggregates at most {MAX_WORKERS} workers"
+                             + (f" (--workers x --jobs = {n})" if n != spec.workers else ""))
+        return single_switch(n, bw=spec.bw)
     if str(spec.topology).endswith((".yaml", ".yml")):      # the file places its own hosts
         try:
             g = from_yaml(spec.topology)
         except TopologyError as exc:
             raise ValueError(str(exc)) from exc
-        if len(hosts(g)) < spec.workers:
-            raise ValueError(f"{spec.topology} has {len(hosts(g))} hosts, fewer than --workers {spec.workers}")
+        if len(hosts(g)) < n:
+            raise ValueError(f"{spec.topology} has {len(hosts(g))} hosts, fewer than the {n} workers asked")
         return g
-    kw = {"workers": spec.workers}
+    kw = {"workers": n}
     if spec.topology == "fattree":
         kw.update(k=spec.k or 4, bw=spec.bw)
     elif spec.topology == "bcube":
