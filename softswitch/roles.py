@@ -104,7 +104,8 @@ def lookup_role(table: Table, port: int, frame: bytes):
     job, tree, epoch, flags, vs, worker = _KEY.unpack_from(frame, wire.AGG_OFFSET)
     ip_len, = _LENGTHS.unpack_from(frame, IP_LEN_OFF)
     udp_len, = _LENGTHS.unpack_from(frame, UDP_LEN_OFF)
-    if (ip_len != udp_len + wire.IPV4_BYTES or udp_len < ACK_UDP_LEN
+    if (ip_len != (udp_len + wire.IPV4_BYTES) & 0xFFFF or udp_len > 0xFFFF - wire.IPV4_BYTES   # bit<16> sum
+            or udp_len < ACK_UDP_LEN
             or (udp_len < DATA_UDP_LEN and flags & ACK_ONLY != ACK_ONLY)    # agg_data_h valid
             or ip_len + wire.ETH_BYTES > len(frame)):
         return REJ_LENGTH

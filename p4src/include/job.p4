@@ -114,7 +114,8 @@ control JobRole(inout headers_t hdr, inout meta_t meta,
     apply {
         meta.verdict = OUT_DROP;
         meta.role = ROLE_NONE;
-        if (hdr.ipv4.totalLen != hdr.udp.length + 16w20 ||
+        if (hdr.ipv4.totalLen != hdr.udp.length + 16w20 ||     /* (mod 2^16, hence the next line) */
+            hdr.udp.length > 16w65515 ||
             hdr.udp.length < 16w24 ||
             (hdr.data.isValid() && hdr.udp.length < 16w24 + 4 * AGG_K) ||
             (bit<32>)hdr.ipv4.totalLen + 14 > standard_metadata.packet_length) {
