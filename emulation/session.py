@@ -114,26 +114,19 @@ class Session:
     def _tenant_jobs(self, spec: RunSpec, g) -> list[Job]:
         """--jobs J: job j (id spec.job + j) aggregates worker hosts j, j+J, j+2J, ... (interleaved,
         so the jobs cross the same switches) in slots j*S .. (j+1)*S - 1, S = AGG_SLOTS // J."""
-        hosts, size, replies = worker_hosts(g), spec.slots_per_job, {}
+        size, replies = spec.slots_per_job, {}
         jobs = []
-        for j in range(spec.jobs):
-            jobs.append(TreeJob(g, self.net.clients, spec.tree, hosts[j::spec.jobs], spec.default_window(),
+        for j, hosts in enumerate(tenant_hosts(g, spec.jobs)):
+            jobs.append(TreeJob(g, self.net.clients, spec.tree, hosts, spec.default_window(),
                                 self.net.run.path / f"epoch{j}.json", job=spec.job + j, events=self.events,
                                 slot_base=j * size, slots=size, reply_ports=replies).start())
         return jobs
-
-    def tenant_hosts(self, spec: RunSpec | None = None) -> list[list[str]]:
-        """Per job, its worker hosts in rank order."""
-        spec = spec or self.spec
-        hosts = worker_hosts(self.g)
-        return [hosts[j::spec.jobs] for j in range(spec.jobs)] if spec.jobs > 1 else [self.job.workers]
 
     def _set_loss(self, spec: RunSpec) -> None:
         """Drop simulators: a job's worker links at its loss (--job-loss), every other port at --loss."""
         per_host = {}
         if spec.job_loss:
-            for j in range(spec.jobs):
-                hosts = worker_hosts(self.g)[j::spec.jobs]
+            for j, hosts in enumerate(tenant_hosts(self.g, spec.jobs)):
                 per_host.update({h: spec.loss_of(j) for h in hosts})
         for sw in switches(self.g):
             drop_sim.set_losses(self.net.client(sw), {e["ports"][sw]: per_host.get(nbr, spec.loss)
@@ -204,7 +197,7 @@ class Session:
             "backend": spec.backend, "workers": spec.workers, "elements": spec.elements, "dtype": spec.dtype,
             "loss": spec.loss, "algorithm": spec.algorithm,
             "seconds": max((j["seconds"] for j in done), default=None),
-            "goodput_mbps": round(sum(j["goodput_mbps"] for j in done), 2) if done else None,
+            "goodput_mbps": min((j["goodput_mbps"] for j in done), default=None),    # the slowest job's
             "packets": sum(j["packets"] or 0 for j in per_job),
             "retransmissions": sum(j["retransmissions"] or 0 for j in per_job),
             "max_abs_error": max((j["max_abs_error"] for j in done), default=None),
@@ -243,6 +236,14 @@ class Session:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def tenant_hosts(g, jobs: int) -> list[list[str]]:
+    """Per job, its worker hosts in rank order: job j takes worker hosts j, j+J, j+2J, ...
+    (interleaved, so on a fat-tree the jobs hang off different edge switches and share the
+    aggregation and core switches)."""
+    hosts = worker_hosts(g)
+    return [hosts[j::jobs] for j in range(jobs)]
 
 
 def tenant_spec(spec: RunSpec, j: int) -> RunSpec:
