@@ -107,9 +107,9 @@ class LabCLI(CLI):
         for index, job in enumerate(self.session.jobs):
             st = job.state()
             base, count = getattr(job, "slot_base", 0), getattr(job, "slots", wire.SLOTS)
+            loss = last[job.job]["loss"] if job.job in last else spec.loss_of(index)    # as last run
             print(f"job {job.job}: {len(job.workers)} workers {','.join(job.workers)}; slots {base}..{base + count - 1}, "
-                  f"window {st.window}; {len(st.treeset.trees)} tree(s) at epoch {st.treeset.epoch}; "
-                  f"loss {spec.loss_of(index) if spec.jobs > 1 else spec.loss}")
+                  f"window {st.window}; {len(st.treeset.trees)} tree(s) at epoch {st.treeset.epoch}; loss {loss}")
             held = []
             for sw in switches(self.session.g):
                 c = job.read_registers(sw, ("agg_count",))["agg_count"]

@@ -157,6 +157,7 @@ def run(iface: str, count: int, rate: float | None = None, seed: int = 0, job: i
     sock.bind((iface, 0))
     kinds, reasons = Counter(), Counter()
     errors = 0
+    started_at = time.time()               # wall clock: a harness compares it with its own runs
     start = time.monotonic()
     try:
         for i, (data, kind, reason) in enumerate(built):
@@ -176,10 +177,12 @@ def run(iface: str, count: int, rate: float | None = None, seed: int = 0, job: i
     finally:
         sock.close()
     seconds = time.monotonic() - start
+    ended_at = time.time()
     sent = sum(kinds.values())
     return {"frames": count, "sent": sent, "send_errors": errors,
             "seconds": round(seconds, 3), "rate_fps": round(sent / seconds) if seconds else None,
             "build_seconds": round(build_s, 3), "kinds": dict(sorted(kinds.items())),
+            "send_started": started_at, "send_ended": ended_at,
             "expected_rejects": dict(sorted(reasons.items())), "iface": iface, "seed": seed}
 
 
