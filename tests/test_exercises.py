@@ -109,20 +109,34 @@ def test_a_wrong_addition_reports_the_first_differing_packet(tmp_path):
     assert "registers (expected, got)" in bad["conformance accumulation (software switch)"], lab.show(result)
     packet = bad["conformance completion_multicast (software switch)"]
     assert "packet 3 on port 3" in packet and "expected:" in packet and "got:" in packet
+    # the first line names the first differing field: lane 0 is 1 + 10 + 100 in the vector,
+    # the last contribution alone when it overwrites
+    assert "packet out on port 1: values[0] expected 111, got 100" in packet.splitlines()[0]
+    assert "agg_values[320] expected 11, got 10" in bad["conformance accumulation (software switch)"]
     assert "conformance first_contribution (software switch)" not in bad
 
 
-def test_a_tree_that_relays_a_rack_is_caught(tmp_path):
-    """Keeping every candidate (no rack-aware filter) lets a ToR relay another rack after a failure."""
+WRONG_TREES = {      # a plausible mistake in region rack-aware -> the scenarios it must fail
+    "no rack-aware filter": (("pool = good if max(uplinks.values()) <= 1 else other", "pool = good"),
+                             ("l1-s1 down", "l1-s1 and l3-s2 down", "fat-tree")),
+    "ToR counted only as an edge's first name": (("for t, o in ((a, b), (b, a)):", "for t, o in ((a, b),):"),
+                                                 ("fat-tree",)),
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(WRONG_TREES))
+def test_a_tree_that_relays_a_rack_is_caught(mistake, tmp_path):
+    """A ToR that relays another rack after a failure is named, in exactly the failing scenarios."""
+    (old, new), failing = WRONG_TREES[mistake]
     ex = lab.get(4)
-    lab.start(ex, tmp_path / "w")
+    lab.start(ex, tmp_path / "w", solution=True)
     path = tmp_path / "w/controller/trees/rat.py"
-    path.write_text(re.sub(r"( *)# TODO\(exercise 4.*\n *raise NotImplementedError.*\n", r"\1pool = good\n",
-                           path.read_text()))
+    assert old in path.read_text()
+    path.write_text(path.read_text().replace(old, new))
     result = lab.check(ex, tmp_path / "w", bmv2="no", timeout=240)
     bad = [c for c in result["checks"] if not c["ok"]]
     assert bad and all("relays another rack" in c["detail"] for c in bad), lab.show(result)
-    assert any(c["ok"] and "intact" in c["name"] for c in result["checks"])
+    assert len(bad) == len(failing) and all(any(f in c["name"] for c in bad) for f in failing), lab.show(result)
 
 
 def test_wrong_answers_are_caught_without_giving_the_answer_away(tmp_path):
