@@ -380,14 +380,22 @@ def failure_checks(work: Path) -> list[dict]:
     same("roots_after", _names(ans.get("roots_after")), sorted(t.root for t in after.trees),
          "`trees` after the reroute")
     ms = ans.get("reroute_ms")
-    ok = isinstance(ms, (int, float)) and 0 < ms < 60_000
-    out.append(result("reroute_ms measured", ok, "" if ok else "reroute_ms: detect + recompute + install, in ms, "
-                                                               "from `events` (a positive number)"))
+    ok = isinstance(ms, (int, float)) and not isinstance(ms, bool) and 0 < ms < 60_000
+    out.append(result("reroute_ms measured", ok, "" if ok else f"reroute_ms: {ms!r} is not a time in ms; take it "
+                                                               "from `events`: the time of `rerouted` minus the "
+                                                               "time of `link_down`, in milliseconds"))
     why = str(ans.get("why_epoch") or "").strip()
-    ok = len(why.split()) >= 8
-    out.append(result("why_epoch explained", ok, "" if ok else "why_epoch: explain in a sentence or two why the "
-                                                                "epoch changes and what the switches do with "
-                                                                "packets of the old epoch"))
+    words = why.lower().split()
+    missing = [what for what, found in
+               (("at least a sentence (8 words)", len(words) >= 8),
+                ("the word epoch", any("epoch" in w for w in words)),
+                ("what happens to packets of the old (stale, previous) epoch",
+                 any(w.strip(".,;:()") in ("old", "stale", "previous", "earlier", "former") for w in words)))
+               if not found]
+    out.append(result("why_epoch explained", not missing,
+                      "" if not missing else "why_epoch: explain why the epoch changes and what the switches "
+                                             "and agents do with packets of the old epoch; missing: "
+                                             + "; ".join(missing)))
     return out
 
 

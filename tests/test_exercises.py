@@ -176,3 +176,38 @@ def test_p4_solution_passes_on_bmv2(number, tmp_path):
     result = lab.check(ex, tmp_path / "w", bmv2="yes", timeout=900)
     assert result["ok"], lab.show(result)
     assert any("BMv2" in c["name"] for c in result["checks"])
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+@pytest.mark.slow
+def test_answers_read_off_a_real_lab_pass_the_checker(tmp_path, capsys):
+    """Exercise 5's checker reruns the controller offline; the answers a student reads off a real
+    `agglab lab` (the lab's defaults: fat-tree k=4, 8 workers, RAT) must pass it. Needs the
+    machine-wide network lock (AGGLAB_NET_LOCK) like every Mininet test."""
+    from agglab.lab import run_lab
+    from ground.runspec import RunSpec
+    from tests.leftovers import assert_clean
+
+    script = tmp_path / "lab.txt"
+    script.write_text("trees\nfail a1 c1\nsh sleep 5\ntrees\nevents\n")
+    run_lab(RunSpec(topology="fattree", workers=8, tree="rat", elements=30000), script=str(script))
+    out = capsys.readouterr().out
+    epochs = [int(e) for e in re.findall(r"^algorithm rat, epoch (\d+),", out, re.M)]
+    listings = re.split(r"^algorithm rat, epoch \d+,.*$", out, flags=re.M)[1:]
+    roots = [re.findall(r"^  tree \d+: root (\w+),", block, re.M) for block in listings]
+    down = re.search(r"^\s+([\d.]+)s\s+link_down\s+link=(c1-a1|a1-c1)\b", out, re.M)
+    rerouted = re.search(r"^\s+([\d.]+)s\s+rerouted\s+link=(c1-a1|a1-c1)\b.*epoch=(\d+)", out, re.M)
+    assert len(epochs) == 2 and down and rerouted, out
+    assert int(rerouted.group(3)) == epochs[1], out
+    ex = lab.get(5)
+    lab.start(ex, tmp_path / "w")
+    answers = {"epoch_before": epochs[0], "roots_before": roots[0], "failed_link": ["a1", "c1"],
+               "epoch_after": epochs[1], "roots_after": roots[1],
+               "reroute_ms": round((float(rerouted.group(1)) - float(down.group(1))) * 1000, 1),
+               "why_epoch": "The controller installs the recomputed trees under a new epoch, and the "
+                            "switches ignore packets of the old epoch, so agents resend them."}
+    (tmp_path / "w/answers.yaml").write_text(__import__("yaml").safe_dump(answers))
+    result = lab.check(ex, tmp_path / "w", bmv2="no", timeout=240)
+    assert result["ok"], lab.show(result) + "\n" + out
+    assert_clean()
