@@ -32,7 +32,7 @@ from ground.paths import P4SRC, REPO
 
 VECTORS = {
     1: ("first_contribution", "accumulation", "max_exponent", "completion_multicast",
-        "duplicate_before_completion", "duplicate_after_completion", "tree_inner_switch"),
+        "duplicate_before_completion", "duplicate_after_completion", "tree_inner_switch", "sparse_rearm"),
     2: ("version_flip_shadow", "duplicate_after_completion", "completion_multicast"),
     3: ("sparse_first_round", "sparse_completion", "sparse_skip_block", "sparse_new_round",
         "sparse_column_done", "sparse_tree_inner", "sparse_duplicates", "sparse_probe"),
@@ -46,8 +46,10 @@ def result(name: str, ok: bool, detail: str = "") -> dict:
 def short_error(exc: BaseException) -> str:
     """The student's exception and where in their file it came from."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if "agglab-exercise-" in f.filename]
-    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
-    return f"{type(exc).__name__}: {exc}{where}"
+    if not frames:
+        return f"{type(exc).__name__}: {exc}"
+    rel = frames[-1].filename.split("/overlay/", 1)[-1]      # the path in the student's work folder
+    return f"{type(exc).__name__}: {exc} (at {rel}:{frames[-1].lineno})"
 
 
 class OverlayFinder(importlib.abc.MetaPathFinder):
