@@ -123,9 +123,13 @@ def conformance(target, names, ordered: bool, label: str) -> list[dict]:
             run_vector(target, vector, ordered=ordered)
             out.append(result(f"conformance {name} ({label})", True))
         except AssertionError as exc:
-            out.append(result(f"conformance {name} ({label})", False,
-                              f"{exc}\n  what this vector checks: {about}\n"
-                              f"  (the whole vector: tests/conformance/vectors/{name}.yaml)"))
+            first, _, packets = str(exc).partition("\n  sent:\n")
+            check = result(f"conformance {name} ({label})", False,
+                           f"{first}\n  what this vector checks: {about}\n"
+                           f"  (the whole vector: tests/conformance/vectors/{name}.yaml)")
+            if packets:             # the frames in full: `check --verbose` and the JSON grade show them
+                check["packets"] = "  sent:\n" + packets
+            out.append(check)
         except Exception as exc:
             out.append(result(f"conformance {name} ({label})", False, short_error(exc)))
     return out

@@ -108,12 +108,17 @@ def test_a_wrong_addition_reports_the_first_differing_packet(tmp_path):
     bad = {c["name"]: c["detail"] for c in result["checks"] if not c["ok"]}
     assert "registers (expected, got)" in bad["conformance accumulation (software switch)"], lab.show(result)
     packet = bad["conformance completion_multicast (software switch)"]
-    assert "packet 3 on port 3" in packet and "expected:" in packet and "got:" in packet
     # the first line names the first differing field: lane 0 is 1 + 10 + 100 in the vector,
     # the last contribution alone when it overwrites
-    assert "packet out on port 1: values[0] expected 111, got 100" in packet.splitlines()[0]
+    assert "packet 3 on port 3: packet out on port 1: values[0] expected 111, got 100" in packet.splitlines()[0]
     assert "agg_values[320] expected 11, got 10" in bad["conformance accumulation (software switch)"]
     assert "conformance first_contribution (software switch)" not in bad
+    # the frames themselves: in the grade object, and printed by --verbose only
+    frames = next(c["packets"] for c in result["checks"] if c["name"].startswith("conformance completion_multicast"))
+    assert "expected:" in frames and "got:" in frames and "values[:5]=[100, 200, -300, 0, 5]" in frames
+    sent = "values[:5]=[100, 200, -300, 0, 5]"      # the completing packet, as sent
+    assert sent in lab.show(result, verbose=True) and sent not in lab.show(result)
+    assert "--verbose" in lab.show(result)
 
 
 WRONG_TREES = {      # a plausible mistake in region rack-aware -> the scenarios it must fail
