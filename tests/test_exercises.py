@@ -170,17 +170,44 @@ def test_cli_exit_codes(tmp_path, capsys):
     assert grade["exercise"] == 3 and grade["ok"] is False and grade["passed"] < grade["total"]
 
 
+P4_EXERCISES = [e.number for e in lab.EXERCISES if e.p4]
+
+
 @pytest.mark.bmv2
 @pytest.mark.root
-@pytest.mark.parametrize("number", [1, 3])
+@pytest.mark.net_timeout(1200)
+@pytest.mark.parametrize("number", P4_EXERCISES)
 def test_p4_solution_passes_on_bmv2(number, tmp_path):
     """The P4 regions, compiled from an overlay p4src, pass the exercise's vectors on simple_switch.
-    Needs the machine-wide network lock (flock /tmp/agglab-net.lock) like every BMv2 test."""
+    Needs the machine-wide network lock (AGGLAB_NET_LOCK) like every BMv2 test."""
     ex = lab.get(number)
     lab.start(ex, tmp_path / "w", solution=True)
     result = lab.check(ex, tmp_path / "w", bmv2="yes", timeout=900)
     assert result["ok"], lab.show(result)
     assert any("BMv2" in c["name"] for c in result["checks"])
+    assert not result["skipped"], lab.show(result)          # the P4 regions are graded, not skipped
+
+
+@pytest.mark.bmv2
+@pytest.mark.root
+@pytest.mark.net_timeout(1200)
+@pytest.mark.parametrize("number", P4_EXERCISES)
+def test_p4_skeleton_fails_on_bmv2(number, tmp_path):
+    """The Python solution with the untouched P4 skeleton: the software-switch checks pass, and
+    BMv2 fails naming the P4 regions (they are graded, not skipped, where BMv2 runs)."""
+    ex = lab.get(number)
+    lab.start(ex, tmp_path / "w", solution=True)
+    for rel in ex.files:
+        if rel.endswith(".p4"):
+            (tmp_path / "w" / rel).write_text(lab.skeleton(lab.repo_text(rel), ex, rel))
+    result = lab.check(ex, tmp_path / "w", bmv2="yes", timeout=900)
+    bad = [c for c in result["checks"] if not c["ok"]]
+    assert bad and all(".p4" in c["name"] or "BMv2" in c["name"] or "(p4c)" in c["name"] for c in bad), \
+        lab.show(result)
+    p4_regions = {n for rel in ex.files if rel.endswith(".p4") for n in lab.regions(lab.repo_text(rel), rel)
+                  if n in ex.regions}
+    assert {n for n in p4_regions if any(f"region {n} in" in c["name"] for c in bad)} == p4_regions
+    assert any("(BMv2)" in c["name"] or "(p4c)" in c["name"] for c in bad), lab.show(result)
 
 
 @pytest.mark.root
