@@ -125,7 +125,7 @@ def conformance(target, names, ordered: bool, label: str) -> list[dict]:
         except AssertionError as exc:
             first, _, packets = str(exc).partition("\n  sent:\n")
             check = result(f"conformance {name} ({label})", False,
-                           f"{first}\n  what this vector checks: {about}\n"
+                           f"{first}\n{wrap('what this vector checks: ' + about)}\n"
                            f"  (the whole vector: tests/conformance/vectors/{name}.yaml)")
             if packets:             # the frames in full: `check --verbose` and the JSON grade show them
                 check["packets"] = "  sent:\n" + packets
@@ -248,8 +248,15 @@ ABOUT = {
 def explain(check: dict, about: str) -> dict:
     """Add what a failing end-to-end check needs, in words (the conformance details are exact)."""
     if not check["ok"]:
-        check["detail"] += f"\n  what this checks: {about}"
+        check["detail"] += "\n" + wrap("what this checks: " + about)
     return check
+
+
+def wrap(text: str) -> str:
+    """An explanation in lines of a terminal's width, indented under its check."""
+    import textwrap
+
+    return textwrap.fill(text, width=96, initial_indent="  ", subsequent_indent="    ")
 
 
 # -- the tree and failure exercises ------------------------------------------------------
