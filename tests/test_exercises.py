@@ -175,16 +175,19 @@ P4_EXERCISES = [e.number for e in lab.EXERCISES if e.p4]
 
 @pytest.mark.bmv2
 @pytest.mark.root
+@pytest.mark.mininet
 @pytest.mark.net_timeout(1200)
 @pytest.mark.parametrize("number", P4_EXERCISES)
 def test_p4_solution_passes_on_bmv2(number, tmp_path):
-    """The P4 regions, compiled from an overlay p4src, pass the exercise's vectors on simple_switch.
-    Needs the machine-wide network lock (AGGLAB_NET_LOCK) like every BMv2 test."""
+    """The P4 regions, compiled from an overlay p4src, pass the exercise's vectors on simple_switch
+    and an allreduce in Mininet through BMv2 running them. Needs the machine-wide network lock
+    (AGGLAB_NET_LOCK) like every BMv2 test."""
     ex = lab.get(number)
     lab.start(ex, tmp_path / "w", solution=True)
     result = lab.check(ex, tmp_path / "w", bmv2="yes", timeout=900)
     assert result["ok"], lab.show(result)
-    assert any("BMv2" in c["name"] for c in result["checks"])
+    assert any("(BMv2)" in c["name"] for c in result["checks"])
+    assert any("(BMv2, Mininet)" in c["name"] and "exact" in c["detail"] for c in result["checks"])
     assert not result["skipped"], lab.show(result)          # the P4 regions are graded, not skipped
 
 
