@@ -11,8 +11,10 @@ What runs: the regions are filled in (no TODO left); the conformance vectors of
 tests/conformance that exercise the regions, on the software switch (in process); an
 end-to-end allreduce through the software switch with real agents (tests/fakenet.py: the
 same frames as Mininet, in-process wires); for P4 exercises, the same vectors on BMv2 with
-the student's P4 compiled from an overlay p4src (needs simple_switch, p4c and root). The
-tree and link-failure exercises are graded against a rerun of the controller's algorithms.
+the student's P4 compiled from an overlay p4src (needs simple_switch, p4c and root), then an
+allreduce in Mininet through simple_switch running it. The tree and link-failure exercises
+are graded against a rerun of the controller's algorithms. A failed check's detail starts
+with the first differing packet field or register; the frames in full are in "packets".
 """
 
 from __future__ import annotations
