@@ -121,6 +121,33 @@ def test_a_wrong_addition_reports_the_first_differing_packet(tmp_path):
     assert "--verbose" in lab.show(result)
 
 
+MISTAKES = {        # a plausible mistake in a region -> the check that must catch it
+    "version ignores v0": (2, "hosts/agent.py", "ver=(self.v0[s] + r) & 1", "ver=r & 1",
+                           "two allreduces in a row (software switch)"),
+    "completion forgets the sparse re-arm": (1, "softswitch/aggregate.py",
+                                             "            if self.on_complete is not None:\n"
+                                             "                self.on_complete(r, o)\n", "",
+                                             "conformance sparse_rearm (software switch)"),
+    "max(next) instead of min(next)": (3, "softswitch/sparse.py", "n = min(nexts) if end > cb else NONE",
+                                       "n = max(nexts) if end > cb else NONE",
+                                       "conformance sparse_first_round (software switch)"),
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(MISTAKES))
+def test_a_plausible_mistake_is_caught_by_its_check(mistake, tmp_path):
+    number, rel, old, new, check = MISTAKES[mistake]
+    ex = lab.get(number)
+    lab.start(ex, tmp_path / "w", solution=True)
+    path = tmp_path / "w" / rel
+    assert old in path.read_text()
+    path.write_text(path.read_text().replace(old, new))
+    result = lab.check(ex, tmp_path / "w", bmv2="no", timeout=240)
+    bad = {c["name"]: c["detail"] for c in result["checks"] if not c["ok"]}
+    assert check in bad, lab.show(result)
+    assert "what this" in bad[check]              # and it says what the check is about
+
+
 WRONG_TREES = {      # a plausible mistake in region rack-aware -> the scenarios it must fail
     "no rack-aware filter": (("pool = good if max(uplinks.values()) <= 1 else other", "pool = good"),
                              ("l1-s1 down", "l1-s1 and l3-s2 down", "fat-tree")),
