@@ -7,11 +7,13 @@ worker's input from (rank, seed) and compares the returned aggregate with numpy.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
@@ -41,9 +43,10 @@ def run_allreduce(quiet: bool = True, **kwargs) -> dict:
     return run_spec(RunSpec(**kwargs), quiet=quiet)
 
 
-def run_spec(spec: RunSpec, quiet: bool = True) -> dict:
-    """Run one allreduce described by `spec` in a fresh network and return the result."""
-    with Session(spec, quiet=quiet) as session:
+def run_spec(spec: RunSpec, quiet: bool = True, progress: bool = False) -> dict:
+    """Run one allreduce described by `spec` in a fresh network and return the result
+    (`progress`: a bar of blocks done and their rate on stderr)."""
+    with Session(spec, quiet=quiet, progress=progress) as session:
         result = session.allreduce()
         result["events"] = session.events.lines()
         return result
@@ -58,6 +61,11 @@ def graph_for(spec: RunSpec):
         f.check(g)
     if spec.tree == "bml":
         BmlJob.check(g)
+    if spec.keep:
+        keep = Path(spec.keep)
+        if keep.exists() and (not keep.is_dir() or any(keep.iterdir())):
+            raise ValueError(f"--keep {spec.keep}: exists and is not an empty directory (a kept run is never "
+                             "written over)")
     return g
 
 
@@ -68,11 +76,12 @@ class Session:
     many allreduces on it while links fail and recover.
     """
 
-    def __init__(self, spec: RunSpec, quiet: bool = True, echo=None):
-        self.spec, self.quiet = spec, quiet
+    def __init__(self, spec: RunSpec, quiet: bool = True, echo=None, progress: bool = False):
+        self.spec, self.quiet, self.progress = spec, quiet, progress
         self.g = graph_for(spec)
-        self.net = EmulatedNetwork(self.g, backend=spec.backend, seed=spec.seed)
         self.events = EventLog(echo=echo or (None if quiet else (lambda line: _log(line, False))))
+        self.net = EmulatedNetwork(self.g, backend=spec.backend, seed=spec.seed, pcap=spec.pcap,
+                                   keep=spec.keep, t0=self.events.t0)
         self.job: Job | None = None
         self.monitor = None
         self.runs = 0
@@ -83,8 +92,8 @@ class Session:
         n_sw = len(switches(g))
         _log(f"building network: {spec.topology} ({n_sw} switch{'es' if n_sw > 1 else ''}, {spec.backend}), "
              f"{spec.workers} workers", self.quiet)
-        self.net.start()
         try:
+            self.net.start()
             for sw in switches(g):
                 forward.install_forwarding(self.net.client(sw), g, sw)
             self._set_loss(spec.loss)
@@ -126,7 +135,8 @@ class Session:
         probe = FidelityProbe(self.net.graph, self.net.run.path / "pids").start()
         try:
             with self.job.running():
-                reports, injector = _run_workers(self.net, spec, self.job, self.quiet, f"run{self.runs}")
+                reports, injector = _run_workers(self.net, spec, self.job, self.quiet, f"run{self.runs}",
+                                                 progress=self.progress)
         finally:
             fidelity = probe.stop()
         self.net.check_switches()
@@ -136,6 +146,10 @@ class Session:
         result.update(topology=spec.topology, tree=spec.tree, trees=len(treeset.trees),
                       epoch=treeset.epoch, failures=injector.report() if injector else [])
         result["fidelity"] = fidelity       # link-bound or CPU-bound? (emulation/fidelity.py)
+        if spec.keep:
+            result["kept"] = str(Path(spec.keep) / f"run{self.runs}")
+        (self.net.run.path / f"run{self.runs}" / "result.json").write_text(
+            json.dumps(result, sort_keys=True, indent=1, default=str))
         return result
 
     def run_program(self, module: str, name: str, extra_args: tuple = (), deadline_s: float = 600.0):
@@ -151,11 +165,16 @@ class Session:
         return reports, injector.report() if injector else []
 
     def stop(self) -> None:
-        if self.job:
-            self.job.stop()
-        if self.monitor:
-            self.monitor.stop()
-        self.net.stop()
+        try:
+            if self.job:
+                self.job.stop()
+            if self.monitor:
+                self.monitor.stop()
+        finally:
+            if self.net.run is not None:       # kept with the run directory (--keep)
+                with contextlib.suppress(OSError):
+                    (self.net.run.path / "events.log").write_text("".join(f"{line}\n" for line in self.events.lines()))
+            self.net.stop()
 
     def __enter__(self) -> "Session":
         return self.start()
@@ -165,7 +184,8 @@ class Session:
 
 
 def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, name: str,
-                 module: str = "hosts.worker", extra_args: tuple = (), deadline_s: float | None = None):
+                 module: str = "hosts.worker", extra_args: tuple = (), deadline_s: float | None = None,
+                 progress: bool = False):
     workers = job.workers
     out_dir = net.run.path / name
     out_dir.mkdir()
@@ -191,17 +211,24 @@ def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, nam
         injector.start()
     deadline = time.monotonic() + (deadline_s or spec.give_up * 3 + 30 + spec.elements * spec.workers / 50_000)
     started, last = time.monotonic(), 0.0
-    for rank, proc, log in procs:
-        while proc.poll() is None:
-            if time.monotonic() > deadline:
-                proc.kill()
-                break
-            if time.monotonic() - last > 5:
-                last = time.monotonic()
-                done = sum(p.poll() is not None for _, p, _ in procs)
-                _log(f"  {done}/{len(procs)} workers finished after {last - started:.0f} s", quiet)
-            time.sleep(0.05)
-        log.close()
+    bar = ProgressBar([out_dir / f"rank{r}.progress" for r in range(len(workers))]) if progress else None
+    try:
+        for rank, proc, log in procs:
+            while proc.poll() is None:
+                if time.monotonic() > deadline:
+                    proc.kill()
+                    break
+                if bar:
+                    bar.poll()
+                elif time.monotonic() - last > 5:
+                    last = time.monotonic()
+                    done = sum(p.poll() is not None for _, p, _ in procs)
+                    _log(f"  {done}/{len(procs)} workers finished after {last - started:.0f} s", quiet)
+                time.sleep(0.05)
+            log.close()
+    finally:
+        if bar:
+            bar.close()
     reports = []
     for rank, proc, _ in procs:
         path = out_dir / f"rank{rank}.json"
@@ -217,3 +244,34 @@ def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, nam
         injector.stop()
         injector.join(1)
     return reports, injector
+
+
+class ProgressBar:
+    """Blocks done by all workers and their rate, on stderr (tqdm), from the progress files
+    the workers rewrite as they go ('done total', hosts/worker.py ProgressFile)."""
+
+    def __init__(self, files: list[Path]):
+        from tqdm import tqdm
+
+        self.files = files
+        self.bar = tqdm(total=None, unit=" blocks", file=sys.stderr, desc="allreduce", dynamic_ncols=True,
+                        mininterval=0.2, smoothing=0.3)
+
+    def poll(self) -> None:
+        done = total = 0
+        reported = 0
+        for f in self.files:
+            try:
+                d, t = f.read_text().split()
+                done, total, reported = done + int(d), total + int(t), reported + 1
+            except (OSError, ValueError):
+                continue
+        if reported == len(self.files) and self.bar.total != total:
+            self.bar.total = total
+            self.bar.refresh()
+        if done > self.bar.n:
+            self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        self.poll()
+        self.bar.close()

@@ -24,7 +24,8 @@ GIVEN = {"workers": ("7", 7), "elements": ("123", 123), "dtype": ("float32", "fl
          "job": None, "bw": ("50", 50.0), "topology": ("fattree", "fattree"), "k": ("6", 6),
          "tree": ("packing", "packing"), "bml_variant": ("host", "host"),
          "algorithm": ("omnireduce", "omnireduce"), "density": ("0.5", 0.5), "pattern": ("overlap", "overlap"),
-         "block_size": ("512", 512), "zero_workers": ("2", 2), "fail": ("tree@0.5", ["tree@0.5"])}
+         "block_size": ("512", 512), "zero_workers": ("2", 2), "fail": ("tree@0.5", ["tree@0.5"]),
+         "keep": ("kept-run", "kept-run"), "pcap": (None, True)}      # None: a flag without a value
 
 
 def test_defaults_are_runspec_defaults():
@@ -37,7 +38,7 @@ def test_every_option_sets_its_field(cmd):
     assert covered == {k for k, v in GIVEN.items() if v is not None}, "GIVEN lacks a RunSpec field"
     argv = [cmd]
     for name in sorted(covered):
-        argv += ["--" + name.replace("_", "-"), GIVEN[name][0]]
+        argv += ["--" + name.replace("_", "-")] + ([GIVEN[name][0]] if GIVEN[name][0] is not None else [])
     spec = spec_from_args(build_parser().parse_args(argv))
     for name in covered:
         assert getattr(spec, name) == GIVEN[name][1], name
@@ -57,6 +58,7 @@ def test_lab_has_its_own_defaults():
     (["--topology", "single", "--tree", "bml"], "--tree bml goes with --topology bcube"),
     (["--topology", "fattree", "--k", "5"], "k must be an even number"),
     (["--topology", "bcube", "--tree", "bml", "--workers", "3"], "BML needs every BCube server as a worker"),
+    (["--pcap"], "--pcap writes per-port pcaps into the kept run directory: give --keep DIR too"),
 ])
 def test_bad_input_is_one_line_and_exit_2(cmd, argv, message, capsys, monkeypatch):
     def must_not_run(*args, **kwargs):
@@ -91,3 +93,14 @@ def test_lab_allreduce_line_takes_the_per_run_options(monkeypatch):
                          (["--dtype", "int8"], "invalid choice"), (["--bogus"], "unrecognized")]:
         with pytest.raises(ValueError, match=message):
             _parse_allreduce(bad)
+
+
+@pytest.mark.parametrize("cmd", ["allreduce", "lab"])
+def test_keep_never_writes_over_a_used_directory(cmd, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("emulation.session.run_spec", lambda *a, **k: pytest.fail("reached the network"))
+    (tmp_path / "old-run").mkdir()
+    (tmp_path / "old-run" / "s1.log").write_text("a previous run")
+    assert main([cmd, "--keep", str(tmp_path / "old-run")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"agglab {cmd}: --keep {tmp_path / 'old-run'}: exists and is not an empty directory " \
+                  "(a kept run is never written over)\n"
