@@ -78,12 +78,14 @@ def run_train(args) -> int:
         print("agglab train needs root (Mininet creates network namespaces): run it with sudo, "
               "or --profile-only --no-network for the pure model", file=sys.stderr)
         return 2
+    from controller.trees.base import TreeError
+
     try:
         if args.profile_only:
             result = _profile(args)
         else:
             result = _mlp(args)
-    except ValueError as exc:
+    except (ValueError, TreeError) as exc:       # TopologyError is a ValueError
         print(f"agglab train: {exc}", file=sys.stderr)
         return 2
     if args.json:

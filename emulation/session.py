@@ -17,12 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
-from controller import drop_sim, forward, topologies
+from controller import drop_sim, forward, topologies, tree_install, trees
 from controller.bml_job import BmlJob
 from controller.events import EventLog
 from controller.forwarding_job import ForwardingJob
 from controller.job import TreeJob
-from controller.jobs import Job
+from controller.jobs import Job, partitions
 from controller.topology import switches, workers as worker_hosts
 from emulation.failures import FailureInjector
 from emulation.fidelity import FidelityProbe
@@ -53,20 +53,52 @@ def run_spec(spec: RunSpec, quiet: bool = True, progress: bool = False) -> dict:
 
 
 def graph_for(spec: RunSpec):
-    """The spec's topology graph, with every named --fail link checked against it. Needs no
-    root and builds nothing: bad input (ValueError, TopologyError) surfaces before Mininet."""
+    """The spec's topology graph, checked: every named --fail link exists, the first trees
+    fit the data plane (fan-in, trees, ports) and `--fail tree@F` has a link to reroute
+    around. Needs no root and builds nothing: bad input (ValueError, TopologyError,
+    TreeError) surfaces before Mininet."""
     spec.validate()
     g = topologies.for_run(spec)
     for f in spec.fail_specs:
         f.check(g)
+    busiest = max(switches(g), key=g.degree)
+    if g.degree(busiest) > tree_install.MAX_PORT:
+        raise ValueError(f"switch {busiest} has {g.degree(busiest)} links, but P4 ports are bit<9> "
+                         f"(at most {tree_install.MAX_PORT} usable)")
     if spec.tree == "bml":
         BmlJob.check(g)
+    else:
+        check_failures(spec, g, _first_trees(spec, g))
     if spec.keep:
         keep = Path(spec.keep)
         if keep.exists() and (not keep.is_dir() or any(keep.iterdir())):
             raise ValueError(f"--keep {spec.keep}: exists and is not an empty directory (a kept run is never "
                              "written over)")
     return g
+
+
+def _first_trees(spec: RunSpec, g) -> set[tuple[str, str]]:
+    """The links the job's traffic uses at first: the trees' (checked against the data
+    plane's limits), or for the host baselines every switch-switch link (IP routes)."""
+    if spec.host_baseline:
+        return {(u, v) for u, v in g.edges if g.nodes[u]["kind"] == g.nodes[v]["kind"] == "switch"}
+    treeset = trees.compute(spec.tree, g, worker_hosts(g))
+    tree_install.check_fits(g, treeset)
+    return {e for t in treeset.trees for e in t.edges}
+
+
+def check_failures(spec: RunSpec, g, used: set[tuple[str, str]]) -> None:
+    """Refuse `--fail tree@F` when no switch-switch link the job uses can fail without
+    cutting a worker off: the run could only end partitioned, never reroute."""
+    for f in spec.fail_specs:
+        if f.link is not None:
+            continue
+        inner = [e for e in used if g.nodes[e[0]]["kind"] == g.nodes[e[1]]["kind"] == "switch"]
+        if not any(not partitions(g, e, worker_hosts(g)) for e in inner):
+            why = ("it has no link between switches" if not inner else
+                   "every link between its switches is the only path to some worker")
+            raise ValueError(f"--fail tree@{f.at:g}: nothing to reroute around on this topology ({why}); "
+                             "name a link (A-B@F) to fail one anyway")
 
 
 class Session:
