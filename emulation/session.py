@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -110,6 +111,7 @@ class Session:
 
     def __init__(self, spec: RunSpec, quiet: bool = True, echo=None, progress: bool = False):
         self.spec, self.quiet, self.progress = spec, quiet, progress
+        self.cancelled = threading.Event()     # cancel(): a running allreduce's workers are stopped
         self.g = graph_for(spec)
         self.events = EventLog(echo=echo or (None if quiet else (lambda line: _log(line, False))))
         self.net = EmulatedNetwork(self.g, backend=spec.backend, seed=spec.seed, pcap=spec.pcap,
@@ -168,7 +170,7 @@ class Session:
         try:
             with self.job.running():
                 reports, injector = _run_workers(self.net, spec, self.job, self.quiet, f"run{self.runs}",
-                                                 progress=self.progress)
+                                                 progress=self.progress, cancel=self.cancelled)
         finally:
             fidelity = probe.stop()
         self.net.check_switches()
@@ -192,9 +194,14 @@ class Session:
         self.runs += 1
         with self.job.running():
             reports, injector = _run_workers(self.net, self.spec, self.job, self.quiet, name,
-                                             module, tuple(extra_args), deadline_s)
+                                             module, tuple(extra_args), deadline_s, cancel=self.cancelled)
         self.net.check_switches()
         return reports, injector.report() if injector else []
+
+    def cancel(self) -> None:
+        """Stop the workers of an allreduce another thread is running (the lab's background
+        one, when the lab is stopped): it then returns at once instead of at its deadline."""
+        self.cancelled.set()
 
     def stop(self) -> None:
         try:
@@ -217,7 +224,7 @@ class Session:
 
 def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, name: str,
                  module: str = "hosts.worker", extra_args: tuple = (), deadline_s: float | None = None,
-                 progress: bool = False):
+                 progress: bool = False, cancel: threading.Event | None = None):
     workers = job.workers
     out_dir = net.run.path / name
     out_dir.mkdir()
@@ -247,7 +254,7 @@ def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, nam
     try:
         for rank, proc, log in procs:
             while proc.poll() is None:
-                if time.monotonic() > deadline:
+                if time.monotonic() > deadline or (cancel is not None and cancel.is_set()):
                     proc.kill()
                     break
                 if bar:
