@@ -14,7 +14,6 @@ import signal
 import threading
 
 from mininet.cli import CLI
-from mininet.util import quietRun
 
 from agglab.cli import add_run_options
 from agglab.interrupts import Interrupted, arm
@@ -45,6 +44,8 @@ class LabCLI(CLI):
                 node.sendInt()
                 node.waitOutput()
         if self.isatty():
+            from mininet.util import quietRun
+
             quietRun("stty echo sane intr ^C")
         self.cmdloop()
 
