@@ -158,6 +158,8 @@ class Session:
         spec.validate()
         for f in spec.fail_specs:
             f.check(self.g)
+        if not spec.host_baseline and spec.tree != "bml":     # the lab's `allreduce --fail tree@F`
+            check_failures(spec, self.g, {e for t in self.job.trees().trees for e in t.edges})
         if spec.loss != self.loss:              # the lab's `allreduce --loss P`
             with self.job.locked():
                 self._set_loss(spec.loss)
