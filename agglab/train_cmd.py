@@ -45,6 +45,9 @@ def add_train_parser(sub) -> None:
                    "--profile-only defaults to 5")
     t.add_argument("--backend", choices=["soft", "bmv2"], default="soft")
     t.add_argument("--give-up", type=float, default=10.0)
+    t.add_argument("--keep", metavar="DIR", default=None, help="keep the run directory in DIR (new or empty): "
+                   "switch logs, SWITCH.commands, events.log, worker logs (as `agglab allreduce --keep`)")
+    t.add_argument("--pcap", action="store_true", help="per-port pcaps into DIR/pcaps (with --keep)")
     t.add_argument("--profile-only", action="store_true", help="simulate compute from the model's layer "
                    "profile; run only the gradient communication (through the network unless --no-network)")
     t.add_argument("--scheduler", choices=["fifo", "pace", "both"], default="both")
@@ -69,11 +72,21 @@ def _spec(args):
 
     return RunSpec(workers=args.workers, loss=args.loss, backend=args.backend, seed=args.seed,
                    give_up=args.give_up, bw=args.bw, topology=args.topology, k=args.k, tree=args.tree,
-                   algorithm=args.algorithm, fail=args.fail or []).validate()
+                   algorithm=args.algorithm, fail=args.fail or [], keep=args.keep, pcap=args.pcap).validate()
 
 
 def run_train(args) -> int:
+    from controller.trees.base import TreeError
+
     needs_root = not (args.profile_only and args.no_network)
+    if needs_root:
+        try:                                # bad input first: one line before "needs root"
+            from emulation.session import graph_for
+
+            graph_for(_spec(args))
+        except (ValueError, TreeError) as exc:
+            print(f"agglab train: {str(exc).splitlines()[0]}", file=sys.stderr)
+            return 2
     if needs_root and os.geteuid() != 0:
         print("agglab train needs root (Mininet creates network namespaces): run it with sudo, "
               "or --profile-only --no-network for the pure model", file=sys.stderr)
@@ -83,7 +96,7 @@ def run_train(args) -> int:
             result = _profile(args)
         else:
             result = _mlp(args)
-    except ValueError as exc:
+    except (ValueError, TreeError) as exc:       # TopologyError is a ValueError
         print(f"agglab train: {exc}", file=sys.stderr)
         return 2
     if args.json:

@@ -48,7 +48,7 @@ class Outcome:
     suite: Suite
     out_dir: Path
     rows: list[dict[str, Any]] = field(default_factory=list)
-    interrupted: bool = False
+    interrupted: int = 0               # the stop signal's number (SIGINT 2, SIGTERM 15, SIGHUP 1), 0 if none
     ran: int = 0
     skipped: int = 0
     started: float = 0.0
@@ -238,6 +238,7 @@ def run_suite(suite: Suite, out_dir: Path, run_fn: RunFn | None = None, log: Tex
     """Run what is not yet done, append each run to runs.jsonl, then write the report."""
     from tqdm import tqdm
     from experiments.report import write_report
+    from ground.interrupts import signum_of
 
     out_dir.mkdir(parents=True, exist_ok=True)
     runs_file = out_dir / "runs.jsonl"
@@ -265,9 +266,8 @@ def run_suite(suite: Suite, out_dir: Path, run_fn: RunFn | None = None, log: Tex
                 outcome.ran += 1
                 bar.update(round(est / len(reps)))
                 bar.write(f"{d.name}: {p.label()} rep {row['repeat'] + 1}: {describe(row)}", file=log)
-    except KeyboardInterrupt:
-        outcome.interrupted = True
-        bar.write("interrupted: every finished run is kept in runs.jsonl; rerun to resume", file=log)
+    except KeyboardInterrupt as exc:       # the run in progress cleaned up as it unwound
+        outcome.interrupted = signum_of(exc)
     finally:
         bar.close()
     outcome.finished = time.time()
