@@ -116,12 +116,56 @@ def _scale_line(outcome: "Outcome", d) -> str:
     rows = [r for r in outcome.rows if r["definition"] == d.name]
     if not rows:
         return "not run"
+    if d.program == "pace":
+        return _pace_scale(rows, d)
     s, z = rows[0]["scale_rate"], rows[0]["scale_size"]
     link = parse_rate(d.network["link"])
     return (f"real {format_rate(link)} links and a {format_size(parse_size(d.network['gradient']))} gradient; "
             f"emulated at {format_rate(link / s)} (rates / {s:.6g}) with a "
             f"{format_size(parse_size(d.network['gradient']) / z)} gradient (/ {z:.6g}); "
             f"real time = emulated time x {z / s:.4g}")
+
+
+def _pace_scale(rows: list[dict], d) -> str:
+    """program: pace - one scale per model (its gradient over the emulated one)."""
+    link = parse_rate(d.network["link"])
+    per = {}
+    for r in rows:
+        per.setdefault(r["values"].get("model"), (r["scale_rate"], r["scale_size"]))
+    parts = [f"{m}: {format_size(z * d.emulated_bytes)} gradient / {z:.4g}, real time = emulated x {z / s:.4g}"
+             for m, (s, z) in per.items()]
+    s = next(iter(per.values()))[0]
+    return (f"real {format_rate(link)} links emulated at {format_rate(link / s)} (rates / {s:.6g}); each worker "
+            f"sends {format_size(d.emulated_bytes)} per iteration through the emulator; " + "; ".join(parts))
+
+
+def _pace_table(outcome: "Outcome", d) -> list[str]:
+    """program: pace - per model: both schedulers' iteration through the emulator beside the
+    pure model's (pace/schedule.py with the modelled real network), and the scale."""
+    import statistics
+
+    lines = ["Per model (medians over repeats; real-network ms). *Pure model*: the same schedulers "
+             "on the modelled network (alpha + beta*s of a 10 Gb/s link), no emulator.", "",
+             "| model | compute ms | FIFO ms | PACE ms | speed-up | pure-model FIFO / PACE ms | pure-model speed-up "
+             "| scale s | shrink z | emulated cost (real units) | link-bound runs |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+    for model in d.sweep.get("model", []):
+        rows = [r for r in outcome.rows if r["definition"] == d.name and r.get("ok")
+                and r["values"].get("model") == model and r.get("pace")]
+        by = {s: [r for r in rows if r["series"] == s] for s in ("fifo", "pace")}
+        if not by["fifo"] or not by["pace"]:
+            lines.append(f"| {model} | – | – | – | – | – | – | – | – | – | – |")
+            continue
+        med = {s: statistics.median(real_seconds(r) * 1e3 for r in rs) for s, rs in by.items()}
+        p = by["fifo"][0]["pace"]
+        pure = {s: by[s][0]["pace"].get("model_iteration_ms") for s in by}
+        cost = p.get("emulated_cost") or {}
+        bound = sum(1 for r in rows if (r.get("fidelity") or {}).get("link_bound"))
+        lines.append(f"| {model} | {p.get('compute_ms')} | {med['fifo']:.1f} | {med['pace']:.1f} | "
+                     f"{med['fifo'] / med['pace']:.3f} | {pure['fifo']} / {pure['pace']} | {p.get('model_speedup')} | "
+                     f"{p.get('scale')} | {p.get('shrink')} | alpha {cost.get('alpha_ms')} ms + "
+                     f"{cost.get('ms_per_mb')} ms/MB | {bound}/{len(rows)} |")
+    return lines + [""]
 
 
 def _trend_section(outcome: "Outcome", d, plots: list[Path]) -> list[str]:
@@ -144,6 +188,8 @@ def _trend_section(outcome: "Outcome", d, plots: list[Path]) -> list[str]:
              else f"– ({st.error[:100]})")
         lines.append(f"| {series} | {point} | {t} | {st.runs} | {st.flagged} | {st.failed} |")
     lines.append("")
+    if d.program == "pace":
+        lines += _pace_table(outcome, d)
     for p in plots:
         lines += [f"![{p.name}]({p.name})", ""]
     if any(st.flagged for _, _, st in series_table(outcome.rows, d)):

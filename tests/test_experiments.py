@@ -358,3 +358,69 @@ def test_quick_suite_writes_a_report(tmp_path):
     in_network = [r for r in rows if r["series"] == "in-network"]
     assert in_network and all(r["ok"] and "fidelity" in r for r in in_network)
     assert "## Trends: ours vs the papers" in report and "Fidelity of every run" in report
+
+
+# -- program: pace --------------------------------------------------------------------------
+def test_pace_points_scale_each_model_by_its_own_gradient(tmp_path):
+    """10 Gb/s over the 5 Mb/s default ceiling: s = 2000; z = the model's float32 gradient
+    (ResNet-50: 25,557,032 parameters, He et al.) over the 1 MiB sent through the emulator."""
+    suite = load_suite(TRENDS / "pace.yaml")
+    points = [p for _, p, _ in plan(suite, tmp_path)]
+    assert {(p.series, p.values["model"]) for p in points} == {
+        (s, m) for s in ("fifo", "pace") for m in ("resnet50", "vgg16", "bert-base")}
+    resnet = next(p for p in points if p.values["model"] == "resnet50" and p.series == "pace")
+    assert resnet.scale.rate == pytest.approx(2000)
+    assert resnet.scale.size == pytest.approx(25_557_032 * 4 / 2**20)
+    assert resnet.spec.bw == pytest.approx(5.0)
+    job = resnet.runnable(3)
+    assert job.seed == 3 and job.option("scheduler") == "pace" and job.option("link_gbps") == pytest.approx(10)
+    fifo = next(p for p in points if p.values["model"] == "resnet50" and p.series == "fifo")
+    assert fifo.key != resnet.key                        # the scheduler is part of the run's identity
+
+
+@pytest.mark.parametrize("raw,where", [
+    (dict(base(program="pace", series={"a": {"scheduler": "lifo", "model": "resnet50"}}),
+          network={"link": "10Gbps"}), "scheduler"),
+    (dict(base(program="pace", series={"a": {"scheduler": "pace", "model": "alexnet"}}),
+          network={"link": "10Gbps"}), "model"),
+    (base(program="pace", series={"a": {"scheduler": "pace", "model": "resnet50"}}), "network.gradient"),
+    (base(program="tensorflow"), "program"),
+])
+def test_bad_pace_definitions_name_the_key(raw, where, tmp_path):
+    with pytest.raises(ConfigError) as exc:
+        parse_definition(raw, "t.yaml").points(5.0, tmp_path)
+    assert where in str(exc.value)
+
+
+def test_pace_report_from_synthetic_runs(tmp_path):
+    """FIFO 130 ms, PACE 100 ms for every model: speed-up 1.3 against the paper's 1.36 holds
+    within 10%; the per-model table shows both and the scale."""
+    from experiments.definition import ProgramRun
+
+    seen = []
+
+    def run_fn(jobs):
+        for job in jobs:
+            assert isinstance(job, ProgramRun)
+            seen.append(job)
+            real_ms = 130.0 if job.option("scheduler") == "fifo" else 100.0
+            s, z = 2000.0, 97.5
+            yield {"ok": True, "seconds": real_ms / 1e3 * s / z,
+                   "fidelity": {"link_bound": True, "cpu_bound": False, "reason": "synthetic"},
+                   "pace": {"compute_ms": 66.7, "model_iteration_ms": 90.0, "model_speedup": 1.2,
+                            "scale": s, "shrink": z, "emulated_cost": {"alpha_ms": 1.0, "ms_per_mb": 0.8}}}
+
+    out = tmp_path / "out"
+    suite = tmp_path / "s.yaml"
+    suite.write_text(yaml.safe_dump({"name": "p", "definitions": [
+        {"file": str(TRENDS / "pace.yaml"), "sweep": {"model": ["resnet50"]}}]}))
+    assert cli.main([str(suite), "--out", str(out), "--repeats", "1"], run_fn=run_fn) == 0
+    assert sorted(j.option("scheduler") for j in seen) == ["fifo", "pace"]
+    report = (out / "p" / "report.md").read_text()
+    # real = emulated x z / s with the point's own z (25,557,032 x 4 B / 1 MiB) and s = 2000
+    z = 25_557_032 * 4 / 2**20
+    ratio = (0.130 * 2000 / 97.5) / (0.100 * 2000 / 97.5)
+    assert f"| pace | PACE speed-up over FIFO (iteration time FIFO / PACE) (model=resnet50) | 1.36 (about) | " \
+           f"{ratio:.3g} ({ratio:.3g}–{ratio:.3g}) | {ratio / 1.36:.2f} | holds |" in report
+    assert f"{0.130 * 2000 / 97.5 * z / 2000 * 1e3:.1f}" in report      # FIFO's median, real ms
+    assert "rates / 2000" in report and (out / "p" / "pace-time.png").stat().st_size > 0
