@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from experiments.analysis import real_seconds, series_table, verdicts
+from ground import wire
 from experiments.definition import ring_vs_innet
 from experiments.plots import write_plots
 from experiments.units import DELAY_NOTE, format_rate, format_size, format_time, parse_rate, parse_size
@@ -199,21 +200,30 @@ def _trend_section(outcome: "Outcome", d, plots: list[Path]) -> list[str]:
 
 
 def _ring_check(outcome: "Outcome") -> list[str]:
-    """Measured ring / in-network at 8 workers beside 2(n-1)/n x the wire-efficiency ratio."""
+    """Measured ring / in-network at 8 workers beside 2(n-1)/n x the wire-efficiency ratio:
+    over every run, and over the runs not flagged CPU-bound (the ones that measure the
+    network; issue 9 asks those to be within 10% of the analytic value)."""
     from experiments.analysis import select
 
     out = []
     for d in outcome.suite.definitions:
         if "ring" not in d.series or "in-network" not in d.series or 8 not in d.sweep.get("workers", []):
             continue
-        ring = select(outcome.rows, d, {"series": "ring", "workers": 8})
-        innet = select(outcome.rows, d, {"series": "in-network", "workers": 8})
-        measured = ring.median / innet.median if ring.runs and innet.runs else float("nan")
+        analytic = ring_vs_innet(8)
         out += ["## Ring vs in-network at 8 workers: measured vs analytic", "",
-                "| measured ring/in-network | analytic 2(n-1)/n x (256/314)/(1448/1514) | measured/analytic | flagged runs |",
-                "|---:|---:|---:|---:|",
-                f"| {_num(measured)} | {ring_vs_innet(8):.3f} | {_num(measured / ring_vs_innet(8), '.2f')} | "
-                f"{ring.flagged + innet.flagged} |", ""]
+                f"Analytic: 2(n-1)/n x (in-network wire efficiency {wire.DATA_BYTES}/{wire.FRAME_BYTES}) / "
+                f"(TCP's 1448/1514) = {analytic:.3f} at n = 8.", "",
+                "| runs | ring runs | in-network runs | measured ring/in-network | analytic | measured/analytic | "
+                "within 10% |", "|---|---:|---:|---:|---:|---:|---|"]
+        for label, only in (("all", False), ("not flagged CPU-bound", True)):
+            ring = select(outcome.rows, d, {"series": "ring", "workers": 8}, unflagged=only)
+            innet = select(outcome.rows, d, {"series": "in-network", "workers": 8}, unflagged=only)
+            measured = ring.median / innet.median if ring.runs and innet.runs else float("nan")
+            within = ("–" if measured != measured else
+                      ("yes" if abs(measured / analytic - 1) <= 0.1 else "no"))
+            out.append(f"| {label} | {ring.runs} | {innet.runs} | {_num(measured)} | {analytic:.3f} | "
+                       f"{_num(measured / analytic, '.2f')} | {within} |")
+        out.append("")
     return out
 
 

@@ -193,10 +193,11 @@ def test_judge(ours, paper, expect, tol, want):
 
 
 # -- the runner and the report on synthetic runs ----------------------------------------------
-def fake_result(spec, cpu_bound=False) -> dict:
+def fake_result(spec, cpu_bound=False, t=None) -> dict:
     """A result the way run_allreduce returns it: in-network flat in workers, ring 2(n-1)/n."""
     n = spec.workers
-    t = {"switchml": 1.0, "ring": 1.49 * 2 * (n - 1) / n / 1.75}.get(spec.algorithm, 1.0)
+    if t is None:
+        t = {"switchml": 1.0, "ring": 1.49 * 2 * (n - 1) / n / 1.75}.get(spec.algorithm, 1.0)
     fid = {"cpu_bound": cpu_bound, "link_bound": not cpu_bound, "reason": "synthetic",
            "link": {"link": "s1->h1", "configured_mbps": 5.0, "achieved_mbps": 4.9, "utilisation": 0.98},
            "switch_cpu": {"s1": 0.3}, "host_cpu_max": 0.1, "machine_busy": 0.5}
@@ -424,3 +425,23 @@ def test_pace_report_from_synthetic_runs(tmp_path):
            f"{ratio:.3g} ({ratio:.3g}–{ratio:.3g}) | {ratio / 1.36:.2f} | holds |" in report
     assert f"{0.130 * 2000 / 97.5 * z / 2000 * 1e3:.1f}" in report      # FIFO's median, real ms
     assert "rates / 2000" in report and (out / "p" / "pace-time.png").stat().st_size > 0
+
+
+def test_ring_check_shows_the_analytic_value_beside_all_and_unflagged_runs(tmp_path):
+    """8 workers: in-network 1 s; ring 1.49 s in a link-bound run and 3 s in a CPU-bound one.
+    Over all runs the median ring/in-network is 2.245 (not within 10% of the analytic
+    1.75 x (256/314) / (1448/1514) = 1.492); over the unflagged run it is 1.49 (within)."""
+    def run_fn(specs):
+        for s in specs:
+            slow = s.algorithm == "ring" and s.seed == 1
+            t = 1.0 if s.algorithm == "switchml" else (3.0 if slow else 1.49)
+            yield fake_result(s, t=t, cpu_bound=slow)
+
+    suite = tmp_path / "s.yaml"
+    suite.write_text(yaml.safe_dump({"name": "r", "repeats": 2, "definitions": [
+        {"file": str(TRENDS / "switchml.yaml"), "sweep": {"workers": [8]}}]}))
+    assert cli.main([str(suite), "--out", str(tmp_path / "out")], run_fn=run_fn) == 0
+    report = (tmp_path / "out" / "r" / "report.md").read_text()
+    analytic = 1.75 * (256 / 314) / (1448 / 1514)
+    assert f"| all | 2 | 2 | 2.25 | {analytic:.3f} | {2.245 / analytic:.2f} | no |" in report
+    assert f"| not flagged CPU-bound | 1 | 2 | 1.49 | {analytic:.3f} | {1.49 / analytic:.2f} | yes |" in report
