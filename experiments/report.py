@@ -92,6 +92,11 @@ def machine_facts() -> dict[str, str]:
     }
 
 
+def _cell(text: str, limit: int) -> str:
+    """Free text (an error message) as one table cell: one line, no column separators."""
+    return " ".join(str(text).split()).replace("|", "/")[:limit]
+
+
 def _num(x: float, spec: str = ".3g") -> str:
     return "–" if x != x else format(x, spec)
 
@@ -107,7 +112,7 @@ def _trend_rows(outcome: "Outcome") -> list[str]:
         for v in verdicts(outcome.rows, d):
             verdict = v.verdict + (f" — {v.flagged} CPU-bound run(s) involved" if v.flagged else "")
             if v.missing:
-                verdict += f" ({v.missing[:120]})"
+                verdict += f" ({_cell(v.missing, 120)})"
             lines.append(f"| {d.name} | {v.claim.text} | {_num(v.claim.paper)} ({v.claim.expect.replace('_', ' ')}) | "
                          f"{_range(v)} | {_num(v.ratio, '.2f')} | {verdict} |")
     return lines
@@ -180,13 +185,13 @@ def _trend_section(outcome: "Outcome", d, plots: list[Path]) -> list[str]:
     for v in verdicts(outcome.rows, d):
         flag = f"; {v.flagged} CPU-bound run(s) involved" if v.flagged else ""
         lines.append(f"| {v.claim.text} | {_num(v.claim.paper)} | {_range(v)} | "
-                     f"{_num(v.ratio, '.2f')} | {v.verdict}{flag}{' (' + v.missing[:150] + ')' if v.missing else ''} |")
+                     f"{_num(v.ratio, '.2f')} | {v.verdict}{flag}{' (' + _cell(v.missing, 150) + ')' if v.missing else ''} |")
     lines += ["", "Medians in real-network time (min–max); `flagged` = runs flagged CPU-bound.", "",
               "| series | point | time (real) | runs | flagged | failed |", "|---|---|---:|---:|---:|---:|"]
     for series, combo, st in series_table(outcome.rows, d):
         point = " ".join(f"{k}={v}" for k, v in combo.items())
         t = (f"{format_time(st.median)} ({format_time(st.low)}–{format_time(st.high)})" if st.runs
-             else f"– ({st.error[:100]})")
+             else f"– ({_cell(st.error, 100)})")
         lines.append(f"| {series} | {point} | {t} | {st.runs} | {st.flagged} | {st.failed} |")
     lines.append("")
     if d.program == "pace":
@@ -239,7 +244,7 @@ def _fidelity(outcome: "Outcome") -> list[str]:
         point = f"{r['series']} " + " ".join(f"{k}={v}" for k, v in r["values"].items())
         if not r.get("ok"):
             lines.append(f"| {r['definition']} | {point} | {r['repeat'] + 1} | – | – | – | – | – | – | – | – | "
-                         f"failed: {str(r.get('error', ''))[:100]} |")
+                         f"failed: {_cell(str(r.get('error', '')), 100)} |")
             continue
         f = r.get("fidelity") or {}
         link = f.get("link") or {}

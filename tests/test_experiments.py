@@ -445,3 +445,17 @@ def test_ring_check_shows_the_analytic_value_beside_all_and_unflagged_runs(tmp_p
     analytic = 1.75 * (256 / 314) / (1448 / 1514)
     assert f"| all | 2 | 2 | 2.25 | {analytic:.3f} | {2.245 / analytic:.2f} | no |" in report
     assert f"| not flagged CPU-bound | 1 | 2 | 1.49 | {analytic:.3f} | {1.49 / analytic:.2f} | yes |" in report
+
+
+def test_a_multi_line_error_stays_in_its_table_cell(tmp_path):
+    path = write_suite(tmp_path, repeats=1)
+
+    def boom(specs):
+        raise RuntimeError("creating the veth pairs failed: File exists\nCommand failed | -:1")
+        yield  # pragma: no cover
+
+    assert cli.main([str(path), "--out", str(tmp_path / "out")], run_fn=boom) == 1
+    report = (tmp_path / "out" / "t" / "report.md").read_text()
+    table = [line for line in report.splitlines() if "veth" in line]
+    assert table and all(line.startswith("|") and line.endswith("|") for line in table)
+    assert all("Command failed / -:1" in line for line in table if "failed:" in line)
