@@ -364,14 +364,14 @@ def test_quick_suite_writes_a_report(tmp_path):
 # -- program: pace --------------------------------------------------------------------------
 def test_pace_points_scale_each_model_by_its_own_gradient(tmp_path):
     """10 Gb/s over the 5 Mb/s default ceiling: s = 2000; z = the model's float32 gradient
-    (ResNet-50: 25,557,032 parameters, He et al.) over the 1 MiB sent through the emulator."""
+    (ResNet-50: 25,557,032 parameters, He et al.) over the 4 MiB sent through the emulator."""
     suite = load_suite(TRENDS / "pace.yaml")
     points = [p for _, p, _ in plan(suite, tmp_path)]
     assert {(p.series, p.values["model"]) for p in points} == {
         (s, m) for s in ("fifo", "pace") for m in ("resnet50", "vgg16", "bert-base")}
     resnet = next(p for p in points if p.values["model"] == "resnet50" and p.series == "pace")
     assert resnet.scale.rate == pytest.approx(2000)
-    assert resnet.scale.size == pytest.approx(25_557_032 * 4 / 2**20)
+    assert resnet.scale.size == pytest.approx(25_557_032 * 4 / (4 * 2**20))
     assert resnet.spec.bw == pytest.approx(5.0)
     job = resnet.runnable(3)
     assert job.seed == 3 and job.option("scheduler") == "pace" and job.option("link_gbps") == pytest.approx(10)
@@ -414,7 +414,7 @@ def test_pace_report_from_synthetic_runs(tmp_path):
     out = tmp_path / "out"
     suite = tmp_path / "s.yaml"
     suite.write_text(yaml.safe_dump({"name": "p", "definitions": [
-        {"file": str(TRENDS / "pace.yaml"), "sweep": {"model": ["resnet50"]}}]}))
+        {"file": str(TRENDS / "pace.yaml"), "sweep": {"model": ["resnet50"]}, "emulated": {"gradient": "1MiB"}}]}))
     assert cli.main([str(suite), "--out", str(out), "--repeats", "1"], run_fn=run_fn) == 0
     assert sorted(j.option("scheduler") for j in seen) == ["fifo", "pace"]
     report = (out / "p" / "report.md").read_text()
