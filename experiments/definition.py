@@ -33,6 +33,7 @@ becomes one validated RunSpec, so nothing restates the emulator's options. Layou
         paper: ring_vs_innet(8)  # a number or an expression (for_each keys, workers, ...)
         expect: about            # about | at_least | at_most
         tolerance: 0.1
+        why: ...                 # optional: why this network may fall short (shown unless it holds)
 
 Points with the same RunSpec (e.g. ring, whose time does not depend on density) run once
 and serve every label that maps to them.
@@ -76,7 +77,7 @@ PROGRAMS = ("allreduce", "pace")
 # real link rate and the emulated gradient come from `network.link` and `emulated.gradient`)
 PACE_KEYS = ("model", "scheduler", "partition_mb", "threshold_mb", "cycle_ms", "alpha_us", "plan_cost")
 SCHEDULERS = ("fifo", "pace")
-CLAIM_KEYS = ("text", "ratio", "paper", "expect", "tolerance", "for_each")
+CLAIM_KEYS = ("text", "ratio", "paper", "expect", "tolerance", "for_each", "why")
 PLOTS = ("time", "speedup", "failures", "shares")
 EXPECTS = ("about", "at_least", "at_most")
 BASELINES = ("ring", "ps")          # host baselines another branch adds to RunSpec ALGORITHMS
@@ -203,6 +204,7 @@ class Claim:
     paper: float
     expect: str
     tolerance: float
+    why: str = ""          # why this network may not reach the paper's figure (shown unless it holds)
 
 
 @dataclass
@@ -317,7 +319,8 @@ class Definition:
                     raise ConfigError(self.source, f"claims[{i}].paper", str(exc)) from exc
                 text = raw["text"] + ("" if not bound else " (" + ", ".join(f"{k}={v}" for k, v in bound.items()) + ")")
                 out.append((Claim(text, num, den, paper, raw.get("expect", "about"),
-                                  float(raw.get("tolerance", 0.2))), bound))
+                                  float(raw.get("tolerance", 0.2)), " ".join(str(raw.get("why", "")).split())),
+                            bound))
         return out
 
 

@@ -107,15 +107,29 @@ def _range(v) -> str:
 
 def _trend_rows(outcome: "Outcome") -> list[str]:
     """The summary table: one line per claim of every trend."""
-    lines = ["| trend | claim | paper | ours (min–max) | ours/paper | verdict |", "|---|---|---:|---:|---:|---|"]
+    lines = ["| trend | claim | paper | ours (min–max) | ours/paper | verdict | why, when it does not hold |",
+             "|---|---|---:|---:|---:|---|---|"]
     for d in outcome.suite.definitions:
         for v in verdicts(outcome.rows, d):
             verdict = v.verdict + (f" — {v.flagged} CPU-bound run(s) involved" if v.flagged else "")
             if v.missing:
                 verdict += f" ({_cell(v.missing, 120)})"
             lines.append(f"| {d.name} | {v.claim.text} | {_num(v.claim.paper)} ({v.claim.expect.replace('_', ' ')}) | "
-                         f"{_range(v)} | {_num(v.ratio, '.2f')} | {verdict} |")
+                         f"{_range(v)} | {_num(v.ratio, '.2f')} | {verdict} | {_why(v)} |")
     return lines
+
+
+def _why(v) -> str:
+    """The reasons a claim falls short, as far as the report knows them: its runs were
+    CPU-bound (their times measure the emulator), and the definition's `why`."""
+    if v.verdict.startswith("holds") or v.verdict in ("no data", "not measured"):
+        return ""
+    reasons = []
+    if v.flagged:
+        reasons.append(f"{v.flagged} of its runs CPU-bound: those times measure the emulator")
+    if v.claim.why:
+        reasons.append(v.claim.why)
+    return _cell("; ".join(reasons), 600)
 
 
 def _scale_line(outcome: "Outcome", d) -> str:
@@ -181,11 +195,13 @@ def _trend_section(outcome: "Outcome", d, plots: list[Path]) -> list[str]:
         lines += [f"**Delay:** {d.network['delay']} real; {DELAY_NOTE}.", ""]
     if d.notes:
         lines += [d.notes, ""]
-    lines += ["| claim | paper | ours (min–max) | ours/paper | verdict |", "|---|---:|---:|---:|---|"]
+    lines += ["| claim | paper | ours (min–max) | ours/paper | verdict | why, when it does not hold |",
+              "|---|---:|---:|---:|---|---|"]
     for v in verdicts(outcome.rows, d):
         flag = f"; {v.flagged} CPU-bound run(s) involved" if v.flagged else ""
         lines.append(f"| {v.claim.text} | {_num(v.claim.paper)} | {_range(v)} | "
-                     f"{_num(v.ratio, '.2f')} | {v.verdict}{flag}{' (' + _cell(v.missing, 150) + ')' if v.missing else ''} |")
+                     f"{_num(v.ratio, '.2f')} | {v.verdict}{flag}{' (' + _cell(v.missing, 150) + ')' if v.missing else ''} "
+                     f"| {_why(v)} |")
     lines += ["", "Medians in real-network time (min–max); `flagged` = runs flagged CPU-bound.", "",
               "| series | point | time (real) | runs | flagged | failed |", "|---|---|---:|---:|---:|---:|"]
     for series, combo, st in series_table(outcome.rows, d):

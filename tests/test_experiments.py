@@ -209,7 +209,7 @@ def write_suite(tmp_path, repeats=2) -> Path:
              sweep={"workers": [2, 8]}, repeats=repeats,
              claims=[{"text": "flat", "ratio": [{"workers": 8}, {"workers": 2}], "paper": 1.0, "expect": "at_most"},
                      {"text": "big is 3x slower", "ratio": [{"series": "big", "workers": 8}, {"workers": 8}],
-                      "paper": 3.0, "expect": "at_least"}])
+                      "paper": 3.0, "expect": "at_least", "why": "float32 costs\nthe same bytes"}])
     path = tmp_path / "t.yaml"
     path.write_text(yaml.safe_dump(d, sort_keys=False))      # the first series is the claims' default
     return path
@@ -232,6 +232,10 @@ def test_report_from_synthetic_runs(tmp_path):
     assert "| t | flat | 1 (at most) | 1 (1–1) | 1.00 | holds |" in report
     # the 'big' series times equal the in-network ones: 1x, not 3x -> does not hold, and flagged
     assert "big is 3x slower" in report and "does not hold — 2 CPU-bound run(s) involved" in report
+    # why, for a claim that does not hold: its CPU-bound runs and the definition's reason (one line)
+    assert ("| does not hold — 2 CPU-bound run(s) involved | 2 of its runs CPU-bound: those times measure the "
+            "emulator; float32 costs the same bytes |") in report
+    assert "| holds |  |" in report                            # no reason shown for a claim that holds
     assert "real time = emulated time x 0.07629" in report     # (100 MB / 64 KiB) / (100 Gb/s / 5 Mb/s)
     assert (out / "t" / "t-time.png").stat().st_size > 0
     assert "**CPU-bound**" in report
