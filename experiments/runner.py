@@ -280,7 +280,8 @@ def run_suite(suite: Suite, out_dir: Path, run_fn: RunFn | None = None, log: Tex
     outcome = Outcome(suite, out_dir, started=time.time())
     done = {(r["definition"], r["key"], r["repeat"]) for r in load_rows(runs_file) if r.get("ok")}
     groups = []
-    for d, p, reps in plan(suite, out_dir):
+    steps = plan(suite, out_dir)
+    for d, p, reps in steps:
         todo = [r for r in reps if (d.name, p.key, r) not in done]
         outcome.skipped += len(reps) - len(todo)
         for chunk in ([todo] if shareable(p) else [[r] for r in todo]):
@@ -307,7 +308,9 @@ def run_suite(suite: Suite, out_dir: Path, run_fn: RunFn | None = None, log: Tex
     finally:
         bar.close()
     outcome.finished = time.time()
-    outcome.rows = latest(load_rows(runs_file))
+    # rows of points this suite still plans (an edited definition leaves older rows behind)
+    planned = {(d.name, p.key, r) for d, p, reps in steps for r in reps}
+    outcome.rows = [r for r in latest(load_rows(runs_file)) if (r["definition"], r["key"], r["repeat"]) in planned]
     write_report(outcome)
     return outcome
 

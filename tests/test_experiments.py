@@ -463,3 +463,18 @@ def test_a_multi_line_error_stays_in_its_table_cell(tmp_path):
     table = [line for line in report.splitlines() if "veth" in line]
     assert table and all(line.startswith("|") and line.endswith("|") for line in table)
     assert all("Command failed / -:1" in line for line in table if "failed:" in line)
+
+
+def test_rows_of_points_no_longer_planned_leave_the_report(tmp_path):
+    """A definition edited after a run (here: workers 2, 8 -> 2 only) keeps its old rows in
+    runs.jsonl, but the report counts only the points the suite still plans."""
+    path = write_suite(tmp_path, repeats=1)
+    out = tmp_path / "out"
+    run_fn = lambda specs: (fake_result(s) for s in specs)                  # noqa: E731
+    assert cli.main([str(path), "--out", str(out)], run_fn=run_fn) == 0
+    raw = yaml.safe_load(path.read_text())
+    raw["sweep"] = {"workers": [2]}
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert cli.main([str(path), "--out", str(out)], run_fn=run_fn) == 0
+    assert len(load_rows(out / "t" / "runs.jsonl")) == 4
+    assert "2 of 2 recorded runs succeeded" in (out / "t" / "report.md").read_text()
