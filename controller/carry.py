@@ -55,6 +55,10 @@ class Carry(Protocol):
                 carried: Carried) -> int:
         """Write it into the new tree (after the reset and install); register cells written."""
 
+    def preload_lines(self, clients: dict[str, SwitchClient], new: Installation, tree_of_slot: list[int],
+                      carried: Carried) -> tuple[dict, int]:
+        """preload() as command lines per switch (to go out with other work), and the cells."""
+
 
 class DenseCarry:
     algorithm = "switchml"
@@ -63,7 +67,12 @@ class DenseCarry:
         return Carried(dense=failover.snapshot(clients, old, tree_of_slot))
 
     def preload(self, clients, new, tree_of_slot, carried: Carried) -> int:
-        return failover.preload(clients, new, tree_of_slot, carried.dense)
+        lines, writes = self.preload_lines(clients, new, tree_of_slot, carried)
+        failover.send_lines(clients, lines)
+        return writes
+
+    def preload_lines(self, clients, new, tree_of_slot, carried: Carried) -> tuple[dict, int]:
+        return failover.preload_lines(clients, new, tree_of_slot, carried.dense)
 
 
 class SparseCarry(DenseCarry):
@@ -74,9 +83,12 @@ class SparseCarry(DenseCarry):
         carried.sparse = sparse_failover.sparse_snapshot(clients, old, tree_of_slot)
         return carried
 
-    def preload(self, clients, new, tree_of_slot, carried: Carried) -> int:
-        writes = super().preload(clients, new, tree_of_slot, carried)
-        return writes + sparse_failover.sparse_preload(clients, new, tree_of_slot, carried.sparse)
+    def preload_lines(self, clients, new, tree_of_slot, carried: Carried) -> tuple[dict, int]:
+        lines, writes = super().preload_lines(clients, new, tree_of_slot, carried)
+        sparse, more = sparse_failover.sparse_preload_lines(clients, new, tree_of_slot, carried.sparse)
+        for sw, batch in sparse.items():
+            lines.setdefault(sw, []).extend(batch)
+        return lines, writes + more
 
 
 CARRIES = {c.algorithm: c for c in (DenseCarry, SparseCarry)}

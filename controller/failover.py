@@ -14,12 +14,13 @@ sparse pipeline's carry (controller/sparse_failover.py) by the allreduce algorit
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from ground import wire
-from controller.switch_client import SwitchClient
+from controller.switch_client import SwitchClient, on_each, run_batches
 from controller.tree_install import Installation
 
 # Everything a reset zeroes: the dense registers and the sparse pipeline's (p4src/include/sparse.p4);
@@ -44,15 +45,23 @@ def slot_index(ver: int, slot_base: int, slot: int) -> int:
 
 def old_roots(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
               names: tuple[str, ...]):
-    """(slot, root role, that root's registers `names`) per slot; each root is read once."""
+    """(slot, root role, that root's registers `names`) per slot; each root is read once
+    (all roots at once where the switches allow: switch_client.on_each)."""
     roots = {tree: role for (_sw, tree), role in inst.roles.items() if role.root}
-    cache: dict[str, dict[str, np.ndarray]] = {}
+    used = {roots[tree].switch for tree in set(tree_of_slot)}
+    cache = on_each(clients, used, lambda sw: read_registers(clients[sw], names))
     for slot, tree in enumerate(tree_of_slot):
         role = roots[tree]
-        if role.switch not in cache:
-            client = clients[role.switch]
-            cache[role.switch] = {name: np.array(client.register_read(name), dtype=np.int64) for name in names}
         yield slot, role, cache[role.switch]
+
+
+def read_registers(client: SwitchClient, names) -> dict[str, np.ndarray]:
+    """Whole registers, in one batch where the switch's batches are atomic."""
+    if not client.atomic_batches:
+        return {name: np.array(client.register_read(name), dtype=np.int64) for name in names}
+    outs = client.commands([f"register_read {name}" for name in names])
+    return {name: np.array([int(v) for v in re.findall(r"-?\d+", out.split("=", 1)[1] if "=" in out else out)],
+                           dtype=np.int64) for name, out in zip(names, outs)}
 
 
 def snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
@@ -66,24 +75,38 @@ def snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot:
             r = slot_index(ver, slot_base, slot)
             if regs["agg_count"][r] == len(role.children) and regs["agg_bitmap"][r] != 0:
                 wanted.setdefault(role.switch, []).append((slot, ver, r))
+    read = on_each(clients, wanted, lambda sw: clients[sw].register_read_ranges(
+        "agg_values", [(r * wire.K, wire.K) for _, _, r in wanted[sw]]))   # one batch per root
     found: dict[int, CompletedVersion] = {}
-    for sw, items in wanted.items():                              # one batch per root
-        ranges = [(r * wire.K, wire.K) for _, _, r in items]
-        for (slot, ver, r), values in zip(items, clients[sw].register_read_ranges("agg_values", ranges)):
+    for sw, items in wanted.items():
+        for (slot, ver, r), values in zip(items, read[sw]):
             found[slot] = CompletedVersion(slot, ver, int(exps[sw][r]), np.array(values))
     return found
+
+
+def reset_lines() -> list[str]:
+    """What reset() sends to each switch."""
+    return [f"register_reset {name}" for name in REGISTERS]
 
 
 def reset(clients: dict[str, SwitchClient], switches) -> None:
     """Zero the aggregation registers (one job per network: the job owns them)."""
     for sw in switches:
-        clients[sw].commands([f"register_reset {name}" for name in REGISTERS])
+        clients[sw].commands(reset_lines())
 
 
 def preload(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
             completed: dict[int, CompletedVersion], slot_base: int = 0) -> int:
     """Write the completed versions into the new tree: full result at its root, complete
     bitmap/count everywhere (so duplicates are answered). Returns register cells written."""
+    lines, writes = preload_lines(clients, inst, tree_of_slot, completed, slot_base)
+    send_lines(clients, lines)
+    return writes
+
+
+def preload_lines(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
+                  completed: dict[int, CompletedVersion], slot_base: int = 0) -> tuple[dict, int]:
+    """preload() as command lines per switch, and the register cells they write."""
     lines: dict[str, list[str]] = {}
     values: dict[tuple[str, int], np.ndarray] = {}
     for slot, done in completed.items():
@@ -99,18 +122,31 @@ def preload(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: 
             if role.root:
                 out += [f"register_write agg_exp {r} {done.exp}", f"register_write agg_final {r} 1"]
                 values[sw, r] = done.values
-    return write_preload(clients, lines, values, "agg_values")
+    return preload_batches(clients, lines, values, "agg_values")
+
+
+def preload_batches(clients: dict[str, SwitchClient], lines: dict[str, list[str]],
+                    values: dict[tuple[str, int], np.ndarray], register: str) -> tuple[dict, int]:
+    """A preload's lines per switch: its scalar register writes `lines` plus the K lanes of
+    each (switch, r) in `values` into `register`; and the register cells written."""
+    writes = sum(len(b) for b in lines.values()) + wire.K * len(values)
+    for (sw, r), vals in values.items():
+        lines.setdefault(sw, []).extend(clients[sw].register_write_range_lines(
+            register, r * wire.K, [int(v) & 0xFFFFFFFF for v in vals]))
+    return lines, writes
 
 
 def write_preload(clients: dict[str, SwitchClient], lines: dict[str, list[str]],
                   values: dict[tuple[str, int], np.ndarray], register: str) -> int:
-    """Send a preload: per switch its scalar register writes `lines` plus the K lanes of
-    each (switch, r) in `values` into `register`, as one pipelined batch per switch.
-    Returns the register cells written."""
-    writes = sum(len(b) for b in lines.values()) + wire.K * len(values)
-    for (sw, r), vals in values.items():
-        lines[sw] += clients[sw].register_write_range_lines(register, r * wire.K,
-                                                            [int(v) & 0xFFFFFFFF for v in vals])
-    for sw, batch in lines.items():
-        clients[sw].commands(batch)          # one pipelined batch per switch
+    """Send a preload (preload_batches) as one pipelined batch per switch; cells written."""
+    lines, writes = preload_batches(clients, lines, values, register)
+    send_lines(clients, lines)
     return writes
+
+
+def send_lines(clients: dict[str, SwitchClient], lines: dict[str, list[str]]) -> None:
+    if all(clients[sw].atomic_batches for sw in lines):
+        run_batches(clients, lines)
+    else:
+        for sw, batch in lines.items():
+            clients[sw].commands(batch)          # one pipelined batch per switch

@@ -39,6 +39,8 @@ from softswitch.pipeline import Pipeline
 class PipeClient(SwitchClient):
     """A Pipeline behind the controller's client interface (commands atomic under `lock`)."""
 
+    atomic_batches = True          # a batch holds the network lock: no frame crosses it
+
     def __init__(self, name: str, lock=None):
         self.name, self.pipeline = name, Pipeline(seed=0)
         self.lock = lock or threading.RLock()
