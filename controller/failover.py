@@ -43,13 +43,25 @@ def slot_index(ver: int, slot_base: int, slot: int) -> int:
     return ver * wire.SLOTS + slot_base + slot
 
 
+SNAPSHOT_SCALARS = ("agg_count", "agg_bitmap", "agg_exp")
+
+
+def root_switches(inst: Installation, tree_of_slot: list[int]) -> set[str]:
+    """The old roots a snapshot reads (those of the trees some slot uses)."""
+    roots = {tree: role.switch for (_sw, tree), role in inst.roles.items() if role.root}
+    return {roots[tree] for tree in set(tree_of_slot)}
+
+
 def old_roots(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
-              names: tuple[str, ...]):
+              names: tuple[str, ...], regs: dict | None = None):
     """(slot, root role, that root's registers `names`) per slot; each root is read once
-    (all roots at once where the switches allow: switch_client.on_each)."""
+    (all roots at once where the switches allow: switch_client.on_each), unless `regs`
+    (switch -> name -> values) already holds them."""
     roots = {tree: role for (_sw, tree), role in inst.roles.items() if role.root}
-    used = {roots[tree].switch for tree in set(tree_of_slot)}
-    cache = on_each(clients, used, lambda sw: read_registers(clients[sw], names))
+    used = root_switches(inst, tree_of_slot)
+    cache = dict(regs or {})
+    missing = [sw for sw in used if not all(n in cache.get(sw, {}) for n in names)]
+    cache.update(on_each(clients, missing, lambda sw: read_registers(clients[sw], names)))
     for slot, tree in enumerate(tree_of_slot):
         role = roots[tree]
         yield slot, role, cache[role.switch]
@@ -59,17 +71,26 @@ def read_registers(client: SwitchClient, names) -> dict[str, np.ndarray]:
     """Whole registers, in one batch where the switch's batches are atomic."""
     if not client.atomic_batches:
         return {name: np.array(client.register_read(name), dtype=np.int64) for name in names}
-    outs = client.commands([f"register_read {name}" for name in names])
+    return parse_reads(names, client.commands(read_lines(names)))
+
+
+def read_lines(names) -> list[str]:
+    return [f"register_read {name}" for name in names]
+
+
+def parse_reads(names, outs: list[str]) -> dict[str, np.ndarray]:
+    """The answers to read_lines(names)."""
     return {name: np.array([int(v) for v in re.findall(r"-?\d+", out.split("=", 1)[1] if "=" in out else out)],
                            dtype=np.int64) for name, out in zip(names, outs)}
 
 
 def snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
-             slot_base: int = 0) -> dict[int, CompletedVersion]:
-    """Per slot, the complete-and-maybe-needed version at its old tree's root (if any)."""
+             slot_base: int = 0, regs: dict | None = None) -> dict[int, CompletedVersion]:
+    """Per slot, the complete-and-maybe-needed version at its old tree's root (if any).
+    `regs`: SNAPSHOT_SCALARS of the roots, if already read (after their freeze)."""
     wanted: dict[str, list[tuple[int, int, int]]] = {}          # root -> [(slot, ver, r)]
     exps: dict[str, np.ndarray] = {}
-    for slot, role, regs in old_roots(clients, inst, tree_of_slot, ("agg_count", "agg_bitmap", "agg_exp")):
+    for slot, role, regs in old_roots(clients, inst, tree_of_slot, SNAPSHOT_SCALARS, regs):
         exps[role.switch] = regs["agg_exp"]
         for ver in (0, 1):
             r = slot_index(ver, slot_base, slot)

@@ -251,10 +251,11 @@ class TreeJob(Job):
     def _reroute_bulk(self, link: str, t_detect: float) -> dict:
         """The reroute on switches whose command batches are atomic (software switches), in
         three bulk batches per switch, each sent to every switch before any answer is read:
-        (1) the old epoch's agg_job entries deleted (the freeze) and the new epoch's entries
-        and groups added (harmless: no agent uses the new epoch before it is told);
-        (2) the snapshot reads (the carry); (3) registers reset, the carry preloaded, the new
-        groups completed. The trees come from the standby when it has them. No drain: once a
+        (1) the old epoch's agg_job entries deleted (the freeze), the carry's whole-register
+        reads (a switch's state is final once its freeze ran), the new epoch's entries and
+        groups added (harmless: no agent uses the new epoch before it is told); (2) the
+        carried results' values (only where (1) found some); (3) registers reset, the carry
+        preloaded, the new groups completed. The trees come from the standby when it has them. No drain: once a
         switch answered its freeze, no packet of the old epoch touches its state."""
         record = {"link": link, "t_detect": t_detect}
         t0 = time.monotonic()
@@ -269,14 +270,21 @@ class TreeJob(Job):
         t1 = time.monotonic()
         plan = tree_install.plan(self.g, new, self.job, reply_ports=self.reply_ports)
         batches = tree_install.freeze_lines(old)
+        reads = self.carry.scalars(old, self.tree_of_slot)
+        at = {}
+        for sw, names in reads.items():            # after the switch's freeze: its state is final
+            at[sw] = len(batches.setdefault(sw, []))
+            batches[sw] += failover.read_lines(names)
         for sw, lines in plan.lines.items():
             batches.setdefault(sw, []).extend(lines)
         t2 = time.monotonic()
         outs = run_batches(self.clients, batches)
         self._publish("rerouting", f"link {link} failed")      # agents: a pause, not a stall
         associate = plan.finish(outs)
+        regs = {sw: failover.parse_reads(names, outs[sw][at[sw]:at[sw] + len(names)])
+                for sw, names in reads.items()}
         t3 = time.monotonic()
-        carried = self.carry.snapshot(self.clients, old, self.tree_of_slot)
+        carried = self.carry.snapshot(self.clients, old, self.tree_of_slot, regs)
         t4 = time.monotonic()
         tree_of_slot = partition_slots(new.weights, self.window)
         preload, writes = self.carry.preload_lines(self.clients, plan.inst, tree_of_slot, carried)

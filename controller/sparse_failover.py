@@ -43,7 +43,7 @@ from controller.failover import preload_batches, read_registers, slot_index, wri
 from controller.switch_client import SwitchClient, on_each
 from controller.tree_install import Installation
 
-_SCALARS = ("sp_block", "sp_bitmap", "sp_final", "sp_ack", "sp_exp", "sp_rnext")
+SNAPSHOT_SCALARS = _SCALARS = ("sp_block", "sp_bitmap", "sp_final", "sp_ack", "sp_exp", "sp_rnext")
 
 
 @dataclass
@@ -93,10 +93,14 @@ def _read_scalars(clients, switches) -> dict[str, dict[str, np.ndarray]]:
 
 
 def sparse_snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
-                    slot_base: int = 0) -> HeldRounds:
+                    slot_base: int = 0, regs: dict | None = None) -> HeldRounds:
     """Per slot and version, the round each worker of the old tree may still need (if any)
-    and those rounds' results, read from every switch of the old tree."""
-    regs = _read_scalars(clients, sorted({sw for sw, _ in inst.roles}))
+    and those rounds' results, read from every switch of the old tree. `regs`: the switches'
+    SNAPSHOT_SCALARS, if already read (each after its own freeze)."""
+    switches = sorted({sw for sw, _ in inst.roles})
+    regs = dict(regs or {})
+    regs.update(_read_scalars(clients, [sw for sw in switches
+                                        if not all(n in regs.get(sw, {}) for n in SNAPSHOT_SCALARS)]))
     carry = HeldRounds()
     holders: dict[str, list[tuple[int, int, int, int]]] = {}    # switch -> [(slot, ver, block, r)]
     paths_of = {t: worker_paths(tree_roles(inst, t)) for t in set(tree_of_slot)}
