@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from controller import failover, tree_install, trees
 from controller.carry import carry_for
 from controller.events import EventLog
 from controller.jobs import Job
+from controller.standby import StandbyWorker
 from controller.switch_client import SwitchClient, run_batches
 from controller.topology import switches
 from controller.trees.base import TreeError
@@ -58,7 +58,7 @@ class TreeJob(Job):
         """`drain`: seconds a reroute waits after the freeze for packets in flight (default:
         none when every switch runs a command batch between two packets, else 0.02 s).
         `standby`: precompute, while the job runs, the trees for every single-link failure
-        of the active trees, so a reroute does not compute them."""
+        of the active trees (in a niced worker process), so a reroute does not compute them."""
         self.g = graph
         self.clients = clients
         self.algorithm = algorithm
@@ -71,7 +71,6 @@ class TreeJob(Job):
         self.drain = (0.0 if self.bulk else 0.02) if drain is None else drain
         self.standby = standby
         self._standby: dict = {}            # (algorithm, frozenset of down links) -> TreeSet | TreeError
-        self._standby_run = 0               # bumped to stop a stale precomputation
         self.treeset = None
         self.inst: tree_install.Installation | None = None
         self.tree_of_slot: list[int] = []
@@ -178,39 +177,20 @@ class TreeJob(Job):
         return got.with_epoch(epoch)
 
     def _precompute(self) -> None:
-        """In a background thread (niced, lowest priority): the trees for each single-link
-        failure of the active trees, on a copy of the graph (item 2 of issue 10)."""
-        if not self.standby:
+        """The trees for each single-link failure of the active trees (item 2 of issue 10),
+        computed while the job runs by a separate, niced process (controller/standby.py): a
+        thread here would hold the GIL the reroute and the link monitor need. Switch-switch links
+        first (a worker's own link partitions it)."""
+        if not self.standby or self.stopped:
             return
-        self._standby_run += 1
-        run, algorithm = self._standby_run, self.algorithm
         down = self._down_links()
-        g = self.g.copy()
-        links = sorted({e for t in self.treeset.trees for e in t.edges})
-
-        def work() -> None:
-            try:
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-            except (AttributeError, OSError):
-                pass
-            for u, v in links:
-                key = (algorithm, down | {frozenset((u, v))})      # as _down_links() after u-v fails
-                if self._standby_run != run or self.stopped:
-                    return
-                if key in self._standby:
-                    continue
-                g.edges[u, v]["up"] = False
-                try:
-                    got = trees.compute(algorithm, g, self.workers, epoch=0)
-                except TreeError as exc:
-                    got = exc
-                except Exception:                # a standby is an optimisation: reroute computes
-                    got = None
-                g.edges[u, v]["up"] = True
-                if got is not None:
-                    self._standby.setdefault(key, got)
-
-        threading.Thread(target=work, name="standby-trees", daemon=True).start()
+        links = sorted({e for t in self.treeset.trees for e in t.edges},
+                       key=lambda e: (not all(self.g.nodes[n]["kind"] == "switch" for n in e), e))
+        todo = [(u, v, key) for u, v in links
+                if (key := (self.algorithm, down | {frozenset((u, v))})) not in self._standby]
+        worker = StandbyWorker.get()                  # key: as _down_links() after u-v fails
+        if todo and worker is not None:
+            worker.submit(self.algorithm, self.g.copy(), self.workers, todo, self._standby.setdefault)
 
     def reroute(self, link: str, t_detect: float) -> dict:
         if self.bulk:
@@ -325,3 +305,8 @@ class TreeJob(Job):
     def stop(self) -> None:
         with self.locked():
             self.stopped = True
+        worker = StandbyWorker.running
+        if worker is not None:
+            worker.cancel()
+
+
