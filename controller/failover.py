@@ -74,6 +74,27 @@ def read_registers(client: SwitchClient, names) -> dict[str, np.ndarray]:
     return parse_reads(names, client.commands(read_lines(names)))
 
 
+def window_read_lines(names, window: int, slot_base: int = 0) -> list[str]:
+    """Both versions' cells of the first `window` slots of each (2*SLOTS) register `names`:
+    all a snapshot looks at (software switch: register_read_range), an eighth of a whole
+    register at window 128."""
+    return [f"register_read_range {name} {slot_index(ver, slot_base, 0)} {window}"
+            for name in names for ver in (0, 1)]
+
+
+def parse_window_reads(names, outs: list[str], window: int, slot_base: int = 0) -> dict[str, np.ndarray]:
+    """The answers to window_read_lines, as whole registers (cells not read are 0)."""
+    regs = {}
+    for i, name in enumerate(names):
+        full = np.zeros(2 * wire.SLOTS, dtype=np.int64)
+        for ver in (0, 1):
+            out = outs[2 * i + ver]
+            start = slot_index(ver, slot_base, 0)
+            full[start:start + window] = [int(v) for v in out.split("=", 1)[1].split(",") if v.strip()]
+        regs[name] = full
+    return regs
+
+
 def read_lines(names) -> list[str]:
     return [f"register_read {name}" for name in names]
 
@@ -151,10 +172,34 @@ def preload_batches(clients: dict[str, SwitchClient], lines: dict[str, list[str]
     """A preload's lines per switch: its scalar register writes `lines` plus the K lanes of
     each (switch, r) in `values` into `register`; and the register cells written."""
     writes = sum(len(b) for b in lines.values()) + wire.K * len(values)
+    lines = {sw: coalesce_writes(clients[sw], batch) for sw, batch in lines.items()}
     for (sw, r), vals in values.items():
         lines.setdefault(sw, []).extend(clients[sw].register_write_range_lines(
             register, r * wire.K, [int(v) & 0xFFFFFFFF for v in vals]))
     return lines, writes
+
+
+def coalesce_writes(client: SwitchClient, lines: list[str]) -> list[str]:
+    """`register_write NAME INDEX VALUE` lines as the client's range writes over runs of
+    consecutive indices (the software switch: one command per run instead of one per cell;
+    BMv2: the same single writes). A cell written twice keeps the later value, as in order."""
+    cells: dict[str, dict[int, str]] = {}
+    for line in lines:
+        _, name, index, value = line.split()
+        cells.setdefault(name, {})[int(index)] = value
+    out = []
+    for name, written in cells.items():
+        run: list[str] = []
+        for index in sorted(written):
+            if run and index != start + len(run):
+                out += client.register_write_range_lines(name, start, run)
+                run = []
+            if not run:
+                start = index
+            run.append(written[index])
+        if run:
+            out += client.register_write_range_lines(name, start, run)
+    return out
 
 
 def write_preload(clients: dict[str, SwitchClient], lines: dict[str, list[str]],

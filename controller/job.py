@@ -231,8 +231,8 @@ class TreeJob(Job):
     def _reroute_bulk(self, link: str, t_detect: float) -> dict:
         """The reroute on switches whose command batches are atomic (software switches), in
         three bulk batches per switch, each sent to every switch before any answer is read:
-        (1) the old epoch's agg_job entries deleted (the freeze), the carry's whole-register
-        reads (a switch's state is final once its freeze ran), the new epoch's entries and
+        (1) the old epoch's agg_job entries deleted (the freeze), the carry's register reads
+        (the window's cells of both versions; a switch's state is final once its freeze ran), the new epoch's entries and
         groups added (harmless: no agent uses the new epoch before it is told); (2) the
         carried results' values (only where (1) found some); (3) registers reset, the carry
         preloaded, the new groups completed. The trees come from the standby when it has them. No drain: once a
@@ -252,16 +252,17 @@ class TreeJob(Job):
         batches = tree_install.freeze_lines(old)
         reads = self.carry.scalars(old, self.tree_of_slot)
         at = {}
+        window = len(self.tree_of_slot)
         for sw, names in reads.items():            # after the switch's freeze: its state is final
             at[sw] = len(batches.setdefault(sw, []))
-            batches[sw] += failover.read_lines(names)
+            batches[sw] += failover.window_read_lines(names, window)
         for sw, lines in plan.lines.items():
             batches.setdefault(sw, []).extend(lines)
         t2 = time.monotonic()
         outs = run_batches(self.clients, batches)
         self._publish("rerouting", f"link {link} failed")      # agents: a pause, not a stall
         associate = plan.finish(outs)
-        regs = {sw: failover.parse_reads(names, outs[sw][at[sw]:at[sw] + len(names)])
+        regs = {sw: failover.parse_window_reads(names, outs[sw][at[sw]:at[sw] + 2 * len(names)], window)
                 for sw, names in reads.items()}
         t3 = time.monotonic()
         carried = self.carry.snapshot(self.clients, old, self.tree_of_slot, regs)

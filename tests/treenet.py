@@ -56,6 +56,10 @@ class PipeClient(SwitchClient):
         with self.lock:
             return [self.command(line) for line in lines]
 
+    def register_write_range_lines(self, name: str, start: int, values) -> list[str]:
+        """The software switch's range write (SoftSwitchClient's form), as the daemon runs it."""
+        return [f"register_write_range {name} {start} " + " ".join(str(int(v)) for v in values)]
+
 
 class HostTransport:
     """A worker's single NIC: send() carries the frame through the network in this thread."""
