@@ -22,6 +22,7 @@ import networkx as nx
 
 from ground.wire import MAX_WORKERS
 from controller.topology import assign_ports, hosts, natural_key, single_switch, switches
+from controller.topology import workers as ranked_workers
 
 IFNAME_MAX = 15            # Linux IFNAMSIZ - 1
 
@@ -226,8 +227,15 @@ def for_run(spec) -> nx.Graph:
             g = from_yaml(spec.topology)
         except TopologyError as exc:
             raise ValueError(str(exc)) from exc
-        if len(hosts(g)) < n:
-            raise ValueError(f"{spec.topology} has {len(hosts(g))} hosts, fewer than the {n} workers asked")
+        ranked = ranked_workers(g)
+        if g.graph.get("ranks_given") and len(ranked) != n:
+            raise ValueError(f"{spec.topology} ranks {len(ranked)} hosts as workers: give --workers {len(ranked)}"
+                             + (f" in all (--workers x --jobs = {n})" if n != spec.workers else ""))
+        if len(ranked) < n:
+            raise ValueError(f"{spec.topology} has {len(ranked)} hosts, fewer than --workers {spec.workers}"
+                             + (f" x --jobs = {n}" if n != spec.workers else ""))
+        for h in ranked[n:]:      # no ranks in the file: the first --workers (x --jobs) hosts work
+            del g.nodes[h]["rank"]
         return g
     kw = {"workers": n}
     if spec.topology == "fattree":

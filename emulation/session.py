@@ -7,21 +7,23 @@ worker's input from (rank, seed) and compares the returned aggregate with numpy.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+import threading
 import time
-from contextlib import ExitStack
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
-from controller import drop_sim, forward, topologies
+from controller import drop_sim, forward, topologies, tree_install, trees
 from controller.bml_job import BmlJob
 from controller.events import EventLog
 from controller.forwarding_job import ForwardingJob
 from controller.job import TreeJob
-from controller.jobs import Job
+from controller.jobs import Job, partitions
 from controller.topology import switches, workers as worker_hosts
 from emulation.failures import FailureInjector
 from emulation.fidelity import FidelityProbe
@@ -42,24 +44,62 @@ def run_allreduce(quiet: bool = True, **kwargs) -> dict:
     return run_spec(RunSpec(**kwargs), quiet=quiet)
 
 
-def run_spec(spec: RunSpec, quiet: bool = True) -> dict:
-    """Run one allreduce described by `spec` in a fresh network and return the result."""
-    with Session(spec, quiet=quiet) as session:
+def run_spec(spec: RunSpec, quiet: bool = True, progress: bool = False) -> dict:
+    """Run one allreduce described by `spec` in a fresh network and return the result
+    (`progress`: a bar of blocks done and their rate on stderr)."""
+    with Session(spec, quiet=quiet, progress=progress) as session:
         result = session.allreduce()
         result["events"] = session.events.lines()
         return result
 
 
 def graph_for(spec: RunSpec):
-    """The spec's topology graph, with every named --fail link checked against it. Needs no
-    root and builds nothing: bad input (ValueError, TopologyError) surfaces before Mininet."""
+    """The spec's topology graph, checked: every named --fail link exists, the first trees
+    fit the data plane (fan-in, trees, ports) and `--fail tree@F` has a link to reroute
+    around. Needs no root and builds nothing: bad input (ValueError, TopologyError,
+    TreeError) surfaces before Mininet."""
     spec.validate()
     g = topologies.for_run(spec)
     for f in spec.fail_specs:
         f.check(g)
+    busiest = max(switches(g), key=g.degree)
+    if g.degree(busiest) > tree_install.MAX_PORT:
+        raise ValueError(f"switch {busiest} has {g.degree(busiest)} links, but P4 ports are bit<9> "
+                         f"(at most {tree_install.MAX_PORT} usable)")
     if spec.tree == "bml":
         BmlJob.check(g)
+    else:
+        check_failures(spec, g, _first_trees(spec, g))
+    if spec.keep:
+        keep = Path(spec.keep)
+        if keep.exists() and (not keep.is_dir() or any(keep.iterdir())):
+            raise ValueError(f"--keep {spec.keep}: exists and is not an empty directory (a kept run is never "
+                             "written over)")
     return g
+
+
+def _first_trees(spec: RunSpec, g) -> set[tuple[str, str]]:
+    """The links the job's traffic uses at first: the trees' (checked against the data
+    plane's limits), or for the host baselines every switch-switch link (IP routes)."""
+    if spec.host_baseline:
+        return {(u, v) for u, v in g.edges if g.nodes[u]["kind"] == g.nodes[v]["kind"] == "switch"}
+    treeset = trees.compute(spec.tree, g, worker_hosts(g))
+    tree_install.check_fits(g, treeset)
+    return {e for t in treeset.trees for e in t.edges}
+
+
+def check_failures(spec: RunSpec, g, used: set[tuple[str, str]]) -> None:
+    """Refuse `--fail tree@F` when no switch-switch link the job uses can fail without
+    cutting a worker off: the run could only end partitioned, never reroute."""
+    for f in spec.fail_specs:
+        if f.link is not None:
+            continue
+        inner = [e for e in used if g.nodes[e[0]]["kind"] == g.nodes[e[1]]["kind"] == "switch"]
+        if not any(not partitions(g, e, worker_hosts(g)) for e in inner):
+            why = ("it has no link between switches" if not inner else
+                   "every link between its switches is the only path to some worker")
+            raise ValueError(f"--fail tree@{f.at:g}: nothing to reroute around on this topology ({why}); "
+                             "name a link (A-B@F) to fail one anyway")
 
 
 class Session:
@@ -69,11 +109,13 @@ class Session:
     many allreduces on it while links fail and recover.
     """
 
-    def __init__(self, spec: RunSpec, quiet: bool = True, echo=None):
-        self.spec, self.quiet = spec, quiet
+    def __init__(self, spec: RunSpec, quiet: bool = True, echo=None, progress: bool = False):
+        self.spec, self.quiet, self.progress = spec, quiet, progress
+        self.cancelled = threading.Event()     # cancel(): a running allreduce's workers are stopped
         self.g = graph_for(spec)
-        self.net = EmulatedNetwork(self.g, backend=spec.backend, seed=spec.seed)
         self.events = EventLog(echo=echo or (None if quiet else (lambda line: _log(line, False))))
+        self.net = EmulatedNetwork(self.g, backend=spec.backend, seed=spec.seed, pcap=spec.pcap,
+                                   keep=spec.keep, t0=self.events.t0)
         self.job: Job | None = None
         self.monitor = None
         self.runs = 0
@@ -86,8 +128,8 @@ class Session:
         n_sw = len(switches(g))
         _log(f"building network: {spec.topology} ({n_sw} switch{'es' if n_sw > 1 else ''}, {spec.backend}), "
              f"{spec.workers} workers", self.quiet)
-        self.net.start()
         try:
+            self.net.start()
             for sw in switches(g):
                 forward.install_forwarding(self.net.client(sw), g, sw)
             self._set_loss(spec)
@@ -112,8 +154,8 @@ class Session:
         return self
 
     def _tenant_jobs(self, spec: RunSpec, g) -> list[Job]:
-        """--jobs J: job j (id spec.job + j) aggregates worker hosts j, j+J, j+2J, ... (interleaved,
-        so the jobs cross the same switches) in slots j*S .. (j+1)*S - 1, S = AGG_SLOTS // J."""
+        """--jobs J: job j (id spec.job + j) aggregates the worker hosts tenant_hosts gives it in
+        slots j*S .. (j+1)*S - 1, S = AGG_SLOTS // J."""
         size, replies = spec.slots_per_job, {}
         jobs = []
         for j, hosts in enumerate(tenant_hosts(g, spec.jobs)):
@@ -138,6 +180,8 @@ class Session:
         spec.validate()
         for f in spec.fail_specs:
             f.check(self.g)
+        if not spec.host_baseline and spec.tree != "bml":     # the lab's `allreduce --fail tree@F`
+            check_failures(spec, self.g, {e for t in self.job.trees().trees for e in t.edges})
         if (spec.loss, tuple(spec.job_loss)) != self.loss:     # the lab's `allreduce --loss P`
             with self.job.locked():
                 self._set_loss(spec)
@@ -151,7 +195,8 @@ class Session:
         probe = FidelityProbe(self.net.graph, self.net.run.path / "pids").start()
         try:
             with self.job.running():
-                reports, injector = _run_workers(self.net, spec, self.job, self.quiet, f"run{self.runs}")
+                reports, injector = _run_workers(self.net, spec, self.job, self.quiet, f"run{self.runs}",
+                                                 progress=self.progress, cancel=self.cancelled)
         finally:
             fidelity = probe.stop()
         self.net.check_switches()
@@ -162,6 +207,13 @@ class Session:
                       epoch=treeset.epoch, failures=injector.report() if injector else [])
         result["fidelity"] = fidelity       # link-bound or CPU-bound? (emulation/fidelity.py)
         result["jobs"] = [_job_figures(result, self.job, spec)]
+        return self._finish(spec, result)
+
+    def _finish(self, spec: RunSpec, result: dict) -> dict:
+        if spec.keep:
+            result["kept"] = str(Path(spec.keep) / f"run{self.runs}")
+        (self.net.run.path / f"run{self.runs}" / "result.json").write_text(
+            json.dumps(result, sort_keys=True, indent=1, default=str))
         self.last_result = result
         return result
 
@@ -177,10 +229,11 @@ class Session:
              f"(jobs {spec.job}..{spec.job + spec.jobs - 1}), {spec.slots_per_job} slots each", self.quiet)
         probe = FidelityProbe(self.net.graph, self.net.run.path / "pids").start()
         try:
-            with ExitStack() as running:
+            with contextlib.ExitStack() as running:
                 for _, job in tenants:
                     running.enter_context(job.running())
-                reports = _run_tenants(self.net, tenants, self.quiet, f"run{self.runs}")
+                reports = _run_tenants(self.net, tenants, self.quiet, f"run{self.runs}",
+                                       progress=self.progress, cancel=self.cancelled)
         finally:
             fidelity = probe.stop()
         self.net.check_switches()
@@ -209,8 +262,7 @@ class Session:
         errors = [f"job {j['job']}: {e}" for j in per_job for e in j.get("errors", [])]
         if errors:
             result["errors"] = errors
-        self.last_result = result
-        return result
+        return self._finish(spec, result)
 
     def run_program(self, module: str, name: str, extra_args: tuple = (), deadline_s: float = 600.0):
         """Run `python -m MODULE run.json RANK *extra_args` on every worker host (a program
@@ -220,16 +272,26 @@ class Session:
         self.runs += 1
         with self.job.running():
             reports, injector = _run_workers(self.net, self.spec, self.job, self.quiet, name,
-                                             module, tuple(extra_args), deadline_s)
+                                             module, tuple(extra_args), deadline_s, cancel=self.cancelled)
         self.net.check_switches()
         return reports, injector.report() if injector else []
 
+    def cancel(self) -> None:
+        """Stop the workers of an allreduce another thread is running (the lab's background
+        one, when the lab is stopped): it then returns at once instead of at its deadline."""
+        self.cancelled.set()
+
     def stop(self) -> None:
-        if self.job:
-            self.job.stop()
-        if self.monitor:
-            self.monitor.stop()
-        self.net.stop()
+        try:
+            if self.job:
+                self.job.stop()
+            if self.monitor:
+                self.monitor.stop()
+        finally:
+            if self.net.run is not None:       # kept with the run directory (--keep)
+                with contextlib.suppress(OSError):
+                    (self.net.run.path / "events.log").write_text("".join(f"{line}\n" for line in self.events.lines()))
+            self.net.stop()
 
     def __enter__(self) -> "Session":
         return self.start()
@@ -263,20 +325,22 @@ def _job_figures(result: dict, job: Job, spec: RunSpec) -> dict:
             **{k: result[k] for k in keys if k in result}}
 
 
-def _run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str) -> list[list[dict]]:
+def _run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, progress: bool = False,
+                 cancel: threading.Event | None = None) -> list[list[dict]]:
     """Start every job's workers at once, wait for all; per job its reports by rank."""
     out_dir = net.run.path / name
     out_dir.mkdir()
-    started_all = [_start_workers(net, tspec, job, out_dir, f"job{t}-") for t, (tspec, job) in enumerate(tenants)]
+    started = [_start_workers(net, tspec, job, out_dir, f"job{t}-") for t, (tspec, job) in enumerate(tenants)]
     deadline = time.monotonic() + tenants[0][0].give_up * 3 + 30 + sum(
         s.elements * s.workers for s, _ in tenants) / 50_000
-    _wait(net, [p for procs in started_all for p in procs], deadline, quiet)
-    return [_collect(out_dir, procs, f"job{t}-") for t, procs in enumerate(started_all)]
+    files = [out_dir / f"job{t}-rank{r}.progress" for t, procs in enumerate(started) for r, _, _ in procs]
+    _wait([p for procs in started for p in procs], deadline, quiet, files if progress else None, cancel)
+    return [_collect(out_dir, procs, f"job{t}-") for t, procs in enumerate(started)]
 
 
-def _start_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, out_dir, prefix: str = "",
+def _start_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, out_dir: Path, prefix: str = "",
                    module: str = "hosts.worker", extra_args: tuple = ()) -> list:
-    """One job's worker processes (rank, proc, log), its plan written as `<prefix>run.json`."""
+    """One job's worker processes (rank, proc, log); its plan is `<prefix>run.json`."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     plans = job.write_plans(out_dir)
     seats = [WorkerSeat(rank=rank, local_ip=net.graph.nodes[h]["ip"], out=str(out_dir / f"{prefix}rank{rank}"),
@@ -290,27 +354,38 @@ def _start_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, out_dir, prefi
         log = open(out_dir / f"{prefix}rank{rank}.log", "wb")
         proc = net.host(h).popen(argv, stdout=log, stderr=log, cwd=str(REPO),
                                  env=dict(env, AGGLAB_PLAN=str(plan), AGGLAB_RANK=str(rank)))
-        net.run.add_pid(proc.pid, f"worker {rank} of job {job.job} on {h}")
+        net.run.add_pid(proc.pid, f"worker {rank}" + (f" of job {job.job}" if prefix else "") + f" on {h}")
         procs.append((rank, proc, log))
     return procs
 
 
-def _wait(net: EmulatedNetwork, procs: list, deadline: float, quiet: bool) -> None:
+def _wait(procs: list, deadline: float, quiet: bool, progress_files: list[Path] | None = None,
+          cancel: threading.Event | None = None) -> None:
+    """Until every worker exits (killed at the deadline or on cancel); a progress bar over
+    `progress_files`, else a line every 5 s."""
     started, last = time.monotonic(), 0.0
-    for rank, proc, log in procs:
-        while proc.poll() is None:
-            if time.monotonic() > deadline:
-                proc.kill()
-                break
-            if time.monotonic() - last > 5:
-                last = time.monotonic()
-                done = sum(p.poll() is not None for _, p, _ in procs)
-                _log(f"  {done}/{len(procs)} workers finished after {last - started:.0f} s", quiet)
-            time.sleep(0.05)
-        log.close()
+    bar = ProgressBar(progress_files) if progress_files else None
+    try:
+        for rank, proc, log in procs:
+            while proc.poll() is None:
+                if time.monotonic() > deadline or (cancel is not None and cancel.is_set()):
+                    proc.kill()
+                    break
+                if bar:
+                    bar.poll()
+                elif time.monotonic() - last > 5:
+                    last = time.monotonic()
+                    done = sum(p.poll() is not None for _, p, _ in procs)
+                    _log(f"  {done}/{len(procs)} workers finished after {last - started:.0f} s", quiet)
+                time.sleep(0.05)
+            log.close()
+    finally:
+        if bar:
+            bar.close()
 
 
-def _collect(out_dir, procs: list, prefix: str = "") -> list[dict]:
+def _collect(out_dir: Path, procs: list, prefix: str = "") -> list[dict]:
+    """The workers' reports by rank (their result arrays loaded)."""
     reports = []
     for rank, proc, _ in procs:
         path = out_dir / f"{prefix}rank{rank}.json"
@@ -326,7 +401,8 @@ def _collect(out_dir, procs: list, prefix: str = "") -> list[dict]:
 
 
 def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, name: str,
-                 module: str = "hosts.worker", extra_args: tuple = (), deadline_s: float | None = None):
+                 module: str = "hosts.worker", extra_args: tuple = (), deadline_s: float | None = None,
+                 progress: bool = False, cancel: threading.Event | None = None):
     out_dir = net.run.path / name
     out_dir.mkdir()
     procs = _start_workers(net, spec, job, out_dir, "", module, extra_args)
@@ -336,9 +412,41 @@ def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, nam
                                    [out_dir / f"rank{r}.progress" for r in range(len(job.workers))], spec.seed)
         injector.start()
     deadline = time.monotonic() + (deadline_s or spec.give_up * 3 + 30 + spec.elements * spec.workers / 50_000)
-    _wait(net, procs, deadline, quiet)
+    files = [out_dir / f"rank{r}.progress" for r in range(len(job.workers))]
+    _wait(procs, deadline, quiet, files if progress else None, cancel)
     reports = _collect(out_dir, procs)
     if injector:
         injector.stop()
         injector.join(1)
     return reports, injector
+
+
+class ProgressBar:
+    """Blocks done by all workers and their rate, on stderr (tqdm), from the progress files
+    the workers rewrite as they go ('done total', hosts/worker.py ProgressFile)."""
+
+    def __init__(self, files: list[Path]):
+        from tqdm import tqdm
+
+        self.files = files
+        self.bar = tqdm(total=None, unit=" blocks", file=sys.stderr, desc="allreduce", dynamic_ncols=True,
+                        mininterval=0.2, smoothing=0.3)
+
+    def poll(self) -> None:
+        done = total = 0
+        reported = 0
+        for f in self.files:
+            try:
+                d, t = f.read_text().split()
+                done, total, reported = done + int(d), total + int(t), reported + 1
+            except (OSError, ValueError):
+                continue
+        if reported == len(self.files) and self.bar.total != total:
+            self.bar.total = total
+            self.bar.refresh()
+        if done > self.bar.n:
+            self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        self.poll()
+        self.bar.close()

@@ -74,6 +74,8 @@ class RunSpec:
     length_override: dict[int, int] = field(default_factory=dict)   # rank -> length (tests)
     jobs: int = 1                      # concurrent allreduces (tenants) of `workers` each, ids job, job+1, ...
     job_loss: list[float] = field(default_factory=list)   # per job: loss on its workers' links (else `loss`)
+    keep: str | None = None            # copy the run directory here when the run ends (logs, commands, pcaps)
+    pcap: bool = False                 # the switches write per-port pcaps into the kept directory
 
     # -- derived -------------------------------------------------------------------
     @property
@@ -189,6 +191,8 @@ class RunSpec:
             bad = [p for p in self.job_loss if not 0.0 <= p <= 1.0]
             if bad:
                 raise ValueError(f"--job-loss must be probabilities within [0, 1], got {bad[0]}")
+        if self.pcap and not self.keep:
+            raise ValueError("--pcap writes per-port pcaps into the kept run directory: give --keep DIR too")
         self.fail_specs   # noqa: B018 (parses every --fail, raising on a bad one)
         return self
 
