@@ -140,3 +140,32 @@ def test_the_same_frames_from_a_member_port_never_reach_the_registers_unless_the
     assert int(stats[0]) == 0 and int(stats[2]) == 0        # no contribution, not even a duplicate
     assert int(stats[4]) == 2000
     assert not np.asarray(p.registers["agg_count"]).any()
+
+
+def test_the_bulk_reroutes_install_plan_carries_the_slot_range_and_ranks(tmp_path):
+    """A reroute on software switches installs from tree_install.plan (command lines), not
+    install(): the same slot range and ranks must be in its agg_job lines."""
+    from controller import tree_install
+
+    g, _p, _a, b = two_tenants(tmp_path)
+    plan = tree_install.plan(g, b.treeset, b.job, slot_base=b.slot_base, reply_ports={}, slots=b.slots,
+                             ranks=b._ranks())
+    lines = sorted(line for batch in plan.lines.values() for line in batch if line.startswith("table_add agg_job"))
+    port = {h: g.edges[h, "s1"]["ports"]["s1"] for h in ("h2", "h4")}
+    assert len(lines) == 2
+    assert any(line.startswith(f"table_add agg_job agg_child 6 0 0 {port['h2']} => 0 2 ")
+               and line.endswith(" 512 512 0") for line in lines), lines
+    assert any(line.startswith(f"table_add agg_job agg_child 6 0 0 {port['h4']} => 1 2 ")
+               and line.endswith(" 512 512 1") for line in lines), lines
+
+
+def test_a_shared_jobs_reroute_reset_writes_only_its_window(tmp_path):
+    _g, p, a, b = two_tenants(tmp_path, window=4)
+    for line in b._reset_lines("s1"):
+        verb, name, start, *values = line.split()
+        assert verb == "register_write_range"
+        start, end = int(start), int(start) + len(values)
+        per = wire.K if name in ("agg_values", "sp_values") else wire.MAX_WORKERS if name in (
+            "sp_next", "sp_exp_next") else 1
+        slots = {(i // per) % wire.SLOTS for i in (start, end - 1)}
+        assert all(512 <= s < 516 for s in slots), (name, start, end)
