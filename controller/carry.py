@@ -48,35 +48,62 @@ class Carry(Protocol):
     algorithm: str
 
     def snapshot(self, clients: dict[str, SwitchClient], old: Installation,
-                 tree_of_slot: list[int]) -> Carried:
-        """Read, after the freeze, what the old tree holds that a worker may still need."""
+                 tree_of_slot: list[int], regs: dict | None = None) -> Carried:
+        """Read, after the freeze, what the old tree holds that a worker may still need
+        (`regs`: switch -> register -> values of scalars() already read)."""
 
     def preload(self, clients: dict[str, SwitchClient], new: Installation, tree_of_slot: list[int],
                 carried: Carried) -> int:
         """Write it into the new tree (after the reset and install); register cells written."""
 
+    def preload_lines(self, clients: dict[str, SwitchClient], new: Installation, tree_of_slot: list[int],
+                      carried: Carried) -> tuple[dict, int]:
+        """preload() as command lines per switch (to go out with other work), and the cells."""
+
+    def scalars(self, old: Installation, tree_of_slot: list[int]) -> dict[str, tuple[str, ...]]:
+        """Per switch, the whole registers snapshot() reads first; a caller may read them
+        itself (in the freeze's batch: a switch's state is final once it answered its
+        freeze) and pass them to snapshot(..., regs=)."""
+
 
 class DenseCarry:
     algorithm = "switchml"
 
-    def snapshot(self, clients, old, tree_of_slot) -> Carried:
-        return Carried(dense=failover.snapshot(clients, old, tree_of_slot))
+    def snapshot(self, clients, old, tree_of_slot, regs: dict | None = None) -> Carried:
+        return Carried(dense=failover.snapshot(clients, old, tree_of_slot, regs=regs))
+
+    def scalars(self, old, tree_of_slot) -> dict[str, tuple[str, ...]]:
+        return {sw: failover.SNAPSHOT_SCALARS for sw in failover.root_switches(old, tree_of_slot)}
 
     def preload(self, clients, new, tree_of_slot, carried: Carried) -> int:
-        return failover.preload(clients, new, tree_of_slot, carried.dense)
+        lines, writes = self.preload_lines(clients, new, tree_of_slot, carried)
+        failover.send_lines(clients, lines)
+        return writes
+
+    def preload_lines(self, clients, new, tree_of_slot, carried: Carried) -> tuple[dict, int]:
+        return failover.preload_lines(clients, new, tree_of_slot, carried.dense)
 
 
 class SparseCarry(DenseCarry):
     algorithm = "omnireduce"
 
-    def snapshot(self, clients, old, tree_of_slot) -> Carried:
-        carried = super().snapshot(clients, old, tree_of_slot)       # the lead rounds
-        carried.sparse = sparse_failover.sparse_snapshot(clients, old, tree_of_slot)
+    def snapshot(self, clients, old, tree_of_slot, regs: dict | None = None) -> Carried:
+        carried = super().snapshot(clients, old, tree_of_slot, regs)   # the lead rounds
+        carried.sparse = sparse_failover.sparse_snapshot(clients, old, tree_of_slot, regs=regs)
         return carried
 
-    def preload(self, clients, new, tree_of_slot, carried: Carried) -> int:
-        writes = super().preload(clients, new, tree_of_slot, carried)
-        return writes + sparse_failover.sparse_preload(clients, new, tree_of_slot, carried.sparse)
+    def scalars(self, old, tree_of_slot) -> dict[str, tuple[str, ...]]:
+        out = {sw: sparse_failover.SNAPSHOT_SCALARS for sw, _ in old.roles}
+        for sw, names in super().scalars(old, tree_of_slot).items():
+            out[sw] = out.get(sw, ()) + names
+        return out
+
+    def preload_lines(self, clients, new, tree_of_slot, carried: Carried) -> tuple[dict, int]:
+        lines, writes = super().preload_lines(clients, new, tree_of_slot, carried)
+        sparse, more = sparse_failover.sparse_preload_lines(clients, new, tree_of_slot, carried.sparse)
+        for sw, batch in sparse.items():
+            lines.setdefault(sw, []).extend(batch)
+        return lines, writes + more
 
 
 CARRIES = {c.algorithm: c for c in (DenseCarry, SparseCarry)}

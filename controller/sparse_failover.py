@@ -39,11 +39,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ground import wire
-from controller.failover import slot_index, write_preload
-from controller.switch_client import SwitchClient
+from controller.failover import preload_batches, read_registers, slot_index, write_preload
+from controller.switch_client import SwitchClient, on_each
 from controller.tree_install import Installation
 
-_SCALARS = ("sp_block", "sp_bitmap", "sp_final", "sp_ack", "sp_exp", "sp_rnext")
+SNAPSHOT_SCALARS = _SCALARS = ("sp_block", "sp_bitmap", "sp_final", "sp_ack", "sp_exp", "sp_rnext")
 
 
 @dataclass
@@ -88,15 +88,19 @@ def worker_paths(roles: dict) -> dict[str, list[tuple[str, int]]]:
 
 
 def _read_scalars(clients, switches) -> dict[str, dict[str, np.ndarray]]:
-    return {sw: {name: np.array(clients[sw].register_read(name), dtype=np.int64) for name in _SCALARS}
-            for sw in switches}
+    """One batch per switch, all switches at once where they allow (switch_client.on_each)."""
+    return on_each(clients, switches, lambda sw: read_registers(clients[sw], _SCALARS))
 
 
 def sparse_snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
-                    slot_base: int = 0) -> HeldRounds:
+                    slot_base: int = 0, regs: dict | None = None) -> HeldRounds:
     """Per slot and version, the round each worker of the old tree may still need (if any)
-    and those rounds' results, read from every switch of the old tree."""
-    regs = _read_scalars(clients, sorted({sw for sw, _ in inst.roles}))
+    and those rounds' results, read from every switch of the old tree. `regs`: the switches'
+    SNAPSHOT_SCALARS, if already read (each after its own freeze)."""
+    switches = sorted({sw for sw, _ in inst.roles})
+    regs = dict(regs or {})
+    regs.update(_read_scalars(clients, [sw for sw in switches
+                                        if not all(n in regs.get(sw, {}) for n in SNAPSHOT_SCALARS)]))
     carry = HeldRounds()
     holders: dict[str, list[tuple[int, int, int, int]]] = {}    # switch -> [(slot, ver, block, r)]
     paths_of = {t: worker_paths(tree_roles(inst, t)) for t in set(tree_of_slot)}
@@ -118,9 +122,10 @@ def sparse_snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_o
                         carry.rounds[slot, ver, block] = None
                         holders.setdefault(sw, []).append((slot, ver, block, r))
                     break
-    for sw, items in holders.items():            # one batched read per holding switch
-        ranges = [(r * wire.K, wire.K) for *_, r in items]
-        for (slot, ver, block, r), values in zip(items, clients[sw].register_read_ranges("sp_values", ranges)):
+    read = on_each(clients, holders, lambda sw: clients[sw].register_read_ranges(
+        "sp_values", [(r * wire.K, wire.K) for *_, r in holders[sw]]))   # one batch per holding switch
+    for sw, items in holders.items():
+        for (slot, ver, block, r), values in zip(items, read[sw]):
             carry.rounds[slot, ver, block] = SparseRound(
                 slot, ver, block, int(regs[sw]["sp_exp"][r]), int(regs[sw]["sp_rnext"][r]),
                 np.array(values, dtype=np.uint32))
@@ -165,6 +170,18 @@ def sparse_preload(clients: dict[str, SwitchClient], inst: Installation, tree_of
     """Write the carried rounds into the new tree (after failover.reset: everything 0) where
     placement() puts them: block, values, exp, next, every child's bit, done and final.
     Returns the number of register cells written."""
+    lines, values = _preload_cells(inst, tree_of_slot, carry, slot_base)
+    return write_preload(clients, lines, values, "sp_values")
+
+
+def sparse_preload_lines(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
+                         carry: HeldRounds, slot_base: int = 0) -> tuple[dict, int]:
+    """sparse_preload() as command lines per switch, and the register cells they write."""
+    lines, values = _preload_cells(inst, tree_of_slot, carry, slot_base)
+    return preload_batches(clients, lines, values, "sp_values")
+
+
+def _preload_cells(inst: Installation, tree_of_slot: list[int], carry: HeldRounds, slot_base: int):
     lines: dict[str, list[str]] = {}
     values: dict[tuple[str, int], np.ndarray] = {}
     roles_of = {t: tree_roles(inst, t) for t in set(tree_of_slot)}
@@ -183,4 +200,4 @@ def sparse_preload(clients: dict[str, SwitchClient], inst: Installation, tree_of
                 f"register_write sp_rnext {r} {rnd.next_block}"])
             values[sw, r] = rnd.values
         carry.conflicts += [(slot, ver, sw) for sw in clash]
-    return write_preload(clients, lines, values, "sp_values")
+    return lines, values

@@ -39,6 +39,8 @@ from softswitch.pipeline import Pipeline
 class PipeClient(SwitchClient):
     """A Pipeline behind the controller's client interface (commands atomic under `lock`)."""
 
+    atomic_batches = True          # a batch holds the network lock: no frame crosses it
+
     def __init__(self, name: str, lock=None):
         self.name, self.pipeline = name, Pipeline(seed=0)
         self.lock = lock or threading.RLock()
@@ -53,6 +55,10 @@ class PipeClient(SwitchClient):
     def commands(self, lines: list[str]) -> list[str]:
         with self.lock:
             return [self.command(line) for line in lines]
+
+    def register_write_range_lines(self, name: str, start: int, values) -> list[str]:
+        """The software switch's range write (SoftSwitchClient's form), as the daemon runs it."""
+        return [f"register_write_range {name} {start} " + " ".join(str(int(v)) for v in values)]
 
 
 class HostTransport:
