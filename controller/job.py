@@ -259,8 +259,8 @@ class TreeJob(Job):
         for sw, lines in plan.lines.items():
             batches.setdefault(sw, []).extend(lines)
         t2 = time.monotonic()
-        outs = run_batches(self.clients, batches)
-        self._publish("rerouting", f"link {link} failed")      # agents: a pause, not a stall
+        self._publish("rerouting", f"link {link} failed")      # agents: a pause, not a stall, and
+        outs = run_batches(self.clients, batches)               # no resends into the frozen epoch
         associate = plan.finish(outs)
         regs = {sw: failover.parse_window_reads(names, outs[sw][at[sw]:at[sw] + 2 * len(names)], window)
                 for sw, names in reads.items()}
