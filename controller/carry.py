@@ -69,8 +69,13 @@ class Carry(Protocol):
 class DenseCarry:
     algorithm = "switchml"
 
-    def snapshot(self, clients, old, tree_of_slot, regs: dict | None = None) -> Carried:
-        return Carried(dense=failover.snapshot(clients, old, tree_of_slot, regs=regs))
+    # the snapshot needs nothing the first reads (scalars, values ahead) do not give: a bulk
+    # reroute can reset in the freeze's batch and preload in the next (two rounds, not three)
+    complete_ahead = True
+
+    def snapshot(self, clients, old, tree_of_slot, regs: dict | None = None,
+                 values: dict | None = None) -> Carried:
+        return Carried(dense=failover.snapshot(clients, old, tree_of_slot, regs=regs, values=values))
 
     def scalars(self, old, tree_of_slot) -> dict[str, tuple[str, ...]]:
         return {sw: failover.SNAPSHOT_SCALARS for sw in failover.root_switches(old, tree_of_slot)}
@@ -87,8 +92,11 @@ class DenseCarry:
 class SparseCarry(DenseCarry):
     algorithm = "omnireduce"
 
-    def snapshot(self, clients, old, tree_of_slot, regs: dict | None = None) -> Carried:
-        carried = super().snapshot(clients, old, tree_of_slot, regs)   # the lead rounds
+    complete_ahead = False          # the held rounds' values are wherever the scalars say
+
+    def snapshot(self, clients, old, tree_of_slot, regs: dict | None = None,
+                 values: dict | None = None) -> Carried:
+        carried = super().snapshot(clients, old, tree_of_slot, regs, values)   # the lead rounds
         carried.sparse = sparse_failover.sparse_snapshot(clients, old, tree_of_slot, regs=regs)
         return carried
 
