@@ -90,7 +90,7 @@ def parse_window_reads(names, outs: list[str], window: int, slot_base: int = 0) 
         for ver in (0, 1):
             out = outs[2 * i + ver]
             start = slot_index(ver, slot_base, 0)
-            full[start:start + window] = [int(v) for v in out.split("=", 1)[1].split(",") if v.strip()]
+            full[start:start + window] = cells_of(out)          # a short answer raises here
         regs[name] = full
     return regs
 
@@ -129,11 +129,18 @@ def values_read_lines(runs: list) -> list[str]:
     return [f"register_read_range agg_values {r0 * wire.K} {n * wire.K}" for r0, n in runs]
 
 
+def cells_of(out: str) -> np.ndarray:
+    """The values of a `register_read_range` answer ("name[a:b]= v0, v1, ..."), parsed in C."""
+    return np.fromstring(out.split("=", 1)[1], dtype=np.int64, sep=",")
+
+
 def parse_values_reads(runs: list, outs: list[str]) -> dict[int, np.ndarray]:
     """r -> its K agg_values cells, from the answers to values_read_lines(runs)."""
     got = {}
     for (r0, n), out in zip(runs, outs):
-        cells = np.array([int(v) for v in out.split("=", 1)[1].split(",") if v.strip()], dtype=np.int64)
+        cells = cells_of(out)
+        if cells.size != n * wire.K:
+            raise ValueError(f"register_read_range agg_values {r0 * wire.K} {n * wire.K}: {cells.size} cells")
         for i in range(n):
             got[r0 + i] = cells[i * wire.K:(i + 1) * wire.K]
     return got
@@ -213,7 +220,7 @@ def preload_batches(clients: dict[str, SwitchClient], lines: dict[str, list[str]
     lines = {sw: coalesce_writes(clients[sw], batch) for sw, batch in lines.items()}
     for (sw, r), vals in values.items():
         lines.setdefault(sw, []).extend(clients[sw].register_write_range_lines(
-            register, r * wire.K, [int(v) & 0xFFFFFFFF for v in vals]))
+            register, r * wire.K, (np.asarray(vals, dtype=np.int64) & 0xFFFFFFFF).tolist()))
     return lines, writes
 
 
