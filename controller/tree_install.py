@@ -31,6 +31,24 @@ from controller.topology import natural_key, port
 GROUP_BASE = 2000          # multicast groups of trees: GROUP_BASE + 64*job + tree (epoch-parity offset)
 
 
+MAX_TREES = 64             # a job's groups: 2 per tree (alternating epochs) within its 128
+MAX_PORT = 510             # P4 ports are bit<9>, and BMv2 drops what goes to port 511
+
+
+def check_fits(g: nx.Graph, treeset) -> None:
+    """Raise ValueError (one line) unless the trees fit the data plane: at most
+    AGG_MAX_WORKERS children per switch and tree (the contribution bitmap's width, also the
+    sparse pipeline's per-child registers) and MAX_TREES trees per job. Pure: the session
+    calls it on the first trees before any network is built."""
+    if len(treeset.trees) > MAX_TREES:
+        raise ValueError(f"{len(treeset.trees)} trees, but a job's multicast groups hold {MAX_TREES}")
+    for (sw, tree_id), role in sorted(roles_of(treeset, g).items(), key=lambda kv: natural_key(kv[0][0])):
+        if len(role.children) > wire.MAX_WORKERS:
+            raise ValueError(f"switch {sw} would aggregate {len(role.children)} children on tree {tree_id}, but "
+                             f"its contribution bitmap holds {wire.MAX_WORKERS} (AGG_MAX_WORKERS): fewer workers "
+                             "per switch (more racks, a fat-tree) or fewer workers")
+
+
 def tree_group(job: int, tree: int, epoch: int) -> int:
     """Alternating group ids per epoch, so the next epoch's group exists before the old one goes."""
     return GROUP_BASE + 128 * job + 2 * tree + (epoch & 1)
