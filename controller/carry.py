@@ -69,11 +69,17 @@ class Carry(Protocol):
 class DenseCarry:
     algorithm = "switchml"
 
+    # the snapshot needs nothing the first reads (scalars, values ahead) do not give: a bulk
+    # reroute can reset in the freeze's batch and preload in the next (two rounds, not three)
+    complete_ahead = True
+
     def __init__(self, slot_base: int = 0):
         self.slot_base = slot_base            # the job's slot range starts here (jobs share switches)
 
-    def snapshot(self, clients, old, tree_of_slot, regs: dict | None = None) -> Carried:
-        return Carried(dense=failover.snapshot(clients, old, tree_of_slot, self.slot_base, regs=regs))
+    def snapshot(self, clients, old, tree_of_slot, regs: dict | None = None,
+                 values: dict | None = None) -> Carried:
+        return Carried(dense=failover.snapshot(clients, old, tree_of_slot, self.slot_base, regs=regs,
+                                               values=values))
 
     def scalars(self, old, tree_of_slot) -> dict[str, tuple[str, ...]]:
         return {sw: failover.SNAPSHOT_SCALARS for sw in failover.root_switches(old, tree_of_slot)}
@@ -90,8 +96,11 @@ class DenseCarry:
 class SparseCarry(DenseCarry):
     algorithm = "omnireduce"
 
-    def snapshot(self, clients, old, tree_of_slot, regs: dict | None = None) -> Carried:
-        carried = super().snapshot(clients, old, tree_of_slot, regs)   # the lead rounds
+    complete_ahead = False          # the held rounds' values are wherever the scalars say
+
+    def snapshot(self, clients, old, tree_of_slot, regs: dict | None = None,
+                 values: dict | None = None) -> Carried:
+        carried = super().snapshot(clients, old, tree_of_slot, regs, values)   # the lead rounds
         carried.sparse = sparse_failover.sparse_snapshot(clients, old, tree_of_slot, self.slot_base, regs=regs)
         return carried
 

@@ -90,7 +90,7 @@ def parse_window_reads(names, outs: list[str], window: int, slot_base: int = 0) 
         for ver in (0, 1):
             out = outs[2 * i + ver]
             start = slot_index(ver, slot_base, 0)
-            full[start:start + window] = [int(v) for v in out.split("=", 1)[1].split(",") if v.strip()]
+            full[start:start + window] = cells_of(out)          # a short answer raises here
         regs[name] = full
     return regs
 
@@ -105,10 +105,52 @@ def parse_reads(names, outs: list[str]) -> dict[str, np.ndarray]:
                            dtype=np.int64) for name, out in zip(names, outs)}
 
 
+def values_ahead_lines(inst: Installation, tree_of_slot: list[int], slot_base: int = 0) -> dict[str, list]:
+    """Per old root, the agg_values cells of both versions of its slots, as runs of consecutive
+    slot versions: {root: [(r0, n), ...]} (read with the freeze, so that a dense reroute needs no
+    second read; window 128: 16,384 cells in all)."""
+    roots = {tree: role.switch for (_sw, tree), role in inst.roles.items() if role.root}
+    rs: dict[str, list[int]] = {}
+    for slot, tree in enumerate(tree_of_slot):
+        for ver in (0, 1):
+            rs.setdefault(roots[tree], []).append(slot_index(ver, slot_base, slot))
+    runs: dict[str, list] = {}
+    for sw, items in rs.items():
+        out = runs[sw] = []
+        for r in sorted(items):
+            if out and out[-1][0] + out[-1][1] == r:
+                out[-1] = (out[-1][0], out[-1][1] + 1)
+            else:
+                out.append((r, 1))
+    return runs
+
+
+def values_read_lines(runs: list) -> list[str]:
+    return [f"register_read_range agg_values {r0 * wire.K} {n * wire.K}" for r0, n in runs]
+
+
+def cells_of(out: str) -> np.ndarray:
+    """The values of a `register_read_range` answer ("name[a:b]= v0, v1, ..."), parsed in C."""
+    return np.fromstring(out.split("=", 1)[1], dtype=np.int64, sep=",")
+
+
+def parse_values_reads(runs: list, outs: list[str]) -> dict[int, np.ndarray]:
+    """r -> its K agg_values cells, from the answers to values_read_lines(runs)."""
+    got = {}
+    for (r0, n), out in zip(runs, outs):
+        cells = cells_of(out)
+        if cells.size != n * wire.K:
+            raise ValueError(f"register_read_range agg_values {r0 * wire.K} {n * wire.K}: {cells.size} cells")
+        for i in range(n):
+            got[r0 + i] = cells[i * wire.K:(i + 1) * wire.K]
+    return got
+
+
 def snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
-             slot_base: int = 0, regs: dict | None = None) -> dict[int, CompletedVersion]:
+             slot_base: int = 0, regs: dict | None = None, values: dict | None = None) -> dict[int, CompletedVersion]:
     """Per slot, the complete-and-maybe-needed version at its old tree's root (if any).
-    `regs`: SNAPSHOT_SCALARS of the roots, if already read (after their freeze)."""
+    `regs`: SNAPSHOT_SCALARS of the roots, if already read (after their freeze); `values`:
+    root -> r -> agg_values cells, if already read (values_ahead_lines)."""
     wanted: dict[str, list[tuple[int, int, int]]] = {}          # root -> [(slot, ver, r)]
     exps: dict[str, np.ndarray] = {}
     for slot, role, regs in old_roots(clients, inst, tree_of_slot, SNAPSHOT_SCALARS, regs):
@@ -117,12 +159,15 @@ def snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot:
             r = slot_index(ver, slot_base, slot)
             if regs["agg_count"][r] == len(role.children) and regs["agg_bitmap"][r] != 0:
                 wanted.setdefault(role.switch, []).append((slot, ver, r))
-    read = on_each(clients, wanted, lambda sw: clients[sw].register_read_ranges(
+    values = values or {}
+    missing = [sw for sw, items in wanted.items() if any(r not in values.get(sw, {}) for *_, r in items)]
+    read = on_each(clients, missing, lambda sw: clients[sw].register_read_ranges(
         "agg_values", [(r * wire.K, wire.K) for _, _, r in wanted[sw]]))   # one batch per root
     found: dict[int, CompletedVersion] = {}
     for sw, items in wanted.items():
-        for (slot, ver, r), values in zip(items, read[sw]):
-            found[slot] = CompletedVersion(slot, ver, int(exps[sw][r]), np.array(values))
+        cells = read[sw] if sw in read else [values[sw][r] for *_, r in items]
+        for (slot, ver, r), vals in zip(items, cells):
+            found[slot] = CompletedVersion(slot, ver, int(exps[sw][r]), np.array(vals))
     return found
 
 
@@ -194,7 +239,7 @@ def preload_batches(clients: dict[str, SwitchClient], lines: dict[str, list[str]
     lines = {sw: coalesce_writes(clients[sw], batch) for sw, batch in lines.items()}
     for (sw, r), vals in values.items():
         lines.setdefault(sw, []).extend(clients[sw].register_write_range_lines(
-            register, r * wire.K, [int(v) & 0xFFFFFFFF for v in vals]))
+            register, r * wire.K, (np.asarray(vals, dtype=np.int64) & 0xFFFFFFFF).tolist()))
     return lines, writes
 
 

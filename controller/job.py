@@ -260,13 +260,15 @@ class TreeJob(Job):
 
     def _reroute_bulk(self, link: str, t_detect: float) -> dict:
         """The reroute on switches whose command batches are atomic (software switches), in
-        three bulk batches per switch, each sent to every switch before any answer is read:
+        rounds of bulk batches, each sent to every switch before any answer is read:
         (1) the old epoch's agg_job entries deleted (the freeze), the carry's register reads
-        (the window's cells of both versions; a switch's state is final once its freeze ran), the new epoch's entries and
-        groups added (harmless: no agent uses the new epoch before it is told); (2) the
-        carried results' values (only where (1) found some); (3) registers reset, the carry
-        preloaded, the new groups completed. The trees come from the standby when it has them. No drain: once a
-        switch answered its freeze, no packet of the old epoch touches its state."""
+        (the window's cells of both versions; a switch's state is final once its freeze ran),
+        the new epoch's entries and groups added (harmless: no agent uses the new epoch before
+        it is told); (2) the carried results' values (only where (1) found some); (3)
+        registers reset, the carry preloaded, the new groups completed. A dense carry reads
+        its values in (1) as well and resets there, so it needs only (1) and (3). The trees
+        come from the standby when it has them. No drain: once a switch answered its freeze,
+        no packet of the old epoch touches its state."""
         record = {"link": link, "t_detect": t_detect}
         t0 = time.monotonic()
         old = self.inst
@@ -284,25 +286,33 @@ class TreeJob(Job):
         reads = self.carry.scalars(old, self.tree_of_slot)
         at = {}
         window = len(self.tree_of_slot)
+        ahead = failover.values_ahead_lines(old, self.tree_of_slot, self.slot_base) if self.carry.complete_ahead else {}
+        new_switches = sorted({sw for sw, _ in plan.inst.roles})
         for sw, names in reads.items():            # after the switch's freeze: its state is final
             at[sw] = len(batches.setdefault(sw, []))
             batches[sw] += failover.window_read_lines(names, window, self.slot_base)
+            batches[sw] += failover.values_read_lines(ahead.get(sw, []))
+        if self.carry.complete_ahead:              # everything read: reset in this batch too
+            for sw in new_switches:
+                batches.setdefault(sw, []).extend(self._reset_lines(sw))
         for sw, lines in plan.lines.items():
             batches.setdefault(sw, []).extend(lines)
         t2 = time.monotonic()
-        outs = run_batches(self.clients, batches)
-        self._publish("rerouting", f"link {link} failed")      # agents: a pause, not a stall
+        self._publish("rerouting", f"link {link} failed")      # agents: a pause, not a stall, and
+        outs = run_batches(self.clients, batches)               # no resends into the frozen epoch
         associate = plan.finish(outs)
-        regs = {sw: failover.parse_window_reads(names, outs[sw][at[sw]:at[sw] + 2 * len(names)], window,
-                                                self.slot_base)
-                for sw, names in reads.items()}
+        regs, values = {}, {}
+        for sw, names in reads.items():
+            i = at[sw] + 2 * len(names)
+            regs[sw] = failover.parse_window_reads(names, outs[sw][at[sw]:i], window, self.slot_base)
+            values[sw] = failover.parse_values_reads(ahead.get(sw, []), outs[sw][i:i + len(ahead.get(sw, []))])
         t3 = time.monotonic()
-        carried = self.carry.snapshot(self.clients, old, self.tree_of_slot, regs)
+        carried = self.carry.snapshot(self.clients, old, self.tree_of_slot, regs, values)
         t4 = time.monotonic()
         tree_of_slot = partition_slots(new.weights, self.window)
         preload, writes = self.carry.preload_lines(self.clients, plan.inst, tree_of_slot, carried)
-        final = {sw: self._reset_lines(sw) + associate.get(sw, []) + preload.get(sw, [])
-                 for sw in sorted({sw for sw, _ in plan.inst.roles})}
+        final = {sw: ([] if self.carry.complete_ahead else self._reset_lines(sw))
+                     + associate.get(sw, []) + preload.get(sw, []) for sw in new_switches}
         run_batches(self.clients, final)
         self.treeset, self.inst, self.tree_of_slot = new, plan.inst, tree_of_slot
         self._publish()
