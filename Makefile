@@ -9,6 +9,8 @@ BACKEND ?= soft
 CONFIG  ?= default
 # CONFIG: a suite name under experiments/configs (default, quick) or any definition/suite file
 PYTEST_ARGS ?=
+# p4c on PATH, else a build under /opt/*/bin (as controller/switch_client.find_bmv2_tool looks)
+P4C     ?= $(shell command -v p4c || ls /opt/*/bin/p4c 2>/dev/null | head -n 1)
 
 .PHONY: setup test experiment calibrate bench clean p4gen p4 help
 
@@ -18,6 +20,7 @@ help:
 	@echo "make test                                           run the tests"
 	@echo "make bench                                          speed figures vs targets, JSON in results/bench/"
 	@echo "make clean                                          remove leftovers of crashed runs"
+	@echo "make p4                                             compile p4src/ for BMv2 (p4c on PATH or /opt/*/bin) into build/p4"
 	@echo "make p4gen                                          regenerate p4src/include/values.p4 after changing AGG_K"
 
 setup: .venv/.installed
@@ -47,4 +50,5 @@ p4gen:
 	$(PY) -m agglab.p4gen
 
 p4:
-	p4c --target bmv2 --arch v1model -o build/p4 p4src/agglab.p4
+	@[ -n "$(P4C)" ] || { echo 'p4c not found (PATH or /opt/*/bin)' >&2; exit 2; }
+	$(P4C) --target bmv2 --arch v1model -o build/p4 p4src/agglab.p4

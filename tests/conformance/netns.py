@@ -53,10 +53,14 @@ def run(*cmd: str) -> str:
     return proc.stdout
 
 
+PREFIX = "agglab-conf-"
+CREATED_HERE: set[str] = set()     # live namespaces this process made (tests/leftovers.py reads it)
+
+
 class Namespace:
     """`agglab-conf-<random>` with ports 1..n as veth pairs sw<N> <-> hs<N>."""
 
-    def __init__(self, nports: int, prefix: str = "agglab-conf-"):
+    def __init__(self, nports: int, prefix: str = PREFIX):
         self.name = prefix + uuid.uuid4().hex[:8]
         self.nports = nports
         self.created = False
@@ -73,6 +77,7 @@ class Namespace:
     def create(self) -> None:
         run("ip", "netns", "add", self.name)
         self.created = True
+        CREATED_HERE.add(self.name)
         ex = self.exec_args
         run(*ex("sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"))
         run(*ex("ip", "link", "set", "lo", "up"))
@@ -89,3 +94,4 @@ class Namespace:
         if self.created:
             subprocess.run(["ip", "netns", "del", self.name], capture_output=True, timeout=30)
             self.created = False
+            CREATED_HERE.discard(self.name)
