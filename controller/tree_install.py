@@ -35,6 +35,15 @@ MAX_TREES = 64             # a job's groups: 2 per tree (alternating epochs) wit
 MAX_PORT = 510             # P4 ports are bit<9>, and BMv2 drops what goes to port 511
 
 
+
+def reply_dst(g, child: str, sw: str) -> tuple[str, str]:
+    """(MAC, IP) a result sent down to `child` is addressed to: the host's own address on its
+    link to `sw`, or the aggregation service address when the child is a switch."""
+    if g.nodes[child]["kind"] == "host":
+        ip, mac = interface_address(g, child, sw)
+        return mac, ip
+    return SERVICE_MAC, SERVICE_IP
+
 def check_fits(g: nx.Graph, treeset) -> None:
     """Raise ValueError (one line) unless the trees fit the data plane: at most
     AGG_MAX_WORKERS children per switch and tree (the contribution bitmap's width, also the
@@ -114,12 +123,7 @@ def install(clients: dict[str, SwitchClient], g: nx.Graph, treeset, job: int = 0
                                                                 worker=rank)))
             done = reply_ports.setdefault(sw, set())
             if p not in done:
-                if g.nodes[c]["kind"] == "host":
-                    ip, mac = interface_address(g, c, sw)
-                    dst = (mac, ip)
-                else:
-                    dst = (SERVICE_MAC, SERVICE_IP)
-                client.table_add("agg_reply", "agg_set_dst", [p], [SERVICE_MAC, SERVICE_IP, *dst])
+                client.table_add("agg_reply", "agg_set_dst", [p], [SERVICE_MAC, SERVICE_IP, *reply_dst(g, c, sw)])
                 done.add(p)
                 inst.entries += 1
         if not role.root:
@@ -182,12 +186,8 @@ def plan(g: nx.Graph, treeset, job: int = 0, slot_base: int = 0, reply_ports: di
                     ("job",))
             done = reply_ports.setdefault(sw, set())
             if p not in done:
-                if g.nodes[c]["kind"] == "host":
-                    ip, mac = interface_address(g, c, sw)
-                    dst = (mac, ip)
-                else:
-                    dst = (SERVICE_MAC, SERVICE_IP)
-                out.add(sw, table_add_line("agg_reply", "agg_set_dst", [p], [SERVICE_MAC, SERVICE_IP, *dst]))
+                out.add(sw, table_add_line("agg_reply", "agg_set_dst", [p],
+                                           [SERVICE_MAC, SERVICE_IP, *reply_dst(g, c, sw)]))
                 done.add(p)
                 inst.entries += 1
         if not role.root:
