@@ -2,7 +2,7 @@
 
 Each command is a do_* method whose docstring is its help (type `help fail`).
 Mininet's own commands keep working; `link a b down` is noticed by the controller
-through netlink exactly like `fail a b`.
+through netlink exactly like `fail a b`; `kill a1` / `restart a1` fail and revive a switch.
 """
 
 from __future__ import annotations
@@ -47,6 +47,37 @@ class LabCLI(CLI):
         """recover A B: bring link A-B back; when no allreduce runs, trees are recomputed."""
         self._link(line, "up")
 
+    # -- switches ----------------------------------------------------------------
+    def _switch_arg(self, line: str, verb: str) -> str | None:
+        args = line.split()
+        if len(args) != 1 or args[0] not in switches(self.session.g):
+            print(f"usage: {verb} SWITCH   (one of {' '.join(switches(self.session.g))})")
+            return None
+        return args[0]
+
+    def do_kill(self, line):
+        """kill SWITCH: kill -9 the switch's process: all its links fail at once. The controller sees
+        the process exit, reroutes the active trees around it (new epoch) or, if that cuts a worker
+        off, tells every agent the workers are partitioned."""
+        sw = self._switch_arg(line, "kill")
+        if sw:
+            try:
+                self.session.kill_switch(sw)
+                print(f"killed {sw}")
+            except ValueError as exc:
+                print(exc)
+
+    def do_restart(self, line):
+        """restart SWITCH: start a killed switch again (empty tables), re-program its forwarding and
+        drop simulator; the trees are recomputed with it (now, or before the next allreduce if one runs)."""
+        sw = self._switch_arg(line, "restart")
+        if sw:
+            try:
+                self.session.restart_switch(sw)
+                print(f"restarted {sw}")
+            except (ValueError, RuntimeError) as exc:
+                print(str(exc).splitlines()[0])
+
     # -- state -------------------------------------------------------------------
     def do_trees(self, line):
         """trees: the job's current trees, their weights and the epoch."""
@@ -64,6 +95,9 @@ class LabCLI(CLI):
         args = line.split()
         if not args or args[0] not in switches(self.session.g):
             print("usage: slots SWITCH [N]")
+            return
+        if args[0] not in self.session.job.live_switches():
+            print(f"switch {args[0]} is down (restart {args[0]} brings it back)")
             return
         limit = int(args[1]) if len(args) > 1 else 8
         regs = self.session.job.read_registers(args[0], ("agg_count", "agg_bitmap", "agg_exp", "agg_final"))
@@ -89,7 +123,7 @@ class LabCLI(CLI):
     # -- traffic -----------------------------------------------------------------
     def do_allreduce(self, line):
         """allreduce [ELEMENTS] [--tree spt|rat|packing] [--dtype int32|float32] [--loss P]
-        [--algorithm switchml|omnireduce] [--density D] [--fail A-B@F] ... (any `agglab allreduce`
+        [--algorithm switchml|omnireduce] [--density D] [--fail A-B@F] [--fail-switch NAME@F] ... (any `agglab allreduce`
         option that does not reshape the network): run one allreduce in the background (fail
         links meanwhile); prints the outcome when done."""
         if self.running and self.running.is_alive():
@@ -116,6 +150,7 @@ class LabCLI(CLI):
                 verdict = "exact" if r["exact"] else "NOT EXACT"
                 print(f"\nallreduce: {verdict}, {r['elements']} {r['dtype']} x {r['workers']} workers in "
                       f"{r['seconds']} s, {r['retransmissions']} retransmissions, epoch {r['epoch']}"
+                      + (f", switches down: {' '.join(r['switches_down'])}" if r.get("switches_down") else "")
                       + ("".join(f"\n  {e.splitlines()[0]}" for e in r.get("errors", []))))
             except Exception as exc:
                 print(f"\nallreduce failed: {exc}")
@@ -134,7 +169,7 @@ class LabCLI(CLI):
 
 # RunSpec fields one allreduce of an open lab may change; the rest shape the network.
 PER_RUN = ("elements", "dtype", "loss", "tree", "algorithm", "density", "pattern", "block_size",
-           "zero_workers", "seed", "window", "give_up", "fail")
+           "zero_workers", "seed", "window", "give_up", "fail", "fail_switch")
 
 
 class _Options(argparse.ArgumentParser):
@@ -163,7 +198,7 @@ def _parse_allreduce(args: list[str]) -> dict:
 def run_lab(spec: RunSpec, script: str | None = None) -> int:
     """Open the lab; with `script` (a file of commands) run them and return at its end."""
     with Session(spec, quiet=False) as session:
-        print("agglab lab: type 'help' for commands; 'fail A B', 'allreduce', 'trees', 'events'; 'exit' to quit")
+        print("agglab lab: type 'help' for commands; 'fail A B', 'kill S', 'allreduce', 'trees', 'events'; 'exit' to quit")
         if script:                          # Mininet polls stdin even in batch mode: give it a real file
             with open(os.devnull) as quiet_stdin:
                 LabCLI(session, stdin=quiet_stdin, script=script)

@@ -48,8 +48,9 @@ class Carry(Protocol):
     algorithm: str
 
     def snapshot(self, clients: dict[str, SwitchClient], old: Installation,
-                 tree_of_slot: list[int]) -> Carried:
-        """Read, after the freeze, what the old tree holds that a worker may still need."""
+                 tree_of_slot: list[int], down: frozenset = frozenset()) -> Carried:
+        """Read, after the freeze, what the old tree holds that a worker may still need
+        (from its live switches: a dead one's registers died with it)."""
 
     def preload(self, clients: dict[str, SwitchClient], new: Installation, tree_of_slot: list[int],
                 carried: Carried) -> int:
@@ -59,8 +60,8 @@ class Carry(Protocol):
 class DenseCarry:
     algorithm = "switchml"
 
-    def snapshot(self, clients, old, tree_of_slot) -> Carried:
-        return Carried(dense=failover.snapshot(clients, old, tree_of_slot))
+    def snapshot(self, clients, old, tree_of_slot, down=frozenset()) -> Carried:
+        return Carried(dense=failover.snapshot(clients, old, tree_of_slot, down=down))
 
     def preload(self, clients, new, tree_of_slot, carried: Carried) -> int:
         return failover.preload(clients, new, tree_of_slot, carried.dense)
@@ -69,9 +70,9 @@ class DenseCarry:
 class SparseCarry(DenseCarry):
     algorithm = "omnireduce"
 
-    def snapshot(self, clients, old, tree_of_slot) -> Carried:
-        carried = super().snapshot(clients, old, tree_of_slot)       # the lead rounds
-        carried.sparse = sparse_failover.sparse_snapshot(clients, old, tree_of_slot)
+    def snapshot(self, clients, old, tree_of_slot, down=frozenset()) -> Carried:
+        carried = super().snapshot(clients, old, tree_of_slot, down)       # the lead rounds
+        carried.sparse = sparse_failover.sparse_snapshot(clients, old, tree_of_slot, down=down)
         return carried
 
     def preload(self, clients, new, tree_of_slot, carried: Carried) -> int:

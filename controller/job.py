@@ -70,6 +70,7 @@ class TreeJob(Job):
         self.partitioned: str | None = None
         self.carry = carry_for("switchml")   # what a reroute keeps: set per allreduce by prepare()
         self.stopped = False
+        self.pending_reinstall: str | None = None   # a switch came back during an allreduce
 
     # -- install ---------------------------------------------------------------------
     def start(self) -> "TreeJob":
@@ -77,7 +78,7 @@ class TreeJob(Job):
         self.treeset = trees.compute(self.algorithm, self.g, self.workers, epoch=0)
         recompute = time.monotonic() - t0
         self.tree_of_slot = partition_slots(self.treeset.weights, self.window)
-        failover.reset(self.clients, switches(self.g))
+        failover.reset(self.clients, self.live_switches())
         self.inst = tree_install.install(self.clients, self.g, self.treeset, self.job, reply_ports=self.reply_ports)
         self._publish()
         self.events.add("trees_installed", epoch=0, trees=len(self.treeset.trees), algorithm=self.algorithm,
@@ -113,10 +114,14 @@ class TreeJob(Job):
         """Before each allreduce: fresh registers, slots partitioned for this window, the
         reroute carry of the allreduce `algorithm` (controller/carry.py)."""
         with self.locked():
+            if self.pending_reinstall:         # a restarted switch rejoins before the next run
+                why, self.pending_reinstall = self.pending_reinstall, None
+                self.partitioned = None
+                self.reinstall(why=why)
             self.window = window
             self.carry = carry_for(algorithm)
             self.tree_of_slot = partition_slots(self.treeset.weights, window)
-            failover.reset(self.clients, switches(self.g))
+            failover.reset(self.clients, self.live_switches())
             self._publish("partitioned" if self.partitioned else "ok", self.partitioned or "")
 
     def _publish(self, status: str = "ok", reason: str = "") -> None:
@@ -138,6 +143,8 @@ class TreeJob(Job):
             edge = self.g.edges[u, v]
             if edge.get("up", True) == up:
                 return                           # the other end of the same link
+            if up and edge.get("down_with"):
+                return                           # a dead switch's port: it comes back with the switch
             edge["up"] = up
             self.events.add("link_up" if up else "link_down", t=t, link=f"{u}-{v}", intf=intf)
             if not up and self.treeset.uses(u, v):
@@ -148,24 +155,59 @@ class TreeJob(Job):
                 self.partitioned = None
                 self.reinstall(why=f"link {u}-{v} recovered")
 
-    def reroute(self, link: str, t_detect: float) -> dict:
-        record = {"link": link, "t_detect": t_detect}
+    # -- switch events ---------------------------------------------------------------
+    def switch_failed(self, sw: str, t: float) -> None:
+        """A dead switch: forget what was installed in it (its tables died with it), then
+        reroute once around it if an active tree uses it (its links are marked down)."""
+        self._forget(sw)
+        if any(sw in tree.parent for tree in self.treeset.trees):
+            self.reroute(f"switch {sw}", t, switch=sw)
+        else:
+            self.events.add("no_reinstall", switch=sw, why="not on an active tree")
+
+    def switch_back(self, sw: str) -> None:
+        """A restarted switch rejoins: the trees are recomputed with it under a new epoch
+        (installing them programs its agg_job, groups and agg_reply), now if no allreduce
+        runs, else before the next one (prepare)."""
+        self._forget(sw)
+        if self.is_running:
+            self.pending_reinstall = f"switch {sw} restarted"
+        else:
+            self.partitioned = None
+            self.reinstall(why=f"switch {sw} restarted")
+
+    def _forget(self, sw: str) -> None:
+        """Handles, groups and agg_reply entries in `sw` no longer exist (it died or restarted)."""
+        self.reply_ports.pop(sw, None)
+        if self.inst is not None:
+            self.inst.job_handles.pop(sw, None)
+            self.inst.groups.pop(sw, None)
+
+    def _down(self) -> frozenset:
+        return frozenset(s for s in switches(self.g) if self.g.nodes[s].get("up", True) is False)
+
+    def reroute(self, link: str, t_detect: float, switch: str | None = None) -> dict:
+        """Freeze the old epoch, snapshot what it holds (not from dead switches), install the
+        trees recomputed over live links and nodes, preload, tell the agents. `link` names
+        the cause ("a1-c1", or "switch a1" with `switch` set)."""
+        record = {"switch": switch, "t_detect": t_detect} if switch else {"link": link, "t_detect": t_detect}
+        what = link if switch else f"link {link}"
         t0 = time.monotonic()
         old = self.inst
         tree_install.freeze(self.clients, old)
-        self._publish("rerouting", f"link {link} failed")      # agents: a pause, not a stall
+        self._publish("rerouting", f"{what} failed")      # agents: a pause, not a stall
         phases = {"freeze_ms": time.monotonic() - t0}
         time.sleep(self.drain)                      # packets already in flight finish or miss
         ts = time.monotonic()
-        carried = self.carry.snapshot(self.clients, old, self.tree_of_slot)
+        carried = self.carry.snapshot(self.clients, old, self.tree_of_slot, down=self._down())
         t1 = time.monotonic()
         phases["snapshot_ms"] = t1 - ts
         try:
             new = trees.compute(self.algorithm, self.g, self.workers, epoch=self.treeset.epoch + 1)
         except TreeError as exc:
             self.partitioned = str(exc)
-            self._publish("partitioned", f"link {link} failed and the workers are partitioned: {exc}")
-            self.events.add("partitioned", link=link, reason=str(exc))
+            self._publish("partitioned", f"{what} failed and the workers are partitioned: {exc}")
+            self.events.add("partitioned", **({"switch": switch} if switch else {"link": link}), reason=str(exc))
             record.update(partitioned=True, recompute_ms=round((time.monotonic() - t1) * 1e3, 2))
             self.record_failure(record)
             return record
@@ -177,7 +219,7 @@ class TreeJob(Job):
         ti = time.monotonic()
         self.inst = tree_install.install(self.clients, self.g, new, self.job, reply_ports=self.reply_ports)
         tp = time.monotonic()
-        self._publish("rerouting", f"link {link} failed")      # heartbeat before the preload
+        self._publish("rerouting", f"{what} failed")      # heartbeat before the preload
         writes = self.carry.preload(self.clients, self.inst, self.tree_of_slot, carried)
         phases.update(entries_ms=tp - ti, preload_ms=time.monotonic() - tp)
         if carried.conflicts:
@@ -191,7 +233,8 @@ class TreeJob(Job):
                       epoch=new.epoch, preloaded_slots=carried.slots, register_writes=writes,
                       **{k: round(v * 1e3, 2) for k, v in phases.items()})
         self.record_failure(record)
-        self.events.add("rerouted", link=link, epoch=new.epoch, trees=len(new.trees),
+        self.events.add("rerouted", **({"switch": switch} if switch else {"link": link}), epoch=new.epoch,
+                        trees=len(new.trees),
                         recompute_ms=record["recompute_ms"], install_ms=record["install_ms"],
                         preloaded=carried.slots,
                         **{k: record[k] for k in ("freeze_ms", "snapshot_ms", "entries_ms", "preload_ms")})

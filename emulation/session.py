@@ -56,6 +56,8 @@ def graph_for(spec: RunSpec):
     g = topologies.for_run(spec)
     for f in spec.fail_specs:
         f.check(g)
+    for f in spec.fail_switch_specs:
+        f.check(g)
     if spec.tree == "bml":
         BmlJob.check(g)
     return g
@@ -99,6 +101,7 @@ class Session:
                 self.job = TreeJob(g, self.net.clients, spec.tree, worker_hosts(g), spec.default_window(),
                                    self.net.run.path / "epoch.json", job=spec.job, events=self.events).start()
             self.monitor = self.net.watch_links(self.job.link_changed)
+            self.net.watch_switches(self._switch_exited)
         except BaseException:
             self.stop()
             raise
@@ -106,21 +109,57 @@ class Session:
 
     def _set_loss(self, loss: float) -> None:
         for sw in switches(self.g):
-            ports = [e["ports"][sw] for _, _, e in self.g.edges(sw, data=True)]
-            drop_sim.set_loss(self.net.client(sw), ports, loss)
+            if sw not in self.net.dead:
+                self._set_switch_loss(sw, loss)
         self.loss = loss
+
+    def _set_switch_loss(self, sw: str, loss: float) -> None:
+        ports = [e["ports"][sw] for _, _, e in self.g.edges(sw, data=True)]
+        drop_sim.set_loss(self.net.client(sw), ports, loss)
+
+    # -- switch failures -------------------------------------------------------------
+    def _switch_exited(self, name: str, code: int, t: float) -> None:
+        """The switch watcher's callback (its thread): a dead switch is a failure of all its
+        links; the job reroutes around it. Never raises into the watcher."""
+        self.events.add("switch_exited", t=t, switch=name, code=code)
+        try:
+            self.job.switch_changed(name, False, t)
+        except Exception as exc:  # noqa: BLE001 - logged: the watcher must keep watching
+            self.events.add("switch_failure_error", switch=name, error=str(exc).splitlines()[0][:200])
+
+    def kill_switch(self, name: str) -> float:
+        """`kill -9` a switch's process (the lab's `kill`); the watcher reports it to the job."""
+        return self.net.kill_switch(name)
+
+    def restart_switch(self, name: str) -> float:
+        """Start a dead switch again and re-program it: forwarding and the drop simulator here,
+        then the job puts it back on its trees (now, or before the next allreduce if one runs)."""
+        t = self.net.restart_switch(name)
+
+        def program() -> None:
+            forward.install_forwarding(self.net.client(name), self.g, name)
+            self._set_switch_loss(name, self.loss or 0.0)
+
+        self.job.switch_changed(name, True, t, program=program)
+        return t
+
+    def _switch_counters(self) -> dict[tuple[str, int], dict[str, int]]:
+        """agg_stats per (live switch, incarnation): a restarted switch counts from 0 again."""
+        return {(sw, self.net.incarnation.get(sw, 0)): c for sw, c in self.job.switch_stats().items()}
 
     def allreduce(self, **overrides) -> dict:
         spec = replace(self.spec, **overrides) if overrides else self.spec
         spec.validate()
         for f in spec.fail_specs:
             f.check(self.g)
+        for f in spec.fail_switch_specs:
+            f.check(self.g)
         if spec.loss != self.loss:              # the lab's `allreduce --loss P`
             with self.job.locked():
                 self._set_loss(spec.loss)
         self.job.prepare(spec.default_window(), spec.algorithm)
         self.runs += 1
-        before = self.job.stats()
+        before = self._switch_counters()
         _log(f"allreduce of {spec.elements} {spec.dtype} per worker on {len(self.job.trees().trees)} "
              f"{spec.tree} tree(s), loss {spec.loss}", self.quiet)
         probe = FidelityProbe(self.net.graph, self.net.run.path / "pids").start()
@@ -129,12 +168,17 @@ class Session:
                 reports, injector = _run_workers(self.net, spec, self.job, self.quiet, f"run{self.runs}")
         finally:
             fidelity = probe.stop()
-        self.net.check_switches()
-        after = self.job.stats()       # under the job's lock: a reroute may still be tidying up
-        result = check(spec, reports, {k: after[k] - before.get(k, 0) for k in after})
+        dead = self.net.check_switches()
+        after = self._switch_counters()       # under the job's lock: a reroute may still be tidying up
+        counted: dict[str, int] = {}          # a dead switch's counts died with it
+        for key, counters in after.items():
+            for k, v in counters.items():
+                counted[k] = counted.get(k, 0) + v - before.get(key, {}).get(k, 0)
+        result = check(spec, reports, counted)
         treeset = self.job.trees()
         result.update(topology=spec.topology, tree=spec.tree, trees=len(treeset.trees),
-                      epoch=treeset.epoch, failures=injector.report() if injector else [])
+                      epoch=treeset.epoch, failures=injector.report() if injector else [],
+                      switches_down={sw: why.splitlines()[0] for sw, why in sorted(dead.items())})
         result["fidelity"] = fidelity       # link-bound or CPU-bound? (emulation/fidelity.py)
         return result
 
@@ -147,7 +191,6 @@ class Session:
         with self.job.running():
             reports, injector = _run_workers(self.net, self.spec, self.job, self.quiet, name,
                                              module, tuple(extra_args), deadline_s)
-        self.net.check_switches()
         return reports, injector.report() if injector else []
 
     def stop(self) -> None:
@@ -185,8 +228,8 @@ def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, nam
         net.run.add_pid(proc.pid, f"worker {rank} on {h}")
         procs.append((rank, proc, log))
     injector = None
-    if spec.fail_specs:
-        injector = FailureInjector(net, job, spec.fail_specs,
+    if spec.fail_specs or spec.fail_switch_specs:
+        injector = FailureInjector(net, job, [*spec.fail_specs, *spec.fail_switch_specs],
                                    [out_dir / f"rank{r}.progress" for r in range(len(workers))], spec.seed)
         injector.start()
     deadline = time.monotonic() + (deadline_s or spec.give_up * 3 + 30 + spec.elements * spec.workers / 50_000)

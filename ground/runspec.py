@@ -26,6 +26,7 @@ DTYPES = ("int32", "float32")
 BACKENDS = ("soft", "bmv2")
 
 _FAIL = re.compile(r"^(?:(?P<tree>tree)|(?P<a>[\w.]+)-(?P<b>[\w.]+))@(?P<at>[0-9.]+)$")
+_FAIL_SWITCH = re.compile(r"^(?P<name>[\w.]+)@(?P<at>[0-9]*\.?[0-9]+)$")
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,52 @@ class FailSpec:
         """Refuse a named link that the topology graph does not have."""
         if self.link and not g.has_edge(*self.link):
             raise ValueError(f"--fail: there is no link {self.link[0]}-{self.link[1]} in this topology")
+
+
+def only_edge_switches(g) -> set[str]:
+    """Switches that are some worker's only switch: failing one cuts that worker off."""
+    out = set()
+    for n, d in g.nodes(data=True):
+        if d.get("kind") == "host" and d.get("rank") is not None:
+            sws = [m for m in g.neighbors(n) if g.nodes[m].get("kind") == "switch"]
+            if len(sws) == 1:
+                out.add(sws[0])
+    return out
+
+
+@dataclass(frozen=True)
+class SwitchFailSpec:
+    """One scripted switch failure: `a1@0.5` (kill switch a1's process when half the blocks
+    are done) or `tree@0.5` (an aggregating switch of the active tree that is not some
+    worker's only edge switch, so the allreduce can go on around it)."""
+    at: float                      # fraction of blocks done, 0..1
+    switch: str | None             # None: picked on the active tree
+
+    @classmethod
+    def parse(cls, text: str) -> "SwitchFailSpec":
+        m = _FAIL_SWITCH.match(text.strip())
+        if not m:
+            raise ValueError(f"--fail-switch {text!r}: expected NAME@FRACTION or tree@FRACTION, e.g. a1@0.5")
+        at = float(m["at"])
+        if not 0 <= at <= 1:
+            raise ValueError(f"--fail-switch {text!r}: the fraction must be within 0..1, got {m['at']}")
+        return cls(at, None if m["name"] == "tree" else m["name"])
+
+    def check(self, g) -> None:
+        """Refuse a name that is not a switch of the topology, and `tree@F` where every
+        switch is some worker's only edge switch (no failure the job could survive)."""
+        if self.switch is not None:
+            if self.switch not in g or g.nodes[self.switch].get("kind") != "switch":
+                names = sorted((n for n, d in g.nodes(data=True) if d.get("kind") == "switch"),
+                               key=lambda n: (len(n), n))
+                raise ValueError(f"--fail-switch: there is no switch {self.switch!r} in this topology "
+                                 f"(switches: {', '.join(names[:12])}{' ...' if len(names) > 12 else ''})")
+            return
+        edge_only = only_edge_switches(g)
+        if all(n in edge_only for n, d in g.nodes(data=True) if d.get("kind") == "switch"):
+            raise ValueError("--fail-switch tree@F: every switch of this topology is some worker's only "
+                             "edge switch, so any switch failure partitions the workers; name one "
+                             "(NAME@F) to test the partition")
 
 
 @dataclass
@@ -70,6 +117,7 @@ class RunSpec:
     block_size: int | None = None      # omnireduce: values per block (multiple of K)
     zero_workers: int = 0              # block-sparse data: ranks 0..Z-1 have no non-zero block
     fail: list[str] = field(default_factory=list)    # ["A-B@0.5", "tree@0.5", ...]
+    fail_switch: list[str] = field(default_factory=list)   # ["a1@0.5", "tree@0.5", ...]: kill switches
     length_override: dict[int, int] = field(default_factory=dict)   # rank -> length (tests)
 
     # -- derived -------------------------------------------------------------------
@@ -90,6 +138,10 @@ class RunSpec:
     @property
     def fail_specs(self) -> list[FailSpec]:
         return [FailSpec.parse(f) for f in self.fail]
+
+    @property
+    def fail_switch_specs(self) -> list[SwitchFailSpec]:
+        return [SwitchFailSpec.parse(f) for f in self.fail_switch]
 
     def default_window(self) -> int:
         """Outstanding slots per worker: the asked window, at most the blocks and the slots."""
@@ -146,6 +198,9 @@ class RunSpec:
         if self.fail and self.tree == "bml":
             raise ValueError("--fail: BML on BCube cannot reroute (its schedule needs every server NIC); "
                              "fail links on a switch tree (spt, rat, packing) instead")
+        if self.fail_switch and self.tree == "bml":
+            raise ValueError("--fail-switch: BML on BCube cannot reroute (its schedule needs every server NIC); "
+                             "fail switches on a switch tree (spt, rat, packing) instead")
         if self.host_baseline and self.tree != "spt":
             raise ValueError(f"--algorithm {self.algorithm} sums on the hosts over IP shortest paths: "
                              f"--tree {self.tree} (aggregation trees"
@@ -153,6 +208,7 @@ class RunSpec:
         if self.bml_variant not in ("in-network", "host"):
             raise ValueError(f"--bml-variant must be in-network or host, got {self.bml_variant!r}")
         self.fail_specs   # noqa: B018 (parses every --fail, raising on a bad one)
+        self.fail_switch_specs   # noqa: B018 (and every --fail-switch)
         return self
 
     # -- JSON ----------------------------------------------------------------------
@@ -170,6 +226,7 @@ class RunSpec:
         d = dict(d)
         d["length_override"] = {int(r): int(n) for r, n in d.get("length_override", {}).items()}
         d["fail"] = list(d.get("fail", []))
+        d["fail_switch"] = list(d.get("fail_switch", []))
         return cls(**d)
 
     def with_(self, **changes) -> "RunSpec":
