@@ -18,6 +18,7 @@ from agglab.cli import add_run_options
 from ground import wire
 from emulation.session import Session
 from ground.runspec import RunSpec
+from controller.switch_client import SwitchCommandError
 from controller.topology import switches
 
 
@@ -28,6 +29,14 @@ class LabCLI(CLI):
         self.session = session
         self.running: threading.Thread | None = None
         CLI.__init__(self, session.net.net, **kw)
+
+    def onecmd(self, line):
+        """A switch that died under a command (its socket closed) is one line, not the lab's end."""
+        try:
+            return CLI.onecmd(self, line)
+        except SwitchCommandError as exc:
+            print(str(exc).splitlines()[0])
+            return False
 
     # -- links -------------------------------------------------------------------
     def _link(self, line: str, status: str) -> None:
@@ -64,8 +73,8 @@ class LabCLI(CLI):
             try:
                 self.session.kill_switch(sw)
                 print(f"killed {sw}")
-            except ValueError as exc:
-                print(exc)
+            except (ValueError, RuntimeError) as exc:
+                print(str(exc).splitlines()[0])
 
     def do_restart(self, line):
         """restart SWITCH: start a killed switch again (empty tables), re-program its forwarding and
@@ -100,7 +109,11 @@ class LabCLI(CLI):
             print(f"switch {args[0]} is down (restart {args[0]} brings it back)")
             return
         limit = int(args[1]) if len(args) > 1 else 8
-        regs = self.session.job.read_registers(args[0], ("agg_count", "agg_bitmap", "agg_exp", "agg_final"))
+        try:
+            regs = self.session.job.read_registers(args[0], ("agg_count", "agg_bitmap", "agg_exp", "agg_final"))
+        except SwitchCommandError as exc:
+            print(str(exc).splitlines()[0])
+            return
         shown = 0
         for r, count in enumerate(regs["agg_count"]):
             if count and shown < limit:

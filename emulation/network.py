@@ -9,6 +9,7 @@ is recorded in a RunRecord so `agglab clean` can undo a crashed run.
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -92,6 +93,7 @@ class EmulatedNetwork:
         self.dead: dict[str, str] = {}           # switch -> why its process is gone (exit code, log tail)
         self.incarnation: dict[str, int] = {}    # switch -> restarts so far (counters start again at 0)
         self._downed: dict[str, list[str]] = {}  # dead switch -> its ports taken down with it
+        self._handled: dict[str, threading.Event] = {}   # switch -> set once its death was handled
 
     # -- lifecycle ----------------------------------------------------------------
     def start(self) -> "EmulatedNetwork":
@@ -322,22 +324,27 @@ class EmulatedNetwork:
             finally:
                 if self.backend == "soft":
                     self._ports(name, up=False)
+                self._handled.setdefault(name, threading.Event()).set()
 
         self.watcher = SwitchWatcher(exited).start()
         for s in switches(self.graph):
             self.watcher.add(s, self.net.get(s).proc)
 
-    def kill_switch(self, name: str) -> float:
+    def kill_switch(self, name: str, wait: float | None = None) -> float:
         """`kill -9` switch `name`'s data-plane process (a switch failure); returns the
-        monotonic time of the kill. The watcher (watch_switches) notices the exit."""
+        monotonic time of the kill. The watcher (watch_switches) notices the exit; with
+        `wait` (seconds), return only once it has been handled (the controller rerouted)."""
         import os
         import signal
 
         proc = self._switch_proc(name)
-        if proc.poll() is not None or name in self.dead:
+        if proc.poll() is not None or name in self.dead or name in self._handled:
             raise ValueError(f"switch {name} is not running")
+        done = self._handled[name] = threading.Event()
         t = time.monotonic()
         os.kill(proc.pid, signal.SIGKILL)
+        if wait and self.watcher is not None and not done.wait(wait):
+            raise RuntimeError(f"switch {name} was killed but its exit was not handled within {wait} s")
         return t
 
     def restart_switch(self, name: str) -> float:
@@ -348,6 +355,9 @@ class EmulatedNetwork:
         proc = self._switch_proc(name)
         if proc.poll() is None:
             raise ValueError(f"switch {name} is running; kill it first")
+        handled = self._handled.get(name)
+        if handled is not None and self.watcher is not None:
+            handled.wait(10)                     # its death is handled before it comes back
         if self.backend == "soft":
             self._ports(name, up=True)
         node = self.net.get(name)
@@ -357,6 +367,7 @@ class EmulatedNetwork:
             old.close()
         self.clients[name] = self._connect(name)
         self.dead.pop(name, None)
+        self._handled.pop(name, None)
         self.incarnation[name] = self.incarnation.get(name, 0) + 1
         if self.watcher is not None:
             self.watcher.add(name, node.proc)

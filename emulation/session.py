@@ -127,9 +127,10 @@ class Session:
         except Exception as exc:  # noqa: BLE001 - logged: the watcher must keep watching
             self.events.add("switch_failure_error", switch=name, error=str(exc).splitlines()[0][:200])
 
-    def kill_switch(self, name: str) -> float:
-        """`kill -9` a switch's process (the lab's `kill`); the watcher reports it to the job."""
-        return self.net.kill_switch(name)
+    def kill_switch(self, name: str, wait: float | None = 10.0) -> float:
+        """`kill -9` a switch's process (the lab's `kill`); the watcher reports it to the job.
+        Returns once the job has handled it (rerouted), or at once with `wait=None`."""
+        return self.net.kill_switch(name, wait=wait)
 
     def restart_switch(self, name: str) -> float:
         """Start a dead switch again and re-program it: forwarding and the drop simulator here,

@@ -50,7 +50,7 @@ def test_ten_switch_kills_at_random_moments_each_exact_or_cleanly_partitioned():
     """One network; each run kills a random switch (seeded) at a random moment, then the
     switch is restarted for the next run. A worker's only edge switch partitions: every
     agent must say so; any other switch must leave the allreduce exact."""
-    rng = random.Random(20261201)
+    rng = random.Random(1)         # 3 of its 10 picks are a worker's only edge switch
     spec = RunSpec(elements=12_000, seed=1, give_up=20, **FAT)
     outcomes = []
     with Session(spec) as s:
