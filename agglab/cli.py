@@ -62,7 +62,7 @@ def _allreduce(args) -> int:
         spec = _checked_spec("allreduce", args)
         if _needs_root("allreduce"):
             return 2
-        result = run_spec(spec, quiet=args.json)
+        result = run_spec(spec, quiet=args.json, progress=args.progress or sys.stderr.isatty())
     except (ValueError, TreeError) as exc:       # TopologyError is a ValueError
         return _bad_input("allreduce", exc)
     if args.json:
@@ -73,6 +73,9 @@ def _allreduce(args) -> int:
 
 
 def _print_human(r: dict) -> None:
+    if r.get("kept"):
+        print(f"run kept in {os.path.dirname(r['kept'])}: switch logs, SWITCH.commands (control calls), "
+              "events.log, run1/ (run.json, worker logs, result.json), pcaps/ with --pcap", file=sys.stderr)
     if r.get("errors"):
         print("FAILED:")
         for err in r["errors"]:
@@ -161,6 +164,11 @@ def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
         help="kill switch NAME's process (kill -9) when FRACTION of the blocks are done: all its links "
              "fail, the controller reroutes around it; 'tree@0.5' picks an aggregating switch of the "
              "active tree that is not some worker's only edge switch; may repeat")
+    opt("--keep", metavar="DIR", default=d["keep"],
+        help="when the run ends, keep its directory in DIR (new or empty): per-switch logs, the "
+             "control commands sent, events, worker logs and reports, the JSON result")
+    opt("--pcap", action="store_true", default=d["pcap"] or None,
+        help="the switches write per-port pcaps (DIR/pcaps/IFNAME_in.pcap, _out.pcap; with --keep)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -171,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("allreduce", help="run one allreduce in a fresh network and check it against numpy")
     add_run_options(a)
     a.add_argument("--json", action="store_true", help="print one JSON object")
+    a.add_argument("--progress", action="store_true", help="a bar of blocks done and their rate on stderr "
+                   "(default when stderr is a terminal; never on stdout)")
     a.set_defaults(func=_allreduce)
 
     lab = sub.add_parser("lab", help="interactive Mininet CLI with fail/recover/trees/allreduce/slots/stats/events")

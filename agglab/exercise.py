@@ -240,18 +240,23 @@ def grade(ex: Exercise, checks: list[dict]) -> dict:
             "ok": bool(checks) and all(c["ok"] for c in checks), "checks": checks}
 
 
-def show(result: dict) -> str:
-    lines = []
+def show(result: dict, verbose: bool = False) -> str:
+    lines, hidden = [], False
     for c in result["checks"]:
         lines.append(f"{'SKIP' if c.get('skipped') else 'PASS' if c['ok'] else 'FAIL'}  {c['name']}")
         if c.get("detail") and not c["ok"]:
             lines += ["      " + line for line in c["detail"].splitlines()]
+            if c.get("packets") and verbose:
+                lines += ["      " + line for line in c["packets"].splitlines()]
+            hidden = hidden or bool(c.get("packets"))
         elif c.get("skipped"):
             lines.append("      " + c["detail"])
         elif c.get("detail") and not c.get("skipped"):
             lines.append("      " + c["detail"].splitlines()[0])
     verdict = "all checks pass" if result["ok"] else "not yet"
     skipped = f" ({result['skipped']} skipped)" if result.get("skipped") else ""
+    if hidden and not verbose:
+        lines.append(f"(the packets sent, expected and got: agglab exercise check {result['exercise']} --verbose)")
     lines.append(f"exercise {result['exercise']}: {result['passed']}/{result['total']} checks pass{skipped}: {verdict}")
     return "\n".join(lines)
 
@@ -275,7 +280,7 @@ def main(args) -> int:
     except ExerciseError as exc:
         print(f"agglab exercise: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(result, sort_keys=True) if args.json else show(result))
+    print(json.dumps(result, sort_keys=True) if args.json else show(result, verbose=args.verbose))
     return 0 if result["ok"] else 1
 
 
@@ -285,6 +290,8 @@ def add_parser(sub) -> None:
     e.add_argument("number", type=int, nargs="?", help="exercise number (see `agglab exercise list`)")
     e.add_argument("--dir", default=None, help="work folder (default ./agglab-exercise-N)")
     e.add_argument("--json", action="store_true", help="check: print one grade object (for autograders)")
+    e.add_argument("--verbose", "-v", action="store_true",
+                   help="check: also print the packets sent, expected and got of a failing vector")
     e.add_argument("--bmv2", choices=["auto", "yes", "no"], default="auto",
                    help="check P4 exercises on BMv2: auto = when simple_switch, p4c and root are there")
     e.set_defaults(func=main)

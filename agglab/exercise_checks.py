@@ -11,8 +11,10 @@ What runs: the regions are filled in (no TODO left); the conformance vectors of
 tests/conformance that exercise the regions, on the software switch (in process); an
 end-to-end allreduce through the software switch with real agents (tests/fakenet.py: the
 same frames as Mininet, in-process wires); for P4 exercises, the same vectors on BMv2 with
-the student's P4 compiled from an overlay p4src (needs simple_switch, p4c and root). The
-tree and link-failure exercises are graded against a rerun of the controller's algorithms.
+the student's P4 compiled from an overlay p4src (needs simple_switch, p4c and root), then an
+allreduce in Mininet through simple_switch running it. The tree and link-failure exercises
+are graded against a rerun of the controller's algorithms. A failed check's detail starts
+with the first differing packet field or register; the frames in full are in "packets".
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from ground.paths import P4SRC, REPO
 
 VECTORS = {
     1: ("first_contribution", "accumulation", "max_exponent", "completion_multicast",
-        "duplicate_before_completion", "duplicate_after_completion", "tree_inner_switch"),
+        "duplicate_before_completion", "duplicate_after_completion", "tree_inner_switch", "sparse_rearm"),
     2: ("version_flip_shadow", "duplicate_after_completion", "completion_multicast"),
     3: ("sparse_first_round", "sparse_completion", "sparse_skip_block", "sparse_new_round",
         "sparse_column_done", "sparse_tree_inner", "sparse_duplicates", "sparse_probe"),
@@ -46,8 +48,10 @@ def result(name: str, ok: bool, detail: str = "") -> dict:
 def short_error(exc: BaseException) -> str:
     """The student's exception and where in their file it came from."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if "agglab-exercise-" in f.filename]
-    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
-    return f"{type(exc).__name__}: {exc}{where}"
+    if not frames:
+        return f"{type(exc).__name__}: {exc}"
+    rel = frames[-1].filename.split("/overlay/", 1)[-1]      # the path in the student's work folder
+    return f"{type(exc).__name__}: {exc} (at {rel}:{frames[-1].lineno})"
 
 
 class OverlayFinder(importlib.abc.MetaPathFinder):
@@ -115,11 +119,19 @@ def conformance(target, names, ordered: bool, label: str) -> list[dict]:
 
     out = []
     for name in names:
+        vector = load(VECTOR_DIR / f"{name}.yaml")
+        about = " ".join(vector.description.split())
         try:
-            run_vector(target, load(VECTOR_DIR / f"{name}.yaml"), ordered=ordered)
+            run_vector(target, vector, ordered=ordered)
             out.append(result(f"conformance {name} ({label})", True))
         except AssertionError as exc:
-            out.append(result(f"conformance {name} ({label})", False, str(exc)))
+            first, _, packets = str(exc).partition("\n  sent:\n")
+            check = result(f"conformance {name} ({label})", False,
+                           f"{first}\n{wrap('what this vector checks: ' + about)}\n"
+                           f"  (the whole vector: tests/conformance/vectors/{name}.yaml)")
+            if packets:             # the frames in full: `check --verbose` and the JSON grade show them
+                check["packets"] = "  sent:\n" + packets
+            out.append(check)
         except Exception as exc:
             out.append(result(f"conformance {name} ({label})", False, short_error(exc)))
     return out
@@ -167,16 +179,19 @@ def sparse_allreduce(name: str) -> dict:
 
 
 def two_allreduces(name: str) -> dict:
-    """Two allreduces in a row on the same switch state: the versions must alternate across calls."""
+    """Two allreduces in a row on the same switch state: the versions must alternate across calls.
+    The first call gives every slot three rounds (a lead and two blocks: versions v, v+1, v), so
+    the second call must start each slot at the other version (v0), not at version 0 again."""
     import numpy as np
 
+    from ground.wire import K
     from tests.fakenet import FakeNet
 
-    n, length = 3, 2048
+    n, window = 3, 16
     net = FakeNet(n, backend="pipeline")
-    for call in range(2):
+    for call, length in enumerate((2 * window * K, window * K)):
         arrays = [np.full(length, r + 10 * call, np.int32) for r in range(n)]
-        results = net.run(arrays, join_timeout=60, give_up=3)
+        results = net.run(arrays, join_timeout=60, give_up=3, window=window)
         expected = np.sum(np.stack(arrays), axis=0, dtype=np.int32)
         for rank, r in enumerate(results):
             if isinstance(r, BaseException):
@@ -211,28 +226,105 @@ def bmv2_checks(ex, overlay: Path) -> list[dict]:
     except RuntimeError as exc:
         return [result("your P4 compiles (p4c)", False, str(exc)[-2000:])]
     try:
-        return [result("your P4 compiles (p4c)", True)] + conformance(target, VECTORS[ex.number], False, "BMv2")
+        out = [result("your P4 compiles (p4c)", True)] + conformance(target, VECTORS[ex.number], False, "BMv2")
     finally:
         target.close()
+    return out + [bmv2_allreduce(ex.number, target.json)]
+
+
+BMV2_RUNS = {       # the end-to-end allreduce on BMv2 per P4 exercise (RunSpec fields)
+    1: dict(elements=4096),
+    2: dict(elements=4096, loss=0.05),
+    3: dict(elements=16384, algorithm="omnireduce", density=0.2),
+}
+
+
+def bmv2_allreduce(number: int, json_path: Path) -> dict:
+    """One allreduce by 4 workers in Mininet (one switch) through simple_switch running the
+    student's compiled P4; the workers are the project's agents (hosts/ in the repo)."""
+    kw = BMV2_RUNS[number]
+    name = (f"allreduce 4 workers x {kw['elements']} int32{', ' + kw['algorithm'] if 'algorithm' in kw else ''}"
+            f"{', loss ' + format(kw['loss'], '.0%') if 'loss' in kw else ''} (BMv2, Mininet)")
+    if shutil.which("mnexec") is None:
+        return {**result(name, True, "Mininet (mnexec) not found: the allreduce on BMv2 needs it"), "skipped": True}
+    import emulation.p4build as p4build
+    from emulation.session import run_spec
+    from ground.runspec import RunSpec
+
+    p4build.compile_p4 = lambda out_dir=None: json_path      # the student's P4, not p4src's
+    try:
+        r = run_spec(RunSpec(workers=4, backend="bmv2", topology="single", give_up=30, **kw))
+    except Exception as exc:
+        return result(name, False, short_error(exc))
+    if r.get("errors"):
+        return result(name, False, "\n".join(e.splitlines()[0] for e in r["errors"][:4]))
+    ok = bool(r["ok"] and r["exact"])
+    return result(name, ok, f"{'exact' if r['exact'] else 'NOT EXACT'}: {r['seconds']:.2f} s, "
+                            f"{r['retransmissions']} retransmissions (link rate unlimited, one switch)")
+
+
+ABOUT = {
+    "allreduce": "4 agents send every block; each needs the switch to add all 4 contributions, "
+                 "multicast the result once complete and answer retransmissions; the conformance "
+                 "checks above name the first packet where your switch differs",
+    "loss": "at 5% loss per packet and direction every slot needs retransmissions: the host's "
+            "timer must resend and re-arm until a result comes, and the switch must tell a "
+            "retransmission (bit already set) from a new round of the other version",
+    "two calls": "the first call gives every slot 3 rounds (versions v, v+1, v), so the switch "
+                 "still holds each slot's last, completed version; the second call must start "
+                 "each slot on the other version, or the switch answers it with the old result",
+    "sparse": "the agents trust the next block the switch announces in each result; when it is "
+              "not the minimum of the children's announcements, they disagree on the next round; "
+              "the conformance checks above show the first packet where your switch differs",
+}
+
+
+def explain(check: dict, about: str) -> dict:
+    """Add what a failing end-to-end check needs, in words (the conformance details are exact)."""
+    if not check["ok"]:
+        check["detail"] += "\n" + wrap("what this checks: " + about)
+    return check
+
+
+def wrap(text: str) -> str:
+    """An explanation in lines of a terminal's width, indented under its check."""
+    import textwrap
+
+    return textwrap.fill(text, width=96, initial_indent="  ", subsequent_indent="    ")
 
 
 # -- the tree and failure exercises ------------------------------------------------------
-def tree_checks() -> list[dict]:
-    """The student's RAT on an oversubscribed leaf-spine, intact and with uplinks failed:
-    valid trees, rack-aware ones (one uplink edge per ToR), and the reference's cost."""
-    from controller import topologies
-    from controller.trees import base, compute
-    from controller.trees import rat
+TENSOR_MB = 100            # the allreduce whose completion time the tree exercise compares
 
-    scenarios = [("intact", []), ("l1-s1 down", [("l1", "s1")]),
-                 ("l1-s1 and l3-s2 down", [("l1", "s1"), ("l3", "s2")])]
-    reference = _reference_rat()
-    out = []
-    for label, down in scenarios:
+
+def tree_scenarios():
+    """(label, graph) pairs: the oversubscribed leaf-spine intact and with uplinks down, and the
+    lab's fat-tree with a ToR uplink down (there a ToR is the *second* name of its edges)."""
+    from controller import topologies
+    from ground.runspec import RunSpec
+
+    for label, down in [("intact", []), ("l1-s1 down", [("l1", "s1")]),
+                        ("l1-s1 and l3-s2 down", [("l1", "s1"), ("l3", "s2")])]:
         g = topologies.leaf_spine(racks=4, hosts_per_rack=4, spines=3, host_bw=100, uplink_bw=40)
         for u, v in down:
             g.edges[u, v]["up"] = False
-        name = f"rack-aware trees, leaf-spine 4x4 hosts, 3 spines, {g.graph['oversubscription']:.2f}:1, {label}"
+        yield (f"leaf-spine 4 racks x 4 hosts, 3 spines, hosts 100 Mb/s, uplinks 40 Mb/s "
+               f"({g.graph['oversubscription']:.2f}:1), {label}"), g
+    g = topologies.for_run(RunSpec(workers=8, topology="fattree", tree="rat", bw=100))
+    g.edges["e1", "a1"]["up"] = False
+    yield "the lab's fat-tree k=4, 8 workers, links 100 Mb/s, e1-a1 down", g
+
+
+def tree_checks() -> list[dict]:
+    """The student's RAT on an oversubscribed leaf-spine (and the lab's fat-tree), intact and with
+    links failed: valid trees, rack-aware ones (one uplink edge per ToR), and a completion time
+    no worse than the reference's."""
+    from controller.trees import base, compute
+
+    reference = _reference_rat()
+    out = []
+    for label, g in tree_scenarios():
+        name = f"rack-aware trees, {label}"
         try:
             ts = compute("rat", g)
             for t in ts.trees:
@@ -243,19 +335,19 @@ def tree_checks() -> list[dict]:
         ref = reference.compute(g, ts_workers(g))
         relays = [(t.root, tor) for t in ts.trees for tor in _relaying_tors(g, t)]
         ref_relays = [(t.root, tor) for t in ref.trees for tor in _relaying_tors(g, t)]
-        cost, ref_cost = link_cost(g, ts), link_cost(g, ref)
+        secs, ref_secs = TENSOR_MB * 8 * link_cost(g, ts), TENSOR_MB * 8 * link_cost(g, ref)
         if relays and not ref_relays:
             out.append(result(name, False, f"tree rooted at {relays[0][0]} makes {relays[0][1]} carry more than "
                                            f"one uplink edge (it relays another rack) although rack-aware "
                                            f"trees exist"))
-        elif cost > ref_cost * (1 + 1e-6):
-            out.append(result(name, False, f"completion time per Mb {cost:.4g} s (busiest link) is above "
-                                           f"the reference's {ref_cost:.4g} s"))
+        elif secs > ref_secs * (1 + 1e-6):
+            out.append(result(name, False, f"completion time of a {TENSOR_MB} MB allreduce {secs:.3g} s is above "
+                                           f"the reference's {ref_secs:.3g} s (link-load model: the busiest "
+                                           f"link's share of the tensor / its rate)"))
         else:
             out.append(result(name, True, f"{len(ts.trees)} tree(s), roots "
-                                          f"{', '.join(t.root for t in ts.trees)}; time per Mb {cost:.4g} s "
-                                          f"(reference {ref_cost:.4g} s)"))
-    del rat
+                                          f"{', '.join(t.root for t in ts.trees)}; a {TENSOR_MB} MB allreduce "
+                                          f"completes in {secs:.3g} s (reference {ref_secs:.3g} s)"))
     return out
 
 
@@ -335,14 +427,22 @@ def failure_checks(work: Path) -> list[dict]:
     same("roots_after", _names(ans.get("roots_after")), sorted(t.root for t in after.trees),
          "`trees` after the reroute")
     ms = ans.get("reroute_ms")
-    ok = isinstance(ms, (int, float)) and 0 < ms < 60_000
-    out.append(result("reroute_ms measured", ok, "" if ok else "reroute_ms: detect + recompute + install, in ms, "
-                                                               "from `events` (a positive number)"))
+    ok = isinstance(ms, (int, float)) and not isinstance(ms, bool) and 0 < ms < 60_000
+    out.append(result("reroute_ms measured", ok, "" if ok else f"reroute_ms: {ms!r} is not a time in ms; take it "
+                                                               "from `events`: the time of `rerouted` minus the "
+                                                               "time of `link_down`, in milliseconds"))
     why = str(ans.get("why_epoch") or "").strip()
-    ok = len(why.split()) >= 8
-    out.append(result("why_epoch explained", ok, "" if ok else "why_epoch: explain in a sentence or two why the "
-                                                                "epoch changes and what the switches do with "
-                                                                "packets of the old epoch"))
+    words = why.lower().split()
+    missing = [what for what, found in
+               (("at least a sentence (8 words)", len(words) >= 8),
+                ("the word epoch", any("epoch" in w for w in words)),
+                ("what happens to packets of the old (stale, previous) epoch",
+                 any(w.strip(".,;:()") in ("old", "stale", "previous", "earlier", "former") for w in words)))
+               if not found]
+    out.append(result("why_epoch explained", not missing,
+                      "" if not missing else "why_epoch: explain why the epoch changes and what the switches "
+                                             "and agents do with packets of the old epoch; missing: "
+                                             + "; ".join(missing)))
     return out
 
 
@@ -365,12 +465,13 @@ def run(number: int, overlay: Path, work: Path, bmv2: str) -> list[dict]:
 
         checks += conformance(SoftTarget(), VECTORS[number], True, "software switch")
     if number == 1:
-        checks.append(dense_allreduce("allreduce 4 workers (software switch)"))
+        checks.append(explain(dense_allreduce("allreduce 4 workers (software switch)"), ABOUT["allreduce"]))
     elif number == 2:
-        checks.append(dense_allreduce("allreduce 4 workers at 5% loss (software switch)", loss=0.05, seed=3))
-        checks.append(two_allreduces("two allreduces in a row (software switch)"))
+        checks.append(explain(dense_allreduce("allreduce 4 workers at 5% loss (software switch)", loss=0.05, seed=3),
+                              ABOUT["loss"]))
+        checks.append(explain(two_allreduces("two allreduces in a row (software switch)"), ABOUT["two calls"]))
     elif number == 3:
-        checks.append(sparse_allreduce("sparse allreduce 4 workers (software switch)"))
+        checks.append(explain(sparse_allreduce("sparse allreduce 4 workers (software switch)"), ABOUT["sparse"]))
     elif number == 4:
         checks += tree_checks()
     elif number == 5:

@@ -10,11 +10,13 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import signal
 import threading
 
 from mininet.cli import CLI
 
 from agglab.cli import add_run_options
+from agglab.interrupts import Interrupted, arm
 from ground import wire
 from emulation.session import Session
 from ground.runspec import RunSpec
@@ -25,9 +27,10 @@ from controller.topology import switches
 class LabCLI(CLI):
     prompt = "agglab> "
 
-    def __init__(self, session: Session, **kw):
+    def __init__(self, session: Session, background: list | None = None, **kw):
         self.session = session
         self.running: threading.Thread | None = None
+        self.background = [] if background is None else background   # for run_lab to stop
         CLI.__init__(self, session.net.net, **kw)
 
     def onecmd(self, line):
@@ -37,6 +40,34 @@ class LabCLI(CLI):
         except SwitchCommandError as exc:
             print(str(exc).splitlines()[0])
             return False
+
+    # -- stop signals ----------------------------------------------------------------
+    # Mininet's CLI swallows KeyboardInterrupt (at the prompt and while a host command
+    # runs); agglab turns SIGTERM/SIGHUP into one too (ground/interrupts.py), so both places
+    # let it through: the lab stops, and run_lab's clean-up removes everything. The one
+    # exception is Mininet's own: Ctrl-C while a host command runs (`h1 ping h2`)
+    # interrupts that command and the lab goes on.
+    def run(self):
+        for node in self.mn.values():
+            while node.waiting:
+                node.sendInt()
+                node.waitOutput()
+        if self.isatty():
+            from mininet.util import quietRun
+
+            quietRun("stty echo sane intr ^C")
+        self.cmdloop()
+
+    def waitForNode(self, node):
+        try:
+            CLI.waitForNode(self, node)
+        except Interrupted as exc:
+            if exc.signum != signal.SIGINT or self.inputFile:
+                node.sendInt()
+                raise
+            node.sendInt()
+            arm()
+            self.waitForNode(node)
 
     # -- links -------------------------------------------------------------------
     def _link(self, line: str, status: str) -> None:
@@ -160,15 +191,19 @@ class LabCLI(CLI):
         def work():
             try:
                 r = self.session.allreduce(**opts)
+                if self.session.cancelled.is_set():      # the lab is stopping: say nothing
+                    return
                 verdict = "exact" if r["exact"] else "NOT EXACT"
                 print(f"\nallreduce: {verdict}, {r['elements']} {r['dtype']} x {r['workers']} workers in "
                       f"{r['seconds']} s, {r['retransmissions']} retransmissions, epoch {r['epoch']}"
                       + (f", switches down: {' '.join(r['switches_down'])}" if r.get("switches_down") else "")
                       + ("".join(f"\n  {e.splitlines()[0]}" for e in r.get("errors", []))))
             except Exception as exc:
-                print(f"\nallreduce failed: {exc}")
+                if not self.session.cancelled.is_set():
+                    print(f"\nallreduce failed: {exc}")
 
         self.running = threading.Thread(target=work, daemon=True)
+        self.background.append(self.running)
         self.running.start()
         print("allreduce started in the background")
 
@@ -211,10 +246,16 @@ def _parse_allreduce(args: list[str]) -> dict:
 def run_lab(spec: RunSpec, script: str | None = None) -> int:
     """Open the lab; with `script` (a file of commands) run them and return at its end."""
     with Session(spec, quiet=False) as session:
+        background: list[threading.Thread] = []
         print("agglab lab: type 'help' for commands; 'fail A B', 'kill S', 'allreduce', 'trees', 'events'; 'exit' to quit")
-        if script:                          # Mininet polls stdin even in batch mode: give it a real file
-            with open(os.devnull) as quiet_stdin:
-                LabCLI(session, stdin=quiet_stdin, script=script)
-        else:
-            LabCLI(session)
+        try:
+            if script:                      # Mininet polls stdin even in batch mode: give it a real file
+                with open(os.devnull) as quiet_stdin:
+                    LabCLI(session, background, stdin=quiet_stdin, script=script)
+            else:
+                LabCLI(session, background)
+        finally:                            # exit, end of script, or a stop signal
+            session.cancel()
+            for thread in background:
+                thread.join(timeout=15)
     return 0

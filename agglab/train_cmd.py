@@ -1,7 +1,7 @@
 """`agglab train`: a real model trained through the emulated network, or a layer profile's
 iteration under FIFO and PACE (`--profile-only`).
 
-    agglab train --workers 4 --model mlp --dataset digits [--algorithm switchml|omnireduce]
+    agglab train --workers 4 --model mlp --dataset digits [--algorithm switchml|omnireduce|ring|ps]
                  [--loss P] [--fail tree@0.5] [--topk F] [--dtype int32|float32] [--json]
     agglab train --model resnet50 --profile-only --scheduler fifo|pace|both --workers 8 [--json]
     agglab train --model vgg16 --profile-only --no-network      # the pure model only
@@ -24,8 +24,9 @@ def add_train_parser(sub) -> None:
                    f"{', '.join(PROFILE_MODELS)} or a profile .yaml")
     t.add_argument("--dataset", default="digits", choices=["digits"], help="scikit-learn's digits (shipped)")
     t.add_argument("--workers", type=int, default=4)
-    t.add_argument("--algorithm", default="switchml", help="switchml (dense), omnireduce (block-sparse); "
-                   "ring/ps where this build has them")
+    t.add_argument("--algorithm", default="switchml", help="switchml (dense, in-network), omnireduce "
+                   "(block-sparse, in-network; with --topk F only the top F of the blocks travel), ring or ps "
+                   "(the hosts' baselines over TCP; the switches only forward)")
     t.add_argument("--dtype", choices=["int32", "float32"], default="int32",
                    help="int32: fixed-point gradients, exact aggregation, identical to one process "
                         "(default); float32: the switch's float path")
@@ -45,6 +46,9 @@ def add_train_parser(sub) -> None:
                    "--profile-only defaults to 5")
     t.add_argument("--backend", choices=["soft", "bmv2"], default="soft")
     t.add_argument("--give-up", type=float, default=10.0)
+    t.add_argument("--keep", metavar="DIR", default=None, help="keep the run directory in DIR (new or empty): "
+                   "switch logs, SWITCH.commands, events.log, worker logs (as `agglab allreduce --keep`)")
+    t.add_argument("--pcap", action="store_true", help="per-port pcaps into DIR/pcaps (with --keep)")
     t.add_argument("--profile-only", action="store_true", help="simulate compute from the model's layer "
                    "profile; run only the gradient communication (through the network unless --no-network)")
     t.add_argument("--scheduler", choices=["fifo", "pace", "both"], default="both")
@@ -69,11 +73,21 @@ def _spec(args):
 
     return RunSpec(workers=args.workers, loss=args.loss, backend=args.backend, seed=args.seed,
                    give_up=args.give_up, bw=args.bw, topology=args.topology, k=args.k, tree=args.tree,
-                   algorithm=args.algorithm, fail=args.fail or []).validate()
+                   algorithm=args.algorithm, fail=args.fail or [], keep=args.keep, pcap=args.pcap).validate()
 
 
 def run_train(args) -> int:
+    from controller.trees.base import TreeError
+
     needs_root = not (args.profile_only and args.no_network)
+    if needs_root:
+        try:                                # bad input first: one line before "needs root"
+            from emulation.session import graph_for
+
+            graph_for(_spec(args))
+        except (ValueError, TreeError) as exc:
+            print(f"agglab train: {str(exc).splitlines()[0]}", file=sys.stderr)
+            return 2
     if needs_root and os.geteuid() != 0:
         print("agglab train needs root (Mininet creates network namespaces): run it with sudo, "
               "or --profile-only --no-network for the pure model", file=sys.stderr)
@@ -83,7 +97,7 @@ def run_train(args) -> int:
             result = _profile(args)
         else:
             result = _mlp(args)
-    except ValueError as exc:
+    except (ValueError, TreeError) as exc:       # TopologyError is a ValueError
         print(f"agglab train: {exc}", file=sys.stderr)
         return 2
     if args.json:

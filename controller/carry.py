@@ -48,36 +48,63 @@ class Carry(Protocol):
     algorithm: str
 
     def snapshot(self, clients: dict[str, SwitchClient], old: Installation,
-                 tree_of_slot: list[int], down: frozenset = frozenset()) -> Carried:
+                 tree_of_slot: list[int], regs: dict | None = None, down=frozenset()) -> Carried:
         """Read, after the freeze, what the old tree holds that a worker may still need
-        (from its live switches: a dead one's registers died with it)."""
+        (`regs`: switch -> register -> values of scalars() already read), from its live
+        switches (`down`: dead switches, whose registers died with them)."""
 
     def preload(self, clients: dict[str, SwitchClient], new: Installation, tree_of_slot: list[int],
                 carried: Carried) -> int:
         """Write it into the new tree (after the reset and install); register cells written."""
 
+    def preload_lines(self, clients: dict[str, SwitchClient], new: Installation, tree_of_slot: list[int],
+                      carried: Carried) -> tuple[dict, int]:
+        """preload() as command lines per switch (to go out with other work), and the cells."""
+
+    def scalars(self, old: Installation, tree_of_slot: list[int], down=frozenset()) -> dict[str, tuple[str, ...]]:
+        """Per switch, the whole registers snapshot() reads first; a caller may read them
+        itself (in the freeze's batch: a switch's state is final once it answered its
+        freeze) and pass them to snapshot(..., regs=)."""
+
 
 class DenseCarry:
     algorithm = "switchml"
 
-    def snapshot(self, clients, old, tree_of_slot, down=frozenset()) -> Carried:
-        return Carried(dense=failover.snapshot(clients, old, tree_of_slot, down=down))
+    def snapshot(self, clients, old, tree_of_slot, regs: dict | None = None, down=frozenset()) -> Carried:
+        return Carried(dense=failover.snapshot(clients, old, tree_of_slot, regs=regs, down=down))
+
+    def scalars(self, old, tree_of_slot, down=frozenset()) -> dict[str, tuple[str, ...]]:
+        return failover.snapshot_reads(old, tree_of_slot, down)
 
     def preload(self, clients, new, tree_of_slot, carried: Carried) -> int:
-        return failover.preload(clients, new, tree_of_slot, carried.dense)
+        lines, writes = self.preload_lines(clients, new, tree_of_slot, carried)
+        failover.send_lines(clients, lines)
+        return writes
+
+    def preload_lines(self, clients, new, tree_of_slot, carried: Carried) -> tuple[dict, int]:
+        return failover.preload_lines(clients, new, tree_of_slot, carried.dense)
 
 
 class SparseCarry(DenseCarry):
     algorithm = "omnireduce"
 
-    def snapshot(self, clients, old, tree_of_slot, down=frozenset()) -> Carried:
-        carried = super().snapshot(clients, old, tree_of_slot, down)       # the lead rounds
-        carried.sparse = sparse_failover.sparse_snapshot(clients, old, tree_of_slot, down=down)
+    def snapshot(self, clients, old, tree_of_slot, regs: dict | None = None, down=frozenset()) -> Carried:
+        carried = super().snapshot(clients, old, tree_of_slot, regs, down)   # the lead rounds
+        carried.sparse = sparse_failover.sparse_snapshot(clients, old, tree_of_slot, regs=regs, down=down)
         return carried
 
-    def preload(self, clients, new, tree_of_slot, carried: Carried) -> int:
-        writes = super().preload(clients, new, tree_of_slot, carried)
-        return writes + sparse_failover.sparse_preload(clients, new, tree_of_slot, carried.sparse)
+    def scalars(self, old, tree_of_slot, down=frozenset()) -> dict[str, tuple[str, ...]]:
+        out = {sw: sparse_failover.SNAPSHOT_SCALARS for sw, _ in old.roles if sw not in down}
+        for sw, names in super().scalars(old, tree_of_slot, down).items():
+            out[sw] = out.get(sw, ()) + names
+        return out
+
+    def preload_lines(self, clients, new, tree_of_slot, carried: Carried) -> tuple[dict, int]:
+        lines, writes = super().preload_lines(clients, new, tree_of_slot, carried)
+        sparse, more = sparse_failover.sparse_preload_lines(clients, new, tree_of_slot, carried.sparse)
+        for sw, batch in sparse.items():
+            lines.setdefault(sw, []).extend(batch)
+        return lines, writes + more
 
 
 CARRIES = {c.algorithm: c for c in (DenseCarry, SparseCarry)}

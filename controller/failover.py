@@ -14,12 +14,13 @@ sparse pipeline's carry (controller/sparse_failover.py) by the allreduce algorit
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from ground import wire
-from controller.switch_client import SwitchClient
+from controller.switch_client import SwitchClient, on_each, run_batches
 from controller.tree_install import Installation
 
 # Everything a reset zeroes: the dense registers and the sparse pipeline's (p4src/include/sparse.p4);
@@ -43,9 +44,88 @@ def slot_index(ver: int, slot_base: int, slot: int) -> int:
     return ver * wire.SLOTS + slot_base + slot
 
 
+SNAPSHOT_SCALARS = ("agg_count", "agg_bitmap", "agg_exp", "agg_block")
+DEAD_ROOT_SCALARS = SNAPSHOT_SCALARS + ("agg_final",)   # every live switch of a tree whose root died
+
+
+def snapshot_reads(inst: Installation, tree_of_slot: list[int], down=frozenset()) -> dict[str, tuple[str, ...]]:
+    """Per switch, the registers a snapshot reads: the roots of the trees some slot uses
+    (SNAPSHOT_SCALARS); for a tree whose root died, every live switch of it (DEAD_ROOT_SCALARS)."""
+    roots = {tree: role.switch for (_sw, tree), role in inst.roles.items() if role.root}
+    out: dict[str, tuple[str, ...]] = {}
+    for tree in set(tree_of_slot):
+        if roots[tree] not in down:
+            out.setdefault(roots[tree], SNAPSHOT_SCALARS)
+            continue
+        for sw, t in inst.roles:
+            if t == tree and sw not in down:
+                out[sw] = DEAD_ROOT_SCALARS
+    return out
+
+
+def root_switches(inst: Installation, tree_of_slot: list[int]) -> set[str]:
+    """The old roots a snapshot reads (those of the trees some slot uses)."""
+    roots = {tree: role.switch for (_sw, tree), role in inst.roles.items() if role.root}
+    return {roots[tree] for tree in set(tree_of_slot)}
+
+
+def old_roots(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
+              names: tuple[str, ...], regs: dict | None = None):
+    """(slot, root role, that root's registers `names`) per slot; each root is read once
+    (all roots at once where the switches allow: switch_client.on_each), unless `regs`
+    (switch -> name -> values) already holds them."""
+    roots = {tree: role for (_sw, tree), role in inst.roles.items() if role.root}
+    used = root_switches(inst, tree_of_slot)
+    cache = dict(regs or {})
+    missing = [sw for sw in used if not all(n in cache.get(sw, {}) for n in names)]
+    cache.update(on_each(clients, missing, lambda sw: read_registers(clients[sw], names)))
+    for slot, tree in enumerate(tree_of_slot):
+        role = roots[tree]
+        yield slot, role, cache[role.switch]
+
+
+def read_registers(client: SwitchClient, names) -> dict[str, np.ndarray]:
+    """Whole registers, in one batch where the switch's batches are atomic."""
+    if not client.atomic_batches:
+        return {name: np.array(client.register_read(name), dtype=np.int64) for name in names}
+    return parse_reads(names, client.commands(read_lines(names)))
+
+
+def window_read_lines(names, window: int, slot_base: int = 0) -> list[str]:
+    """Both versions' cells of the first `window` slots of each (2*SLOTS) register `names`:
+    all a snapshot looks at (software switch: register_read_range), an eighth of a whole
+    register at window 128."""
+    return [f"register_read_range {name} {slot_index(ver, slot_base, 0)} {window}"
+            for name in names for ver in (0, 1)]
+
+
+def parse_window_reads(names, outs: list[str], window: int, slot_base: int = 0) -> dict[str, np.ndarray]:
+    """The answers to window_read_lines, as whole registers (cells not read are 0)."""
+    regs = {}
+    for i, name in enumerate(names):
+        full = np.zeros(2 * wire.SLOTS, dtype=np.int64)
+        for ver in (0, 1):
+            out = outs[2 * i + ver]
+            start = slot_index(ver, slot_base, 0)
+            full[start:start + window] = [int(v) for v in out.split("=", 1)[1].split(",") if v.strip()]
+        regs[name] = full
+    return regs
+
+
+def read_lines(names) -> list[str]:
+    return [f"register_read {name}" for name in names]
+
+
+def parse_reads(names, outs: list[str]) -> dict[str, np.ndarray]:
+    """The answers to read_lines(names)."""
+    return {name: np.array([int(v) for v in re.findall(r"-?\d+", out.split("=", 1)[1] if "=" in out else out)],
+                           dtype=np.int64) for name, out in zip(names, outs)}
+
+
 def snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
-             slot_base: int = 0, down: frozenset = frozenset()) -> dict[int, CompletedVersion]:
+             slot_base: int = 0, regs: dict | None = None, down=frozenset()) -> dict[int, CompletedVersion]:
     """Per slot, the complete-and-maybe-needed version at its old tree's root (if any).
+    `regs`: the registers of snapshot_reads(), if already read (after the switches' freeze).
 
     A dead root (`down`: its registers died with it) is stood in for by the live switches
     of its tree. A version one of them holds as the final result (`agg_final`, the root
@@ -55,14 +135,15 @@ def snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot:
     the result (a result lost on one path while it reached the others). The block tells the
     rounds apart: by registers alone, a subtree one round behind (waiting on v, done with
     1-v) and one ahead (done with v, waiting on 1-v) look the same."""
+    need = snapshot_reads(inst, tree_of_slot, down)
+    cache = dict(regs or {})
+    missing = [sw for sw, names in need.items() if not all(n in cache.get(sw, {}) for n in names)]
+    cache.update(on_each(clients, missing, lambda sw: read_registers(clients[sw], need[sw])))
+
+    def reg(sw: str, name: str) -> np.ndarray:
+        return cache[sw][name]
+
     roots = {tree: role for (_sw, tree), role in inst.roles.items() if role.root}
-    cache: dict[tuple[str, str], np.ndarray] = {}
-
-    def reg(sw: str, name: str) -> np.ndarray:                   # each register read once
-        if (sw, name) not in cache:
-            cache[sw, name] = np.array(clients[sw].register_read(name), dtype=np.int64)
-        return cache[sw, name]
-
     wanted: dict[str, list[tuple[int, int, int]]] = {}          # holder -> [(slot, ver, r)]
     for slot, tree in enumerate(tree_of_slot):
         root = roots[tree]
@@ -75,10 +156,11 @@ def snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot:
         if holder:
             sw, ver, r = holder
             wanted.setdefault(sw, []).append((slot, ver, r))
+    read = on_each(clients, wanted, lambda sw: clients[sw].register_read_ranges(
+        "agg_values", [(r * wire.K, wire.K) for _, _, r in wanted[sw]]))   # one batch per holder
     found: dict[int, CompletedVersion] = {}
-    for sw, items in wanted.items():                              # one batch per holder
-        ranges = [(r * wire.K, wire.K) for _, _, r in items]
-        for (slot, ver, r), values in zip(items, clients[sw].register_read_ranges("agg_values", ranges)):
+    for sw, items in wanted.items():
+        for (slot, ver, r), values in zip(items, read[sw]):
             found[slot] = CompletedVersion(slot, ver, int(reg(sw, "agg_exp")[r]), np.array(values),
                                            int(reg(sw, "agg_block")[r]))
     return found
@@ -108,16 +190,29 @@ def _held_below(reg, live: list, slot_base: int, slot: int):
     return None
 
 
+def reset_lines() -> list[str]:
+    """What reset() sends to each switch."""
+    return [f"register_reset {name}" for name in REGISTERS]
+
+
 def reset(clients: dict[str, SwitchClient], switches) -> None:
     """Zero the aggregation registers (one job per network: the job owns them)."""
     for sw in switches:
-        clients[sw].commands([f"register_reset {name}" for name in REGISTERS])
+        clients[sw].commands(reset_lines())
 
 
 def preload(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
             completed: dict[int, CompletedVersion], slot_base: int = 0) -> int:
     """Write the completed versions into the new tree: full result at its root, complete
     bitmap/count everywhere (so duplicates are answered). Returns register cells written."""
+    lines, writes = preload_lines(clients, inst, tree_of_slot, completed, slot_base)
+    send_lines(clients, lines)
+    return writes
+
+
+def preload_lines(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
+                  completed: dict[int, CompletedVersion], slot_base: int = 0) -> tuple[dict, int]:
+    """preload() as command lines per switch, and the register cells they write."""
     lines: dict[str, list[str]] = {}
     values: dict[tuple[str, int], np.ndarray] = {}
     for slot, done in completed.items():
@@ -134,18 +229,55 @@ def preload(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: 
             if role.root:
                 out += [f"register_write agg_exp {r} {done.exp}", f"register_write agg_final {r} 1"]
                 values[sw, r] = done.values
-    return write_preload(clients, lines, values, "agg_values")
+    return preload_batches(clients, lines, values, "agg_values")
+
+
+def preload_batches(clients: dict[str, SwitchClient], lines: dict[str, list[str]],
+                    values: dict[tuple[str, int], np.ndarray], register: str) -> tuple[dict, int]:
+    """A preload's lines per switch: its scalar register writes `lines` plus the K lanes of
+    each (switch, r) in `values` into `register`; and the register cells written."""
+    writes = sum(len(b) for b in lines.values()) + wire.K * len(values)
+    lines = {sw: coalesce_writes(clients[sw], batch) for sw, batch in lines.items()}
+    for (sw, r), vals in values.items():
+        lines.setdefault(sw, []).extend(clients[sw].register_write_range_lines(
+            register, r * wire.K, [int(v) & 0xFFFFFFFF for v in vals]))
+    return lines, writes
+
+
+def coalesce_writes(client: SwitchClient, lines: list[str]) -> list[str]:
+    """`register_write NAME INDEX VALUE` lines as the client's range writes over runs of
+    consecutive indices (the software switch: one command per run instead of one per cell;
+    BMv2: the same single writes). A cell written twice keeps the later value, as in order."""
+    cells: dict[str, dict[int, str]] = {}
+    for line in lines:
+        _, name, index, value = line.split()
+        cells.setdefault(name, {})[int(index)] = value
+    out = []
+    for name, written in cells.items():
+        run: list[str] = []
+        for index in sorted(written):
+            if run and index != start + len(run):
+                out += client.register_write_range_lines(name, start, run)
+                run = []
+            if not run:
+                start = index
+            run.append(written[index])
+        if run:
+            out += client.register_write_range_lines(name, start, run)
+    return out
 
 
 def write_preload(clients: dict[str, SwitchClient], lines: dict[str, list[str]],
                   values: dict[tuple[str, int], np.ndarray], register: str) -> int:
-    """Send a preload: per switch its scalar register writes `lines` plus the K lanes of
-    each (switch, r) in `values` into `register`, as one pipelined batch per switch.
-    Returns the register cells written."""
-    writes = sum(len(b) for b in lines.values()) + wire.K * len(values)
-    for (sw, r), vals in values.items():
-        lines[sw] += clients[sw].register_write_range_lines(register, r * wire.K,
-                                                            [int(v) & 0xFFFFFFFF for v in vals])
-    for sw, batch in lines.items():
-        clients[sw].commands(batch)          # one pipelined batch per switch
+    """Send a preload (preload_batches) as one pipelined batch per switch; cells written."""
+    lines, writes = preload_batches(clients, lines, values, register)
+    send_lines(clients, lines)
     return writes
+
+
+def send_lines(clients: dict[str, SwitchClient], lines: dict[str, list[str]]) -> None:
+    if all(clients[sw].atomic_batches for sw in lines):
+        run_batches(clients, lines)
+    else:
+        for sw, batch in lines.items():
+            clients[sw].commands(batch)          # one pipelined batch per switch

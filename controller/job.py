@@ -22,7 +22,8 @@ from controller import failover, tree_install, trees
 from controller.carry import carry_for
 from controller.events import EventLog
 from controller.jobs import Job
-from controller.switch_client import SwitchClient
+from controller.standby import StandbyWorker
+from controller.switch_client import SwitchClient, run_batches
 from controller.topology import switches
 from controller.trees.base import TreeError
 
@@ -53,7 +54,11 @@ class TreeJob(Job):
 
     def __init__(self, graph: nx.Graph, clients: dict[str, SwitchClient], algorithm: str,
                  workers: list[str], window: int, epoch_file: Path, job: int = 0,
-                 events: EventLog | None = None, drain: float = 0.02):
+                 events: EventLog | None = None, drain: float | None = None, standby: bool = True):
+        """`drain`: seconds a reroute waits after the freeze for packets in flight (default:
+        none when every switch runs a command batch between two packets, else 0.02 s).
+        `standby`: precompute, while the job runs, the trees for every single-link failure
+        of the active trees (in a niced worker process), so a reroute does not compute them."""
         self.g = graph
         self.clients = clients
         self.algorithm = algorithm
@@ -62,7 +67,10 @@ class TreeJob(Job):
         self.epoch_file = Path(epoch_file)
         self.job = job
         Job.__init__(self, events)
-        self.drain = drain
+        self.bulk = all(c.atomic_batches for c in clients.values())
+        self.drain = (0.0 if self.bulk else 0.02) if drain is None else drain
+        self.standby = standby
+        self._standby: dict = {}            # (algorithm, frozenset of down links) -> TreeSet | TreeError
         self.treeset = None
         self.inst: tree_install.Installation | None = None
         self.tree_of_slot: list[int] = []
@@ -84,6 +92,7 @@ class TreeJob(Job):
         self.events.add("trees_installed", epoch=0, trees=len(self.treeset.trees), algorithm=self.algorithm,
                         compute_ms=round(recompute * 1e3, 2), install_ms=round(self.inst.seconds * 1e3, 2),
                         entries=self.inst.entries)
+        self._precompute()
         return self
 
     def reinstall(self, algorithm: str | None = None, why: str = "") -> None:
@@ -93,7 +102,7 @@ class TreeJob(Job):
                 self.algorithm = algorithm
             t0 = time.monotonic()
             try:
-                new = trees.compute(self.algorithm, self.g, self.workers, epoch=self.treeset.epoch + 1)
+                new = self._compute(self._down_links(), self.treeset.epoch + 1)
             except TreeError as exc:
                 self.partitioned = str(exc)
                 self.events.add("partitioned", reason=str(exc))
@@ -109,6 +118,7 @@ class TreeJob(Job):
             self.events.add("trees_installed", epoch=new.epoch, trees=len(new.trees), algorithm=self.algorithm,
                             why=why, compute_ms=round((t1 - t0) * 1e3, 2),
                             install_ms=round((time.monotonic() - t1) * 1e3, 2))
+            self._precompute()
 
     def prepare(self, window: int, algorithm: str = "switchml") -> None:
         """Before each allreduce: fresh registers, slots partitioned for this window, the
@@ -184,13 +194,50 @@ class TreeJob(Job):
             self.inst.groups.pop(sw, None)
 
     def _down(self) -> frozenset:
+        """The dead switches (a reroute reads and writes only live ones)."""
         return frozenset(s for s in switches(self.g) if self.g.nodes[s].get("up", True) is False)
 
+    # -- standby trees ---------------------------------------------------------------
+    def _down_links(self) -> frozenset:
+        """The graph state trees depend on: the failed links, and every link's rate (the lab
+        may change rates; rat and packing weigh by them)."""
+        return frozenset(frozenset((u, v)) for u, v, d in self.g.edges(data=True) if not d.get("up", True)) | \
+            {("bw", tuple(d.get("bw") for _, _, d in self.g.edges(data=True)))}
+
+    def _compute(self, down: frozenset, epoch: int):
+        """The trees with links `down` failed: precomputed if the standby has them, else now.
+        Raises TreeError (partition) either way."""
+        got = self._standby.get((self.algorithm, down))
+        if got is None:
+            got = trees.compute(self.algorithm, self.g, self.workers, epoch=epoch)
+            self._standby[self.algorithm, down] = got
+        if isinstance(got, TreeError):
+            raise got
+        return got.with_epoch(epoch)
+
+    def _precompute(self) -> None:
+        """The trees for each single-link failure of the active trees (item 2 of issue 10),
+        computed while the job runs by a separate, niced process (controller/standby.py): a
+        thread here would hold the GIL the reroute and the link monitor need. Switch-switch links
+        first (a worker's own link partitions it)."""
+        if not self.standby or self.stopped:
+            return
+        down = self._down_links()
+        links = sorted({e for t in self.treeset.trees for e in t.edges},
+                       key=lambda e: (not all(self.g.nodes[n]["kind"] == "switch" for n in e), e))
+        todo = [(u, v, key) for u, v in links
+                if (key := (self.algorithm, down | {frozenset((u, v))})) not in self._standby]
+        worker = StandbyWorker.get()                  # key: as _down_links() after u-v fails
+        if todo and worker is not None:
+            worker.submit(self.algorithm, self.g.copy(), self.workers, todo, self._standby.setdefault)
+
     def reroute(self, link: str, t_detect: float, switch: str | None = None) -> dict:
-        """Freeze the old epoch, snapshot what it holds (not from dead switches), install the
-        trees recomputed over live links and nodes, preload, tell the agents. `link` names
+        """Freeze the old epoch, snapshot what it holds (from live switches), install the
+        trees recomputed over live links and switches, preload, tell the agents. `link` names
         the cause ("a1-c1", or "switch a1" with `switch` set)."""
-        record = {"switch": switch, "t_detect": t_detect} if switch else {"link": link, "t_detect": t_detect}
+        if self.bulk:
+            return self._reroute_bulk(link, t_detect, switch)
+        record = _cause(link, switch, t_detect)
         what = link if switch else f"link {link}"
         t0 = time.monotonic()
         old = self.inst
@@ -203,13 +250,9 @@ class TreeJob(Job):
         t1 = time.monotonic()
         phases["snapshot_ms"] = t1 - ts
         try:
-            new = trees.compute(self.algorithm, self.g, self.workers, epoch=self.treeset.epoch + 1)
+            new = self._compute(self._down_links(), self.treeset.epoch + 1)
         except TreeError as exc:
-            self.partitioned = str(exc)
-            self._publish("partitioned", f"{what} failed and the workers are partitioned: {exc}")
-            self.events.add("partitioned", **({"switch": switch} if switch else {"link": link}), reason=str(exc))
-            record.update(partitioned=True, recompute_ms=round((time.monotonic() - t1) * 1e3, 2))
-            self.record_failure(record)
+            self._partitioned(what, exc, record, t1)
             return record
         t2 = time.monotonic()
         self.treeset = new
@@ -222,24 +265,103 @@ class TreeJob(Job):
         self._publish("rerouting", f"{what} failed")      # heartbeat before the preload
         writes = self.carry.preload(self.clients, self.inst, self.tree_of_slot, carried)
         phases.update(entries_ms=tp - ti, preload_ms=time.monotonic() - tp)
+        self._publish()
+        t3 = time.monotonic()
+        tree_install.remove_groups(self.clients, old)      # after the agents were told: not urgent
+        record.update(recompute_ms=round((t2 - t1) * 1e3, 2), install_ms=round((t3 - t2 + t1 - t0) * 1e3, 2))
+        return self._rerouted(record, new, carried, writes, phases)
+
+    def _reroute_bulk(self, link: str, t_detect: float, switch: str | None = None) -> dict:
+        """The reroute on switches whose command batches are atomic (software switches), in
+        three bulk batches per switch, each sent to every switch before any answer is read:
+        (1) the old epoch's agg_job entries deleted (the freeze), the carry's register reads
+        (the window's cells of both versions; a switch's state is final once its freeze ran), the new epoch's entries and
+        groups added (harmless: no agent uses the new epoch before it is told); (2) the
+        carried results' values (only where (1) found some); (3) registers reset, the carry
+        preloaded, the new groups completed. The trees come from the standby when it has them. No drain: once a
+        switch answered its freeze, no packet of the old epoch touches its state."""
+        record = _cause(link, switch, t_detect)
+        what = link if switch else f"link {link}"
+        down = self._down()
+        t0 = time.monotonic()
+        old = self.inst
+        standby = (self.algorithm, self._down_links()) in self._standby
+        try:
+            new = self._compute(self._down_links(), self.treeset.epoch + 1)
+        except TreeError as exc:
+            run_batches(self.clients, tree_install.freeze_lines(old))
+            self._partitioned(what, exc, record, t0)
+            return record
+        t1 = time.monotonic()
+        plan = tree_install.plan(self.g, new, self.job, reply_ports=self.reply_ports)
+        batches = tree_install.freeze_lines(old)
+        reads = self.carry.scalars(old, self.tree_of_slot, down)
+        at = {}
+        window = len(self.tree_of_slot)
+        for sw, names in reads.items():            # after the switch's freeze: its state is final
+            at[sw] = len(batches.setdefault(sw, []))
+            batches[sw] += failover.window_read_lines(names, window)
+        for sw, lines in plan.lines.items():
+            batches.setdefault(sw, []).extend(lines)
+        t2 = time.monotonic()
+        outs = run_batches(self.clients, batches)
+        self._publish("rerouting", f"{what} failed")      # agents: a pause, not a stall
+        associate = plan.finish(outs)
+        regs = {sw: failover.parse_window_reads(names, outs[sw][at[sw]:at[sw] + 2 * len(names)], window)
+                for sw, names in reads.items()}
+        t3 = time.monotonic()
+        carried = self.carry.snapshot(self.clients, old, self.tree_of_slot, regs, down)
+        t4 = time.monotonic()
+        tree_of_slot = partition_slots(new.weights, self.window)
+        preload, writes = self.carry.preload_lines(self.clients, plan.inst, tree_of_slot, carried)
+        final = {sw: failover.reset_lines() + associate.get(sw, []) + preload.get(sw, [])
+                 for sw in sorted({sw for sw, _ in plan.inst.roles})}
+        run_batches(self.clients, final)
+        self.treeset, self.inst, self.tree_of_slot = new, plan.inst, tree_of_slot
+        self._publish()
+        t5 = time.monotonic()
+        phases = {"freeze_ms": t3 - t2, "snapshot_ms": t4 - t3, "entries_ms": t2 - t1, "preload_ms": t5 - t4}
+        run_batches(self.clients, tree_install.remove_groups_lines(old))   # the agents were told: not urgent
+        record.update(recompute_ms=round((t1 - t0) * 1e3, 2), install_ms=round((t5 - t1) * 1e3, 2),
+                      standby=standby)
+        return self._rerouted(record, new, carried, writes, phases)
+
+    def _partitioned(self, what: str, exc: TreeError, record: dict, t: float) -> None:
+        self.partitioned = str(exc)
+        self._publish("partitioned", f"{what} failed and the workers are partitioned: {exc}")
+        self.events.add("partitioned", **_cause_key(record), reason=str(exc))
+        record.update(partitioned=True, recompute_ms=round((time.monotonic() - t) * 1e3, 2))
+        self.record_failure(record)
+
+    def _rerouted(self, record: dict, new, carried, writes: int, phases: dict) -> dict:
         if carried.conflicts:
             self.events.add("sparse_carry_conflict", columns=len(carried.conflicts),
                             switches=",".join(sorted({sw for *_, sw in carried.conflicts})),
                             why="workers and child switches below one switch need different rounds")
-        self._publish()
-        t3 = time.monotonic()
-        tree_install.remove_groups(self.clients, old)      # after the agents were told: not urgent
-        record.update(recompute_ms=round((t2 - t1) * 1e3, 2), install_ms=round((t3 - t2 + t1 - t0) * 1e3, 2),
-                      epoch=new.epoch, preloaded_slots=carried.slots, register_writes=writes,
+        record.update(epoch=new.epoch, preloaded_slots=carried.slots, register_writes=writes,
                       **{k: round(v * 1e3, 2) for k, v in phases.items()})
         self.record_failure(record)
-        self.events.add("rerouted", **({"switch": switch} if switch else {"link": link}), epoch=new.epoch,
-                        trees=len(new.trees),
+        self.events.add("rerouted", **_cause_key(record), epoch=new.epoch, trees=len(new.trees),
                         recompute_ms=record["recompute_ms"], install_ms=record["install_ms"],
                         preloaded=carried.slots,
                         **{k: record[k] for k in ("freeze_ms", "snapshot_ms", "entries_ms", "preload_ms")})
+        self._precompute()
         return record
 
     def stop(self) -> None:
         with self.locked():
             self.stopped = True
+        worker = StandbyWorker.running
+        if worker is not None:
+            worker.cancel()
+
+
+
+
+def _cause(link: str, switch: str | None, t_detect: float) -> dict:
+    """A failure record's start: the failed link, or the dead switch."""
+    return {"switch": switch, "t_detect": t_detect} if switch else {"link": link, "t_detect": t_detect}
+
+
+def _cause_key(record: dict) -> dict:
+    return {"switch": record["switch"]} if "switch" in record else {"link": record["link"]}

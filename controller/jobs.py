@@ -215,11 +215,11 @@ class Job(ABC):
         with self._lock:
             edges = sorted({e for t in self.treeset.trees for e in t.edges})
             inner = [e for e in edges if all(self.g.nodes[n]["kind"] == "switch" for n in e)]
-            safe = [e for e in inner if not _partitions(self.g, e, self.workers)]
+            safe = [e for e in inner if not partitions(self.g, e, self.workers)]
             return random.Random(seed).choice(safe or inner or edges)
 
 
-def _partitions(g: nx.Graph, edge: tuple[str, str], workers: list[str]) -> bool:
+def partitions(g: nx.Graph, edge: tuple[str, str], workers: list[str]) -> bool:
     """Would taking `edge` down leave some worker unreachable from the others over live links?"""
     live = nx.Graph((u, v) for u, v, d in g.edges(data=True) if d.get("up", True) and {u, v} != set(edge))
     return not all(w in live for w in workers) or any(

@@ -39,11 +39,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ground import wire
-from controller.failover import slot_index, write_preload
-from controller.switch_client import SwitchClient
+from controller.failover import preload_batches, read_registers, slot_index, write_preload
+from controller.switch_client import SwitchClient, on_each
 from controller.tree_install import Installation
 
-_SCALARS = ("sp_block", "sp_bitmap", "sp_final", "sp_ack", "sp_exp", "sp_rnext")
+SNAPSHOT_SCALARS = _SCALARS = ("sp_block", "sp_bitmap", "sp_final", "sp_ack", "sp_exp", "sp_rnext")
 
 
 @dataclass
@@ -87,31 +87,34 @@ def worker_paths(roles: dict) -> dict[str, list[tuple[str, int]]]:
     return paths
 
 
-def _read_scalars(clients, switches, names=_SCALARS) -> dict[str, dict[str, np.ndarray]]:
-    return {sw: {name: np.array(clients[sw].register_read(name), dtype=np.int64) for name in names}
-            for sw in switches}
+def _read_scalars(clients, switches) -> dict[str, dict[str, np.ndarray]]:
+    """One batch per switch, all switches at once where they allow (switch_client.on_each)."""
+    return on_each(clients, switches, lambda sw: read_registers(clients[sw], _SCALARS))
 
 
 def sparse_snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
-                    slot_base: int = 0, down: frozenset = frozenset()) -> HeldRounds:
+                    slot_base: int = 0, regs: dict | None = None, down=frozenset()) -> HeldRounds:
     """Per slot and version, the round each worker of the old tree may still need (if any)
-    and those rounds' results, read from every live switch of the old tree. A dead switch
-    (`down`) holds nothing: the walk asks higher up. Custody makes that enough below a live
-    root: a switch keeps a completed round until every child acknowledged it, and a dead
-    child never does, so a result that died with a switch is still held by a live ancestor;
-    there, the dead child's acknowledgement bit is ignored (it acknowledged on sending a later
-    block up while it still held the round for a worker below; carrying a round the worker
-    has in fact passed is harmless: its next packet acknowledges it at the leaf).
-    A result that died with a switch may survive only off the worker's path: the dead root's
-    copies in the subtrees it had reached, or the copies in other subtrees of a round whose
-    custody the dead switch had (its parent reused the version once it acknowledged). So a
-    worker with a dead switch on its path and nothing held for it on the path needs, per
-    version, the oldest round any live switch of the tree holds final that is newer than
+    and those rounds' results, read from every live switch of the old tree. `regs`: the
+    switches' SNAPSHOT_SCALARS, if already read (each after its own freeze).
+
+    A dead switch (`down`) holds nothing: the walk asks higher up. Custody makes that enough
+    below a live root: a switch keeps a completed round until every child acknowledged it,
+    and a dead child never does, so a result that died with a switch is still held by a live
+    ancestor; there, the dead child's acknowledgement bit is ignored (it acknowledged on
+    sending a later block up while it still held the round for a worker below; carrying a
+    round the worker in fact has is harmless: its next packet acknowledges it at the leaf).
+    A result that died with a switch may also survive only off the worker's path: the dead
+    root's copies in the subtrees it had reached, or the copies in other subtrees of a round
+    whose custody the dead switch had (its parent reused the version once it acknowledged).
+    So a worker with a dead switch on its path and nothing held for it on the path needs,
+    per version, the oldest round any live switch of the tree holds final that is newer than
     what its leaf says it is done with (a round it acknowledged there, or everything below a
-    block it sent). Carrying a round it in fact has is harmless (its next packet
-    acknowledges it at the leaf); a round too new would not be (its probe would be stale)."""
-    live = sorted({sw for sw, _ in inst.roles} - set(down))
-    regs = _read_scalars(clients, live)
+    block it sent). A round too new would not be harmless (its probe would be stale)."""
+    switches = sorted({sw for sw, _ in inst.roles} - set(down))
+    regs = dict(regs or {})
+    regs.update(_read_scalars(clients, [sw for sw in switches
+                                        if not all(n in regs.get(sw, {}) for n in SNAPSHOT_SCALARS)]))
     carry = HeldRounds()
     holders: dict[str, list[tuple[int, int, int, int]]] = {}    # switch -> [(slot, ver, block, r)]
     paths_of = {t: worker_paths(tree_roles(inst, t)) for t in set(tree_of_slot)}
@@ -138,8 +141,6 @@ def sparse_snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_o
                         below_dead = False
                         continue                 # nothing complete held here: ask higher up
                     block = int(reg["sp_block"][r])
-                    # a dead child's acknowledgement says nothing of the workers below it: it
-                    # acknowledged as soon as it sent a later block up, holding the round for them
                     child_acked = (int(reg["sp_ack"][r]) >> child) & 1 and not below_dead
                     below_dead = False
                     if child_acked or block <= acked:
@@ -162,9 +163,10 @@ def sparse_snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_o
                               and int(regs[sw]["sp_block"][r]) > acked)
                 if held:                         # the oldest round it may lack, held off its path
                     need(slot, ver, worker, held[0][0], held[0][1], r)
-    for sw, items in holders.items():            # one batched read per holding switch
-        ranges = [(r * wire.K, wire.K) for *_, r in items]
-        for (slot, ver, block, r), values in zip(items, clients[sw].register_read_ranges("sp_values", ranges)):
+    read = on_each(clients, holders, lambda sw: clients[sw].register_read_ranges(
+        "sp_values", [(r * wire.K, wire.K) for *_, r in holders[sw]]))   # one batch per holding switch
+    for sw, items in holders.items():
+        for (slot, ver, block, r), values in zip(items, read[sw]):
             carry.rounds[slot, ver, block] = SparseRound(
                 slot, ver, block, int(regs[sw]["sp_exp"][r]), int(regs[sw]["sp_rnext"][r]),
                 np.array(values, dtype=np.uint32))
@@ -209,6 +211,18 @@ def sparse_preload(clients: dict[str, SwitchClient], inst: Installation, tree_of
     """Write the carried rounds into the new tree (after failover.reset: everything 0) where
     placement() puts them: block, values, exp, next, every child's bit, done and final.
     Returns the number of register cells written."""
+    lines, values = _preload_cells(inst, tree_of_slot, carry, slot_base)
+    return write_preload(clients, lines, values, "sp_values")
+
+
+def sparse_preload_lines(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
+                         carry: HeldRounds, slot_base: int = 0) -> tuple[dict, int]:
+    """sparse_preload() as command lines per switch, and the register cells they write."""
+    lines, values = _preload_cells(inst, tree_of_slot, carry, slot_base)
+    return preload_batches(clients, lines, values, "sp_values")
+
+
+def _preload_cells(inst: Installation, tree_of_slot: list[int], carry: HeldRounds, slot_base: int):
     lines: dict[str, list[str]] = {}
     values: dict[tuple[str, int], np.ndarray] = {}
     roles_of = {t: tree_roles(inst, t) for t in set(tree_of_slot)}
@@ -227,4 +241,4 @@ def sparse_preload(clients: dict[str, SwitchClient], inst: Installation, tree_of
                 f"register_write sp_rnext {r} {rnd.next_block}"])
             values[sw, r] = rnd.values
         carry.conflicts += [(slot, ver, sw) for sw in clash]
-    return write_preload(clients, lines, values, "sp_values")
+    return lines, values

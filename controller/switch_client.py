@@ -14,6 +14,10 @@ from __future__ import annotations
 import re
 import shutil
 from abc import ABC, abstractmethod
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
 
 
 class SwitchCommandError(RuntimeError):
@@ -22,6 +26,11 @@ class SwitchCommandError(RuntimeError):
 
 class SwitchClient(ABC):
     name: str = "?"
+    # True when a commands() batch runs between two packets (no packet sees half of it) and
+    # text table_add/mc_node_create lines answer with their handles: the software switch's
+    # one event loop. A reroute then needs no drain and goes out as bulk batches
+    # (controller/job.py); BMv2's pipeline threads do not give that.
+    atomic_batches: bool = False
 
     @abstractmethod
     def command(self, line: str) -> str:
@@ -30,13 +39,16 @@ class SwitchClient(ABC):
     def commands(self, lines: list[str]) -> list[str]:
         return [self.command(line) for line in lines]
 
+    def send_commands(self, lines: list[str]) -> Callable[[], list[str]]:
+        """Start a batch; the returned call gives its outputs (raising as commands() would).
+        Targets that can, send now and read later, so batches to many switches overlap
+        (run_batches); the default runs the batch at once."""
+        outs = self.commands(lines)
+        return lambda: outs
+
     # -- typed helpers -------------------------------------------------------------
     def table_add(self, table: str, action: str, keys: list, params: list) -> int:
-        out = self.command(f"table_add {table} {action} {_join(keys)} => {_join(params)}".rstrip())
-        match = re.search(r"handle (\d+)", out)
-        if not match:
-            raise SwitchCommandError(f"{self.name}: table_add {table}: {out.strip()}")
-        return int(match.group(1))
+        return parse_handle(self.name, f"table_add {table}", self.command(table_add_line(table, action, keys, params)))
 
     def table_clear(self, table: str) -> None:
         self.command(f"table_clear {table}")
@@ -104,8 +116,53 @@ def _join(items) -> str:
     return " ".join(str(x) for x in items)
 
 
+def table_add_line(table: str, action: str, keys: list, params: list) -> str:
+    return f"table_add {table} {action} {_join(keys)} => {_join(params)}".rstrip()
+
+
+def parse_handle(name: str, what: str, out: str) -> int:
+    """The handle in a table_add or mc_node_create answer."""
+    match = re.search(r"handle (\d+)", out)
+    if not match:
+        raise SwitchCommandError(f"{name}: {what}: {out.strip()}")
+    return int(match.group(1))
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def on_each(clients: dict[str, SwitchClient], switches, fn: Callable[[str], T]) -> dict[str, T]:
+    """fn(switch) for every switch: at once (threads) when every client's batches are atomic
+    (software switches, each its own process and socket), else one after the other."""
+    global _POOL
+    switches = list(switches)
+    if len(switches) < 2 or not all(clients[sw].atomic_batches for sw in switches):
+        return {sw: fn(sw) for sw in switches}
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=32, thread_name_prefix="switch-batch")
+    futures = {sw: _POOL.submit(fn, sw) for sw in switches}
+    return {sw: f.result() for sw, f in futures.items()}
+
+
+def run_batches(clients: dict[str, SwitchClient], batches: dict[str, list[str]]) -> dict[str, list[str]]:
+    """One batch per switch, all sent before any answer is read (software switches work on
+    them at once); outputs per switch. Every answer is read before the first error is raised."""
+    pending = {sw: clients[sw].send_commands(lines) for sw, lines in batches.items() if lines}
+    outs, failed = {}, None
+    for sw, collect in pending.items():
+        try:
+            outs[sw] = collect()
+        except SwitchCommandError as exc:
+            failed = failed or exc
+    if failed:
+        raise failed
+    return outs
+
+
 class SoftSwitchClient(SwitchClient):
     """The software switch's control socket (see softswitch/control.py)."""
+
+    atomic_batches = True
 
     def __init__(self, name: str, socket_path: str, timeout: float = 10.0):
         from softswitch.control import ControlClient, wait_ready
@@ -142,6 +199,22 @@ class SoftSwitchClient(SwitchClient):
                     raise SwitchCommandError(f"{self.name}: {line!r}: {out}")
                 outs.append(out)
         return outs
+
+    def send_commands(self, lines: list[str]) -> Callable[[], list[str]]:
+        if len(lines) > 4096:                   # the daemon buffers replies; keep it bounded
+            return super().send_commands(lines)
+        self._client.send_many(lines)
+
+        def collect() -> list[str]:
+            outs, failed = [], None
+            for line, (ok, out) in zip(lines, self._client.read_many(lines)):
+                if not ok:
+                    failed = failed or SwitchCommandError(f"{self.name}: {line!r}: {out}")
+                outs.append(out)
+            if failed:
+                raise failed
+            return outs
+        return collect
 
     def close(self) -> None:
         close = getattr(self._client, "close", None)

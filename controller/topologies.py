@@ -22,6 +22,7 @@ import networkx as nx
 
 from ground.wire import MAX_WORKERS
 from controller.topology import assign_ports, hosts, natural_key, single_switch, switches
+from controller.topology import workers as ranked_workers
 
 IFNAME_MAX = 15            # Linux IFNAMSIZ - 1
 
@@ -224,8 +225,13 @@ def for_run(spec) -> nx.Graph:
             g = from_yaml(spec.topology)
         except TopologyError as exc:
             raise ValueError(str(exc)) from exc
-        if len(hosts(g)) < spec.workers:
-            raise ValueError(f"{spec.topology} has {len(hosts(g))} hosts, fewer than --workers {spec.workers}")
+        ranked = ranked_workers(g)
+        if g.graph.get("ranks_given") and len(ranked) != spec.workers:
+            raise ValueError(f"{spec.topology} ranks {len(ranked)} hosts as workers: give --workers {len(ranked)}")
+        if len(ranked) < spec.workers:
+            raise ValueError(f"{spec.topology} has {len(ranked)} hosts, fewer than --workers {spec.workers}")
+        for h in ranked[spec.workers:]:      # no ranks in the file: the first --workers hosts work
+            del g.nodes[h]["rank"]
         return g
     kw = {"workers": spec.workers}
     if spec.topology == "fattree":

@@ -113,6 +113,7 @@ def load(path: str | Path) -> nx.Graph:
     ranked = _read_hosts(r, g, nodes.get("hosts"), lines)
     _read_links(r, g, top["links"], lines)
     _check(r, g, ranked, lines, top)
+    g.graph["ranks_given"] = bool(ranked)     # else every host was ranked in name order
     return assign_ports(g)
 
 

@@ -25,10 +25,28 @@ from ground import wire
 from controller.addressing import interface_address
 from controller.aggregate import job_entry
 from ground.addresses import SERVICE_IP, SERVICE_MAC
-from controller.switch_client import SwitchClient
+from controller.switch_client import SwitchClient, parse_handle, table_add_line
 from controller.topology import natural_key, port
 
 GROUP_BASE = 2000          # multicast groups of trees: GROUP_BASE + 64*job + tree (epoch-parity offset)
+
+
+MAX_TREES = 64             # a job's groups: 2 per tree (alternating epochs) within its 128
+MAX_PORT = 510             # P4 ports are bit<9>, and BMv2 drops what goes to port 511
+
+
+def check_fits(g: nx.Graph, treeset) -> None:
+    """Raise ValueError (one line) unless the trees fit the data plane: at most
+    AGG_MAX_WORKERS children per switch and tree (the contribution bitmap's width, also the
+    sparse pipeline's per-child registers) and MAX_TREES trees per job. Pure: the session
+    calls it on the first trees before any network is built."""
+    if len(treeset.trees) > MAX_TREES:
+        raise ValueError(f"{len(treeset.trees)} trees, but a job's multicast groups hold {MAX_TREES}")
+    for (sw, tree_id), role in sorted(roles_of(treeset, g).items(), key=lambda kv: natural_key(kv[0][0])):
+        if len(role.children) > wire.MAX_WORKERS:
+            raise ValueError(f"switch {sw} would aggregate {len(role.children)} children on tree {tree_id}, but "
+                             f"its contribution bitmap holds {wire.MAX_WORKERS} (AGG_MAX_WORKERS): fewer workers "
+                             "per switch (more racks, a fat-tree) or fewer workers")
 
 
 def tree_group(job: int, tree: int, epoch: int) -> int:
@@ -103,6 +121,78 @@ def install(clients: dict[str, SwitchClient], g: nx.Graph, treeset, job: int = 0
     return inst
 
 
+@dataclass
+class InstallPlan:
+    """An installation as command lines, for switches whose batches are atomic
+    (SwitchClient.atomic_batches): `lines` (per switch: groups created, nodes created,
+    agg_job and agg_reply entries added) go out first, possibly in one batch with other
+    work; `finish(outputs)` takes their answers (handles) and returns the lines that
+    complete it (nodes associated with their groups)."""
+    inst: Installation
+    lines: dict = field(default_factory=lambda: defaultdict(list))
+    kinds: dict = field(default_factory=lambda: defaultdict(list))    # per line: what its answer holds
+
+    def add(self, sw: str, line: str, kind: tuple = ()) -> None:
+        self.lines[sw].append(line)
+        self.kinds[sw].append(kind)
+
+    def finish(self, outputs: dict[str, list[str]]) -> dict[str, list[str]]:
+        """`outputs`: per switch the answers to its `lines`, in order (or a longer list
+        ending with them: a batch that had other lines first)."""
+        associate: dict[str, list[str]] = defaultdict(list)
+        for sw, kinds in self.kinds.items():
+            outs = outputs[sw][len(outputs[sw]) - len(kinds):]
+            for kind, out in zip(kinds, outs):
+                if kind and kind[0] == "job":
+                    self.inst.job_handles[sw].append(parse_handle(sw, "table_add agg_job", out))
+                elif kind and kind[0] == "node":
+                    handle = parse_handle(sw, "mc_node_create", out)
+                    self.inst.groups[sw].append((kind[1], handle))
+                    associate[sw].append(f"mc_node_associate {kind[1]} {handle}")
+        return associate
+
+
+def plan(g: nx.Graph, treeset, job: int = 0, slot_base: int = 0, reply_ports: dict | None = None) -> InstallPlan:
+    """install() as command lines (InstallPlan): same entries, same order."""
+    started = time.monotonic()
+    out = InstallPlan(Installation(epoch=treeset.epoch, roles=roles_of(treeset, g)))
+    inst = out.inst
+    reply_ports = {} if reply_ports is None else reply_ports
+    for (sw, tree_id), role in sorted(inst.roles.items(), key=lambda kv: (natural_key(kv[0][0]), kv[0][1])):
+        if len(role.children) > wire.MAX_WORKERS:
+            raise ValueError(f"{sw} has {len(role.children)} children on tree {tree_id}; max {wire.MAX_WORKERS}")
+        ports = [port(g, sw, c) for c in role.children]
+        group = tree_group(job, tree_id, treeset.epoch)
+        out.add(sw, f"mc_mgrp_create {group}")
+        out.add(sw, f"mc_node_create 0 {' '.join(str(p) for p in sorted(ports))}", ("node", group))
+        parent_port = None if role.root else port(g, sw, role.parent)
+        entry = partial(job_entry, job, tree_id, treeset.epoch, fan_in=len(ports), mgrp=group, slot_base=slot_base)
+        for child, (c, p) in enumerate(zip(role.children, ports)):
+            out.add(sw, table_add_line(*entry(p, child=child, parent_port=parent_port)), ("job",))
+            done = reply_ports.setdefault(sw, set())
+            if p not in done:
+                if g.nodes[c]["kind"] == "host":
+                    ip, mac = interface_address(g, c, sw)
+                    dst = (mac, ip)
+                else:
+                    dst = (SERVICE_MAC, SERVICE_IP)
+                out.add(sw, table_add_line("agg_reply", "agg_set_dst", [p], [SERVICE_MAC, SERVICE_IP, *dst]))
+                done.add(p)
+                inst.entries += 1
+        if not role.root:
+            out.add(sw, table_add_line(*entry(parent_port)), ("job",))
+        inst.entries += len(ports) + (0 if role.root else 1) + 1
+    inst.seconds = time.monotonic() - started
+    return out
+
+
+def freeze_lines(inst: Installation) -> dict[str, list[str]]:
+    """freeze() as command lines per switch (the handles are forgotten)."""
+    lines = {sw: [f"table_delete agg_job {h}" for h in handles] for sw, handles in inst.job_handles.items()}
+    inst.job_handles.clear()
+    return lines
+
+
 def freeze(clients: dict[str, SwitchClient], inst: Installation) -> int:
     """Delete the epoch's agg_job entries: its packets now miss and never touch state."""
     removed = 0
@@ -115,10 +205,15 @@ def freeze(clients: dict[str, SwitchClient], inst: Installation) -> int:
 
 def remove_groups(clients: dict[str, SwitchClient], inst: Installation) -> None:
     """Drop the epoch's multicast groups once the next epoch is installed."""
-    for sw, groups in inst.groups.items():
-        lines = []
-        for group, handle in groups:
-            lines += [f"mc_node_dissociate {group} {handle}", f"mc_node_destroy {handle}",
-                      f"mc_mgrp_destroy {group}"]
+    for sw, lines in remove_groups_lines(inst).items():
         clients[sw].commands(lines)
+
+
+def remove_groups_lines(inst: Installation) -> dict[str, list[str]]:
+    """remove_groups() as command lines per switch (the groups are forgotten)."""
+    out = {}
+    for sw, groups in inst.groups.items():
+        out[sw] = [line for group, handle in groups for line in (
+            f"mc_node_dissociate {group} {handle}", f"mc_node_destroy {handle}", f"mc_mgrp_destroy {group}")]
     inst.groups.clear()
+    return out

@@ -79,13 +79,16 @@ def _write_sysctl(key: str, value: str) -> None:
 class EmulatedNetwork:
     """A running Mininet network built from `graph`; use as a context manager."""
 
-    def __init__(self, graph: nx.Graph, backend: str = "soft", seed: int = 0, pcap: bool = False):
+    def __init__(self, graph: nx.Graph, backend: str = "soft", seed: int = 0, pcap: bool = False,
+                 keep: str | Path | None = None, t0: float | None = None):
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
         self.graph = addressing.assign_addresses(graph)
         self.backend = backend
         self.seed = seed
         self.pcap = pcap
+        self.keep = Path(keep) if keep else None    # copy the run directory here on stop
+        self.t0 = time.monotonic() if t0 is None else t0   # the command log's clock (the session's events')
         self.net = None
         self.run: RunRecord | None = None
         self.clients: dict[str, SwitchClient] = {}
@@ -204,12 +207,18 @@ class EmulatedNetwork:
         node = self.net.get(s)
         try:
             if self.backend == "soft":
-                return SoftSwitchClient(s, str(node.control_path), timeout=15)
-            return Bmv2Client(s, node.thrift_port, timeout=15)
+                client = SoftSwitchClient(s, str(node.control_path), timeout=15)
+            else:
+                client = Bmv2Client(s, node.thrift_port, timeout=15)
         except Exception as exc:
             time.sleep(0.2)
             reason = node.died()
             raise RuntimeError(reason or f"switch {s} did not come up: {exc}") from exc
+        if self.keep:                 # kept runs record every control call (SWITCH.commands)
+            from emulation.command_log import LoggedClient
+
+            client = LoggedClient(client, self.run.path / f"{s}.commands", self.t0)
+        return client
 
     def stop(self) -> None:
         if self.watcher is not None:             # teardown stops switches on purpose
@@ -234,9 +243,12 @@ class EmulatedNetwork:
 
             kill_pids(self.run.pids())
             delete_interfaces(self.run.interfaces())
-            if not getattr(self, "keep_run_dir", False):
+            try:
+                if self.keep:
+                    self.run.keep(self.keep)
+            finally:
                 shutil.rmtree(self.run.path, ignore_errors=True)
-            self.run = None
+                self.run = None
 
     def _stop_data_planes(self) -> None:
         """SIGTERM every switch process at once, then wait for each (Mininet's stop() would

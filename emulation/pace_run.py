@@ -201,3 +201,36 @@ def _emulate(spec: RunSpec, profile, pure: dict, sc: Scale, opts: PaceOptions, q
     if errors:
         info["errors"] = errors
     return per_worker, info
+
+
+def per_scheduler(result: dict) -> dict[str, dict]:
+    """A two-scheduler `run_profile` result as one allreduce-like result per scheduler, for
+    the experiment runner (experiments/runner.py): `seconds` is the iteration in emulated
+    seconds (real-network ms x dilation / 1000, so the runner's real = emulated x shrink /
+    scale gives the real-network iteration back), `fidelity` the transfers' own verdict:
+    a replay is link-bound when its transfers achieved at least LINK_BOUND_FRACTION of the
+    link rate (compute gaps make the probe's link utilisation meaningless here)."""
+    bw = result.get("bw_mbps")
+    goodput = result.get("emulated_goodput_mbps")
+    bound = bool(result.get("link_bound"))
+    fidelity = {
+        "link_bound": bound, "cpu_bound": not bound,
+        "reason": (f"transfers achieved {goodput} of {bw} Mb/s (link-bound at >= {LINK_BOUND_FRACTION:.0%}; "
+                   "compute gaps excluded)" if goodput is not None else "no transfers measured"),
+        "link": {"link": "worker transfers", "configured_mbps": bw, "achieved_mbps": goodput,
+                 "utilisation": round(goodput / bw, 3) if goodput is not None and bw else None}}
+    common = {k: result[k] for k in ("emulated_cost", "partition_mb", "compute_ms", "model_speedup", "speedup",
+                                     "trace", "timeline", "scale", "shrink", "dilation") if k in result}
+    out = {}
+    iteration = result.get("iteration_ms") if isinstance(result.get("iteration_ms"), dict) else {}
+    for s in SCHEDULERS:
+        r = {"ok": bool(result.get("ok")) and s in iteration, "exact": True, "fidelity": fidelity,
+             "retransmissions": result.get("retransmissions", 0), "failures": result.get("failures", []),
+             "pace": {**common, "scheduler": s, "model_iteration_ms": result["model_iteration_ms"].get(s)}}
+        if s in iteration:
+            r["seconds"] = iteration[s] / 1e3 * result["scale"] / result["shrink"]
+            r["pace"]["iteration_ms"] = iteration[s]
+        else:
+            r["errors"] = result.get("errors") or ["no iteration measured"]
+        out[s] = r
+    return out

@@ -7,20 +7,23 @@ worker's input from (rank, seed) and compares the returned aggregate with numpy.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
-from controller import drop_sim, forward, topologies
+from controller import drop_sim, forward, topologies, tree_install, trees
 from controller.bml_job import BmlJob
 from controller.events import EventLog
 from controller.forwarding_job import ForwardingJob
 from controller.job import TreeJob
-from controller.jobs import Job
+from controller.jobs import Job, partitions
 from controller.topology import switches, workers as worker_hosts
 from emulation.failures import FailureInjector
 from emulation.fidelity import FidelityProbe
@@ -41,26 +44,64 @@ def run_allreduce(quiet: bool = True, **kwargs) -> dict:
     return run_spec(RunSpec(**kwargs), quiet=quiet)
 
 
-def run_spec(spec: RunSpec, quiet: bool = True) -> dict:
-    """Run one allreduce described by `spec` in a fresh network and return the result."""
-    with Session(spec, quiet=quiet) as session:
+def run_spec(spec: RunSpec, quiet: bool = True, progress: bool = False) -> dict:
+    """Run one allreduce described by `spec` in a fresh network and return the result
+    (`progress`: a bar of blocks done and their rate on stderr)."""
+    with Session(spec, quiet=quiet, progress=progress) as session:
         result = session.allreduce()
         result["events"] = session.events.lines()
         return result
 
 
 def graph_for(spec: RunSpec):
-    """The spec's topology graph, with every named --fail link checked against it. Needs no
-    root and builds nothing: bad input (ValueError, TopologyError) surfaces before Mininet."""
+    """The spec's topology graph, checked: every named --fail link exists, the first trees
+    fit the data plane (fan-in, trees, ports) and `--fail tree@F` has a link to reroute
+    around. Needs no root and builds nothing: bad input (ValueError, TopologyError,
+    TreeError) surfaces before Mininet."""
     spec.validate()
     g = topologies.for_run(spec)
     for f in spec.fail_specs:
         f.check(g)
     for f in spec.fail_switch_specs:
         f.check(g)
+    busiest = max(switches(g), key=g.degree)
+    if g.degree(busiest) > tree_install.MAX_PORT:
+        raise ValueError(f"switch {busiest} has {g.degree(busiest)} links, but P4 ports are bit<9> "
+                         f"(at most {tree_install.MAX_PORT} usable)")
     if spec.tree == "bml":
         BmlJob.check(g)
+    else:
+        check_failures(spec, g, _first_trees(spec, g))
+    if spec.keep:
+        keep = Path(spec.keep)
+        if keep.exists() and (not keep.is_dir() or any(keep.iterdir())):
+            raise ValueError(f"--keep {spec.keep}: exists and is not an empty directory (a kept run is never "
+                             "written over)")
     return g
+
+
+def _first_trees(spec: RunSpec, g) -> set[tuple[str, str]]:
+    """The links the job's traffic uses at first: the trees' (checked against the data
+    plane's limits), or for the host baselines every switch-switch link (IP routes)."""
+    if spec.host_baseline:
+        return {(u, v) for u, v in g.edges if g.nodes[u]["kind"] == g.nodes[v]["kind"] == "switch"}
+    treeset = trees.compute(spec.tree, g, worker_hosts(g))
+    tree_install.check_fits(g, treeset)
+    return {e for t in treeset.trees for e in t.edges}
+
+
+def check_failures(spec: RunSpec, g, used: set[tuple[str, str]]) -> None:
+    """Refuse `--fail tree@F` when no switch-switch link the job uses can fail without
+    cutting a worker off: the run could only end partitioned, never reroute."""
+    for f in spec.fail_specs:
+        if f.link is not None:
+            continue
+        inner = [e for e in used if g.nodes[e[0]]["kind"] == g.nodes[e[1]]["kind"] == "switch"]
+        if not any(not partitions(g, e, worker_hosts(g)) for e in inner):
+            why = ("it has no link between switches" if not inner else
+                   "every link between its switches is the only path to some worker")
+            raise ValueError(f"--fail tree@{f.at:g}: nothing to reroute around on this topology ({why}); "
+                             "name a link (A-B@F) to fail one anyway")
 
 
 class Session:
@@ -70,11 +111,13 @@ class Session:
     many allreduces on it while links fail and recover.
     """
 
-    def __init__(self, spec: RunSpec, quiet: bool = True, echo=None):
-        self.spec, self.quiet = spec, quiet
+    def __init__(self, spec: RunSpec, quiet: bool = True, echo=None, progress: bool = False):
+        self.spec, self.quiet, self.progress = spec, quiet, progress
+        self.cancelled = threading.Event()     # cancel(): a running allreduce's workers are stopped
         self.g = graph_for(spec)
-        self.net = EmulatedNetwork(self.g, backend=spec.backend, seed=spec.seed)
         self.events = EventLog(echo=echo or (None if quiet else (lambda line: _log(line, False))))
+        self.net = EmulatedNetwork(self.g, backend=spec.backend, seed=spec.seed, pcap=spec.pcap,
+                                   keep=spec.keep, t0=self.events.t0)
         self.job: Job | None = None
         self.monitor = None
         self.runs = 0
@@ -85,8 +128,8 @@ class Session:
         n_sw = len(switches(g))
         _log(f"building network: {spec.topology} ({n_sw} switch{'es' if n_sw > 1 else ''}, {spec.backend}), "
              f"{spec.workers} workers", self.quiet)
-        self.net.start()
         try:
+            self.net.start()
             for sw in switches(g):
                 forward.install_forwarding(self.net.client(sw), g, sw)
             self._set_loss(spec.loss)
@@ -155,6 +198,8 @@ class Session:
             f.check(self.g)
         for f in spec.fail_switch_specs:
             f.check(self.g)
+        if not spec.host_baseline and spec.tree != "bml":     # the lab's `allreduce --fail tree@F`
+            check_failures(spec, self.g, {e for t in self.job.trees().trees for e in t.edges})
         if spec.loss != self.loss:              # the lab's `allreduce --loss P`
             with self.job.locked():
                 self._set_loss(spec.loss)
@@ -166,7 +211,8 @@ class Session:
         probe = FidelityProbe(self.net.graph, self.net.run.path / "pids").start()
         try:
             with self.job.running():
-                reports, injector = _run_workers(self.net, spec, self.job, self.quiet, f"run{self.runs}")
+                reports, injector = _run_workers(self.net, spec, self.job, self.quiet, f"run{self.runs}",
+                                                 progress=self.progress, cancel=self.cancelled)
         finally:
             fidelity = probe.stop()
         dead = self.net.check_switches()
@@ -181,6 +227,10 @@ class Session:
                       epoch=treeset.epoch, failures=injector.report() if injector else [],
                       switches_down={sw: why.splitlines()[0] for sw, why in sorted(dead.items())})
         result["fidelity"] = fidelity       # link-bound or CPU-bound? (emulation/fidelity.py)
+        if spec.keep:
+            result["kept"] = str(Path(spec.keep) / f"run{self.runs}")
+        (self.net.run.path / f"run{self.runs}" / "result.json").write_text(
+            json.dumps(result, sort_keys=True, indent=1, default=str))
         return result
 
     def run_program(self, module: str, name: str, extra_args: tuple = (), deadline_s: float = 600.0):
@@ -191,15 +241,25 @@ class Session:
         self.runs += 1
         with self.job.running():
             reports, injector = _run_workers(self.net, self.spec, self.job, self.quiet, name,
-                                             module, tuple(extra_args), deadline_s)
+                                             module, tuple(extra_args), deadline_s, cancel=self.cancelled)
         return reports, injector.report() if injector else []
 
+    def cancel(self) -> None:
+        """Stop the workers of an allreduce another thread is running (the lab's background
+        one, when the lab is stopped): it then returns at once instead of at its deadline."""
+        self.cancelled.set()
+
     def stop(self) -> None:
-        if self.job:
-            self.job.stop()
-        if self.monitor:
-            self.monitor.stop()
-        self.net.stop()
+        try:
+            if self.job:
+                self.job.stop()
+            if self.monitor:
+                self.monitor.stop()
+        finally:
+            if self.net.run is not None:       # kept with the run directory (--keep)
+                with contextlib.suppress(OSError):
+                    (self.net.run.path / "events.log").write_text("".join(f"{line}\n" for line in self.events.lines()))
+            self.net.stop()
 
     def __enter__(self) -> "Session":
         return self.start()
@@ -209,7 +269,8 @@ class Session:
 
 
 def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, name: str,
-                 module: str = "hosts.worker", extra_args: tuple = (), deadline_s: float | None = None):
+                 module: str = "hosts.worker", extra_args: tuple = (), deadline_s: float | None = None,
+                 progress: bool = False, cancel: threading.Event | None = None):
     workers = job.workers
     out_dir = net.run.path / name
     out_dir.mkdir()
@@ -235,17 +296,24 @@ def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, nam
         injector.start()
     deadline = time.monotonic() + (deadline_s or spec.give_up * 3 + 30 + spec.elements * spec.workers / 50_000)
     started, last = time.monotonic(), 0.0
-    for rank, proc, log in procs:
-        while proc.poll() is None:
-            if time.monotonic() > deadline:
-                proc.kill()
-                break
-            if time.monotonic() - last > 5:
-                last = time.monotonic()
-                done = sum(p.poll() is not None for _, p, _ in procs)
-                _log(f"  {done}/{len(procs)} workers finished after {last - started:.0f} s", quiet)
-            time.sleep(0.05)
-        log.close()
+    bar = ProgressBar([out_dir / f"rank{r}.progress" for r in range(len(workers))]) if progress else None
+    try:
+        for rank, proc, log in procs:
+            while proc.poll() is None:
+                if time.monotonic() > deadline or (cancel is not None and cancel.is_set()):
+                    proc.kill()
+                    break
+                if bar:
+                    bar.poll()
+                elif time.monotonic() - last > 5:
+                    last = time.monotonic()
+                    done = sum(p.poll() is not None for _, p, _ in procs)
+                    _log(f"  {done}/{len(procs)} workers finished after {last - started:.0f} s", quiet)
+                time.sleep(0.05)
+            log.close()
+    finally:
+        if bar:
+            bar.close()
     reports = []
     for rank, proc, _ in procs:
         path = out_dir / f"rank{rank}.json"
@@ -261,3 +329,34 @@ def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, nam
         injector.stop()
         injector.join(1)
     return reports, injector
+
+
+class ProgressBar:
+    """Blocks done by all workers and their rate, on stderr (tqdm), from the progress files
+    the workers rewrite as they go ('done total', hosts/worker.py ProgressFile)."""
+
+    def __init__(self, files: list[Path]):
+        from tqdm import tqdm
+
+        self.files = files
+        self.bar = tqdm(total=None, unit=" blocks", file=sys.stderr, desc="allreduce", dynamic_ncols=True,
+                        mininterval=0.2, smoothing=0.3)
+
+    def poll(self) -> None:
+        done = total = 0
+        reported = 0
+        for f in self.files:
+            try:
+                d, t = f.read_text().split()
+                done, total, reported = done + int(d), total + int(t), reported + 1
+            except (OSError, ValueError):
+                continue
+        if reported == len(self.files) and self.bar.total != total:
+            self.bar.total = total
+            self.bar.refresh()
+        if done > self.bar.n:
+            self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        self.poll()
+        self.bar.close()

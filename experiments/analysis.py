@@ -45,12 +45,17 @@ def stat(rows: list[dict[str, Any]]) -> Stat:
     return Stat(statistics.median(times), min(times), max(times), len(good), flagged, len(rows) - len(good))
 
 
-def select(rows: list[dict[str, Any]], d: Definition, selector: dict[str, Any]) -> Stat:
-    """Runs of the labelled points the selector names. Points that share a RunSpec share
-    runs (ring serves every density), so the match goes through the planned points' keys
-    when the definition was planned, and through the rows' own labels otherwise."""
+def flagged(row: dict[str, Any]) -> bool:
+    return bool((row.get("fidelity") or {}).get("cpu_bound"))
+
+
+def select(rows: list[dict[str, Any]], d: Definition, selector: dict[str, Any], unflagged: bool = False) -> Stat:
+    """Runs of the labelled points the selector names (only those not flagged CPU-bound
+    with `unflagged`). Points that share a RunSpec share runs (ring serves every density),
+    so the match goes through the planned points' keys when the definition was planned, and
+    through the rows' own labels otherwise."""
     first = next(iter(d.series))
-    mine = [r for r in rows if r["definition"] == d.name]
+    mine = [r for r in rows if r["definition"] == d.name and not (unflagged and flagged(r))]
     if d.built:
         keys = {p.key for p in d.built if matches({"series": p.series, "values": p.values}, selector, first)}
         return stat([r for r in mine if r["key"] in keys])

@@ -1,18 +1,21 @@
 """`python -m experiments` / `agglab experiment`: run a suite or one trend definition.
 
 Exit status: 0 every run ok, 1 some run failed, 2 unusable definition or no emulator,
-130 interrupted (every finished run is kept; rerunning resumes).
+128 + signal when stopped by SIGINT (130), SIGTERM (143) or SIGHUP (129): the run in progress
+cleans up, every finished run is kept, the report is written, and rerunning resumes.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import TextIO
 
 from experiments.definition import ConfigError
+from ground.interrupts import interrupted_line, signum_of
 from experiments.runner import RunFn, SetupError, estimate_seconds, load_suite, plan, run_suite
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
@@ -45,6 +48,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None, run_fn: RunFn | None = None, log: TextIO = sys.stderr) -> int:
+    from ground.interrupts import arm
+
+    previous = arm()             # SIGTERM and SIGHUP unwind like Ctrl-C (ground/interrupts.py)
+    try:
+        return _main(argv, run_fn, log)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO) -> int:
     args = parse_args(argv)
     try:
         suite = load_suite(resolve(args.config_opt or args.config), args.repeats)
@@ -76,10 +90,17 @@ def main(argv: list[str] | None = None, run_fn: RunFn | None = None, log: TextIO
     except SetupError as exc:
         print(f"error: {exc}", file=log)
         return 2
+    except KeyboardInterrupt as exc:          # before any run started (set-up, first import)
+        print(interrupted_line("experiment", signum_of(exc), "everything it started was stopped and "
+                               "removed; no run had finished"), file=log, flush=True)
+        return 128 + signum_of(exc)
     ok = sum(1 for r in outcome.rows if r.get("ok"))
     print(f"{ok}/{len(outcome.rows)} runs ok ({outcome.ran} ran now in {outcome.finished - outcome.started:.0f} s, "
           f"{outcome.skipped} kept from before); "
           f"report: {out_dir / 'report.md'}", file=log)
     if outcome.interrupted:
-        return 130
+        print(interrupted_line("experiment", outcome.interrupted, f"everything it started was stopped and "
+                               f"removed; finished runs are kept in {out_dir / 'runs.jsonl'}: rerun to resume"),
+              file=log, flush=True)
+        return 128 + outcome.interrupted
     return 0 if ok == len(outcome.rows) else 1

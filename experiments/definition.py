@@ -33,9 +33,17 @@ becomes one validated RunSpec, so nothing restates the emulator's options. Layou
         paper: ring_vs_innet(8)  # a number or an expression (for_each keys, workers, ...)
         expect: about            # about | at_least | at_most
         tolerance: 0.1
+        why: ...                 # optional: why this network may fall short (shown unless it holds)
 
 Points with the same RunSpec (e.g. ring, whose time does not depend on density) run once
 and serve every label that maps to them.
+
+`program: pace` makes every point one training iteration instead of one allreduce
+(emulation/pace_run.py, `agglab train --profile-only`): `run`, `series` and `sweep` may
+then also name PACE_KEYS (`model`: a layer profile, `scheduler`: fifo | pace, and the
+scheduler options), `network.gradient` is the model's own (so it is not written), and
+`emulated.gradient` is what one worker sends per iteration through the emulator; the
+scale is then per model (its gradient over the emulated one).
 """
 
 from __future__ import annotations
@@ -46,7 +54,7 @@ import hashlib
 import itertools
 import json
 import operator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +71,13 @@ RUN_FIELDS = tuple(f.name for f in fields(RunSpec) if f.name not in ("length_ove
 NETWORK_KEYS = ("link", "gradient", "oversubscription", "racks", "hosts_per_rack", "spines",
                 "slow_fraction", "slow_factor", "delay")
 TOP_KEYS = ("name", "title", "paper", "claim", "network", "emulated", "repeats", "run", "series",
-            "sweep", "x", "plot", "claims", "notes")
-CLAIM_KEYS = ("text", "ratio", "paper", "expect", "tolerance", "for_each")
+            "sweep", "x", "plot", "claims", "notes", "program")
+PROGRAMS = ("allreduce", "pace")
+# program: pace - the keys of emulation/pace_run.py's PaceOptions a definition may set (the
+# real link rate and the emulated gradient come from `network.link` and `emulated.gradient`)
+PACE_KEYS = ("model", "scheduler", "partition_mb", "threshold_mb", "cycle_ms", "alpha_us", "plan_cost")
+SCHEDULERS = ("fifo", "pace")
+CLAIM_KEYS = ("text", "ratio", "paper", "expect", "tolerance", "for_each", "why")
 PLOTS = ("time", "speedup", "failures", "shares")
 EXPECTS = ("about", "at_least", "at_most")
 BASELINES = ("ring", "ps")          # host baselines another branch adds to RunSpec ALGORITHMS
@@ -124,13 +137,24 @@ class Point:
     error: str = ""
     scale: Scale | None = None
     network: dict[str, Any] = field(default_factory=dict)
+    program: dict[str, Any] = field(default_factory=dict)   # program: pace - its PACE_KEYS
 
     @property
     def key(self) -> str:
-        """Identity of the run: equal RunSpecs share one run (and its resume record)."""
-        text = json.dumps(self.spec.to_dict() if self.spec else {"error": self.error, "series": self.series,
-                          **{k: str(v) for k, v in self.values.items()}}, sort_keys=True, default=str)
+        """Identity of the run: equal RunSpecs (and program options) share one run (and its
+        resume record)."""
+        what = ({**self.spec.to_dict(), **({"program": self.program} if self.program else {})} if self.spec
+                else {"error": self.error, "series": self.series, **{k: str(v) for k, v in self.values.items()}})
+        text = json.dumps(what, sort_keys=True, default=str)
         return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+    def runnable(self, seed: int) -> "RunSpec | ProgramRun":
+        """What the run function receives for one repeat: a RunSpec (one allreduce) or a
+        ProgramRun (program: pace)."""
+        spec = self.spec.with_(seed=seed)
+        if not self.program:
+            return spec
+        return ProgramRun("pace", spec, tuple(sorted(self.program.items())))
 
     def label(self) -> str:
         vals = " ".join(f"{k}={_show(v)}" for k, v in self.values.items())
@@ -143,6 +167,35 @@ def _show(v: Any) -> str:
     return str(v)
 
 
+@dataclass(frozen=True)
+class ProgramRun:
+    """One run of a program other than a single allreduce (program: pace): the network and
+    algorithm in `spec`, the program's options (PACE_KEYS plus link_gbps, emulated_mb)."""
+    program: str
+    spec: RunSpec
+    options: tuple[tuple[str, Any], ...]
+
+    @property
+    def seed(self) -> int:
+        return self.spec.seed
+
+    def option(self, name: str, default: Any = None) -> Any:
+        return dict(self.options).get(name, default)
+
+    def with_(self, **changes) -> "ProgramRun":
+        return replace(self, spec=self.spec.with_(**changes))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.spec.to_dict(), "program": self.program, **dict(self.options)}
+
+
+def model_bytes(model: str) -> int:
+    """A layer profile's gradient per worker and iteration (float32)."""
+    from pace.schedule import load_profile
+
+    return sum(x.nbytes for x in load_profile(model).layers)
+
+
 @dataclass
 class Claim:
     text: str
@@ -151,6 +204,7 @@ class Claim:
     paper: float
     expect: str
     tolerance: float
+    why: str = ""          # why this network may not reach the paper's figure (shown unless it holds)
 
 
 @dataclass
@@ -170,6 +224,7 @@ class Definition:
     run: dict[str, Any]
     emulated_bytes: int
     source: str
+    program: str = "allreduce"
     built: list[Point] = field(default_factory=list)     # the labelled points of the last plan
 
     # -- the points ---------------------------------------------------------------
@@ -191,19 +246,46 @@ class Definition:
         per_block = wire.K * DTYPE_BYTES
         return max(per_block, int(self.emulated_bytes * shrink) // per_block * per_block)
 
-    def scale(self, ceiling_mbps: float) -> Scale:
-        return Scale.fit(self.fastest_link(), ceiling_mbps * 1e6, parse_size(self.network["gradient"]),
-                         self.emulated_for(ceiling_mbps))
+    def scale(self, ceiling_mbps: float, real_bytes: int | None = None) -> Scale:
+        real = real_bytes if real_bytes is not None else parse_size(self.network["gradient"])
+        return Scale.fit(self.fastest_link(), ceiling_mbps * 1e6, real, self.emulated_for(ceiling_mbps))
 
     def points(self, ceiling_mbps: float, topo_dir: Path) -> list[Point]:
-        scale = self.scale(ceiling_mbps)
+        scale = None if self.program == "pace" else self.scale(ceiling_mbps)
         out = []
         for combo in self.combos():
             for label, overrides in self.series.items():
                 merged = {**self.run, **combo, **overrides}
-                out.append(self._point(label, combo, merged, scale, topo_dir))
+                if self.program == "pace":
+                    out.append(self._pace_point(label, combo, merged, ceiling_mbps))
+                else:
+                    out.append(self._point(label, combo, merged, scale, topo_dir))
         self.built = out
         return out
+
+    def _pace_point(self, label: str, combo: dict, merged: dict, ceiling_mbps: float) -> Point:
+        """One scheduler on one model: the scale is the model's (its gradient over the
+        emulated one); the network is the definition's, every link at the scaled rate."""
+        pace = {k: v for k, v in merged.items() if k in PACE_KEYS}
+        run = {k: v for k, v in merged.items() if k in RUN_FIELDS}
+        where = f"point {label} {combo}"
+        if pace.get("scheduler") not in SCHEDULERS:
+            raise ConfigError(self.source, where, f"scheduler must be one of {', '.join(SCHEDULERS)}, "
+                              f"got {pace.get('scheduler')!r}")
+        try:
+            real = model_bytes(str(pace.get("model")))
+        except (ValueError, OSError, KeyError) as exc:
+            raise ConfigError(self.source, f"{where}: model", str(exc)) from exc
+        scale = self.scale(ceiling_mbps, real)
+        link = parse_rate(run.pop("bw", self.network["link"]))
+        run["bw"] = scale.link_mbps(link)
+        run["seed"] = run.get("seed", 0)
+        try:
+            spec = RunSpec(**run).validate()
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(self.source, where, str(exc)) from exc
+        pace.update(link_gbps=link / 1e9, emulated_mb=self.emulated_for(ceiling_mbps) / 2**20)
+        return Point(label, combo, spec, "", scale, dict(self.network), pace)
 
     def _point(self, label: str, combo: dict, merged: dict, scale: Scale, topo_dir: Path) -> Point:
         net = {**self.network, **{k: v for k, v in merged.items() if k in NETWORK_KEYS}}
@@ -237,7 +319,8 @@ class Definition:
                     raise ConfigError(self.source, f"claims[{i}].paper", str(exc)) from exc
                 text = raw["text"] + ("" if not bound else " (" + ", ".join(f"{k}={v}" for k, v in bound.items()) + ")")
                 out.append((Claim(text, num, den, paper, raw.get("expect", "about"),
-                                  float(raw.get("tolerance", 0.2))), bound))
+                                  float(raw.get("tolerance", 0.2)), " ".join(str(raw.get("why", "")).split())),
+                            bound))
         return out
 
 
@@ -328,20 +411,26 @@ def parse_definition(raw: Any, source: str = "definition", overrides: dict[str, 
     for key in ("name", "network", "series", "sweep", "emulated"):
         if key not in raw:
             raise ConfigError(source, key, "is required")
+    program = raw.get("program", "allreduce")
+    if program not in PROGRAMS:
+        raise ConfigError(source, "program", f"must be one of {', '.join(PROGRAMS)}, got {program!r}")
     network = _mapping(raw["network"], "network", NETWORK_KEYS, source)
-    for key in ("link", "gradient"):
+    for key in ("link", "gradient") if program == "allreduce" else ("link",):
         if key not in network:
             raise ConfigError(source, f"network.{key}", "is required (e.g. link: 100Gbps, gradient: 100MB)")
+    if program == "pace" and "gradient" in network:
+        raise ConfigError(source, "network.gradient", "program: pace takes each model's own gradient")
     try:
         parse_rate(network["link"])
-        parse_size(network["gradient"])
+        if "gradient" in network:
+            parse_size(network["gradient"])
         if "delay" in network:
             parse_time(network["delay"])
         emulated = _mapping(raw["emulated"], "emulated", ("gradient",), source)
         emulated_bytes = parse_size(emulated.get("gradient", "256KiB"))
     except UnitError as exc:
         raise ConfigError(source, "network", str(exc)) from exc
-    allowed = RUN_FIELDS + NETWORK_KEYS
+    allowed = RUN_FIELDS + NETWORK_KEYS + (PACE_KEYS if program == "pace" else ())
     run = _mapping(raw.get("run", {}), "run", allowed, source)
     series = raw["series"]
     if not isinstance(series, dict) or not series:
@@ -382,7 +471,7 @@ def parse_definition(raw: Any, source: str = "definition", overrides: dict[str, 
     d = Definition(name=str(raw["name"]), title=str(raw.get("title", raw["name"])), paper=str(raw.get("paper", "")),
                    claim=str(raw.get("claim", "")).strip(), network=network, repeats=repeats, series=series,
                    sweep=sweep, x=x, plot=plot, claims_raw=claims, notes=str(raw.get("notes", "")).strip(),
-                   run=run, emulated_bytes=emulated_bytes, source=source)
+                   run=run, emulated_bytes=emulated_bytes, source=source, program=program)
     d.claims()                      # evaluates every paper expression once: errors now, not after the runs
     return d
 

@@ -72,9 +72,10 @@ def time_plot(rows: list[dict], d: Definition, path: Path) -> Path:
                 ax.plot([b[0] for b in bad], [b[1] for b in bad], "x", color="red", markersize=10)
     ax.set_xticks(xs, labels, rotation=0 if numeric else 20, fontsize=8)
     ax.set_xlabel(d.x if d.x != "fail" else "link failures during the run (link@fraction of blocks done)")
-    ax.set_ylabel("allreduce time, real network (ms)")
+    what = "training iteration" if d.program == "pace" else "allreduce"
+    ax.set_ylabel(f"{what} time, real network (ms)")
     ax.set_title(f"{d.title}\n{format_rate(parse_rate(d.network['link']))} links, "
-                 f"{d.network['gradient']} gradient (scaled; medians, min-max)", fontsize=9)
+                 f"{d.network.get('gradient', 'each model’s')} gradient (scaled; medians, min-max)", fontsize=9)
     _flag_legend(ax, flagged)
     return _save(fig, path)
 

@@ -23,9 +23,11 @@ from controller import topologies
 from controller.topology import switches
 from emulation.fidelity import DEFAULT_CEILING_MBPS, calibration_path, load_calibration
 from ground.runspec import RunSpec
-from experiments.definition import ConfigError, Definition, Point, load_definition, parse_definition, read_yaml
+from experiments.definition import (ConfigError, Definition, Point, ProgramRun, load_definition, parse_definition,
+                                    read_yaml)
 
-RunFn = Callable[[list[RunSpec]], Iterator[dict]]   # specs of one point (its repeats) -> results
+# specs of one point (its repeats) -> results; a ProgramRun for program: pace points
+RunFn = Callable[[list["RunSpec | ProgramRun"]], Iterator[dict]]
 SUITE_KEYS = ("name", "repeats", "definitions", "ceiling_mbps")
 ENTRY_KEYS = ("file", "sweep", "repeats", "series", "emulated", "run")
 
@@ -48,7 +50,7 @@ class Outcome:
     suite: Suite
     out_dir: Path
     rows: list[dict[str, Any]] = field(default_factory=list)
-    interrupted: bool = False
+    interrupted: int = 0               # the stop signal's number (SIGINT 2, SIGTERM 15, SIGHUP 1), 0 if none
     ran: int = 0
     skipped: int = 0
     started: float = 0.0
@@ -111,22 +113,45 @@ def load_suite(path: str | Path, repeats: int | None = None) -> Suite:
 REUSABLE = ("switchml", "omnireduce")
 
 
-def default_run_fn() -> RunFn:
+def default_run_fn(out_dir: Path | None = None) -> RunFn:
     """Runs a group of specs that differ only in their seed (the repeats of one point): in one
     network when the algorithm allows it and no link is failed on purpose (a failed link stays
     down), else in a fresh network each. A run that raises inside a shared network ends the
-    sharing: the rest of the group runs in fresh networks."""
+    sharing: the rest of the group runs in fresh networks. A ProgramRun (program: pace) runs
+    `agglab train --profile-only` for both schedulers in one network against one calibration
+    (a paired comparison); the other scheduler's result waits for its own point."""
     try:
         from emulation.session import Session, run_allreduce
     except ImportError as exc:
         raise SetupError(f"cannot import emulation.session ({exc}): run `make setup` in the repository") from exc
+    pending: dict[str, dict] = {}        # the other scheduler of a PACE pair, by the pair's identity
+
+    def pace(job: ProgramRun) -> dict:
+        from emulation.pace_run import PaceOptions, per_scheduler, run_profile
+
+        scheduler = job.option("scheduler")
+        pair = json.dumps({k: v for k, v in job.to_dict().items() if k != "scheduler"}, sort_keys=True, default=str)
+        if pair in pending and scheduler in pending[pair]:
+            return pending[pair].pop(scheduler)
+        opts = PaceOptions(**{k: job.option(k) for k in ("link_gbps", "alpha_us", "partition_mb", "threshold_mb",
+                                                         "cycle_ms", "emulated_mb", "plan_cost")
+                              if job.option(k) is not None})
+        where = (out_dir or Path("results")) / "pace" / f"{job.option('model')}-seed{job.seed}"
+        both = per_scheduler(run_profile(job.spec, job.option("model"), ["fifo", "pace"], opts, where))
+        mine = both.pop(scheduler)
+        pending[pair] = both
+        return mine
 
     def fresh(spec: RunSpec) -> dict:
         d = spec.to_dict()
         d.pop("length_override")
         return run_allreduce(**d)
 
-    def run(specs: list[RunSpec]) -> Iterator[dict]:
+    def run(specs: list) -> Iterator[dict]:
+        if isinstance(specs[0], ProgramRun):
+            for job in specs:
+                yield pace(job)
+            return
         if len(specs) == 1:
             yield fresh(specs[0])
             return
@@ -146,7 +171,8 @@ def default_run_fn() -> RunFn:
 
 
 def shareable(p: Point) -> bool:
-    return bool(p.spec) and p.spec.algorithm in REUSABLE and not p.spec.fail and not p.spec.fail_switch
+    return bool(p.spec) and not p.program and p.spec.algorithm in REUSABLE and not p.spec.fail \
+        and not p.spec.fail_switch
 
 
 def plan(suite: Suite, out_dir: Path) -> list[tuple[Definition, Point, list[int]]]:
@@ -168,6 +194,8 @@ def estimate_seconds(point: Point, runs: int = 1) -> float:
     the quick suite on a loaded 2-core machine: 15 runs in 38 s."""
     if point.spec is None:
         return 0.1 * runs
+    if point.program:
+        return runs * pace_seconds(point)
     try:
         g = topologies.for_run(point.spec)
     except ValueError:
@@ -176,6 +204,14 @@ def estimate_seconds(point: Point, runs: int = 1) -> float:
     wire = point.spec.elements * 4 * 8 * 1.25 / (min(rates) * 1e6)
     setups = 1 if shareable(point) else runs
     return setups * (1.0 + 0.4 * len(switches(g))) + runs * (0.5 + 1.5 * wire)
+
+
+def pace_seconds(point: Point) -> float:
+    """Half of a FIFO+PACE pair (both run in one network): set-up, three rounds of host
+    programs (calibration, FIFO, PACE) and about 2.5x the emulated gradient on the wire.
+    Fitted to pace.yaml on a loaded 2-core machine: 3 pairs at 1 MiB, 5 Mb/s in 43 s."""
+    wire = point.program.get("emulated_mb", 1.0) * 2**20 * 8 * 1.25 / (point.spec.bw * 1e6)
+    return (3.0 + 2 * 3.0 + 2.5 * wire) / 2
 
 
 def load_rows(path: Path) -> list[dict[str, Any]]:
@@ -192,7 +228,8 @@ def load_rows(path: Path) -> list[dict[str, Any]]:
 
 def new_row(d: Definition, p: Point, repeat: int) -> dict[str, Any]:
     return {"definition": d.name, "key": p.key, "repeat": repeat, "series": p.series, "values": p.values,
-            "spec": p.spec.to_dict() if p.spec else None, "scale_rate": p.scale.rate, "scale_size": p.scale.size,
+            "spec": p.spec.to_dict() if p.spec else None, **({"program": p.program} if p.program else {}),
+            "scale_rate": p.scale.rate, "scale_size": p.scale.size,
             "ok": False, "error": p.error, "when": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
@@ -202,7 +239,7 @@ def fill_row(row: dict[str, Any], result: dict | None, error: str, wall: float) 
     row["wall_seconds"] = round(wall, 3)
     row["error"] = error[:600]
     for key in ("ok", "exact", "seconds", "goodput_mbps", "packets", "retransmissions", "fidelity",
-                "failures", "trees", "errors"):
+                "failures", "trees", "errors", "pace"):
         if key in result:
             row[key] = result[key]
     if result and not result.get("ok") and not row["error"]:
@@ -219,7 +256,7 @@ def run_group(run_fn: RunFn, d: Definition, p: Point, repeats: list[int]) -> Ite
         for r in repeats:
             yield new_row(d, p, r)
         return
-    specs = [p.spec.with_(seed=p.spec.seed + r) for r in repeats]
+    specs = [p.runnable(p.spec.seed + r) for r in repeats]
     results = run_fn(specs)
     for r in repeats:
         row, t0 = new_row(d, p, r), time.monotonic()
@@ -238,13 +275,15 @@ def run_suite(suite: Suite, out_dir: Path, run_fn: RunFn | None = None, log: Tex
     """Run what is not yet done, append each run to runs.jsonl, then write the report."""
     from tqdm import tqdm
     from experiments.report import write_report
+    from ground.interrupts import signum_of
 
     out_dir.mkdir(parents=True, exist_ok=True)
     runs_file = out_dir / "runs.jsonl"
     outcome = Outcome(suite, out_dir, started=time.time())
     done = {(r["definition"], r["key"], r["repeat"]) for r in load_rows(runs_file) if r.get("ok")}
     groups = []
-    for d, p, reps in plan(suite, out_dir):
+    steps = plan(suite, out_dir)
+    for d, p, reps in steps:
         todo = [r for r in reps if (d.name, p.key, r) not in done]
         outcome.skipped += len(reps) - len(todo)
         for chunk in ([todo] if shareable(p) else [[r] for r in todo]):
@@ -252,7 +291,7 @@ def run_suite(suite: Suite, out_dir: Path, run_fn: RunFn | None = None, log: Tex
                 groups.append((d, p, chunk, estimate_seconds(p, len(chunk))))
     if outcome.skipped:
         print(f"resuming: {outcome.skipped} finished run(s) in {runs_file} are kept and skipped", file=log)
-    run_fn = run_fn or (default_run_fn() if groups else None)
+    run_fn = run_fn or (default_run_fn(out_dir) if groups else None)
     bar = tqdm(total=round(sum(g[3] for g in groups)), unit="s", file=log, disable=not progress or not groups,
                desc=suite.name, bar_format="{desc} {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} est-s "
                "[{elapsed}<{remaining}] {postfix}")
@@ -265,13 +304,14 @@ def run_suite(suite: Suite, out_dir: Path, run_fn: RunFn | None = None, log: Tex
                 outcome.ran += 1
                 bar.update(round(est / len(reps)))
                 bar.write(f"{d.name}: {p.label()} rep {row['repeat'] + 1}: {describe(row)}", file=log)
-    except KeyboardInterrupt:
-        outcome.interrupted = True
-        bar.write("interrupted: every finished run is kept in runs.jsonl; rerun to resume", file=log)
+    except KeyboardInterrupt as exc:       # the run in progress cleaned up as it unwound
+        outcome.interrupted = signum_of(exc)
     finally:
         bar.close()
     outcome.finished = time.time()
-    outcome.rows = latest(load_rows(runs_file))
+    # rows of points this suite still plans (an edited definition leaves older rows behind)
+    planned = {(d.name, p.key, r) for d, p, reps in steps for r in reps}
+    outcome.rows = [r for r in latest(load_rows(runs_file)) if (r["definition"], r["key"], r["repeat"]) in planned]
     write_report(outcome)
     return outcome
 

@@ -29,6 +29,7 @@ import ctypes
 import ctypes.util
 import mmap
 import os
+import socket
 import struct
 import sys
 
@@ -65,8 +66,9 @@ class MsgBatch:
     sending (put() sets the slot's length); a daemon keeps one for receiving
     and one per egress port for sending."""
 
-    def __init__(self, count: int, slot: int, fd: int = -1):
-        """`fd`: the socket send() uses by default (a switch keeps one batch per port)."""
+    def __init__(self, count: int, slot: int, fd: int = -1, dest: tuple[str, int] | None = None):
+        """`fd`: the socket send() uses by default (a switch keeps one batch per port);
+        `dest`: an IPv4 (address, port) every message is sent to (unconnected UDP)."""
         if not AVAILABLE:
             raise OSError("recvmmsg/sendmmsg are not available on this platform")
         self.count, self.slot = count, slot
@@ -75,10 +77,17 @@ class MsgBatch:
         self.arena = mmap.mmap(-1, count * slot)
         self._iov = bytearray(count * _IOVEC)
         self._hdr = bytearray(count * _MMSG)
+        self._name = bytearray(16)                              # struct sockaddr_in
+        if dest:
+            struct.pack_into("=H2s4s", self._name, 0, socket.AF_INET, struct.pack("!H", dest[1]),
+                             socket.inet_aton(dest[0]))
         # from_buffer pins each buffer (it can no longer be resized or closed) and gives its address
-        self._pins = [(ctypes.c_char * len(b)).from_buffer(b) for b in (self.arena, self._iov, self._hdr)]
-        arena_at, iov_at, self._hdr_at = (ctypes.addressof(p) for p in self._pins)
+        self._pins = [(ctypes.c_char * len(b)).from_buffer(b)
+                      for b in (self.arena, self._iov, self._hdr, self._name)]
+        arena_at, iov_at, self._hdr_at, name_at = (ctypes.addressof(p) for p in self._pins)
         for i in range(count):
+            if dest:
+                struct.pack_into("PI", self._hdr, i * _MMSG, name_at, 16)           # msg_name(len)
             struct.pack_into("PN", self._iov, i * _IOVEC, arena_at + i * slot, slot)
             struct.pack_into("P", self._hdr, i * _MMSG + 16, iov_at + i * _IOVEC)   # msg_iov
             struct.pack_into("N", self._hdr, i * _MMSG + 24, 1)                     # msg_iovlen

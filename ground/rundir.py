@@ -53,6 +53,26 @@ class RunRecord:
         f = self.path / "interfaces"
         return [n for n in f.read_text().split() if n] if f.exists() else []
 
+    def keep(self, dest: Path) -> Path:
+        """Copy what the run wrote (logs, commands, events, pcaps, worker reports) to `dest`,
+        leaving out what only a live run needs (sockets, the owner's pid). When run with sudo
+        the copy belongs to the user who ran sudo, so it can be read and removed without root."""
+        dest = Path(dest)
+        dest.mkdir(parents=True, exist_ok=True)
+
+        def skipped(_dir, names):
+            return [n for n in names if n == "owner.pid" or n.endswith((".sock", ".ipc"))]
+
+        shutil.copytree(self.path, dest, ignore=skipped, dirs_exist_ok=True)
+        uid, gid = os.environ.get("SUDO_UID"), os.environ.get("SUDO_GID")
+        if os.geteuid() == 0 and uid and gid:
+            for p in [dest, *dest.rglob("*")]:
+                try:
+                    os.chown(p, int(uid), int(gid), follow_symlinks=False)
+                except OSError:
+                    pass
+        return dest
+
     def owner_alive(self) -> bool:
         try:
             return _alive(int((self.path / "owner.pid").read_text()))

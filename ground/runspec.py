@@ -119,6 +119,8 @@ class RunSpec:
     fail: list[str] = field(default_factory=list)    # ["A-B@0.5", "tree@0.5", ...]
     fail_switch: list[str] = field(default_factory=list)   # ["a1@0.5", "tree@0.5", ...]: kill switches
     length_override: dict[int, int] = field(default_factory=dict)   # rank -> length (tests)
+    keep: str | None = None            # copy the run directory here when the run ends (logs, commands, pcaps)
+    pcap: bool = False                 # the switches write per-port pcaps into the kept directory
 
     # -- derived -------------------------------------------------------------------
     @property
@@ -207,6 +209,8 @@ class RunSpec:
                              + (", BCube" if self.tree == "bml" else "") + ") does not apply; leave --tree at spt")
         if self.bml_variant not in ("in-network", "host"):
             raise ValueError(f"--bml-variant must be in-network or host, got {self.bml_variant!r}")
+        if self.pcap and not self.keep:
+            raise ValueError("--pcap writes per-port pcaps into the kept run directory: give --keep DIR too")
         self.fail_specs   # noqa: B018 (parses every --fail, raising on a bad one)
         self.fail_switch_specs   # noqa: B018 (and every --fail-switch)
         return self

@@ -261,6 +261,9 @@ class SlotRun:
         finally:
             self.stats.seconds = time.monotonic() - start
             self.stats.srtt = self.rtt.srtt
+            flush = getattr(self.tx, "flush", None)    # a batching transport (UdpTransport): what
+            if flush is not None:                      # the last results made us send leaves now
+                flush()
         save_versions(self.versions, self.job, [(v + r) & 1 for v, r in zip(self.v0, self.rounds)])
         if self.is_float:
             flat = qz.dequantize_blocks(self.sums, self.used_exp, self.n).reshape(-1)

@@ -13,8 +13,8 @@ K-blocks s, s+S, s+2S, ... in increasing order:
    minimum of everyone's announcements) and its agreed exponent (`exp`).  A worker
    sends m' only if m' is the block it announced; it then announces
    min(next non-zero block of its own in the column, m' + lookahead*S)
-   (hosts/sparse_blocks.py), so a long zero run still sends a zero block every
-   `lookahead` rounds.  Otherwise it sends nothing and waits for the result.
+   (hosts/sparse_blocks.py; by default the look-ahead is unbounded, with a bound L a
+   long zero run still sends a zero block every L rounds).  Otherwise it sends nothing and waits for the result.
    A result naming NEXT_NONE ends the column.
 
 Why a worker must check the result's `next_block`: it can never exceed what the
@@ -68,7 +68,11 @@ from hosts.sparse_diagnostics import (DONE, LEAD, SPARSE, SparseMismatchError,  
 K = wire.K
 FLAG_SPARSE = wire.CONST["AGG_FLAG_SPARSE"]
 FLAG_ACK = wire.CONST["AGG_FLAG_ACK"]
-DEFAULT_LOOKAHEAD = 64
+# Rounds of a column a worker may announce ahead. Effectively unbounded: a worker announces
+# its own next non-zero block. (It was 64: at 1M int32, window 128 and density 0.01 that
+# forced ~100 zero rounds per worker on top of ~284 - issue 10, item 4.) A smaller bound
+# remains an option (`lookahead=`): a long zero run then sends a zero block every L rounds.
+DEFAULT_LOOKAHEAD = 1 << 24
 SPARSE_LANE = LANES_USED            # slot-0 lead lane: 1 per worker running sparse
 assert SPARSE_LANE < K
 # transport -> {job: per-slot version of the next sparse round 0}, as slots.LEAD_VERSIONS

@@ -8,13 +8,19 @@ payloads (agg_h + values), so that is all a transport has to do.
 
 from __future__ import annotations
 
+import atexit
 import errno
+import os
+import select
 import socket
+import weakref
+from collections import deque
 from typing import Protocol, runtime_checkable
 
-from ground import wire
+from ground import mmsg, wire
 
 BUFFER_BYTES = 16 * 1024 * 1024   # the kernel caps this at net.core.{r,w}mem_max
+RECV_BYTES = 4096                 # payloads are wire.PAYLOAD_BYTES; more is foreign
 
 
 @runtime_checkable
@@ -26,13 +32,38 @@ class Transport(Protocol):
         """Next UDP payload addressed to this worker, or None after `timeout` seconds (0 = poll)."""
 
 
+_OPEN: "weakref.WeakSet[UdpTransport]" = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_open_transports() -> None:
+    """A worker process that never closes its transport still sends what it staged."""
+    for t in list(_OPEN):
+        try:
+            t.close()
+        except OSError:
+            pass
+
+
 class UdpTransport:
     """One UDP socket bound to (local_ip, AGG_UDP_PORT), sending to (service_ip, AGG_UDP_PORT).
 
     Large socket buffers matter: a window of S slots means S packets can arrive
     back to back (one multicast burst per completed slot), and a dropped result
     costs a full retransmission timeout.
+
+    Batched (ground/mmsg.py) where the platform allows: `recv` takes every waiting
+    payload with one recvmmsg and hands them out one per call; `send` only stages a
+    payload, and the staged ones leave with one sendmmsg when `recv` has nothing
+    buffered any more (so before it would wait or ask the kernel), when BATCH are staged,
+    or on `flush`/`close`. An agent answers a whole burst of results with one system
+    call each way; as every agent loop calls `recv` after sending, nothing waits longer
+    than the handling of the burst in hand. What an agent stages after its last `recv`
+    (an acknowledgement of the final result) leaves when the allreduce returns
+    (hosts/slots.py flushes), else on `close` or at interpreter exit.
     """
+
+    BATCH = 64
 
     def __init__(self, local_ip: str, service_ip: str, port: int = wire.UDP_PORT,
                  buffer_bytes: int = BUFFER_BYTES, device: str | None = None) -> None:
@@ -50,29 +81,86 @@ class UdpTransport:
         self.dest = (service_ip, port)
         self._timeout: float | None = None
         self.send_errors = 0          # sends refused by the kernel (link down): counted as loss
+        self._staged = 0
+        self._received: deque[bytes] = deque()
+        if mmsg.AVAILABLE:
+            self.sock.setblocking(False)
+            self._tx = mmsg.MsgBatch(self.BATCH, RECV_BYTES, fd=self.sock.fileno(), dest=self.dest)
+            self._rx = mmsg.MsgBatch(self.BATCH, RECV_BYTES)
+            self._poll = select.poll()
+            self._poll.register(self.sock, select.POLLIN)
+            _OPEN.add(self)
+        else:
+            self._tx = self._rx = None
 
     def send(self, payload: bytes) -> None:
         """A down link (ENETUNREACH, ENETDOWN) or a full queue (ENOBUFS) is packet loss:
         the retransmission timer recovers, or the controller reports a partition."""
-        try:
-            self.sock.sendto(payload, self.dest)
-        except OSError as exc:
-            if exc.errno not in (errno.ENETUNREACH, errno.ENETDOWN, errno.EHOSTUNREACH, errno.ENOBUFS):
-                raise
-            self.send_errors += 1
+        if self._tx is None or len(payload) > RECV_BYTES:
+            self.flush()
+            try:
+                self.sock.sendto(payload, self.dest)
+            except OSError as exc:
+                self._refused(exc.errno, exc)
+            return
+        self._tx.put(self._staged, payload)
+        self._staged += 1
+        if self._staged == self.BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send every staged payload now, in order; a refused one is lost alone."""
+        done, staged = 0, self._staged
+        self._staged = 0
+        while done < staged:
+            sent = self._tx.send(self._tx.fd, staged, done)
+            done += sent
+            if done < staged:
+                if self._tx.errno not in (0, errno.EAGAIN):
+                    self._refused(self._tx.errno, None)
+                else:
+                    self.send_errors += 1
+                done += 1
+
+    def _refused(self, err: int, exc: OSError | None) -> None:
+        if err not in (errno.ENETUNREACH, errno.ENETDOWN, errno.EHOSTUNREACH, errno.ENOBUFS):
+            raise exc or OSError(err, os.strerror(err))
+        self.send_errors += 1
 
     def recv(self, timeout: float) -> bytes | None:
+        if self._received:
+            return self._received.popleft()
+        if self._rx is None:
+            return self._recv_one(timeout)
+        if self._staged:
+            self.flush()
+        n = self._rx.recv(self.sock.fileno())
+        if not n and timeout > 0 and self._poll.poll(timeout * 1000):
+            n = self._rx.recv(self.sock.fileno())
+        if not n:
+            return None
+        frame = self._rx.frame
+        self._received.extend(frame(i) for i in range(1, n))
+        return frame(0)
+
+    def _recv_one(self, timeout: float) -> bytes | None:
+        """Without recvmmsg: one payload per call, waiting with a socket timeout."""
         timeout = max(0.0, timeout)
         if timeout != self._timeout:           # settimeout only when it changes
             self.sock.settimeout(timeout)
             self._timeout = timeout
         try:
-            return self.sock.recv(4096)           # payloads are wire.PAYLOAD_BYTES; more is foreign
+            return self.sock.recv(RECV_BYTES)     # payloads are wire.PAYLOAD_BYTES; more is foreign
         except (socket.timeout, BlockingIOError, InterruptedError):
             return None
 
     def close(self) -> None:
-        self.sock.close()
+        try:
+            if self._staged and self.sock.fileno() >= 0:
+                self.flush()
+        finally:
+            _OPEN.discard(self)
+            self.sock.close()
 
     def __enter__(self) -> "UdpTransport":
         return self

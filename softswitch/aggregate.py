@@ -105,7 +105,7 @@ class Aggregate:
             if obm & bit:
                 bitmap[o] = obm & ~bit                    # shadow copy: free the other version
             # EXERCISE END
-            # EXERCISE aggregate-add BEGIN hint: first contribution (bm == 0) copies the lanes, later ones add them (np.add, out=lanes); keep the max exponent, count, set the child's bit; when count == fan_in: root multicasts a RESULT (final=1), an inner switch sends the partial up
+            # EXERCISE aggregate-add BEGIN hint: first contribution (bm == 0) copies the lanes, later ones add them (np.add, out=lanes); keep the max exponent, count, set the child's bit; when count == fan_in: call self.on_complete(r, o) if set (re-arms the sparse state), then the root multicasts a RESULT (final=1), an inner switch sends the partial up
             lanes = self.values[lo:lo + K]
             pkt = np.frombuffer(frame, BE_U32, K, DATA_OFF)
             if bm == 0:

@@ -182,8 +182,13 @@ class Cli:
         self._nargs(args, 2, at_least=True)
         reg = self._res("register", args[0], self.p.register_arrays)
         start = _int(args[1], "start")
-        for offset, text in enumerate(args[2:]):
-            reg.write(start + offset, _int(text, "value"))
+        values = [_int(text, "value") for text in args[2:]]
+        if 0 <= start and start + len(values) <= reg.size and all(v >= 0 for v in values):
+            mask = (1 << reg.width) - 1          # one slice assignment (the reroute's preload)
+            reg.data[start:start + len(values)] = [v & mask for v in values]
+            return ""
+        for offset, value in enumerate(values):  # as single writes: the first bad index fails
+            reg.write(start + offset, value)
         return ""
 
     def do_register_reset(self, args):

@@ -235,11 +235,20 @@ class ControlClient:
 
     def request_many(self, lines: list[str]) -> list[tuple[bool, str]]:
         """Pipeline many commands in one write (bulk register preloads), replies in order."""
+        self.send_many(lines)
+        return self.read_many(lines)
+
+    def send_many(self, lines: list[str]) -> None:
+        """The first half of request_many: send, read later with read_many (so that batches
+        to several switches are worked on at once)."""
         if any("\n" in line or "\r" in line for line in lines):
             raise ValueError("one command per line")
         if self._sock is None:
             self._sock = self._connect()
         self._sock.sendall("".join(line.strip() + "\n" for line in lines).encode())
+
+    def read_many(self, lines: list[str]) -> list[tuple[bool, str]]:
+        """The replies to a send_many, in order."""
         return [self._read_reply(line) for line in lines]
 
     def command(self, line: str) -> str:

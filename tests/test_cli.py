@@ -25,7 +25,8 @@ GIVEN = {"workers": ("7", 7), "elements": ("123", 123), "dtype": ("float32", "fl
          "tree": ("packing", "packing"), "bml_variant": ("host", "host"),
          "algorithm": ("omnireduce", "omnireduce"), "density": ("0.5", 0.5), "pattern": ("overlap", "overlap"),
          "block_size": ("512", 512), "zero_workers": ("2", 2), "fail": ("tree@0.5", ["tree@0.5"]),
-         "fail_switch": ("a1@0.5", ["a1@0.5"])}
+         "fail_switch": ("a1@0.5", ["a1@0.5"]),
+         "keep": ("kept-run", "kept-run"), "pcap": (None, True)}      # None: a flag without a value
 
 
 def test_defaults_are_runspec_defaults():
@@ -38,7 +39,7 @@ def test_every_option_sets_its_field(cmd):
     assert covered == {k for k, v in GIVEN.items() if v is not None}, "GIVEN lacks a RunSpec field"
     argv = [cmd]
     for name in sorted(covered):
-        argv += ["--" + name.replace("_", "-"), GIVEN[name][0]]
+        argv += ["--" + name.replace("_", "-")] + ([GIVEN[name][0]] if GIVEN[name][0] is not None else [])
     spec = spec_from_args(build_parser().parse_args(argv))
     for name in covered:
         assert getattr(spec, name) == GIVEN[name][1], name
@@ -62,6 +63,10 @@ def test_lab_has_its_own_defaults():
     (["--topology", "single", "--tree", "bml"], "--tree bml goes with --topology bcube"),
     (["--topology", "fattree", "--k", "5"], "k must be an even number"),
     (["--topology", "bcube", "--tree", "bml", "--workers", "3"], "BML needs every BCube server as a worker"),
+    (["--pcap"], "--pcap writes per-port pcaps into the kept run directory: give --keep DIR too"),
+    (["--topology", "single", "--fail", "tree@0.5"],
+     "--fail tree@0.5: nothing to reroute around on this topology (it has no link between switches)"),
+    (["--topology", "single", "--workers", "33"], "one switch aggregates at most 32 workers"),
 ])
 def test_bad_input_is_one_line_and_exit_2(cmd, argv, message, capsys, monkeypatch):
     def must_not_run(*args, **kwargs):
@@ -96,3 +101,71 @@ def test_lab_allreduce_line_takes_the_per_run_options(monkeypatch):
                          (["--dtype", "int8"], "invalid choice"), (["--bogus"], "unrecognized")]:
         with pytest.raises(ValueError, match=message):
             _parse_allreduce(bad)
+
+
+@pytest.mark.parametrize("cmd", ["allreduce", "lab"])
+def test_keep_never_writes_over_a_used_directory(cmd, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("emulation.session.run_spec", lambda *a, **k: pytest.fail("reached the network"))
+    (tmp_path / "old-run").mkdir()
+    (tmp_path / "old-run" / "s1.log").write_text("a previous run")
+    assert main([cmd, "--keep", str(tmp_path / "old-run")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"agglab {cmd}: --keep {tmp_path / 'old-run'}: exists and is not an empty directory " \
+                  "(a kept run is never written over)\n"
+
+
+# A YAML data centre of two racks under one spine: no second path, 3 workers per rack.
+TWO_RACKS = """\
+nodes:
+  switches: [t1, t2, sp1]
+  hosts: [h1, h2, h3, h4, h5, h6]
+links:
+  - [h1, t1]
+  - [h2, t1]
+  - [h3, t1]
+  - [h4, t2]
+  - [h5, t2]
+  - [h6, t2]
+  - [t1, sp1]
+  - [t2, sp1]
+"""
+WIDE = "nodes:\n  switches: [t1]\n  hosts: [" + ", ".join(f"h{i}" for i in range(1, 35)) + "]\nlinks:\n" + \
+    "".join(f"  - [h{i}, t1]\n" for i in range(1, 35))
+RANKED = "nodes:\n  switches: [s1]\n  hosts: [{name: a1, rank: 0}, {name: a2, rank: 1}, a3]\n" \
+         "links:\n  - [a1, s1]\n  - [a2, s1]\n  - [a3, s1]\n"
+
+
+@pytest.mark.parametrize("cmd", ["allreduce", "lab"])
+@pytest.mark.parametrize("text,argv,message", [
+    (TWO_RACKS.replace("  - [t2, sp1]", "  - [t2, sp1, fast]"), ["--workers", "6"],
+     "dc.yaml:12: bw of link t2-sp1 must be a positive number"),
+    (TWO_RACKS, ["--workers", "7"], "has 6 hosts, fewer than --workers 7"),
+    (TWO_RACKS, ["--workers", "6", "--fail", "tree@0.5"], "--fail tree@0.5: nothing to reroute around on this "
+     "topology (every link between its switches is the only path to some worker)"),
+    (TWO_RACKS, ["--workers", "6", "--fail", "t1-sp2@0.5"], "no link t1-sp2"),
+    (WIDE, ["--workers", "34"], "switch t1 would aggregate 34 children on tree 0, but its contribution bitmap "
+     "holds 32 (AGG_MAX_WORKERS)"),
+    (RANKED, ["--workers", "3"], "ranks 2 hosts as workers: give --workers 2"),
+])
+def test_yaml_topology_errors_are_one_line_and_exit_2(cmd, text, argv, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("emulation.session.run_spec", lambda *a, **k: pytest.fail("reached the network"))
+    monkeypatch.setitem(sys.modules, "agglab.lab", types.SimpleNamespace(run_lab=lambda *a, **k: pytest.fail("lab")))
+    path = tmp_path / "dc.yaml"
+    path.write_text(text)
+    assert main([cmd, "--topology", str(path), "--tree", "spt", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"agglab {cmd}: ") and message in err, err
+
+
+def test_yaml_topology_without_ranks_takes_the_first_workers(tmp_path):
+    """--workers below the file's host count: the first hosts in name order are the ranks
+    (as the built-in topologies place fewer workers than hosts), and the tree spans them."""
+    from controller.topology import workers
+    from emulation.session import graph_for
+
+    path = tmp_path / "dc.yaml"
+    path.write_text(TWO_RACKS)
+    g = graph_for(spec_from_args(build_parser().parse_args(["lab", "--topology", str(path), "--workers", "4",
+                                                            "--tree", "spt"])))
+    assert workers(g) == ["h1", "h2", "h3", "h4"]
+    assert [g.nodes[h].get("rank") for h in ("h5", "h6")] == [None, None]

@@ -24,7 +24,8 @@ ELEMENTS = 65_536                       # 256 K-blocks per worker
 def _blocks_sent_ok(r: dict, density: float, elements: int, workers: int) -> None:
     """Data K-blocks sent ~ density x blocks per worker. Allowance: the first sparse round
     sends block s of every column (window columns) and a long zero run a zero block every
-    lookahead rounds, so per worker at most window + blocks/64 + a little on top."""
+    lookahead rounds (unbounded by default), so per worker at most window + blocks/64 + a
+    little on top."""
     blocks = -(-elements // wire.K)
     window = min(wire.SLOTS, blocks)
     nonzero = round(density * blocks)

@@ -41,17 +41,39 @@ def test_loss_curve_identical_to_one_process(tmp_path, workers):
 
 
 @pytest.mark.net_timeout(400)
-def test_identical_with_five_percent_loss(tmp_path):
-    r = train(tmp_path, steps=30, workers=4, loss=0.05)
+@pytest.mark.parametrize("workers", [2, 4])
+def test_identical_with_five_percent_loss(tmp_path, workers):
+    r = train(tmp_path, steps=30, workers=workers, loss=0.05)
     assert_identical(r)
     assert r["retransmissions"] > 0
 
 
 @pytest.mark.net_timeout(400)
-def test_identical_across_a_link_failure_mid_training(tmp_path):
-    r = train(tmp_path, workers=4, topology="fattree", k=4, fail=["tree@0.5"])
+@pytest.mark.parametrize("workers", [2, 4])
+def test_identical_across_a_link_failure_mid_training(tmp_path, workers):
+    r = train(tmp_path, workers=workers, topology="fattree", k=4, fail=["tree@0.5"])
     assert_identical(r)
     assert len(r["failures"]) == 1 and r["failures"][0]["on_tree"]
+
+
+@pytest.mark.net_timeout(400)
+@pytest.mark.parametrize("algorithm,topk", [("ring", 1.0), ("ps", 1.0), ("omnireduce", 0.25)],
+                         ids=["ring", "ps", "omnireduce-topk"])
+def test_cli_trains_with_every_algorithm(tmp_path, algorithm, topk):
+    """`agglab train --algorithm ring|ps` (the hosts' baselines over TCP, switches only
+    forward) and `--algorithm omnireduce --topk 0.25` (top-k blocks into the sparse
+    pipeline, error feedback): the same parameters as the one-process run with the same top-k."""
+    out = subprocess.run([sys.executable, "-m", "agglab", "train", "--workers", "4", "--model", "mlp",
+                          "--dataset", "digits", "--algorithm", algorithm, "--topk", str(topk), "--steps", "15",
+                          "--out", str(tmp_path), "--json"],
+                         capture_output=True, text=True, cwd=REPO, timeout=360)
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout)
+    assert r["ok"] and r["algorithm"] == algorithm and r["topk"] == topk and r["steps"] == 15
+    assert r["max_abs_param_diff"] == 0.0 and r["final_accuracy"] == r["single_process_accuracy"]
+    if topk < 1:
+        assert r["blocks_sent"] < r["blocks"]           # only the top-k blocks travelled
+    assert_clean()
 
 
 def test_cli_json_keys(tmp_path):

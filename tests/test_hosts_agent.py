@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from ground import wire
 from fakenet import FakeNet, ModelSwitch, _get
-import hosts.agent as agent_module
+import hosts.slots as slots_module           # the per-slot timers read slots.time
 from hosts import quantization as qz
 from hosts.agent import (AllreduceTimeout, DtypeMismatchError, LengthMismatchError,
                          WindowMismatchError, WorkerCountMismatchError, allreduce)
@@ -157,7 +157,7 @@ class _Silent:
 
 def test_silent_switch_gives_up_after_give_up_with_capped_backoff(monkeypatch):
     clock = _FakeClock()
-    monkeypatch.setattr(agent_module, "time", clock)
+    monkeypatch.setattr(slots_module, "time", clock)
     t = _Silent(clock)
     with pytest.raises(AllreduceTimeout, match=r"slot 2 round 0 \(lead, ver 0, tree 0, 0 retransmissions"):
         allreduce(np.zeros(5 * K, np.float32), transport=t, rank=0, workers=2, give_up=0.4)

@@ -15,7 +15,7 @@ from hosts import quantization as qz
 from fakenet import _get
 from hosts.agent import allreduce
 from hosts.protocol import LAYOUT
-from hosts.sparse_agent import SparseMismatchError, SparseProtocolError
+from hosts.sparse_agent import DEFAULT_LOOKAHEAD, SparseMismatchError, SparseProtocolError
 from hosts.sparse_blocks import announcements, nonzero_kblocks, sent_blocks
 from hosts.sparse_workload import expected_sparse_sum, sparse_gradient
 from fakenet import FakeNet, make_frame, sparse_net
@@ -32,7 +32,7 @@ def ok(results):
     return results
 
 
-def blocks_a_worker_sends(array, window, block_size=K, lookahead=64) -> list[int]:
+def blocks_a_worker_sends(array, window, block_size=K, lookahead=DEFAULT_LOOKAHEAD) -> list[int]:
     """design.md, written as loops: with S = min(window, K-blocks) columns (column s holds
     K-blocks s, s+S, ...), a worker first sends block s of every column; after sending m it
     announces, and later sends, the first K-block after m in m's column whose block_size
@@ -55,7 +55,7 @@ def blocks_a_worker_sends(array, window, block_size=K, lookahead=64) -> list[int
     return sorted(sent)
 
 
-def expected_blocks_sent(array, window, block_size=K, lookahead=64) -> int:
+def expected_blocks_sent(array, window, block_size=K, lookahead=DEFAULT_LOOKAHEAD) -> int:
     return len(blocks_a_worker_sends(array, window, block_size, lookahead))
 
 

@@ -93,3 +93,31 @@ def test_rto_estimator():
     assert r.rto == MIN_RTO
     r.sample(50.0, now=20.0)
     assert r.rto == MAX_RTO
+
+
+def test_staged_payloads_leave_in_order_before_recv_waits_and_on_close():
+    port = free_port()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as svc:
+        svc.bind((SERVICE, port))
+        svc.settimeout(2.0)
+        t = UdpTransport("127.0.0.1", SERVICE, port=port)
+        for i in range(100):                          # more than one batch
+            t.send(i.to_bytes(2, "big") * 5)
+        assert t.recv(0.0) is None                    # nothing came back, but the rest went out
+        assert [svc.recv(64) for _ in range(100)] == [i.to_bytes(2, "big") * 5 for i in range(100)]
+        t.send(b"last")                               # staged after the last recv ...
+        t.close()                                     # ... leaves on close
+        assert svc.recv(64) == b"last"
+
+
+def test_a_burst_is_handed_out_one_payload_per_recv_in_order():
+    port = free_port()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as svc, \
+            UdpTransport("127.0.0.1", SERVICE, port=port) as t:
+        svc.bind((SERVICE, port))
+        for i in range(150):
+            svc.sendto(b"r%d" % i, ("127.0.0.1", port))
+        got = []
+        while (p := t.recv(0.5)) is not None:
+            got.append(p)
+        assert got == [b"r%d" % i for i in range(150)]

@@ -31,6 +31,9 @@ def test_profile_only_pure_model_json(tmp_path):
     (["--model", "alexnet", "--profile-only", "--no-network"], "no profile 'alexnet'"),
     (["--model", "resnet50", "--profile-only", "--no-network", "--partition-mb", "0"], "--partition-mb must be positive"),
     (["--model", "resnet50", "--profile-only", "--no-network", "--algorithm", "nccl"], "--algorithm must be one of"),
+    (["--pcap"], "--pcap writes per-port pcaps into the kept run directory: give --keep DIR too"),
+    (["--topology", "single", "--fail", "tree@0.5"], "--fail tree@0.5: nothing to reroute around"),
+    (["--topology", "fattree", "--k", "5"], "k must be an even number"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     out = agglab(*args, tmp_path=tmp_path)

@@ -40,6 +40,8 @@ class PipeClient(SwitchClient):
     """A Pipeline behind the controller's client interface (commands atomic under `lock`).
     A dead one (`dead = True`, a killed switch) answers nothing, as a closed socket."""
 
+    atomic_batches = True          # a batch holds the network lock: no frame crosses it
+
     def __init__(self, name: str, lock=None):
         self.name, self.pipeline = name, Pipeline(seed=0)
         self.lock = lock or threading.RLock()
@@ -57,6 +59,10 @@ class PipeClient(SwitchClient):
     def commands(self, lines: list[str]) -> list[str]:
         with self.lock:
             return [self.command(line) for line in lines]
+
+    def register_write_range_lines(self, name: str, start: int, values) -> list[str]:
+        """The software switch's range write (SoftSwitchClient's form), as the daemon runs it."""
+        return [f"register_write_range {name} {start} " + " ".join(str(int(v)) for v in values)]
 
 
 class HostTransport:

@@ -54,12 +54,12 @@ def candidates(g: nx.Graph, workers, adj: dict) -> list[Tree]:
     sw_adj = {n: [m for m in nbrs if is_switch[m]] for n, nbrs in adj.items() if is_switch[n]}
     good, other = {}, {}
     for root in sorted(sw_adj, key=natural_key):
+        # EXERCISE rack-aware BEGIN hint: BFS the switch fabric from root (bfs_parents(sw_adj, root, lambda n: False)) and skip a root that misses a ToR; hang every worker under its ToR (rack); tree = Tree.from_parent(0, root, prune(parent, workers)); then count, per ToR, the tree edges to another switch (either end of an edge may be the ToR): pool = good when every ToR has at most one, else other
         parent = bfs_parents(sw_adj, root, lambda n: False)
         if not tors <= parent.keys():
             continue
         parent.update(rack)
         tree = Tree.from_parent(0, root, prune(parent, workers))
-        # EXERCISE rack-aware BEGIN hint: count, per ToR, the tree edges to another switch; a tree is rack-aware ('good') when every ToR has at most one uplink edge, else it goes to 'other'
         uplinks = {t: 0 for t in tors}
         for a, b in tree.edges:
             for t, o in ((a, b), (b, a)):

@@ -148,3 +148,48 @@ def describe(frame: bytes) -> str:
                 out.append(f"values[:{last + 1}]={list(vals[:last + 1])}")
     out.append(f"({len(frame)} bytes)")
     return " | ".join(out)
+
+
+def fields(frame: bytes) -> dict:
+    """The frame's named fields (eth, ip, udp, agg_h, value lanes), for field-level comparison."""
+    out: dict = {"length": len(frame)}
+    if len(frame) < 14:
+        return out | {"bytes": frame.hex()}
+    out |= {"eth.dst": frame[0:6].hex(":"), "eth.src": frame[6:12].hex(":"),
+            "eth.type": f"0x{struct.unpack('!H', frame[12:14])[0]:04x}"}
+    if out["eth.type"] == "0x0800" and len(frame) >= 34:
+        ver_ihl, tos, tlen, ident, ff, ttl, proto, csum = struct.unpack("!BBHHHBBH", frame[14:26])
+        out |= {"ip.src": str(ipaddress.IPv4Address(frame[26:30])),
+                "ip.dst": str(ipaddress.IPv4Address(frame[30:34])), "ip.ihl": ver_ihl & 15, "ip.tos": tos,
+                "ip.len": tlen, "ip.id": ident, "ip.flags": ff, "ip.ttl": ttl, "ip.proto": proto,
+                "ip.checksum": f"0x{csum:04x}"}
+        if proto == 17 and len(frame) >= 42:
+            sport, dport, ulen, ucsum = struct.unpack("!HHHH", frame[34:42])
+            out |= {"udp.sport": sport, "udp.dport": dport, "udp.len": ulen, "udp.checksum": f"0x{ucsum:04x}"}
+            if dport == wire.UDP_PORT and len(frame) >= wire.AGG_OFFSET + wire.AGG_HEADER_BYTES:
+                out |= {f"agg.{k}": v for k, v in wire.unpack_agg(frame, wire.AGG_OFFSET).items()}
+                n = min(wire.K, (len(frame) - wire.AGG_OFFSET - wire.AGG_HEADER_BYTES) // 4)
+                vals = struct.unpack_from(f"!{n}i", frame, wire.AGG_OFFSET + wire.AGG_HEADER_BYTES)
+                out |= {f"values[{i}]": v for i, v in enumerate(vals)}
+    if not any(k.startswith("values") for k in out):
+        out["rest"] = frame[14:].hex()
+    return out
+
+
+def first_difference(want: list[tuple[int, bytes]], got: list[tuple[int, bytes]]) -> str:
+    """One line naming the first port or field where two lists of (port, frame) differ."""
+    if len(want) != len(got):
+        wp, gp = [p for p, _ in want], [p for p, _ in got]
+        return (f"expected {len(want)} packet(s) out (ports {wp or 'none'}), got {len(got)} "
+                f"(ports {gp or 'none'})")
+    for (wport, wf), (gport, gf) in zip(want, got):
+        if wport != gport:
+            return f"a packet went out on port {gport}, expected port {wport}"
+        if wf == gf:
+            continue
+        a, b = fields(wf), fields(gf)
+        diff = [k for k in a if a.get(k) != b.get(k)] + [k for k in b if k not in a]
+        shown = ", ".join(f"{k} expected {a.get(k)}, got {b.get(k)}" for k in diff[:3])
+        more = f" (and {len(diff) - 3} more field(s))" if len(diff) > 3 else ""
+        return f"packet out on port {wport}: {shown}{more}"
+    return "no difference"

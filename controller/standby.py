@@ -1,0 +1,152 @@
+"""Standby trees: a niced child process computes the trees for single-link failures ahead.
+
+Why a process: tree computation is pure Python (rat: an LP per call; ~1 s under load), and a
+thread in the controller would hold the GIL that the reroute and the link monitor need the
+moment a link fails. Why a plain subprocess (`python -m controller.standby`) and not
+multiprocessing: spawn re-imports the caller's main script, which a user's program need not
+guard.
+
+Protocol: length-prefixed pickles. Parent -> child: (gen, algorithm, graph, workers,
+[(u, v, key), ...]); child -> parent: (gen, key, TreeSet or TreeError), one per link, in
+order. A newer task replaces the one in progress (checked between two links). The child
+exits when its stdin closes (the controller exited or stopped it).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import struct
+import subprocess
+import sys
+import threading
+
+from ground.paths import REPO
+
+_LEN = struct.Struct("!I")
+
+
+def _write(f, obj) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    f.write(_LEN.pack(len(data)) + data)
+    f.flush()
+
+
+def _exactly(f, n: int) -> bytes:
+    """n bytes from `f` (raw files may return fewer per read); EOFError at end of file."""
+    out = bytearray()
+    while len(out) < n:
+        chunk = f.read(n - len(out))
+        if not chunk:
+            raise EOFError
+        out += chunk
+    return bytes(out)
+
+
+def _read(f):
+    (n,) = _LEN.unpack(_exactly(f, _LEN.size))
+    return pickle.loads(_exactly(f, n))
+
+
+class StandbyWorker:
+    """The controller's side: one child per controller process (`get()`), the newest task's
+    results handed to its `store(key, trees)`."""
+
+    running: "StandbyWorker | None" = None
+    _lock = threading.Lock()
+
+    @classmethod
+    def get(cls) -> "StandbyWorker | None":
+        with cls._lock:
+            if cls.running is None or cls.running.proc.poll() is not None:
+                try:
+                    cls.running = cls()
+                except OSError:
+                    return None
+            return cls.running
+
+    def __init__(self) -> None:
+        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self.proc = subprocess.Popen([sys.executable, "-m", "controller.standby"], cwd=REPO, env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, preexec_fn=_nice)
+        self.gen, self.store = 0, None
+        self._send = threading.Lock()
+        threading.Thread(target=self._collect, name="standby-results", daemon=True).start()
+
+    def submit(self, algorithm: str, g, workers: list[str], links: list, store) -> None:
+        with self._send:
+            self.gen += 1
+            self.store = store
+            try:
+                _write(self.proc.stdin, (self.gen, algorithm, g, list(workers), links))
+            except (OSError, ValueError):
+                pass                                  # the child is gone: reroutes compute
+
+    def cancel(self) -> None:
+        """Stop the task in progress (the job stopped)."""
+        self.submit(None, None, [], [], None)
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def _collect(self) -> None:
+        while True:
+            try:
+                gen, key, got = _read(self.proc.stdout)
+            except (EOFError, OSError, ValueError, pickle.UnpicklingError):
+                return
+            store = self.store
+            if store is not None and gen == self.gen:
+                store(key, got)
+
+
+def _nice() -> None:
+    try:
+        os.nice(19)
+    except OSError:
+        pass
+
+
+def main() -> int:
+    """The child: compute each link's trees, newest task first."""
+    from controller import trees
+    from controller.trees.base import TreeError
+
+    tasks, results = sys.stdin.buffer.raw, sys.stdout.buffer     # raw: select() sees every byte
+    task = None
+    while True:
+        try:
+            task = task or _read(tasks)
+        except EOFError:
+            return 0
+        gen, algorithm, g, workers, links = task
+        task = None
+        for u, v, key in links:
+            if select.select([tasks], [], [], 0)[0]:      # a newer task (or EOF) replaces this one
+                break
+            g.edges[u, v]["up"] = False
+            try:
+                got = trees.compute(algorithm, g, workers, epoch=0)
+            except TreeError as exc:
+                got = exc
+            except Exception:                         # a standby is an optimisation: reroute computes
+                got = None
+            g.edges[u, v]["up"] = True
+            if got is not None:
+                try:
+                    _write(results, (gen, key, got))
+                except (BrokenPipeError, OSError):
+                    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""SIGINT, SIGTERM and SIGHUP stop any agglab command the same clean way.
+
+Here in ground/ because every program needs it: the `agglab` commands (agglab/cli.py) and
+`python -m experiments`, which `agglab experiment` becomes by exec (so it installs its own).
+
+Why: `kill` (SIGTERM) or a closed terminal (SIGHUP) used to end the process at once,
+leaving interfaces, switch and worker processes behind until `agglab clean`, while
+Ctrl-C unwound the `with Session(...)` blocks and cleaned up. Turning the two other
+signals into the same exception makes every command's own clean-up run, whatever the
+moment, and the exit status says which signal it was (128 + signal number: 130, 143, 129).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Callable
+
+HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop signal arrived; a KeyboardInterrupt so code that already handles Ctrl-C
+    (finally blocks, context managers, the experiment runner) handles these too."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise(signum, frame) -> None:
+    # Ignore repeats while the clean-up runs: a second Ctrl-C must not cut it short.
+    for sig in HANDLED:
+        signal.signal(sig, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
+def arm() -> dict:
+    """Turn the stop signals into Interrupted from now on; returns the previous handlers."""
+    return {sig: signal.signal(sig, _raise) for sig in HANDLED}
+
+
+def signum_of(exc: KeyboardInterrupt) -> int:
+    return exc.signum if isinstance(exc, Interrupted) else int(signal.SIGINT)
+
+
+def interrupted_line(command: str, signum: int, what: str = "everything it started was stopped and removed") -> str:
+    return f"agglab {command}: interrupted by {signal.Signals(signum).name}; {what}"
+
+
+def run_interruptible(command: str, func: Callable[[], int]) -> int:
+    """Run `func` with the stop signals turned into Interrupted; on one, say what was
+    interrupted in one line (after the clean-up ran) and return 128 + the signal number."""
+    previous = arm()
+    try:
+        return func()
+    except KeyboardInterrupt as exc:
+        signum = signum_of(exc)
+        print(interrupted_line(command, signum), file=sys.stderr, flush=True)
+        return 128 + signum
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
