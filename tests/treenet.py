@@ -112,6 +112,13 @@ class TreeNet:
             self.clients[sw].dead = True
         self.job.switch_changed(sw, False, time.monotonic())
 
+    def restart(self, sw: str) -> None:
+        """A dead switch starts again, empty (a new pipeline in the shared clients dict), and
+        the controller is told, as Session.restart_switch tells it."""
+        with self.lock:
+            self.clients[sw] = PipeClient(sw, self.lock)
+        self.job.switch_changed(sw, True, time.monotonic())
+
     def inject(self, host: str, frame: bytes) -> None:
         with self.lock:
             leaf = self.transports[host].leaf
