@@ -87,7 +87,15 @@ def _print_human(r: dict) -> None:
               f"recomputed in {f['recompute_ms']} ms, installed in {f['install_ms']} ms"
               + ("" if f["on_tree"] else " (not on an active tree: nothing reinstalled)"))
     bound = f" (bound {r['error_bound']:.3g})" if r["dtype"] == "float32" else ""
-    print(f"{'exact' if r['exact'] else 'NOT EXACT'}: {r['workers']} workers x {r['elements']} {r['dtype']} "
+    jobs = r.get("jobs", [])
+    if len(jobs) > 1:
+        for j in jobs:
+            print(f"  job {j['job']} ({len(j['hosts'])} workers on {','.join(j['hosts'])}, slots "
+                  f"{j['slot_base']}..{j['slot_base'] + j['slots'] - 1}, loss {j['loss']}): "
+                  f"{'exact' if j['exact'] else 'NOT EXACT'} in {j['seconds']:.3f} s, "
+                  f"{j['retransmissions']} retransmissions")
+    print(f"{'exact' if r['exact'] else 'NOT EXACT'}: "
+          + (f"{len(jobs)} jobs of " if len(jobs) > 1 else "") + f"{r['workers']} workers x {r['elements']} {r['dtype']} "
           f"on {r['backend']} in {r['seconds']:.3f} s, {r['goodput_mbps']:.1f} Mb/s per worker, "
           f"{r['packets']} packets, {r['retransmissions']} retransmissions, "
           f"max abs error {r['max_abs_error']:.3g}{bound}")
@@ -124,6 +132,13 @@ def _doctor(args) -> int:
     return report()
 
 
+def _probabilities(text: str) -> list[float]:
+    try:
+        return [float(p) for p in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated probabilities, e.g. 0.1,0, got {text!r}") from None
+
+
 def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
     """The RunSpec options, each named after its field (`--give-up` is `give_up`); defaults
     are RunSpec's unless a command overrides one (the lab opens a fat-tree)."""
@@ -157,6 +172,11 @@ def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
     opt("--bml-variant", choices=["in-network", "host"], default=d["bml_variant"],
         help="BML on BCube: level switches aggregate (in-network, default) or servers "
              "reduce-scatter/all-gather through them as in the paper (host)")
+    opt("--jobs", type=int, default=d["jobs"], metavar="J",
+        help="run J concurrent allreduces (tenants) of --workers each, on hosts of their own, sharing the "
+             "switches and trees with disjoint slot ranges (default 1)")
+    opt("--job-loss", type=_probabilities, default=None, metavar="P0,P1,..",
+        help="with --jobs: loss on each job's worker links (one probability per job; default --loss)")
     opt("--fail", action="append", metavar="A-B@FRACTION",
         help="take link A-B down when FRACTION of the blocks are done; 'tree@0.5' picks a "
              "link the active tree uses; may repeat")

@@ -62,7 +62,7 @@ def p4app(spec: RunSpec, out_dir: Path) -> dict:
     for sw in switches(g):
         forward.install_forwarding(clients[sw], g, sw)
     TreeJob(g, clients, spec.tree, worker_hosts(g), spec.default_window(), out_dir / "epoch.json",
-            job=spec.job).start()
+            job=spec.job, standby=False).start()        # recorded, never rerouted: no standby trees
     links = []
     for u, v, e in sorted(g.edges(data=True), key=lambda t: (t[0], t[1])):
         params = {"port1": e["ports"][u], "port2": e["ports"][v],

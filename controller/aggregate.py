@@ -13,11 +13,19 @@ preloaded by controller/failover.py and controller/carry.py).
 from __future__ import annotations
 
 from controller.switch_client import SwitchClient
-from softswitch.roles import JobEntry, job_entry  # noqa: F401 (the controller's name for them)
+from softswitch.roles import REJECTS, JobEntry, job_entry  # noqa: F401 (the controller's name for them)
 
 STATS = ("contributions", "completions", "dup_dropped", "dup_answered", "rejected", "sim_dropped", "dup_up")
 
 
 def read_stats(client: SwitchClient) -> dict[str, int]:
-    """The agg_stats counter by name (indices STAT_* in constants.p4)."""
-    return {name: client.counter_read("agg_stats", i) for i, name in enumerate(STATS)}
+    """The agg_stats counter by name (indices STAT_* in constants.p4), then why the rejected
+    packets were rejected: agg_rejects as `rejected_<reason>` (REJ_* in constants.p4)."""
+    stats = {name: client.counter_read("agg_stats", i) for i, name in enumerate(STATS)}
+    stats.update(read_rejects(client))
+    return stats
+
+
+def read_rejects(client: SwitchClient) -> dict[str, int]:
+    """The agg_rejects counter: rejected packets by reason, keys `rejected_<reason>`."""
+    return {f"rejected_{name}": client.counter_read("agg_rejects", i) for i, name in enumerate(REJECTS)}

@@ -48,9 +48,11 @@ class Carry(Protocol):
     algorithm: str
 
     def snapshot(self, clients: dict[str, SwitchClient], old: Installation,
-                 tree_of_slot: list[int], regs: dict | None = None, down=frozenset()) -> Carried:
+                 tree_of_slot: list[int], regs: dict | None = None, values: dict | None = None,
+                 down=frozenset()) -> Carried:
         """Read, after the freeze, what the old tree holds that a worker may still need
-        (`regs`: switch -> register -> values of scalars() already read), from its live
+        (`regs`: switch -> register -> values of scalars() already read; `values`: root ->
+        r -> agg_values cells already read, failover.values_ahead_lines), from its live
         switches (`down`: dead switches, whose registers died with them)."""
 
     def preload(self, clients: dict[str, SwitchClient], new: Installation, tree_of_slot: list[int],
@@ -70,8 +72,19 @@ class Carry(Protocol):
 class DenseCarry:
     algorithm = "switchml"
 
-    def snapshot(self, clients, old, tree_of_slot, regs: dict | None = None, down=frozenset()) -> Carried:
-        return Carried(dense=failover.snapshot(clients, old, tree_of_slot, regs=regs, down=down))
+    # the snapshot needs nothing the first reads (scalars, values ahead) do not give: a bulk
+    # reroute can reset in the freeze's batch and preload in the next (two rounds, not three).
+    # Not with a dead switch: a dead root's results are read from the live switches below it,
+    # which the first reads do not cover (controller/job.py falls back to three rounds then)
+    complete_ahead = True
+
+    def __init__(self, slot_base: int = 0):
+        self.slot_base = slot_base            # the job's slot range starts here (jobs share switches)
+
+    def snapshot(self, clients, old, tree_of_slot, regs: dict | None = None,
+                 values: dict | None = None, down=frozenset()) -> Carried:
+        return Carried(dense=failover.snapshot(clients, old, tree_of_slot, self.slot_base, regs=regs,
+                                               values=values, down=down))
 
     def scalars(self, old, tree_of_slot, down=frozenset()) -> dict[str, tuple[str, ...]]:
         return failover.snapshot_reads(old, tree_of_slot, down)
@@ -82,15 +95,19 @@ class DenseCarry:
         return writes
 
     def preload_lines(self, clients, new, tree_of_slot, carried: Carried) -> tuple[dict, int]:
-        return failover.preload_lines(clients, new, tree_of_slot, carried.dense)
+        return failover.preload_lines(clients, new, tree_of_slot, carried.dense, self.slot_base)
 
 
 class SparseCarry(DenseCarry):
     algorithm = "omnireduce"
 
-    def snapshot(self, clients, old, tree_of_slot, regs: dict | None = None, down=frozenset()) -> Carried:
-        carried = super().snapshot(clients, old, tree_of_slot, regs, down)   # the lead rounds
-        carried.sparse = sparse_failover.sparse_snapshot(clients, old, tree_of_slot, regs=regs, down=down)
+    complete_ahead = False          # the held rounds' values are wherever the scalars say
+
+    def snapshot(self, clients, old, tree_of_slot, regs: dict | None = None,
+                 values: dict | None = None, down=frozenset()) -> Carried:
+        carried = super().snapshot(clients, old, tree_of_slot, regs, values, down)   # the lead rounds
+        carried.sparse = sparse_failover.sparse_snapshot(clients, old, tree_of_slot, self.slot_base,
+                                                         regs=regs, down=down)
         return carried
 
     def scalars(self, old, tree_of_slot, down=frozenset()) -> dict[str, tuple[str, ...]]:
@@ -101,7 +118,8 @@ class SparseCarry(DenseCarry):
 
     def preload_lines(self, clients, new, tree_of_slot, carried: Carried) -> tuple[dict, int]:
         lines, writes = super().preload_lines(clients, new, tree_of_slot, carried)
-        sparse, more = sparse_failover.sparse_preload_lines(clients, new, tree_of_slot, carried.sparse)
+        sparse, more = sparse_failover.sparse_preload_lines(clients, new, tree_of_slot, carried.sparse,
+                                                            self.slot_base)
         for sw, batch in sparse.items():
             lines.setdefault(sw, []).extend(batch)
         return lines, writes + more
@@ -110,10 +128,11 @@ class SparseCarry(DenseCarry):
 CARRIES = {c.algorithm: c for c in (DenseCarry, SparseCarry)}
 
 
-def carry_for(algorithm: str) -> Carry:
-    """The carry of an allreduce algorithm (ground.runspec.ALGORITHMS)."""
+def carry_for(algorithm: str, slot_base: int = 0) -> Carry:
+    """The carry of an allreduce algorithm (ground.runspec.ALGORITHMS) for a job whose slot
+    range starts at `slot_base`."""
     try:
-        return CARRIES[algorithm]()
+        return CARRIES[algorithm](slot_base)
     except KeyError:
         raise ValueError(f"no reroute carry for algorithm {algorithm!r}; "
                          f"known: {', '.join(CARRIES)}") from None

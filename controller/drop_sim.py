@@ -18,9 +18,15 @@ def threshold(probability: float) -> int:
 
 def set_loss(client: SwitchClient, ports: list[int], probability: float) -> None:
     """Drop `probability` of the packets entering and, independently, leaving each port."""
-    thr = threshold(probability)
+    set_losses(client, {p: probability for p in ports})
+
+
+def set_losses(client: SwitchClient, losses: dict[int, float]) -> None:
+    """Per port its own drop probability, both ways (ports not named: no loss). Replaces
+    every earlier setting of the switch."""
+    thresholds = {p: threshold(prob) for p, prob in losses.items()}
     for table in ("drop_sim", "drop_sim_egress"):
         client.table_clear(table)
-        if thr:
-            for p in ports:
+        for p, thr in sorted(thresholds.items()):
+            if thr:
                 client.table_add(table, "set_drop_rate", [p], [thr])

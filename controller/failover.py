@@ -107,7 +107,7 @@ def parse_window_reads(names, outs: list[str], window: int, slot_base: int = 0) 
         for ver in (0, 1):
             out = outs[2 * i + ver]
             start = slot_index(ver, slot_base, 0)
-            full[start:start + window] = [int(v) for v in out.split("=", 1)[1].split(",") if v.strip()]
+            full[start:start + window] = cells_of(out)          # a short answer raises here
         regs[name] = full
     return regs
 
@@ -122,10 +122,58 @@ def parse_reads(names, outs: list[str]) -> dict[str, np.ndarray]:
                            dtype=np.int64) for name, out in zip(names, outs)}
 
 
+def values_ahead_lines(inst: Installation, tree_of_slot: list[int], slot_base: int = 0,
+                       down=frozenset()) -> dict[str, list]:
+    """Per old live root, the agg_values cells of both versions of its slots, as runs of
+    consecutive slot versions: {root: [(r0, n), ...]} (read with the freeze, so that a dense
+    reroute needs no second read; window 128: 16,384 cells in all). A dead root (`down`) is
+    skipped: its slots' results are wherever snapshot() finds them below it."""
+    roots = {tree: role.switch for (_sw, tree), role in inst.roles.items() if role.root}
+    rs: dict[str, list[int]] = {}
+    for slot, tree in enumerate(tree_of_slot):
+        if roots[tree] in down:
+            continue
+        for ver in (0, 1):
+            rs.setdefault(roots[tree], []).append(slot_index(ver, slot_base, slot))
+    runs: dict[str, list] = {}
+    for sw, items in rs.items():
+        out = runs[sw] = []
+        for r in sorted(items):
+            if out and out[-1][0] + out[-1][1] == r:
+                out[-1] = (out[-1][0], out[-1][1] + 1)
+            else:
+                out.append((r, 1))
+    return runs
+
+
+def values_read_lines(runs: list) -> list[str]:
+    return [f"register_read_range agg_values {r0 * wire.K} {n * wire.K}" for r0, n in runs]
+
+
+def cells_of(out: str) -> np.ndarray:
+    """The values of a `register_read_range` answer ("name[a:b]= v0, v1, ..."), parsed in C."""
+    return np.fromstring(out.split("=", 1)[1], dtype=np.int64, sep=",")
+
+
+def parse_values_reads(runs: list, outs: list[str]) -> dict[int, np.ndarray]:
+    """r -> its K agg_values cells, from the answers to values_read_lines(runs)."""
+    got = {}
+    for (r0, n), out in zip(runs, outs):
+        cells = cells_of(out)
+        if cells.size != n * wire.K:
+            raise ValueError(f"register_read_range agg_values {r0 * wire.K} {n * wire.K}: {cells.size} cells")
+        for i in range(n):
+            got[r0 + i] = cells[i * wire.K:(i + 1) * wire.K]
+    return got
+
+
 def snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
-             slot_base: int = 0, regs: dict | None = None, down=frozenset()) -> dict[int, CompletedVersion]:
+             slot_base: int = 0, regs: dict | None = None, values: dict | None = None,
+             down=frozenset()) -> dict[int, CompletedVersion]:
     """Per slot, the complete-and-maybe-needed version at its old tree's root (if any).
-    `regs`: the registers of snapshot_reads(), if already read (after the switches' freeze).
+    `regs`: the registers of snapshot_reads(), if already read (after the switches' freeze);
+    `values`: switch -> r -> agg_values cells, if already read (values_ahead_lines: live
+    roots only); a holder whose cells are not all there is read here.
 
     A dead root (`down`: its registers died with it) is stood in for by the live switches
     of its tree. A version one of them holds as the final result (`agg_final`, the root
@@ -156,12 +204,15 @@ def snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot:
         if holder:
             sw, ver, r = holder
             wanted.setdefault(sw, []).append((slot, ver, r))
-    read = on_each(clients, wanted, lambda sw: clients[sw].register_read_ranges(
+    values = values or {}
+    missing = [sw for sw, items in wanted.items() if any(r not in values.get(sw, {}) for *_, r in items)]
+    read = on_each(clients, missing, lambda sw: clients[sw].register_read_ranges(
         "agg_values", [(r * wire.K, wire.K) for _, _, r in wanted[sw]]))   # one batch per holder
     found: dict[int, CompletedVersion] = {}
     for sw, items in wanted.items():
-        for (slot, ver, r), values in zip(items, read[sw]):
-            found[slot] = CompletedVersion(slot, ver, int(reg(sw, "agg_exp")[r]), np.array(values),
+        cells = read[sw] if sw in read else [values[sw][r] for *_, r in items]
+        for (slot, ver, r), vals in zip(items, cells):
+            found[slot] = CompletedVersion(slot, ver, int(reg(sw, "agg_exp")[r]), np.array(vals),
                                            int(reg(sw, "agg_block")[r]))
     return found
 
@@ -190,15 +241,34 @@ def _held_below(reg, live: list, slot_base: int, slot: int):
     return None
 
 
-def reset_lines() -> list[str]:
-    """What reset() sends to each switch."""
-    return [f"register_reset {name}" for name in REGISTERS]
+# Register layouts (aggregate.p4, sparse.p4): cells per slot version, or per slot and child.
+PER_VERSION_LANES = ("agg_values", "sp_values")                   # r*K + lane
+PER_CHILD = ("sp_next", "sp_exp_next")                            # (slot_base+slot)*MAX_WORKERS + child
 
 
-def reset(clients: dict[str, SwitchClient], switches) -> None:
-    """Zero the aggregation registers (one job per network: the job owns them)."""
+def reset_lines(client: SwitchClient | None = None, slots: tuple[int, int] | None = None) -> list[str]:
+    """What reset() sends to a switch: every register reset (a job alone on its switches), or,
+    with `slots` = (first, count), zeros written to those slots' cells only, both versions
+    (jobs sharing the switches: another job's slots are never written)."""
+    if slots is None:
+        return [f"register_reset {name}" for name in REGISTERS]
+    lines: list[str] = []
+    for name in REGISTERS:
+        if name in PER_CHILD:
+            ranges = [(slots[0] * wire.MAX_WORKERS, slots[1] * wire.MAX_WORKERS)]
+        else:
+            per = wire.K if name in PER_VERSION_LANES else 1
+            ranges = [(slot_index(ver, slots[0], 0) * per, slots[1] * per) for ver in (0, 1)]
+        for start, count in ranges:
+            lines += client.register_write_range_lines(name, start, [0] * count)
+    return lines
+
+
+def reset(clients: dict[str, SwitchClient], switches, slots: tuple[int, int] | None = None) -> None:
+    """Zero the aggregation registers: all of them (a job alone on its switches), or only the
+    cells of `slots` = (first, count) (see reset_lines)."""
     for sw in switches:
-        clients[sw].commands(reset_lines())
+        clients[sw].commands(reset_lines(clients[sw], slots))
 
 
 def preload(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
@@ -240,7 +310,7 @@ def preload_batches(clients: dict[str, SwitchClient], lines: dict[str, list[str]
     lines = {sw: coalesce_writes(clients[sw], batch) for sw, batch in lines.items()}
     for (sw, r), vals in values.items():
         lines.setdefault(sw, []).extend(clients[sw].register_write_range_lines(
-            register, r * wire.K, [int(v) & 0xFFFFFFFF for v in vals]))
+            register, r * wire.K, (np.asarray(vals, dtype=np.int64) & 0xFFFFFFFF).tolist()))
     return lines, writes
 
 

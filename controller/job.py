@@ -18,6 +18,7 @@ from pathlib import Path
 
 import networkx as nx
 
+from ground import wire
 from controller import failover, tree_install, trees
 from controller.carry import carry_for
 from controller.events import EventLog
@@ -54,11 +55,16 @@ class TreeJob(Job):
 
     def __init__(self, graph: nx.Graph, clients: dict[str, SwitchClient], algorithm: str,
                  workers: list[str], window: int, epoch_file: Path, job: int = 0,
-                 events: EventLog | None = None, drain: float | None = None, standby: bool = True):
+                 events: EventLog | None = None, drain: float | None = None, standby: bool = True,
+                 slot_base: int = 0, slots: int | None = None, reply_ports: dict | None = None):
         """`drain`: seconds a reroute waits after the freeze for packets in flight (default:
         none when every switch runs a command batch between two packets, else 0.02 s).
         `standby`: precompute, while the job runs, the trees for every single-link failure
-        of the active trees (in a niced worker process), so a reroute does not compute them."""
+        of the active trees (in a niced worker process), so a reroute does not compute them.
+        `slot_base`/`slots`: the job's slot range on every switch (default all of them); jobs
+        that share switches get disjoint ranges, and a job with a range of its own resets
+        only its own slots (never another job's). `reply_ports`: switch -> ports with an
+        agg_reply entry, shared by the jobs of one network (one entry per port)."""
         self.g = graph
         self.clients = clients
         self.algorithm = algorithm
@@ -74,9 +80,11 @@ class TreeJob(Job):
         self.treeset = None
         self.inst: tree_install.Installation | None = None
         self.tree_of_slot: list[int] = []
-        self.reply_ports: dict = {}
+        self.reply_ports: dict = {} if reply_ports is None else reply_ports
         self.partitioned: str | None = None
-        self.carry = carry_for("switchml")   # what a reroute keeps: set per allreduce by prepare()
+        self.slot_base = slot_base
+        self.slots = wire.SLOTS - slot_base if slots is None else slots
+        self.carry = carry_for("switchml", slot_base)   # what a reroute keeps: set per allreduce by prepare()
         self.stopped = False
         self.pending_reinstall: str | None = None   # a switch came back during an allreduce
 
@@ -86,8 +94,8 @@ class TreeJob(Job):
         self.treeset = trees.compute(self.algorithm, self.g, self.workers, epoch=0)
         recompute = time.monotonic() - t0
         self.tree_of_slot = partition_slots(self.treeset.weights, self.window)
-        failover.reset(self.clients, self.live_switches())
-        self.inst = tree_install.install(self.clients, self.g, self.treeset, self.job, reply_ports=self.reply_ports)
+        self._reset(self.live_switches())
+        self.inst = self._install(self.treeset)
         self._publish()
         self.events.add("trees_installed", epoch=0, trees=len(self.treeset.trees), algorithm=self.algorithm,
                         compute_ms=round(recompute * 1e3, 2), install_ms=round(self.inst.seconds * 1e3, 2),
@@ -112,7 +120,7 @@ class TreeJob(Job):
             tree_install.freeze(self.clients, old)
             self.treeset = new
             self.tree_of_slot = partition_slots(new.weights, self.window)
-            self.inst = tree_install.install(self.clients, self.g, new, self.job, reply_ports=self.reply_ports)
+            self.inst = self._install(new)
             tree_install.remove_groups(self.clients, old)
             self._publish()
             self.events.add("trees_installed", epoch=new.epoch, trees=len(new.trees), algorithm=self.algorithm,
@@ -129,10 +137,32 @@ class TreeJob(Job):
                 self.partitioned = None
                 self.reinstall(why=why)
             self.window = window
-            self.carry = carry_for(algorithm)
+            self.carry = carry_for(algorithm, self.slot_base)
             self.tree_of_slot = partition_slots(self.treeset.weights, window)
-            failover.reset(self.clients, self.live_switches())
+            self._reset(self.live_switches())
             self._publish("partitioned" if self.partitioned else "ok", self.partitioned or "")
+
+    def _ranks(self) -> dict[str, int]:
+        return {h: rank for rank, h in enumerate(self.workers)}
+
+    def _install(self, treeset) -> tree_install.Installation:
+        """Install `treeset` in the job's slot range; each worker's port admits only its rank."""
+        return tree_install.install(self.clients, self.g, treeset, self.job, slot_base=self.slot_base,
+                                    reply_ports=self.reply_ports, slots=self.slots, ranks=self._ranks())
+
+    @property
+    def _shared(self) -> bool:
+        """The job has a slot range of its own (other jobs use the rest of the switches' slots)."""
+        return self.slot_base > 0 or self.slots < wire.SLOTS
+
+    def _reset_lines(self, sw: str) -> list[str]:
+        """Fresh registers on switch `sw`: all of them for a job that has every slot, else only
+        the job's slots in use (`window` of them from slot_base)."""
+        return failover.reset_lines(self.clients[sw], (self.slot_base, self.window) if self._shared else None)
+
+    def _reset(self, on: list[str]) -> None:
+        for sw in on:
+            self.clients[sw].commands(self._reset_lines(sw))
 
     def _publish(self, status: str = "ok", reason: str = "") -> None:
         """Atomically replace the epoch file the agents watch."""
@@ -258,9 +288,9 @@ class TreeJob(Job):
         self.treeset = new
         self.tree_of_slot = partition_slots(new.weights, self.window)
         on_tree = sorted({sw for sw, _ in tree_install.roles_of(new, self.g)})
-        failover.reset(self.clients, on_tree)
+        self._reset(on_tree)
         ti = time.monotonic()
-        self.inst = tree_install.install(self.clients, self.g, new, self.job, reply_ports=self.reply_ports)
+        self.inst = self._install(new)
         tp = time.monotonic()
         self._publish("rerouting", f"{what} failed")      # heartbeat before the preload
         writes = self.carry.preload(self.clients, self.inst, self.tree_of_slot, carried)
@@ -273,13 +303,17 @@ class TreeJob(Job):
 
     def _reroute_bulk(self, link: str, t_detect: float, switch: str | None = None) -> dict:
         """The reroute on switches whose command batches are atomic (software switches), in
-        three bulk batches per switch, each sent to every switch before any answer is read:
+        rounds of bulk batches, each sent to every switch before any answer is read:
         (1) the old epoch's agg_job entries deleted (the freeze), the carry's register reads
-        (the window's cells of both versions; a switch's state is final once its freeze ran), the new epoch's entries and
-        groups added (harmless: no agent uses the new epoch before it is told); (2) the
-        carried results' values (only where (1) found some); (3) registers reset, the carry
-        preloaded, the new groups completed. The trees come from the standby when it has them. No drain: once a
-        switch answered its freeze, no packet of the old epoch touches its state."""
+        (the window's cells of both versions; a switch's state is final once its freeze ran),
+        the new epoch's entries and groups added (harmless: no agent uses the new epoch before
+        it is told); (2) the carried results' values (only where (1) found some); (3)
+        registers reset, the carry preloaded, the new groups completed. A dense carry reads
+        its values in (1) as well and resets there, so it needs only (1) and (3); with a dead
+        switch it reads the live roots' values in (1) but resets in (3), since a dead root's
+        results are read from the live switches below it in (2). The trees come from the
+        standby when it has them. No drain: once a switch answered its freeze, no packet of
+        the old epoch touches its state."""
         record = _cause(link, switch, t_detect)
         what = link if switch else f"link {link}"
         down = self._down()
@@ -293,29 +327,41 @@ class TreeJob(Job):
             self._partitioned(what, exc, record, t0)
             return record
         t1 = time.monotonic()
-        plan = tree_install.plan(self.g, new, self.job, reply_ports=self.reply_ports)
+        plan = tree_install.plan(self.g, new, self.job, slot_base=self.slot_base, reply_ports=self.reply_ports,
+                                 slots=self.slots, ranks=self._ranks())
         batches = tree_install.freeze_lines(old)
         reads = self.carry.scalars(old, self.tree_of_slot, down)
         at = {}
         window = len(self.tree_of_slot)
+        ahead = failover.values_ahead_lines(old, self.tree_of_slot, self.slot_base, down) \
+            if self.carry.complete_ahead else {}
+        early_reset = self.carry.complete_ahead and not down   # else (2) may read the new tree's switches
+        new_switches = sorted({sw for sw, _ in plan.inst.roles})
         for sw, names in reads.items():            # after the switch's freeze: its state is final
             at[sw] = len(batches.setdefault(sw, []))
-            batches[sw] += failover.window_read_lines(names, window)
+            batches[sw] += failover.window_read_lines(names, window, self.slot_base)
+            batches[sw] += failover.values_read_lines(ahead.get(sw, []))
+        if early_reset:                            # everything read: reset in this batch too
+            for sw in new_switches:
+                batches.setdefault(sw, []).extend(self._reset_lines(sw))
         for sw, lines in plan.lines.items():
             batches.setdefault(sw, []).extend(lines)
         t2 = time.monotonic()
-        outs = run_batches(self.clients, batches)
-        self._publish("rerouting", f"{what} failed")      # agents: a pause, not a stall
+        self._publish("rerouting", f"{what} failed")      # agents: a pause, not a stall, and
+        outs = run_batches(self.clients, batches)          # no resends into the frozen epoch
         associate = plan.finish(outs)
-        regs = {sw: failover.parse_window_reads(names, outs[sw][at[sw]:at[sw] + 2 * len(names)], window)
-                for sw, names in reads.items()}
+        regs, values = {}, {}
+        for sw, names in reads.items():
+            i = at[sw] + 2 * len(names)
+            regs[sw] = failover.parse_window_reads(names, outs[sw][at[sw]:i], window, self.slot_base)
+            values[sw] = failover.parse_values_reads(ahead.get(sw, []), outs[sw][i:i + len(ahead.get(sw, []))])
         t3 = time.monotonic()
-        carried = self.carry.snapshot(self.clients, old, self.tree_of_slot, regs, down)
+        carried = self.carry.snapshot(self.clients, old, self.tree_of_slot, regs, values, down)
         t4 = time.monotonic()
         tree_of_slot = partition_slots(new.weights, self.window)
         preload, writes = self.carry.preload_lines(self.clients, plan.inst, tree_of_slot, carried)
-        final = {sw: failover.reset_lines() + associate.get(sw, []) + preload.get(sw, [])
-                 for sw in sorted({sw for sw, _ in plan.inst.roles})}
+        final = {sw: ([] if early_reset else self._reset_lines(sw))
+                     + associate.get(sw, []) + preload.get(sw, []) for sw in new_switches}
         run_batches(self.clients, final)
         self.treeset, self.inst, self.tree_of_slot = new, plan.inst, tree_of_slot
         self._publish()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import pickle
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -118,7 +119,8 @@ def _nice() -> None:
 
 def main() -> int:
     """The child: compute each link's trees, newest task first."""
-    from controller import trees
+    signal.signal(signal.SIGINT, signal.SIG_IGN)       # Ctrl-C is the controller's to handle:
+    from controller import trees                        # it closes our stdin, and we exit
     from controller.trees.base import TreeError
 
     tasks, results = sys.stdin.buffer.raw, sys.stdout.buffer     # raw: select() sees every byte

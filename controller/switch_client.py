@@ -17,6 +17,8 @@ from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, TypeVar
 
+import numpy as np
+
 T = TypeVar("T")
 
 
@@ -112,6 +114,14 @@ class SwitchClient(ABC):
         pass
 
 
+def _cells(out: str, count: int) -> list[int]:
+    """The values of a software switch's `register_read_range` answer (parsed in C)."""
+    cells = np.fromstring(out.split("=", 1)[1], dtype=np.int64, sep=",")
+    if cells.size != count:
+        raise SwitchCommandError(f"register_read_range: {cells.size} values, {count} asked: {out[:80]!r}")
+    return cells.tolist()
+
+
 def _join(items) -> str:
     return " ".join(str(x) for x in items)
 
@@ -180,15 +190,14 @@ class SoftSwitchClient(SwitchClient):
             raise SwitchCommandError(f"{self.name}: {line!r}: {exc}") from exc
 
     def register_read_range(self, name: str, start: int, count: int) -> list[int]:
-        out = self.command(f"register_read_range {name} {start} {count}")
-        return [int(v) for v in out.split("=", 1)[1].split(",") if v.strip()]
+        return _cells(self.command(f"register_read_range {name} {start} {count}"), count)
 
     def register_write_range_lines(self, name: str, start: int, values) -> list[str]:
-        return [f"register_write_range {name} {start} " + " ".join(str(int(v)) for v in values)]
+        return [f"register_write_range {name} {start} " + " ".join(map(str, map(int, values)))]
 
     def register_read_ranges(self, name: str, ranges: list[tuple[int, int]]) -> list[list[int]]:
         outs = self.commands([f"register_read_range {name} {start} {count}" for start, count in ranges])
-        return [[int(v) for v in o.split("=", 1)[1].split(",") if v.strip()] for o in outs]
+        return [_cells(o, count) for o, (_start, count) in zip(outs, ranges)]
 
     def commands(self, lines: list[str]) -> list[str]:
         outs = []

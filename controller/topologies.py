@@ -216,24 +216,28 @@ __all__ = ["TopologyError", "leaf_spine", "fat_tree", "bcube", "from_yaml", "bui
 
 def for_run(spec) -> nx.Graph:
     """The topology graph a RunSpec asks for (its workers placed, links at its --bw)."""
+    n = spec.workers * getattr(spec, "jobs", 1)     # every job's workers on hosts of their own
     if spec.topology == "single":
-        if spec.workers > MAX_WORKERS:
-            raise ValueError(f"one switch aggregates at most {MAX_WORKERS} workers")
-        return single_switch(spec.workers, bw=spec.bw)
+        if n > MAX_WORKERS:
+            raise ValueError(f"one switch aggregates at most {MAX_WORKERS} workers"
+                             + (f" (--workers x --jobs = {n})" if n != spec.workers else ""))
+        return single_switch(n, bw=spec.bw)
     if str(spec.topology).endswith((".yaml", ".yml")):      # the file places its own hosts
         try:
             g = from_yaml(spec.topology)
         except TopologyError as exc:
             raise ValueError(str(exc)) from exc
         ranked = ranked_workers(g)
-        if g.graph.get("ranks_given") and len(ranked) != spec.workers:
-            raise ValueError(f"{spec.topology} ranks {len(ranked)} hosts as workers: give --workers {len(ranked)}")
-        if len(ranked) < spec.workers:
-            raise ValueError(f"{spec.topology} has {len(ranked)} hosts, fewer than --workers {spec.workers}")
-        for h in ranked[spec.workers:]:      # no ranks in the file: the first --workers hosts work
+        if g.graph.get("ranks_given") and len(ranked) != n:
+            raise ValueError(f"{spec.topology} ranks {len(ranked)} hosts as workers: give --workers {len(ranked)}"
+                             + (f" in all (--workers x --jobs = {n})" if n != spec.workers else ""))
+        if len(ranked) < n:
+            raise ValueError(f"{spec.topology} has {len(ranked)} hosts, fewer than --workers {spec.workers}"
+                             + (f" x --jobs = {n}" if n != spec.workers else ""))
+        for h in ranked[n:]:      # no ranks in the file: the first --workers (x --jobs) hosts work
             del g.nodes[h]["rank"]
         return g
-    kw = {"workers": spec.workers}
+    kw = {"workers": n}
     if spec.topology == "fattree":
         kw.update(k=spec.k or 4, bw=spec.bw)
     elif spec.topology == "bcube":

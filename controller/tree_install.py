@@ -87,9 +87,14 @@ def roles_of(treeset, g: nx.Graph) -> dict:
 
 
 def install(clients: dict[str, SwitchClient], g: nx.Graph, treeset, job: int = 0,
-            slot_base: int = 0, reply_ports: dict | None = None) -> Installation:
+            slot_base: int = 0, reply_ports: dict | None = None, slots: int | None = None,
+            ranks: dict[str, int] | None = None) -> Installation:
     """Install every tree of `treeset` at `treeset.epoch`. `reply_ports` (switch -> set of
-    ports with an agg_reply entry) is updated so entries are added once per port."""
+    ports with an agg_reply entry) is updated so entries are added once per port.
+
+    The job owns slots slot_base .. slot_base + slots - 1 (default: all from slot_base on);
+    `ranks` (worker host -> rank in the job) makes each worker's port admit only packets
+    that carry that rank (a host may not contribute for another)."""
     started = time.monotonic()
     inst = Installation(epoch=treeset.epoch, roles=roles_of(treeset, g))
     reply_ports = {} if reply_ports is None else reply_ports
@@ -101,9 +106,12 @@ def install(clients: dict[str, SwitchClient], g: nx.Graph, treeset, job: int = 0
         group = tree_group(job, tree_id, treeset.epoch)
         inst.groups[sw].append((group, client.mc_group(group, ports)))
         parent_port = None if role.root else port(g, sw, role.parent)
-        entry = partial(job_entry, job, tree_id, treeset.epoch, fan_in=len(ports), mgrp=group, slot_base=slot_base)
+        entry = partial(job_entry, job, tree_id, treeset.epoch, fan_in=len(ports), mgrp=group, slot_base=slot_base,
+                        slots=slots)
         for child, (c, p) in enumerate(zip(role.children, ports)):
-            inst.job_handles[sw].append(client.table_add(*entry(p, child=child, parent_port=parent_port)))
+            rank = (ranks or {}).get(c)
+            inst.job_handles[sw].append(client.table_add(*entry(p, child=child, parent_port=parent_port,
+                                                                worker=rank)))
             done = reply_ports.setdefault(sw, set())
             if p not in done:
                 if g.nodes[c]["kind"] == "host":
@@ -152,7 +160,8 @@ class InstallPlan:
         return associate
 
 
-def plan(g: nx.Graph, treeset, job: int = 0, slot_base: int = 0, reply_ports: dict | None = None) -> InstallPlan:
+def plan(g: nx.Graph, treeset, job: int = 0, slot_base: int = 0, reply_ports: dict | None = None,
+         slots: int | None = None, ranks: dict[str, int] | None = None) -> InstallPlan:
     """install() as command lines (InstallPlan): same entries, same order."""
     started = time.monotonic()
     out = InstallPlan(Installation(epoch=treeset.epoch, roles=roles_of(treeset, g)))
@@ -166,9 +175,11 @@ def plan(g: nx.Graph, treeset, job: int = 0, slot_base: int = 0, reply_ports: di
         out.add(sw, f"mc_mgrp_create {group}")
         out.add(sw, f"mc_node_create 0 {' '.join(str(p) for p in sorted(ports))}", ("node", group))
         parent_port = None if role.root else port(g, sw, role.parent)
-        entry = partial(job_entry, job, tree_id, treeset.epoch, fan_in=len(ports), mgrp=group, slot_base=slot_base)
+        entry = partial(job_entry, job, tree_id, treeset.epoch, fan_in=len(ports), mgrp=group, slot_base=slot_base,
+                        slots=slots)
         for child, (c, p) in enumerate(zip(role.children, ports)):
-            out.add(sw, table_add_line(*entry(p, child=child, parent_port=parent_port)), ("job",))
+            out.add(sw, table_add_line(*entry(p, child=child, parent_port=parent_port, worker=(ranks or {}).get(c))),
+                    ("job",))
             done = reply_ports.setdefault(sw, set())
             if p not in done:
                 if g.nodes[c]["kind"] == "host":

@@ -121,7 +121,10 @@ class Session:
         self.job: Job | None = None
         self.monitor = None
         self.runs = 0
-        self.loss: float | None = None      # what the switches' drop simulators are set to
+        self.loss: tuple | None = None      # what the switches' drop simulators are set to
+        self._losses: dict[str, dict[int, float]] = {}   # switch -> port -> drop probability
+        self.jobs: list[Job] = []           # one per tenant (--jobs); self.job is the first
+        self.last_result: dict | None = None
 
     def start(self) -> "Session":
         spec, g = self.spec, self.g
@@ -132,8 +135,11 @@ class Session:
             self.net.start()
             for sw in switches(g):
                 forward.install_forwarding(self.net.client(sw), g, sw)
-            self._set_loss(spec.loss)
-            if spec.host_baseline:    # ring, ps: hosts sum over TCP; the job keeps IP routes on live links
+            self._set_loss(spec)
+            if spec.jobs > 1:         # tenants: hosts of their own, shared switches, disjoint slot ranges
+                self.jobs = self._tenant_jobs(spec, g)
+                self.job = self.jobs[0]
+            elif spec.host_baseline:    # ring, ps: hosts sum over TCP; the job keeps IP routes on live links
                 self.job = ForwardingJob(g, self.net.clients, worker_hosts(g), spec.default_window(),
                                          self.net.run.path / "epoch.json", job=spec.job, events=self.events,
                                          algorithm=spec.algorithm).start()
@@ -143,6 +149,7 @@ class Session:
             else:
                 self.job = TreeJob(g, self.net.clients, spec.tree, worker_hosts(g), spec.default_window(),
                                    self.net.run.path / "epoch.json", job=spec.job, events=self.events).start()
+            self.jobs = self.jobs or [self.job]
             self.monitor = self.net.watch_links(self.job.link_changed)
             self.net.watch_switches(self._switch_exited)
         except BaseException:
@@ -150,15 +157,34 @@ class Session:
             raise
         return self
 
-    def _set_loss(self, loss: float) -> None:
-        for sw in switches(self.g):
-            if sw not in self.net.dead:
-                self._set_switch_loss(sw, loss)
-        self.loss = loss
+    def _tenant_jobs(self, spec: RunSpec, g) -> list[Job]:
+        """--jobs J: job j (id spec.job + j) aggregates the worker hosts tenant_hosts gives it in
+        slots j*S .. (j+1)*S - 1, S = AGG_SLOTS // J."""
+        size, replies = spec.slots_per_job, {}
+        jobs = []
+        for j, hosts in enumerate(tenant_hosts(g, spec.jobs)):
+            jobs.append(TreeJob(g, self.net.clients, spec.tree, hosts, spec.default_window(),
+                                self.net.run.path / f"epoch{j}.json", job=spec.job + j, events=self.events,
+                                slot_base=j * size, slots=size, reply_ports=replies).start())
+        return jobs
 
-    def _set_switch_loss(self, sw: str, loss: float) -> None:
-        ports = [e["ports"][sw] for _, _, e in self.g.edges(sw, data=True)]
-        drop_sim.set_loss(self.net.client(sw), ports, loss)
+    def _set_loss(self, spec: RunSpec) -> None:
+        """Drop simulators: a job's worker links at its loss (--job-loss), every other port at --loss."""
+        per_host = {}
+        if spec.job_loss:
+            for j, hosts in enumerate(tenant_hosts(self.g, spec.jobs)):
+                per_host.update({h: spec.loss_of(j) for h in hosts})
+        for sw in switches(self.g):
+            self._losses[sw] = {e["ports"][sw]: per_host.get(nbr, spec.loss)
+                                for _, nbr, e in self.g.edges(sw, data=True)}
+            if sw not in self.net.dead:
+                self._set_switch_loss(sw)
+        self.loss = (spec.loss, tuple(spec.job_loss))
+
+    def _set_switch_loss(self, sw: str) -> None:
+        """One switch's drop simulator as _set_loss last set it (no loss before any run)."""
+        losses = self._losses.get(sw) or {e["ports"][sw]: 0.0 for _, _, e in self.g.edges(sw, data=True)}
+        drop_sim.set_losses(self.net.client(sw), losses)
 
     # -- switch failures -------------------------------------------------------------
     def _switch_exited(self, name: str, code: int, t: float) -> None:
@@ -173,19 +199,26 @@ class Session:
     def kill_switch(self, name: str, wait: float | None = 10.0) -> float:
         """`kill -9` a switch's process (the lab's `kill`); the watcher reports it to the job.
         Returns once the job has handled it (rerouted), or at once with `wait=None`."""
+        self._one_job("kill")
         return self.net.kill_switch(name, wait=wait)
 
     def restart_switch(self, name: str) -> float:
         """Start a dead switch again and re-program it: forwarding and the drop simulator here,
         then the job puts it back on its trees (now, or before the next allreduce if one runs)."""
+        self._one_job("restart")
         t = self.net.restart_switch(name)
 
         def program() -> None:
             forward.install_forwarding(self.net.client(name), self.g, name)
-            self._set_switch_loss(name, self.loss or 0.0)
+            self._set_switch_loss(name)
 
         self.job.switch_changed(name, True, t, program=program)
         return t
+
+    def _one_job(self, verb: str) -> None:
+        if len(self.jobs) > 1:
+            raise ValueError(f"{verb}: switch failures with several jobs are not supported yet "
+                             "(each job would reroute on its own); open a lab with one job")
 
     def _switch_counters(self) -> dict[tuple[str, int], dict[str, int]]:
         """agg_stats per (live switch, incarnation): a restarted switch counts from 0 again."""
@@ -200,9 +233,11 @@ class Session:
             f.check(self.g)
         if not spec.host_baseline and spec.tree != "bml":     # the lab's `allreduce --fail tree@F`
             check_failures(spec, self.g, {e for t in self.job.trees().trees for e in t.edges})
-        if spec.loss != self.loss:              # the lab's `allreduce --loss P`
+        if (spec.loss, tuple(spec.job_loss)) != self.loss:     # the lab's `allreduce --loss P`
             with self.job.locked():
-                self._set_loss(spec.loss)
+                self._set_loss(spec)
+        if len(self.jobs) > 1:
+            return self._tenant_allreduce(spec)
         self.job.prepare(spec.default_window(), spec.algorithm)
         self.runs += 1
         before = self._switch_counters()
@@ -227,11 +262,63 @@ class Session:
                       epoch=treeset.epoch, failures=injector.report() if injector else [],
                       switches_down={sw: why.splitlines()[0] for sw, why in sorted(dead.items())})
         result["fidelity"] = fidelity       # link-bound or CPU-bound? (emulation/fidelity.py)
+        result["jobs"] = [_job_figures(result, self.job, spec)]
+        return self._finish(spec, result)
+
+    def _finish(self, spec: RunSpec, result: dict) -> dict:
         if spec.keep:
             result["kept"] = str(Path(spec.keep) / f"run{self.runs}")
         (self.net.run.path / f"run{self.runs}" / "result.json").write_text(
             json.dumps(result, sort_keys=True, indent=1, default=str))
+        self.last_result = result
         return result
+
+    def _tenant_allreduce(self, spec: RunSpec) -> dict:
+        """Every job's allreduce at once (--jobs): one result whose `exact` holds when every job's
+        does, with each job's own figures under `jobs`."""
+        tenants = [(tenant_spec(spec, j), job) for j, job in enumerate(self.jobs)]
+        for tspec, job in tenants:
+            job.prepare(tspec.default_window(), tspec.algorithm)
+        self.runs += 1
+        before = self.job.stats()
+        _log(f"{len(tenants)} concurrent allreduces of {spec.elements} {spec.dtype} x {spec.workers} workers "
+             f"(jobs {spec.job}..{spec.job + spec.jobs - 1}), {spec.slots_per_job} slots each", self.quiet)
+        probe = FidelityProbe(self.net.graph, self.net.run.path / "pids").start()
+        try:
+            with contextlib.ExitStack() as running:
+                for _, job in tenants:
+                    running.enter_context(job.running())
+                reports = _run_tenants(self.net, tenants, self.quiet, f"run{self.runs}",
+                                       progress=self.progress, cancel=self.cancelled)
+        finally:
+            fidelity = probe.stop()
+        self.net.check_switches()
+        after = self.job.stats()
+        stats = {k: after[k] - before.get(k, 0) for k in after}
+        per_job = []
+        for (tspec, job), reps in zip(tenants, reports):
+            r = check(tspec, reps, {})
+            r.pop("switch", None)
+            per_job.append(_job_figures(r, job, tspec))
+        done = [j for j in per_job if j["seconds"] is not None]
+        result = {
+            "ok": all(j["ok"] for j in per_job), "exact": all(j["exact"] for j in per_job),
+            "backend": spec.backend, "workers": spec.workers, "elements": spec.elements, "dtype": spec.dtype,
+            "loss": spec.loss, "algorithm": spec.algorithm,
+            "seconds": max((j["seconds"] for j in done), default=None),
+            "goodput_mbps": min((j["goodput_mbps"] for j in done), default=None),    # the slowest job's
+            "packets": sum(j["packets"] or 0 for j in per_job),
+            "retransmissions": sum(j["retransmissions"] or 0 for j in per_job),
+            "max_abs_error": max((j["max_abs_error"] for j in done), default=None),
+            "error_bound": max((j["error_bound"] or 0 for j in per_job), default=0.0),
+            "switch": stats, "topology": spec.topology, "tree": spec.tree,
+            "trees": len(self.job.trees().trees), "epoch": self.job.trees().epoch, "failures": [],
+            "fidelity": fidelity, "jobs": per_job,
+        }
+        errors = [f"job {j['job']}: {e}" for j in per_job for e in j.get("errors", [])]
+        if errors:
+            result["errors"] = errors
+        return self._finish(spec, result)
 
     def run_program(self, module: str, name: str, extra_args: tuple = (), deadline_s: float = 600.0):
         """Run `python -m MODULE run.json RANK *extra_args` on every worker host (a program
@@ -268,35 +355,71 @@ class Session:
         self.stop()
 
 
-def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, name: str,
-                 module: str = "hosts.worker", extra_args: tuple = (), deadline_s: float | None = None,
-                 progress: bool = False, cancel: threading.Event | None = None):
-    workers = job.workers
+def tenant_hosts(g, jobs: int) -> list[list[str]]:
+    """Per job, its worker hosts in rank order: job j takes worker hosts j, j+J, j+2J, ...
+    (interleaved, so on a fat-tree the jobs hang off different edge switches and share the
+    aggregation and core switches)."""
+    hosts = worker_hosts(g)
+    return [hosts[j::jobs] for j in range(jobs)]
+
+
+def tenant_spec(spec: RunSpec, j: int) -> RunSpec:
+    """What job j of a --jobs run is: its id, its own inputs (seed + j, so no two jobs sum the
+    same arrays and a mix-up cannot pass the check) and its loss."""
+    if spec.jobs == 1:
+        return spec
+    return replace(spec, job=spec.job + j, seed=spec.seed + j, loss=spec.loss_of(j))
+
+
+def _job_figures(result: dict, job: Job, spec: RunSpec) -> dict:
+    """One job's entry of the result's `jobs` list."""
+    keys = ("ok", "exact", "seconds", "goodput_mbps", "packets", "retransmissions", "max_abs_error",
+            "error_bound", "errors")
+    return {"job": job.job, "hosts": list(job.workers), "slot_base": getattr(job, "slot_base", 0),
+            "slots": getattr(job, "slots", None), "window": job.window, "loss": spec.loss, "seed": spec.seed,
+            **{k: result[k] for k in keys if k in result}}
+
+
+def _run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, progress: bool = False,
+                 cancel: threading.Event | None = None) -> list[list[dict]]:
+    """Start every job's workers at once, wait for all; per job its reports by rank."""
     out_dir = net.run.path / name
     out_dir.mkdir()
+    started = [_start_workers(net, tspec, job, out_dir, f"job{t}-") for t, (tspec, job) in enumerate(tenants)]
+    deadline = time.monotonic() + tenants[0][0].give_up * 3 + 30 + sum(
+        s.elements * s.workers for s, _ in tenants) / 50_000
+    files = [out_dir / f"job{t}-rank{r}.progress" for t, procs in enumerate(started) for r, _, _ in procs]
+    _wait([p for procs in started for p in procs], deadline, quiet, files if progress else None, cancel)
+    return [_collect(out_dir, procs, f"job{t}-") for t, procs in enumerate(started)]
+
+
+def _start_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, out_dir: Path, prefix: str = "",
+                   module: str = "hosts.worker", extra_args: tuple = ()) -> list:
+    """One job's worker processes (rank, proc, log); its plan is `<prefix>run.json`."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     plans = job.write_plans(out_dir)
-    seats = [WorkerSeat(rank=rank, local_ip=net.graph.nodes[h]["ip"], out=str(out_dir / f"rank{rank}"),
-                        progress=str(out_dir / f"rank{rank}.progress"),
+    seats = [WorkerSeat(rank=rank, local_ip=net.graph.nodes[h]["ip"], out=str(out_dir / f"{prefix}rank{rank}"),
+                        progress=str(out_dir / f"{prefix}rank{rank}.progress"),
                         bml_plan=str(plans[h]) if h in plans else None)
-             for rank, h in enumerate(workers)]
-    plan = RunPlan(spec, SERVICE_IP, job.window, str(job.epoch_file), seats).write(out_dir / "run.json")
+             for rank, h in enumerate(job.workers)]
+    plan = RunPlan(spec, SERVICE_IP, job.window, str(job.epoch_file), seats).write(out_dir / f"{prefix}run.json")
     procs = []
-    for rank, h in enumerate(workers):
+    for rank, h in enumerate(job.workers):
         argv = [sys.executable, "-m", module, str(plan), str(rank), *extra_args]
-        log = open(out_dir / f"rank{rank}.log", "wb")
+        log = open(out_dir / f"{prefix}rank{rank}.log", "wb")
         proc = net.host(h).popen(argv, stdout=log, stderr=log, cwd=str(REPO),
                                  env=dict(env, AGGLAB_PLAN=str(plan), AGGLAB_RANK=str(rank)))
-        net.run.add_pid(proc.pid, f"worker {rank} on {h}")
+        net.run.add_pid(proc.pid, f"worker {rank}" + (f" of job {job.job}" if prefix else "") + f" on {h}")
         procs.append((rank, proc, log))
-    injector = None
-    if spec.fail_specs or spec.fail_switch_specs:
-        injector = FailureInjector(net, job, [*spec.fail_specs, *spec.fail_switch_specs],
-                                   [out_dir / f"rank{r}.progress" for r in range(len(workers))], spec.seed)
-        injector.start()
-    deadline = time.monotonic() + (deadline_s or spec.give_up * 3 + 30 + spec.elements * spec.workers / 50_000)
+    return procs
+
+
+def _wait(procs: list, deadline: float, quiet: bool, progress_files: list[Path] | None = None,
+          cancel: threading.Event | None = None) -> None:
+    """Until every worker exits (killed at the deadline or on cancel); a progress bar over
+    `progress_files`, else a line every 5 s."""
     started, last = time.monotonic(), 0.0
-    bar = ProgressBar([out_dir / f"rank{r}.progress" for r in range(len(workers))]) if progress else None
+    bar = ProgressBar(progress_files) if progress_files else None
     try:
         for rank, proc, log in procs:
             while proc.poll() is None:
@@ -314,17 +437,39 @@ def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, nam
     finally:
         if bar:
             bar.close()
+
+
+def _collect(out_dir: Path, procs: list, prefix: str = "") -> list[dict]:
+    """The workers' reports by rank (their result arrays loaded)."""
     reports = []
     for rank, proc, _ in procs:
-        path = out_dir / f"rank{rank}.json"
+        path = out_dir / f"{prefix}rank{rank}.json"
         if path.exists():
             reports.append(json.loads(path.read_text()))
         else:
-            tail = (out_dir / f"rank{rank}.log").read_text(errors="replace")[-1500:]
+            tail = (out_dir / f"{prefix}rank{rank}.log").read_text(errors="replace")[-1500:]
             reports.append({"rank": rank, "ok": False, "error": f"worker {rank} exited with "
                             f"{proc.returncode} and no report; log tail:\n{tail}"})
-        if reports[-1].get("ok") and (out_dir / f"rank{rank}.npy").exists():
-            reports[-1]["result"] = np.load(out_dir / f"rank{rank}.npy")
+        if reports[-1].get("ok") and (out_dir / f"{prefix}rank{rank}.npy").exists():
+            reports[-1]["result"] = np.load(out_dir / f"{prefix}rank{rank}.npy")
+    return reports
+
+
+def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, name: str,
+                 module: str = "hosts.worker", extra_args: tuple = (), deadline_s: float | None = None,
+                 progress: bool = False, cancel: threading.Event | None = None):
+    out_dir = net.run.path / name
+    out_dir.mkdir()
+    procs = _start_workers(net, spec, job, out_dir, "", module, extra_args)
+    injector = None
+    if spec.fail_specs or spec.fail_switch_specs:
+        injector = FailureInjector(net, job, [*spec.fail_specs, *spec.fail_switch_specs],
+                                   [out_dir / f"rank{r}.progress" for r in range(len(job.workers))], spec.seed)
+        injector.start()
+    deadline = time.monotonic() + (deadline_s or spec.give_up * 3 + 30 + spec.elements * spec.workers / 50_000)
+    files = [out_dir / f"rank{r}.progress" for r in range(len(job.workers))]
+    _wait(procs, deadline, quiet, files if progress else None, cancel)
+    reports = _collect(out_dir, procs)
     if injector:
         injector.stop()
         injector.join(1)

@@ -24,6 +24,7 @@ ALGORITHMS = IN_NETWORK + HOST_BASELINES
 PATTERNS = ("random", "overlap", "disjoint")
 DTYPES = ("int32", "float32")
 BACKENDS = ("soft", "bmv2")
+MAX_JOBS = 16                                            # concurrent jobs: AGG_SLOTS / 16 = 64 slots each
 
 _FAIL = re.compile(r"^(?:(?P<tree>tree)|(?P<a>[\w.]+)-(?P<b>[\w.]+))@(?P<at>[0-9.]+)$")
 _FAIL_SWITCH = re.compile(r"^(?P<name>[\w.]+)@(?P<at>[0-9]*\.?[0-9]+)$")
@@ -119,6 +120,8 @@ class RunSpec:
     fail: list[str] = field(default_factory=list)    # ["A-B@0.5", "tree@0.5", ...]
     fail_switch: list[str] = field(default_factory=list)   # ["a1@0.5", "tree@0.5", ...]: kill switches
     length_override: dict[int, int] = field(default_factory=dict)   # rank -> length (tests)
+    jobs: int = 1                      # concurrent allreduces (tenants) of `workers` each, ids job, job+1, ...
+    job_loss: list[float] = field(default_factory=list)   # per job: loss on its workers' links (else `loss`)
     keep: str | None = None            # copy the run directory here when the run ends (logs, commands, pcaps)
     pcap: bool = False                 # the switches write per-port pcaps into the kept directory
 
@@ -145,10 +148,24 @@ class RunSpec:
     def fail_switch_specs(self) -> list[SwitchFailSpec]:
         return [SwitchFailSpec.parse(f) for f in self.fail_switch]
 
+    @property
+    def hosts(self) -> int:
+        """Worker hosts the run needs: `workers` for each of the `jobs`."""
+        return self.workers * self.jobs
+
+    @property
+    def slots_per_job(self) -> int:
+        """Each job owns this many switch slots (a disjoint range per job)."""
+        return wire.SLOTS // self.jobs
+
+    def loss_of(self, job: int) -> float:
+        """The loss on job `job`'s worker links (index 0..jobs-1)."""
+        return self.job_loss[job] if self.job_loss else self.loss
+
     def default_window(self) -> int:
-        """Outstanding slots per worker: the asked window, at most the blocks and the slots."""
+        """Outstanding slots per worker: the asked window, at most the blocks and the job's slots."""
         blocks = -(-self.elements // wire.K)
-        return max(1, min(self.window or 128, blocks, wire.SLOTS))
+        return max(1, min(self.window or 128, blocks, self.slots_per_job))
 
     def elements_of(self, rank: int) -> int:
         return self.length_override.get(rank, self.elements)
@@ -209,6 +226,29 @@ class RunSpec:
                              + (", BCube" if self.tree == "bml" else "") + ") does not apply; leave --tree at spt")
         if self.bml_variant not in ("in-network", "host"):
             raise ValueError(f"--bml-variant must be in-network or host, got {self.bml_variant!r}")
+        if not 1 <= self.jobs <= MAX_JOBS:
+            raise ValueError(f"--jobs must be within 1..{MAX_JOBS}, got {self.jobs}")
+        if self.jobs > 1:
+            if self.algorithm not in IN_NETWORK or self.tree == "bml":
+                raise ValueError(f"--jobs {self.jobs}: concurrent jobs share the switches' slots; they run the "
+                                 "in-network pipelines on switch trees (switchml or omnireduce, spt/rat/packing)")
+            if self.fail:
+                raise ValueError(f"--jobs {self.jobs}: --fail with several jobs is not supported yet (each job "
+                                 "would reroute on its own); run one job to fail links")
+            if self.fail_switch:
+                raise ValueError(f"--jobs {self.jobs}: --fail-switch with several jobs is not supported yet "
+                                 "(each job would reroute on its own); run one job to fail switches")
+            if self.window is not None and self.window > self.slots_per_job:
+                raise ValueError(f"--window {self.window}: with --jobs {self.jobs} each job owns "
+                                 f"{self.slots_per_job} slots; use --window <= {self.slots_per_job}")
+            if self.job + self.jobs - 1 > 255:
+                raise ValueError(f"--job {self.job} --jobs {self.jobs}: job ids must fit in 8 bits (<= 255)")
+        if self.job_loss:
+            if len(self.job_loss) != self.jobs:
+                raise ValueError(f"--job-loss needs one probability per job ({self.jobs}), got {len(self.job_loss)}")
+            bad = [p for p in self.job_loss if not 0.0 <= p <= 1.0]
+            if bad:
+                raise ValueError(f"--job-loss must be probabilities within [0, 1], got {bad[0]}")
         if self.pcap and not self.keep:
             raise ValueError("--pcap writes per-port pcaps into the kept run directory: give --keep DIR too")
         self.fail_specs   # noqa: B018 (parses every --fail, raising on a bad one)
@@ -231,6 +271,7 @@ class RunSpec:
         d["length_override"] = {int(r): int(n) for r, n in d.get("length_override", {}).items()}
         d["fail"] = list(d.get("fail", []))
         d["fail_switch"] = list(d.get("fail_switch", []))
+        d["job_loss"] = [float(p) for p in d.get("job_loss", [])]
         return cls(**d)
 
     def with_(self, **changes) -> "RunSpec":

@@ -103,6 +103,7 @@ class SlotRun:
         self.tries, self.seq = [0] * S, [0] * S
         self.timers: list[tuple[float, int, int]] = []
         self.parked: list[int] = []             # slots whose timer waits for a first result
+        self.hold = False                       # the controller is rerouting: no resends until it is done
         self.rtt = RtoEstimator(timeout)
         self.stats = stats_type(blocks=nb, slots=S)
         self.trees = self.parse_trees(tree_of_slot) if tree_of_slot else [tree] * S
@@ -168,6 +169,9 @@ class SlotRun:
             if s and not self.stats.results_accepted:
                 self.parked.append(s)           # nothing heard yet: slot 0 alone probes
                 continue
+            if self.hold:                       # the old epoch is frozen: a resend would only load the
+                heapq.heappush(timers, (now + self.rtt.rto, s, seq))    # switches; the new epoch resends
+                continue
             # EXERCISE retransmit-timer BEGIN hint: the slot's timer fired and no result came: count the try, resend(s, now) and re-arm the timer after backoff(self.rtt.rto, self.tries[s]) with the same seq
             self.tries[s] += 1
             self.resend(s, now)
@@ -182,7 +186,9 @@ class SlotRun:
         if msg.get("status") == "partitioned":
             raise NetworkPartitionError(msg.get("reason") or "the controller reports the workers are partitioned")
         if msg.get("status") == "rerouting":
+            self.hold = True               # resends wait for the new epoch (which resends everything)
             return True                    # the controller is alive and working: not a stall
+        self.hold = False
         epoch = int(msg.get("epoch", self.epoch))
         trees = self.parse_trees(msg["tree_of_slot"]) if msg.get("tree_of_slot") else self.trees
         if epoch == self.epoch and trees == self.trees:

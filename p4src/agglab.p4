@@ -21,6 +21,8 @@ struct meta_t {
     bit<8>  fan_in;
     bit<16> mgrp;
     bit<16> slot_base;
+    bit<16> slots;      /* the job's slot range: slot_base .. slot_base + slots - 1 */
+    bit<16> worker;     /* worker field a packet on this port must carry (AGG_ANY_WORKER: any) */
     bit<9>  parent_port;
     bit<32> slot_idx;   /* slot_base + slot                          */
     bit<32> r;          /* register index of this slot-version       */
@@ -54,6 +56,7 @@ control AgglabIngress(inout headers_t hdr, inout meta_t meta,
                 /* Truncated packets must not reach the registers. */
                 mark_to_drop(standard_metadata);
                 agg_stats.count(STAT_REJECT);
+                agg_rejects.count(REJ_MALFORMED);
             } else if (hdr.agg.isValid()) {
                 job_role.apply(hdr, meta, standard_metadata);   /* one lookup for both */
                 if (meta.role != ROLE_NONE) {

@@ -26,8 +26,10 @@ from softswitch.star import star_commands
 
 
 
-def worker_frame(worker: int, slot: int, ver: int, block: int, rng: np.random.Generator, **agg) -> bytes:
-    values = rng.integers(-2**20, 2**20, wire.K, dtype=np.int32).astype(">i4").tobytes()
+def worker_frame(worker: int, slot: int, ver: int, block: int, rng: np.random.Generator, data: bool = True,
+                 **agg) -> bytes:
+    """A worker's frame; data=False: agg_h only (a sparse ACK), lengths to match."""
+    values = rng.integers(-2**20, 2**20, wire.K, dtype=np.int32).astype(">i4").tobytes() if data else b""
     agg.setdefault("exp", 130)
     payload = wire.pack_agg(job=1, ver=ver, slot=slot, worker=worker, block=block, **agg) + values
     udp = struct.pack("!HHHH", wire.UDP_PORT, wire.UDP_PORT, 8 + len(payload), 0)
@@ -47,7 +49,7 @@ def sparse_frames(workers: int, slots: int, rounds: int, density: float,
     """(port, frame) of a sparse allreduce over `rounds` blocks per column, and the number of
     rounds (completions) it takes, in the order a lock-step run would send them."""
     sparse_flag, none = wire.CONST["AGG_FLAG_SPARSE"], wire.NEXT_NONE
-    ack_flag, ack_end = wire.CONST["AGG_FLAG_ACK"], wire.AGG_OFFSET + wire.AGG_HEADER_BYTES
+    ack_flag = wire.CONST["AGG_FLAG_ACK"]
     columns = []
     for s in range(slots):
         nonzero = [[s + j * slots for j in range(1, rounds) if rng.random() < density] + [none]
@@ -70,8 +72,8 @@ def sparse_frames(workers: int, slots: int, rounds: int, density: float,
             n = min(blocks[0] for blocks in nonzero)
             for w, blocks in enumerate(nonzero):           # ACK: accepted m, not sending n
                 if n == none or blocks[0] != n:
-                    ack = worker_frame(w, s, r % 2, m, rng, flags=sparse_flag | ack_flag, next_block=0)
-                    frames.append((w + 1, ack[:ack_end]))
+                    frames.append((w + 1, worker_frame(w, s, r % 2, m, rng, data=False,
+                                                       flags=sparse_flag | ack_flag, next_block=0)))
             if n == none:
                 del current[s]
             else:

@@ -7,10 +7,11 @@ same control commands) and emits byte-identical frames, which the conformance
 vectors in tests/conformance check against BMv2 itself.
 
     p = Pipeline(seed=1)
-    p.command("table_add agg_job agg_child 1 0 0 1 => 0 2 1 0")
+    p.command("table_add agg_job agg_child 1 0 0 1 => 0 2 1 0 1024 65535")
     out = p.process(1, frame)          # [(egress_port, frame_bytes), ...]
     p.registers["agg_values"]          # numpy uint32 array, live
     p.counters["agg_stats"]            # numpy uint64 packet counts, live
+    p.counters["agg_rejects"]          # ... of rejected packets, by reason (REJ_*)
     p.tables["agg_job"]                # softswitch.tables.Table
 
 `process` follows AgglabIngress/AgglabEgress: ingress drop simulator, parser
@@ -23,13 +24,15 @@ the daemon's per-packet hot path, hence the flat code.
 
 from __future__ import annotations
 
+from ground import wire
 from softswitch import cli, parser, sparse
 from softswitch.aggregate import STAT_REJECT, Aggregate, make_state
 from softswitch.deparser import update_ipv4_checksum
 from softswitch.drop_sim import DropSim
 from softswitch.forward import RESULT, Forward, flood_prune
 from softswitch.multicast import Multicast
-from softswitch.roles import job_table, lookup_role
+from softswitch.registers import CounterArray
+from softswitch.roles import REJ_MALFORMED, job_table, lookup_role
 
 DROP_PORT = 511          # simple_switch's default drop port (egress_spec after mark_to_drop)
 _AGG, _IPV4, _ERROR, _L2 = parser.AGG, parser.IPV4, parser.ERROR, parser.L2
@@ -40,7 +43,8 @@ class Pipeline:
     def __init__(self, seed: int | None = None):
         self.register_arrays, self.stats = make_state()
         self.register_arrays.update(sparse.make_state())
-        self.counter_arrays = {self.stats.name: self.stats}
+        self.rejects = CounterArray("agg_rejects", wire.CONST["AGG_REJECTS_SIZE"])
+        self.counter_arrays = {self.stats.name: self.stats, self.rejects.name: self.rejects}
         self.drop_sim = DropSim(self.stats, seed)
         self.agg_job = job_table()               # JobRole: one lookup for both pipelines
         self.sparse = sparse.Sparse(self.register_arrays, self.stats)
@@ -76,8 +80,9 @@ class Pipeline:
         ptype = parser.parse(frame)
         if ptype == _AGG:
             role = lookup_role(self.agg_job, ingress_port, frame)
-            if role is None:                   # agg_reject (job.p4)
+            if role.__class__ is int:          # agg_reject (job.p4), and why
                 self.stats.count(STAT_REJECT, len(frame))
+                self.rejects.count(role, len(frame))
                 return []
             if role[-1] & _SPARSE:
                 decision = self.sparse.ingress(ingress_port, frame, role)
@@ -87,6 +92,7 @@ class Pipeline:
             decision = self.forward.ipv4(frame)
         elif ptype == _ERROR:
             self.stats.count(STAT_REJECT, len(frame))
+            self.rejects.count(REJ_MALFORMED, len(frame))
             return []
         else:
             decision = self.forward.l2(frame)

@@ -17,23 +17,38 @@ from ground import wire
 from softswitch.tables import KeySpec, Table
 
 SLOTS, MAX_WORKERS = wire.SLOTS, wire.MAX_WORKERS
+ANY_WORKER = wire.CONST["AGG_ANY_WORKER"]
 AGG_JOB = "agg_job"
 AGG_CHILD, AGG_CHILD_OF, AGG_FROM_PARENT, AGG_REJECT = "agg_child", "agg_child_of", "agg_from_parent", "agg_reject"
+
+# Why a packet was rejected: the agg_rejects counter's indices (REJ_* in constants.p4), by name.
+REJECTS = ("malformed", "length", "no_entry", "slot", "worker", "from_parent", "entry")
+REJ_MALFORMED, REJ_LENGTH, REJ_NO_ENTRY, REJ_SLOT, REJ_WORKER, REJ_FROM_PARENT, REJ_ENTRY = (
+    wire.CONST["REJ_" + name.upper()] for name in REJECTS)
+assert list(range(len(REJECTS))) == [REJ_MALFORMED, REJ_LENGTH, REJ_NO_ENTRY, REJ_SLOT, REJ_WORKER,
+                                     REJ_FROM_PARENT, REJ_ENTRY]
 
 JOB_KEYS = [KeySpec("hdr.agg.job", "exact", 8), KeySpec("hdr.agg.tree", "exact", 8),
             KeySpec("hdr.agg.epoch", "exact", 8), KeySpec("standard_metadata.ingress_port", "exact", 9)]
 
-assert wire.FIELD_NAMES[:5] == ("job", "tree", "epoch", "flags", "ver")
-_KEY = struct.Struct("!BBBBH")                   # job tree epoch flags ver|slot
+assert wire.FIELD_NAMES[:7] == ("job", "tree", "epoch", "flags", "ver", "slot", "worker")
+_KEY = struct.Struct("!BBBBHB")                  # job tree epoch flags ver|slot worker
+_LENGTHS = struct.Struct("!H")
+IP_LEN_OFF = wire.ETH_BYTES + 2                  # ipv4.totalLen
+UDP_LEN_OFF = wire.ETH_BYTES + wire.IPV4_BYTES + 4
+ACK_UDP_LEN = wire.UDP_BYTES + wire.AGG_HEADER_BYTES          # agg_h only (a sparse ACK)
+DATA_UDP_LEN = ACK_UDP_LEN + wire.DATA_BYTES                  # agg_h + K values
+ACK_ONLY = wire.CONST["AGG_FLAG_ACK"] | wire.CONST["AGG_FLAG_SPARSE"]   # parser: no agg_data_h
 
 
 def job_table() -> Table:
     """agg_job: child port of the root, child port of an inner switch, parent port."""
     return Table(
         AGG_JOB, JOB_KEYS,
-        {AGG_CHILD: [("child", 8), ("fan_in", 8), ("mgrp", 16), ("slot_base", 16)],
-         AGG_CHILD_OF: [("child", 8), ("fan_in", 8), ("mgrp", 16), ("slot_base", 16), ("parent_port", 9)],
-         AGG_FROM_PARENT: [("fan_in", 8), ("mgrp", 16), ("slot_base", 16)],
+        {AGG_CHILD: [("child", 8), ("fan_in", 8), ("mgrp", 16), ("slot_base", 16), ("slots", 16), ("worker", 16)],
+         AGG_CHILD_OF: [("child", 8), ("fan_in", 8), ("mgrp", 16), ("slot_base", 16), ("slots", 16),
+                        ("worker", 16), ("parent_port", 9)],
+         AGG_FROM_PARENT: [("fan_in", 8), ("mgrp", 16), ("slot_base", 16), ("slots", 16)],
          AGG_REJECT: []},
         default=AGG_REJECT, size=4096)
 
@@ -52,6 +67,7 @@ class JobEntry(NamedTuple):
 
 
 def job_entry(job: int, tree: int, epoch: int, port: int, *, fan_in: int, mgrp: int, slot_base: int = 0,
+              slots: int | None = None, worker: int | None = None,
               child: int | None = None, parent_port: int | None = None) -> JobEntry:
     """The agg_job entry of one port of a switch for one (job, tree, epoch); the one place
     its format is written (controller trees and BML, the star and test harnesses use it).
@@ -60,36 +76,59 @@ def job_entry(job: int, tree: int, epoch: int, port: int, *, fan_in: int, mgrp: 
     with `parent_port`, at an inner switch (agg_child_of); child=None: `port` is the
     parent port, where the tree's result comes down (agg_from_parent). The header's
     epoch is 8 bits, so the key takes epoch & 0xFF.
+
+    The job owns slots slot_base .. slot_base + slots - 1 (default: every slot from
+    slot_base on); a packet with a larger slot is rejected, so jobs sharing a switch
+    never touch each other's slots. worker=w: the port leads to worker rank w and its
+    packets must say so in their worker field (a forged rank is rejected); None: any
+    (a port that leads to a switch, whose partials keep whatever worker field they had).
     """
     key = (job, tree, epoch & 0xFF, port)
+    slots = SLOTS - slot_base if slots is None else slots
     if child is None:
-        return JobEntry(AGG_JOB, AGG_FROM_PARENT, key, (fan_in, mgrp, slot_base))
+        return JobEntry(AGG_JOB, AGG_FROM_PARENT, key, (fan_in, mgrp, slot_base, slots))
+    worker = ANY_WORKER if worker is None else worker
     if parent_port is None:
-        return JobEntry(AGG_JOB, AGG_CHILD, key, (child, fan_in, mgrp, slot_base))
-    return JobEntry(AGG_JOB, AGG_CHILD_OF, key, (child, fan_in, mgrp, slot_base, parent_port))
+        return JobEntry(AGG_JOB, AGG_CHILD, key, (child, fan_in, mgrp, slot_base, slots, worker))
+    return JobEntry(AGG_JOB, AGG_CHILD_OF, key, (child, fan_in, mgrp, slot_base, slots, worker, parent_port))
 
 
 def lookup_role(table: Table, port: int, frame: bytes):
-    """JobRole for a valid agg packet: (child, fan_in, mgrp, parent, r, o, flags) or None
-    where the P4 control rejects the packet (the caller counts STAT_REJECT).
+    """JobRole for a valid agg packet: (child, fan_in, mgrp, parent, r, o, flags), or, where
+    the P4 control rejects the packet, the reason (REJ_*; the caller counts STAT_REJECT and
+    agg_rejects[reason]).
 
     parent is -1 at the root, the parent port at an inner switch, None for a packet from
     the parent (which must carry RESULT); r/o index this and the other slot version.
     """
-    job, tree, epoch, flags, vs = _KEY.unpack_from(frame, wire.AGG_OFFSET)
+    job, tree, epoch, flags, vs, worker = _KEY.unpack_from(frame, wire.AGG_OFFSET)
+    ip_len, = _LENGTHS.unpack_from(frame, IP_LEN_OFF)
+    udp_len, = _LENGTHS.unpack_from(frame, UDP_LEN_OFF)
+    if (ip_len != (udp_len + wire.IPV4_BYTES) & 0xFFFF or udp_len > 0xFFFF - wire.IPV4_BYTES   # bit<16> sum
+            or udp_len < ACK_UDP_LEN
+            or (udp_len < DATA_UDP_LEN and flags & ACK_ONLY != ACK_ONLY)    # agg_data_h valid
+            or ip_len + wire.ETH_BYTES > len(frame)):
+        return REJ_LENGTH
     action, params = table.exact.get((job, tree, epoch, port), table.default)
     if action == AGG_CHILD:
-        c, fan_in, mgrp, slot_base = params
+        c, fan_in, mgrp, slot_base, slots, want = params
         parent = -1
     elif action == AGG_CHILD_OF:
-        c, fan_in, mgrp, slot_base, parent = params
+        c, fan_in, mgrp, slot_base, slots, want, parent = params
     elif action == AGG_FROM_PARENT:
-        fan_in, mgrp, slot_base = params
-        c, parent = 0, None
+        fan_in, mgrp, slot_base, slots = params
+        c, parent, want = 0, None, ANY_WORKER
     else:
-        return None
-    idx = slot_base + (vs & 0x7FFF)
-    if idx >= SLOTS or c >= MAX_WORKERS or (parent is None and not flags & wire.FLAG_RESULT):
-        return None
+        return REJ_NO_ENTRY
+    slot = vs & 0x7FFF
+    idx = slot_base + slot
+    if slot >= slots or idx >= SLOTS:
+        return REJ_SLOT
+    if want != ANY_WORKER and worker != want:
+        return REJ_WORKER
+    if c >= MAX_WORKERS:
+        return REJ_ENTRY
+    if parent is None and not flags & wire.FLAG_RESULT:
+        return REJ_FROM_PARENT
     r, o = (idx + SLOTS, idx) if vs >> 15 else (idx, idx + SLOTS)
     return c, fan_in, mgrp, parent, r, o, flags

@@ -27,3 +27,10 @@ def leftovers() -> dict[str, list[str]]:
 def assert_clean() -> None:
     left = leftovers()
     assert not any(left.values()), f"left behind: {left}"
+
+
+def new_leftovers(before: dict[str, list[str]]) -> dict[str, list[str]]:
+    """What is left now that was not there `before` (leftovers() taken when the test began):
+    a test checks only what its own command left, not another checkout's concurrent test
+    namespaces (the conformance and netlab tests name theirs agglab-*)."""
+    return {k: sorted(set(v) - set(before.get(k, []))) for k, v in leftovers().items()}

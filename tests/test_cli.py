@@ -26,6 +26,7 @@ GIVEN = {"workers": ("7", 7), "elements": ("123", 123), "dtype": ("float32", "fl
          "algorithm": ("omnireduce", "omnireduce"), "density": ("0.5", 0.5), "pattern": ("overlap", "overlap"),
          "block_size": ("512", 512), "zero_workers": ("2", 2), "fail": ("tree@0.5", ["tree@0.5"]),
          "fail_switch": ("a1@0.5", ["a1@0.5"]),
+         "jobs": ("3", 3), "job_loss": ("0.1,0,0.2", [0.1, 0.0, 0.2]),
          "keep": ("kept-run", "kept-run"), "pcap": (None, True)}      # None: a flag without a value
 
 
@@ -63,6 +64,10 @@ def test_lab_has_its_own_defaults():
     (["--topology", "single", "--tree", "bml"], "--tree bml goes with --topology bcube"),
     (["--topology", "fattree", "--k", "5"], "k must be an even number"),
     (["--topology", "bcube", "--tree", "bml", "--workers", "3"], "BML needs every BCube server as a worker"),
+    (["--jobs", "2", "--window", "600"], "each job owns 512 slots"),
+    (["--jobs", "2", "--job-loss", "0.1"], "one probability per job (2)"),
+    (["--topology", "single", "--jobs", "2", "--workers", "20"], "at most 32 workers (--workers x --jobs = 40)"),
+    (["--topology", "fattree", "--jobs", "5", "--workers", "4"], "workers must be between 1 and 16"),
     (["--pcap"], "--pcap writes per-port pcaps into the kept run directory: give --keep DIR too"),
     (["--topology", "single", "--fail", "tree@0.5"],
      "--fail tree@0.5: nothing to reroute around on this topology (it has no link between switches)"),

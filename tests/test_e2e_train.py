@@ -71,8 +71,9 @@ def test_cli_trains_with_every_algorithm(tmp_path, algorithm, topk):
     r = json.loads(out.stdout)
     assert r["ok"] and r["algorithm"] == algorithm and r["topk"] == topk and r["steps"] == 15
     assert r["max_abs_param_diff"] == 0.0 and r["final_accuracy"] == r["single_process_accuracy"]
-    if topk < 1:
-        assert r["blocks_sent"] < r["blocks"]           # only the top-k blocks travelled
+    # No traffic assertion for top-k: the MLP's 2,410 parameters are 38 K-blocks, no more than
+    # the window, so every block heads its slot's column and travels in the sparse protocol
+    # (hosts/sparse_blocks.py `announcements`); top-k saves traffic only on far larger arrays.
     assert_clean()
 
 

@@ -238,7 +238,7 @@ def test_progress_and_trees():
 
     pipeline = Pipeline(seed=0)
     for cmd in star_commands(n, tree=1) + [
-            f"table_add agg_job agg_child 0 3 0 {i + 1} => {i} {n} 1 4" for i in range(n)]:
+            f"table_add agg_job agg_child 0 3 0 {i + 1} => {i} {n} 1 4 1020 65535" for i in range(n)]:
         pipeline.command(cmd)
     net = FakeNet(n, backend="pipeline", pipeline=pipeline)
     net.record = True

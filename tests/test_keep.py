@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from ground import wire
-from tests.leftovers import assert_clean
+from tests.leftovers import leftovers, new_leftovers
 
 REPO = Path(__file__).resolve().parent.parent
 LUA = REPO / "tools" / "wireshark" / "agglab.lua"
@@ -48,6 +48,7 @@ def _decode(pcap: Path) -> list[dict]:
 @pytest.mark.skipif(shutil.which("tshark") is None, reason="needs Debian's tshark (scripts/install-system.sh)")
 def test_kept_run_has_logs_commands_events_result_and_decodable_pcaps(tmp_path):
     keep = tmp_path / "kept"
+    before = leftovers()
     proc = _agglab("allreduce", "--workers", str(WORKERS), "--elements", str(ELEMENTS), "--keep", str(keep),
                    "--pcap", "--progress", "--json", root=tmp_path / "runs")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -86,5 +87,6 @@ def test_kept_run_has_logs_commands_events_result_and_decodable_pcaps(tmp_path):
     for b, values in data.items():
         assert values == accepted[b * wire.K:(b + 1) * wire.K].tolist(), b
     assert not list((tmp_path / "runs").glob("*")), "the run directory stayed in the run root"
-    assert_clean()
+    left = new_leftovers(before)
+    assert not any(left.values()), left
 

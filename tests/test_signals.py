@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.leftovers import leftovers
+from tests.leftovers import leftovers, new_leftovers
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_DC = REPO / "experiments" / "topologies" / "example.yaml"    # 3 racks under 2 spines, 6 hosts
@@ -99,6 +99,7 @@ def test_signal_stops_the_command_cleanly(command, moment, signum, tmp_path):
     root = tmp_path / "runs"
     env = dict(os.environ, AGGLAB_RUN_ROOT=str(root), PYTHONPATH=str(REPO))
     argv = [sys.executable, "-m", "agglab", *COMMANDS[command](moment, tmp_path)]
+    before = leftovers()
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     err: list[str] = []
@@ -125,4 +126,5 @@ def test_signal_stops_the_command_cleanly(command, moment, signum, tmp_path):
     assert sum(f"interrupted by {name}" in line for line in stderr.splitlines()) == 1, stderr[-2000:]
     assert "Traceback" not in stderr + "".join(out), (stderr + "".join(out))[-3000:]
     assert _run_dirs(root) == [], "run directory left behind"
-    assert not any(leftovers().values()), leftovers()
+    left = new_leftovers(before)
+    assert not any(left.values()), left

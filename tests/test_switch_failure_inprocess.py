@@ -73,6 +73,35 @@ def test_allreduce_survives_a_switch_death(tmp_path, pick, at, sparse):
     assert all(stats.epoch_changes == 1 for _out, stats in results)
 
 
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+def test_root_death_in_a_tenants_slot_range_spares_the_other_slots(tmp_path, sparse):
+    # a job owning slots 512..1023 (another tenant's are 0..511): the reroute around its dead
+    # root reads, resets and preloads only its own slots (dense: the live roots' values read
+    # ahead, the dead root's results from the switches below it; sparse: the walk)
+    base = 512
+    net = TreeNet(fat_tree(), "spt", 64, tmp_path / "epoch.json", loss=0.0 if sparse else 0.02, seed=7,
+                  job_args={"slot_base": base, "slots": 512})
+    others = {sw: 100 + i for i, sw in enumerate(sorted(net.clients))}     # the other tenant's cells (8-bit counts)
+    for sw, v in others.items():
+        net.clients[sw].commands([f"register_write agg_values {7 * 32} {v}",
+                                  f"register_write agg_count {base - 1} {v}"])
+    if sparse:
+        arrays = [sparse_gradient(r, ELEMENTS, "int32", 0.3, "random", 64, 7, 0) for r in range(8)]
+    else:
+        arrays = [make_gradient(r, ELEMENTS, "int32", 7) for r in range(8)]
+    results, injected = net.run(arrays, fail_at=(0.4,), fail_seed=2, pick=root_of_tree, kill=True,
+                                sparse=sparse, window=64, give_up=GIVE_UP)
+    assert_exact(results, arrays)
+    (inj,) = injected
+    (rec,) = net.job.failure_records()
+    assert rec["switch"] == inj["switch"] and rec["epoch"] == 1 and not rec.get("partitioned"), rec
+    for sw, v in others.items():
+        if sw == inj["switch"]:
+            continue                            # its registers died with it
+        assert net.clients[sw].register_read("agg_values", 7 * 32) == v, sw
+        assert net.clients[sw].register_read("agg_count", base - 1) == v, sw
+
+
 def test_tree_pick_never_takes_a_workers_only_edge_switch(tmp_path):
     net = TreeNet(fat_tree(), "spt", 16, tmp_path / "epoch.json")
     edges = {n for n, d in net.g.nodes(data=True) if d.get("tier") == "edge"}

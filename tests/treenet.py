@@ -88,7 +88,7 @@ class TreeNet:
     """A topology graph (built by controller.topologies, workers ranked) run in-process."""
 
     def __init__(self, g, algorithm: str, window: int, epoch_file: Path, *, loss: float = 0.0,
-                 seed: int = 0):
+                 seed: int = 0, job_args: dict | None = None):
         self.g, self.loss = g, loss
         self.rng = random.Random(seed)
         self.lock = threading.RLock()
@@ -97,7 +97,7 @@ class TreeNet:
         self.transports = {h: HostTransport(self, h) for h in self.hosts}
         self.epoch_file = Path(epoch_file)
         self.job = TreeJob(g, self.clients, algorithm, self.hosts, window, self.epoch_file,
-                           drain=0.0).start()
+                           drain=0.0, **(job_args or {})).start()
         self.delivered = 0
 
     def _crosses(self, a: str, b: str) -> bool:

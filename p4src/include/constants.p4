@@ -13,6 +13,8 @@
 #define AGG_SLOTS        1024        /* slots per version in every switch     */
 #define AGG_MAX_WORKERS  32          /* width of the contribution bitmap      */
 #define AGG_STATS_SIZE   8           /* entries of the agg_stats counter      */
+#define AGG_REJECTS_SIZE 8           /* entries of the agg_rejects counter    */
+#define AGG_ANY_WORKER   0xFFFF      /* agg_job `worker` param: any worker field (a switch's port) */
 
 #define AGG_FLAG_RESULT  1           /* packet carries an aggregate           */
 #define AGG_FLAG_RETX    2           /* worker retransmission (informational) */
@@ -30,5 +32,17 @@
 #define STAT_SIM_DROP    5           /* dropped by the drop simulator         */
 #define STAT_DUP_UP      6           /* partial re-sent to the parent (trees) */
 #define STAT_SP_HOLD     7           /* sparse: new round held back or stale  */
+
+/* agg_rejects counter indices: why a packet counted in STAT_REJECT was dropped
+ * (every rejected packet counts once in STAT_REJECT and once here). */
+#define REJ_MALFORMED    0           /* cut short: the parser ended in an error            */
+#define REJ_LENGTH       1           /* IPv4/UDP length fields disagree with each other,
+                                        the headers or the frame                           */
+#define REJ_NO_ENTRY     2           /* no agg_job entry: another job's id, an old epoch,
+                                        a port outside the job                             */
+#define REJ_SLOT         3           /* slot outside the job's slot range                  */
+#define REJ_WORKER       4           /* worker field is not the port's rank (spoofed)      */
+#define REJ_FROM_PARENT  5           /* not a result, on the parent port                   */
+#define REJ_ENTRY        6           /* the entry's child index does not fit the bitmap    */
 
 #endif

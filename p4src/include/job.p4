@@ -38,6 +38,8 @@
 #define FINAL_AT_ROOT ((meta.role == ROLE_ROOT) ? 8w1 : 8w0)
 
 counter(AGG_STATS_SIZE, CounterType.packets) agg_stats;
+/* Why each rejected packet was dropped (REJ_* in constants.p4); STAT_REJECT is their sum. */
+counter(AGG_REJECTS_SIZE, CounterType.packets) agg_rejects;
 
 /* Value lanes, per register: the pipelines pass their own (agg_values, sp_values).
  * Add lane i (keep = 0 turns the add into an overwrite: a round starts) and leave
@@ -59,27 +61,33 @@ counter(AGG_STATS_SIZE, CounterType.packets) agg_stats;
 control JobRole(inout headers_t hdr, inout meta_t meta,
                 inout standard_metadata_t standard_metadata) {
     /* The tree (not the packet) says who the sender is: child index, how
-     * many children complete a slot, where results go, which slot window. */
+     * many children complete a slot, where results go, which slot range
+     * the job owns (slot_base .. slot_base + slots - 1) and which worker
+     * field a packet on this port must carry (the rank of the worker
+     * behind it; AGG_ANY_WORKER on a port that leads to a switch). */
     @name(".agg_child")
-    action agg_child(bit<8> child, bit<8> fan_in, bit<16> mgrp, bit<16> slot_base) {
+    action agg_child(bit<8> child, bit<8> fan_in, bit<16> mgrp, bit<16> slot_base,
+                     bit<16> slots, bit<16> worker) {
         meta.role = ROLE_ROOT;
         meta.child = child;
         meta.fan_in = fan_in;
         meta.mgrp = mgrp;
         meta.slot_base = slot_base;
+        meta.slots = slots;
+        meta.worker = worker;
     }
 
     @name(".agg_child_of")
     action agg_child_of(bit<8> child, bit<8> fan_in, bit<16> mgrp, bit<16> slot_base,
-                        port_t parent_port) {
-        agg_child(child, fan_in, mgrp, slot_base);
+                        bit<16> slots, bit<16> worker, port_t parent_port) {
+        agg_child(child, fan_in, mgrp, slot_base, slots, worker);
         meta.role = ROLE_INNER;
         meta.parent_port = parent_port;
     }
 
     @name(".agg_from_parent")
-    action agg_from_parent(bit<8> fan_in, bit<16> mgrp, bit<16> slot_base) {
-        agg_child(0, fan_in, mgrp, slot_base);
+    action agg_from_parent(bit<8> fan_in, bit<16> mgrp, bit<16> slot_base, bit<16> slots) {
+        agg_child(0, fan_in, mgrp, slot_base, slots, AGG_ANY_WORKER);
         meta.role = ROLE_PARENT;
     }
 
@@ -105,20 +113,46 @@ control JobRole(inout headers_t hdr, inout meta_t meta,
 
     apply {
         meta.verdict = OUT_DROP;
-        agg_job.apply();
-        meta.slot_idx = (bit<32>)meta.slot_base + (bit<32>)hdr.agg.slot;
-        if (meta.role == ROLE_NONE) {
-            /* agg_reject already dropped and counted */
-        } else if (meta.slot_idx >= AGG_SLOTS || meta.child >= AGG_MAX_WORKERS ||
-                   (meta.role == ROLE_PARENT && (hdr.agg.flags & AGG_FLAG_RESULT) == 0)) {
-            /* A bad slot_base/child from the controller must not spill into
-             * another job's slots or alias bitmap bits; only results may come
-             * down from the parent. */
+        meta.role = ROLE_NONE;
+        if (hdr.ipv4.totalLen != hdr.udp.length + 16w20 ||     /* (mod 2^16, hence the next line) */
+            hdr.udp.length > 16w65515 ||
+            hdr.udp.length < 16w24 ||
+            (hdr.data.isValid() && hdr.udp.length < 16w24 + 4 * AGG_K) ||
+            (bit<32>)hdr.ipv4.totalLen + 14 > standard_metadata.packet_length) {
+            /* Lengths that disagree with each other, with the headers the parser
+             * found or with the frame: a forged or damaged packet. */
             agg_reject();
+            agg_rejects.count(REJ_LENGTH);
         } else {
-            /* r: this slot-version; o: the other version of the same slot */
-            meta.r = (bit<32>)hdr.agg.ver * AGG_SLOTS + meta.slot_idx;
-            meta.o = (bit<32>)(hdr.agg.ver ^ 1) * AGG_SLOTS + meta.slot_idx;
+            agg_job.apply();
+            meta.slot_idx = (bit<32>)meta.slot_base + (bit<32>)hdr.agg.slot;
+            if (meta.role == ROLE_NONE) {
+                /* agg_reject (the default) already dropped and counted: no entry for
+                 * this (job, tree, epoch, port): another job's id, an old epoch, a
+                 * port outside the job */
+                agg_rejects.count(REJ_NO_ENTRY);
+            } else if ((bit<16>)hdr.agg.slot >= meta.slots || meta.slot_idx >= AGG_SLOTS) {
+                /* Outside the job's own slot range: never another job's slots (nor,
+                 * from a bad slot_base, past the registers). */
+                agg_reject();
+                agg_rejects.count(REJ_SLOT);
+            } else if (meta.worker != AGG_ANY_WORKER && (bit<16>)hdr.agg.worker != meta.worker) {
+                /* A member port may only speak for its own worker. */
+                agg_reject();
+                agg_rejects.count(REJ_WORKER);
+            } else if (meta.child >= AGG_MAX_WORKERS) {
+                /* A bad child index from the controller must not alias bitmap bits. */
+                agg_reject();
+                agg_rejects.count(REJ_ENTRY);
+            } else if (meta.role == ROLE_PARENT && (hdr.agg.flags & AGG_FLAG_RESULT) == 0) {
+                /* Only results may come down from the parent. */
+                agg_reject();
+                agg_rejects.count(REJ_FROM_PARENT);
+            } else {
+                /* r: this slot-version; o: the other version of the same slot */
+                meta.r = (bit<32>)hdr.agg.ver * AGG_SLOTS + meta.slot_idx;
+                meta.o = (bit<32>)(hdr.agg.ver ^ 1) * AGG_SLOTS + meta.slot_idx;
+            }
         }
     }
 }

@@ -11,7 +11,7 @@ Vector file keys:
     commands:  CLI lines, or {cmd: line, output: regex the answer must match}
     packets:   [{port, frame: spec, expect: [{port, frame: spec}, ...] | []}]
     registers: {"name[i]": v, "name[a:b]": [v, ...]}   after all packets
-    counters:  {"agg_stats[i]": packets}
+    counters:  {"agg_stats[i]": packets, "agg_rejects[i]": packets}
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ def make_switch(n: int) -> Pipeline:
     p.command("mc_node_create 0 " + " ".join(str(w + 1) for w in range(n)))
     p.command("mc_node_associate 1 0")
     for w in range(n):
-        p.command(f"table_add agg_job agg_child 1 0 0 {w + 1} => {w} {n} {MGRP} 0")
+        p.command(f"table_add agg_job agg_child 1 0 0 {w + 1} => {w} {n} {MGRP} 0 1024 65535")
         p.command(f"table_add agg_reply agg_set_dst {w + 1} => 02:a6:67:ff:ff:fe 10.255.255.254 "
                   f"02:00:00:00:00:{w + 1:02x} 10.0.0.{w + 1}")
     return p

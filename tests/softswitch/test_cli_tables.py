@@ -38,9 +38,9 @@ def test_entry_handles_reuse_slot_with_version(p):
 @pytest.mark.parametrize("line, message", [
     ("table_add nosuch drop 1 =>", r"Invalid table name \(nosuch\)"),
     ("table_add agg_reply nosuch 1 =>", "has no action nosuch"),
-    ("table_add agg_job agg_child 1 0 0 => 0 2 1 0", "needs 4 key fields"),
-    ("table_add agg_job agg_child 1 0 0 1 => 0 2 1", "needs 4 parameters"),
-    ("table_add agg_job agg_child 256 0 0 1 => 0 2 1 0", "does not fit in 8 bits"),
+    ("table_add agg_job agg_child 1 0 0 => 0 2 1 0 1024 65535", "needs 4 key fields"),
+    ("table_add agg_job agg_child 1 0 0 1 => 0 2 1", "needs 6 parameters"),
+    ("table_add agg_job agg_child 256 0 0 1 => 0 2 1 0 1024 65535", "does not fit in 8 bits"),
     ("table_add ipv4_lpm drop 10.0.0.1 =>", "needs a /length"),
     ("table_add l2_exact l2_forward 02:00:00 => 1", "invalid value"),
     ("register_read agg_count 4096", r"Invalid register operation \(INVALID_INDEX\)"),
@@ -55,9 +55,9 @@ def test_refusals_raise_with_reason(p, line, message):
 
 
 def test_duplicate_key_refused(p):
-    p.command("table_add agg_job agg_child 1 0 0 1 => 0 2 1 0")
+    p.command("table_add agg_job agg_child 1 0 0 1 => 0 2 1 0 1024 65535")
     with pytest.raises(CommandError, match=r"Invalid table operation \(DUPLICATE_ENTRY\)"):
-        p.command("table_add agg_job agg_child 1 0 0 1 => 1 2 1 0")
+        p.command("table_add agg_job agg_child 1 0 0 1 => 1 2 1 0 1024 65535")
 
 
 def test_registers_and_counters_answers(p):

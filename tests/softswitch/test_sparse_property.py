@@ -35,7 +35,7 @@ def switch(workers: int) -> Pipeline:
     for line in ("mc_mgrp_create 1", f"mc_node_create 0 {ports}", "mc_node_associate 1 0"):
         p.command(line)
     for w in range(workers):
-        p.command(f"table_add agg_job agg_child 1 0 0 {w + 1} => {w} {workers} 1 0")
+        p.command(f"table_add agg_job agg_child 1 0 0 {w + 1} => {w} {workers} 1 0 1024 65535")
         p.command(f"table_add agg_reply agg_set_dst {w + 1} => {SVC} {SVC}")
     return p
 

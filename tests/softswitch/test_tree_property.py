@@ -30,16 +30,16 @@ def build_tree(sizes: list[int]) -> tuple[Pipeline, list[Pipeline]]:
     for line in ("mc_mgrp_create 1", f"mc_node_create 0 {ports}", "mc_node_associate 1 0"):
         root.command(line)
     for j in range(len(sizes)):
-        root.command(f"table_add agg_job agg_child 1 0 0 {j + 1} => {j} {len(sizes)} 1 0")
+        root.command(f"table_add agg_job agg_child 1 0 0 {j + 1} => {j} {len(sizes)} 1 0 1024 65535")
         root.command(f"table_add agg_reply agg_set_dst {j + 1} => {SVC} {SVC}")
     inner = []
     for n in sizes:
         p = Pipeline(seed=0)
         for line in ("mc_mgrp_create 2", "mc_node_create 0 " + " ".join(str(w + 1) for w in range(n)),
-                     "mc_node_associate 2 0", f"table_add agg_job agg_from_parent 1 0 0 {PARENT_PORT} => {n} 2 0"):
+                     "mc_node_associate 2 0", f"table_add agg_job agg_from_parent 1 0 0 {PARENT_PORT} => {n} 2 0 1024"):
             p.command(line)
         for w in range(n):
-            p.command(f"table_add agg_job agg_child_of 1 0 0 {w + 1} => {w} {n} 2 0 {PARENT_PORT}")
+            p.command(f"table_add agg_job agg_child_of 1 0 0 {w + 1} => {w} {n} 2 0 1024 65535 {PARENT_PORT}")
             p.command(f"table_add agg_reply agg_set_dst {w + 1} => {SVC} 02:00:00:00:00:{w + 1:02x} 10.0.0.{w + 1}")
         inner.append(p)
     return root, inner

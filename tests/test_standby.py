@@ -1,0 +1,72 @@
+"""Standby trees (controller/standby.py) and the bulk reroute's helpers (issue 10, item 2).
+
+The standby process must hand back, per failed link, the trees the controller would have
+computed itself with that link down; a reroute must then take them instead of computing.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from controller import failover, topologies, trees
+from controller.addressing import assign_addresses
+from controller.standby import StandbyWorker
+from controller.topology import workers as ranked_workers
+from hosts.workload import make_gradient
+from treenet import PipeClient, TreeNet
+
+
+def fat_tree(workers: int = 8):
+    return assign_addresses(topologies.build("fattree", k=4, workers=workers))
+
+
+def wait_for(cond, seconds: float = 60.0) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()
+
+
+def test_the_standby_process_hands_back_each_failed_links_trees():
+    g = fat_tree()
+    workers = ranked_workers(g)
+    active = trees.compute("spt", g, workers)
+    links = sorted(e for t in active.trees for e in t.edges if all(g.nodes[n]["kind"] == "switch" for n in e))[:2]
+    got = {}
+    StandbyWorker.get().submit("spt", g.copy(), workers, [(u, v, (u, v)) for u, v in links], got.__setitem__)
+    assert wait_for(lambda: len(got) == 2), got
+    for u, v in links:
+        assert not got[u, v].uses(u, v)                       # the failed link is avoided
+        g.edges[u, v]["up"] = False
+        assert [t.edges for t in got[u, v].trees] == [t.edges for t in trees.compute("spt", g, workers).trees]
+        g.edges[u, v]["up"] = True
+
+
+def test_a_reroute_takes_the_standby_trees_and_stays_exact(tmp_path):
+    net = TreeNet(fat_tree(), "spt", 64, tmp_path / "epoch.json", loss=0.02, seed=5)
+    job = net.job
+    link = sorted(e for t in job.trees().trees for e in t.edges
+                  if all(job.g.nodes[n]["kind"] == "switch" for n in e))[0]
+    assert wait_for(lambda: ("spt", job._down_links() | {frozenset(link)}) in job._standby)
+    arrays = [make_gradient(r, 16_384, "int32", 5) for r in range(8)]
+    results, _ = net.run(arrays, fail_at=(0.5,), pick=lambda _job, _i: link, window=64, give_up=60.0)
+    expected = np.sum(np.stack(arrays).astype(np.int64), axis=0).astype(np.int32)
+    assert all(np.array_equal(out, expected) for out, _stats in results)
+    (record,) = job.failure_records()
+    assert record["standby"] is True and record["link"] == f"{link[0]}-{link[1]}"
+    assert not job.trees().uses(*link)
+
+
+def test_preload_writes_are_coalesced_into_ranges_keeping_the_last_write():
+    client = PipeClient("s1")
+    lines = ["register_write agg_count 5 2", "register_write agg_count 3 2", "register_write agg_count 4 2",
+             "register_write agg_bitmap 9 3", "register_write agg_count 5 7"]
+    assert failover.coalesce_writes(client, lines) == [
+        "register_write_range agg_count 3 2 2 7", "register_write_range agg_bitmap 9 3"]
+    client.commands(failover.coalesce_writes(client, lines))
+    regs = client.pipeline.register_arrays
+    assert [int(v) for v in regs["agg_count"].data[3:6]] == [2, 2, 7] and int(regs["agg_bitmap"].data[9]) == 3
