@@ -10,6 +10,9 @@ an emulation is only faithful while the links, not the CPU, are the bottleneck):
   reroute    k=4 fat-tree, a tree link fails mid-run: link down to new trees
              installed (detect + recompute + install), spt/rat/packing, dense
              and sparse                                                          (median < 50 ms)
+  switchfail k=4 fat-tree, an aggregating tree switch killed (kill -9) mid-run: exit
+             seen (detect), recompute, install; dense and sparse, one network,
+             the switch restarted between kills                               (informational)
   build      k=8 fat-tree (80 switches, 16 workers) built and programmed         (< 15 s)
   sparse     8 workers x 1M int32 at 5 Mb/s, overlapping blocks: dense time over
              sparse time at density 0.1 and 0.01                                 (>= 9x, >= 50x)
@@ -41,8 +44,8 @@ import numpy as np
 from ground import wire
 from ground.paths import REPO
 
-SECTIONS = ("pipeline", "daemon", "wire", "reroute", "build", "sparse", "trees", "bmv2")
-ROOT_SECTIONS = {"daemon", "wire", "reroute", "build", "sparse", "bmv2"}
+SECTIONS = ("pipeline", "daemon", "wire", "reroute", "switchfail", "build", "sparse", "trees", "bmv2")
+ROOT_SECTIONS = {"daemon", "wire", "reroute", "switchfail", "build", "sparse", "bmv2"}
 LINK_BOUND = 1.10          # a run within 10% of its analytic wire time is link-bound
 
 
@@ -134,6 +137,40 @@ def bench_reroute(a) -> list[dict]:
         out.append(figure("reroute median (link down to new trees installed)", median, "ms",
                           target="< 50 ms", met=median < 50, scale=f"{len(totals)} reroutes above",
                           link_bound=None))
+    return out
+
+
+def bench_switchfail(a) -> list[dict]:
+    """Switch-failure recovery on one k=4 fat-tree: per kill, kill to exit seen (detect), trees
+    recomputed, installed (freeze, snapshot, entries, preload), while 8 workers run an
+    allreduce of a.reroute_elements int32 each on unshaped links (the load)."""
+    from emulation.session import Session
+    from ground.runspec import RunSpec
+
+    out, totals = [], []
+    spec = RunSpec(topology="fattree", k=4, workers=8, elements=a.reroute_elements, bw=a.switchfail_bw)
+    with Session(spec) as s:
+        for i in range(a.switchfail_kills):
+            for algorithm in ("switchml", "omnireduce"):
+                extra = {"density": 0.2} if algorithm == "omnireduce" else {}
+                r = s.allreduce(algorithm=algorithm, fail_switch=["tree@0.5"], seed=i, **extra)
+                for f in r["failures"]:
+                    total = sum(f.get(k) or 0 for k in ("detect_ms", "recompute_ms", "install_ms"))
+                    totals.append(total)
+                    out.append(figure(f"switch {f['switch']} killed, {'dense' if algorithm == 'switchml' else 'sparse'}",
+                                      total, "ms", link_mbps=a.switchfail_bw,
+                                      scale=f"fat-tree k=4, 8 workers x {a.reroute_elements:,} int32",
+                                      link_bound=None, exact=r["exact"],
+                                      detail=" / ".join(f"{k[:-3]} {f.get(k)}" for k in (
+                                          "detect_ms", "recompute_ms", "install_ms", "freeze_ms", "snapshot_ms",
+                                          "entries_ms", "preload_ms") if f.get(k) is not None) + " ms",
+                                      **{k: f.get(k) for k in ("detect_ms", "recompute_ms", "install_ms",
+                                                               "freeze_ms", "snapshot_ms", "entries_ms",
+                                                               "preload_ms")}))
+                    s.restart_switch(f["switch"])
+    if totals:
+        out.append(figure("switch failure median (kill to new trees installed)", statistics.median(totals), "ms",
+                          scale=f"{len(totals)} kills above", link_bound=None))
     return out
 
 
@@ -237,7 +274,7 @@ def bench_bmv2(a) -> list[dict]:
 
 
 BENCHES = {"pipeline": bench_pipeline, "daemon": bench_daemon, "wire": bench_wire,
-           "reroute": bench_reroute, "build": bench_build, "sparse": bench_sparse, "trees": bench_trees,
+           "reroute": bench_reroute, "switchfail": bench_switchfail, "build": bench_build, "sparse": bench_sparse, "trees": bench_trees,
            "bmv2": bench_bmv2}
 
 
@@ -278,6 +315,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--elements", type=int, default=1_000_000, help="int32 per worker (wire, sparse)")
     ap.add_argument("--rates", default="5,10,20,40", help="link rates of the wire section, Mb/s")
     ap.add_argument("--reroute-elements", type=int, default=200_000)
+    ap.add_argument("--switchfail-kills", type=int, default=3, help="kills per pipeline (switchfail)")
+    ap.add_argument("--switchfail-bw", type=float, default=None, help="link Mb/s (switchfail; default unshaped)")
     ap.add_argument("--daemon-seconds", type=float, default=5.0)
     ap.add_argument("--sparse-window", type=int, default=None,
                     help="slots per worker of the sparse runs (default the run default, 128): each slot "

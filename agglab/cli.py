@@ -82,7 +82,8 @@ def _print_human(r: dict) -> None:
             print("  " + err.splitlines()[0])
         return
     for f in r.get("failures", []):
-        print(f"link {f['link']} failed at {f['at']:.0%}: detected in {f['detect_ms']} ms, "
+        what = f"switch {f['switch']}" if f.get("switch") else f"link {f['link']}"
+        print(f"{what} failed at {f['at']:.0%}: detected in {f['detect_ms']} ms, "
               f"recomputed in {f['recompute_ms']} ms, installed in {f['install_ms']} ms"
               + ("" if f["on_tree"] else " (not on an active tree: nothing reinstalled)"))
     bound = f" (bound {r['error_bound']:.3g})" if r["dtype"] == "float32" else ""
@@ -179,6 +180,10 @@ def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
     opt("--fail", action="append", metavar="A-B@FRACTION",
         help="take link A-B down when FRACTION of the blocks are done; 'tree@0.5' picks a "
              "link the active tree uses; may repeat")
+    opt("--fail-switch", action="append", metavar="NAME@FRACTION",
+        help="kill switch NAME's process (kill -9) when FRACTION of the blocks are done: all its links "
+             "fail, the controller reroutes around it; 'tree@0.5' picks an aggregating switch of the "
+             "active tree that is not some worker's only edge switch; may repeat")
     opt("--keep", metavar="DIR", default=d["keep"],
         help="when the run ends, keep its directory in DIR (new or empty): per-switch logs, the "
              "control commands sent, events, worker logs and reports, the JSON result")

@@ -2,7 +2,7 @@
 
 Each command is a do_* method whose docstring is its help (type `help fail`).
 Mininet's own commands keep working; `link a b down` is noticed by the controller
-through netlink exactly like `fail a b`.
+through netlink exactly like `fail a b`; `kill a1` / `restart a1` fail and revive a switch.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from agglab.interrupts import Interrupted, arm
 from ground import wire
 from emulation.session import Session
 from ground.runspec import RunSpec
+from controller.switch_client import SwitchCommandError
 from controller.topology import switches
 
 
@@ -31,6 +32,14 @@ class LabCLI(CLI):
         self.running: threading.Thread | None = None
         self.background = [] if background is None else background   # for run_lab to stop
         CLI.__init__(self, session.net.net, **kw)
+
+    def onecmd(self, line):
+        """A switch that died under a command (its socket closed) is one line, not the lab's end."""
+        try:
+            return CLI.onecmd(self, line)
+        except SwitchCommandError as exc:
+            print(str(exc).splitlines()[0])
+            return False
 
     # -- stop signals ----------------------------------------------------------------
     # Mininet's CLI swallows KeyboardInterrupt (at the prompt and while a host command
@@ -82,6 +91,37 @@ class LabCLI(CLI):
         """recover A B: bring link A-B back; when no allreduce runs, trees are recomputed."""
         self._link(line, "up")
 
+    # -- switches ----------------------------------------------------------------
+    def _switch_arg(self, line: str, verb: str) -> str | None:
+        args = line.split()
+        if len(args) != 1 or args[0] not in switches(self.session.g):
+            print(f"usage: {verb} SWITCH   (one of {' '.join(switches(self.session.g))})")
+            return None
+        return args[0]
+
+    def do_kill(self, line):
+        """kill SWITCH: kill -9 the switch's process: all its links fail at once. The controller sees
+        the process exit, reroutes the active trees around it (new epoch) or, if that cuts a worker
+        off, tells every agent the workers are partitioned."""
+        sw = self._switch_arg(line, "kill")
+        if sw:
+            try:
+                self.session.kill_switch(sw)
+                print(f"killed {sw}")
+            except (ValueError, RuntimeError) as exc:
+                print(str(exc).splitlines()[0])
+
+    def do_restart(self, line):
+        """restart SWITCH: start a killed switch again (empty tables), re-program its forwarding and
+        drop simulator; the trees are recomputed with it (now, or before the next allreduce if one runs)."""
+        sw = self._switch_arg(line, "restart")
+        if sw:
+            try:
+                self.session.restart_switch(sw)
+                print(f"restarted {sw}")
+            except (ValueError, RuntimeError) as exc:
+                print(str(exc).splitlines()[0])
+
     # -- state -------------------------------------------------------------------
     def do_trees(self, line):
         """trees: each job's current trees, their weights and the epoch."""
@@ -105,8 +145,15 @@ class LabCLI(CLI):
         if not args or args[0] not in switches(self.session.g):
             print("usage: slots SWITCH [N]")
             return
+        if args[0] not in self.session.job.live_switches():
+            print(f"switch {args[0]} is down (restart {args[0]} brings it back)")
+            return
         limit = int(args[1]) if len(args) > 1 else 8
-        regs = self.session.job.read_registers(args[0], ("agg_count", "agg_bitmap", "agg_exp", "agg_final"))
+        try:
+            regs = self.session.job.read_registers(args[0], ("agg_count", "agg_bitmap", "agg_exp", "agg_final"))
+        except SwitchCommandError as exc:
+            print(str(exc).splitlines()[0])
+            return
         shown = 0
         for r, count in enumerate(regs["agg_count"]):
             if count and shown < limit:
@@ -162,7 +209,7 @@ class LabCLI(CLI):
     # -- traffic -----------------------------------------------------------------
     def do_allreduce(self, line):
         """allreduce [ELEMENTS] [--tree spt|rat|packing] [--dtype int32|float32] [--loss P]
-        [--algorithm switchml|omnireduce] [--density D] [--fail A-B@F] ... (any `agglab allreduce`
+        [--algorithm switchml|omnireduce] [--density D] [--fail A-B@F] [--fail-switch NAME@F] ... (any `agglab allreduce`
         option that does not reshape the network): run one allreduce in the background (fail
         links meanwhile); prints the outcome when done."""
         if self.running and self.running.is_alive():
@@ -194,6 +241,7 @@ class LabCLI(CLI):
                 print(f"\nallreduce: {verdict}, {r['elements']} {r['dtype']} x {r['workers']} workers"
                       + (f" x {len(jobs)} jobs" if len(jobs) > 1 else "") + f" in "
                       f"{r['seconds']} s, {r['retransmissions']} retransmissions, epoch {r['epoch']}"
+                      + (f", switches down: {' '.join(r['switches_down'])}" if r.get("switches_down") else "")
                       + "".join(f"\n  job {j['job']}: {'exact' if j['exact'] else 'NOT EXACT'} in {j['seconds']} s, "
                                 f"{j['retransmissions']} retransmissions" for j in jobs if len(jobs) > 1)
                       + ("".join(f"\n  {e.splitlines()[0]}" for e in r.get("errors", []))))
@@ -216,7 +264,7 @@ class LabCLI(CLI):
 
 # RunSpec fields one allreduce of an open lab may change; the rest shape the network.
 PER_RUN = ("elements", "dtype", "loss", "tree", "algorithm", "density", "pattern", "block_size",
-           "zero_workers", "seed", "window", "give_up", "fail", "job_loss")
+           "zero_workers", "seed", "window", "give_up", "fail", "fail_switch", "job_loss")
 
 
 class _Options(argparse.ArgumentParser):
@@ -246,7 +294,7 @@ def run_lab(spec: RunSpec, script: str | None = None) -> int:
     """Open the lab; with `script` (a file of commands) run them and return at its end."""
     with Session(spec, quiet=False) as session:
         background: list[threading.Thread] = []
-        print("agglab lab: type 'help' for commands; 'fail A B', 'allreduce', 'trees', 'events'; 'exit' to quit")
+        print("agglab lab: type 'help' for commands; 'fail A B', 'kill S', 'allreduce', 'trees', 'events'; 'exit' to quit")
         try:
             if script:                      # Mininet polls stdin even in batch mode: give it a real file
                 with open(os.devnull) as quiet_stdin:

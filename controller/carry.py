@@ -48,9 +48,12 @@ class Carry(Protocol):
     algorithm: str
 
     def snapshot(self, clients: dict[str, SwitchClient], old: Installation,
-                 tree_of_slot: list[int], regs: dict | None = None) -> Carried:
+                 tree_of_slot: list[int], regs: dict | None = None, values: dict | None = None,
+                 down=frozenset()) -> Carried:
         """Read, after the freeze, what the old tree holds that a worker may still need
-        (`regs`: switch -> register -> values of scalars() already read)."""
+        (`regs`: switch -> register -> values of scalars() already read; `values`: root ->
+        r -> agg_values cells already read, failover.values_ahead_lines), from its live
+        switches (`down`: dead switches, whose registers died with them)."""
 
     def preload(self, clients: dict[str, SwitchClient], new: Installation, tree_of_slot: list[int],
                 carried: Carried) -> int:
@@ -60,7 +63,7 @@ class Carry(Protocol):
                       carried: Carried) -> tuple[dict, int]:
         """preload() as command lines per switch (to go out with other work), and the cells."""
 
-    def scalars(self, old: Installation, tree_of_slot: list[int]) -> dict[str, tuple[str, ...]]:
+    def scalars(self, old: Installation, tree_of_slot: list[int], down=frozenset()) -> dict[str, tuple[str, ...]]:
         """Per switch, the whole registers snapshot() reads first; a caller may read them
         itself (in the freeze's batch: a switch's state is final once it answered its
         freeze) and pass them to snapshot(..., regs=)."""
@@ -70,19 +73,21 @@ class DenseCarry:
     algorithm = "switchml"
 
     # the snapshot needs nothing the first reads (scalars, values ahead) do not give: a bulk
-    # reroute can reset in the freeze's batch and preload in the next (two rounds, not three)
+    # reroute can reset in the freeze's batch and preload in the next (two rounds, not three).
+    # Not with a dead switch: a dead root's results are read from the live switches below it,
+    # which the first reads do not cover (controller/job.py falls back to three rounds then)
     complete_ahead = True
 
     def __init__(self, slot_base: int = 0):
         self.slot_base = slot_base            # the job's slot range starts here (jobs share switches)
 
     def snapshot(self, clients, old, tree_of_slot, regs: dict | None = None,
-                 values: dict | None = None) -> Carried:
+                 values: dict | None = None, down=frozenset()) -> Carried:
         return Carried(dense=failover.snapshot(clients, old, tree_of_slot, self.slot_base, regs=regs,
-                                               values=values))
+                                               values=values, down=down))
 
-    def scalars(self, old, tree_of_slot) -> dict[str, tuple[str, ...]]:
-        return {sw: failover.SNAPSHOT_SCALARS for sw in failover.root_switches(old, tree_of_slot)}
+    def scalars(self, old, tree_of_slot, down=frozenset()) -> dict[str, tuple[str, ...]]:
+        return failover.snapshot_reads(old, tree_of_slot, down)
 
     def preload(self, clients, new, tree_of_slot, carried: Carried) -> int:
         lines, writes = self.preload_lines(clients, new, tree_of_slot, carried)
@@ -99,14 +104,15 @@ class SparseCarry(DenseCarry):
     complete_ahead = False          # the held rounds' values are wherever the scalars say
 
     def snapshot(self, clients, old, tree_of_slot, regs: dict | None = None,
-                 values: dict | None = None) -> Carried:
-        carried = super().snapshot(clients, old, tree_of_slot, regs, values)   # the lead rounds
-        carried.sparse = sparse_failover.sparse_snapshot(clients, old, tree_of_slot, self.slot_base, regs=regs)
+                 values: dict | None = None, down=frozenset()) -> Carried:
+        carried = super().snapshot(clients, old, tree_of_slot, regs, values, down)   # the lead rounds
+        carried.sparse = sparse_failover.sparse_snapshot(clients, old, tree_of_slot, self.slot_base,
+                                                         regs=regs, down=down)
         return carried
 
-    def scalars(self, old, tree_of_slot) -> dict[str, tuple[str, ...]]:
-        out = {sw: sparse_failover.SNAPSHOT_SCALARS for sw, _ in old.roles}
-        for sw, names in super().scalars(old, tree_of_slot).items():
+    def scalars(self, old, tree_of_slot, down=frozenset()) -> dict[str, tuple[str, ...]]:
+        out = {sw: sparse_failover.SNAPSHOT_SCALARS for sw, _ in old.roles if sw not in down}
+        for sw, names in super().scalars(old, tree_of_slot, down).items():
             out[sw] = out.get(sw, ()) + names
         return out
 

@@ -25,7 +25,7 @@ from controller.tree_install import Installation
 
 # Everything a reset zeroes: the dense registers and the sparse pipeline's (p4src/include/sparse.p4);
 # sp_next must be 0 on a new tree so a round waits until every child has announced again.
-REGISTERS = ("agg_values", "agg_bitmap", "agg_count", "agg_exp", "agg_final",
+REGISTERS = ("agg_values", "agg_bitmap", "agg_count", "agg_exp", "agg_final", "agg_block",
              "sp_values", "sp_block", "sp_bitmap", "sp_final", "sp_exp", "sp_rnext", "sp_done",
              "sp_ack", "sp_next", "sp_exp_next")
 
@@ -36,6 +36,7 @@ class CompletedVersion:
     ver: int
     exp: int
     values: np.ndarray       # K unsigned 32-bit register values
+    block: int = 0           # agg_block: the round's block (so a later carry can tell rounds apart)
 
 
 def slot_index(ver: int, slot_base: int, slot: int) -> int:
@@ -43,7 +44,23 @@ def slot_index(ver: int, slot_base: int, slot: int) -> int:
     return ver * wire.SLOTS + slot_base + slot
 
 
-SNAPSHOT_SCALARS = ("agg_count", "agg_bitmap", "agg_exp")
+SNAPSHOT_SCALARS = ("agg_count", "agg_bitmap", "agg_exp", "agg_block")
+DEAD_ROOT_SCALARS = SNAPSHOT_SCALARS + ("agg_final",)   # every live switch of a tree whose root died
+
+
+def snapshot_reads(inst: Installation, tree_of_slot: list[int], down=frozenset()) -> dict[str, tuple[str, ...]]:
+    """Per switch, the registers a snapshot reads: the roots of the trees some slot uses
+    (SNAPSHOT_SCALARS); for a tree whose root died, every live switch of it (DEAD_ROOT_SCALARS)."""
+    roots = {tree: role.switch for (_sw, tree), role in inst.roles.items() if role.root}
+    out: dict[str, tuple[str, ...]] = {}
+    for tree in set(tree_of_slot):
+        if roots[tree] not in down:
+            out.setdefault(roots[tree], SNAPSHOT_SCALARS)
+            continue
+        for sw, t in inst.roles:
+            if t == tree and sw not in down:
+                out[sw] = DEAD_ROOT_SCALARS
+    return out
 
 
 def root_switches(inst: Installation, tree_of_slot: list[int]) -> set[str]:
@@ -105,13 +122,17 @@ def parse_reads(names, outs: list[str]) -> dict[str, np.ndarray]:
                            dtype=np.int64) for name, out in zip(names, outs)}
 
 
-def values_ahead_lines(inst: Installation, tree_of_slot: list[int], slot_base: int = 0) -> dict[str, list]:
-    """Per old root, the agg_values cells of both versions of its slots, as runs of consecutive
-    slot versions: {root: [(r0, n), ...]} (read with the freeze, so that a dense reroute needs no
-    second read; window 128: 16,384 cells in all)."""
+def values_ahead_lines(inst: Installation, tree_of_slot: list[int], slot_base: int = 0,
+                       down=frozenset()) -> dict[str, list]:
+    """Per old live root, the agg_values cells of both versions of its slots, as runs of
+    consecutive slot versions: {root: [(r0, n), ...]} (read with the freeze, so that a dense
+    reroute needs no second read; window 128: 16,384 cells in all). A dead root (`down`) is
+    skipped: its slots' results are wherever snapshot() finds them below it."""
     roots = {tree: role.switch for (_sw, tree), role in inst.roles.items() if role.root}
     rs: dict[str, list[int]] = {}
     for slot, tree in enumerate(tree_of_slot):
+        if roots[tree] in down:
+            continue
         for ver in (0, 1):
             rs.setdefault(roots[tree], []).append(slot_index(ver, slot_base, slot))
     runs: dict[str, list] = {}
@@ -147,28 +168,77 @@ def parse_values_reads(runs: list, outs: list[str]) -> dict[int, np.ndarray]:
 
 
 def snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
-             slot_base: int = 0, regs: dict | None = None, values: dict | None = None) -> dict[int, CompletedVersion]:
+             slot_base: int = 0, regs: dict | None = None, values: dict | None = None,
+             down=frozenset()) -> dict[int, CompletedVersion]:
     """Per slot, the complete-and-maybe-needed version at its old tree's root (if any).
-    `regs`: SNAPSHOT_SCALARS of the roots, if already read (after their freeze); `values`:
-    root -> r -> agg_values cells, if already read (values_ahead_lines)."""
-    wanted: dict[str, list[tuple[int, int, int]]] = {}          # root -> [(slot, ver, r)]
-    exps: dict[str, np.ndarray] = {}
-    for slot, role, regs in old_roots(clients, inst, tree_of_slot, SNAPSHOT_SCALARS, regs):
-        exps[role.switch] = regs["agg_exp"]
-        for ver in (0, 1):
-            r = slot_index(ver, slot_base, slot)
-            if regs["agg_count"][r] == len(role.children) and regs["agg_bitmap"][r] != 0:
-                wanted.setdefault(role.switch, []).append((slot, ver, r))
+    `regs`: the registers of snapshot_reads(), if already read (after the switches' freeze);
+    `values`: switch -> r -> agg_values cells, if already read (values_ahead_lines: live
+    roots only); a holder whose cells are not all there is read here.
+
+    A dead root (`down`: its registers died with it) is stood in for by the live switches
+    of its tree. A version one of them holds as the final result (`agg_final`, the root
+    completed it and it came down) is needed when a child's bit is still set there (that
+    child has not moved on), or when another live switch still waits in the same round:
+    the same version holding the same block (`agg_block`), complete below it or not, without
+    the result (a result lost on one path while it reached the others). The block tells the
+    rounds apart: by registers alone, a subtree one round behind (waiting on v, done with
+    1-v) and one ahead (done with v, waiting on 1-v) look the same."""
+    need = snapshot_reads(inst, tree_of_slot, down)
+    cache = dict(regs or {})
+    missing = [sw for sw, names in need.items() if not all(n in cache.get(sw, {}) for n in names)]
+    cache.update(on_each(clients, missing, lambda sw: read_registers(clients[sw], need[sw])))
+
+    def reg(sw: str, name: str) -> np.ndarray:
+        return cache[sw][name]
+
+    roots = {tree: role for (_sw, tree), role in inst.roles.items() if role.root}
+    wanted: dict[str, list[tuple[int, int, int]]] = {}          # holder -> [(slot, ver, r)]
+    for slot, tree in enumerate(tree_of_slot):
+        root = roots[tree]
+        if root.switch not in down:
+            holder = _root_holds(reg, root, slot_base, slot)
+        else:
+            live = sorted((role for (sw, t), role in inst.roles.items() if t == tree and sw not in down),
+                          key=lambda role: role.switch)
+            holder = _held_below(reg, live, slot_base, slot)
+        if holder:
+            sw, ver, r = holder
+            wanted.setdefault(sw, []).append((slot, ver, r))
     values = values or {}
     missing = [sw for sw, items in wanted.items() if any(r not in values.get(sw, {}) for *_, r in items)]
     read = on_each(clients, missing, lambda sw: clients[sw].register_read_ranges(
-        "agg_values", [(r * wire.K, wire.K) for _, _, r in wanted[sw]]))   # one batch per root
+        "agg_values", [(r * wire.K, wire.K) for _, _, r in wanted[sw]]))   # one batch per holder
     found: dict[int, CompletedVersion] = {}
     for sw, items in wanted.items():
         cells = read[sw] if sw in read else [values[sw][r] for *_, r in items]
         for (slot, ver, r), vals in zip(items, cells):
-            found[slot] = CompletedVersion(slot, ver, int(exps[sw][r]), np.array(vals))
+            found[slot] = CompletedVersion(slot, ver, int(reg(sw, "agg_exp")[r]), np.array(vals),
+                                           int(reg(sw, "agg_block")[r]))
     return found
+
+
+def _root_holds(reg, root, slot_base: int, slot: int):
+    """(root, ver, r) of the version the live root completed and some child may lack."""
+    for ver in (0, 1):
+        r = slot_index(ver, slot_base, slot)
+        if reg(root.switch, "agg_count")[r] == len(root.children) and reg(root.switch, "agg_bitmap")[r] != 0:
+            return root.switch, ver, r
+    return None
+
+
+def _held_below(reg, live: list, slot_base: int, slot: int):
+    """(switch, ver, r) of a final result some live switch holds and some worker still needs,
+    for a tree whose root died."""
+    for ver in (0, 1):
+        r = slot_index(ver, slot_base, slot)
+        waiting = {int(reg(role.switch, "agg_block")[r]) for role in live
+                   if reg(role.switch, "agg_bitmap")[r] != 0 and reg(role.switch, "agg_final")[r] != 1}
+        for role in live:
+            sw = role.switch
+            if reg(sw, "agg_final")[r] == 1 and reg(sw, "agg_count")[r] == len(role.children) \
+                    and (reg(sw, "agg_bitmap")[r] != 0 or int(reg(sw, "agg_block")[r]) in waiting):
+                return sw, ver, r
+    return None
 
 
 # Register layouts (aggregate.p4, sparse.p4): cells per slot version, or per slot and child.
@@ -224,7 +294,8 @@ def preload_lines(clients: dict[str, SwitchClient], inst: Installation, tree_of_
             out = lines.setdefault(sw, [])
             fan_in = len(role.children)
             out += [f"register_write agg_count {r} {fan_in}",
-                    f"register_write agg_bitmap {r} {(1 << fan_in) - 1}"]
+                    f"register_write agg_bitmap {r} {(1 << fan_in) - 1}",
+                    f"register_write agg_block {r} {done.block}"]
             if role.root:
                 out += [f"register_write agg_exp {r} {done.exp}", f"register_write agg_final {r} 1"]
                 values[sw, r] = done.values

@@ -135,7 +135,7 @@ class ForwardingJob(Job):
                 self.treeset = Routes(self._paths(), epoch=self.treeset.epoch)
 
     def _paths(self) -> frozenset:
-        return worker_paths(self.g, self.pairs, {sw: next_hops(self.g, sw) for sw in switches(self.g)})
+        return worker_paths(self.g, self.pairs, {sw: next_hops(self.g, sw) for sw in self.live_switches()})
 
     # -- link events -----------------------------------------------------------------
     def link_changed(self, u: str, v: str, up: bool, t: float, intf: str = "") -> None:
@@ -143,18 +143,31 @@ class ForwardingJob(Job):
         with self.locked():
             if self.stopped:           # teardown deletes interfaces: not failures
                 return
+            if up and self.g.edges[u, v].get("down_with"):
+                return                 # a dead switch's port: it comes back with the switch
             if mark_link(self.g, u, v, up):
                 self.events.add("link_up" if up else "link_down", t=t, link=f"{u}-{v}", intf=intf)
                 self.reroute(f"{u}-{v}", t, record=not up)
 
-    def reroute(self, link: str, t_detect: float, record: bool = True) -> dict:
+    def switch_failed(self, sw: str, t: float) -> None:
+        """A dead switch (its links marked down): routes around it, as for a link."""
+        self.handles.pop(sw, None)
+        self.reroute(f"switch {sw}", t, switch=sw)
+
+    def switch_back(self, sw: str) -> None:
+        """A restarted switch: its ipv4_lpm entries anew (with handles), shortest paths back."""
+        self.clients[sw].table_clear("ipv4_lpm")
+        self.handles[sw] = {}
+        self.reroute(f"switch {sw}", time.monotonic(), record=False, switch=sw)
+
+    def reroute(self, link: str, t_detect: float, record: bool = True, switch: str | None = None) -> dict:
         """Rewrite the ipv4_lpm entries whose next hop changed; announce a partition."""
         t0 = time.monotonic()
-        wanted = {sw: ipv4_routes(self.g, sw) for sw in switches(self.g)}
+        wanted = {sw: ipv4_routes(self.g, sw) for sw in self.live_switches()}
         t1 = time.monotonic()
         changed = 0
         for sw, routes in wanted.items():
-            client, have = self.clients[sw], self.handles[sw]
+            client, have = self.clients[sw], self.handles.setdefault(sw, {})
             for prefix, (mac, port) in routes.items():
                 old = have.get(prefix)
                 if old is None:
@@ -166,19 +179,23 @@ class ForwardingJob(Job):
                     continue
                 changed += 1
         t2 = time.monotonic()
-        entry = {"link": link, "t_detect": t_detect, "recompute_ms": round((t1 - t0) * 1e3, 2),
+        entry = {**({"switch": switch} if switch else {"link": link}), "t_detect": t_detect,
+                 "recompute_ms": round((t1 - t0) * 1e3, 2),
                  "install_ms": round((t2 - t1) * 1e3, 2), "entries_changed": changed}
         self.partitioned = _partition(self.g, self.workers)
         if self.partitioned:                # the workers' TCP gives up naming the unreachable peer
             entry["partitioned"] = True
-            self.events.add("partitioned", link=link, reason=self.partitioned)
+            self.events.add("partitioned", **({"switch": switch} if switch else {"link": link}),
+                            reason=self.partitioned)
         if changed:
             self.treeset = Routes(self._paths(), epoch=self.treeset.epoch + 1)
             entry["epoch"] = self.treeset.epoch
-            self.events.add("rerouted", link=link, epoch=self.treeset.epoch, entries=changed,
+            self.events.add("rerouted", **({"switch": switch} if switch else {"link": link}),
+                            epoch=self.treeset.epoch, entries=changed,
                             recompute_ms=entry["recompute_ms"], install_ms=entry["install_ms"])
         else:
-            self.events.add("no_reinstall", link=link, why="no worker route crosses it")
+            self.events.add("no_reinstall", **({"switch": switch} if switch else {"link": link}),
+                            why="no worker route crosses it")
         if record and (changed or self.partitioned):
             self.record_failure(entry)
         return entry

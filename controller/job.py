@@ -86,6 +86,7 @@ class TreeJob(Job):
         self.slots = wire.SLOTS - slot_base if slots is None else slots
         self.carry = carry_for("switchml", slot_base)   # what a reroute keeps: set per allreduce by prepare()
         self.stopped = False
+        self.pending_reinstall: str | None = None   # a switch came back during an allreduce
 
     # -- install ---------------------------------------------------------------------
     def start(self) -> "TreeJob":
@@ -93,7 +94,7 @@ class TreeJob(Job):
         self.treeset = trees.compute(self.algorithm, self.g, self.workers, epoch=0)
         recompute = time.monotonic() - t0
         self.tree_of_slot = partition_slots(self.treeset.weights, self.window)
-        self._reset(switches(self.g))
+        self._reset(self.live_switches())
         self.inst = self._install(self.treeset)
         self._publish()
         self.events.add("trees_installed", epoch=0, trees=len(self.treeset.trees), algorithm=self.algorithm,
@@ -131,10 +132,14 @@ class TreeJob(Job):
         """Before each allreduce: fresh registers, slots partitioned for this window, the
         reroute carry of the allreduce `algorithm` (controller/carry.py)."""
         with self.locked():
+            if self.pending_reinstall:         # a restarted switch rejoins before the next run
+                why, self.pending_reinstall = self.pending_reinstall, None
+                self.partitioned = None
+                self.reinstall(why=why)
             self.window = window
             self.carry = carry_for(algorithm, self.slot_base)
             self.tree_of_slot = partition_slots(self.treeset.weights, window)
-            self._reset(switches(self.g))
+            self._reset(self.live_switches())
             self._publish("partitioned" if self.partitioned else "ok", self.partitioned or "")
 
     def _ranks(self) -> dict[str, int]:
@@ -178,6 +183,8 @@ class TreeJob(Job):
             edge = self.g.edges[u, v]
             if edge.get("up", True) == up:
                 return                           # the other end of the same link
+            if up and edge.get("down_with"):
+                return                           # a dead switch's port: it comes back with the switch
             edge["up"] = up
             self.events.add("link_up" if up else "link_down", t=t, link=f"{u}-{v}", intf=intf)
             if not up and self.treeset.uses(u, v):
@@ -187,6 +194,38 @@ class TreeJob(Job):
             elif up and not self.is_running:
                 self.partitioned = None
                 self.reinstall(why=f"link {u}-{v} recovered")
+
+    # -- switch events ---------------------------------------------------------------
+    def switch_failed(self, sw: str, t: float) -> None:
+        """A dead switch: forget what was installed in it (its tables died with it), then
+        reroute once around it if an active tree uses it (its links are marked down)."""
+        self._forget(sw)
+        if any(sw in tree.parent for tree in self.treeset.trees):
+            self.reroute(f"switch {sw}", t, switch=sw)
+        else:
+            self.events.add("no_reinstall", switch=sw, why="not on an active tree")
+
+    def switch_back(self, sw: str) -> None:
+        """A restarted switch rejoins: the trees are recomputed with it under a new epoch
+        (installing them programs its agg_job, groups and agg_reply), now if no allreduce
+        runs, else before the next one (prepare)."""
+        self._forget(sw)
+        if self.is_running:
+            self.pending_reinstall = f"switch {sw} restarted"
+        else:
+            self.partitioned = None
+            self.reinstall(why=f"switch {sw} restarted")
+
+    def _forget(self, sw: str) -> None:
+        """Handles, groups and agg_reply entries in `sw` no longer exist (it died or restarted)."""
+        self.reply_ports.pop(sw, None)
+        if self.inst is not None:
+            self.inst.job_handles.pop(sw, None)
+            self.inst.groups.pop(sw, None)
+
+    def _down(self) -> frozenset:
+        """The dead switches (a reroute reads and writes only live ones)."""
+        return frozenset(s for s in switches(self.g) if self.g.nodes[s].get("up", True) is False)
 
     # -- standby trees ---------------------------------------------------------------
     def _down_links(self) -> frozenset:
@@ -222,24 +261,28 @@ class TreeJob(Job):
         if todo and worker is not None:
             worker.submit(self.algorithm, self.g.copy(), self.workers, todo, self._standby.setdefault)
 
-    def reroute(self, link: str, t_detect: float) -> dict:
+    def reroute(self, link: str, t_detect: float, switch: str | None = None) -> dict:
+        """Freeze the old epoch, snapshot what it holds (from live switches), install the
+        trees recomputed over live links and switches, preload, tell the agents. `link` names
+        the cause ("a1-c1", or "switch a1" with `switch` set)."""
         if self.bulk:
-            return self._reroute_bulk(link, t_detect)
-        record = {"link": link, "t_detect": t_detect}
+            return self._reroute_bulk(link, t_detect, switch)
+        record = _cause(link, switch, t_detect)
+        what = link if switch else f"link {link}"
         t0 = time.monotonic()
         old = self.inst
         tree_install.freeze(self.clients, old)
-        self._publish("rerouting", f"link {link} failed")      # agents: a pause, not a stall
+        self._publish("rerouting", f"{what} failed")      # agents: a pause, not a stall
         phases = {"freeze_ms": time.monotonic() - t0}
         time.sleep(self.drain)                      # packets already in flight finish or miss
         ts = time.monotonic()
-        carried = self.carry.snapshot(self.clients, old, self.tree_of_slot)
+        carried = self.carry.snapshot(self.clients, old, self.tree_of_slot, down=self._down())
         t1 = time.monotonic()
         phases["snapshot_ms"] = t1 - ts
         try:
             new = self._compute(self._down_links(), self.treeset.epoch + 1)
         except TreeError as exc:
-            self._partitioned(link, exc, record, t1)
+            self._partitioned(what, exc, record, t1)
             return record
         t2 = time.monotonic()
         self.treeset = new
@@ -249,16 +292,16 @@ class TreeJob(Job):
         ti = time.monotonic()
         self.inst = self._install(new)
         tp = time.monotonic()
-        self._publish("rerouting", f"link {link} failed")      # heartbeat before the preload
+        self._publish("rerouting", f"{what} failed")      # heartbeat before the preload
         writes = self.carry.preload(self.clients, self.inst, self.tree_of_slot, carried)
         phases.update(entries_ms=tp - ti, preload_ms=time.monotonic() - tp)
         self._publish()
         t3 = time.monotonic()
         tree_install.remove_groups(self.clients, old)      # after the agents were told: not urgent
         record.update(recompute_ms=round((t2 - t1) * 1e3, 2), install_ms=round((t3 - t2 + t1 - t0) * 1e3, 2))
-        return self._rerouted(link, record, new, carried, writes, phases)
+        return self._rerouted(record, new, carried, writes, phases)
 
-    def _reroute_bulk(self, link: str, t_detect: float) -> dict:
+    def _reroute_bulk(self, link: str, t_detect: float, switch: str | None = None) -> dict:
         """The reroute on switches whose command batches are atomic (software switches), in
         rounds of bulk batches, each sent to every switch before any answer is read:
         (1) the old epoch's agg_job entries deleted (the freeze), the carry's register reads
@@ -266,10 +309,14 @@ class TreeJob(Job):
         the new epoch's entries and groups added (harmless: no agent uses the new epoch before
         it is told); (2) the carried results' values (only where (1) found some); (3)
         registers reset, the carry preloaded, the new groups completed. A dense carry reads
-        its values in (1) as well and resets there, so it needs only (1) and (3). The trees
-        come from the standby when it has them. No drain: once a switch answered its freeze,
-        no packet of the old epoch touches its state."""
-        record = {"link": link, "t_detect": t_detect}
+        its values in (1) as well and resets there, so it needs only (1) and (3); with a dead
+        switch it reads the live roots' values in (1) but resets in (3), since a dead root's
+        results are read from the live switches below it in (2). The trees come from the
+        standby when it has them. No drain: once a switch answered its freeze, no packet of
+        the old epoch touches its state."""
+        record = _cause(link, switch, t_detect)
+        what = link if switch else f"link {link}"
+        down = self._down()
         t0 = time.monotonic()
         old = self.inst
         standby = (self.algorithm, self._down_links()) in self._standby
@@ -277,29 +324,31 @@ class TreeJob(Job):
             new = self._compute(self._down_links(), self.treeset.epoch + 1)
         except TreeError as exc:
             run_batches(self.clients, tree_install.freeze_lines(old))
-            self._partitioned(link, exc, record, t0)
+            self._partitioned(what, exc, record, t0)
             return record
         t1 = time.monotonic()
         plan = tree_install.plan(self.g, new, self.job, slot_base=self.slot_base, reply_ports=self.reply_ports,
                                  slots=self.slots, ranks=self._ranks())
         batches = tree_install.freeze_lines(old)
-        reads = self.carry.scalars(old, self.tree_of_slot)
+        reads = self.carry.scalars(old, self.tree_of_slot, down)
         at = {}
         window = len(self.tree_of_slot)
-        ahead = failover.values_ahead_lines(old, self.tree_of_slot, self.slot_base) if self.carry.complete_ahead else {}
+        ahead = failover.values_ahead_lines(old, self.tree_of_slot, self.slot_base, down) \
+            if self.carry.complete_ahead else {}
+        early_reset = self.carry.complete_ahead and not down   # else (2) may read the new tree's switches
         new_switches = sorted({sw for sw, _ in plan.inst.roles})
         for sw, names in reads.items():            # after the switch's freeze: its state is final
             at[sw] = len(batches.setdefault(sw, []))
             batches[sw] += failover.window_read_lines(names, window, self.slot_base)
             batches[sw] += failover.values_read_lines(ahead.get(sw, []))
-        if self.carry.complete_ahead:              # everything read: reset in this batch too
+        if early_reset:                            # everything read: reset in this batch too
             for sw in new_switches:
                 batches.setdefault(sw, []).extend(self._reset_lines(sw))
         for sw, lines in plan.lines.items():
             batches.setdefault(sw, []).extend(lines)
         t2 = time.monotonic()
-        self._publish("rerouting", f"link {link} failed")      # agents: a pause, not a stall, and
-        outs = run_batches(self.clients, batches)               # no resends into the frozen epoch
+        self._publish("rerouting", f"{what} failed")      # agents: a pause, not a stall, and
+        outs = run_batches(self.clients, batches)          # no resends into the frozen epoch
         associate = plan.finish(outs)
         regs, values = {}, {}
         for sw, names in reads.items():
@@ -307,11 +356,11 @@ class TreeJob(Job):
             regs[sw] = failover.parse_window_reads(names, outs[sw][at[sw]:i], window, self.slot_base)
             values[sw] = failover.parse_values_reads(ahead.get(sw, []), outs[sw][i:i + len(ahead.get(sw, []))])
         t3 = time.monotonic()
-        carried = self.carry.snapshot(self.clients, old, self.tree_of_slot, regs, values)
+        carried = self.carry.snapshot(self.clients, old, self.tree_of_slot, regs, values, down)
         t4 = time.monotonic()
         tree_of_slot = partition_slots(new.weights, self.window)
         preload, writes = self.carry.preload_lines(self.clients, plan.inst, tree_of_slot, carried)
-        final = {sw: ([] if self.carry.complete_ahead else self._reset_lines(sw))
+        final = {sw: ([] if early_reset else self._reset_lines(sw))
                      + associate.get(sw, []) + preload.get(sw, []) for sw in new_switches}
         run_batches(self.clients, final)
         self.treeset, self.inst, self.tree_of_slot = new, plan.inst, tree_of_slot
@@ -321,16 +370,16 @@ class TreeJob(Job):
         run_batches(self.clients, tree_install.remove_groups_lines(old))   # the agents were told: not urgent
         record.update(recompute_ms=round((t1 - t0) * 1e3, 2), install_ms=round((t5 - t1) * 1e3, 2),
                       standby=standby)
-        return self._rerouted(link, record, new, carried, writes, phases)
+        return self._rerouted(record, new, carried, writes, phases)
 
-    def _partitioned(self, link: str, exc: TreeError, record: dict, t: float) -> None:
+    def _partitioned(self, what: str, exc: TreeError, record: dict, t: float) -> None:
         self.partitioned = str(exc)
-        self._publish("partitioned", f"link {link} failed and the workers are partitioned: {exc}")
-        self.events.add("partitioned", link=link, reason=str(exc))
+        self._publish("partitioned", f"{what} failed and the workers are partitioned: {exc}")
+        self.events.add("partitioned", **_cause_key(record), reason=str(exc))
         record.update(partitioned=True, recompute_ms=round((time.monotonic() - t) * 1e3, 2))
         self.record_failure(record)
 
-    def _rerouted(self, link: str, record: dict, new, carried, writes: int, phases: dict) -> dict:
+    def _rerouted(self, record: dict, new, carried, writes: int, phases: dict) -> dict:
         if carried.conflicts:
             self.events.add("sparse_carry_conflict", columns=len(carried.conflicts),
                             switches=",".join(sorted({sw for *_, sw in carried.conflicts})),
@@ -338,7 +387,7 @@ class TreeJob(Job):
         record.update(epoch=new.epoch, preloaded_slots=carried.slots, register_writes=writes,
                       **{k: round(v * 1e3, 2) for k, v in phases.items()})
         self.record_failure(record)
-        self.events.add("rerouted", link=link, epoch=new.epoch, trees=len(new.trees),
+        self.events.add("rerouted", **_cause_key(record), epoch=new.epoch, trees=len(new.trees),
                         recompute_ms=record["recompute_ms"], install_ms=record["install_ms"],
                         preloaded=carried.slots,
                         **{k: record[k] for k in ("freeze_ms", "snapshot_ms", "entries_ms", "preload_ms")})
@@ -353,3 +402,12 @@ class TreeJob(Job):
             worker.cancel()
 
 
+
+
+def _cause(link: str, switch: str | None, t_detect: float) -> dict:
+    """A failure record's start: the failed link, or the dead switch."""
+    return {"switch": switch, "t_detect": t_detect} if switch else {"link": link, "t_detect": t_detect}
+
+
+def _cause_key(record: dict) -> dict:
+    return {"switch": record["switch"]} if "switch" in record else {"link": record["link"]}

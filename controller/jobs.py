@@ -25,9 +25,10 @@ from typing import Iterator
 import networkx as nx
 
 from controller import aggregate
+from ground.runspec import only_edge_switches
 from controller.events import EventLog
 from controller.switch_client import SwitchClient
-from controller.topology import switches
+from controller.topology import natural_key, switches
 from controller.trees.base import TreeSet
 
 
@@ -81,6 +82,66 @@ class Job(ABC):
         """Between allreduces: recompute under a new epoch (maybe with another algorithm)."""
         raise ValueError(f"a {self.algorithm} job cannot change its trees")
 
+    # -- switch failures ---------------------------------------------------------------
+    def switch_changed(self, sw: str, up: bool, t: float, program=None) -> None:
+        """Switch `sw` died (its process exited: every link of it failed at once) or was
+        restarted. A death marks the switch and its live links down in the shared graph
+        (their netlink events, which follow, are then the other end of a known failure) and
+        calls `switch_failed`; a restart marks them up again (exactly the links that went down
+        with it), runs `program()` (the caller's forwarding and drop simulator on the fresh,
+        empty switch) and calls `switch_back`."""
+        with self._lock:
+            if getattr(self, "stopped", False):        # teardown stops switches: not failures
+                return
+            node = self.g.nodes[sw]
+            if node.get("up", True) == up:
+                return
+            node["up"] = up
+            links = mark_switch_links(self.g, sw, up)
+            if up and program is not None:
+                try:
+                    program()                           # routes are computed over live nodes and links
+                except BaseException:
+                    node["up"] = False
+                    mark_switch_links(self.g, sw, False)
+                    raise
+            self.events.add("switch_up" if up else "switch_down", t=t, switch=sw, links=len(links))
+            if up:
+                self.switch_back(sw)
+            else:
+                self.switch_failed(sw, t)
+
+    def switch_failed(self, sw: str, t: float) -> None:
+        """A switch died (its links are already marked down): reroute around it."""
+        self.events.add("no_reinstall", switch=sw, why=f"a {self.algorithm} job does not reroute")
+
+    def switch_back(self, sw: str) -> None:
+        """A restarted switch rejoined (empty tables; forwarding already re-programmed)."""
+
+    def live_switches(self) -> list[str]:
+        """The switches whose process runs (a dead one's client must not be used)."""
+        return [s for s in switches(self.g) if self.g.nodes[s].get("up", True) is not False]
+
+    def pick_tree_switch(self, seed: int) -> str:
+        """The switch `--fail-switch tree@x` kills: one of the active trees' aggregating switches
+        (two or more children on some tree) that is no worker's only edge switch, preferring one
+        whose death leaves every worker reachable (a reroute, not a partition); else any tree
+        switch that is no worker's only edge switch; else any such live switch. Deterministic
+        in seed."""
+        with self._lock:
+            edge_only = only_edge_switches(self.g)
+            live = set(self.live_switches())
+            trees = self.treeset.trees
+            on_tree = sorted({n for t in trees for e in t.edges for n in e
+                              if n in live and n not in edge_only}, key=natural_key)
+            aggregating = [s for s in on_tree if any(_fan_in(t, s) >= 2 for t in trees)]
+            pool = aggregating or on_tree
+            safe = [s for s in pool if not _partitions_without(self.g, s, self.workers)]
+            pool = safe or pool or sorted(live - edge_only, key=natural_key)
+            if not pool:
+                raise ValueError("--fail-switch tree@F: every live switch is some worker's only edge switch")
+            return random.Random(seed).choice(pool)
+
     def write_plans(self, directory: Path) -> dict[str, Path]:
         """Per worker host, an extra plan file its worker reads (none by default)."""
         return {}
@@ -132,7 +193,7 @@ class Job(ABC):
     def switch_stats(self) -> dict[str, dict[str, int]]:
         """Per switch, the agg_stats counters by name (read under the job's lock)."""
         with self._lock:
-            return {sw: aggregate.read_stats(self.clients[sw]) for sw in switches(self.g)}
+            return {sw: aggregate.read_stats(self.clients[sw]) for sw in self.live_switches()}
 
     def stats(self) -> dict[str, int]:
         """The agg_stats counters summed over every switch."""
@@ -163,3 +224,36 @@ def partitions(g: nx.Graph, edge: tuple[str, str], workers: list[str]) -> bool:
     live = nx.Graph((u, v) for u, v, d in g.edges(data=True) if d.get("up", True) and {u, v} != set(edge))
     return not all(w in live for w in workers) or any(
         not nx.has_path(live, workers[0], w) for w in workers[1:])
+
+
+def mark_switch_links(g: nx.Graph, sw: str, up: bool) -> list[tuple[str, str]]:
+    """A dead switch's live links go down with it (remembered as `down_with`); a restart
+    brings back exactly those (a link failed on its own stays down). Returns the links changed."""
+    changed = []
+    for nbr in g.neighbors(sw):
+        e = g.edges[sw, nbr]
+        if not up and e.get("up", True):
+            e["up"], e["down_with"] = False, sw
+            changed.append((sw, nbr))
+        elif up and e.get("down_with") == sw:
+            e.pop("down_with")
+            e["up"] = True
+            changed.append((sw, nbr))
+    return changed
+
+
+def _fan_in(tree, sw: str) -> int:
+    """Children of `sw` on a tree (a Routes "tree" has no parents: its degree there)."""
+    if hasattr(tree, "children"):
+        return len(tree.children(sw)) if sw in getattr(tree, "parent", {}) else 0
+    return sum(1 for e in tree.edges if sw in e)
+
+
+def _partitions_without(g: nx.Graph, sw: str, workers: list[str]) -> bool:
+    """Would the death of switch `sw` leave some worker unreachable from the others?"""
+    live = nx.Graph()
+    live.add_nodes_from(workers)
+    live.add_edges_from((u, v) for u, v, d in g.edges(data=True)
+                        if d.get("up", True) and sw not in (u, v)
+                        and g.nodes[u].get("up", True) is not False and g.nodes[v].get("up", True) is not False)
+    return any(not nx.has_path(live, workers[0], w) for w in workers[1:])

@@ -93,35 +93,76 @@ def _read_scalars(clients, switches) -> dict[str, dict[str, np.ndarray]]:
 
 
 def sparse_snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
-                    slot_base: int = 0, regs: dict | None = None) -> HeldRounds:
+                    slot_base: int = 0, regs: dict | None = None, down=frozenset()) -> HeldRounds:
     """Per slot and version, the round each worker of the old tree may still need (if any)
-    and those rounds' results, read from every switch of the old tree. `regs`: the switches'
-    SNAPSHOT_SCALARS, if already read (each after its own freeze)."""
-    switches = sorted({sw for sw, _ in inst.roles})
+    and those rounds' results, read from every live switch of the old tree. `regs`: the
+    switches' SNAPSHOT_SCALARS, if already read (each after its own freeze).
+
+    A dead switch (`down`) holds nothing: the walk asks higher up. Custody makes that enough
+    below a live root: a switch keeps a completed round until every child acknowledged it,
+    and a dead child never does, so a result that died with a switch is still held by a live
+    ancestor; there, the dead child's acknowledgement bit is ignored (it acknowledged on
+    sending a later block up while it still held the round for a worker below; carrying a
+    round the worker in fact has is harmless: its next packet acknowledges it at the leaf).
+    A result that died with a switch may also survive only off the worker's path: the dead
+    root's copies in the subtrees it had reached, or the copies in other subtrees of a round
+    whose custody the dead switch had (its parent reused the version once it acknowledged).
+    So a worker with a dead switch on its path and nothing held for it on the path needs,
+    per version, the oldest round any live switch of the tree holds final that is newer than
+    what its leaf says it is done with (a round it acknowledged there, or everything below a
+    block it sent). A round too new would not be harmless (its probe would be stale)."""
+    switches = sorted({sw for sw, _ in inst.roles} - set(down))
     regs = dict(regs or {})
     regs.update(_read_scalars(clients, [sw for sw in switches
                                         if not all(n in regs.get(sw, {}) for n in SNAPSHOT_SCALARS)]))
     carry = HeldRounds()
     holders: dict[str, list[tuple[int, int, int, int]]] = {}    # switch -> [(slot, ver, block, r)]
     paths_of = {t: worker_paths(tree_roles(inst, t)) for t in set(tree_of_slot)}
+    on_tree = {t: [sw for sw in tree_roles(inst, t) if sw not in down] for t in set(tree_of_slot)}
+
+    def need(slot: int, ver: int, worker: str, block: int, sw: str, r: int) -> None:
+        carry.needs.setdefault((slot, ver), {})[worker] = block
+        if (slot, ver, block) not in carry.rounds:
+            carry.rounds[slot, ver, block] = None
+            holders.setdefault(sw, []).append((slot, ver, block, r))
+
     for slot, tree in enumerate(tree_of_slot):
         for ver in (0, 1):
             r = slot_index(ver, slot_base, slot)
             for worker, path in paths_of[tree].items():
                 acked = -1                       # newest round known to have reached the worker
+                found = below_dead = False
                 for sw, child in path:
+                    if sw in down:
+                        below_dead = True
+                        continue                 # died with its registers: ask higher up
                     reg = regs[sw]
                     if not (reg["sp_final"][r] and reg["sp_bitmap"][r]):
+                        below_dead = False
                         continue                 # nothing complete held here: ask higher up
                     block = int(reg["sp_block"][r])
-                    if (int(reg["sp_ack"][r]) >> child) & 1 or block <= acked:
+                    child_acked = (int(reg["sp_ack"][r]) >> child) & 1 and not below_dead
+                    below_dead = False
+                    if child_acked or block <= acked:
                         acked = max(acked, block)     # done with it; a newer one may be above
                         continue
-                    carry.needs.setdefault((slot, ver), {})[worker] = block
-                    if (slot, ver, block) not in carry.rounds:
-                        carry.rounds[slot, ver, block] = None
-                        holders.setdefault(sw, []).append((slot, ver, block, r))
+                    need(slot, ver, worker, block, sw, r)
+                    found = True
                     break
+                if found or path[0][0] in down or not any(sw in down for sw, _ in path):
+                    continue
+                leaf, me = regs[path[0][0]], path[0][1]
+                for u in (0, 1):                 # what the worker's leaf knows it is done with
+                    ru = slot_index(u, slot_base, slot)
+                    if leaf["sp_bitmap"][ru] and (int(leaf["sp_ack"][ru]) >> me) & 1:
+                        acked = max(acked, int(leaf["sp_block"][ru]))
+                    elif (int(leaf["sp_bitmap"][ru]) >> me) & 1 and not leaf["sp_final"][ru]:
+                        acked = max(acked, int(leaf["sp_block"][ru]) - 1)   # it sent that block
+                held = sorted((int(regs[sw]["sp_block"][r]), sw) for sw in on_tree[tree]
+                              if regs[sw]["sp_final"][r] and regs[sw]["sp_bitmap"][r]
+                              and int(regs[sw]["sp_block"][r]) > acked)
+                if held:                         # the oldest round it may lack, held off its path
+                    need(slot, ver, worker, held[0][0], held[0][1], r)
     read = on_each(clients, holders, lambda sw: clients[sw].register_read_ranges(
         "sp_values", [(r * wire.K, wire.K) for *_, r in holders[sw]]))   # one batch per holding switch
     for sw, items in holders.items():

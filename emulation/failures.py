@@ -1,4 +1,5 @@
-"""Scripted link failures during an allreduce: `--fail A-B@0.5`, `--fail tree@0.5`.
+"""Scripted failures during an allreduce: links (`--fail A-B@0.5`, `--fail tree@0.5`) and
+switches (`--fail-switch a1@0.5`, `--fail-switch tree@0.5`: the switch's process is killed).
 
 Why progress-triggered: a failure "when half the blocks are done" lands mid-allreduce
 whatever the speed of the machine. Progress is the slowest worker's share of blocks
@@ -11,7 +12,7 @@ import threading
 import time
 from pathlib import Path
 
-from ground.runspec import FailSpec
+from ground.runspec import FailSpec, SwitchFailSpec
 
 
 def read_progress(files: list[Path]) -> float:
@@ -27,9 +28,11 @@ def read_progress(files: list[Path]) -> float:
 
 
 class FailureInjector(threading.Thread):
-    """Takes links down (EmulatedNetwork.set_link, as Mininet's `link a b down`) on schedule."""
+    """Takes links down (EmulatedNetwork.set_link, as Mininet's `link a b down`) and kills
+    switches (EmulatedNetwork.kill_switch, as `kill -9`) on schedule."""
 
-    def __init__(self, net, job, specs: list[FailSpec], progress_files: list[Path], seed: int = 0):
+    def __init__(self, net, job, specs: list[FailSpec | SwitchFailSpec], progress_files: list[Path],
+                 seed: int = 0):
         super().__init__(name="failure-injector", daemon=True)
         self.net, self.job, self.specs = net, job, sorted(specs, key=lambda s: s.at)
         self.progress_files, self.seed = progress_files, seed
@@ -41,11 +44,15 @@ class FailureInjector(threading.Thread):
             while read_progress(self.progress_files) < spec.at:
                 if self.stop_event.wait(0.005):
                     return
+            at = round(read_progress(self.progress_files), 3)
+            if isinstance(spec, SwitchFailSpec):
+                name = spec.switch or self.job.pick_tree_switch(self.seed + i)
+                self.injected.append({"switch": name, "t_fail": self.net.kill_switch(name), "at": at})
+                continue
             a, b = spec.link or self.job.pick_tree_link(self.seed + i)
             t_fail = time.monotonic()
             t_fail = self.net.set_link(a, b, False) or t_fail    # BMv2: after its port change
-            self.injected.append({"link": f"{a}-{b}", "t_fail": t_fail,
-                                  "at": round(read_progress(self.progress_files), 3)})
+            self.injected.append({"link": f"{a}-{b}", "t_fail": t_fail, "at": at})
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -54,8 +61,12 @@ class FailureInjector(threading.Thread):
         """Per failure: link, detect/recompute/install times in ms (None if not on a tree)."""
         out = []
         for inj in self.injected:
+            if "switch" in inj:
+                out.append(self._switch_row(inj))
+                continue
             a, b = inj["link"].split("-")
-            rec = next((f for f in self.job.failure_records() if set(f["link"].split("-")) == {a, b}), None)
+            rec = next((f for f in self.job.failure_records()
+                        if "link" in f and set(f["link"].split("-")) == {a, b}), None)
             row = {"link": inj["link"], "at": inj["at"], "on_tree": rec is not None,
                    "detect_ms": None, "recompute_ms": None, "install_ms": None}
             if rec:
@@ -71,3 +82,22 @@ class FailureInjector(threading.Thread):
                     row["detect_ms"] = round((seen[0] - inj["t_fail"]) * 1e3, 2)
             out.append(row)
         return out
+
+    def _switch_row(self, inj: dict) -> dict:
+        """A killed switch: when the controller saw the process exit (detect), how long the
+        trees took to recompute and install (None when no active tree used it)."""
+        name = inj["switch"]
+        rec = next((f for f in self.job.failure_records()
+                    if f.get("switch") == name and f["t_detect"] >= inj["t_fail"]), None)
+        row = {"switch": name, "at": inj["at"], "on_tree": rec is not None, "detect_ms": None,
+               "recompute_ms": None, "install_ms": None}
+        seen = [t for t, info in self.job.events.of_kind("switch_down")
+                if info.get("switch") == name and t >= inj["t_fail"]]
+        if seen:
+            row["detect_ms"] = round((seen[0] - inj["t_fail"]) * 1e3, 2)
+        if rec:
+            row.update(recompute_ms=rec.get("recompute_ms"), install_ms=rec.get("install_ms"),
+                       epoch=rec.get("epoch"), partitioned=rec.get("partitioned", False),
+                       **{k: rec[k] for k in ("freeze_ms", "snapshot_ms", "entries_ms", "preload_ms",
+                                              "entries_changed") if k in rec})
+        return row

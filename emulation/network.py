@@ -9,6 +9,7 @@ is recorded in a RunRecord so `agglab clean` can undo a crashed run.
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -91,6 +92,11 @@ class EmulatedNetwork:
         self.net = None
         self.run: RunRecord | None = None
         self.clients: dict[str, SwitchClient] = {}
+        self.watcher = None                      # emulation/switch_watch.py, once watch_switches()
+        self.dead: dict[str, str] = {}           # switch -> why its process is gone (exit code, log tail)
+        self.incarnation: dict[str, int] = {}    # switch -> restarts so far (counters start again at 0)
+        self._downed: dict[str, list[str]] = {}  # dead switch -> its ports taken down with it
+        self._handled: dict[str, threading.Event] = {}   # switch -> set once its death was handled
 
     # -- lifecycle ----------------------------------------------------------------
     def start(self) -> "EmulatedNetwork":
@@ -195,23 +201,29 @@ class EmulatedNetwork:
 
     def _connect_switches(self) -> None:
         for s in switches(self.graph):
-            node = self.net.get(s)
-            try:
-                if self.backend == "soft":
-                    client = SoftSwitchClient(s, str(node.control_path), timeout=15)
-                else:
-                    client = Bmv2Client(s, node.thrift_port, timeout=15)
-            except Exception as exc:
-                time.sleep(0.2)
-                reason = node.died()
-                raise RuntimeError(reason or f"switch {s} did not come up: {exc}") from exc
-            if self.keep:                 # kept runs record every control call (SWITCH.commands)
-                from emulation.command_log import LoggedClient
+            self.clients[s] = self._connect(s)
 
-                client = LoggedClient(client, self.run.path / f"{s}.commands", self.t0)
-            self.clients[s] = client
+    def _connect(self, s: str) -> SwitchClient:
+        node = self.net.get(s)
+        try:
+            if self.backend == "soft":
+                client = SoftSwitchClient(s, str(node.control_path), timeout=15)
+            else:
+                client = Bmv2Client(s, node.thrift_port, timeout=15)
+        except Exception as exc:
+            time.sleep(0.2)
+            reason = node.died()
+            raise RuntimeError(reason or f"switch {s} did not come up: {exc}") from exc
+        if self.keep:                 # kept runs record every control call (SWITCH.commands)
+            from emulation.command_log import LoggedClient
+
+            client = LoggedClient(client, self.run.path / f"{s}.commands", self.t0)
+        return client
 
     def stop(self) -> None:
+        if self.watcher is not None:             # teardown stops switches on purpose
+            self.watcher.stop()
+            self.watcher = None
         for client in self.clients.values():
             client.close()
         self.clients.clear()
@@ -307,9 +319,97 @@ class EmulatedNetwork:
     def client(self, switch: str) -> SwitchClient:
         return self.clients[switch]
 
-    def check_switches(self) -> None:
-        """Raise with the switch log tail if a data-plane process died."""
+    # -- switch failures -------------------------------------------------------------
+    def watch_switches(self, on_exit) -> None:
+        """Call `on_exit(switch, code, t)` (its own thread) the moment a switch process exits
+        (pidfd: emulation/switch_watch.py), then take the dead switch's ports down, as a dead
+        box's ports lose their link: netlink then reports its links down (the controller has
+        already marked them). Stopped by stop(). BMv2: the ports are left alone, because an
+        administratively down port stalls a neighbour simple_switch's receive thread (see
+        set_link); the neighbours' packets into the dead switch are lost either way."""
+        from emulation.switch_watch import SwitchWatcher
+
+        def exited(name: str, code: int, t: float) -> None:
+            self.dead[name] = self.net.get(name).died() or f"switch {name} exited with code {code}"
+            try:
+                on_exit(name, code, t)
+            finally:
+                if self.backend == "soft":
+                    self._ports(name, up=False)
+                self._handled.setdefault(name, threading.Event()).set()
+
+        self.watcher = SwitchWatcher(exited).start()
+        for s in switches(self.graph):
+            self.watcher.add(s, self.net.get(s).proc)
+
+    def kill_switch(self, name: str, wait: float | None = None) -> float:
+        """`kill -9` switch `name`'s data-plane process (a switch failure); returns the
+        monotonic time of the kill. The watcher (watch_switches) notices the exit; with
+        `wait` (seconds), return only once it has been handled (the controller rerouted)."""
+        import os
+        import signal
+
+        proc = self._switch_proc(name)
+        if proc.poll() is not None or name in self.dead or name in self._handled:
+            raise ValueError(f"switch {name} is not running")
+        done = self._handled[name] = threading.Event()
+        t = time.monotonic()
+        os.kill(proc.pid, signal.SIGKILL)
+        if wait and self.watcher is not None and not done.wait(wait):
+            raise RuntimeError(f"switch {name} was killed but its exit was not handled within {wait} s")
+        return t
+
+    def restart_switch(self, name: str) -> float:
+        """Start a dead switch again on the same ports and control socket (or Thrift port),
+        with empty tables and registers, bring back the ports that died with it and connect
+        a new client (in `clients`, which the job shares). Returns the monotonic time it
+        answered; the caller re-programs it (Session.restart_switch)."""
+        proc = self._switch_proc(name)
+        if proc.poll() is None:
+            raise ValueError(f"switch {name} is running; kill it first")
+        handled = self._handled.get(name)
+        if handled is not None and self.watcher is not None:
+            handled.wait(10)                     # its death is handled before it comes back
+        if self.backend == "soft":
+            self._ports(name, up=True)
+        node = self.net.get(name)
+        node.start([])
+        old = self.clients.pop(name, None)
+        if old is not None:
+            old.close()
+        self.clients[name] = self._connect(name)
+        self.dead.pop(name, None)
+        self._handled.pop(name, None)
+        self.incarnation[name] = self.incarnation.get(name, 0) + 1
+        if self.watcher is not None:
+            self.watcher.add(name, node.proc)
+        return time.monotonic()
+
+    def _switch_proc(self, name: str):
+        if name not in self.graph or self.graph.nodes[name]["kind"] != "switch":
+            raise ValueError(f"no switch {name!r} in this network (switches: {', '.join(switches(self.graph))})")
+        return self.net.get(name).proc
+
+    def _ports(self, name: str, up: bool) -> None:
+        """Take a dead switch's (root-namespace) ports down, remembering which were up; or
+        bring exactly those back."""
+        if up:
+            names = self._downed.pop(name, [])
+        else:
+            names = [i.name for i in self.net.get(name).intfList() if i.name != "lo"
+                     and Path(f"/sys/class/net/{i.name}/flags").exists()
+                     and int(Path(f"/sys/class/net/{i.name}/flags").read_text(), 16) & 1]
+            self._downed[name] = names
+        if names:
+            subprocess.run(["ip", "-batch", "-"], input="".join(f"link set dev {n} {'up' if up else 'down'}\n"
+                                                            for n in names),
+                           text=True, capture_output=True, check=False)
+
+    def check_switches(self) -> dict[str, str]:
+        """The switches whose data-plane process is gone, with why (exit code, log tail)."""
+        out = dict(self.dead)
         for s in switches(self.graph):
             reason = self.net.get(s).died()
-            if reason:
-                raise RuntimeError(reason)
+            if reason and s not in out:
+                out[s] = reason
+        return out

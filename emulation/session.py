@@ -62,6 +62,8 @@ def graph_for(spec: RunSpec):
     g = topologies.for_run(spec)
     for f in spec.fail_specs:
         f.check(g)
+    for f in spec.fail_switch_specs:
+        f.check(g)
     busiest = max(switches(g), key=g.degree)
     if g.degree(busiest) > tree_install.MAX_PORT:
         raise ValueError(f"switch {busiest} has {g.degree(busiest)} links, but P4 ports are bit<9> "
@@ -120,6 +122,7 @@ class Session:
         self.monitor = None
         self.runs = 0
         self.loss: tuple | None = None      # what the switches' drop simulators are set to
+        self._losses: dict[str, dict[int, float]] = {}   # switch -> port -> drop probability
         self.jobs: list[Job] = []           # one per tenant (--jobs); self.job is the first
         self.last_result: dict | None = None
 
@@ -148,6 +151,7 @@ class Session:
                                    self.net.run.path / "epoch.json", job=spec.job, events=self.events).start()
             self.jobs = self.jobs or [self.job]
             self.monitor = self.net.watch_links(self.job.link_changed)
+            self.net.watch_switches(self._switch_exited)
         except BaseException:
             self.stop()
             raise
@@ -171,14 +175,61 @@ class Session:
             for j, hosts in enumerate(tenant_hosts(self.g, spec.jobs)):
                 per_host.update({h: spec.loss_of(j) for h in hosts})
         for sw in switches(self.g):
-            drop_sim.set_losses(self.net.client(sw), {e["ports"][sw]: per_host.get(nbr, spec.loss)
-                                                      for _, nbr, e in self.g.edges(sw, data=True)})
+            self._losses[sw] = {e["ports"][sw]: per_host.get(nbr, spec.loss)
+                                for _, nbr, e in self.g.edges(sw, data=True)}
+            if sw not in self.net.dead:
+                self._set_switch_loss(sw)
         self.loss = (spec.loss, tuple(spec.job_loss))
+
+    def _set_switch_loss(self, sw: str) -> None:
+        """One switch's drop simulator as _set_loss last set it (no loss before any run)."""
+        losses = self._losses.get(sw) or {e["ports"][sw]: 0.0 for _, _, e in self.g.edges(sw, data=True)}
+        drop_sim.set_losses(self.net.client(sw), losses)
+
+    # -- switch failures -------------------------------------------------------------
+    def _switch_exited(self, name: str, code: int, t: float) -> None:
+        """The switch watcher's callback (its thread): a dead switch is a failure of all its
+        links; the job reroutes around it. Never raises into the watcher."""
+        self.events.add("switch_exited", t=t, switch=name, code=code)
+        try:
+            self.job.switch_changed(name, False, t)
+        except Exception as exc:  # noqa: BLE001 - logged: the watcher must keep watching
+            self.events.add("switch_failure_error", switch=name, error=str(exc).splitlines()[0][:200])
+
+    def kill_switch(self, name: str, wait: float | None = 10.0) -> float:
+        """`kill -9` a switch's process (the lab's `kill`); the watcher reports it to the job.
+        Returns once the job has handled it (rerouted), or at once with `wait=None`."""
+        self._one_job("kill")
+        return self.net.kill_switch(name, wait=wait)
+
+    def restart_switch(self, name: str) -> float:
+        """Start a dead switch again and re-program it: forwarding and the drop simulator here,
+        then the job puts it back on its trees (now, or before the next allreduce if one runs)."""
+        self._one_job("restart")
+        t = self.net.restart_switch(name)
+
+        def program() -> None:
+            forward.install_forwarding(self.net.client(name), self.g, name)
+            self._set_switch_loss(name)
+
+        self.job.switch_changed(name, True, t, program=program)
+        return t
+
+    def _one_job(self, verb: str) -> None:
+        if len(self.jobs) > 1:
+            raise ValueError(f"{verb}: switch failures with several jobs are not supported yet "
+                             "(each job would reroute on its own); open a lab with one job")
+
+    def _switch_counters(self) -> dict[tuple[str, int], dict[str, int]]:
+        """agg_stats per (live switch, incarnation): a restarted switch counts from 0 again."""
+        return {(sw, self.net.incarnation.get(sw, 0)): c for sw, c in self.job.switch_stats().items()}
 
     def allreduce(self, **overrides) -> dict:
         spec = replace(self.spec, **overrides) if overrides else self.spec
         spec.validate()
         for f in spec.fail_specs:
+            f.check(self.g)
+        for f in spec.fail_switch_specs:
             f.check(self.g)
         if not spec.host_baseline and spec.tree != "bml":     # the lab's `allreduce --fail tree@F`
             check_failures(spec, self.g, {e for t in self.job.trees().trees for e in t.edges})
@@ -189,7 +240,7 @@ class Session:
             return self._tenant_allreduce(spec)
         self.job.prepare(spec.default_window(), spec.algorithm)
         self.runs += 1
-        before = self.job.stats()
+        before = self._switch_counters()
         _log(f"allreduce of {spec.elements} {spec.dtype} per worker on {len(self.job.trees().trees)} "
              f"{spec.tree} tree(s), loss {spec.loss}", self.quiet)
         probe = FidelityProbe(self.net.graph, self.net.run.path / "pids").start()
@@ -199,12 +250,17 @@ class Session:
                                                  progress=self.progress, cancel=self.cancelled)
         finally:
             fidelity = probe.stop()
-        self.net.check_switches()
-        after = self.job.stats()       # under the job's lock: a reroute may still be tidying up
-        result = check(spec, reports, {k: after[k] - before.get(k, 0) for k in after})
+        dead = self.net.check_switches()
+        after = self._switch_counters()       # under the job's lock: a reroute may still be tidying up
+        counted: dict[str, int] = {}          # a dead switch's counts died with it
+        for key, counters in after.items():
+            for k, v in counters.items():
+                counted[k] = counted.get(k, 0) + v - before.get(key, {}).get(k, 0)
+        result = check(spec, reports, counted)
         treeset = self.job.trees()
         result.update(topology=spec.topology, tree=spec.tree, trees=len(treeset.trees),
-                      epoch=treeset.epoch, failures=injector.report() if injector else [])
+                      epoch=treeset.epoch, failures=injector.report() if injector else [],
+                      switches_down={sw: why.splitlines()[0] for sw, why in sorted(dead.items())})
         result["fidelity"] = fidelity       # link-bound or CPU-bound? (emulation/fidelity.py)
         result["jobs"] = [_job_figures(result, self.job, spec)]
         return self._finish(spec, result)
@@ -273,7 +329,6 @@ class Session:
         with self.job.running():
             reports, injector = _run_workers(self.net, self.spec, self.job, self.quiet, name,
                                              module, tuple(extra_args), deadline_s, cancel=self.cancelled)
-        self.net.check_switches()
         return reports, injector.report() if injector else []
 
     def cancel(self) -> None:
@@ -407,8 +462,8 @@ def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, nam
     out_dir.mkdir()
     procs = _start_workers(net, spec, job, out_dir, "", module, extra_args)
     injector = None
-    if spec.fail_specs:
-        injector = FailureInjector(net, job, spec.fail_specs,
+    if spec.fail_specs or spec.fail_switch_specs:
+        injector = FailureInjector(net, job, [*spec.fail_specs, *spec.fail_switch_specs],
                                    [out_dir / f"rank{r}.progress" for r in range(len(job.workers))], spec.seed)
         injector.start()
     deadline = time.monotonic() + (deadline_s or spec.give_up * 3 + 30 + spec.elements * spec.workers / 50_000)

@@ -171,7 +171,8 @@ def default_run_fn(out_dir: Path | None = None) -> RunFn:
 
 
 def shareable(p: Point) -> bool:
-    return bool(p.spec) and not p.program and p.spec.algorithm in REUSABLE and not p.spec.fail
+    return bool(p.spec) and not p.program and p.spec.algorithm in REUSABLE and not p.spec.fail \
+        and not p.spec.fail_switch
 
 
 def plan(suite: Suite, out_dir: Path) -> list[tuple[Definition, Point, list[int]]]:

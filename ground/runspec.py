@@ -27,6 +27,7 @@ BACKENDS = ("soft", "bmv2")
 MAX_JOBS = 16                                            # concurrent jobs: AGG_SLOTS / 16 = 64 slots each
 
 _FAIL = re.compile(r"^(?:(?P<tree>tree)|(?P<a>[\w.]+)-(?P<b>[\w.]+))@(?P<at>[0-9.]+)$")
+_FAIL_SWITCH = re.compile(r"^(?P<name>[\w.]+)@(?P<at>[0-9]*\.?[0-9]+)$")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,52 @@ class FailSpec:
         """Refuse a named link that the topology graph does not have."""
         if self.link and not g.has_edge(*self.link):
             raise ValueError(f"--fail: there is no link {self.link[0]}-{self.link[1]} in this topology")
+
+
+def only_edge_switches(g) -> set[str]:
+    """Switches that are some worker's only switch: failing one cuts that worker off."""
+    out = set()
+    for n, d in g.nodes(data=True):
+        if d.get("kind") == "host" and d.get("rank") is not None:
+            sws = [m for m in g.neighbors(n) if g.nodes[m].get("kind") == "switch"]
+            if len(sws) == 1:
+                out.add(sws[0])
+    return out
+
+
+@dataclass(frozen=True)
+class SwitchFailSpec:
+    """One scripted switch failure: `a1@0.5` (kill switch a1's process when half the blocks
+    are done) or `tree@0.5` (an aggregating switch of the active tree that is not some
+    worker's only edge switch, so the allreduce can go on around it)."""
+    at: float                      # fraction of blocks done, 0..1
+    switch: str | None             # None: picked on the active tree
+
+    @classmethod
+    def parse(cls, text: str) -> "SwitchFailSpec":
+        m = _FAIL_SWITCH.match(text.strip())
+        if not m:
+            raise ValueError(f"--fail-switch {text!r}: expected NAME@FRACTION or tree@FRACTION, e.g. a1@0.5")
+        at = float(m["at"])
+        if not 0 <= at <= 1:
+            raise ValueError(f"--fail-switch {text!r}: the fraction must be within 0..1, got {m['at']}")
+        return cls(at, None if m["name"] == "tree" else m["name"])
+
+    def check(self, g) -> None:
+        """Refuse a name that is not a switch of the topology, and `tree@F` where every
+        switch is some worker's only edge switch (no failure the job could survive)."""
+        if self.switch is not None:
+            if self.switch not in g or g.nodes[self.switch].get("kind") != "switch":
+                names = sorted((n for n, d in g.nodes(data=True) if d.get("kind") == "switch"),
+                               key=lambda n: (len(n), n))
+                raise ValueError(f"--fail-switch: there is no switch {self.switch!r} in this topology "
+                                 f"(switches: {', '.join(names[:12])}{' ...' if len(names) > 12 else ''})")
+            return
+        edge_only = only_edge_switches(g)
+        if all(n in edge_only for n, d in g.nodes(data=True) if d.get("kind") == "switch"):
+            raise ValueError("--fail-switch tree@F: every switch of this topology is some worker's only "
+                             "edge switch, so any switch failure partitions the workers; name one "
+                             "(NAME@F) to test the partition")
 
 
 @dataclass
@@ -71,6 +118,7 @@ class RunSpec:
     block_size: int | None = None      # omnireduce: values per block (multiple of K)
     zero_workers: int = 0              # block-sparse data: ranks 0..Z-1 have no non-zero block
     fail: list[str] = field(default_factory=list)    # ["A-B@0.5", "tree@0.5", ...]
+    fail_switch: list[str] = field(default_factory=list)   # ["a1@0.5", "tree@0.5", ...]: kill switches
     length_override: dict[int, int] = field(default_factory=dict)   # rank -> length (tests)
     jobs: int = 1                      # concurrent allreduces (tenants) of `workers` each, ids job, job+1, ...
     job_loss: list[float] = field(default_factory=list)   # per job: loss on its workers' links (else `loss`)
@@ -95,6 +143,10 @@ class RunSpec:
     @property
     def fail_specs(self) -> list[FailSpec]:
         return [FailSpec.parse(f) for f in self.fail]
+
+    @property
+    def fail_switch_specs(self) -> list[SwitchFailSpec]:
+        return [SwitchFailSpec.parse(f) for f in self.fail_switch]
 
     @property
     def hosts(self) -> int:
@@ -165,6 +217,9 @@ class RunSpec:
         if self.fail and self.tree == "bml":
             raise ValueError("--fail: BML on BCube cannot reroute (its schedule needs every server NIC); "
                              "fail links on a switch tree (spt, rat, packing) instead")
+        if self.fail_switch and self.tree == "bml":
+            raise ValueError("--fail-switch: BML on BCube cannot reroute (its schedule needs every server NIC); "
+                             "fail switches on a switch tree (spt, rat, packing) instead")
         if self.host_baseline and self.tree != "spt":
             raise ValueError(f"--algorithm {self.algorithm} sums on the hosts over IP shortest paths: "
                              f"--tree {self.tree} (aggregation trees"
@@ -180,6 +235,9 @@ class RunSpec:
             if self.fail:
                 raise ValueError(f"--jobs {self.jobs}: --fail with several jobs is not supported yet (each job "
                                  "would reroute on its own); run one job to fail links")
+            if self.fail_switch:
+                raise ValueError(f"--jobs {self.jobs}: --fail-switch with several jobs is not supported yet "
+                                 "(each job would reroute on its own); run one job to fail switches")
             if self.window is not None and self.window > self.slots_per_job:
                 raise ValueError(f"--window {self.window}: with --jobs {self.jobs} each job owns "
                                  f"{self.slots_per_job} slots; use --window <= {self.slots_per_job}")
@@ -194,6 +252,7 @@ class RunSpec:
         if self.pcap and not self.keep:
             raise ValueError("--pcap writes per-port pcaps into the kept run directory: give --keep DIR too")
         self.fail_specs   # noqa: B018 (parses every --fail, raising on a bad one)
+        self.fail_switch_specs   # noqa: B018 (and every --fail-switch)
         return self
 
     # -- JSON ----------------------------------------------------------------------
@@ -211,6 +270,7 @@ class RunSpec:
         d = dict(d)
         d["length_override"] = {int(r): int(n) for r, n in d.get("length_override", {}).items()}
         d["fail"] = list(d.get("fail", []))
+        d["fail_switch"] = list(d.get("fail_switch", []))
         d["job_loss"] = [float(p) for p in d.get("job_loss", [])]
         return cls(**d)
 

@@ -32,9 +32,10 @@ STAT_DUP_DROP, STAT_DUP_REPLY, STAT_REJECT = C["STAT_DUP_DROP"], C["STAT_DUP_REP
 STAT_DUP_UP = C["STAT_DUP_UP"]
 
 # The offsets below assume this agg_h layout; fail at import if headers.p4 changes it.
-assert wire.FIELD_NAMES[:8] == ("job", "tree", "epoch", "flags", "ver", "slot", "worker", "exp")
+assert wire.FIELD_NAMES[:9] == ("job", "tree", "epoch", "flags", "ver", "slot", "worker", "exp", "block")
 FLAGS_OFF = wire.AGG_OFFSET + 3
 EXP_OFF = wire.AGG_OFFSET + 7
+BLOCK_OFF = wire.AGG_OFFSET + 8
 DATA_OFF = wire.AGG_OFFSET + wire.AGG_HEADER_BYTES
 DATA_END = DATA_OFF + wire.DATA_BYTES
 UDP_CSUM = wire.ETH_BYTES + wire.IPV4_BYTES + 6
@@ -60,7 +61,7 @@ def make_state() -> tuple[dict[str, RegisterArray], CounterArray]:
     """The top-level registers and the agg_stats counter of aggregate.p4."""
     regs = [RegisterArray("agg_values", 32, 2 * SLOTS * K), RegisterArray("agg_bitmap", 32, 2 * SLOTS),
             RegisterArray("agg_count", 8, 2 * SLOTS), RegisterArray("agg_exp", 8, 2 * SLOTS),
-            RegisterArray("agg_final", 8, 2 * SLOTS)]
+            RegisterArray("agg_final", 8, 2 * SLOTS), RegisterArray("agg_block", 32, 2 * SLOTS)]
     return {r.name: r for r in regs}, CounterArray("agg_stats", C["AGG_STATS_SIZE"])
 
 
@@ -78,6 +79,7 @@ class Aggregate:
         self.count = registers["agg_count"].data
         self.exp = registers["agg_exp"].data
         self.final = registers["agg_final"].data
+        self.block = registers["agg_block"].data
         self.stats = stats
         self._dst_bytes: dict[tuple, tuple[bytes, bytes]] = {}
 
@@ -96,6 +98,8 @@ class Aggregate:
         bm = bitmap.item(r)
         lo = r * K
         if not bm & bit:                                  # first copy
+            if bm == 0:                                   # a round starts: which one (the reroute carry reads it)
+                self.block[r] = int.from_bytes(frame[BLOCK_OFF:BLOCK_OFF + 4], "big")
             obm = bitmap.item(o)
             # EXERCISE shadow-copy BEGIN hint: the child's packet of version r proves it received the result of the other version o; clear its bit in bitmap[o] so that version's slot can be reused
             if obm & bit:

@@ -25,6 +25,7 @@ GIVEN = {"workers": ("7", 7), "elements": ("123", 123), "dtype": ("float32", "fl
          "tree": ("packing", "packing"), "bml_variant": ("host", "host"),
          "algorithm": ("omnireduce", "omnireduce"), "density": ("0.5", 0.5), "pattern": ("overlap", "overlap"),
          "block_size": ("512", 512), "zero_workers": ("2", 2), "fail": ("tree@0.5", ["tree@0.5"]),
+         "fail_switch": ("a1@0.5", ["a1@0.5"]),
          "jobs": ("3", 3), "job_loss": ("0.1,0,0.2", [0.1, 0.0, 0.2]),
          "keep": ("kept-run", "kept-run"), "pcap": (None, True)}      # None: a flag without a value
 
@@ -56,6 +57,10 @@ def test_lab_has_its_own_defaults():
     (["--topology", "nope.yaml"], "cannot read topology file"),
     (["--topology", "fattree", "--fail", "x1-y1@0.5"], "no link x1-y1"),
     (["--topology", "fattree", "--fail", "x1@0.5"], "expected A-B@FRACTION"),
+    (["--topology", "fattree", "--fail-switch", "z9@0.5"], "no switch 'z9'"),
+    (["--topology", "fattree", "--fail-switch", "h1@0.5"], "no switch 'h1'"),
+    (["--topology", "fattree", "--fail-switch", "a1@1.5"], "within 0..1"),
+    (["--topology", "single", "--fail-switch", "tree@0.5"], "every switch of this topology"),
     (["--topology", "single", "--tree", "bml"], "--tree bml goes with --topology bcube"),
     (["--topology", "fattree", "--k", "5"], "k must be an even number"),
     (["--topology", "bcube", "--tree", "bml", "--workers", "3"], "BML needs every BCube server as a worker"),

@@ -46,3 +46,34 @@ def test_scripted_lab_session(capsys, tmp_path):
     assert "slot-versions in use" in out               # slots
     assert "take link A-B down" in out                 # help text is the docstring
     assert_clean()
+
+
+def test_lab_kills_and_restarts_a_switch(capsys, tmp_path):
+    from agglab.lab import run_lab
+
+    script = tmp_path / "lab.txt"
+    script.write_text("\n".join([
+        "kill a1",
+        "kill a1",                 # already dead: one line, the lab goes on
+        "kill h1",                 # not a switch: usage
+        "slots a1",
+        "trees",
+        "allreduce 20000",
+        "wait",
+        "restart a1",
+        "trees",
+        "allreduce 20000",
+        "wait",
+        "events",
+        "help kill",
+    ]) + "\n")
+    run_lab(RunSpec(topology="fattree", k=4, workers=8, tree="spt", elements=20000), script=str(script))
+    out = capsys.readouterr().out
+    assert "killed a1" in out and "switch a1 is not running" in out and "usage: kill SWITCH" in out
+    assert "switch a1 is down" in out
+    assert out.count("allreduce: exact") == 2, out
+    assert out.count("switches down: a1") == 1        # the first run, not the one after the restart
+    assert "restarted a1" in out
+    assert "switch_exited" in out and "switch_down" in out and "switch_up" in out
+    assert "kill -9 the switch's process" in out      # help text is the docstring
+    assert_clean()

@@ -37,16 +37,20 @@ from softswitch.pipeline import Pipeline
 
 
 class PipeClient(SwitchClient):
-    """A Pipeline behind the controller's client interface (commands atomic under `lock`)."""
+    """A Pipeline behind the controller's client interface (commands atomic under `lock`).
+    A dead one (`dead = True`, a killed switch) answers nothing, as a closed socket."""
 
     atomic_batches = True          # a batch holds the network lock: no frame crosses it
 
     def __init__(self, name: str, lock=None):
         self.name, self.pipeline = name, Pipeline(seed=0)
         self.lock = lock or threading.RLock()
+        self.dead = False
 
     def command(self, line: str) -> str:
         with self.lock:
+            if self.dead:
+                raise SwitchCommandError(f"{self.name}: {line!r}: switch is dead (connection closed)")
             try:
                 return self.pipeline.command(line)
             except CommandError as exc:
@@ -84,7 +88,7 @@ class TreeNet:
     """A topology graph (built by controller.topologies, workers ranked) run in-process."""
 
     def __init__(self, g, algorithm: str, window: int, epoch_file: Path, *, loss: float = 0.0,
-                 seed: int = 0):
+                 seed: int = 0, job_args: dict | None = None):
         self.g, self.loss = g, loss
         self.rng = random.Random(seed)
         self.lock = threading.RLock()
@@ -93,11 +97,27 @@ class TreeNet:
         self.transports = {h: HostTransport(self, h) for h in self.hosts}
         self.epoch_file = Path(epoch_file)
         self.job = TreeJob(g, self.clients, algorithm, self.hosts, window, self.epoch_file,
-                           drain=0.0).start()
+                           drain=0.0, **(job_args or {})).start()
         self.delivered = 0
 
     def _crosses(self, a: str, b: str) -> bool:
+        if (a in self.clients and self.clients[a].dead) or (b in self.clients and self.clients[b].dead):
+            return False                      # a killed switch: everything into or out of it is lost
         return self.g.edges[a, b].get("up", True) and not (self.loss and self.rng.random() < self.loss)
+
+    def kill(self, sw: str) -> None:
+        """A switch dies: its pipeline (tables, registers) is gone and every frame to it is
+        lost; then the controller is told, as the switch watcher tells it of a process exit."""
+        with self.lock:
+            self.clients[sw].dead = True
+        self.job.switch_changed(sw, False, time.monotonic())
+
+    def restart(self, sw: str) -> None:
+        """A dead switch starts again, empty (a new pipeline in the shared clients dict), and
+        the controller is told, as Session.restart_switch tells it."""
+        with self.lock:
+            self.clients[sw] = PipeClient(sw, self.lock)
+        self.job.switch_changed(sw, True, time.monotonic())
 
     def inject(self, host: str, frame: bytes) -> None:
         with self.lock:
@@ -118,11 +138,12 @@ class TreeNet:
                         self.transports[nbr].inbox.put(bytes(out[wire.AGG_OFFSET:]))
 
     def run(self, arrays: list[np.ndarray], *, fail_at: tuple[float, ...] = (), fail_seed: int = 0,
-            pick=None, join_timeout: float = 120.0, **kwargs) -> tuple[list, list[dict]]:
+            pick=None, kill: bool = False, join_timeout: float = 120.0, **kwargs) -> tuple[list, list[dict]]:
         """allreduce(arrays[rank]) on every worker; a link fails when the slowest worker has
         done each share in `fail_at`: pick(job, i) if given, else a tree link as
-        `--fail tree@x` picks it. Returns (per rank a result or the exception, the failures
-        injected: link and progress).
+        `--fail tree@x` picks it; with `kill`, a switch dies instead: pick(job, i) if given,
+        else as `--fail-switch tree@x` picks it. Returns (per rank a result or the exception,
+        the failures injected: link or switch, and progress).
 
         The failure is injected by the worker thread whose progress report makes the
         slowest worker reach the share, before that thread goes on: where it lands is
@@ -143,6 +164,12 @@ class TreeNet:
                 while pending and min(progress) >= pending[0]:
                     i = len(injected)
                     pending.pop(0)
+                    if kill:
+                        with self.job.locked():
+                            sw = pick(self.job, i) if pick else self.job.pick_tree_switch(fail_seed + i)
+                        injected.append({"switch": sw, "at": round(min(progress), 3)})
+                        self.kill(sw)
+                        continue
                     with self.job.locked():
                         a, b = pick(self.job, i) if pick else self.job.pick_tree_link(fail_seed + i)
                     injected.append({"link": f"{a}-{b}", "at": round(min(progress), 3)})

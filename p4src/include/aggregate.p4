@@ -17,6 +17,7 @@ register<bit<32>>(2 * AGG_SLOTS) agg_bitmap;
 register<bit<8>>(2 * AGG_SLOTS) agg_count;
 register<bit<8>>(2 * AGG_SLOTS) agg_exp;
 register<bit<8>>(2 * AGG_SLOTS) agg_final;   /* 1: agg_values[r] is the tree's result */
+register<bit<32>>(2 * AGG_SLOTS) agg_block;  /* block of the round held in r (read by the reroute carry) */
 
 #define AGG_ADD_LANE(i) LANE_ADD(agg_values, i)
 #define AGG_COPY_LANE(i) LANE_COPY(agg_values, i)
@@ -55,6 +56,9 @@ control Aggregate(inout headers_t hdr, inout meta_t meta,
             @atomic {
                 agg_bitmap.read(bm, r);
                 if ((bm & mask) == 0) {
+                    if (bm == 0) {
+                        agg_block.write(r, hdr.agg.block);   /* a round starts: which one */
+                    }
                     /* Shadow copy: our result of the other version was
                      * received, so its slot may be reused. */
                     // EXERCISE shadow-copy BEGIN hint: read agg_bitmap[o] and clear this child's bit (mask) there: its packet for r proves it got o's result
