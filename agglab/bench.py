@@ -112,6 +112,9 @@ def bench_wire(a) -> list[dict]:
 
 def bench_reroute(a) -> list[dict]:
     from emulation.session import run_allreduce
+    from controller.job import REROUTE_PHASES
+
+    TIMES = ("detect_ms", "recompute_ms", "install_ms") + REROUTE_PHASES
 
     out, totals = [], []
     for algorithm in ("switchml", "omnireduce"):
@@ -126,12 +129,8 @@ def bench_reroute(a) -> list[dict]:
                                   total, "ms", link_mbps=None,
                                   scale=f"fat-tree k=4, 8 workers x {a.reroute_elements:,}",
                                   link_bound=None, exact=r["exact"], link=f.get("link"),
-                                  detail=" / ".join(f"{k[:-3]} {f.get(k)}" for k in (
-                                      "detect_ms", "recompute_ms", "install_ms", "freeze_ms", "snapshot_ms",
-                                      "entries_ms", "preload_ms") if f.get(k) is not None) + " ms",
-                                  **{k: f.get(k) for k in ("detect_ms", "recompute_ms", "install_ms",
-                                                           "freeze_ms", "snapshot_ms", "entries_ms",
-                                                           "preload_ms")}))
+                                  detail=" / ".join(f"{k[:-3]} {f.get(k)}" for k in TIMES if f.get(k) is not None) + " ms",
+                                  **{k: f.get(k) for k in TIMES}))
     if totals:
         median = statistics.median(totals)
         out.append(figure("reroute median (link down to new trees installed)", median, "ms",
@@ -144,9 +143,11 @@ def bench_switchfail(a) -> list[dict]:
     """Switch-failure recovery on one k=4 fat-tree: per kill, kill to exit seen (detect), trees
     recomputed, installed (freeze, snapshot, entries, preload), while 8 workers run an
     allreduce of a.reroute_elements int32 each on unshaped links (the load)."""
+    from controller.job import REROUTE_PHASES
     from emulation.session import Session
     from ground.runspec import RunSpec
 
+    TIMES = ("detect_ms", "recompute_ms", "install_ms") + REROUTE_PHASES
     out, totals = [], []
     spec = RunSpec(topology="fattree", k=4, workers=8, elements=a.reroute_elements, bw=a.switchfail_bw)
     with Session(spec) as s:
@@ -161,12 +162,8 @@ def bench_switchfail(a) -> list[dict]:
                                       total, "ms", link_mbps=a.switchfail_bw,
                                       scale=f"fat-tree k=4, 8 workers x {a.reroute_elements:,} int32",
                                       link_bound=None, exact=r["exact"],
-                                      detail=" / ".join(f"{k[:-3]} {f.get(k)}" for k in (
-                                          "detect_ms", "recompute_ms", "install_ms", "freeze_ms", "snapshot_ms",
-                                          "entries_ms", "preload_ms") if f.get(k) is not None) + " ms",
-                                      **{k: f.get(k) for k in ("detect_ms", "recompute_ms", "install_ms",
-                                                               "freeze_ms", "snapshot_ms", "entries_ms",
-                                                               "preload_ms")}))
+                                      detail=" / ".join(f"{k[:-3]} {f.get(k)}" for k in TIMES if f.get(k) is not None) + " ms",
+                                      **{k: f.get(k) for k in TIMES}))
                     s.restart_switch(f["switch"])
     if totals:
         out.append(figure("switch failure median (kill to new trees installed)", statistics.median(totals), "ms",

@@ -349,6 +349,7 @@ class TreeJob(Job):
         t2 = time.monotonic()
         self._publish("rerouting", f"{what} failed")      # agents: a pause, not a stall, and
         outs = run_batches(self.clients, batches)          # no resends into the frozen epoch
+        t_r1 = time.monotonic()
         associate = plan.finish(outs)
         regs, values = {}, {}
         for sw, names in reads.items():
@@ -362,11 +363,15 @@ class TreeJob(Job):
         preload, writes = self.carry.preload_lines(self.clients, plan.inst, tree_of_slot, carried)
         final = {sw: ([] if early_reset else self._reset_lines(sw))
                      + associate.get(sw, []) + preload.get(sw, []) for sw in new_switches}
+        t_r3 = time.monotonic()
         run_batches(self.clients, final)
+        t_r3e = time.monotonic()
         self.treeset, self.inst, self.tree_of_slot = new, plan.inst, tree_of_slot
         self._publish()
         t5 = time.monotonic()
-        phases = {"freeze_ms": t3 - t2, "snapshot_ms": t4 - t3, "entries_ms": t2 - t1, "preload_ms": t5 - t4}
+        phases = {"freeze_ms": t3 - t2, "snapshot_ms": t4 - t3, "entries_ms": t2 - t1, "preload_ms": t5 - t4,
+                  "first_round_ms": t_r1 - t2, "preload_build_ms": t_r3 - t4,
+                  "last_round_ms": t_r3e - t_r3}
         run_batches(self.clients, tree_install.remove_groups_lines(old))   # the agents were told: not urgent
         record.update(recompute_ms=round((t1 - t0) * 1e3, 2), install_ms=round((t5 - t1) * 1e3, 2),
                       standby=standby)
@@ -402,6 +407,14 @@ class TreeJob(Job):
             worker.cancel()
 
 
+
+
+# A reroute's phases (ms) in its failure record. Both paths: freeze, snapshot, entries, preload.
+# The bulk path (_reroute_bulk) also splits them by round: first_round (the freeze's batch, sent
+# to the last answer), preload_build (the final batches built in Python), last_round (sent to
+# the last answer).
+REROUTE_PHASES = ("freeze_ms", "snapshot_ms", "entries_ms", "preload_ms", "first_round_ms",
+                  "preload_build_ms", "last_round_ms")
 
 
 def _cause(link: str, switch: str | None, t_detect: float) -> dict:

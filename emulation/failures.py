@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from ground.runspec import FailSpec, SwitchFailSpec
+from controller.job import REROUTE_PHASES
 
 
 def read_progress(files: list[Path]) -> float:
@@ -73,8 +74,7 @@ class FailureInjector(threading.Thread):
                 row.update(detect_ms=round((rec["t_detect"] - inj["t_fail"]) * 1e3, 2),
                            recompute_ms=rec.get("recompute_ms"), install_ms=rec.get("install_ms"),
                            epoch=rec.get("epoch"), partitioned=rec.get("partitioned", False),
-                           **{k: rec[k] for k in ("freeze_ms", "snapshot_ms", "entries_ms", "preload_ms")
-                              if k in rec})
+                           **{k: rec[k] for k in REROUTE_PHASES if k in rec})
             else:
                 seen = [t for t, info in self.job.events.of_kind("link_down")
                         if set(info["link"].split("-")) == {a, b}]
@@ -98,6 +98,5 @@ class FailureInjector(threading.Thread):
         if rec:
             row.update(recompute_ms=rec.get("recompute_ms"), install_ms=rec.get("install_ms"),
                        epoch=rec.get("epoch"), partitioned=rec.get("partitioned", False),
-                       **{k: rec[k] for k in ("freeze_ms", "snapshot_ms", "entries_ms", "preload_ms",
-                                              "entries_changed") if k in rec})
+                       **{k: rec[k] for k in REROUTE_PHASES + ("entries_changed",) if k in rec})
         return row
