@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ground import wire
 from controller import failover, sparse_failover
 from controller.switch_client import SwitchClient
 from controller.tree_install import Installation
@@ -47,13 +48,20 @@ class Carried:
 class Carry(Protocol):
     algorithm: str
 
+    # the first round's reads give the snapshot everything it needs when no switch is dead: a
+    # bulk reroute then resets in the freeze's batch and preloads in the next (two rounds, not
+    # three). Not with a dead switch: a dead root's results are read from the live switches
+    # below it, which the first reads do not cover (controller/job.py falls back to three rounds)
+    complete_ahead: bool
+
     def snapshot(self, clients: dict[str, SwitchClient], old: Installation,
                  tree_of_slot: list[int], regs: dict | None = None, values: dict | None = None,
                  down=frozenset()) -> Carried:
         """Read, after the freeze, what the old tree holds that a worker may still need
-        (`regs`: switch -> register -> values of scalars() already read; `values`: root ->
-        r -> agg_values cells already read, failover.values_ahead_lines), from its live
-        switches (`down`: dead switches, whose registers died with them)."""
+        (`regs`: switch -> register -> whole register, `values`: lanes register -> switch ->
+        r -> its K cells, both from the first round's reads, first_reads()), from its live
+        switches (`down`: dead switches, whose registers died with them); what they lack is
+        read here."""
 
     def preload(self, clients: dict[str, SwitchClient], new: Installation, tree_of_slot: list[int],
                 carried: Carried) -> int:
@@ -63,19 +71,14 @@ class Carry(Protocol):
                       carried: Carried) -> tuple[dict, int]:
         """preload() as command lines per switch (to go out with other work), and the cells."""
 
-    def scalars(self, old: Installation, tree_of_slot: list[int], down=frozenset()) -> dict[str, tuple[str, ...]]:
-        """Per switch, the whole registers snapshot() reads first; a caller may read them
-        itself (in the freeze's batch: a switch's state is final once it answered its
-        freeze) and pass them to snapshot(..., regs=)."""
+    def first_reads(self, old: Installation, tree_of_slot: list[int], down=frozenset()) -> dict[str, dict[str, list]]:
+        """Per switch, register -> cell runs the snapshot reads; a bulk caller reads them in
+        the freeze's batch (a switch's state is final once it answered its freeze) and passes
+        them to snapshot(..., regs=, values=) (failover.parse_first_reads)."""
 
 
 class DenseCarry:
     algorithm = "switchml"
-
-    # the snapshot needs nothing the first reads (scalars, values ahead) do not give: a bulk
-    # reroute can reset in the freeze's batch and preload in the next (two rounds, not three).
-    # Not with a dead switch: a dead root's results are read from the live switches below it,
-    # which the first reads do not cover (controller/job.py falls back to three rounds then)
     complete_ahead = True
 
     def __init__(self, slot_base: int = 0):
@@ -84,10 +87,10 @@ class DenseCarry:
     def snapshot(self, clients, old, tree_of_slot, regs: dict | None = None,
                  values: dict | None = None, down=frozenset()) -> Carried:
         return Carried(dense=failover.snapshot(clients, old, tree_of_slot, self.slot_base, regs=regs,
-                                               values=values, down=down))
+                                               values=(values or {}).get("agg_values"), down=down))
 
-    def scalars(self, old, tree_of_slot, down=frozenset()) -> dict[str, tuple[str, ...]]:
-        return failover.snapshot_reads(old, tree_of_slot, down)
+    def first_reads(self, old, tree_of_slot, down=frozenset()) -> dict[str, dict[str, list]]:
+        return failover.first_reads(old, tree_of_slot, self.slot_base, down)
 
     def preload(self, clients, new, tree_of_slot, carried: Carried) -> int:
         lines, writes = self.preload_lines(clients, new, tree_of_slot, carried)
@@ -101,20 +104,24 @@ class DenseCarry:
 class SparseCarry(DenseCarry):
     algorithm = "omnireduce"
 
-    complete_ahead = False          # the held rounds' values are wherever the scalars say
-
     def snapshot(self, clients, old, tree_of_slot, regs: dict | None = None,
                  values: dict | None = None, down=frozenset()) -> Carried:
         carried = super().snapshot(clients, old, tree_of_slot, regs, values, down)   # the lead rounds
-        carried.sparse = sparse_failover.sparse_snapshot(clients, old, tree_of_slot, self.slot_base,
-                                                         regs=regs, down=down)
+        carried.sparse = sparse_failover.sparse_snapshot(clients, old, tree_of_slot, self.slot_base, regs=regs,
+                                                         values=(values or {}).get("sp_values"), down=down)
         return carried
 
-    def scalars(self, old, tree_of_slot, down=frozenset()) -> dict[str, tuple[str, ...]]:
-        out = {sw: sparse_failover.SNAPSHOT_SCALARS for sw, _ in old.roles if sw not in down}
-        for sw, names in super().scalars(old, tree_of_slot, down).items():
-            out[sw] = out.get(sw, ()) + names
-        return out
+    def first_reads(self, old, tree_of_slot, down=frozenset()) -> dict[str, dict[str, list]]:
+        """The dense reads, and the window of every live switch of the old tree: its sparse
+        scalars and its sp_values (a held round may be anywhere in the tree: 16,384 cells a
+        switch at window 128, read as binary)."""
+        reads = super().first_reads(old, tree_of_slot, down)
+        window = len(tree_of_slot)
+        for sw in sorted({sw for sw, _ in old.roles} - set(down)):
+            for name in sparse_failover.SNAPSHOT_SCALARS:
+                failover.add_reads(reads, sw, name, failover.window_runs(window, self.slot_base))
+            failover.add_reads(reads, sw, "sp_values", failover.window_runs(window, self.slot_base, wire.K))
+        return reads
 
     def preload_lines(self, clients, new, tree_of_slot, carried: Carried) -> tuple[dict, int]:
         lines, writes = super().preload_lines(clients, new, tree_of_slot, carried)

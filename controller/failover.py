@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ground import wire
-from controller.switch_client import SwitchClient, on_each, run_batches
+from controller.switch_client import SwitchClient, cells_of_runs, on_each, read_runs_line, run_batches
 from controller.tree_install import Installation
 
 # Everything a reset zeroes: the dense registers and the sparse pipeline's (p4src/include/sparse.p4);
@@ -91,25 +91,56 @@ def read_registers(client: SwitchClient, names) -> dict[str, np.ndarray]:
     return parse_reads(names, client.commands(read_lines(names)))
 
 
-def window_read_lines(names, window: int, slot_base: int = 0) -> list[str]:
-    """Both versions' cells of the first `window` slots of each (2*SLOTS) register `names`:
-    all a snapshot looks at (software switch: register_read_range), an eighth of a whole
-    register at window 128."""
-    return [f"register_read_range {name} {slot_index(ver, slot_base, 0)} {window}"
-            for name in names for ver in (0, 1)]
+def window_runs(window: int, slot_base: int = 0, per: int = 1) -> list[tuple[int, int]]:
+    """Cell runs of both versions of the first `window` slots of a register with `per` cells
+    per slot version (1, or K for the lanes registers)."""
+    return [(slot_index(ver, slot_base, 0) * per, window * per) for ver in (0, 1)]
 
 
-def parse_window_reads(names, outs: list[str], window: int, slot_base: int = 0) -> dict[str, np.ndarray]:
-    """The answers to window_read_lines, as whole registers (cells not read are 0)."""
-    regs = {}
-    for i, name in enumerate(names):
-        full = np.zeros(2 * wire.SLOTS, dtype=np.int64)
-        for ver in (0, 1):
-            out = outs[2 * i + ver]
-            start = slot_index(ver, slot_base, 0)
-            full[start:start + window] = cells_of(out)          # a short answer raises here
-        regs[name] = full
-    return regs
+def add_reads(reads: dict, sw: str, name: str, runs) -> None:
+    """reads[sw][name] += runs (a first round's reads: switch -> register -> cell runs)."""
+    have = reads.setdefault(sw, {}).setdefault(name, [])
+    have += [run for run in runs if run not in have]
+
+
+def first_reads(inst: Installation, tree_of_slot: list[int], slot_base: int = 0,
+                down=frozenset()) -> dict[str, dict[str, list]]:
+    """The dense carry's reads for a bulk reroute's first round, per switch and register as
+    cell runs: the snapshot_reads() registers (window slots, both versions) and the agg_values
+    of every window slot version at the live old roots (values_ahead_runs)."""
+    reads: dict[str, dict[str, list]] = {}
+    window = len(tree_of_slot)
+    for sw, names in snapshot_reads(inst, tree_of_slot, down).items():
+        for name in names:
+            add_reads(reads, sw, name, window_runs(window, slot_base))
+    for sw, runs in values_ahead_runs(inst, tree_of_slot, slot_base, down).items():
+        add_reads(reads, sw, "agg_values", [(r0 * wire.K, n * wire.K) for r0, n in runs])
+    return reads
+
+
+def read_runs_lines(reads: dict[str, list]) -> list[str]:
+    """One register_read_runs per register of reads[sw] (software switch)."""
+    return [read_runs_line(name, runs) for name, runs in reads.items()]
+
+
+def parse_first_reads(reads: dict[str, list], outs: list[str], regs: dict, values: dict, sw: str) -> None:
+    """The answers to read_runs_lines(reads) of switch `sw`: a lanes register's cells into
+    values[name][sw][r] (K cells per slot version r), any other register into regs[sw][name]
+    as a whole (2*SLOTS) register whose cells not read are 0."""
+    for (name, runs), out in zip(reads.items(), outs):
+        cells = cells_of_runs(out, runs)
+        at = 0
+        if name in PER_VERSION_LANES:
+            got = values.setdefault(name, {}).setdefault(sw, {})
+            for start, count in runs:
+                for i in range(count // wire.K):
+                    got[start // wire.K + i] = cells[at + i * wire.K:at + (i + 1) * wire.K]
+                at += count
+            continue
+        full = regs.setdefault(sw, {}).setdefault(name, np.zeros(2 * wire.SLOTS, dtype=np.int64))
+        for start, count in runs:
+            full[start:start + count] = cells[at:at + count]
+            at += count
 
 
 def read_lines(names) -> list[str]:
@@ -122,10 +153,10 @@ def parse_reads(names, outs: list[str]) -> dict[str, np.ndarray]:
                            dtype=np.int64) for name, out in zip(names, outs)}
 
 
-def values_ahead_lines(inst: Installation, tree_of_slot: list[int], slot_base: int = 0,
-                       down=frozenset()) -> dict[str, list]:
-    """Per old live root, the agg_values cells of both versions of its slots, as runs of
-    consecutive slot versions: {root: [(r0, n), ...]} (read with the freeze, so that a dense
+def values_ahead_runs(inst: Installation, tree_of_slot: list[int], slot_base: int = 0,
+                      down=frozenset()) -> dict[str, list]:
+    """Per old live root, its slots' versions as runs of consecutive slot versions:
+    {root: [(r0, n), ...]} (their agg_values are read with the freeze, so that a dense
     reroute needs no second read; window 128: 16,384 cells in all). A dead root (`down`) is
     skipped: its slots' results are wherever snapshot() finds them below it."""
     roots = {tree: role.switch for (_sw, tree), role in inst.roles.items() if role.root}
@@ -144,27 +175,6 @@ def values_ahead_lines(inst: Installation, tree_of_slot: list[int], slot_base: i
             else:
                 out.append((r, 1))
     return runs
-
-
-def values_read_lines(runs: list) -> list[str]:
-    return [f"register_read_range agg_values {r0 * wire.K} {n * wire.K}" for r0, n in runs]
-
-
-def cells_of(out: str) -> np.ndarray:
-    """The values of a `register_read_range` answer ("name[a:b]= v0, v1, ..."), parsed in C."""
-    return np.fromstring(out.split("=", 1)[1], dtype=np.int64, sep=",")
-
-
-def parse_values_reads(runs: list, outs: list[str]) -> dict[int, np.ndarray]:
-    """r -> its K agg_values cells, from the answers to values_read_lines(runs)."""
-    got = {}
-    for (r0, n), out in zip(runs, outs):
-        cells = cells_of(out)
-        if cells.size != n * wire.K:
-            raise ValueError(f"register_read_range agg_values {r0 * wire.K} {n * wire.K}: {cells.size} cells")
-        for i in range(n):
-            got[r0 + i] = cells[i * wire.K:(i + 1) * wire.K]
-    return got
 
 
 def snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
@@ -283,35 +293,64 @@ def preload(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: 
 def preload_lines(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
                   completed: dict[int, CompletedVersion], slot_base: int = 0) -> tuple[dict, int]:
     """preload() as command lines per switch, and the register cells they write."""
-    lines: dict[str, list[str]] = {}
-    values: dict[tuple[str, int], np.ndarray] = {}
+    cells = preload_cells(inst, tree_of_slot, completed, slot_base)
+    return cells.lines(clients), cells.count
+
+
+def preload_cells(inst: Installation, tree_of_slot: list[int], completed: dict[int, CompletedVersion],
+                  slot_base: int = 0) -> "CellWrites":
+    cells = CellWrites()
+    roles_of: dict[int, list] = {}
+    for (sw, t), role in inst.roles.items():
+        roles_of.setdefault(t, []).append((sw, role))
     for slot, done in completed.items():
-        tree = tree_of_slot[slot]
         r = slot_index(done.ver, slot_base, slot)
-        for (sw, t), role in inst.roles.items():
-            if t != tree:
-                continue
-            out = lines.setdefault(sw, [])
+        for sw, role in roles_of.get(tree_of_slot[slot], []):
             fan_in = len(role.children)
-            out += [f"register_write agg_count {r} {fan_in}",
-                    f"register_write agg_bitmap {r} {(1 << fan_in) - 1}",
-                    f"register_write agg_block {r} {done.block}"]
+            cells.put(sw, "agg_count", r, fan_in)
+            cells.put(sw, "agg_bitmap", r, (1 << fan_in) - 1)
+            cells.put(sw, "agg_block", r, done.block)
             if role.root:
-                out += [f"register_write agg_exp {r} {done.exp}", f"register_write agg_final {r} 1"]
-                values[sw, r] = done.values
-    return preload_batches(clients, lines, values, "agg_values")
+                cells.put(sw, "agg_exp", r, done.exp)
+                cells.put(sw, "agg_final", r, 1)
+                cells.put_lanes(sw, "agg_values", r, done.values)
+    return cells
 
 
-def preload_batches(clients: dict[str, SwitchClient], lines: dict[str, list[str]],
-                    values: dict[tuple[str, int], np.ndarray], register: str) -> tuple[dict, int]:
-    """A preload's lines per switch: its scalar register writes `lines` plus the K lanes of
-    each (switch, r) in `values` into `register`; and the register cells written."""
-    writes = sum(len(b) for b in lines.values()) + wire.K * len(values)
-    lines = {sw: coalesce_writes(clients[sw], batch) for sw, batch in lines.items()}
-    for (sw, r), vals in values.items():
-        lines.setdefault(sw, []).extend(clients[sw].register_write_range_lines(
-            register, r * wire.K, (np.asarray(vals, dtype=np.int64) & 0xFFFFFFFF).tolist()))
-    return lines, writes
+class CellWrites:
+    """A preload's register cells per switch, in write order (a cell written twice keeps the
+    later value). lines() gives each switch's as its client's register_write_cells_lines:
+    the software switch's one binary command per register, BMv2's single writes."""
+
+    def __init__(self):
+        self.scalars: dict[str, dict[str, tuple[list, list]]] = {}   # sw -> name -> (indices, values)
+        self.lanes: dict[str, dict[str, tuple[list, list]]] = {}     # sw -> name -> (rs, K-value arrays)
+        self.count = 0                                                 # cells written
+
+    def put(self, sw: str, name: str, index: int, value: int) -> None:
+        idx, vals = self.scalars.setdefault(sw, {}).setdefault(name, ([], []))
+        idx.append(index)
+        vals.append(value)
+        self.count += 1
+
+    def put_lanes(self, sw: str, name: str, r: int, values) -> None:
+        """The K lanes of slot version r (cells r*K .. r*K+K-1), as unsigned 32-bit values."""
+        rs, arrays = self.lanes.setdefault(sw, {}).setdefault(name, ([], []))
+        rs.append(r)
+        arrays.append(values)
+        self.count += wire.K
+
+    def lines(self, clients: dict[str, SwitchClient]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for sw, regs in self.scalars.items():
+            for name, (idx, vals) in regs.items():
+                out.setdefault(sw, []).extend(clients[sw].register_write_cells_lines(name, idx, vals))
+        for sw, regs in self.lanes.items():
+            for name, (rs, arrays) in regs.items():
+                idx = (np.asarray(rs, dtype=np.int64)[:, None] * wire.K + np.arange(wire.K)).ravel()
+                vals = np.asarray(arrays, dtype=np.int64).reshape(-1) & 0xFFFFFFFF
+                out.setdefault(sw, []).extend(clients[sw].register_write_cells_lines(name, idx, vals))
+        return out
 
 
 def coalesce_writes(client: SwitchClient, lines: list[str]) -> list[str]:
@@ -337,12 +376,10 @@ def coalesce_writes(client: SwitchClient, lines: list[str]) -> list[str]:
     return out
 
 
-def write_preload(clients: dict[str, SwitchClient], lines: dict[str, list[str]],
-                  values: dict[tuple[str, int], np.ndarray], register: str) -> int:
-    """Send a preload (preload_batches) as one pipelined batch per switch; cells written."""
-    lines, writes = preload_batches(clients, lines, values, register)
-    send_lines(clients, lines)
-    return writes
+def write_preload(clients: dict[str, SwitchClient], cells: CellWrites) -> int:
+    """Send a preload as one pipelined batch per switch; cells written."""
+    send_lines(clients, cells.lines(clients))
+    return cells.count
 
 
 def send_lines(clients: dict[str, SwitchClient], lines: dict[str, list[str]]) -> None:

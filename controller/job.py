@@ -330,17 +330,13 @@ class TreeJob(Job):
         plan = tree_install.plan(self.g, new, self.job, slot_base=self.slot_base, reply_ports=self.reply_ports,
                                  slots=self.slots, ranks=self._ranks())
         batches = tree_install.freeze_lines(old)
-        reads = self.carry.scalars(old, self.tree_of_slot, down)
+        reads = self.carry.first_reads(old, self.tree_of_slot, down)
         at = {}
-        window = len(self.tree_of_slot)
-        ahead = failover.values_ahead_lines(old, self.tree_of_slot, self.slot_base, down) \
-            if self.carry.complete_ahead else {}
         early_reset = self.carry.complete_ahead and not down   # else (2) may read the new tree's switches
         new_switches = sorted({sw for sw, _ in plan.inst.roles})
-        for sw, names in reads.items():            # after the switch's freeze: its state is final
+        for sw, want in reads.items():             # after the switch's freeze: its state is final
             at[sw] = len(batches.setdefault(sw, []))
-            batches[sw] += failover.window_read_lines(names, window, self.slot_base)
-            batches[sw] += failover.values_read_lines(ahead.get(sw, []))
+            batches[sw] += failover.read_runs_lines(want)
         if early_reset:                            # everything read: reset in this batch too
             for sw in new_switches:
                 batches.setdefault(sw, []).extend(self._reset_lines(sw))
@@ -352,10 +348,8 @@ class TreeJob(Job):
         t_r1 = time.monotonic()
         associate = plan.finish(outs)
         regs, values = {}, {}
-        for sw, names in reads.items():
-            i = at[sw] + 2 * len(names)
-            regs[sw] = failover.parse_window_reads(names, outs[sw][at[sw]:i], window, self.slot_base)
-            values[sw] = failover.parse_values_reads(ahead.get(sw, []), outs[sw][i:i + len(ahead.get(sw, []))])
+        for sw, want in reads.items():
+            failover.parse_first_reads(want, outs[sw][at[sw]:at[sw] + len(want)], regs, values, sw)
         t3 = time.monotonic()
         carried = self.carry.snapshot(self.clients, old, self.tree_of_slot, regs, values, down)
         t4 = time.monotonic()

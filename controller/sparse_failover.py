@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ground import wire
-from controller.failover import preload_batches, read_registers, slot_index, write_preload
+from controller.failover import CellWrites, read_registers, slot_index, write_preload
 from controller.switch_client import SwitchClient, on_each
 from controller.tree_install import Installation
 
@@ -93,10 +93,12 @@ def _read_scalars(clients, switches) -> dict[str, dict[str, np.ndarray]]:
 
 
 def sparse_snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
-                    slot_base: int = 0, regs: dict | None = None, down=frozenset()) -> HeldRounds:
+                    slot_base: int = 0, regs: dict | None = None, values: dict | None = None,
+                    down=frozenset()) -> HeldRounds:
     """Per slot and version, the round each worker of the old tree may still need (if any)
     and those rounds' results, read from every live switch of the old tree. `regs`: the
-    switches' SNAPSHOT_SCALARS, if already read (each after its own freeze).
+    switches' SNAPSHOT_SCALARS, if already read (each after its own freeze); `values`: switch
+    -> r -> its K sp_values cells, if already read (a holder lacking some is read here).
 
     A dead switch (`down`) holds nothing: the walk asks higher up. Custody makes that enough
     below a live root: a switch keeps a completed round until every child acknowledged it,
@@ -163,13 +165,16 @@ def sparse_snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_o
                               and int(regs[sw]["sp_block"][r]) > acked)
                 if held:                         # the oldest round it may lack, held off its path
                     need(slot, ver, worker, held[0][0], held[0][1], r)
-    read = on_each(clients, holders, lambda sw: clients[sw].register_read_ranges(
+    values = values or {}
+    missing = [sw for sw, items in holders.items() if any(item[-1] not in values.get(sw, {}) for item in items)]
+    read = on_each(clients, missing, lambda sw: clients[sw].register_read_ranges(
         "sp_values", [(r * wire.K, wire.K) for *_, r in holders[sw]]))   # one batch per holding switch
     for sw, items in holders.items():
-        for (slot, ver, block, r), values in zip(items, read[sw]):
+        cells = read[sw] if sw in read else [values[sw][item[-1]] for item in items]
+        for (slot, ver, block, r), got in zip(items, cells):
             carry.rounds[slot, ver, block] = SparseRound(
                 slot, ver, block, int(regs[sw]["sp_exp"][r]), int(regs[sw]["sp_rnext"][r]),
-                np.array(values, dtype=np.uint32))
+                np.asarray(got).astype(np.uint32))
     return carry
 
 
@@ -211,20 +216,18 @@ def sparse_preload(clients: dict[str, SwitchClient], inst: Installation, tree_of
     """Write the carried rounds into the new tree (after failover.reset: everything 0) where
     placement() puts them: block, values, exp, next, every child's bit, done and final.
     Returns the number of register cells written."""
-    lines, values = _preload_cells(inst, tree_of_slot, carry, slot_base)
-    return write_preload(clients, lines, values, "sp_values")
+    return write_preload(clients, _preload_cells(inst, tree_of_slot, carry, slot_base))
 
 
 def sparse_preload_lines(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
                          carry: HeldRounds, slot_base: int = 0) -> tuple[dict, int]:
     """sparse_preload() as command lines per switch, and the register cells they write."""
-    lines, values = _preload_cells(inst, tree_of_slot, carry, slot_base)
-    return preload_batches(clients, lines, values, "sp_values")
+    cells = _preload_cells(inst, tree_of_slot, carry, slot_base)
+    return cells.lines(clients), cells.count
 
 
-def _preload_cells(inst: Installation, tree_of_slot: list[int], carry: HeldRounds, slot_base: int):
-    lines: dict[str, list[str]] = {}
-    values: dict[tuple[str, int], np.ndarray] = {}
+def _preload_cells(inst: Installation, tree_of_slot: list[int], carry: HeldRounds, slot_base: int) -> CellWrites:
+    cells = CellWrites()
     roles_of = {t: tree_roles(inst, t) for t in set(tree_of_slot)}
     for (slot, ver), needs in carry.needs.items():
         roles = roles_of[tree_of_slot[slot]]
@@ -232,13 +235,12 @@ def _preload_cells(inst: Installation, tree_of_slot: list[int], carry: HeldRound
         clash: list = []
         for sw, block in placement(roles, needs, clash).items():
             rnd = carry.rounds[slot, ver, block]
-            lines.setdefault(sw, []).extend([
-                f"register_write sp_block {r} {block}",
-                f"register_write sp_bitmap {r} {(1 << len(roles[sw].children)) - 1}",
-                f"register_write sp_done {r} 1",
-                f"register_write sp_final {r} 1",
-                f"register_write sp_exp {r} {rnd.exp}",
-                f"register_write sp_rnext {r} {rnd.next_block}"])
-            values[sw, r] = rnd.values
+            cells.put(sw, "sp_block", r, block)
+            cells.put(sw, "sp_bitmap", r, (1 << len(roles[sw].children)) - 1)
+            cells.put(sw, "sp_done", r, 1)
+            cells.put(sw, "sp_final", r, 1)
+            cells.put(sw, "sp_exp", r, rnd.exp)
+            cells.put(sw, "sp_rnext", r, rnd.next_block)
+            cells.put_lanes(sw, "sp_values", r, rnd.values)
         carry.conflicts += [(slot, ver, sw) for sw in clash]
-    return lines, values
+    return cells

@@ -11,6 +11,7 @@ Typed helpers (table_add, register_read, ...) are built once on top of command()
 
 from __future__ import annotations
 
+import base64
 import re
 import shutil
 from abc import ABC, abstractmethod
@@ -84,6 +85,14 @@ class SwitchClient(ABC):
         """The command lines that write `values` from `start` (batched by the caller)."""
         return [f"register_write {name} {start + i} {int(v)}" for i, v in enumerate(values)]
 
+    def register_write_cells_lines(self, name: str, index, values) -> list[str]:
+        """Lines that write `values[i]` to cell `index[i]` of register `name` (a cell named
+        twice keeps its later value). Here as range writes over runs of consecutive cells
+        (BMv2: single writes); the software switch sends one binary command per register."""
+        index, values = last_writes(index, values)
+        return [line for start, count, offset in _runs_with_offsets(index)
+                for line in self.register_write_range_lines(name, start, values[offset:offset + count].tolist())]
+
     def register_write(self, name: str, index: int, value: int) -> None:
         self.command(f"register_write {name} {index} {value}")
 
@@ -120,6 +129,62 @@ def _cells(out: str, count: int) -> list[int]:
     if cells.size != count:
         raise SwitchCommandError(f"register_read_range: {cells.size} values, {count} asked: {out[:80]!r}")
     return cells.tolist()
+
+
+def last_writes(index, values) -> tuple[np.ndarray, np.ndarray]:
+    """(index, values) sorted by index, each index once with its last value."""
+    index = np.asarray(index, dtype=np.int64)
+    values = np.asarray(values, dtype=np.int64)
+    if index.shape != values.shape:
+        raise ValueError(f"{index.size} cells but {values.size} values")
+    rev_index, first = np.unique(index[::-1], return_index=True)   # first in reverse = last written
+    return rev_index, values[::-1][first]
+
+
+def _runs_with_offsets(index: np.ndarray) -> list[tuple[int, int, int]]:
+    """(start, count, offset into index) of each run of consecutive cells in sorted `index`."""
+    if index.size == 0:
+        return []
+    breaks = np.flatnonzero(np.diff(index) != 1) + 1
+    starts = np.concatenate(([0], breaks))
+    ends = np.concatenate((breaks, [index.size]))
+    return [(int(index[a]), int(b - a), int(a)) for a, b in zip(starts, ends)]
+
+
+def runs_text(runs) -> str:
+    """The RUNS argument of the software switch's register_read_runs/register_write_runs."""
+    return ",".join(f"{start}+{count}" for start, count in runs)
+
+
+def read_runs_line(name: str, runs) -> str:
+    """Software switch: the cells of `runs` [(start, count), ...] of register `name`, in one
+    command (answer: base64 of little-endian int64; cells_of_runs)."""
+    return f"register_read_runs {name} {runs_text(runs)}"
+
+
+def cells_of_runs(out: str, runs) -> np.ndarray:
+    """The int64 cells of a register_read_runs answer, checked against the runs asked."""
+    cells = np.frombuffer(base64.b64decode(out), dtype="<i8").astype(np.int64)
+    want = sum(count for _, count in runs)
+    if cells.size != want:
+        raise SwitchCommandError(f"register_read_runs: {cells.size} values, {want} asked")
+    return cells
+
+
+RUNS_CELLS = 1 << 15          # cells per register_write_runs line (350 kB: under the daemon's 1 MB lines)
+
+
+def soft_write_cells_lines(name: str, index, values) -> list[str]:
+    """The software switch's form of SwitchClient.register_write_cells_lines: one
+    `register_write_runs` per RUNS_CELLS cells (values as base64 int64)."""
+    index, values = last_writes(index, values)
+    lines = []
+    for first in range(0, index.size, RUNS_CELLS):
+        idx = index[first:first + RUNS_CELLS]
+        runs = [(start, count) for start, count, _ in _runs_with_offsets(idx)]
+        payload = base64.b64encode(values[first:first + RUNS_CELLS].astype("<i8").tobytes()).decode("ascii")
+        lines.append(f"register_write_runs {name} {runs_text(runs)} {payload}")
+    return lines
 
 
 def _join(items) -> str:
@@ -196,8 +261,17 @@ class SoftSwitchClient(SwitchClient):
         return [f"register_write_range {name} {start} " + " ".join(map(str, map(int, values)))]
 
     def register_read_ranges(self, name: str, ranges: list[tuple[int, int]]) -> list[list[int]]:
-        outs = self.commands([f"register_read_range {name} {start} {count}" for start, count in ranges])
-        return [_cells(o, count) for o, (_start, count) in zip(outs, ranges)]
+        if not ranges:
+            return []
+        cells = cells_of_runs(self.command(read_runs_line(name, ranges)), ranges).tolist()
+        out, at = [], 0
+        for _start, count in ranges:
+            out.append(cells[at:at + count])
+            at += count
+        return out
+
+    def register_write_cells_lines(self, name: str, index, values) -> list[str]:
+        return soft_write_cells_lines(name, index, values)
 
     def commands(self, lines: list[str]) -> list[str]:
         outs = []

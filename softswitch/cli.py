@@ -11,7 +11,11 @@ operation (DUPLICATE_ENTRY)", "Error: Invalid table name (x)", ...).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import ipaddress
+
+import numpy as np
 
 from softswitch.multicast import McError
 from softswitch.registers import StateError
@@ -190,6 +194,52 @@ class Cli:
         for offset, value in enumerate(values):  # as single writes: the first bad index fails
             reg.write(start + offset, value)
         return ""
+
+    # Binary bulk forms (extensions, software switch only): one command per register for a
+    # reroute's reads and preloads, however many cells. RUNS is "start+count,start+count,..."
+    # (cell ranges, in order); the cells are base64 of little-endian int64, one per cell of the
+    # runs in order. A write keeps each value's low W bits, as register_write does, and writes
+    # nothing if any run is outside the register or the value count differs from the runs'.
+    def do_register_read_runs(self, args):
+        self._nargs(args, 2)
+        reg = self._res("register", args[0], self.p.register_arrays)
+        runs = self._runs(reg, args[1])
+        cells = np.concatenate([reg.data[s:s + c] for s, c in runs]).astype("<i8")
+        return base64.b64encode(cells.tobytes()).decode("ascii")
+
+    def do_register_write_runs(self, args):
+        self._nargs(args, 3)
+        reg = self._res("register", args[0], self.p.register_arrays)
+        runs = self._runs(reg, args[1])
+        try:
+            raw = base64.b64decode(args[2], validate=True)
+        except (binascii.Error, ValueError):
+            raise CommandError("Error: register_write_runs: values are not base64") from None
+        if len(raw) % 8:
+            raise CommandError(f"Error: register_write_runs: {len(raw)} bytes is not a whole number of int64")
+        values = np.frombuffer(raw, dtype="<u8")
+        total = sum(c for _, c in runs)
+        if values.size != total:
+            raise CommandError(f"Error: register_write_runs: {values.size} values for {total} cells")
+        values = (values & np.uint64((1 << reg.width) - 1)).astype(reg.data.dtype)
+        offset = 0
+        for start, count in runs:
+            reg.data[start:start + count] = values[offset:offset + count]
+            offset += count
+        return ""
+
+    @staticmethod
+    def _runs(reg, text: str) -> list[tuple[int, int]]:
+        runs = []
+        for part in text.split(","):
+            start, plus, count = part.partition("+")
+            if not plus:
+                raise CommandError(f"Error: Bad format for runs: '{part}' (start+count)")
+            start, count = _int(start, "start"), _int(count, "count")
+            if start < 0 or count < 1 or start + count > reg.size:
+                raise StateError(f"range {start}+{count} outside register {reg.name} of size {reg.size}")
+            runs.append((start, count))
+        return runs
 
     def do_register_reset(self, args):
         self._nargs(args, 1)

@@ -330,7 +330,8 @@ class Daemon:
         except Exception as exc:
             ok, out = False, _error_text(exc)
         shown = out if len(out) <= 2000 else out[:2000] + f"... ({len(out)} chars)"
-        self.log.info("cmd %r -> %s %s", line, "ok" if ok else "ERROR", shown)
+        said = line if len(line) <= 300 else line[:300] + f"... ({len(line)} chars)"   # binary bulk writes
+        self.log.info("cmd %r -> %s %s", said, "ok" if ok else "ERROR", shown)
         return ok, out
 
     def port_stats(self) -> dict[str, dict]:

@@ -27,7 +27,7 @@ import numpy as np
 from ground import wire
 from controller.addressing import interface_address
 from controller.job import TreeJob
-from controller.switch_client import SwitchClient, SwitchCommandError
+from controller.switch_client import SwitchClient, SwitchCommandError, soft_write_cells_lines
 from controller.topology import neighbor_on_port, port, switches, workers as worker_hosts
 from fakenet import frame_header
 from hosts.agent import allreduce
@@ -63,6 +63,9 @@ class PipeClient(SwitchClient):
     def register_write_range_lines(self, name: str, start: int, values) -> list[str]:
         """The software switch's range write (SoftSwitchClient's form), as the daemon runs it."""
         return [f"register_write_range {name} {start} " + " ".join(str(int(v)) for v in values)]
+
+    def register_write_cells_lines(self, name: str, index, values) -> list[str]:
+        return soft_write_cells_lines(name, index, values)      # SoftSwitchClient's form
 
 
 class HostTransport:
