@@ -125,22 +125,43 @@ def read_runs_lines(reads: dict[str, list]) -> list[str]:
 
 def parse_first_reads(reads: dict[str, list], outs: list[str], regs: dict, values: dict, sw: str) -> None:
     """The answers to read_runs_lines(reads) of switch `sw`: a lanes register's cells into
-    values[name][sw][r] (K cells per slot version r), any other register into regs[sw][name]
+    values[name][sw] (LaneRows: r -> its K cells), any other register into regs[sw][name]
     as a whole (2*SLOTS) register whose cells not read are 0."""
     for (name, runs), out in zip(reads.items(), outs):
         cells = cells_of_runs(out, runs)
         at = 0
         if name in PER_VERSION_LANES:
-            got = values.setdefault(name, {}).setdefault(sw, {})
-            for start, count in runs:
-                for i in range(count // wire.K):
-                    got[start // wire.K + i] = cells[at + i * wire.K:at + (i + 1) * wire.K]
-                at += count
+            values.setdefault(name, {})[sw] = LaneRows(runs, cells)
             continue
         full = regs.setdefault(sw, {}).setdefault(name, np.zeros(2 * wire.SLOTS, dtype=np.int64))
         for start, count in runs:
             full[start:start + count] = cells[at:at + count]
             at += count
+
+
+class LaneRows:
+    """r -> the K cells of slot version r, over the cells read for runs of whole slot versions
+    (a read-only mapping; building a dict of 16,384 rows per switch cost milliseconds)."""
+
+    def __init__(self, runs, cells: np.ndarray):
+        self._runs, at = [], 0
+        for start, count in runs:
+            if start % wire.K or count % wire.K:
+                raise ValueError(f"lanes run {start}+{count} is not whole slot versions")
+            self._runs.append((start // wire.K, count // wire.K, cells[at:at + count].reshape(-1, wire.K)))
+            at += count
+
+    def __contains__(self, r) -> bool:
+        return any(r0 <= r < r0 + n for r0, n, _ in self._runs)
+
+    def __getitem__(self, r) -> np.ndarray:
+        for r0, n, rows in self._runs:
+            if r0 <= r < r0 + n:
+                return rows[r - r0]
+        raise KeyError(r)
+
+    def get(self, r, default=None):
+        return self[r] if r in self else default
 
 
 def read_lines(names) -> list[str]:

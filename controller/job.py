@@ -19,6 +19,7 @@ from pathlib import Path
 import networkx as nx
 
 from ground import wire
+from ground.priority import urgent
 from controller import failover, tree_install, trees
 from controller.carry import carry_for
 from controller.events import EventLog
@@ -264,9 +265,15 @@ class TreeJob(Job):
     def reroute(self, link: str, t_detect: float, switch: str | None = None) -> dict:
         """Freeze the old epoch, snapshot what it holds (from live switches), install the
         trees recomputed over live links and switches, preload, tell the agents. `link` names
-        the cause ("a1-c1", or "switch a1" with `switch` set)."""
-        if self.bulk:
-            return self._reroute_bulk(link, t_detect, switch)
+        the cause ("a1-c1", or "switch a1" with `switch` set). The calling thread runs ahead
+        of the switches and workers meanwhile (ground/priority.py, as root)."""
+        with urgent():
+            if self.bulk:
+                return self._reroute_bulk(link, t_detect, switch)
+            return self._reroute_steps(link, t_detect, switch)
+
+    def _reroute_steps(self, link: str, t_detect: float, switch: str | None = None) -> dict:
+        """The reroute one step after the other (BMv2), with a drain after the freeze."""
         record = _cause(link, switch, t_detect)
         what = link if switch else f"link {link}"
         t0 = time.monotonic()

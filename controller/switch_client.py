@@ -158,32 +158,34 @@ def runs_text(runs) -> str:
 
 def read_runs_line(name: str, runs) -> str:
     """Software switch: the cells of `runs` [(start, count), ...] of register `name`, in one
-    command (answer: base64 of little-endian int64; cells_of_runs)."""
+    command (answer: "T:BASE64", the cells as little-endian numpy type T; cells_of_runs)."""
     return f"register_read_runs {name} {runs_text(runs)}"
 
 
 def cells_of_runs(out: str, runs) -> np.ndarray:
-    """The int64 cells of a register_read_runs answer, checked against the runs asked."""
-    cells = np.frombuffer(base64.b64decode(out), dtype="<i8").astype(np.int64)
+    """The cells of a register_read_runs answer as int64, checked against the runs asked."""
+    code, _, text = out.partition(":")
+    cells = np.frombuffer(base64.b64decode(text), dtype="<" + code).astype(np.int64)
     want = sum(count for _, count in runs)
     if cells.size != want:
         raise SwitchCommandError(f"register_read_runs: {cells.size} values, {want} asked")
     return cells
 
 
-RUNS_CELLS = 1 << 15          # cells per register_write_runs line (350 kB: under the daemon's 1 MB lines)
+RUNS_CELLS = 1 << 15          # cells per register_write_runs line (at most 350 kB: the daemon takes 1 MB)
 
 
 def soft_write_cells_lines(name: str, index, values) -> list[str]:
     """The software switch's form of SwitchClient.register_write_cells_lines: one
-    `register_write_runs` per RUNS_CELLS cells (values as base64 int64)."""
+    `register_write_runs` per RUNS_CELLS cells (as u4 when every value fits, else i8)."""
     index, values = last_writes(index, values)
+    code = "u4" if values.size and 0 <= values.min() and values.max() <= 0xFFFFFFFF else "i8"
     lines = []
     for first in range(0, index.size, RUNS_CELLS):
         idx = index[first:first + RUNS_CELLS]
         runs = [(start, count) for start, count, _ in _runs_with_offsets(idx)]
-        payload = base64.b64encode(values[first:first + RUNS_CELLS].astype("<i8").tobytes()).decode("ascii")
-        lines.append(f"register_write_runs {name} {runs_text(runs)} {payload}")
+        cells = values[first:first + RUNS_CELLS].astype("<" + code).tobytes()
+        lines.append(f"register_write_runs {name} {runs_text(runs)} {code}:" + base64.b64encode(cells).decode("ascii"))
     return lines
 
 

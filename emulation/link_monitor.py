@@ -15,6 +15,8 @@ from typing import Callable
 from pyroute2 import IPRoute
 from pyroute2.netlink.rtnl import RTMGRP_LINK
 
+from ground.priority import raise_thread_priority
+
 IFF_UP = 0x1
 IFF_RUNNING = 0x40
 
@@ -56,6 +58,7 @@ class LinkMonitor:
                 self.callback(name, up, time.monotonic())
 
     def _run(self) -> None:
+        raise_thread_priority()      # it sleeps in recv; on an event it wakes and reroutes at once
         # pyroute2 >= 0.9 binds a socket to the thread that made it: make it here.
         with IPRoute() as ipr:
             self._ipr = ipr

@@ -22,6 +22,9 @@ from softswitch.registers import StateError
 from softswitch.tables import Table, TableError
 
 
+CELL_TYPES = ("u1", "u2", "u4", "u8", "i1", "i2", "i4", "i8")   # register_*_runs cell types
+
+
 class CommandError(Exception):
     """A command the switch refused; the message says why."""
 
@@ -197,31 +200,38 @@ class Cli:
 
     # Binary bulk forms (extensions, software switch only): one command per register for a
     # reroute's reads and preloads, however many cells. RUNS is "start+count,start+count,..."
-    # (cell ranges, in order); the cells are base64 of little-endian int64, one per cell of the
-    # runs in order. A write keeps each value's low W bits, as register_write does, and writes
-    # nothing if any run is outside the register or the value count differs from the runs'.
+    # (cell ranges, in order); CELLS is "T:BASE64", the cells of the runs in order as
+    # little-endian numpy type T (u1 u2 u4 u8 i1 i2 i4 i8). A read answers in the register's
+    # own type (u4 for bit<32>); a write keeps each value's low W bits, as register_write does,
+    # and writes nothing if a run is outside the register or the value count is not the runs'.
     def do_register_read_runs(self, args):
         self._nargs(args, 2)
         reg = self._res("register", args[0], self.p.register_arrays)
         runs = self._runs(reg, args[1])
-        cells = np.concatenate([reg.data[s:s + c] for s, c in runs]).astype("<i8")
-        return base64.b64encode(cells.tobytes()).decode("ascii")
+        cells = np.concatenate([reg.data[s:s + c] for s, c in runs])
+        dtype = cells.dtype.newbyteorder("<")
+        return f"{dtype.kind}{dtype.itemsize}:" + base64.b64encode(cells.astype(dtype).tobytes()).decode("ascii")
 
     def do_register_write_runs(self, args):
         self._nargs(args, 3)
         reg = self._res("register", args[0], self.p.register_arrays)
         runs = self._runs(reg, args[1])
+        code, colon, text = args[2].partition(":")
+        if not colon or code not in CELL_TYPES:
+            raise CommandError(f"Error: register_write_runs: cells must be T:BASE64 with T one of {' '.join(CELL_TYPES)}")
         try:
-            raw = base64.b64decode(args[2], validate=True)
+            raw = base64.b64decode(text, validate=True)
         except (binascii.Error, ValueError):
-            raise CommandError("Error: register_write_runs: values are not base64") from None
-        if len(raw) % 8:
-            raise CommandError(f"Error: register_write_runs: {len(raw)} bytes is not a whole number of int64")
-        values = np.frombuffer(raw, dtype="<u8")
+            raise CommandError("Error: register_write_runs: cells are not base64") from None
+        dtype = np.dtype("<" + code)
+        if len(raw) % dtype.itemsize:
+            raise CommandError(f"Error: register_write_runs: {len(raw)} bytes is not a whole number of {code}")
+        values = np.frombuffer(raw, dtype=dtype)
         total = sum(c for _, c in runs)
         if values.size != total:
             raise CommandError(f"Error: register_write_runs: {values.size} values for {total} cells")
-        values = (values & np.uint64((1 << reg.width) - 1)).astype(reg.data.dtype)
+        wide = values.astype(np.int64).view(np.uint64) if dtype.kind == "i" else values.astype(np.uint64)
+        values = (wide & np.uint64((1 << reg.width) - 1)).astype(reg.data.dtype)
         offset = 0
         for start, count in runs:
             reg.data[start:start + count] = values[offset:offset + count]
