@@ -24,6 +24,7 @@ from controller.events import EventLog
 from controller.forwarding_job import ForwardingJob
 from controller.job import TreeJob
 from controller.jobs import Job, partitions
+from controller.standby import StandbyWorker
 from controller.topology import switches, workers as worker_hosts
 from emulation.failures import FailureInjector
 from emulation.fidelity import FidelityProbe
@@ -132,6 +133,8 @@ class Session:
         _log(f"building network: {spec.topology} ({n_sw} switch{'es' if n_sw > 1 else ''}, {spec.backend}), "
              f"{spec.workers} workers", self.quiet)
         try:
+            if not (spec.host_baseline or spec.tree == "bml"):
+                StandbyWorker.get()          # the standby's child imports while the network starts
             self.net.start()
             for sw in switches(g):
                 forward.install_forwarding(self.net.client(sw), g, sw)

@@ -63,6 +63,7 @@ class Daemon:
         self._pcap_out: dict[int, PcapWriter | None] = {}
         self._rx = MsgBatch(batch, MAX_FRAME)          # shared by all ports: one drain at a time
         self._ep = select.epoll()
+        self._ctl_ep = select.epoll()                  # the control socket's fds only: see _loop
         self._handlers: dict[int, object] = {}
         self._control: ControlServer | None = None
         self._wake = socket.socketpair()
@@ -82,6 +83,29 @@ class Daemon:
     def _unregister(self, fd: int) -> None:
         if self._handlers.pop(fd, None) is not None:
             self._ep.unregister(fd)
+
+    # the control socket's fds are in both epolls: the main one wakes the loop, the other is
+    # polled (without waiting) after every port's batch, so a command waits for one batch at
+    # most, not for every port's (a reroute waits for the slowest of 20 switches' answers)
+    def _register_ctl(self, fd: int, events: int, callback) -> None:
+        self._register(fd, events, callback)
+        self._ctl_ep.register(fd, events)
+
+    def _modify_ctl(self, fd: int, events: int) -> None:
+        self._ep.modify(fd, events)
+        self._ctl_ep.modify(fd, events)
+
+    def _unregister_ctl(self, fd: int) -> None:
+        if fd in self._handlers:
+            self._ctl_ep.unregister(fd)
+        self._unregister(fd)
+
+    def _serve_control(self) -> None:
+        handlers = self._handlers
+        for fd, events in self._ctl_ep.poll(0):
+            handler = handlers.get(fd)
+            if handler is not None:
+                handler(events)
 
     # ---- lifecycle -----------------------------------------------------------------------
     def run(self) -> int:
@@ -125,7 +149,7 @@ class Daemon:
         signal.set_wakeup_fd(self._wake[1].fileno(), warn_on_full_buffer=False)
         # The control socket comes last: once it answers, the switch is fully up.
         self._control = ControlServer(self.control_path, self._command,
-                                      self._register, self._modify, self._unregister)
+                                      self._register_ctl, self._modify_ctl, self._unregister_ctl)
         self.running = not self._stop_requested
         self.log.info("ready")
 
@@ -146,12 +170,16 @@ class Daemon:
         now = time.monotonic()
         next_flush, next_stats = now + self.flush_interval, now + self.stats_interval
         last_stats = None
+        serve_control = self._serve_control
         while self.running:
             timeout = max(0.0, min(next_flush, next_stats) - time.monotonic())
-            for fd, events in poll(timeout):
+            ready = poll(timeout)
+            for fd, events in ready:
                 handler = handlers.get(fd)
                 if handler is not None:
                     handler(events)
+                    if len(ready) > 1:
+                        serve_control()      # commands first: they wait one port's batch at most
             now = time.monotonic()
             if now >= next_flush:
                 next_flush = now + self.flush_interval
@@ -173,6 +201,7 @@ class Daemon:
         for s in self._wake:
             s.close()
         self._ep.close()
+        self._ctl_ep.close()
         if self.ports:
             self._log_stats(None)
         if self.pidfile:
@@ -329,8 +358,10 @@ class Daemon:
                 ok, out = True, self.pipeline.command(line)
         except Exception as exc:
             ok, out = False, _error_text(exc)
+        if ok and word in QUIET:
+            return ok, out                    # a reroute's bulk register traffic: 20 switches, 2 cores
         shown = out if len(out) <= 2000 else out[:2000] + f"... ({len(out)} chars)"
-        said = line if len(line) <= 300 else line[:300] + f"... ({len(line)} chars)"   # binary bulk writes
+        said = line if len(line) <= 300 else line[:300] + f"... ({len(line)} chars)"
         self.log.info("cmd %r -> %s %s", said, "ok" if ok else "ERROR", shown)
         return ok, out
 
@@ -354,6 +385,11 @@ class Daemon:
                 f"{p}:" + ",".join(f"{k}={v}" for k, v in s.items() if k != "ifname")
                 for p, s in stats.items()))
         return stats
+
+
+# Commands logged only when they fail: the binary register reads and writes of a reroute (their
+# lines are base64), which come by the dozen per switch while every switch's answer is awaited.
+QUIET = frozenset({"register_read_runs", "register_write_runs"})
 
 
 def _error_text(exc: Exception) -> str:
