@@ -349,9 +349,14 @@ class CellWrites:
         self.count = 0                                                 # cells written
 
     def put(self, sw: str, name: str, index: int, value: int) -> None:
-        idx, vals = self.scalars.setdefault(sw, {}).setdefault(name, ([], []))
-        idx.append(index)
-        vals.append(value)
+        regs = self.scalars.get(sw)
+        if regs is None:
+            regs = self.scalars[sw] = {}
+        cells = regs.get(name)
+        if cells is None:
+            cells = regs[name] = ([], [])
+        cells[0].append(index)
+        cells[1].append(value)
         self.count += 1
 
     def put_lanes(self, sw: str, name: str, r: int, values) -> None:

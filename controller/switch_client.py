@@ -137,6 +137,8 @@ def last_writes(index, values) -> tuple[np.ndarray, np.ndarray]:
     values = np.asarray(values, dtype=np.int64)
     if index.shape != values.shape:
         raise ValueError(f"{index.size} cells but {values.size} values")
+    if index.size < 2 or bool((index[1:] > index[:-1]).all()):
+        return index, values                 # already sorted, each cell once (the usual case)
     rev_index, first = np.unique(index[::-1], return_index=True)   # first in reverse = last written
     return rev_index, values[::-1][first]
 
