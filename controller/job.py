@@ -268,13 +268,6 @@ class TreeJob(Job):
         the cause ("a1-c1", or "switch a1" with `switch` set). The calling thread runs ahead
         of the switches and workers meanwhile (ground/priority.py, as root)."""
         with urgent():
-            if self.bulk and os.environ.get("SR_PROF"):
-                import cProfile
-                pr = cProfile.Profile()
-                try:
-                    return pr.runcall(self._reroute_bulk, link, t_detect, switch)
-                finally:
-                    pr.dump_stats(os.environ["SR_PROF"])
             if self.bulk:
                 return self._reroute_bulk(link, t_detect, switch)
             return self._reroute_steps(link, t_detect, switch)
@@ -334,9 +327,6 @@ class TreeJob(Job):
         t0 = time.monotonic()
         old = self.inst
         standby = (self.algorithm, self._down_links()) in self._standby
-        if os.environ.get("SR_TRACE"):
-            import sys
-            print("standby entries", len(self._standby), "hit", standby, link, file=sys.stderr)
         try:
             new = self._compute(self._down_links(), self.treeset.epoch + 1)
         except TreeError as exc:

@@ -226,20 +226,13 @@ def on_each(clients: dict[str, SwitchClient], switches, fn: Callable[[str], T]) 
 def run_batches(clients: dict[str, SwitchClient], batches: dict[str, list[str]]) -> dict[str, list[str]]:
     """One batch per switch, all sent before any answer is read (software switches work on
     them at once); outputs per switch. Every answer is read before the first error is raised."""
-    import os, time, sys
-    t0 = time.monotonic()
     pending = {sw: clients[sw].send_commands(lines) for sw, lines in batches.items() if lines}
-    t1 = time.monotonic()
     outs, failed = {}, None
-    arr = []
     for sw, collect in pending.items():
         try:
             outs[sw] = collect()
-            arr.append((sw, round((time.monotonic() - t1) * 1e3, 1)))
         except SwitchCommandError as exc:
             failed = failed or exc
-    if os.environ.get("SR_TRACE"):
-        print("run_batches send", round((t1 - t0) * 1e3, 1), arr, file=sys.stderr)
     if failed:
         raise failed
     return outs
