@@ -11,6 +11,7 @@ clear error instead of hanging.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import time
@@ -265,12 +266,20 @@ class TreeJob(Job):
     def reroute(self, link: str, t_detect: float, switch: str | None = None) -> dict:
         """Freeze the old epoch, snapshot what it holds (from live switches), install the
         trees recomputed over live links and switches, preload, tell the agents. `link` names
-        the cause ("a1-c1", or "switch a1" with `switch` set). The calling thread runs ahead
-        of the switches and workers meanwhile (ground/priority.py, as root)."""
-        with urgent():
-            if self.bulk:
-                return self._reroute_bulk(link, t_detect, switch)
-            return self._reroute_steps(link, t_detect, switch)
+        the cause ("a1-c1", or "switch a1" with `switch` set). This process's threads and the
+        live switches' daemons run ahead of everything else meanwhile (ground/priority.py, as
+        root), and the garbage collector waits until it is done."""
+        pids = [pid for sw in self.live_switches() for pid in self.clients[sw].pids()]
+        collecting = gc.isenabled()
+        gc.disable()                  # a full collection of the controller's heap: tens of ms
+        try:
+            with urgent(pids):
+                if self.bulk:
+                    return self._reroute_bulk(link, t_detect, switch)
+                return self._reroute_steps(link, t_detect, switch)
+        finally:
+            if collecting:
+                gc.enable()
 
     def _reroute_steps(self, link: str, t_detect: float, switch: str | None = None) -> dict:
         """The reroute one step after the other (BMv2), with a drain after the freeze."""

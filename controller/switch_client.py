@@ -119,6 +119,11 @@ class SwitchClient(ABC):
         self.command(f"mc_node_associate {group} {handle}")
         return handle
 
+    def pids(self) -> list[int]:
+        """Local processes that run this switch's data plane, if known (ground/priority.py
+        raises them for a reroute); none here."""
+        return []
+
     def close(self) -> None:
         pass
 
@@ -302,6 +307,10 @@ class SoftSwitchClient(SwitchClient):
                 raise failed
             return outs
         return collect
+
+    def pids(self) -> list[int]:
+        pid = self._client.peer_pid()       # asked each time: a restarted switch is a new process
+        return [pid] if pid else []
 
     def close(self) -> None:
         close = getattr(self._client, "close", None)

@@ -51,7 +51,7 @@ class LoggedClient:
                 self._write([str(args[0])])
             elif attr == "commands":
                 self._write([str(line) for line in args[0]])
-            elif attr != "close" and not attr.endswith("_lines"):   # builders send nothing
+            elif attr not in ("close", "pids") and not attr.endswith("_lines"):   # these send nothing
                 self._write([" ".join([attr, *(_text(a) for a in args),
                                        *(f"{k}={_text(v)}" for k, v in kwargs.items())])])
             try:

@@ -1,9 +1,11 @@
-"""Run the calling thread ahead of the emulated switches and workers (Linux, as root).
+"""Run the calling thread, and for a while given processes, ahead of the rest (Linux, as root).
 
 Why: a reroute (controller/job.py) is a few tens of milliseconds of Python on a machine
-whose two cores are shared by 20 software switches and the workers; at the default
-niceness every millisecond of its own work waits its turn behind them, and so does the
-link monitor's wake-up on a netlink event. Without the privilege (not root) nothing changes.
+whose two cores are shared by 20 software switches, the workers and whatever else runs; at
+the default niceness every millisecond of its own work waits its turn behind them, and so
+does the link monitor's wake-up on a netlink event. The reroute's rounds wait for the
+slowest switch's answer, so the switch daemons are raised too while it runs (`urgent(pids)`).
+Without the privilege (not root) nothing changes.
 """
 
 from __future__ import annotations
@@ -27,15 +29,33 @@ def raise_thread_priority(nice: int = URGENT_NICE) -> int | None:
     return before
 
 
+def _threads() -> list[int]:
+    """This process's threads (Linux: /proc/self/task)."""
+    try:
+        return [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        return [threading.get_native_id()]
+
+
 @contextmanager
-def urgent(nice: int = URGENT_NICE):
-    """This thread at niceness `nice` inside the block, as before after it."""
-    before = raise_thread_priority(nice)
+def urgent(pids=(), nice: int = URGENT_NICE):
+    """Every thread of this process, and the processes `pids`, at niceness `nice` inside the
+    block; as before after it (one that is gone by then is skipped). Every thread, not just
+    the caller: a thread left behind can hold the GIL the caller waits for."""
+    raised = []
+    for pid in [*_threads(), *pids]:
+        try:
+            was = os.getpriority(os.PRIO_PROCESS, pid)
+            if was > nice:
+                os.setpriority(os.PRIO_PROCESS, pid, nice)
+                raised.append((pid, was))
+        except OSError:
+            pass
     try:
         yield
     finally:
-        if before is not None:
+        for pid, was in raised:
             try:
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), before)
+                os.setpriority(os.PRIO_PROCESS, pid, was)
             except OSError:
                 pass

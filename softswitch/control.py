@@ -18,6 +18,7 @@ import json
 import os
 import select
 import socket
+import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -250,6 +251,16 @@ class ControlClient:
     def read_many(self, lines: list[str]) -> list[tuple[bool, str]]:
         """The replies to a send_many, in order."""
         return [self._read_reply(line) for line in lines]
+
+    def peer_pid(self) -> int | None:
+        """The switch daemon's pid, as the kernel tells it on the connection (SO_PEERCRED)."""
+        try:
+            if self._sock is None:
+                self._sock = self._connect()
+            creds = self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        except (OSError, SwitchCommandError):
+            return None
+        return struct.unpack("3i", creds)[0] or None
 
     def command(self, line: str) -> str:
         """Run one command; return its output or raise SwitchCommandError with the switch's message."""
