@@ -228,9 +228,12 @@ def on_each(clients: dict[str, SwitchClient], switches, fn: Callable[[str], T]) 
     return {sw: f.result() for sw, f in futures.items()}
 
 
-def run_batches(clients: dict[str, SwitchClient], batches: dict[str, list[str]]) -> dict[str, list[str]]:
+def run_batches(clients: dict[str, SwitchClient], batches: dict[str, list[str]],
+                each: Callable[[str, list[str]], None] | None = None) -> dict[str, list[str]]:
     """One batch per switch, all sent before any answer is read (software switches work on
-    them at once); outputs per switch. Every answer is read before the first error is raised."""
+    them at once); outputs per switch, each also handed to `each(switch, outputs)` as soon as
+    read (its work overlaps the wait for the others). Every answer is read before the first
+    error is raised."""
     pending = {sw: clients[sw].send_commands(lines) for sw, lines in batches.items() if lines}
     outs, failed = {}, None
     for sw, collect in pending.items():
@@ -238,6 +241,9 @@ def run_batches(clients: dict[str, SwitchClient], batches: dict[str, list[str]])
             outs[sw] = collect()
         except SwitchCommandError as exc:
             failed = failed or exc
+            continue
+        if each is not None and failed is None:
+            each(sw, outs[sw])
     if failed:
         raise failed
     return outs

@@ -38,16 +38,17 @@ def _threads() -> list[int]:
 
 
 @contextmanager
-def urgent(pids=(), nice: int = URGENT_NICE):
-    """Every thread of this process, and the processes `pids`, at niceness `nice` inside the
-    block; as before after it (one that is gone by then is skipped). Every thread, not just
+def urgent(pids=(), nice: int = URGENT_NICE, ahead: int = 5):
+    """The processes `pids` at niceness `nice` inside the block, and every thread of this
+    process `ahead` steps further (the caller's work must not wait behind the processes it
+    raised); as before after it (one that is gone by then is skipped). Every thread, not just
     the caller: a thread left behind can hold the GIL the caller waits for."""
     raised = []
-    for pid in [*_threads(), *pids]:
+    for pid, level in [*((t, nice - ahead) for t in _threads()), *((p, nice) for p in pids)]:
         try:
             was = os.getpriority(os.PRIO_PROCESS, pid)
-            if was > nice:
-                os.setpriority(os.PRIO_PROCESS, pid, nice)
+            if was > level:
+                os.setpriority(os.PRIO_PROCESS, pid, level)
                 raised.append((pid, was))
         except OSError:
             pass
