@@ -269,23 +269,23 @@ class TreeJob(Job):
         the cause ("a1-c1", or "switch a1" with `switch` set). This process's threads and the
         live switches' daemons run ahead of everything else meanwhile (ground/priority.py, as
         root), and the garbage collector waits until it is done."""
+        t0 = time.monotonic()        # the boost below counts as part of the recompute
         pids = [pid for sw in self.live_switches() for pid in self.clients[sw].pids()]
         collecting = gc.isenabled()
         gc.disable()                  # a full collection of the controller's heap: tens of ms
         try:
             with urgent(pids):
                 if self.bulk:
-                    return self._reroute_bulk(link, t_detect, switch)
-                return self._reroute_steps(link, t_detect, switch)
+                    return self._reroute_bulk(link, t_detect, switch, t0)
+                return self._reroute_steps(link, t_detect, switch, t0)
         finally:
             if collecting:
                 gc.enable()
 
-    def _reroute_steps(self, link: str, t_detect: float, switch: str | None = None) -> dict:
+    def _reroute_steps(self, link: str, t_detect: float, switch: str | None, t0: float) -> dict:
         """The reroute one step after the other (BMv2), with a drain after the freeze."""
         record = _cause(link, switch, t_detect)
         what = link if switch else f"link {link}"
-        t0 = time.monotonic()
         old = self.inst
         tree_install.freeze(self.clients, old)
         self._publish("rerouting", f"{what} failed")      # agents: a pause, not a stall
@@ -317,7 +317,7 @@ class TreeJob(Job):
         record.update(recompute_ms=round((t2 - t1) * 1e3, 2), install_ms=round((t3 - t2 + t1 - t0) * 1e3, 2))
         return self._rerouted(record, new, carried, writes, phases)
 
-    def _reroute_bulk(self, link: str, t_detect: float, switch: str | None = None) -> dict:
+    def _reroute_bulk(self, link: str, t_detect: float, switch: str | None, t0: float) -> dict:
         """The reroute on switches whose command batches are atomic (software switches), in
         rounds of bulk batches, each sent to every switch before any answer is read:
         (1) the old epoch's agg_job entries deleted (the freeze), the carry's register reads
@@ -333,7 +333,6 @@ class TreeJob(Job):
         record = _cause(link, switch, t_detect)
         what = link if switch else f"link {link}"
         down = self._down()
-        t0 = time.monotonic()
         old = self.inst
         standby = (self.algorithm, self._down_links()) in self._standby
         try:
