@@ -104,6 +104,17 @@ class DenseCarry:
 class SparseCarry(DenseCarry):
     algorithm = "omnireduce"
 
+    def __init__(self, slot_base: int = 0, values_ahead: bool = True):
+        super().__init__(slot_base)
+        # read every live switch's sp_values window in the first round: cheap on the software
+        # switch (one binary read each), not on BMv2 (whole registers over Thrift), where the
+        # holders' values are read in a second round instead, and the reset waits for it
+        self.values_ahead = values_ahead
+
+    @property
+    def complete_ahead(self) -> bool:
+        return self.values_ahead
+
     def snapshot(self, clients, old, tree_of_slot, regs: dict | None = None,
                  values: dict | None = None, down=frozenset()) -> Carried:
         carried = super().snapshot(clients, old, tree_of_slot, regs, values, down)   # the lead rounds
@@ -120,7 +131,8 @@ class SparseCarry(DenseCarry):
         for sw in sorted({sw for sw, _ in old.roles} - set(down)):
             for name in sparse_failover.SNAPSHOT_SCALARS:
                 failover.add_reads(reads, sw, name, failover.window_runs(window, self.slot_base))
-            failover.add_reads(reads, sw, "sp_values", failover.window_runs(window, self.slot_base, wire.K))
+            if self.values_ahead:
+                failover.add_reads(reads, sw, "sp_values", failover.window_runs(window, self.slot_base, wire.K))
         return reads
 
     def preload_lines(self, clients, new, tree_of_slot, carried: Carried) -> tuple[dict, int]:
@@ -135,10 +147,13 @@ class SparseCarry(DenseCarry):
 CARRIES = {c.algorithm: c for c in (DenseCarry, SparseCarry)}
 
 
-def carry_for(algorithm: str, slot_base: int = 0) -> Carry:
+def carry_for(algorithm: str, slot_base: int = 0, values_ahead: bool = True) -> Carry:
     """The carry of an allreduce algorithm (ground.runspec.ALGORITHMS) for a job whose slot
-    range starts at `slot_base`."""
+    range starts at `slot_base` (`values_ahead`: the sparse carry reads every switch's values
+    in the first round; for software switches)."""
     try:
+        if CARRIES.get(algorithm) is SparseCarry:
+            return SparseCarry(slot_base, values_ahead)
         return CARRIES[algorithm](slot_base)
     except KeyError:
         raise ValueError(f"no reroute carry for algorithm {algorithm!r}; "

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ground import wire
-from controller.switch_client import SwitchClient, cells_of_runs, on_each, read_runs_line, run_batches
+from controller.switch_client import SwitchClient, on_each, run_batches
 from controller.tree_install import Installation
 
 # Everything a reset zeroes: the dense registers and the sparse pipeline's (p4src/include/sparse.p4);
@@ -118,17 +118,22 @@ def first_reads(inst: Installation, tree_of_slot: list[int], slot_base: int = 0,
     return reads
 
 
-def read_runs_lines(reads: dict[str, list]) -> list[str]:
-    """One register_read_runs per register of reads[sw] (software switch)."""
-    return [read_runs_line(name, runs) for name, runs in reads.items()]
+def read_runs_lines(client: SwitchClient, reads: dict[str, list]) -> list[str]:
+    """The lines that read reads[sw] on `client`'s switch (the software switch: one binary
+    register_read_runs per register; BMv2: one register_read_range per run)."""
+    return [line for name, runs in reads.items() for line in client.register_read_runs_lines(name, runs)]
 
 
-def parse_first_reads(reads: dict[str, list], outs: list[str], regs: dict, values: dict, sw: str) -> None:
+def parse_first_reads(client: SwitchClient, reads: dict[str, list], outs: list[str], regs: dict, values: dict,
+                      sw: str) -> None:
     """The answers to read_runs_lines(reads) of switch `sw`: a lanes register's cells into
     values[name][sw] (LaneRows: r -> its K cells), any other register into regs[sw][name]
     as a whole (2*SLOTS) register whose cells not read are 0."""
-    for (name, runs), out in zip(reads.items(), outs):
-        cells = cells_of_runs(out, runs)
+    first = 0
+    for name, runs in reads.items():
+        lines = len(client.register_read_runs_lines(name, runs))
+        cells = client.parse_read_runs(runs, outs[first:first + lines])
+        first += lines
         at = 0
         if name in PER_VERSION_LANES:
             values.setdefault(name, {})[sw] = LaneRows(runs, cells)
@@ -291,7 +296,7 @@ def reset_lines(client: SwitchClient | None = None, slots: tuple[int, int] | Non
             per = wire.K if name in PER_VERSION_LANES else 1
             ranges = [(slot_index(ver, slots[0], 0) * per, slots[1] * per) for ver in (0, 1)]
         for start, count in ranges:
-            lines += client.register_write_range_lines(name, start, [0] * count)
+            lines += client.register_fill_lines(name, start, count, 0)
     return lines
 
 
@@ -409,7 +414,7 @@ def write_preload(clients: dict[str, SwitchClient], cells: CellWrites) -> int:
 
 
 def send_lines(clients: dict[str, SwitchClient], lines: dict[str, list[str]]) -> None:
-    if all(clients[sw].atomic_batches for sw in lines):
+    if all(clients[sw].pipelined_batches for sw in lines):
         run_batches(clients, lines)
     else:
         for sw, batch in lines.items():

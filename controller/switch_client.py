@@ -34,6 +34,12 @@ class SwitchClient(ABC):
     # one event loop. A reroute then needs no drain and goes out as bulk batches
     # (controller/job.py); BMv2's pipeline threads do not give that.
     atomic_batches: bool = False
+    # True when send_commands() really sends before it reads (software switch; BMv2 over
+    # Thrift), so that a reroute's rounds reach every switch at once (controller/job.py)
+    pipelined_batches: bool = False
+    # True when a whole-register reset costs next to nothing (the software switch's numpy
+    # arrays); BMv2 clears every cell of a register, so a job resets only its window there
+    cheap_register_reset: bool = False
 
     @abstractmethod
     def command(self, line: str) -> str:
@@ -85,13 +91,29 @@ class SwitchClient(ABC):
         """The command lines that write `values` from `start` (batched by the caller)."""
         return [f"register_write {name} {start + i} {int(v)}" for i, v in enumerate(values)]
 
+    def register_fill_lines(self, name: str, start: int, count: int, value: int = 0) -> list[str]:
+        """The command lines that set `count` cells from `start` to `value` (a window's reset)."""
+        return self.register_write_range_lines(name, start, [value] * count)
+
     def register_write_cells_lines(self, name: str, index, values) -> list[str]:
         """Lines that write `values[i]` to cell `index[i]` of register `name` (a cell named
         twice keeps its later value). Here as range writes over runs of consecutive cells
-        (BMv2: single writes); the software switch sends one binary command per register."""
+        (BMv2: bm_register_write_range or single writes); the software switch sends one
+        binary command per register (soft_write_cells_lines)."""
         index, values = last_writes(index, values)
         return [line for start, count, offset in _runs_with_offsets(index)
                 for line in self.register_write_range_lines(name, start, values[offset:offset + count].tolist())]
+
+    def register_read_runs_lines(self, name: str, runs) -> list[str]:
+        """Lines that read the cells of `runs` [(start, count), ...] of register `name`, to be
+        sent in a batch and given back to parse_read_runs: here one `register_read_range` per
+        run (BMv2 translates it); the software switch sends one binary command."""
+        return [f"register_read_range {name} {start} {count}" for start, count in runs]
+
+    def parse_read_runs(self, runs, outs: list[str]) -> np.ndarray:
+        """The cells (int64, in the runs' order) of the answers to register_read_runs_lines."""
+        return np.concatenate([np.asarray(_cells(out, count), dtype=np.int64)
+                               for out, (_start, count) in zip(outs, runs)])
 
     def register_write(self, name: str, index: int, value: int) -> None:
         self.command(f"register_write {name} {index} {value}")
@@ -253,6 +275,8 @@ class SoftSwitchClient(SwitchClient):
     """The software switch's control socket (see softswitch/control.py)."""
 
     atomic_batches = True
+    pipelined_batches = True
+    cheap_register_reset = True
 
     def __init__(self, name: str, socket_path: str, timeout: float = 10.0):
         from softswitch.control import ControlClient, wait_ready
@@ -287,6 +311,12 @@ class SoftSwitchClient(SwitchClient):
 
     def register_write_cells_lines(self, name: str, index, values) -> list[str]:
         return soft_write_cells_lines(name, index, values)
+
+    def register_read_runs_lines(self, name: str, runs) -> list[str]:
+        return [read_runs_line(name, runs)]
+
+    def parse_read_runs(self, runs, outs: list[str]) -> np.ndarray:
+        return cells_of_runs(outs[0], runs)
 
     def commands(self, lines: list[str]) -> list[str]:
         outs = []

@@ -27,7 +27,7 @@ import numpy as np
 from ground import wire
 from controller.addressing import interface_address
 from controller.job import TreeJob
-from controller.switch_client import SwitchClient, SwitchCommandError, soft_write_cells_lines
+from controller.switch_client import SoftSwitchClient, SwitchClient, SwitchCommandError
 from controller.topology import neighbor_on_port, port, switches, workers as worker_hosts
 from fakenet import frame_header
 from hosts.agent import allreduce
@@ -41,6 +41,8 @@ class PipeClient(SwitchClient):
     A dead one (`dead = True`, a killed switch) answers nothing, as a closed socket."""
 
     atomic_batches = True          # a batch holds the network lock: no frame crosses it
+    pipelined_batches = True       # (send_commands runs at once: the rounds are the same)
+    cheap_register_reset = True    # a software pipeline
 
     def __init__(self, name: str, lock=None):
         self.name, self.pipeline = name, Pipeline(seed=0)
@@ -64,8 +66,10 @@ class PipeClient(SwitchClient):
         """The software switch's range write (SoftSwitchClient's form), as the daemon runs it."""
         return [f"register_write_range {name} {start} " + " ".join(str(int(v)) for v in values)]
 
-    def register_write_cells_lines(self, name: str, index, values) -> list[str]:
-        return soft_write_cells_lines(name, index, values)      # SoftSwitchClient's form
+    # SoftSwitchClient's binary forms (the same Cli runs them)
+    register_write_cells_lines = SoftSwitchClient.register_write_cells_lines
+    register_read_runs_lines = SoftSwitchClient.register_read_runs_lines
+    parse_read_runs = SoftSwitchClient.parse_read_runs
 
 
 class HostTransport:
