@@ -70,3 +70,27 @@ def test_preload_writes_are_coalesced_into_ranges_keeping_the_last_write():
     client.commands(failover.coalesce_writes(client, lines))
     regs = client.pipeline.register_arrays
     assert [int(v) for v in regs["agg_count"].data[3:6]] == [2, 2, 7] and int(regs["agg_bitmap"].data[9]) == 3
+
+
+def test_cell_writes_text_and_binary_forms_leave_the_same_registers():
+    """SwitchClient.register_write_cells_lines (range writes: BMv2's form) and the software
+    switch's one binary command per register: unsorted cells, a cell written twice (the later
+    value stays), values past 32 bits (the register keeps its low bits)."""
+    from controller.switch_client import SwitchClient
+
+    index = [70, 3, 4, 5, 3, 200]
+    values = [9, 1, 2, 3, 8, 2**32 + 6]
+    text, binary = PipeClient("t"), PipeClient("b")
+    lines = SwitchClient.register_write_cells_lines(text, "agg_bitmap", index, values)
+    assert all(line.startswith("register_write_range ") for line in lines)
+    text.commands(lines)
+    [line] = binary.register_write_cells_lines("agg_bitmap", index, values)
+    binary.commands([line])
+    got = binary.pipeline.register_arrays["agg_bitmap"].data
+    assert np.array_equal(got, text.pipeline.register_arrays["agg_bitmap"].data)
+    assert [int(got[i]) for i in (3, 4, 5, 70, 200)] == [8, 2, 3, 9, 6]
+    runs = [(3, 3), (70, 1)]
+    assert binary.parse_read_runs(runs, binary.commands(binary.register_read_runs_lines("agg_bitmap", runs))
+                                  ).tolist() == [8, 2, 3, 9]
+    assert SwitchClient.parse_read_runs(text, runs, text.commands(
+        SwitchClient.register_read_runs_lines(text, "agg_bitmap", runs))).tolist() == [8, 2, 3, 9]

@@ -118,3 +118,34 @@ def test_set_default_and_reset_state(p):
     p.command("reset_state")
     assert p.process(1, frame) == []
     assert not np.any(p.registers["agg_bitmap"])
+
+
+def test_binary_register_runs_read_and_write(p):
+    """register_write_runs/register_read_runs (the reroute's bulk forms): cells of several
+    runs in one command, base64 little-endian; low W bits kept as register_write does."""
+    import base64
+
+    values = np.array([7, 300, -1, 2**33 + 5], dtype="<i8")      # agg_exp is bit<8>
+    p.command("register_write_runs agg_exp 3+2,10+2 i8:" + base64.b64encode(values.tobytes()).decode())
+    assert [p.command(f"register_read agg_exp {i}") for i in (3, 4, 10, 11)] == [
+        "agg_exp[3]= 7", "agg_exp[4]= 44", "agg_exp[10]= 255", "agg_exp[11]= 5"]
+    kind, _, text = p.command("register_read_runs agg_exp 2+3,10+2").partition(":")
+    assert kind == "u1"
+    assert np.frombuffer(base64.b64decode(text), dtype="<u1").tolist() == [0, 7, 44, 255, 5]
+    p.command("register_write agg_values 70 4000000000")
+    assert p.command("register_read_runs agg_values 70+1") == "u4:" + base64.b64encode(
+        np.array([4000000000], dtype="<u4").tobytes()).decode()
+
+
+@pytest.mark.parametrize("line,error", [
+    ("register_write_runs agg_exp 0+2 i8:" + "A" * 12, r"not a whole number"),
+    ("register_write_runs agg_exp 0+2 u4:AQAAAA==", r"1 values for 2 cells"),
+    ("register_write_runs agg_exp 0+1 x9:AQAAAA==", r"T:BASE64"),
+    ("register_write_runs agg_exp 0+1 u4:!!!!", r"not base64"),
+    ("register_read_runs agg_exp 2047+2", r"outside register"),
+    ("register_read_runs agg_exp 5", r"start\+count"),
+])
+def test_binary_register_runs_refusals_write_nothing(p, line, error):
+    with pytest.raises(CommandError, match=error):
+        p.command(line)
+    assert p.registers["agg_exp"].sum() == 0
