@@ -344,14 +344,14 @@ def preload_cells(inst: Installation, tree_of_slot: list[int], completed: dict[i
 
 
 class CellWrites:
-    """A preload's register cells per switch, in write order (a cell written twice keeps the
-    later value). lines() gives each switch's as its client's register_write_cells_lines:
-    the software switch's one binary command per register, BMv2's single writes."""
+    """A preload's register cells per switch (a cell written twice keeps the later value).
+    lines() gives each switch's as its client's register_write_cells_lines, sorted: the
+    software switch's one binary command per register, BMv2's range or single writes."""
 
     def __init__(self):
-        self.scalars: dict[str, dict[str, tuple[list, list]]] = {}   # sw -> name -> (indices, values)
-        self.lanes: dict[str, dict[str, tuple[list, list]]] = {}     # sw -> name -> (rs, K-value arrays)
-        self.count = 0                                                 # cells written
+        self.scalars: dict[str, dict[str, dict[int, int]]] = {}   # sw -> name -> index -> value
+        self.lanes: dict[str, dict[str, dict[int, object]]] = {}  # sw -> name -> r -> K values
+        self.count = 0                                              # cells written
 
     def put(self, sw: str, name: str, index: int, value: int) -> None:
         regs = self.scalars.get(sw)
@@ -359,27 +359,27 @@ class CellWrites:
             regs = self.scalars[sw] = {}
         cells = regs.get(name)
         if cells is None:
-            cells = regs[name] = ([], [])
-        cells[0].append(index)
-        cells[1].append(value)
+            cells = regs[name] = {}
+        cells[index] = value
         self.count += 1
 
     def put_lanes(self, sw: str, name: str, r: int, values) -> None:
         """The K lanes of slot version r (cells r*K .. r*K+K-1), as unsigned 32-bit values."""
-        rs, arrays = self.lanes.setdefault(sw, {}).setdefault(name, ([], []))
-        rs.append(r)
-        arrays.append(values)
+        self.lanes.setdefault(sw, {}).setdefault(name, {})[r] = values
         self.count += wire.K
 
     def lines(self, clients: dict[str, SwitchClient]) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         for sw, regs in self.scalars.items():
-            for name, (idx, vals) in regs.items():
-                out.setdefault(sw, []).extend(clients[sw].register_write_cells_lines(name, idx, vals))
+            for name, cells in regs.items():
+                idx = sorted(cells)
+                out.setdefault(sw, []).extend(clients[sw].register_write_cells_lines(
+                    name, idx, [cells[i] for i in idx]))
         for sw, regs in self.lanes.items():
-            for name, (rs, arrays) in regs.items():
+            for name, rows in regs.items():
+                rs = sorted(rows)
                 idx = (np.asarray(rs, dtype=np.int64)[:, None] * wire.K + np.arange(wire.K)).ravel()
-                vals = np.asarray(arrays, dtype=np.int64).reshape(-1) & 0xFFFFFFFF
+                vals = np.asarray([rows[r] for r in rs], dtype=np.int64).reshape(-1) & 0xFFFFFFFF
                 out.setdefault(sw, []).extend(clients[sw].register_write_cells_lines(name, idx, vals))
         return out
 
