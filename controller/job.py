@@ -371,15 +371,17 @@ class TreeJob(Job):
         for sw, lines in plan.lines.items():
             batches.setdefault(sw, []).extend(lines)
         t2 = time.monotonic() if self.atomic else t_freeze
-        if self.atomic:
-            self._publish("rerouting", f"{what} failed")  # agents: a pause, not a stall, and
         regs, values = {}, {}
 
         def parse(sw: str, out: list[str]) -> None:     # while slower switches still work
             if sw in reads:
                 failover.parse_first_reads(self.clients[sw], reads[sw], out[at[sw]:], regs, values, sw)
 
-        outs = run_batches(self.clients, batches, parse)   # no resends into the frozen epoch
+        def rerouting() -> None:     # agents: a pause, not a stall, and no resends into the
+            if self.atomic:           # frozen epoch (the file is written while the switches work)
+                self._publish("rerouting", f"{what} failed")
+
+        outs = run_batches(self.clients, batches, parse, rerouting)
         t_r1 = time.monotonic()
         associate = plan.finish(outs)
         t3 = time.monotonic()

@@ -251,12 +251,16 @@ def on_each(clients: dict[str, SwitchClient], switches, fn: Callable[[str], T]) 
 
 
 def run_batches(clients: dict[str, SwitchClient], batches: dict[str, list[str]],
-                each: Callable[[str, list[str]], None] | None = None) -> dict[str, list[str]]:
+                each: Callable[[str, list[str]], None] | None = None,
+                sent: Callable[[], None] | None = None) -> dict[str, list[str]]:
     """One batch per switch, all sent before any answer is read (software switches work on
     them at once); outputs per switch, each also handed to `each(switch, outputs)` as soon as
-    read (its work overlaps the wait for the others). Every answer is read before the first
-    error is raised."""
+    read. `sent()` runs once every batch is sent, before the first answer is read. Both
+    overlap the caller's work with the switches'. Every answer is read before the first error
+    is raised."""
     pending = {sw: clients[sw].send_commands(lines) for sw, lines in batches.items() if lines}
+    if sent is not None:
+        sent()
     outs, failed = {}, None
     for sw, collect in pending.items():
         try:

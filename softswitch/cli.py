@@ -207,15 +207,15 @@ class Cli:
     def do_register_read_runs(self, args):
         self._nargs(args, 2)
         reg = self._res("register", args[0], self.p.register_arrays)
-        runs = self._runs(reg, args[1])
-        cells = np.concatenate([reg.data[s:s + c] for s, c in runs])
+        starts, counts = self._runs(reg, args[1])
+        cells = np.concatenate([reg.data[s:s + c] for s, c in zip(starts.tolist(), counts.tolist())])
         dtype = cells.dtype.newbyteorder("<")
         return f"{dtype.kind}{dtype.itemsize}:" + base64.b64encode(cells.astype(dtype).tobytes()).decode("ascii")
 
     def do_register_write_runs(self, args):
         self._nargs(args, 3)
         reg = self._res("register", args[0], self.p.register_arrays)
-        runs = self._runs(reg, args[1])
+        starts, counts = self._runs(reg, args[1])
         code, colon, text = args[2].partition(":")
         if not colon or code not in CELL_TYPES:
             raise CommandError(f"Error: register_write_runs: cells must be T:BASE64 with T one of {' '.join(CELL_TYPES)}")
@@ -227,29 +227,34 @@ class Cli:
         if len(raw) % dtype.itemsize:
             raise CommandError(f"Error: register_write_runs: {len(raw)} bytes is not a whole number of {code}")
         values = np.frombuffer(raw, dtype=dtype)
-        total = sum(c for _, c in runs)
+        total = int(counts.sum())
         if values.size != total:
             raise CommandError(f"Error: register_write_runs: {values.size} values for {total} cells")
         wide = values.astype(np.int64).view(np.uint64) if dtype.kind == "i" else values.astype(np.uint64)
         values = (wide & np.uint64((1 << reg.width) - 1)).astype(reg.data.dtype)
-        offset = 0
-        for start, count in runs:
-            reg.data[start:start + count] = values[offset:offset + count]
-            offset += count
+        if len(starts) == 1:
+            reg.data[starts[0]:starts[0] + counts[0]] = values
+        else:                                    # one scatter: cell k of run j is starts[j] + k
+            reg.data[np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(total)] = values
         return ""
 
     @staticmethod
-    def _runs(reg, text: str) -> list[tuple[int, int]]:
-        runs = []
-        for part in text.split(","):
-            start, plus, count = part.partition("+")
-            if not plus:
-                raise CommandError(f"Error: Bad format for runs: '{part}' (start+count)")
-            start, count = _int(start, "start"), _int(count, "count")
-            if start < 0 or count < 1 or start + count > reg.size:
-                raise StateError(f"range {start}+{count} outside register {reg.name} of size {reg.size}")
-            runs.append((start, count))
-        return runs
+    def _runs(reg, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """RUNS as (starts, counts) arrays, checked against the register."""
+        parts = text.split(",")
+        try:
+            pairs = np.array([p.split("+") for p in parts], dtype=np.int64)
+        except (ValueError, OverflowError):
+            pairs = None
+        if pairs is None or pairs.ndim != 2 or pairs.shape[1] != 2:
+            bad = next((p for p in parts if len(p.split("+")) != 2), text)
+            raise CommandError(f"Error: Bad format for runs: '{bad}' (start+count)")
+        starts, counts = pairs[:, 0], pairs[:, 1]
+        wrong = np.flatnonzero((starts < 0) | (counts < 1) | (starts + counts > reg.size))
+        if wrong.size:
+            start, count = int(starts[wrong[0]]), int(counts[wrong[0]])
+            raise StateError(f"range {start}+{count} outside register {reg.name} of size {reg.size}")
+        return starts, counts
 
     def do_register_reset(self, args):
         self._nargs(args, 1)
