@@ -71,6 +71,9 @@ class Carry(Protocol):
                       carried: Carried) -> tuple[dict, int]:
         """preload() as command lines per switch (to go out with other work), and the cells."""
 
+    def preload_cells(self, new: Installation, tree_of_slot: list[int], carried: Carried) -> list:
+        """preload() as failover.CellWrites (lines_for(switch, client) builds one switch's)."""
+
     def first_reads(self, old: Installation, tree_of_slot: list[int], down=frozenset()) -> dict[str, dict[str, list]]:
         """Per switch, register -> cell runs the snapshot reads; a bulk caller reads them in
         the freeze's batch (a switch's state is final once it answered its freeze) and passes
@@ -98,7 +101,15 @@ class DenseCarry:
         return writes
 
     def preload_lines(self, clients, new, tree_of_slot, carried: Carried) -> tuple[dict, int]:
-        return failover.preload_lines(clients, new, tree_of_slot, carried.dense, self.slot_base)
+        lines: dict[str, list[str]] = {}
+        cells = self.preload_cells(new, tree_of_slot, carried)
+        for writes in cells:
+            for sw, batch in writes.lines(clients).items():
+                lines.setdefault(sw, []).extend(batch)
+        return lines, sum(writes.count for writes in cells)
+
+    def preload_cells(self, new, tree_of_slot, carried: Carried) -> list:
+        return [failover.preload_cells(new, tree_of_slot, carried.dense, self.slot_base)]
 
 
 class SparseCarry(DenseCarry):
@@ -135,13 +146,9 @@ class SparseCarry(DenseCarry):
                 failover.add_reads(reads, sw, "sp_values", failover.window_runs(window, self.slot_base, wire.K))
         return reads
 
-    def preload_lines(self, clients, new, tree_of_slot, carried: Carried) -> tuple[dict, int]:
-        lines, writes = super().preload_lines(clients, new, tree_of_slot, carried)
-        sparse, more = sparse_failover.sparse_preload_lines(clients, new, tree_of_slot, carried.sparse,
-                                                            self.slot_base)
-        for sw, batch in sparse.items():
-            lines.setdefault(sw, []).extend(batch)
-        return lines, writes + more
+    def preload_cells(self, new, tree_of_slot, carried: Carried) -> list:
+        return super().preload_cells(new, tree_of_slot, carried) + [
+            sparse_failover.sparse_preload_cells(new, tree_of_slot, carried.sparse, self.slot_base)]
 
 
 CARRIES = {c.algorithm: c for c in (DenseCarry, SparseCarry)}

@@ -368,20 +368,25 @@ class CellWrites:
         self.lanes.setdefault(sw, {}).setdefault(name, {})[r] = values
         self.count += wire.K
 
-    def lines(self, clients: dict[str, SwitchClient]) -> dict[str, list[str]]:
-        out: dict[str, list[str]] = {}
-        for sw, regs in self.scalars.items():
-            for name, cells in regs.items():
-                idx = sorted(cells)
-                out.setdefault(sw, []).extend(clients[sw].register_write_cells_lines(
-                    name, idx, [cells[i] for i in idx]))
-        for sw, regs in self.lanes.items():
-            for name, rows in regs.items():
-                rs = sorted(rows)
-                idx = (np.asarray(rs, dtype=np.int64)[:, None] * wire.K + np.arange(wire.K)).ravel()
-                vals = np.asarray([rows[r] for r in rs], dtype=np.int64).reshape(-1) & 0xFFFFFFFF
-                out.setdefault(sw, []).extend(clients[sw].register_write_cells_lines(name, idx, vals))
+    def switches(self) -> set[str]:
+        return set(self.scalars) | set(self.lanes)
+
+    def lines_for(self, sw: str, client: SwitchClient) -> list[str]:
+        """Switch `sw`'s writes as `client`'s lines (so a caller can send each switch its
+        batch as soon as it is built)."""
+        out: list[str] = []
+        for name, cells in self.scalars.get(sw, {}).items():
+            idx = sorted(cells)
+            out += client.register_write_cells_lines(name, idx, [cells[i] for i in idx])
+        for name, rows in self.lanes.get(sw, {}).items():
+            rs = sorted(rows)
+            idx = (np.asarray(rs, dtype=np.int64)[:, None] * wire.K + np.arange(wire.K)).ravel()
+            vals = np.asarray([rows[r] for r in rs], dtype=np.int64).reshape(-1) & 0xFFFFFFFF
+            out += client.register_write_cells_lines(name, idx, vals)
         return out
+
+    def lines(self, clients: dict[str, SwitchClient]) -> dict[str, list[str]]:
+        return {sw: self.lines_for(sw, clients[sw]) for sw in sorted(self.switches())}
 
 
 def coalesce_writes(client: SwitchClient, lines: list[str]) -> list[str]:

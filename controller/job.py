@@ -26,7 +26,7 @@ from controller.carry import carry_for
 from controller.events import EventLog
 from controller.jobs import Job
 from controller.standby import StandbyWorker
-from controller.switch_client import SwitchClient, run_batches
+from controller.switch_client import SwitchClient, run_batches, run_built
 from controller.topology import switches
 from controller.trees.base import TreeError
 
@@ -388,18 +388,23 @@ class TreeJob(Job):
         carried = self.carry.snapshot(self.clients, old, self.tree_of_slot, regs, values, down)
         t4 = time.monotonic()
         tree_of_slot = partition_slots(new.weights, self.window)
-        preload, writes = self.carry.preload_lines(self.clients, plan.inst, tree_of_slot, carried)
-        final = {sw: ([] if early_reset else self._reset_lines(sw))
-                     + associate.get(sw, []) + preload.get(sw, []) for sw in new_switches}
+        cells = self.carry.preload_cells(plan.inst, tree_of_slot, carried)
+        writes = sum(c.count for c in cells)
         t_r3 = time.monotonic()
-        run_batches(self.clients, final)
+
+        def final(sw: str) -> list[str]:           # sent as soon as built: the first switches
+            client = self.clients[sw]               # work while the others' lines are made
+            return ([] if early_reset else self._reset_lines(sw)) + associate.get(sw, []) \
+                + [line for c in cells for line in c.lines_for(sw, client)]
+
+        run_built(self.clients, new_switches, final)
         t_r3e = time.monotonic()
         self.treeset, self.inst, self.tree_of_slot = new, plan.inst, tree_of_slot
         self._publish()
         t5 = time.monotonic()
         phases = {"freeze_ms": t3 - t2, "snapshot_ms": t4 - t3, "entries_ms": t2 - t1, "preload_ms": t5 - t4,
                   "first_round_ms": t_r1 - t2, "preload_build_ms": t_r3 - t4,
-                  "last_round_ms": t_r3e - t_r3}
+                  "last_round_ms": t_r3e - t_r3}     # last_round: the lines' encoding included
         run_batches(self.clients, tree_install.remove_groups_lines(old))   # the agents were told: not urgent
         record.update(recompute_ms=round((t1 - t0) * 1e3, 2), install_ms=round((t5 - t1) * 1e3, 2),
                       standby=standby)

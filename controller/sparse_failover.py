@@ -216,17 +216,11 @@ def sparse_preload(clients: dict[str, SwitchClient], inst: Installation, tree_of
     """Write the carried rounds into the new tree (after failover.reset: everything 0) where
     placement() puts them: block, values, exp, next, every child's bit, done and final.
     Returns the number of register cells written."""
-    return write_preload(clients, _preload_cells(inst, tree_of_slot, carry, slot_base))
+    return write_preload(clients, sparse_preload_cells(inst, tree_of_slot, carry, slot_base))
 
 
-def sparse_preload_lines(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
-                         carry: HeldRounds, slot_base: int = 0) -> tuple[dict, int]:
-    """sparse_preload() as command lines per switch, and the register cells they write."""
-    cells = _preload_cells(inst, tree_of_slot, carry, slot_base)
-    return cells.lines(clients), cells.count
-
-
-def _preload_cells(inst: Installation, tree_of_slot: list[int], carry: HeldRounds, slot_base: int) -> CellWrites:
+def sparse_preload_cells(inst: Installation, tree_of_slot: list[int], carry: HeldRounds, slot_base: int = 0) -> CellWrites:
+    """sparse_preload()'s register cells (placement() of every carried round)."""
     cells = CellWrites()
     roles_of = {t: tree_roles(inst, t) for t in set(tree_of_slot)}
     for (slot, ver), needs in carry.needs.items():

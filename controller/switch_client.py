@@ -275,6 +275,25 @@ def run_batches(clients: dict[str, SwitchClient], batches: dict[str, list[str]],
     return outs
 
 
+def run_built(clients: dict[str, SwitchClient], switches, build: Callable[[str], list[str]]) -> dict[str, list[str]]:
+    """run_batches, each switch's batch sent as soon as `build(switch)` made it: the switches
+    already sent to work while the rest are built."""
+    pending = {}
+    for sw in switches:
+        lines = build(sw)
+        if lines:
+            pending[sw] = clients[sw].send_commands(lines)
+    outs, failed = {}, None
+    for sw, collect in pending.items():
+        try:
+            outs[sw] = collect()
+        except SwitchCommandError as exc:
+            failed = failed or exc
+    if failed:
+        raise failed
+    return outs
+
+
 class SoftSwitchClient(SwitchClient):
     """The software switch's control socket (see softswitch/control.py)."""
 
