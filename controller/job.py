@@ -338,6 +338,7 @@ class TreeJob(Job):
         a switch answered its freeze, no packet of the old epoch touches its state; elsewhere
         (BMv2) the freeze goes out alone first, then the drain, then the rest of (1)."""
         record = _cause(link, switch, t_detect)
+        boost = time.monotonic() - t0
         what = link if switch else f"link {link}"
         down = self._down()
         old = self.inst
@@ -403,7 +404,7 @@ class TreeJob(Job):
         self._publish()
         t5 = time.monotonic()
         phases = {"freeze_ms": t3 - t2, "snapshot_ms": t4 - t3, "entries_ms": t2 - t1, "preload_ms": t5 - t4,
-                  "first_round_ms": t_r1 - t2, "preload_build_ms": t_r3 - t4,
+                  "boost_ms": boost, "first_round_ms": t_r1 - t2, "preload_build_ms": t_r3 - t4,
                   "last_round_ms": t_r3e - t_r3}     # last_round: the lines' encoding included
         run_batches(self.clients, tree_install.remove_groups_lines(old))   # the agents were told: not urgent
         record.update(recompute_ms=round((t1 - t0) * 1e3, 2), install_ms=round((t5 - t1) * 1e3, 2),
@@ -443,10 +444,11 @@ class TreeJob(Job):
 
 
 # A reroute's phases (ms) in its failure record. Both paths: freeze, snapshot, entries, preload.
-# The bulk path (_reroute_bulk) also splits them by round: first_round (the freeze's batch, sent
+# The bulk path (_reroute_bulk) also records boost (the priority change and the switches' pids,
+# part of recompute) and splits the rest by round: first_round (the freeze's batch, sent
 # to the last answer), preload_build (the final batches built in Python), last_round (sent to
 # the last answer).
-REROUTE_PHASES = ("freeze_ms", "snapshot_ms", "entries_ms", "preload_ms", "first_round_ms",
+REROUTE_PHASES = ("freeze_ms", "snapshot_ms", "entries_ms", "preload_ms", "boost_ms", "first_round_ms",
                   "preload_build_ms", "last_round_ms")
 
 
