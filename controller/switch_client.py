@@ -368,7 +368,7 @@ class SoftSwitchClient(SwitchClient):
         return collect
 
     def pids(self) -> list[int]:
-        pid = self._client.peer_pid()       # asked each time: a restarted switch is a new process
+        pid = self._client.peer_pid()       # per connection: a restarted switch is a new one
         return [pid] if pid else []
 
     def close(self) -> None:

@@ -183,6 +183,7 @@ class ControlClient:
         self.timeout = timeout
         self._sock: socket.socket | None = None
         self._buf = bytearray()
+        self._peer: tuple = (None, None)       # (connection, the daemon's pid): peer_pid()
 
     def _connect(self) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -253,14 +254,17 @@ class ControlClient:
         return [self._read_reply(line) for line in lines]
 
     def peer_pid(self) -> int | None:
-        """The switch daemon's pid, as the kernel tells it on the connection (SO_PEERCRED)."""
+        """The switch daemon's pid, as the kernel tells it on the connection (SO_PEERCRED;
+        asked once per connection: a restarted switch is a new connection)."""
         try:
             if self._sock is None:
                 self._sock = self._connect()
-            creds = self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            if self._peer[0] is not self._sock:
+                creds = self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+                self._peer = (self._sock, struct.unpack("3i", creds)[0] or None)
         except (OSError, SwitchCommandError):
             return None
-        return struct.unpack("3i", creds)[0] or None
+        return self._peer[1]
 
     def command(self, line: str) -> str:
         """Run one command; return its output or raise SwitchCommandError with the switch's message."""
