@@ -152,6 +152,10 @@ class Host:
     ifname: str = "eth0"
 
 
+PREFIX = "agglab-t-"
+CREATED_HERE: set[str] = set()     # live namespaces this process made (tests/leftovers.py reads it)
+
+
 class Lab:
     """Hosts h1..hN in namespaces, each wired to one switch port; tears down what it made."""
 
@@ -163,10 +167,11 @@ class Lab:
     def add_host(self, index: int, ip: str | None = None, mac: str | None = None) -> Host:
         from ground.addresses import SERVICE_IP, SERVICE_MAC, host_ip, host_mac
 
-        ns = f"agglab-t-{self.tag}-h{index}"
+        ns = f"{PREFIX}{self.tag}-h{index}"
         h = Host(f"h{index}", ns, ip or host_ip(index), mac or host_mac(index), index,
                  f"agc{self.tag}p{index}")
         sh("ip", "netns", "add", ns)
+        CREATED_HERE.add(ns)
         self.hosts.append(h)                  # recorded first: close() removes it on any failure
         sh("ip", "link", "add", h.switch_if, "type", "veth", "peer", "name", h.ifname, "netns", ns)
         for cmd in (["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"],
@@ -228,6 +233,7 @@ class Lab:
                 except (ProcessLookupError, ValueError):
                     pass
             sh("ip", "netns", "del", h.ns, check=False)
+            CREATED_HERE.discard(h.ns)
             if Path("/sys/class/net", h.switch_if).exists():
                 sh("ip", "link", "del", h.switch_if, check=False)
         self.hosts.clear()

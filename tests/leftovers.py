@@ -20,14 +20,19 @@ def named_namespaces() -> list[str]:
 
 
 def ours(namespace: str) -> bool:
-    """agglab's namespaces, except another process's conformance namespace: a conformance
-    module keeps one for all its vectors, so with AGGLAB_NET_LOCK another checkout's suite
-    holds one between its tests, while this one runs. Ours are still counted."""
-    from tests.conformance.netns import CREATED_HERE, PREFIX
+    """agglab's namespaces, except another process's conformance or software-switch lab
+    namespaces: a conformance module keeps one for all its vectors, and softswitch.netlab labs
+    (daemon tests, `make bench`'s daemon section) run outside the network lock, so another
+    checkout's may exist while this one runs. Ours are still counted."""
+    from softswitch import netlab
+    from tests.conformance import netns
 
     if not namespace.startswith("agglab"):
         return False
-    return not namespace.startswith(PREFIX) or namespace in CREATED_HERE
+    for module in (netns, netlab):
+        if namespace.startswith(module.PREFIX):
+            return namespace in module.CREATED_HERE
+    return True
 
 
 def leftovers() -> dict[str, list[str]]:
