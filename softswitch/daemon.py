@@ -23,6 +23,8 @@ import socket
 import time
 from pathlib import Path
 
+import numpy as np
+
 from softswitch.control import ControlServer
 from ground.mmsg import MsgBatch
 from softswitch.io import MAX_FRAME, TX_SLOT, RawPort
@@ -186,16 +188,22 @@ class Daemon:
     def _make_drain(self, port: RawPort):
         """Build the readable-callback of one port: one batch of up to `batch` frames per call.
 
-        The batch is received with one recvmmsg, run through the pipeline one frame
-        after another in arrival order (exactly the order P4 would see them), and
-        every egress port's outputs leave with one sendmmsg at the end of the batch,
-        in the order the pipeline emitted them."""
+        The batch is received with one recvmmsg and handed whole to the pipeline's
+        `process_batch` (softswitch/batch.py) where it has one: it vectorises the batch
+        when that is exactly P4's per-packet semantics and otherwise declines without
+        touching any state; then the frames run through `process` one after another in
+        arrival order (exactly the order P4 would see them). Every egress port's outputs
+        leave with one sendmmsg at the end of the batch, in the order the pipeline emitted
+        them."""
         rx, fd, recv, iport = self._rx, port.fileno(), port.recv_batch, port.port
         view, words, slot, count = rx.view, rx.words, rx.slot, self.batch
         process, queues, flush = self.pipeline.process, self._tx, self._flush_tx
         c = self.counters
         rx_c, rxb, drop = c["rx"], c["rx_bytes"], c["drop"]
         pcap_in, pcap_out = self._pcap_in.get(iport), self._pcap_out
+        # the batch path: the arena as rows of frames and the msg_len of every header, no copies
+        batched = getattr(self.pipeline, "process_batch", None) if pcap_in is None else None
+        rows, lens = rx.rows, rx.received
 
         def drain(_events: int) -> None:
             nbytes = ndrop = n = 0
@@ -204,6 +212,18 @@ class Daemon:
             except OSError as exc:
                 self._rx_error(port, exc)
             try:
+                if n and batched is not None:
+                    got = batched(iport, rows[:n], lens[:n])
+                    if got is not None:
+                        outs, ndrop = got
+                        nbytes = int(lens[:n].sum())
+                        for eport, frames in outs:
+                            queue = queues.get(eport)
+                            if queue is None:
+                                self._no_port(eport)
+                                continue
+                            queue.append(frames)
+                        return
                 for i in range(n):
                     start = i * slot
                     frame = bytes(view[start:start + words[16 * i + 14]])
@@ -234,24 +254,45 @@ class Daemon:
         return drain
 
     def _flush_tx(self) -> None:
-        """Send every port's queued frames, one sendmmsg per port and up to `batch` frames."""
+        """Send every port's queued frames, one sendmmsg per port and up to `batch` frames.
+
+        A queue holds frames (bytes) and, from the batch path, uint8 arrays of equal-length
+        frames (one per row), which are copied into the send arena a block at a time."""
         for eport, queue in self._tx.items():
             if queue:
                 batch = self._tx_batch[eport]
-                slot, view, lens = batch.slot, batch.view, batch.iov_len
-                for first in range(0, len(queue), batch.count):
-                    staged = 0
-                    for out in queue[first:first + batch.count]:
-                        n = len(out)
-                        if n > slot:                     # jumbo frame: after the staged ones
-                            staged = self._send_staged(eport, batch, staged)
-                            self._send_one(eport, out)
+                slot, view, lens, cap = batch.slot, batch.view, batch.iov_len, batch.count
+                staged = 0
+                for out in queue:
+                    if out.__class__ is np.ndarray:
+                        m, n = out.shape
+                        if n > slot:                     # not with TX_SLOT >= any MTU frame
+                            for row in out:
+                                staged = self._send_staged(eport, batch, staged)
+                                self._send_one(eport, row.tobytes())
                             continue
-                        start = staged * slot
-                        view[start:start + n] = out
-                        lens[2 * staged + 1] = n
-                        staged += 1
-                    self._send_staged(eport, batch, staged)
+                        done = 0
+                        while done < m:
+                            if staged == cap:
+                                staged = self._send_staged(eport, batch, staged)
+                            k = min(m - done, cap - staged)
+                            batch.rows[staged:staged + k, :n] = out[done:done + k]
+                            batch.lengths[staged:staged + k] = n
+                            staged += k
+                            done += k
+                        continue
+                    n = len(out)
+                    if n > slot:                         # jumbo frame: after the staged ones
+                        staged = self._send_staged(eport, batch, staged)
+                        self._send_one(eport, out)
+                        continue
+                    if staged == cap:
+                        staged = self._send_staged(eport, batch, staged)
+                    start = staged * slot
+                    view[start:start + n] = out
+                    lens[2 * staged + 1] = n
+                    staged += 1
+                self._send_staged(eport, batch, staged)
                 queue.clear()
 
     def _send_staged(self, eport: int, batch, staged: int) -> int:
@@ -262,7 +303,7 @@ class Daemon:
             sent = batch.send(batch.fd, staged, done)
             if sent:
                 c["tx"][eport] += sent
-                c["tx_bytes"][eport] += sum(batch.iov_len[2 * i + 1] for i in range(done, done + sent))
+                c["tx_bytes"][eport] += int(batch.lengths[done:done + sent].sum())
                 done += sent
             if done < staged:                             # frame `done` was refused
                 self._tx_error(eport, OSError(batch.errno or errno.ENOBUFS,
