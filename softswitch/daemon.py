@@ -144,7 +144,7 @@ class Daemon:
             pass
 
     def _loop(self) -> None:
-        poll, handlers = self._ep.poll, self._handlers
+        poll, handlers, flush = self._ep.poll, self._handlers, self._flush_tx
         now = time.monotonic()
         next_flush, next_stats = now + self.flush_interval, now + self.stats_interval
         last_stats = None
@@ -154,6 +154,7 @@ class Daemon:
                 handler = handlers.get(fd)
                 if handler is not None:
                     handler(events)
+            flush()                        # every port's outputs of this turn: one sendmmsg each
             now = time.monotonic()
             if now >= next_flush:
                 next_flush = now + self.flush_interval
@@ -197,7 +198,7 @@ class Daemon:
         them."""
         rx, fd, recv, iport = self._rx, port.fileno(), port.recv_batch, port.port
         view, words, slot, count = rx.view, rx.words, rx.slot, self.batch
-        process, queues, flush = self.pipeline.process, self._tx, self._flush_tx
+        process, queues = self.pipeline.process, self._tx
         c = self.counters
         rx_c, rxb, drop = c["rx"], c["rx_bytes"], c["drop"]
         pcap_in, pcap_out = self._pcap_in.get(iport), self._pcap_out
@@ -250,7 +251,6 @@ class Daemon:
                 rx_c[iport] += n
                 rxb[iport] += nbytes
                 drop[iport] += ndrop
-                flush()
         return drain
 
     def _flush_tx(self) -> None:
