@@ -79,7 +79,37 @@ class DenseBatch:
         self.stats = p.stats
         self.rearm = p.sparse.rearm_many
         self._seen = np.zeros(SLOTS, dtype=np.int64)      # scratch of the distinct-slot test
-        self._dst: dict[tuple, tuple[np.ndarray, np.ndarray, int]] = {}
+        self._dst: dict[tuple, tuple] = {}                # see _replies
+
+    def _replies(self, mgrp: int):
+        """The replicas of a result that agg_reply keeps, in replication order: (ports, their
+        MAC pairs (P, 12), IPv4 address pairs (P, 8), the addresses' checksum words summed (P,)),
+        or None when a port comes twice. Cached per (replicas, agg_reply actions): a table or
+        group change makes a new key."""
+        table = self.agg_reply
+        replicas = self.mc.replicate(mgrp) if mgrp else ((0, 0),)
+        actions = tuple(table.exact.get((port,), table.default) for port, _rid in replicas)
+        key = (replicas, actions)
+        if key in self._dst:
+            return self._dst[key]
+        ports, macs, ips, extra = [], [], [], []
+        for (port, _rid), (action, params) in zip(replicas, actions):
+            if action != AGG_SET_DST:
+                continue
+            smac, sip, dmac, dip = params
+            addr = sip.to_bytes(4, "big") + dip.to_bytes(4, "big")
+            ports.append(port)
+            macs.append(np.frombuffer(dmac.to_bytes(6, "big") + smac.to_bytes(6, "big"), np.uint8))
+            ips.append(np.frombuffer(addr, np.uint8))
+            extra.append(sum(int.from_bytes(addr[i:i + 2], "big") for i in range(0, 8, 2)))
+        if len(self._dst) > 1024:
+            self._dst.clear()
+        # one port twice (two nodes of the group share it): frame after frame its copies
+        # interleave, which the all-frames-per-replica layout would not; None = decline
+        got = self._dst[key] = None if len(set(ports)) != len(ports) else (
+            ports, np.array(macs, np.uint8).reshape(-1, 12), np.array(ips, np.uint8).reshape(-1, 8),
+            np.array(extra, np.int64))
+        return got
 
     def _armed(self) -> bool:
         """True when the drop simulator may drop (its draws must stay in per-packet order)."""
@@ -124,6 +154,10 @@ class DenseBatch:
         ver = vs >> 15
         r = idx + SLOTS * ver
         o = idx + SLOTS * (1 - ver)
+        if parent < 0:
+            replies = self._replies(mgrp)
+            if replies is None:
+                return None                               # a port twice among the replicas
         bit = 1 << c
         bitmap = self.bitmap
         bm = bitmap[r]
@@ -174,24 +208,14 @@ class DenseBatch:
             return [(parent, out)], n - m
         self.final[rc] = 1                                # root: the result, to every child
         out[:, FLAGS_OFF] |= RESULT_FLAG
-        replicas = self.mc.replicate(mgrp) if mgrp else ((0, 0),)
+        ports, macs, ips, extra = replies
+        if not ports:
+            return [], n
         base = words[:, :5].sum(axis=1)                   # the words agg_reply leaves alone
-        table = self.agg_reply
-        outs = []
-        for port, _rid in replicas:
-            action, params = table.exact.get((port,), table.default)
-            if action != AGG_SET_DST:
-                continue
-            dst = self._dst.get(params)
-            if dst is None:
-                smac, sip, dmac, dip = params
-                macs = np.frombuffer(dmac.to_bytes(6, "big") + smac.to_bytes(6, "big"), np.uint8)
-                ips = sip.to_bytes(4, "big") + dip.to_bytes(4, "big")
-                extra = sum(int.from_bytes(ips[i:i + 2], "big") for i in range(0, 8, 2))
-                dst = self._dst[params] = (macs, np.frombuffer(ips, np.uint8), extra)
-            frames = out.copy()
-            frames[:, 0:12] = dst[0]
-            frames[:, 26:34] = dst[1]
-            frames[:, IP_CSUM:IP_CSUM + 2].view(BE_U16)[:, 0] = _fold(base + dst[2])
-            outs.append((port, frames))
-        return outs, (n - m if outs else n)
+        frames = np.empty((len(ports), m, FRAME), np.uint8)   # every replica at once
+        frames[:] = out
+        frames[:, :, 0:12] = macs[:, None, :]
+        frames[:, :, 26:34] = ips[:, None, :]
+        frames[:, :, IP_CSUM:IP_CSUM + 2].view(BE_U16)[:, :, 0] = _fold(base + extra[:, None])
+        outs = list(zip(ports, frames))
+        return outs, n - m
