@@ -59,6 +59,12 @@ class Reflect:
 def sender(a: argparse.Namespace) -> dict:
     """One worker: keep `window` slots in flight until the measurement ends; runs in a netns."""
     h = Host(f"h{a.rank}", "", a.ip, a.mac, 0, "")
+    if a.sender_sched == "batch":
+        # A load generator must not preempt the switch it measures: with the senders and the
+        # daemon sharing a few CPUs, every result burst the daemon sends wakes a sender, and a
+        # woken SCHED_OTHER task preempts the daemon inside its sendmmsg; SCHED_BATCH tasks
+        # get the same CPU share but never preempt on wake-up.
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
     values = [a.rank + 1] * wire.K
     frames = [[agg_frame(h, values, job=a.job, ver=v, slot=s, worker=a.rank, block=s,
                          exp=wire.EXP_BIAS) for s in range(a.window)] for v in (0, 1)]
@@ -157,7 +163,7 @@ def run(mode: str, a: argparse.Namespace, start_switch=soft_switch) -> dict:
                     "--ip", h.ip, "--mac", h.mac, "--ifname", h.ifname, "--job", str(a.job),
                     "--window", str(a.window), "--start-at", repr(start_at),
                     "--warmup", str(a.warmup), "--seconds", str(a.seconds),
-                    "--expect", str(expect.get(mode, i + 1))]
+                    "--expect", str(expect.get(mode, i + 1)), "--sender-sched", a.sender_sched]
             senders.append(lab.spawn(argv, ns=h.ns, stdout=subprocess.PIPE, text=True))
         time.sleep(max(0.0, start_at + a.warmup - time.time()))
         stats = port_stats or (lambda: {})
@@ -192,6 +198,9 @@ def add_load_options(ap: argparse.ArgumentParser, window: int) -> None:
     ap.add_argument("--warmup", type=float, default=1.0)
     ap.add_argument("--job", type=int, default=1)
     ap.add_argument("--rto", type=float, default=0.5, help="sender retransmission timeout (s)")
+    ap.add_argument("--sender-sched", choices=["batch", "normal"], default="batch",
+                    help="senders' scheduling policy: SCHED_BATCH (default: a woken sender does not "
+                         "preempt the switch under test) or SCHED_OTHER")
 
 
 def options(argv: list[str] | None = None) -> argparse.Namespace:
@@ -224,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['tx_pps']:,.0f} frames/s out, {r['results_per_s']:,.0f} results/s per worker "
               f"(daemon CPU {r['daemon_cpu']:.0%} of which kernel {r['daemon_sys']:.0%}, i.e. "
               f"{r['rx_pps'] / max(r['daemon_cpu'], 1e-9):,.0f} frames in per CPU-second; "
-              f"window {a.window} x {a.workers} workers, "
+              f"window {a.window} x {a.workers} workers, senders {a.sender_sched}-scheduled, "
               f"retransmissions {r['retx']}, wrong results {r['bad']})", flush=True)
     return 0
 
