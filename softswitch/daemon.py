@@ -7,8 +7,11 @@ locks, exactly like BMv2's single-threaded runtime updates appear to P4.
 
 The per-frame path (`_make_drain`) is written for speed: everything it needs
 is bound to locals once per port, frames are received into one preallocated
-buffer, counters are plain list slots, and the only per-frame allocation is
-the immutable `bytes` copy handed to the pipeline.
+buffer and handed whole to the pipeline's `process_batch` as numpy rows
+(softswitch/batch.py: a batch of dense first contributions in a few numpy
+calls, results staged into the send arenas with one copy per port); where it
+declines, the frames go through `process` one at a time (one `bytes` copy each).
+Counters are plain list slots.
 """
 
 from __future__ import annotations
@@ -193,9 +196,9 @@ class Daemon:
         `process_batch` (softswitch/batch.py) where it has one: it vectorises the batch
         when that is exactly P4's per-packet semantics and otherwise declines without
         touching any state; then the frames run through `process` one after another in
-        arrival order (exactly the order P4 would see them). Every egress port's outputs
-        leave with one sendmmsg at the end of the batch, in the order the pipeline emitted
-        them."""
+        arrival order (exactly the order P4 would see them). Outputs are queued per egress
+        port in the order the pipeline emitted them; the event loop sends every port's queue
+        with one sendmmsg once all ready ports of its turn are drained (`_flush_tx`)."""
         rx, fd, recv, iport = self._rx, port.fileno(), port.recv_batch, port.port
         view, words, slot, count = rx.view, rx.words, rx.slot, self.batch
         process, queues = self.pipeline.process, self._tx
@@ -214,14 +217,20 @@ class Daemon:
                 self._rx_error(port, exc)
             try:
                 if n and batched is not None:
-                    got = batched(iport, rows[:n], lens[:n])
+                    try:
+                        got = batched(iport, rows[:n], lens[:n])
+                    except Exception as exc:              # a bug, not a packet: count, go on
+                        c["err"][iport] += n
+                        self._rate_limited("batched pipeline error on port %d (%d frames): %s: %s",
+                                           iport, n, type(exc).__name__, exc)
+                        return
                     if got is not None:
                         outs, ndrop = got
                         nbytes = int(lens[:n].sum())
                         for eport, frames in outs:
                             queue = queues.get(eport)
                             if queue is None:
-                                self._no_port(eport)
+                                self._no_port(eport, len(frames))
                                 continue
                             queue.append(frames)
                         return
@@ -346,8 +355,8 @@ class Daemon:
         self.counters["err"][port.port] += 1
         self._rate_limited("receive on port %d (%s) failed: %s", port.port, port.ifname, exc)
 
-    def _no_port(self, eport: int) -> None:
-        self.no_port += 1
+    def _no_port(self, eport: int, frames: int = 1) -> None:
+        self.no_port += frames
         self._rate_limited("pipeline sent a frame to port %d, which this switch does not have",
                            eport)
 
