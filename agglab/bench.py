@@ -19,6 +19,8 @@ an emulation is only faithful while the links, not the CPU, are the bottleneck):
   trees      tree computation on fat-trees (informational)
   bmv2       BMv2 simple_switch's 8-way aggregation frames/s beside the software
              switch's (same lab, senders, packets, program; skipped without BMv2/p4c)
+  bmv2-reroute  k=4 fat-tree of BMv2 switches, a rat tree link fails mid-run, dense and
+             sparse, 3 runs each (--bmv2-reroute-runs): phases, exactness  (install < 1 s)
 
     sudo .venv/bin/python -m agglab.bench                      # everything, results/bench/<time>.json
     sudo .venv/bin/python -m agglab.bench --only daemon,build --compare results/bench/PREV.json
@@ -44,8 +46,9 @@ import numpy as np
 from ground import wire
 from ground.paths import REPO
 
-SECTIONS = ("pipeline", "daemon", "wire", "reroute", "switchfail", "build", "sparse", "trees", "bmv2")
-ROOT_SECTIONS = {"daemon", "wire", "reroute", "switchfail", "build", "sparse", "bmv2"}
+SECTIONS = ("pipeline", "daemon", "wire", "reroute", "switchfail", "build", "sparse", "trees", "bmv2",
+            "bmv2-reroute")
+ROOT_SECTIONS = {"daemon", "wire", "reroute", "switchfail", "build", "sparse", "bmv2", "bmv2-reroute"}
 LINK_BOUND = 1.10          # a run within 10% of its analytic wire time is link-bound
 
 
@@ -117,6 +120,19 @@ def bench_wire(a) -> list[dict]:
     return out
 
 
+PHASES = ("detect_ms", "recompute_ms", "install_ms", "freeze_ms", "snapshot_ms", "entries_ms", "preload_ms")
+
+
+def _reroute_figure(name: str, r: dict, f: dict, scale: str) -> tuple[float, dict]:
+    """A reroute's total (link down to new trees installed) and its figure with the phases."""
+    total = sum(f.get(k) or 0 for k in ("detect_ms", "recompute_ms", "install_ms"))
+    return total, figure(name, total, "ms", link_mbps=None, scale=scale, link_bound=None, exact=r["exact"],
+                         link=f.get("link"),
+                         detail=" / ".join(f"{k[:-3]} {f.get(k)}" for k in PHASES if f.get(k) is not None)
+                         + f" ms, exact={r['exact']}",
+                         **{k: f.get(k) for k in PHASES})
+
+
 def bench_reroute(a) -> list[dict]:
     from emulation.session import run_allreduce
 
@@ -127,23 +143,49 @@ def bench_reroute(a) -> list[dict]:
             r = run_allreduce(topology="fattree", k=4, workers=8, elements=a.reroute_elements,
                               tree=tree, algorithm=algorithm, fail=["tree@0.5"], **extra)
             for f in r["failures"]:
-                total = sum(f.get(k) or 0 for k in ("detect_ms", "recompute_ms", "install_ms"))
+                total, fig = _reroute_figure(f"reroute {tree} {'dense' if algorithm == 'switchml' else 'sparse'}",
+                                             r, f, f"fat-tree k=4, 8 workers x {a.reroute_elements:,}")
                 totals.append(total)
-                out.append(figure(f"reroute {tree} {'dense' if algorithm == 'switchml' else 'sparse'}",
-                                  total, "ms", link_mbps=None,
-                                  scale=f"fat-tree k=4, 8 workers x {a.reroute_elements:,}",
-                                  link_bound=None, exact=r["exact"], link=f.get("link"),
-                                  detail=" / ".join(f"{k[:-3]} {f.get(k)}" for k in (
-                                      "detect_ms", "recompute_ms", "install_ms", "freeze_ms", "snapshot_ms",
-                                      "entries_ms", "preload_ms") if f.get(k) is not None) + " ms",
-                                  **{k: f.get(k) for k in ("detect_ms", "recompute_ms", "install_ms",
-                                                           "freeze_ms", "snapshot_ms", "entries_ms",
-                                                           "preload_ms")}))
+                out.append(fig)
     if totals:
         median = statistics.median(totals)
         out.append(figure("reroute median (link down to new trees installed)", median, "ms",
                           target="< 50 ms", met=median < 50, scale=f"{len(totals)} reroutes above",
                           link_bound=None))
+    return out
+
+
+def bench_bmv2_reroute(a) -> list[dict]:
+    """Issue 13: a rat tree link fails mid-run on a k=4 fat-tree of BMv2 switches, dense and
+    sparse, `--bmv2-reroute-runs` times each; every run must be exact, and the install (freeze,
+    snapshot, entries, preload) should stay well under a second."""
+    from controller.switch_client import find_bmv2_tool
+    from emulation.session import run_allreduce
+
+    if not (find_bmv2_tool("simple_switch") and find_bmv2_tool("p4c")):
+        raise RuntimeError("simple_switch or p4c not found (scripts/provision-vm.sh builds them)")
+    out = []
+    scale = "BMv2 fat-tree k=4, 8 workers x 20,000 int32, rat"
+    for algorithm in ("switchml", "omnireduce"):
+        kind = "dense" if algorithm == "switchml" else "sparse"
+        extra = {"density": 0.2} if algorithm == "omnireduce" else {}
+        installs, exact = [], 0
+        for run in range(a.bmv2_reroute_runs):
+            r = run_allreduce(backend="bmv2", topology="fattree", k=4, workers=8, elements=20_000, tree="rat",
+                              algorithm=algorithm, fail=["tree@0.5"], **extra)
+            exact += bool(r["exact"])
+            for f in r["failures"]:
+                _, fig = _reroute_figure(f"BMv2 reroute {kind} run {run + 1}", r, f, scale)
+                installs.append(f.get("install_ms") or 0)
+                out.append(fig)
+                print(show(fig), flush=True)
+        if installs:
+            median = statistics.median(installs)
+            out.append(figure(f"BMv2 reroute {kind}: median install", median, "ms", target="< 1000 ms",
+                              met=median < 1000 and exact == a.bmv2_reroute_runs, link_mbps=None,
+                              scale=scale, link_bound=None,
+                              detail=f"{exact} of {a.bmv2_reroute_runs} runs exact, install "
+                                     f"{min(installs):.0f}-{max(installs):.0f} ms"))
     return out
 
 
@@ -282,7 +324,7 @@ def bench_bmv2(a) -> list[dict]:
 
 BENCHES = {"pipeline": bench_pipeline, "daemon": bench_daemon, "wire": bench_wire,
            "reroute": bench_reroute, "switchfail": bench_switchfail, "build": bench_build, "sparse": bench_sparse, "trees": bench_trees,
-           "bmv2": bench_bmv2}
+           "bmv2": bench_bmv2, "bmv2-reroute": bench_bmv2_reroute}
 
 
 # ---- output ------------------------------------------------------------------------------
@@ -322,6 +364,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--elements", type=int, default=1_000_000, help="int32 per worker (wire, sparse)")
     ap.add_argument("--rates", default="5,10,20,40", help="link rates of the wire section, Mb/s")
     ap.add_argument("--reroute-elements", type=int, default=200_000)
+    ap.add_argument("--bmv2-reroute-runs", type=int, default=3, help="runs per pipeline (bmv2-reroute)")
     ap.add_argument("--switchfail-kills", type=int, default=3, help="kills per pipeline (switchfail)")
     ap.add_argument("--switchfail-bw", type=float, default=None, help="link Mb/s (switchfail; default unshaped)")
     ap.add_argument("--daemon-seconds", type=float, default=5.0)

@@ -29,7 +29,10 @@ THRIFT_BASE = 9090
 
 class RecordingClient(SwitchClient):
     """Keeps the command lines instead of sending them; answers as BMv2 would (handles count
-    per table and per multicast node, from 0)."""
+    per table and per multicast node, from 0). Resets stay whole `register_reset` lines (what
+    simple_switch_CLI takes; on a switch just started they cost nothing)."""
+
+    cheap_register_reset = True
 
     def __init__(self, name: str):
         self.name = name

@@ -260,7 +260,7 @@ def reset_lines(client: SwitchClient | None = None, slots: tuple[int, int] | Non
             per = wire.K if name in PER_VERSION_LANES else 1
             ranges = [(slot_index(ver, slots[0], 0) * per, slots[1] * per) for ver in (0, 1)]
         for start, count in ranges:
-            lines += client.register_write_range_lines(name, start, [0] * count)
+            lines += client.register_fill_lines(name, start, count, 0)
     return lines
 
 
@@ -346,7 +346,7 @@ def write_preload(clients: dict[str, SwitchClient], lines: dict[str, list[str]],
 
 
 def send_lines(clients: dict[str, SwitchClient], lines: dict[str, list[str]]) -> None:
-    if all(clients[sw].atomic_batches for sw in lines):
+    if all(clients[sw].pipelined_batches for sw in lines):
         run_batches(clients, lines)
     else:
         for sw, batch in lines.items():

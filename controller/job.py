@@ -58,7 +58,8 @@ class TreeJob(Job):
                  events: EventLog | None = None, drain: float | None = None, standby: bool = True,
                  slot_base: int = 0, slots: int | None = None, reply_ports: dict | None = None):
         """`drain`: seconds a reroute waits after the freeze for packets in flight (default:
-        none when every switch runs a command batch between two packets, else 0.02 s).
+        none when every switch runs a command batch between two packets, else 0.02 s: a BMv2
+        packet that matched an entry before its table_delete returned still runs its action).
         `standby`: precompute, while the job runs, the trees for every single-link failure
         of the active trees (in a niced worker process), so a reroute does not compute them.
         `slot_base`/`slots`: the job's slot range on every switch (default all of them); jobs
@@ -73,8 +74,9 @@ class TreeJob(Job):
         self.epoch_file = Path(epoch_file)
         self.job = job
         Job.__init__(self, events)
-        self.bulk = all(c.atomic_batches for c in clients.values())
-        self.drain = (0.0 if self.bulk else 0.02) if drain is None else drain
+        self.bulk = all(c.pipelined_batches for c in clients.values())
+        self.atomic = all(c.atomic_batches for c in clients.values())
+        self.drain = (0.0 if self.atomic else 0.02) if drain is None else drain
         self.standby = standby
         self._standby: dict = {}            # (algorithm, frozenset of down links) -> TreeSet | TreeError
         self.treeset = None
@@ -156,9 +158,13 @@ class TreeJob(Job):
         return self.slot_base > 0 or self.slots < wire.SLOTS
 
     def _reset_lines(self, sw: str) -> list[str]:
-        """Fresh registers on switch `sw`: all of them for a job that has every slot, else only
-        the job's slots in use (`window` of them from slot_base)."""
-        return failover.reset_lines(self.clients[sw], (self.slot_base, self.window) if self._shared else None)
+        """Fresh registers on switch `sw`: all of them for a job that has every slot on a switch
+        whose whole-register reset is cheap (the software switch), else only the job's slots in
+        use (`window` of them from slot_base: another job's slots are never touched, and BMv2
+        clears a 16,384-cell window of agg_values in one call instead of all 131,072 cells)."""
+        client = self.clients[sw]
+        whole = not self._shared and client.cheap_register_reset
+        return failover.reset_lines(client, None if whole else (self.slot_base, self.window))
 
     def _reset(self, on: list[str]) -> None:
         for sw in on:
@@ -302,8 +308,8 @@ class TreeJob(Job):
         return self._rerouted(record, new, carried, writes, phases)
 
     def _reroute_bulk(self, link: str, t_detect: float, switch: str | None = None) -> dict:
-        """The reroute on switches whose command batches are atomic (software switches), in
-        rounds of bulk batches, each sent to every switch before any answer is read:
+        """The reroute on switches that take pipelined batches (software switches, BMv2 over
+        Thrift), in rounds of bulk batches, each sent to every switch before any answer is read:
         (1) the old epoch's agg_job entries deleted (the freeze), the carry's register reads
         (the window's cells of both versions; a switch's state is final once its freeze ran),
         the new epoch's entries and groups added (harmless: no agent uses the new epoch before
@@ -312,8 +318,9 @@ class TreeJob(Job):
         its values in (1) as well and resets there, so it needs only (1) and (3); with a dead
         switch it reads the live roots' values in (1) but resets in (3), since a dead root's
         results are read from the live switches below it in (2). The trees come from the
-        standby when it has them. No drain: once a switch answered its freeze, no packet of
-        the old epoch touches its state."""
+        standby when it has them. No drain where batches are atomic (software switches): once
+        a switch answered its freeze, no packet of the old epoch touches its state; elsewhere
+        (BMv2) the freeze goes out alone first, then the drain, then the rest of (1)."""
         record = _cause(link, switch, t_detect)
         what = link if switch else f"link {link}"
         down = self._down()
@@ -330,6 +337,12 @@ class TreeJob(Job):
         plan = tree_install.plan(self.g, new, self.job, slot_base=self.slot_base, reply_ports=self.reply_ports,
                                  slots=self.slots, ranks=self._ranks())
         batches = tree_install.freeze_lines(old)
+        t_freeze = time.monotonic()
+        if not self.atomic:                          # packets that matched before the delete
+            self._publish("rerouting", f"{what} failed")  # (see below)
+            run_batches(self.clients, batches)
+            time.sleep(self.drain)
+            batches = {}
         reads = self.carry.scalars(old, self.tree_of_slot, down)
         at = {}
         window = len(self.tree_of_slot)
@@ -346,8 +359,9 @@ class TreeJob(Job):
                 batches.setdefault(sw, []).extend(self._reset_lines(sw))
         for sw, lines in plan.lines.items():
             batches.setdefault(sw, []).extend(lines)
-        t2 = time.monotonic()
-        self._publish("rerouting", f"{what} failed")      # agents: a pause, not a stall, and
+        t2 = time.monotonic() if self.atomic else t_freeze
+        if self.atomic:
+            self._publish("rerouting", f"{what} failed")  # agents: a pause, not a stall, and
         outs = run_batches(self.clients, batches)          # no resends into the frozen epoch
         associate = plan.finish(outs)
         regs, values = {}, {}

@@ -33,6 +33,12 @@ class SwitchClient(ABC):
     # one event loop. A reroute then needs no drain and goes out as bulk batches
     # (controller/job.py); BMv2's pipeline threads do not give that.
     atomic_batches: bool = False
+    # True when send_commands() really sends before it reads (software switch; BMv2 over
+    # Thrift), so that a reroute's rounds reach every switch at once (controller/job.py)
+    pipelined_batches: bool = False
+    # True when a whole-register reset costs next to nothing (the software switch's numpy
+    # arrays); BMv2 clears every cell of a register, so a job resets only its window there
+    cheap_register_reset: bool = False
 
     @abstractmethod
     def command(self, line: str) -> str:
@@ -83,6 +89,10 @@ class SwitchClient(ABC):
     def register_write_range_lines(self, name: str, start: int, values) -> list[str]:
         """The command lines that write `values` from `start` (batched by the caller)."""
         return [f"register_write {name} {start + i} {int(v)}" for i, v in enumerate(values)]
+
+    def register_fill_lines(self, name: str, start: int, count: int, value: int = 0) -> list[str]:
+        """The command lines that set `count` cells from `start` to `value` (a window's reset)."""
+        return self.register_write_range_lines(name, start, [value] * count)
 
     def register_write(self, name: str, index: int, value: int) -> None:
         self.command(f"register_write {name} {index} {value}")
@@ -173,6 +183,8 @@ class SoftSwitchClient(SwitchClient):
     """The software switch's control socket (see softswitch/control.py)."""
 
     atomic_batches = True
+    pipelined_batches = True
+    cheap_register_reset = True
 
     def __init__(self, name: str, socket_path: str, timeout: float = 10.0):
         from softswitch.control import ControlClient, wait_ready

@@ -90,3 +90,42 @@ def test_p4utils_path(switch):
     client = Bmv2Client("s", THRIFT_PORT, timeout=10)
     assert client.via == "p4-utils"
     _exercise(client, switch)
+
+
+def test_one_batch_as_pipelined_requests(switch, monkeypatch):
+    """A reroute-shaped batch over runtime_CLI's connection: entries, a multicast node, range
+    writes and reads sent as Thrift requests, a line runtime_CLI must run (table_num_entries)
+    in its place between them, and the answers in simple_switch_CLI's words."""
+    import re
+
+    from controller.bmv2_client import Bmv2Client, _runtime_cli_api, _wait_for_port, add_bmv2_python_path
+
+    add_bmv2_python_path()
+    _wait_for_port("s", THRIFT_PORT, 10)
+    client = Bmv2Client("s", THRIFT_PORT, api=_runtime_cli_api(THRIFT_PORT), via="runtime_CLI")
+    name, size = _biggest_register(switch)
+    lines = ["table_add ipv4_lpm ipv4_forward 10.0.0.9/32 => 02:00:00:00:00:09 9",
+             "mc_mgrp_create 12", "mc_node_create 0 1 3",
+             f"register_write_range {name} 100 7 7 7 7",
+             f"register_write_range {name} 104 1 2 3",
+             "table_num_entries ipv4_lpm",
+             f"register_read_range {name} 99 9",
+             *client.register_fill_lines(name, 101, 2, 5),
+             f"register_read_range {name} 99 9"]
+    outs = client.send_commands(lines)()
+    assert re.fullmatch(r"Entry has been added with handle \d+", outs[0])
+    assert re.fullmatch(r"node was created with handle \d+", outs[2])
+    assert outs[5].strip().endswith("1")
+    assert outs[6] == f"{name}[99:108]= 0, 7, 7, 7, 7, 1, 2, 3, 0"
+    assert outs[8] == f"{name}[99:108]= 0, 7, 5, 5, 7, 1, 2, 3, 0"
+    node = int(outs[2].rsplit(" ", 1)[1])
+    client.commands([f"mc_node_associate 12 {node}"])
+    monkeypatch.setattr("controller.bmv2_client.RANGE_CELLS", 4)    # now one whole read serves both
+    client._sizes = {}
+    assert client.commands([f"register_read_range {name} 99 3", f"register_read_range {name} 105 3"]) == [
+        f"{name}[99:102]= 0, 7, 5", f"{name}[105:108]= 2, 3, 0"]
+    with pytest.raises(SwitchCommandError, match="DUPLICATE_ENTRY"):
+        client.commands([lines[0]])
+    with pytest.raises(SwitchCommandError, match=f"register_read_range {name} {size - 1} 2"):
+        client.commands([f"register_read_range {name} {size - 1} 2"])
+    assert client.command(f"register_read {name} 100") == f"{name}[100]= 7"     # still in step

@@ -41,6 +41,8 @@ class PipeClient(SwitchClient):
     A dead one (`dead = True`, a killed switch) answers nothing, as a closed socket."""
 
     atomic_batches = True          # a batch holds the network lock: no frame crosses it
+    pipelined_batches = True       # (send_commands runs at once: the rounds are the same)
+    cheap_register_reset = True    # a software pipeline
 
     def __init__(self, name: str, lock=None):
         self.name, self.pipeline = name, Pipeline(seed=0)
