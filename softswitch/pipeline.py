@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from ground import wire
 from softswitch import cli, parser, sparse
+from softswitch.batch import DenseBatch
 from softswitch.aggregate import STAT_REJECT, Aggregate, make_state
 from softswitch.deparser import update_ipv4_checksum
 from softswitch.drop_sim import DropSim
@@ -57,6 +58,13 @@ class Pipeline:
         self.registers = {name: reg.data for name, reg in self.register_arrays.items()}
         self.counters = {name: c.packets for name, c in self.counter_arrays.items()}
         self._cli = cli.Cli(self)
+        self._batch = DenseBatch(self)
+
+    def process_batch(self, ingress_port: int, rows, lens):
+        """A whole receive batch at once where that is exactly `process` frame after frame
+        (softswitch/batch.py): (outputs, drops), outputs [(egress_port, uint8 array of
+        frames)], or None (nothing changed): run the frames through `process` instead."""
+        return self._batch.run(ingress_port, rows, lens)
 
     def command(self, line: str) -> str:
         """Run one simple_switch_CLI command; raises cli.CommandError when BMv2 would refuse it."""

@@ -70,6 +70,8 @@ class Sparse:
         self.ack = mv["sp_ack"]
         self.next, self.exp_next = mv["sp_next"], mv["sp_exp_next"]
         self.next_cells = registers["sp_next"].data
+        self._rearmed = [registers[name].data for name in ("sp_block", "sp_bitmap", "sp_ack", "sp_done",
+                                                            "sp_final")]
         self.stats = stats
 
     def rearm(self, r: int, o: int) -> None:
@@ -81,6 +83,13 @@ class Sparse:
             self.block[v] = self.bitmap[v] = self.ack[v] = self.done[v] = self.final[v] = 0
         cb = (r % SLOTS) * MAX_WORKERS
         self.next_cells[cb:cb + MAX_WORKERS] = 0
+
+    def rearm_many(self, r, o) -> None:
+        """`rearm` for arrays of slot versions of distinct slots (softswitch/batch.py)."""
+        for arr in self._rearmed:
+            arr[r] = 0
+            arr[o] = 0
+        self.next_cells.reshape(SLOTS, MAX_WORKERS)[r % SLOTS] = 0
 
     def ingress(self, port: int, frame: bytes, role: tuple):
         """One sparse agg packet whose agg_job `role` (roles.lookup_role) was found;

@@ -192,6 +192,51 @@ def test_aggregation_two_workers_both_get_the_result(switch, lab):
     assert stats["1"]["drop"] + stats["2"]["drop"] == 1      # the first contribution is absorbed
 
 
+def test_aggregation_bursts_take_the_batched_path(switch, lab):
+    """48 slots from each worker while the daemon is stopped, so each port's first receive
+    batch holds them all: Pipeline.process_batch must take both batches (port_stats
+    `batched`) and every worker must get all 48 exact sums."""
+    from ground.mmsg import MsgBatch
+
+    slots = 48
+    program_aggregation(switch.client, lab.hosts, job=1)
+    vals = [[(w + 1) * 1000 + s * 7 + i for i in range(wire.K)] for s in range(slots) for w in (0, 1)]
+    socks = [_udp_socket(h) for h in lab.hosts]
+    os.kill(switch.proc.pid, signal.SIGSTOP)
+    try:
+        for w, s in enumerate(socks):
+            burst = MsgBatch(slots, 2048, fd=s.fileno(), dest=(SERVICE_IP, wire.UDP_PORT))
+            for slot in range(slots):
+                burst.put(slot, wire.pack_agg(job=1, slot=slot, worker=w, exp=wire.EXP_BIAS, block=slot)
+                          + struct.pack(f"!{wire.K}i", *vals[2 * slot + w]))
+            assert burst.send(burst.fd, slots) == slots
+        time.sleep(0.2)
+    finally:
+        os.kill(switch.proc.pid, signal.SIGCONT)
+    try:
+        for s, h in zip(socks, lab.hosts):
+            seen = set()
+            while len(seen) < slots:
+                got = _recv(s)
+                assert got is not None, f"{h.name} got {len(seen)} results; {switch.client.port_stats()}"
+                hdr = wire.unpack_agg(got[0])
+                slot = hdr["slot"]
+                assert hdr["flags"] & wire.FLAG_RESULT and hdr["block"] == slot and slot not in seen
+                assert list(struct.unpack_from(f"!{wire.K}i", got[0], wire.AGG_HEADER_BYTES)) == \
+                    [a + b for a, b in zip(vals[2 * slot], vals[2 * slot + 1])]
+                seen.add(slot)
+    finally:
+        for s in socks:
+            s.close()
+    stats = switch.client.port_stats()
+    assert stats["1"]["batched"] == stats["2"]["batched"] == slots, stats
+    assert stats["1"]["tx"] == stats["2"]["tx"] == slots, stats
+    assert stats["1"]["drop"] + stats["2"]["drop"] == slots, stats   # first contributions
+    pcaps = sorted((switch.pcaps).glob("*_out.pcap"))
+    switch.client.command("pcap_flush")
+    assert [len(read_pcap(p)) for p in pcaps] == [slots, slots]        # batched outputs captured
+
+
 def test_pcaps_are_written_and_readable(reflector, lab):
     h1, h2 = lab.hosts
 

@@ -25,6 +25,11 @@ def soft_target():
     return SoftTarget()
 
 
+@pytest.fixture(scope="session")
+def soft_batch_target():
+    return SoftTarget(batch=True)
+
+
 @pytest.fixture(scope="module")
 def bmv2_target(tmp_path_factory):
     from tests.conformance.bmv2_target import Bmv2Target, find_tools

@@ -6,14 +6,21 @@ drives both, so a vector can never be checked differently on the two.
 
 from __future__ import annotations
 
+import numpy as np
+
 from softswitch.pipeline import Pipeline
 
 
 class SoftTarget:
+    """batch=True: every frame goes in as a one-frame receive batch, through
+    Pipeline.process_batch where it takes it and process where it declines, as the daemon
+    does (so the vectors are the contract of the batched path too)."""
     name = "soft"
 
-    def __init__(self):
+    def __init__(self, batch: bool = False):
         self.pipeline = Pipeline(seed=1)
+        self.batch = batch
+        self.batched = 0                  # frames process_batch took
 
     def reset(self, ports: set[int]) -> None:
         self.pipeline = Pipeline(seed=1)
@@ -24,6 +31,12 @@ class SoftTarget:
 
     def inject(self, port: int, frame: bytes, expected: int) -> list[tuple[int, bytes]]:
         """Everything the switch emits for `frame`, in the pipeline's (deterministic) order."""
+        if self.batch:
+            got = self.pipeline.process_batch(port, np.frombuffer(frame, np.uint8)[None, :],
+                                              np.array([len(frame)], np.uint32))
+            if got is not None:
+                self.batched += 1
+                return [(eport, bytes(row)) for eport, rows in got[0] for row in rows]
         return self.pipeline.process(port, frame)
 
     def close(self) -> None:

@@ -90,6 +90,19 @@ def test_soft(soft_target, vector):
     run_vector(soft_target, vector, ordered=True)
 
 
+@pytest.mark.parametrize("vector", VECTORS, ids=lambda v: v.name)
+def test_soft_batch(soft_batch_target, vector):
+    """The same vectors through the daemon's batched entry (Pipeline.process_batch)."""
+    run_vector(soft_batch_target, vector, ordered=True)
+
+
+def test_soft_batch_takes_some_vectors_frames(soft_batch_target):
+    """The batched path really ran on some of the vectors' frames (not only declined)."""
+    for vector in VECTORS:
+        run_vector(soft_batch_target, vector, ordered=True)
+    assert soft_batch_target.batched > 0
+
+
 @pytest.mark.bmv2
 @pytest.mark.root
 @pytest.mark.parametrize("vector", VECTORS, ids=lambda v: v.name)
