@@ -36,6 +36,9 @@ assert wire.FIELD_NAMES[:9] == ("job", "tree", "epoch", "flags", "ver", "slot", 
 FLAGS_OFF = wire.AGG_OFFSET + 3
 EXP_OFF = wire.AGG_OFFSET + 7
 BLOCK_OFF = wire.AGG_OFFSET + 8
+NEXT_OFF = wire.AGG_OFFSET + 12
+assert wire.FIELD_NAMES[9] == "next_block"
+FLAG_LEAD = C["AGG_FLAG_LEAD"]
 DATA_OFF = wire.AGG_OFFSET + wire.AGG_HEADER_BYTES
 DATA_END = DATA_OFF + wire.DATA_BYTES
 UDP_CSUM = wire.ETH_BYTES + wire.IPV4_BYTES + 6
@@ -61,15 +64,27 @@ def make_state() -> tuple[dict[str, RegisterArray], CounterArray]:
     """The top-level registers and the agg_stats counter of aggregate.p4."""
     regs = [RegisterArray("agg_values", 32, 2 * SLOTS * K), RegisterArray("agg_bitmap", 32, 2 * SLOTS),
             RegisterArray("agg_count", 8, 2 * SLOTS), RegisterArray("agg_exp", 8, 2 * SLOTS),
-            RegisterArray("agg_final", 8, 2 * SLOTS), RegisterArray("agg_block", 32, 2 * SLOTS)]
+            RegisterArray("agg_final", 8, 2 * SLOTS), RegisterArray("agg_block", 32, 2 * SLOTS),
+            RegisterArray("agg_rnext", 32, 2 * SLOTS)]
     return {r.name: r for r in regs}, CounterArray("agg_stats", C["AGG_STATS_SIZE"])
 
 
+def _with_next(buf: bytearray, n: int) -> bytearray:
+    """The result's next_block (agg_rnext): a sparse lead's first round, else as sent."""
+    buf[NEXT_OFF:NEXT_OFF + 4] = n.to_bytes(4, "big")
+    return buf
+
+
 class Aggregate:
-    def __init__(self, registers: dict[str, RegisterArray], stats: CounterArray, on_complete=None):
-        """on_complete(r, o): called when a round completes at this switch (agglab.p4 then
-        applies the sparse pipeline's SparseRearm: softswitch.sparse.Sparse.rearm)."""
+    def __init__(self, registers: dict[str, RegisterArray], stats: CounterArray, on_complete=None,
+                 lead=None):
+        """on_complete(r, o, flags): called when a round completes at this switch (agglab.p4
+        then applies the sparse pipeline's SparseRearm: softswitch.sparse.Sparse.rearm).
+        lead: the sparse pipeline (softswitch.sparse.Sparse), whose announce/first a sparse
+        call's lead round (AGG_FLAG_LEAD) uses to register every child's first sparse block
+        and to name the column's first sparse round in the result."""
         self.on_complete = on_complete
+        self.lead = lead
         self.agg_reply = Table(
             "agg_reply", [KeySpec("standard_metadata.egress_port", "exact", 9)],
             {AGG_SET_DST: [("smac", 48), ("sip", 32), ("dmac", 48), ("dip", 32)], "drop": []},
@@ -80,6 +95,7 @@ class Aggregate:
         self.exp = registers["agg_exp"].data
         self.final = registers["agg_final"].data
         self.block = registers["agg_block"].data
+        self.rnext = registers["agg_rnext"].data
         self.stats = stats
         self._dst_bytes: dict[tuple, tuple[bytes, bytes]] = {}
 
@@ -90,11 +106,11 @@ class Aggregate:
         pexp = frame[EXP_OFF]
         if parent is None:
             return self._from_parent(frame, r, fan_in, mgrp, flags, pexp)
-        return self._contribute(port, frame, r, o, 1 << child, fan_in, mgrp, parent, flags, pexp)
+        return self._contribute(port, frame, r, o, child, fan_in, mgrp, parent, flags, pexp)
 
-    def _contribute(self, port, frame, r, o, bit, fan_in, mgrp, parent, flags, pexp):
+    def _contribute(self, port, frame, r, o, child, fan_in, mgrp, parent, flags, pexp):
         """A child's packet at the root (parent < 0) or at an inner switch."""
-        bitmap = self.bitmap
+        bitmap, bit = self.bitmap, 1 << child
         bm = bitmap.item(r)
         lo = r * K
         if not bm & bit:                                  # first copy
@@ -120,15 +136,24 @@ class Aggregate:
             self.count[r] = cnt
             bitmap[r] = bm | bit
             self.stats.count(STAT_CONTRIB, len(frame))
+            lead = flags & FLAG_LEAD and self.lead is not None
+            if lead:                                      # a sparse lead: the child's first block
+                self.lead.announce(r, child, int.from_bytes(frame[NEXT_OFF:NEXT_OFF + 4], "big"), pexp)
             if cnt != fan_in:
                 return None
             self.stats.count(STAT_COMPLETE, len(frame))
+            if lead:                                      # the column's first sparse round
+                n, e = self.lead.first(r, fan_in)
+                self.exp[r] = e
+            else:
+                n = int.from_bytes(frame[NEXT_OFF:NEXT_OFF + 4], "big")
+            self.rnext[r] = n
             if self.on_complete is not None:
-                self.on_complete(r, o)
+                self.on_complete(r, o, flags)
             if parent < 0:
                 self.final[r] = 1
-                return emit(frame, lanes, e, flags | RESULT_FLAG), 0, mgrp, RESULT
-            return emit(frame, lanes, e, flags & UP_FLAGS), parent, 0, NORMAL
+                return _with_next(emit(frame, lanes, e, flags | RESULT_FLAG), n), 0, mgrp, RESULT
+            return _with_next(emit(frame, lanes, e, flags & UP_FLAGS), n), parent, 0, NORMAL
             # EXERCISE END
         # EXERCISE aggregate-duplicate BEGIN hint: the child's bit is already set: before completion drop it (STAT_DUP_DROP); after completion answer the sender alone with the stored result (a lost result)
         if self.count.item(r) != fan_in:                  # duplicate before completion
@@ -137,9 +162,11 @@ class Aggregate:
         lanes = self.values[lo:lo + K]                    # duplicate after completion
         if parent < 0 or self.final.item(r) == 1:
             self.stats.count(STAT_DUP_REPLY, len(frame))
-            return emit(frame, lanes, self.exp.item(r), flags | RESULT_FLAG), port, 0, RESULT
+            return _with_next(emit(frame, lanes, self.exp.item(r), flags | RESULT_FLAG),
+                              self.rnext.item(r)), port, 0, RESULT
         self.stats.count(STAT_DUP_UP, len(frame))         # our partial may be lost: again
-        return emit(frame, lanes, self.exp.item(r), flags & UP_FLAGS), parent, 0, NORMAL
+        return _with_next(emit(frame, lanes, self.exp.item(r), flags & UP_FLAGS),
+                          self.rnext.item(r)), parent, 0, NORMAL
         # EXERCISE END
 
     def _from_parent(self, frame, r, fan_in, mgrp, flags, pexp):
@@ -149,6 +176,7 @@ class Aggregate:
         pkt = np.frombuffer(frame, BE_U32, K, DATA_OFF)
         self.values[r * K:(r + 1) * K] = pkt
         self.exp[r] = pexp
+        self.rnext[r] = int.from_bytes(frame[NEXT_OFF:NEXT_OFF + 4], "big")
         self.final[r] = 1
         return emit(frame, pkt, pexp, flags | RESULT_FLAG), 0, mgrp, RESULT
 

@@ -18,6 +18,7 @@ register<bit<8>>(2 * AGG_SLOTS) agg_count;
 register<bit<8>>(2 * AGG_SLOTS) agg_exp;
 register<bit<8>>(2 * AGG_SLOTS) agg_final;   /* 1: agg_values[r] is the tree's result */
 register<bit<32>>(2 * AGG_SLOTS) agg_block;  /* block of the round held in r (read by the reroute carry) */
+register<bit<32>>(2 * AGG_SLOTS) agg_rnext;  /* next_block of the round's result (a sparse lead: min next) */
 
 #define AGG_ADD_LANE(i) LANE_ADD(agg_values, i)
 #define AGG_COPY_LANE(i) LANE_COPY(agg_values, i)
@@ -36,6 +37,10 @@ control Aggregate(inout headers_t hdr, inout meta_t meta,
     bit<8>  cnt;
     bit<8>  e;
     bit<8>  fin;
+    bit<32> cbase;  /* first sp_next cell of the slot (sparse lead) */
+    bit<32> n;
+    bit<32> nx;
+    bit<8>  ex;
 
     apply {
         r = meta.r;
@@ -48,6 +53,7 @@ control Aggregate(inout headers_t hdr, inout meta_t meta,
                 if (cnt == meta.fan_in) {
                     AGG_FOR_EACH_VALUE(AGG_STORE_LANE)
                     agg_exp.write(r, hdr.agg.exp);
+                    agg_rnext.write(r, hdr.agg.next_block);
                     agg_final.write(r, 1);
                     meta.verdict = OUT_MCAST;
                 }   /* else a stale result: dropped */
@@ -79,8 +85,26 @@ control Aggregate(inout headers_t hdr, inout meta_t meta,
                     agg_final.read(fin, r);
                     agg_final.write(r, fin & (bit<8>)keep);   /* a round starts */
                     agg_stats.count(STAT_CONTRIB);
+                    cbase = meta.slot_idx * AGG_MAX_WORKERS;
+                    if ((hdr.agg.flags & AGG_FLAG_LEAD) != 0) {
+                        /* a sparse call's lead: the child announces its first
+                         * sparse block of the column (sparse.p4's sp_next) */
+                        sp_next.write(cbase + (bit<32>)meta.child, hdr.agg.next_block);
+                        sp_exp_next.write(cbase + (bit<32>)meta.child, hdr.agg.exp);
+                    }
                     if (cnt == meta.fan_in) {
                         hdr.agg.exp = e;
+                        if ((hdr.agg.flags & AGG_FLAG_LEAD) != 0) {
+                            /* the result names the column's first sparse round
+                             * and its exponent, as a sparse result does */
+                            n = AGG_NEXT_NONE;
+                            e = 0;
+                            AGG_FOR_EACH_CHILD(SP_MIN_CHILD)
+                            hdr.agg.next_block = n;
+                            hdr.agg.exp = e;
+                            agg_exp.write(r, e);
+                        }
+                        agg_rnext.write(r, hdr.agg.next_block);
                         agg_final.write(r, FINAL_AT_ROOT);
                         meta.verdict = OUT_DONE;
                     }
@@ -95,6 +119,7 @@ control Aggregate(inout headers_t hdr, inout meta_t meta,
                          * switch without it, the partial was lost). */
                         AGG_FOR_EACH_VALUE(AGG_COPY_LANE)
                         agg_exp.read(hdr.agg.exp, r);
+                        agg_rnext.read(hdr.agg.next_block, r);
                         agg_final.read(meta.fin, r);
                         meta.verdict = OUT_DUP;
                     }

@@ -241,7 +241,10 @@ control SparseRearm(inout headers_t hdr, inout meta_t meta,
             sp_done.write(meta.o, 0);
             sp_final.write(meta.r, 0);
             sp_final.write(meta.o, 0);
-            AGG_FOR_EACH_CHILD(SP_REARM_CHILD)
+            if ((hdr.agg.flags & AGG_FLAG_LEAD) == 0) {
+                /* a sparse lead registered every child's first block instead */
+                AGG_FOR_EACH_CHILD(SP_REARM_CHILD)
+            }
         }
     }
 }
