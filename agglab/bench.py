@@ -320,7 +320,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--daemon-seconds", type=float, default=5.0)
     ap.add_argument("--sparse-window", type=int, default=None,
                     help="slots per worker of the sparse runs (default the run default, 128): each slot "
-                         "is a column whose lead and first round are sent whatever the density")
+                         "is a column whose lead round is sent whatever the density")
     ap.add_argument("--out", type=Path, help="JSON file (default results/bench/<time>.json)")
     ap.add_argument("--compare", type=Path, metavar="PREV.json", help="print each figure's change since PREV")
     a = ap.parse_args(argv)

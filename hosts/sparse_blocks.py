@@ -30,9 +30,9 @@ class SparseStats(AllreduceStats):
     """AllreduceStats plus what the sparse pipeline adds.
 
     blocks_sent: data K-blocks this worker sent (first transmissions; lead, probes
-    and retransmissions excluded); it includes the zero blocks the protocol makes
-    every worker send: block s of every column in the first sparse round, and a
-    look-ahead block at most every `lookahead` rounds of a column.
+    and retransmissions excluded): its non-zero blocks, plus, with a bounded look-ahead,
+    a zero block at most every `lookahead` rounds of a column (the lead announces each
+    column's first block, so no zero block s is forced).
     rounds: sparse rounds whose result this worker accepted (the union of all
     workers' sent blocks).  probes: zero packets sent while not participating.
     acks: header-only acknowledgements (results accepted without sending in the next round).
