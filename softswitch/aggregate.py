@@ -69,10 +69,8 @@ def make_state() -> tuple[dict[str, RegisterArray], CounterArray]:
     return {r.name: r for r in regs}, CounterArray("agg_stats", C["AGG_STATS_SIZE"])
 
 
-def _with_next(buf: bytearray, n: int) -> bytearray:
-    """The result's next_block (agg_rnext): a sparse lead's first round, else as sent."""
-    buf[NEXT_OFF:NEXT_OFF + 4] = n.to_bytes(4, "big")
-    return buf
+def _next_of(frame) -> int:
+    return int.from_bytes(frame[NEXT_OFF:NEXT_OFF + 4], "big")
 
 
 class Aggregate:
@@ -106,11 +104,26 @@ class Aggregate:
         pexp = frame[EXP_OFF]
         if parent is None:
             return self._from_parent(frame, r, fan_in, mgrp, flags, pexp)
-        return self._contribute(port, frame, r, o, child, fan_in, mgrp, parent, flags, pexp)
+        first = not self.bitmap.item(r) >> child & 1
+        lead = flags & FLAG_LEAD and self.lead is not None
+        if first and lead:                                # a sparse lead: the child's first block
+            self.lead.announce(r, child, _next_of(frame), pexp)
+        out = self._contribute(port, frame, r, o, 1 << child, fan_in, mgrp, parent, flags, pexp)
+        if out is None:
+            return None
+        if first:                                         # completed here: the result's next
+            if lead:                                      # the column's first sparse round
+                n, e = self.lead.first(r, fan_in)
+                self.exp[r] = out[0][EXP_OFF] = e
+            else:
+                n = _next_of(frame)
+            self.rnext[r] = n
+        out[0][NEXT_OFF:NEXT_OFF + 4] = self.rnext.item(r).to_bytes(4, "big")   # and duplicates'
+        return out
 
-    def _contribute(self, port, frame, r, o, child, fan_in, mgrp, parent, flags, pexp):
+    def _contribute(self, port, frame, r, o, bit, fan_in, mgrp, parent, flags, pexp):
         """A child's packet at the root (parent < 0) or at an inner switch."""
-        bitmap, bit = self.bitmap, 1 << child
+        bitmap = self.bitmap
         bm = bitmap.item(r)
         lo = r * K
         if not bm & bit:                                  # first copy
@@ -121,7 +134,7 @@ class Aggregate:
             if obm & bit:
                 bitmap[o] = obm & ~bit                    # shadow copy: free the other version
             # EXERCISE END
-            # EXERCISE aggregate-add BEGIN hint: first contribution (bm == 0) copies the lanes, later ones add them (np.add, out=lanes); keep the max exponent, count, set the child's bit; when count == fan_in: call self.on_complete(r, o) if set (re-arms the sparse state), then the root multicasts a RESULT (final=1), an inner switch sends the partial up
+            # EXERCISE aggregate-add BEGIN hint: first contribution (bm == 0) copies the lanes, later ones add them (np.add, out=lanes); keep the max exponent, count, set the child's bit; when count == fan_in: call self.on_complete(r, o, flags) if set (re-arms the sparse state), then the root multicasts a RESULT (final=1), an inner switch sends the partial up
             lanes = self.values[lo:lo + K]
             pkt = np.frombuffer(frame, BE_U32, K, DATA_OFF)
             if bm == 0:
@@ -136,24 +149,15 @@ class Aggregate:
             self.count[r] = cnt
             bitmap[r] = bm | bit
             self.stats.count(STAT_CONTRIB, len(frame))
-            lead = flags & FLAG_LEAD and self.lead is not None
-            if lead:                                      # a sparse lead: the child's first block
-                self.lead.announce(r, child, int.from_bytes(frame[NEXT_OFF:NEXT_OFF + 4], "big"), pexp)
             if cnt != fan_in:
                 return None
             self.stats.count(STAT_COMPLETE, len(frame))
-            if lead:                                      # the column's first sparse round
-                n, e = self.lead.first(r, fan_in)
-                self.exp[r] = e
-            else:
-                n = int.from_bytes(frame[NEXT_OFF:NEXT_OFF + 4], "big")
-            self.rnext[r] = n
             if self.on_complete is not None:
                 self.on_complete(r, o, flags)
             if parent < 0:
                 self.final[r] = 1
-                return _with_next(emit(frame, lanes, e, flags | RESULT_FLAG), n), 0, mgrp, RESULT
-            return _with_next(emit(frame, lanes, e, flags & UP_FLAGS), n), parent, 0, NORMAL
+                return emit(frame, lanes, e, flags | RESULT_FLAG), 0, mgrp, RESULT
+            return emit(frame, lanes, e, flags & UP_FLAGS), parent, 0, NORMAL
             # EXERCISE END
         # EXERCISE aggregate-duplicate BEGIN hint: the child's bit is already set: before completion drop it (STAT_DUP_DROP); after completion answer the sender alone with the stored result (a lost result)
         if self.count.item(r) != fan_in:                  # duplicate before completion
@@ -162,11 +166,9 @@ class Aggregate:
         lanes = self.values[lo:lo + K]                    # duplicate after completion
         if parent < 0 or self.final.item(r) == 1:
             self.stats.count(STAT_DUP_REPLY, len(frame))
-            return _with_next(emit(frame, lanes, self.exp.item(r), flags | RESULT_FLAG),
-                              self.rnext.item(r)), port, 0, RESULT
+            return emit(frame, lanes, self.exp.item(r), flags | RESULT_FLAG), port, 0, RESULT
         self.stats.count(STAT_DUP_UP, len(frame))         # our partial may be lost: again
-        return _with_next(emit(frame, lanes, self.exp.item(r), flags & UP_FLAGS),
-                          self.rnext.item(r)), parent, 0, NORMAL
+        return emit(frame, lanes, self.exp.item(r), flags & UP_FLAGS), parent, 0, NORMAL
         # EXERCISE END
 
     def _from_parent(self, frame, r, fan_in, mgrp, flags, pexp):
@@ -176,7 +178,7 @@ class Aggregate:
         pkt = np.frombuffer(frame, BE_U32, K, DATA_OFF)
         self.values[r * K:(r + 1) * K] = pkt
         self.exp[r] = pexp
-        self.rnext[r] = int.from_bytes(frame[NEXT_OFF:NEXT_OFF + 4], "big")
+        self.rnext[r] = _next_of(frame)
         self.final[r] = 1
         return emit(frame, pkt, pexp, flags | RESULT_FLAG), 0, mgrp, RESULT
 

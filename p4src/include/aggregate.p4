@@ -85,16 +85,19 @@ control Aggregate(inout headers_t hdr, inout meta_t meta,
                     agg_final.read(fin, r);
                     agg_final.write(r, fin & (bit<8>)keep);   /* a round starts */
                     agg_stats.count(STAT_CONTRIB);
-                    cbase = meta.slot_idx * AGG_MAX_WORKERS;
+                    if (cnt == meta.fan_in) {
+                        hdr.agg.exp = e;
+                        agg_final.write(r, FINAL_AT_ROOT);
+                        meta.verdict = OUT_DONE;
+                    }
+                    // EXERCISE END
                     if ((hdr.agg.flags & AGG_FLAG_LEAD) != 0) {
                         /* a sparse call's lead: the child announces its first
                          * sparse block of the column (sparse.p4's sp_next) */
+                        cbase = meta.slot_idx * AGG_MAX_WORKERS;
                         sp_next.write(cbase + (bit<32>)meta.child, hdr.agg.next_block);
                         sp_exp_next.write(cbase + (bit<32>)meta.child, hdr.agg.exp);
-                    }
-                    if (cnt == meta.fan_in) {
-                        hdr.agg.exp = e;
-                        if ((hdr.agg.flags & AGG_FLAG_LEAD) != 0) {
+                        if (meta.verdict == OUT_DONE) {
                             /* the result names the column's first sparse round
                              * and its exponent, as a sparse result does */
                             n = AGG_NEXT_NONE;
@@ -104,11 +107,10 @@ control Aggregate(inout headers_t hdr, inout meta_t meta,
                             hdr.agg.exp = e;
                             agg_exp.write(r, e);
                         }
-                        agg_rnext.write(r, hdr.agg.next_block);
-                        agg_final.write(r, FINAL_AT_ROOT);
-                        meta.verdict = OUT_DONE;
                     }
-                    // EXERCISE END
+                    if (meta.verdict == OUT_DONE) {
+                        agg_rnext.write(r, hdr.agg.next_block);
+                    }
                 } else {
                     // EXERCISE aggregate-duplicate BEGIN hint: bit already set: before completion count STAT_DUP_DROP (and drop); after it copy the stored lanes (AGG_COPY_LANE), agg_exp and agg_final into the packet and set meta.verdict = OUT_DUP
                     agg_count.read(cnt, r);
@@ -119,11 +121,13 @@ control Aggregate(inout headers_t hdr, inout meta_t meta,
                          * switch without it, the partial was lost). */
                         AGG_FOR_EACH_VALUE(AGG_COPY_LANE)
                         agg_exp.read(hdr.agg.exp, r);
-                        agg_rnext.read(hdr.agg.next_block, r);
                         agg_final.read(meta.fin, r);
                         meta.verdict = OUT_DUP;
                     }
                     // EXERCISE END
+                    if (meta.verdict == OUT_DUP) {
+                        agg_rnext.read(hdr.agg.next_block, r);   /* the result's next */
+                    }
                 }
             }
         }
