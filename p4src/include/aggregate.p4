@@ -41,6 +41,7 @@ control Aggregate(inout headers_t hdr, inout meta_t meta,
     bit<32> n;
     bit<32> nx;
     bit<8>  ex;
+    bit<8>  lexp;   /* the packet's exp as sent (a sparse lead: its announcement) */
 
     apply {
         r = meta.r;
@@ -62,6 +63,7 @@ control Aggregate(inout headers_t hdr, inout meta_t meta,
             @atomic {
                 agg_bitmap.read(bm, r);
                 if ((bm & mask) == 0) {
+                    lexp = hdr.agg.exp;    /* before a completion overwrites it */
                     if (bm == 0) {
                         agg_block.write(r, hdr.agg.block);   /* a round starts: which one */
                     }
@@ -96,7 +98,7 @@ control Aggregate(inout headers_t hdr, inout meta_t meta,
                          * sparse block of the column (sparse.p4's sp_next) */
                         cbase = meta.slot_idx * AGG_MAX_WORKERS;
                         sp_next.write(cbase + (bit<32>)meta.child, hdr.agg.next_block);
-                        sp_exp_next.write(cbase + (bit<32>)meta.child, hdr.agg.exp);
+                        sp_exp_next.write(cbase + (bit<32>)meta.child, lexp);
                         if (meta.verdict == OUT_DONE) {
                             /* the result names the column's first sparse round
                              * and its exponent, as a sparse result does */
