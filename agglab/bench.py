@@ -249,8 +249,8 @@ def sparse_ceiling(elements: int, density: float, pattern: str = "overlap",
                    window: int | None = None) -> tuple[float, int, int]:
     """What bounds the speed-up before any CPU does: frames per worker link, each way.
     Dense sends ceil(elements/K); sparse sends the dense lead round (one frame per slot, S),
-    then the blocks of hosts/sparse_blocks.sent_blocks (block s of every column, the forced
-    first round, plus the announced non-zero blocks and look-ahead blocks), and receives one
+    then the blocks of hosts/sparse_blocks.sent_blocks (the announced non-zero blocks and
+    look-ahead blocks; the first of each column is announced in the lead), and receives one
     result per round (with `overlap` every worker's blocks are the same: rounds = its sends).
     Returns (ceiling, sparse frames, dense frames)."""
     from ground.runspec import RunSpec
@@ -264,7 +264,7 @@ def sparse_ceiling(elements: int, density: float, pattern: str = "overlap",
     rows = np.zeros(blocks * wire.K, dtype=np.int64)
     rows[:elements] = gradient_for(spec, 0)
     mask = nonzero_kblocks(rows.reshape(blocks, wire.K), wire.K)
-    frames = S + len(sent_blocks(announcements(mask, min(S, blocks), DEFAULT_LOOKAHEAD), min(S, blocks)))
+    frames = S + len(sent_blocks(mask, announcements(mask, min(S, blocks), DEFAULT_LOOKAHEAD), min(S, blocks)))
     return blocks / frames, frames, blocks
 
 
@@ -372,7 +372,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--daemon-seconds", type=float, default=5.0)
     ap.add_argument("--sparse-window", type=int, default=None,
                     help="slots per worker of the sparse runs (default the run default, 128): each slot "
-                         "is a column whose lead and first round are sent whatever the density")
+                         "is a column whose lead round is sent whatever the density")
     ap.add_argument("--out", type=Path, help="JSON file (default results/bench/<time>.json)")
     ap.add_argument("--compare", type=Path, metavar="PREV.json", help="print each figure's change since PREV")
     a = ap.parse_args(argv)

@@ -25,7 +25,7 @@ from controller.tree_install import Installation
 
 # Everything a reset zeroes: the dense registers and the sparse pipeline's (p4src/include/sparse.p4);
 # sp_next must be 0 on a new tree so a round waits until every child has announced again.
-REGISTERS = ("agg_values", "agg_bitmap", "agg_count", "agg_exp", "agg_final", "agg_block",
+REGISTERS = ("agg_values", "agg_bitmap", "agg_count", "agg_exp", "agg_final", "agg_block", "agg_rnext",
              "sp_values", "sp_block", "sp_bitmap", "sp_final", "sp_exp", "sp_rnext", "sp_done",
              "sp_ack", "sp_next", "sp_exp_next")
 
@@ -37,6 +37,7 @@ class CompletedVersion:
     exp: int
     values: np.ndarray       # K unsigned 32-bit register values
     block: int = 0           # agg_block: the round's block (so a later carry can tell rounds apart)
+    rnext: int = 0           # agg_rnext: the result's next_block (a sparse lead's first round)
 
 
 def slot_index(ver: int, slot_base: int, slot: int) -> int:
@@ -44,7 +45,7 @@ def slot_index(ver: int, slot_base: int, slot: int) -> int:
     return ver * wire.SLOTS + slot_base + slot
 
 
-SNAPSHOT_SCALARS = ("agg_count", "agg_bitmap", "agg_exp", "agg_block")
+SNAPSHOT_SCALARS = ("agg_count", "agg_bitmap", "agg_exp", "agg_block", "agg_rnext")
 DEAD_ROOT_SCALARS = SNAPSHOT_SCALARS + ("agg_final",)   # every live switch of a tree whose root died
 
 
@@ -249,7 +250,7 @@ def snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot:
         cells = read[sw] if sw in read else [values[sw][r] for *_, r in items]
         for (slot, ver, r), vals in zip(items, cells):
             found[slot] = CompletedVersion(slot, ver, int(reg(sw, "agg_exp")[r]), np.array(vals),
-                                           int(reg(sw, "agg_block")[r]))
+                                           int(reg(sw, "agg_block")[r]), int(reg(sw, "agg_rnext")[r]))
     return found
 
 
@@ -339,6 +340,7 @@ def preload_cells(inst: Installation, tree_of_slot: list[int], completed: dict[i
             if role.root:
                 cells.put(sw, "agg_exp", r, done.exp)
                 cells.put(sw, "agg_final", r, 1)
+                cells.put(sw, "agg_rnext", r, done.rnext)
                 cells.put_lanes(sw, "agg_values", r, done.values)
     return cells
 

@@ -3,13 +3,16 @@
 Protocol (design.md "Sparse pipeline"); S slots, slot s walks its column of
 K-blocks s, s+S, s+2S, ... in increasing order:
 
-1. Lead round, on the dense pipeline (no SPARSE flag), exactly as hosts/agent.py:
-   zero values and the exponent of block s; on slot 0 also the consistency lanes,
-   plus one lane that counts the workers running sparse (a dense peer would
-   otherwise wait forever for data rounds that never come).
-2. Sparse rounds (flags |= AGG_FLAG_SPARSE).  The first one is block s for every
-   worker, zeros or not, so every worker registers its `next_block` at the switch.
-   A result for block m names the column's next round m' (`next_block`, the
+1. Lead round, on the dense pipeline (no SPARSE flag, AGG_FLAG_LEAD): zero values; on
+   slot 0 also the consistency lanes, plus one lane that counts the workers running
+   sparse (a dense peer would otherwise wait forever for data rounds that never come).
+   Its `next_block` is the worker's first block of the column it will send (s if
+   block s is non-zero, else its announcement after s) and `exp` that block's
+   exponent: the switch registers them as the worker's sparse announcement, and the
+   lead result names the column's first sparse round (the minimum) and its exponent
+   (no forced round of block s: issue 10, item 4).
+2. Sparse rounds (flags |= AGG_FLAG_SPARSE).
+   A result for block m (or the lead) names the column's next round m' (`next_block`, the
    minimum of everyone's announcements) and its agreed exponent (`exp`).  A worker
    sends m' only if m' is the block it announced; it then announces
    min(next non-zero block of its own in the column, m' + lookahead*S)
@@ -60,7 +63,7 @@ from hosts.codec import BE, BLOCK, FLAGS, NEXT_BLOCK, SLOT, VER, lanes
 from hosts.consistency import LANES_USED, check_lead, lead_lanes
 from hosts.protocol import HeaderPacker
 from hosts.slots import SlotRun, check_call, save_versions, slot_versions, version_store
-from hosts.sparse_blocks import NONE, SparseStats, announcements, nonzero_kblocks
+from hosts.sparse_blocks import NONE, SparseStats, announcements, first_blocks, nonzero_kblocks
 from hosts.sparse_diagnostics import (DONE, LEAD, SPARSE, SparseMismatchError,  # noqa: F401
                                        SparseProtocolError, SparseRoundLostError,
                                        lost_message, timeout_message)
@@ -68,6 +71,7 @@ from hosts.sparse_diagnostics import (DONE, LEAD, SPARSE, SparseMismatchError,  
 K = wire.K
 FLAG_SPARSE = wire.CONST["AGG_FLAG_SPARSE"]
 FLAG_ACK = wire.CONST["AGG_FLAG_ACK"]
+FLAG_LEAD = wire.CONST["AGG_FLAG_LEAD"]
 # Rounds of a column a worker may announce ahead. Effectively unbounded: a worker announces
 # its own next non-zero block. (It was 64: at 1M int32, window 128 and density 0.01 that
 # forced ~100 zero rounds per worker on top of ~284 - issue 10, item 4.) A smaller bound
@@ -114,10 +118,12 @@ class SparseRun(SlotRun):
                          tree_of_slot, control, on_progress, SparseStats)
         nb, S = self.nblocks, self.S
         rows = self.blocks if self.is_float else np.frombuffer(self.raw, BE).reshape(nb, K)
-        self.ann = announcements(nonzero_kblocks(rows, block_size), S, lookahead).tolist()
+        mask = nonzero_kblocks(rows, block_size)
+        self.ann = announcements(mask, S, lookahead).tolist()
         self.phase = [LEAD] * S
         self.cur = list(range(S))              # block of the sparse round a slot is in
-        self.mine = list(range(S))             # block this worker announced last, per slot
+        # block this worker announced last, per slot: in the lead, its first block to send
+        self.mine = first_blocks(mask, self.ann, S)
         self.rnd = [0] * S                     # sparse rounds completed, per slot
         self.sent_data = [False] * S           # our first packet of this round was data
         self.sent_first = [False] * S          # we sent in this round (data or eager probe)
@@ -127,6 +133,8 @@ class SparseRun(SlotRun):
         lead = lead_lanes(length=self.length, window=S, dtype=arr.dtype)
         lead[SPARSE_LANE] = 1
         self.lead0 = lead.astype(BE).tobytes()
+        self.lead_hdr = HeaderPacker(job=job, worker=rank, flags=FLAG_LEAD)
+        self.lead_retx = HeaderPacker(job=job, worker=rank, flags=FLAG_LEAD | wire.FLAG_RETX)
         self.sp_hdr = HeaderPacker(job=job, worker=rank, flags=FLAG_SPARSE)
         self.sp_retx = HeaderPacker(job=job, worker=rank, flags=FLAG_SPARSE | wire.FLAG_RETX)
         self.sp_ack = HeaderPacker(job=job, worker=rank, flags=FLAG_SPARSE | FLAG_ACK)
@@ -137,7 +145,7 @@ class SparseRun(SlotRun):
     # -- sending ---------------------------------------------------------------------
     def _emit(self, s: int, fields: dict, body: bytes, retx: bool, now: float) -> None:
         if self.phase[s] == LEAD:
-            hdr = self.retx_hdr if retx else self.hdr
+            hdr = self.lead_retx if retx else self.lead_hdr
         else:
             hdr = self.sp_retx if retx else self.sp_hdr
         self.tx.send(hdr.pack(tree=self.trees[s], epoch=self.epoch, **fields) + body)
@@ -159,8 +167,9 @@ class SparseRun(SlotRun):
         """First packet of the slot's current round: lead, data, an eager probe or nothing."""
         nb, data = self.nblocks, False
         if self.phase[s] == LEAD:
+            first = self.mine[s]
             fields = dict(ver=self.v0[s] & 1, slot=s, block=s,
-                          exp=self.exps[s] if s < nb else 0, next_block=s if s < nb else NONE)
+                          exp=self.exps[first] if first != NONE else 0, next_block=first)
             self.packet[s] = (fields, self.lead0 if s == 0 else self.zero_body)
         elif self.cur[s] == self.mine[s]:
             m = self.cur[s]
@@ -211,7 +220,8 @@ class SparseRun(SlotRun):
         flags, s = FLAGS(w), SLOT(w)
         phase = self.phase[s]
         if phase == LEAD:
-            ok = not flags & FLAG_SPARSE and VER(w) == self.v0[s] & 1 and BLOCK(w) == s
+            ok = (not flags & FLAG_SPARSE and flags & FLAG_LEAD and VER(w) == self.v0[s] & 1
+                  and BLOCK(w) == s)
         else:
             ok = (phase == SPARSE and flags & FLAG_SPARSE and BLOCK(w) == self.cur[s]
                   and VER(w) == (self.sv0[s] + self.rnd[s]) & 1)
@@ -224,7 +234,7 @@ class SparseRun(SlotRun):
         if self.sent_first[s]:
             self.sample_rtt(s, w, now)
         if phase == LEAD:
-            self._lead_result(s, lanes(p))
+            self._lead_result(s, lanes(p), NEXT_BLOCK(w))
         else:
             acked = (VER(w), self.cur[s])
             self._sparse_result(s, lanes(p), NEXT_BLOCK(w))
@@ -237,7 +247,7 @@ class SparseRun(SlotRun):
             self._ack(s, *acked)                # no packet of the next round says it for us
         return True
 
-    def _lead_result(self, s: int, lanes: np.ndarray) -> None:
+    def _lead_result(self, s: int, lanes: np.ndarray, first: int) -> None:
         if s == 0:
             check_lead(lanes, n=self.n, rank=self.rank, length=self.length,
                        window=self.S, dtype=self.dtype)
@@ -245,10 +255,27 @@ class SparseRun(SlotRun):
                 raise SparseMismatchError(
                     f"rank {self.rank}: only {int(lanes[SPARSE_LANE])} of {self.n} workers run "
                     f"the sparse allreduce; all workers must pass the same sparse=")
-        self.phase[s] = SPARSE if self.nblocks else DONE
+        if first != NONE and (first < s or first % self.S != s) or first > self.mine[s]:
+            raise SparseProtocolError(
+                f"rank {self.rank}: slot {s} lead result names first block {first:#x} but this "
+                f"worker announced {self.mine[s]:#x}; the switch does not register sparse leads "
+                f"(AGG_FLAG_LEAD), or its state is stale")
+        self._settle(s, s, first)
+
+    def _settle(self, s: int, m: int, nxt: int) -> None:
+        """Blocks m, m+S, ... below nxt are settled (the ones nobody sent are zero); nxt
+        (NEXT_NONE: nothing more) is the column's next round."""
+        last = s + (self.nblocks - 1 - s) // self.S * self.S          # the column's last block
+        self.done += ((nxt if nxt != NONE else last + self.S) - m) // self.S
+        if self.on_progress is not None:
+            self.on_progress(self.done, self.nblocks)
+        if nxt == NONE:
+            self.phase[s] = DONE
+        else:
+            self.phase[s], self.cur[s] = SPARSE, nxt
 
     def _sparse_result(self, s: int, lanes: np.ndarray, nxt: int) -> None:
-        m, S = self.cur[s], self.S
+        m = self.cur[s]
         if nxt <= m or nxt > self.mine[s]:
             raise SparseProtocolError(
                 f"rank {self.rank}: slot {s} result for block {m} names next block {nxt:#x} "
@@ -260,14 +287,7 @@ class SparseRun(SlotRun):
             self.used_exp[m] = self.agreed[s]
         self.rnd[s] += 1
         self.stats.rounds += 1
-        last = s + (self.nblocks - 1 - s) // S * S          # the column's last block
-        self.done += ((nxt if nxt != NONE else last + S) - m) // S
-        if self.on_progress is not None:
-            self.on_progress(self.done, self.nblocks)
-        if nxt == NONE:
-            self.phase[s] = DONE
-        else:
-            self.cur[s] = nxt
+        self._settle(s, m, nxt)
 
     # -- the loop --------------------------------------------------------------------
     def timeout_message(self, idle: float) -> str:

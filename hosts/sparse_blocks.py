@@ -30,9 +30,9 @@ class SparseStats(AllreduceStats):
     """AllreduceStats plus what the sparse pipeline adds.
 
     blocks_sent: data K-blocks this worker sent (first transmissions; lead, probes
-    and retransmissions excluded); it includes the zero blocks the protocol makes
-    every worker send: block s of every column in the first sparse round, and a
-    look-ahead block at most every `lookahead` rounds of a column.
+    and retransmissions excluded): its non-zero blocks, plus, with a bounded look-ahead,
+    a zero block at most every `lookahead` rounds of a column (the lead announces each
+    column's first block, so no zero block s is forced).
     rounds: sparse rounds whose result this worker accepted (the union of all
     workers' sent blocks).  probes: zero packets sent while not participating.
     acks: header-only acknowledgements (results accepted without sending in the next round).
@@ -78,15 +78,22 @@ def announcements(mask: np.ndarray, S: int, lookahead: int) -> np.ndarray:
     return np.where(nxt < nb, nxt, NONE).astype(np.int64)
 
 
-def sent_blocks(ann: np.ndarray, S: int) -> list[int]:
-    """The K-blocks a worker with announcements `ann` sends: the chain s, ann[s], ... per column.
+def first_blocks(mask: np.ndarray, ann: np.ndarray, S: int) -> list[int]:
+    """Per column s < S, the first K-block a worker sends, announced in the lead round:
+    s if it is non-zero, else what it would announce after sending s (ann[s]); NONE for a
+    column beyond the array."""
+    return [NONE if s >= mask.size else s if mask[s] else int(ann[s]) for s in range(S)]
+
+
+def sent_blocks(mask: np.ndarray, ann: np.ndarray, S: int) -> list[int]:
+    """The K-blocks a worker with non-zero mask `mask` and announcements `ann` sends: the
+    chain first_blocks[s], ann[...], ... per column.
 
     Independent of the other workers: a worker sends exactly the blocks it announced
-    (plus block s of every column), whatever rounds the others add in between.
+    (the first one in the lead round), whatever rounds the others add in between.
     """
     out = []
-    for s in range(min(S, ann.size)):
-        m = s
+    for m in first_blocks(mask, ann, S):
         while m != NONE:
             out.append(m)
             m = int(ann[m])

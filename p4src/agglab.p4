@@ -33,8 +33,8 @@ struct meta_t {
 
 #include "include/parser.p4"
 #include "include/job.p4"         /* agg_job, agg_stats, AggOut: both pipelines */
-#include "include/aggregate.p4"   /* dense (SwitchML) */
 #include "include/sparse.p4"      /* AGG_FLAG_SPARSE packets (OmniReduce) */
+#include "include/aggregate.p4"   /* dense (SwitchML); a sparse lead also registers sp_next */
 #include "include/drop_sim.p4"
 #include "include/forward.p4"
 #include "include/deparser.p4"

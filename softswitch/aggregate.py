@@ -36,6 +36,9 @@ assert wire.FIELD_NAMES[:9] == ("job", "tree", "epoch", "flags", "ver", "slot", 
 FLAGS_OFF = wire.AGG_OFFSET + 3
 EXP_OFF = wire.AGG_OFFSET + 7
 BLOCK_OFF = wire.AGG_OFFSET + 8
+NEXT_OFF = wire.AGG_OFFSET + 12
+assert wire.FIELD_NAMES[9] == "next_block"
+FLAG_LEAD = C["AGG_FLAG_LEAD"]
 DATA_OFF = wire.AGG_OFFSET + wire.AGG_HEADER_BYTES
 DATA_END = DATA_OFF + wire.DATA_BYTES
 UDP_CSUM = wire.ETH_BYTES + wire.IPV4_BYTES + 6
@@ -61,15 +64,25 @@ def make_state() -> tuple[dict[str, RegisterArray], CounterArray]:
     """The top-level registers and the agg_stats counter of aggregate.p4."""
     regs = [RegisterArray("agg_values", 32, 2 * SLOTS * K), RegisterArray("agg_bitmap", 32, 2 * SLOTS),
             RegisterArray("agg_count", 8, 2 * SLOTS), RegisterArray("agg_exp", 8, 2 * SLOTS),
-            RegisterArray("agg_final", 8, 2 * SLOTS), RegisterArray("agg_block", 32, 2 * SLOTS)]
+            RegisterArray("agg_final", 8, 2 * SLOTS), RegisterArray("agg_block", 32, 2 * SLOTS),
+            RegisterArray("agg_rnext", 32, 2 * SLOTS)]
     return {r.name: r for r in regs}, CounterArray("agg_stats", C["AGG_STATS_SIZE"])
 
 
+def _next_of(frame) -> int:
+    return int.from_bytes(frame[NEXT_OFF:NEXT_OFF + 4], "big")
+
+
 class Aggregate:
-    def __init__(self, registers: dict[str, RegisterArray], stats: CounterArray, on_complete=None):
-        """on_complete(r, o): called when a round completes at this switch (agglab.p4 then
-        applies the sparse pipeline's SparseRearm: softswitch.sparse.Sparse.rearm)."""
+    def __init__(self, registers: dict[str, RegisterArray], stats: CounterArray, on_complete=None,
+                 lead=None):
+        """on_complete(r, o, flags): called when a round completes at this switch (agglab.p4
+        then applies the sparse pipeline's SparseRearm: softswitch.sparse.Sparse.rearm).
+        lead: the sparse pipeline (softswitch.sparse.Sparse), whose announce/first a sparse
+        call's lead round (AGG_FLAG_LEAD) uses to register every child's first sparse block
+        and to name the column's first sparse round in the result."""
         self.on_complete = on_complete
+        self.lead = lead
         self.agg_reply = Table(
             "agg_reply", [KeySpec("standard_metadata.egress_port", "exact", 9)],
             {AGG_SET_DST: [("smac", 48), ("sip", 32), ("dmac", 48), ("dip", 32)], "drop": []},
@@ -80,6 +93,7 @@ class Aggregate:
         self.exp = registers["agg_exp"].data
         self.final = registers["agg_final"].data
         self.block = registers["agg_block"].data
+        self.rnext = registers["agg_rnext"].data
         self.stats = stats
         self._dst_bytes: dict[tuple, tuple[bytes, bytes]] = {}
 
@@ -90,7 +104,22 @@ class Aggregate:
         pexp = frame[EXP_OFF]
         if parent is None:
             return self._from_parent(frame, r, fan_in, mgrp, flags, pexp)
-        return self._contribute(port, frame, r, o, 1 << child, fan_in, mgrp, parent, flags, pexp)
+        first = not self.bitmap.item(r) >> child & 1
+        lead = flags & FLAG_LEAD and self.lead is not None
+        if first and lead:                                # a sparse lead: the child's first block
+            self.lead.announce(r, child, _next_of(frame), pexp)
+        out = self._contribute(port, frame, r, o, 1 << child, fan_in, mgrp, parent, flags, pexp)
+        if out is None:
+            return None
+        if first:                                         # completed here: the result's next
+            if lead:                                      # the column's first sparse round
+                n, e = self.lead.first(r, fan_in)
+                self.exp[r] = out[0][EXP_OFF] = e
+            else:
+                n = _next_of(frame)
+            self.rnext[r] = n
+        out[0][NEXT_OFF:NEXT_OFF + 4] = self.rnext.item(r).to_bytes(4, "big")   # and duplicates'
+        return out
 
     def _contribute(self, port, frame, r, o, bit, fan_in, mgrp, parent, flags, pexp):
         """A child's packet at the root (parent < 0) or at an inner switch."""
@@ -105,7 +134,7 @@ class Aggregate:
             if obm & bit:
                 bitmap[o] = obm & ~bit                    # shadow copy: free the other version
             # EXERCISE END
-            # EXERCISE aggregate-add BEGIN hint: first contribution (bm == 0) copies the lanes, later ones add them (np.add, out=lanes); keep the max exponent, count, set the child's bit; when count == fan_in: call self.on_complete(r, o) if set (re-arms the sparse state), then the root multicasts a RESULT (final=1), an inner switch sends the partial up
+            # EXERCISE aggregate-add BEGIN hint: first contribution (bm == 0) copies the lanes, later ones add them (np.add, out=lanes); keep the max exponent, count, set the child's bit; when count == fan_in: call self.on_complete(r, o, flags) if set (re-arms the sparse state), then the root multicasts a RESULT (final=1), an inner switch sends the partial up
             lanes = self.values[lo:lo + K]
             pkt = np.frombuffer(frame, BE_U32, K, DATA_OFF)
             if bm == 0:
@@ -124,7 +153,7 @@ class Aggregate:
                 return None
             self.stats.count(STAT_COMPLETE, len(frame))
             if self.on_complete is not None:
-                self.on_complete(r, o)
+                self.on_complete(r, o, flags)
             if parent < 0:
                 self.final[r] = 1
                 return emit(frame, lanes, e, flags | RESULT_FLAG), 0, mgrp, RESULT
@@ -149,6 +178,7 @@ class Aggregate:
         pkt = np.frombuffer(frame, BE_U32, K, DATA_OFF)
         self.values[r * K:(r + 1) * K] = pkt
         self.exp[r] = pexp
+        self.rnext[r] = _next_of(frame)
         self.final[r] = 1
         return emit(frame, pkt, pexp, flags | RESULT_FLAG), 0, mgrp, RESULT
 

@@ -49,7 +49,8 @@ class Pipeline:
         self.drop_sim = DropSim(self.stats, seed)
         self.agg_job = job_table()               # JobRole: one lookup for both pipelines
         self.sparse = sparse.Sparse(self.register_arrays, self.stats)
-        self.aggregate = Aggregate(self.register_arrays, self.stats, on_complete=self.sparse.rearm)
+        self.aggregate = Aggregate(self.register_arrays, self.stats, on_complete=self.sparse.rearm,
+                                   lead=self.sparse)
         self.forward = Forward()
         self.mc = Multicast()
         self.tables = {t.name: t for t in (

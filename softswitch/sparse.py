@@ -32,6 +32,7 @@ K, SLOTS, MAX_WORKERS, NONE = wire.K, wire.SLOTS, wire.MAX_WORKERS, wire.NEXT_NO
 FLAG_RESULT = wire.FLAG_RESULT
 FLAG_SPARSE = wire.CONST["AGG_FLAG_SPARSE"]
 FLAG_ACK = wire.CONST["AGG_FLAG_ACK"]
+FLAG_LEAD = wire.CONST["AGG_FLAG_LEAD"]
 STAT_SP_HOLD = wire.CONST["STAT_SP_HOLD"]
 assert wire.FIELD_NAMES == ("job", "tree", "epoch", "flags", "ver", "slot", "worker", "exp",
                             "block", "next_block")
@@ -74,15 +75,35 @@ class Sparse:
                                                             "sp_final")]
         self.stats = stats
 
-    def rearm(self, r: int, o: int) -> None:
+    def rearm(self, r: int, o: int, flags: int = 0) -> None:
         """sparse.p4's SparseRearm: a dense round (a sparse call's lead round) completed on
         this slot, so every child is past any earlier call: forget its held rounds and
         announcements (as a register reset), or the last call's AGG_NEXT_NONE announcements
-        would complete the next call's first round with one contribution."""
+        would complete the next call's first round with one contribution.  A sparse lead
+        (AGG_FLAG_LEAD) keeps the announcements: its children just registered their first
+        blocks (announce)."""
         for v in (r, o):
             self.block[v] = self.bitmap[v] = self.ack[v] = self.done[v] = self.final[v] = 0
+        if not flags & FLAG_LEAD:
+            cb = (r % SLOTS) * MAX_WORKERS
+            self.next_cells[cb:cb + MAX_WORKERS] = 0
+
+    def announce(self, r: int, child: int, nxt: int, e: int) -> None:
+        """A child's first copy of a sparse lead: its first sparse block of the column and
+        that block's exponent, as a sparse packet's next_block/exp (aggregate.p4)."""
         cb = (r % SLOTS) * MAX_WORKERS
-        self.next_cells[cb:cb + MAX_WORKERS] = 0
+        self.next[cb + child] = nxt
+        self.exp_next[cb + child] = e
+
+    def first(self, r: int, fan_in: int) -> tuple[int, int]:
+        """A sparse lead completed: (n, e) = the column's first sparse round (the min of the
+        children's announcements) and its exponent (the max of those who announced n)."""
+        cb = (r % SLOTS) * MAX_WORKERS
+        end = cb + (fan_in if fan_in < MAX_WORKERS else MAX_WORKERS)
+        nexts = self.next[cb:end]
+        n = min(nexts) if end > cb else NONE
+        exps = self.exp_next[cb:end]
+        return n, max((exps[i] for i, nx in enumerate(nexts) if nx == n), default=0)
 
     def rearm_many(self, r, o) -> None:
         """`rearm` for arrays of slot versions of distinct slots (softswitch/batch.py)."""

@@ -126,7 +126,7 @@ MISTAKES = {        # a plausible mistake in a region -> the check that must cat
                            "two allreduces in a row (software switch)"),
     "completion forgets the sparse re-arm": (1, "softswitch/aggregate.py",
                                              "            if self.on_complete is not None:\n"
-                                             "                self.on_complete(r, o)\n", "",
+                                             "                self.on_complete(r, o, flags)\n", "",
                                              "conformance sparse_rearm (software switch)"),
     "max(next) instead of min(next)": (3, "softswitch/sparse.py", "n = min(nexts) if end > cb else NONE",
                                        "n = max(nexts) if end > cb else NONE",

@@ -34,10 +34,11 @@ def ok(results):
 
 def blocks_a_worker_sends(array, window, block_size=K, lookahead=DEFAULT_LOOKAHEAD) -> list[int]:
     """design.md, written as loops: with S = min(window, K-blocks) columns (column s holds
-    K-blocks s, s+S, ...), a worker first sends block s of every column; after sending m it
-    announces, and later sends, the first K-block after m in m's column whose block_size
-    block holds a non-zero value, or m + lookahead*S if that comes first; nothing beyond
-    the array."""
+    K-blocks s, s+S, ...), after (virtually) sending m a worker announces, and later sends,
+    the first K-block after m in m's column whose block_size block holds a non-zero value,
+    or m + lookahead*S if that comes first; nothing beyond the array.  Its first block of a
+    column, announced in the lead round, is s if that block holds a non-zero value, else
+    what it would announce after s (no forced zero block s)."""
     flat = np.asarray(array).reshape(-1)
     nb = -(-flat.size // K)
     per_big = block_size // K
@@ -45,9 +46,11 @@ def blocks_a_worker_sends(array, window, block_size=K, lookahead=DEFAULT_LOOKAHE
     S = min(window, max(nb, 1))
     sent = []
     for s in range(min(S, nb)):
-        m = s
+        m, first = s, True
         while m < nb:
-            sent.append(m)
+            if not first or big_nonzero[m // per_big]:
+                sent.append(m)
+            first = False
             nxt = m + S
             while nxt < nb and nxt < m + lookahead * S and not big_nonzero[nxt // per_big]:
                 nxt += S
@@ -60,15 +63,17 @@ def expected_blocks_sent(array, window, block_size=K, lookahead=DEFAULT_LOOKAHEA
 
 
 @pytest.mark.parametrize("nb,nonzero,S,block_size,lookahead,sent", [
-    # column 0 = 0 2 4 6 8, column 1 = 1 3 5 7 9; non-zero K-blocks 3 and 8; look-ahead 2 rounds:
-    # col 0: 0, then 8 is beyond 0+2*2 so 4, then 8; col 1: 1, 3, then nothing before 3+4 so 7
-    (10, {3, 8}, 2, K, 2, [0, 1, 3, 4, 7, 8]),
-    (10, {3, 8}, 2, K, 64, [0, 1, 3, 8]),            # no look-ahead bound within the array
-    (10, set(), 2, K, 64, [0, 1]),                   # first round only
-    (10, set(), 1, K, 3, [0, 3, 6, 9]),              # one column: every third block
+    # column 0 = 0 2 4 6 8, column 1 = 1 3 5 7 9; non-zero K-blocks 3 and 8; look-ahead 2 rounds.
+    # The lead announces the first block: col 0: 0 is zero, 8 is beyond 0+2*2 so 4, then 8;
+    # col 1: 1 is zero so 3, then nothing before 3+4 so 7
+    (10, {3, 8}, 2, K, 2, [3, 4, 7, 8]),
+    (10, {0, 8}, 2, K, 2, [0, 4, 5, 8, 9]),          # col 0 starts at its non-zero 0; col 1 (all zero): 1+4=5, 9
+    (10, {3, 8}, 2, K, 64, [3, 8]),                  # no look-ahead bound within the array
+    (10, set(), 2, K, 64, []),                       # nothing at all: the lead settles everything
+    (10, set(), 1, K, 3, [3, 6, 9]),                 # one column: every third block after 0
     # 2K blocks: K-block 5 non-zero makes 4 and 5 travel (2K-block 2); S=3: cols 0 3 6 9 / 1 4 7 / 2 5 8
-    (10, {5}, 3, 2 * K, 64, [0, 1, 2, 4, 5]),
-    (7, {6}, 4, K, 64, [0, 1, 2, 3, 6]),             # columns 0 4 / 1 5 / 2 6 / 3: 6 follows 2
+    (10, {5}, 3, 2 * K, 64, [4, 5]),
+    (7, {6}, 4, K, 64, [6]),                         # columns 0 4 / 1 5 / 2 6 / 3: 6 is 2's first
 ])
 def test_blocks_sent_rule_by_hand(nb, nonzero, S, block_size, lookahead, sent):
     """The hand-worked layouts (comments) pin both the test's loop rule and the agent's
@@ -78,7 +83,7 @@ def test_blocks_sent_rule_by_hand(nb, nonzero, S, block_size, lookahead, sent):
         x[b * K + 1] = 1
     assert blocks_a_worker_sends(x, S, block_size, lookahead) == sent
     mask = nonzero_kblocks(x.reshape(nb, K), block_size)
-    assert sent_blocks(announcements(mask, S, lookahead), S) == sent
+    assert sent_blocks(mask, announcements(mask, S, lookahead), S) == sent
 
 
 @pytest.mark.parametrize("pattern", ["random", "overlap", "disjoint"])
@@ -115,7 +120,7 @@ def test_int32_wraparound_and_workers_without_any_non_zero_block():
     for rank, (out, stats) in enumerate(results):
         assert np.array_equal(out, expected)
         assert stats.blocks_sent == expected_blocks_sent(arrays[rank], 6)
-    assert results[1][1].blocks_sent == 6                # only the first round of each column
+    assert results[1][1].blocks_sent == 0                # nothing: its lead announced none
     big = np.sum([a.astype(np.int64) for a in arrays], axis=0)
     assert np.any(big != expected)                       # some sums really wrapped
 
@@ -126,11 +131,10 @@ def test_all_zero_for_all_workers_and_odd_shapes(shape):
     arrays = [np.zeros(shape, np.int32) for _ in range(n)]
     for out, stats in ok(sparse_net(n).run(arrays, sparse=True, window=4, give_up=10)):
         assert out.shape == shape and out.dtype == np.int32 and not out.any()
-        assert stats.blocks_sent == stats.slots * (stats.blocks > 0)
-        assert stats.rounds == stats.blocks_sent
+        assert stats.blocks_sent == 0 and stats.rounds == 0   # the lead settles every column
 
 
-@pytest.mark.parametrize("block_size,sent", [(K, [9, 9]), (4 * K, [12, 12])])
+@pytest.mark.parametrize("block_size,sent", [(K, [2, 1]), (4 * K, [8, 4])])
 def test_block_size_all_sub_blocks_travel(block_size, sent):
     """One non-zero value in a few 4K-blocks: with block_size 4K all four K-blocks travel."""
     n, length, window = 2, 64 * 4 * 20, 8                   # 80 K-blocks, 10 per column
@@ -142,7 +146,7 @@ def test_block_size_all_sub_blocks_travel(block_size, sent):
     for rank, (out, stats) in enumerate(results):
         assert np.array_equal(out, arrays[0] + arrays[1])
         assert stats.blocks_sent == expected_blocks_sent(arrays[rank], window, block_size)
-        # first round (K-blocks 0..7) plus {31} / {49}, or the whole 4K-blocks 28..31 / 48..51
+        # K-blocks {0, 31} / {49}, or the whole 4K-blocks 0..3 and 28..31 / 48..51
         assert stats.blocks_sent == sent[rank]
     with pytest.raises(ValueError, match="multiple of K"):
         allreduce(arrays[0], transport=None, rank=0, workers=1, sparse=True, block_size=K + 1)
@@ -169,8 +173,8 @@ def test_float32_within_error_bound(pattern):
 
 
 def test_lookahead_bounds_silence_and_costs_one_block_per_bound():
-    """Worker 1 has a single non-zero block at the end of a long column: with lookahead 4
-    it still sends a zero block every 4 rounds."""
+    """Worker 1 has a single non-zero block at the end of a long column (block 39): with
+    lookahead 4 it still sends a zero block every 4 rounds (4, 8, ..., 36, then 39)."""
     n, length = 2, 64 * 40
     arrays = [np.arange(length, dtype=np.int32), np.zeros(length, np.int32)]
     arrays[1][-1] = 5
@@ -180,7 +184,7 @@ def test_lookahead_bounds_silence_and_costs_one_block_per_bound():
         for rank, (out, stats) in enumerate(results):
             assert np.array_equal(out, arrays[0] + arrays[1])
             assert stats.blocks_sent == expected_blocks_sent(arrays[rank], 1, lookahead=la)
-        assert results[1][1].blocks_sent == {1: 40, 4: 11, 64: 2}[la]
+        assert results[1][1].blocks_sent == {1: 39, 4: 10, 64: 1}[la]
 
 
 def test_dense_and_sparse_workers_in_one_job_raise():
@@ -192,16 +196,17 @@ def test_dense_and_sparse_workers_in_one_job_raise():
 
 
 class _Scripted:
-    """One worker on a Pipeline, answered at once; `next_of` rewrites the sparse results'
-    next_block (to play a switch with stale sp_next registers)."""
+    """One worker on a Pipeline, answered at once; `next_of` rewrites the next_block of the
+    results with flag `flag` (sparse, or the lead) (to play a switch with stale sp_next
+    registers)."""
 
-    def __init__(self, next_of):
-        self.switch, self.out, self.next_of = sparse_net(1).switch, [], next_of
+    def __init__(self, next_of, flag=wire.CONST["AGG_FLAG_SPARSE"]):
+        self.switch, self.out, self.next_of, self.flag = sparse_net(1).switch, [], next_of, flag
 
     def send(self, payload):
         for _port, frame in self.switch.process(1, make_frame(0, payload)):
             res = bytes(frame[wire.AGG_OFFSET:])
-            if _get(res, "flags") & wire.CONST["AGG_FLAG_SPARSE"]:
+            if _get(res, "flags") & self.flag:
                 res = _with_next(res, self.next_of(_get(res, "next_block")))
             self.out.append(res)
 
@@ -220,13 +225,18 @@ def test_result_naming_a_later_next_than_announced_is_refused():
     """A switch whose sp_next still holds another run's announcements (a second sparse run
     without reset) can name a next block beyond this worker's own: refusing beats summing."""
     x = np.zeros(64 * 10, np.int32)
-    x[3 * K] = 1                                             # worker announces block 3
+    x[[0, 3 * K]] = 1                                        # sends block 0, announces block 3
     out = allreduce(x, transport=_Scripted(lambda nxt: nxt), rank=0, workers=1, window=1,
                     sparse=True)
     assert np.array_equal(out, x)
-    with pytest.raises(SparseProtocolError, match="announced 0x3.*stale"):
+    with pytest.raises(SparseProtocolError, match="block 0 names next block.*announced 0x3.*stale"):
         allreduce(x, transport=_Scripted(lambda nxt: wire.NEXT_NONE), rank=0, workers=1,
                   window=1, sparse=True)
+    x[0] = 0                                                 # the lead announces block 3
+    with pytest.raises(SparseProtocolError, match="lead result names first block 0xffffffff.*"
+                                                  "announced 0x3.*stale"):
+        allreduce(x, transport=_Scripted(lambda nxt: wire.NEXT_NONE, wire.CONST["AGG_FLAG_LEAD"]),
+                  rank=0, workers=1, window=1, sparse=True)
 
 
 def test_progress_and_trees():

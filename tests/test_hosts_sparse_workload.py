@@ -117,9 +117,11 @@ def test_announcements_match_a_plain_scan(mask, S, L):
     mask = np.array(mask, dtype=bool)
     ann = announcements(mask, S, L)
     assert ann.tolist() == _reference_ann(mask.tolist(), S, L)
-    sent = sent_blocks(ann, S)
+    sent = sent_blocks(mask, ann, S)
     assert set(np.nonzero(mask)[0].tolist()) <= set(sent)          # every non-zero block travels
-    assert set(range(min(S, mask.size))) <= set(sent)               # and block s of each column
     for s in range(min(S, mask.size)):                              # silence never exceeds L rounds
-        col = [b for b in sent if b % S == s]
+        col = [b for b in sent if b % S == s]                       # (the lead announces the first:
         assert all(b2 - b1 <= L * S for b1, b2 in zip(col, col[1:]))
+        assert not col or col[0] <= s + L * S                       # at most L rounds after s)
+        if mask[s]:
+            assert col[0] == s

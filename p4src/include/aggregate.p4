@@ -18,6 +18,7 @@ register<bit<8>>(2 * AGG_SLOTS) agg_count;
 register<bit<8>>(2 * AGG_SLOTS) agg_exp;
 register<bit<8>>(2 * AGG_SLOTS) agg_final;   /* 1: agg_values[r] is the tree's result */
 register<bit<32>>(2 * AGG_SLOTS) agg_block;  /* block of the round held in r (read by the reroute carry) */
+register<bit<32>>(2 * AGG_SLOTS) agg_rnext;  /* next_block of the round's result (a sparse lead: min next) */
 
 #define AGG_ADD_LANE(i) LANE_ADD(agg_values, i)
 #define AGG_COPY_LANE(i) LANE_COPY(agg_values, i)
@@ -36,6 +37,11 @@ control Aggregate(inout headers_t hdr, inout meta_t meta,
     bit<8>  cnt;
     bit<8>  e;
     bit<8>  fin;
+    bit<32> cbase;  /* first sp_next cell of the slot (sparse lead) */
+    bit<32> n;
+    bit<32> nx;
+    bit<8>  ex;
+    bit<8>  lexp;   /* the packet's exp as sent (a sparse lead: its announcement) */
 
     apply {
         r = meta.r;
@@ -48,6 +54,7 @@ control Aggregate(inout headers_t hdr, inout meta_t meta,
                 if (cnt == meta.fan_in) {
                     AGG_FOR_EACH_VALUE(AGG_STORE_LANE)
                     agg_exp.write(r, hdr.agg.exp);
+                    agg_rnext.write(r, hdr.agg.next_block);
                     agg_final.write(r, 1);
                     meta.verdict = OUT_MCAST;
                 }   /* else a stale result: dropped */
@@ -56,6 +63,7 @@ control Aggregate(inout headers_t hdr, inout meta_t meta,
             @atomic {
                 agg_bitmap.read(bm, r);
                 if ((bm & mask) == 0) {
+                    lexp = hdr.agg.exp;    /* before a completion overwrites it */
                     if (bm == 0) {
                         agg_block.write(r, hdr.agg.block);   /* a round starts: which one */
                     }
@@ -85,6 +93,26 @@ control Aggregate(inout headers_t hdr, inout meta_t meta,
                         meta.verdict = OUT_DONE;
                     }
                     // EXERCISE END
+                    if ((hdr.agg.flags & AGG_FLAG_LEAD) != 0) {
+                        /* a sparse call's lead: the child announces its first
+                         * sparse block of the column (sparse.p4's sp_next) */
+                        cbase = meta.slot_idx * AGG_MAX_WORKERS;
+                        sp_next.write(cbase + (bit<32>)meta.child, hdr.agg.next_block);
+                        sp_exp_next.write(cbase + (bit<32>)meta.child, lexp);
+                        if (meta.verdict == OUT_DONE) {
+                            /* the result names the column's first sparse round
+                             * and its exponent, as a sparse result does */
+                            n = AGG_NEXT_NONE;
+                            e = 0;
+                            AGG_FOR_EACH_CHILD(SP_MIN_CHILD)
+                            hdr.agg.next_block = n;
+                            hdr.agg.exp = e;
+                            agg_exp.write(r, e);
+                        }
+                    }
+                    if (meta.verdict == OUT_DONE) {
+                        agg_rnext.write(r, hdr.agg.next_block);
+                    }
                 } else {
                     // EXERCISE aggregate-duplicate BEGIN hint: bit already set: before completion count STAT_DUP_DROP (and drop); after it copy the stored lanes (AGG_COPY_LANE), agg_exp and agg_final into the packet and set meta.verdict = OUT_DUP
                     agg_count.read(cnt, r);
@@ -99,6 +127,9 @@ control Aggregate(inout headers_t hdr, inout meta_t meta,
                         meta.verdict = OUT_DUP;
                     }
                     // EXERCISE END
+                    if (meta.verdict == OUT_DUP) {
+                        agg_rnext.read(hdr.agg.next_block, r);   /* the result's next */
+                    }
                 }
             }
         }

@@ -20,6 +20,7 @@
 #define AGG_FLAG_RETX    2           /* worker retransmission (informational) */
 #define AGG_FLAG_SPARSE  4           /* sparse (OmniReduce) pipeline           */
 #define AGG_FLAG_ACK     8           /* sparse: header-only acknowledgement    */
+#define AGG_FLAG_LEAD    16          /* dense lead round of a sparse call: next_block/exp announce the sender's first sparse block */
 #define AGG_NEXT_NONE    0xFFFFFFFF  /* next_block value meaning "no more"    */
 #define AGG_EXP_BIAS     128         /* exp field = exponent + AGG_EXP_BIAS   */
 

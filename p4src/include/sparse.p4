@@ -221,7 +221,9 @@ control Sparse(inout headers_t hdr, inout meta_t meta,
  * would complete the new call's first round with one contribution, and its held
  * rounds (larger sp_block) would make the new call's packets look stale.  Cleared:
  * what a new round reads before writing it (both versions' block, bitmap, ack,
- * done, final; every child's next: 0 holds the min down until each announced). */
+ * done, final; every child's next: 0 holds the min down until each announced),
+ * except that a sparse lead (AGG_FLAG_LEAD) keeps the children's next: its
+ * packets registered every child's first block (aggregate.p4). */
 #define SP_REARM_CHILD(i) sp_next.write(cbase + i, 0);
 
 control SparseRearm(inout headers_t hdr, inout meta_t meta,
@@ -241,7 +243,10 @@ control SparseRearm(inout headers_t hdr, inout meta_t meta,
             sp_done.write(meta.o, 0);
             sp_final.write(meta.r, 0);
             sp_final.write(meta.o, 0);
-            AGG_FOR_EACH_CHILD(SP_REARM_CHILD)
+            if ((hdr.agg.flags & AGG_FLAG_LEAD) == 0) {
+                /* a sparse lead registered every child's first block instead */
+                AGG_FOR_EACH_CHILD(SP_REARM_CHILD)
+            }
         }
     }
 }
