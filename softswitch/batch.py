@@ -32,7 +32,8 @@ from __future__ import annotations
 import numpy as np
 
 from ground import wire
-from softswitch.aggregate import (AGG_SET_DST, BE_U32, BLOCK_OFF, DATA_END, DATA_OFF, EXP_OFF, FLAGS_OFF,
+from softswitch.aggregate import (AGG_SET_DST, BE_U32, BLOCK_OFF, DATA_END, DATA_OFF, EXP_OFF, FLAG_LEAD, FLAGS_OFF,
+                                  NEXT_OFF,
                                   RESULT_FLAG, STAT_COMPLETE, STAT_CONTRIB, UDP_CSUM, UP_FLAGS)
 from softswitch.roles import AGG_CHILD, AGG_CHILD_OF, ANY_WORKER
 
@@ -76,6 +77,7 @@ class DenseBatch:
         self.bitmap, self.count = regs["agg_bitmap"].data, regs["agg_count"].data
         self.exp, self.final = regs["agg_exp"].data, regs["agg_final"].data
         self.block = regs["agg_block"].data
+        self.rnext = regs["agg_rnext"].data
         self.stats = p.stats
         self.rearm = p.sparse.rearm_many
         self._seen = np.zeros(SLOTS, dtype=np.int64)      # scratch of the distinct-slot test
@@ -131,6 +133,8 @@ class DenseBatch:
         fixed[9:] = hdr[0, AGG:AGG + 3]
         if not ((hdr[:, _FIXED_COLS] == fixed).all() and ((hdr[:, _MASK_COLS] & _MASKS) == _MASKED).all()):
             return None
+        if (hdr[:, FLAGS_OFF] & FLAG_LEAD).any():
+            return None                                   # a sparse lead registers the child's next
         job, tree, epoch = (int(v) for v in fixed[9:])
         action, params = self.agg_job.exact.get((job, tree, epoch, iport), self.agg_job.default)
         if action == AGG_CHILD:
@@ -193,6 +197,7 @@ class DenseBatch:
         stats.packets[STAT_COMPLETE] += m
         stats.bytes[STAT_COMPLETE] += m * FRAME
         rc = r[done]
+        self.rnext[rc] = rows[done, NEXT_OFF:NEXT_OFF + 4].view(BE_U32)[:, 0]   # duplicates answer it
         self.rearm(rc, o[done])
         out = rows[done, :FRAME]                          # a copy: the frames that completed
         out[:, DATA_OFF:DATA_END].view(BE_U32)[:] = lanes[done]
