@@ -261,6 +261,11 @@ def run_batches(clients: dict[str, SwitchClient], batches: dict[str, list[str]],
     pending = {sw: clients[sw].send_commands(lines) for sw, lines in batches.items() if lines}
     if sent is not None:
         sent()
+    return _collect_all(pending, each)
+
+
+def _collect_all(pending: dict[str, Callable[[], list[str]]], each=None) -> dict[str, list[str]]:
+    """Every switch's answers, in turn; the first error is raised once all were read."""
     outs, failed = {}, None
     for sw, collect in pending.items():
         try:
@@ -283,15 +288,7 @@ def run_built(clients: dict[str, SwitchClient], switches, build: Callable[[str],
         lines = build(sw)
         if lines:
             pending[sw] = clients[sw].send_commands(lines)
-    outs, failed = {}, None
-    for sw, collect in pending.items():
-        try:
-            outs[sw] = collect()
-        except SwitchCommandError as exc:
-            failed = failed or exc
-    if failed:
-        raise failed
-    return outs
+    return _collect_all(pending)
 
 
 class SoftSwitchClient(SwitchClient):
