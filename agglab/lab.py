@@ -103,22 +103,20 @@ class LabCLI(CLI):
         """kill SWITCH: kill -9 the switch's process: all its links fail at once. The controller sees
         the process exit, reroutes the active trees around it (new epoch) or, if that cuts a worker
         off, tells every agent the workers are partitioned."""
-        sw = self._switch_arg(line, "kill")
-        if sw:
-            try:
-                self.session.kill_switch(sw)
-                print(f"killed {sw}")
-            except (ValueError, RuntimeError) as exc:
-                print(str(exc).splitlines()[0])
+        self._on_switch(line, "kill", self.session.kill_switch, "killed")
 
     def do_restart(self, line):
         """restart SWITCH: start a killed switch again (empty tables), re-program its forwarding and
         drop simulator; the trees are recomputed with it (now, or before the next allreduce if one runs)."""
-        sw = self._switch_arg(line, "restart")
+        self._on_switch(line, "restart", self.session.restart_switch, "restarted")
+
+    def _on_switch(self, line, verb: str, action, done: str) -> None:
+        """kill/restart: the switch named in `line`, one line for a refusal."""
+        sw = self._switch_arg(line, verb)
         if sw:
             try:
-                self.session.restart_switch(sw)
-                print(f"restarted {sw}")
+                action(sw)
+                print(f"{done} {sw}")
             except (ValueError, RuntimeError) as exc:
                 print(str(exc).splitlines()[0])
 
