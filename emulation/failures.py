@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+from ground import progress
 from ground.runspec import FailSpec, SwitchFailSpec
 from controller.job import REROUTE_PHASES
 
@@ -20,11 +21,11 @@ def read_progress(files: list[Path]) -> float:
     """The slowest worker's fraction done (0 until every worker has reported)."""
     fractions = []
     for f in files:
-        try:
-            done, total = f.read_text().split()
-            fractions.append(int(done) / max(1, int(total)))
-        except (OSError, ValueError):
+        reported = progress.read(f)
+        if reported is None:
             return 0.0
+        done, total = reported
+        fractions.append(done / max(1, total))
     return min(fractions) if fractions else 0.0
 
 

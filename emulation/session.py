@@ -30,6 +30,7 @@ from emulation.failures import FailureInjector
 from emulation.fidelity import FidelityProbe
 from emulation.network import EmulatedNetwork
 from ground.addresses import SERVICE_IP
+from ground import progress as progress_file
 from ground.paths import REPO
 from ground.runspec import RunPlan, RunSpec, WorkerSeat
 from hosts.checker import check
@@ -481,7 +482,7 @@ def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, nam
 
 class ProgressBar:
     """Blocks done by all workers and their rate, on stderr (tqdm), from the progress files
-    the workers rewrite as they go ('done total', hosts/worker.py ProgressFile)."""
+    the workers rewrite as they go (ground/progress.py)."""
 
     def __init__(self, files: list[Path]):
         from tqdm import tqdm
@@ -494,11 +495,9 @@ class ProgressBar:
         done = total = 0
         reported = 0
         for f in self.files:
-            try:
-                d, t = f.read_text().split()
-                done, total, reported = done + int(d), total + int(t), reported + 1
-            except (OSError, ValueError):
-                continue
+            seen = progress_file.read(f)
+            if seen is not None:
+                done, total, reported = done + seen[0], total + seen[1], reported + 1
         if reported == len(self.files) and self.bar.total != total:
             self.bar.total = total
             self.bar.refresh()

@@ -46,7 +46,8 @@ class Communicator:
 
     def __init__(self, plan: RunPlan, rank: int, transport=None):
         from hosts.transport import UdpTransport
-        from hosts.worker import EpochFile, ProgressFile
+        from ground.progress import ProgressFile
+        from hosts.worker import EpochFile
 
         self.plan, self.spec, self.rank = plan, plan.spec, rank
         self.seat = plan.seats[rank]

@@ -6,7 +6,7 @@ Run it inside a host's network namespace (the lab: `h3 .venv/bin/python -m hosts
 --iface h3-eth0 ...`); it sends Ethernet/IPv4/UDP frames to the aggregation service address on
 the aggregation UDP port, mixing (round-robin over a seeded shuffle):
 
-- `scapy`: scapy's `fuzz()` of the aggregation header (hosts/protocol.py's `Agg` layer: every
+- `scapy`: scapy's `fuzz()` of the aggregation header (hosts/scapy_layer.py's `Agg` layer: every
   field random: job, tree, epoch, flags, version, slot, worker, exp, blocks), K random values;
 - `random`: job/tree/epoch/version/slot/worker drawn at random, a well-formed packet otherwise;
 - `truncated`: a frame cut anywhere after its Ethernet header and before the K values end;
@@ -89,7 +89,7 @@ class Fuzzer:
             return self.last
         if kind == "scapy":
             from scapy.packet import fuzz
-            from hosts.protocol import Agg
+            from hosts.scapy_layer import Agg
 
             agg = bytes(fuzz(Agg(values=[r.randrange(-2**31, 2**31) for _ in range(wire.K)])))
             out = frame(self.mac, self.ip, agg[:wire.PAYLOAD_BYTES]), "no_entry"

@@ -1,4 +1,5 @@
-"""The aggregation packet on the host side: a scapy layer and fast plain helpers.
+"""The aggregation packet on the host side: fast plain helpers (the scapy layer is
+hosts/scapy_layer.py).
 
 Why two representations: scapy is the convenient way to build, dissect and
 print packets in tests, pcaps and debugging, but it costs tens of
@@ -6,15 +7,14 @@ microseconds per packet, far too much for the data path of eight agents on two
 cores.  The data path therefore uses `encode`/`decode` and `HeaderPacker`
 (struct + numpy only).  Both are generated from `ground.wire` (which reads the
 P4 headers), and tests/test_hosts_protocol.py proves they produce the same
-bytes, so neither can drift from the P4 program.
+bytes, so neither can drift from the P4 program. Why two modules: importing scapy
+costs each agent process a third of a second of CPU at start, while seven other
+agents and the switch already run; the data path never needs it.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from scapy.fields import BitField, FieldListField, SignedIntField
-from scapy.layers.inet import UDP
-from scapy.packet import Packet, bind_bottom_up, bind_top_down
 
 from ground import wire
 
@@ -22,24 +22,6 @@ K = wire.K
 HEADER_BYTES = wire.AGG_HEADER_BYTES
 PAYLOAD_BYTES = wire.PAYLOAD_BYTES
 _BE_INT32 = np.dtype(">i4")
-
-
-class Agg(Packet):
-    """agg_h (one BitField per P4 field, same names) followed by K signed int32 lanes."""
-
-    name = "Agg"
-    fields_desc = [BitField(name, 0, bits) for name, bits in wire.AGG_FIELDS] + [
-        FieldListField("values", [0] * K, SignedIntField("v", 0), count_from=lambda pkt: K),
-    ]
-
-    def mysummary(self) -> str:
-        return self.sprintf("Agg job=%job% slot=%slot% ver=%ver% block=%block% exp=%exp% flags=%flags%")
-
-
-# Dissect when either UDP port is the aggregation port; build with both ports set.
-bind_bottom_up(UDP, Agg, dport=wire.UDP_PORT)
-bind_bottom_up(UDP, Agg, sport=wire.UDP_PORT)
-bind_top_down(UDP, Agg, sport=wire.UDP_PORT, dport=wire.UDP_PORT)
 
 
 def _layout() -> dict[str, tuple[int, int, int]]:

@@ -1,0 +1,42 @@
+"""ground/progress.py: the worker's in-place progress file and its readers."""
+
+from __future__ import annotations
+
+import time
+
+from emulation.failures import read_progress
+from ground import progress
+
+
+def test_rewritten_in_place_and_read_back(tmp_path):
+    path = tmp_path / "rank0.progress"
+    write = progress.ProgressFile(path)
+    assert progress.read(path) is None                 # nothing reported yet
+    write(3, 100)
+    assert progress.read(path) == (3, 100)
+    size = path.stat().st_size
+    time.sleep(progress.INTERVAL * 1.5)
+    write(70, 100)
+    assert progress.read(path) == (70, 100)
+    assert path.stat().st_size == size                 # fixed width: a reader never sees a short file
+    write(100, 100)                                    # the last update lands whatever the interval
+    assert progress.read(path) == (100, 100) and write.fd is None
+
+
+def test_updates_within_the_interval_are_skipped(tmp_path):
+    path = tmp_path / "p"
+    write = progress.ProgressFile(path)
+    write(1, 10)
+    write(2, 10)                                       # immediately after: not written
+    assert progress.read(path) == (1, 10)
+
+
+def test_read_progress_is_the_slowest_worker(tmp_path):
+    files = [tmp_path / f"rank{r}.progress" for r in range(3)]
+    for f, done in zip(files[:2], (50, 20)):
+        progress.ProgressFile(f)(done, 100)
+    assert read_progress(files) == 0.0                 # rank 2 has not reported
+    progress.ProgressFile(files[2])(80, 100)
+    assert read_progress(files) == 0.2
+    files[1].write_bytes(b"garbage")
+    assert read_progress(files) == 0.0
