@@ -16,6 +16,7 @@ import traceback
 
 import numpy as np
 
+from ground.progress import ProgressFile
 from ground.runspec import RunPlan, WorkerSeat
 from hosts import ps, ring
 from hosts.gradients import gradient_for
@@ -39,9 +40,11 @@ def run_seat(plan: RunPlan, seat: WorkerSeat) -> int:
     try:
         data = gradient_for(spec, seat.rank)
         runner = _run_bml if seat.bml_plan else RUNNERS[spec.algorithm]
-        started = time.monotonic()
+        started, cpu = time.monotonic(), os.times()
         result, stats = runner(plan, seat, data)
-        report.update(ok=True, wall=time.monotonic() - started, **stats)
+        used = os.times()
+        report.update(ok=True, wall=time.monotonic() - started, cpu_user_s=round(used.user - cpu.user, 4),
+                      cpu_sys_s=round(used.system - cpu.system, 4), **stats)
         report.setdefault("blocks_sent", report.get("blocks", 0))   # dense: every block travels
         np.save(seat.out + ".npy", result)
     except Exception as exc:  # reported to the parent by rank, with the reason
@@ -131,22 +134,6 @@ class EpochFile:
             return None
         self.seen = data
         return json.loads(data)
-
-
-class ProgressFile:
-    """Rewrites 'done total' (blocks) at most every 10 ms, for scripted failures."""
-
-    def __init__(self, path: str):
-        self.path, self.last = path, 0.0
-
-    def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
-        if now - self.last >= 0.01 or done == total:
-            self.last = now
-            tmp = self.path + ".tmp"
-            with open(tmp, "w") as f:
-                f.write(f"{done} {total}")
-            os.replace(tmp, self.path)
 
 
 def _get(stats, key):
