@@ -352,61 +352,71 @@ class TreeJob(Job):
         t1 = time.monotonic()
         plan = tree_install.plan(self.g, new, self.job, slot_base=self.slot_base, reply_ports=self.reply_ports,
                                  slots=self.slots, ranks=self._ranks())
-        batches = tree_install.freeze_lines(old)
-        t_freeze = time.monotonic()
-        if not self.atomic:                          # packets that matched before the delete
-            self._publish("rerouting", f"{what} failed")  # (see below)
-            run_batches(self.clients, batches)
-            time.sleep(self.drain)
-            batches = {}
-        reads = self.carry.first_reads(old, self.tree_of_slot, down)
-        at = {}
-        early_reset = self.carry.complete_ahead and not down   # else (2) may read the new tree's switches
         new_switches = sorted({sw for sw, _ in plan.inst.roles})
-        for sw, want in reads.items():             # after the switch's freeze: its state is final
-            at[sw] = len(batches.setdefault(sw, []))
-            batches[sw] += failover.read_runs_lines(self.clients[sw], want)
-        if early_reset:                            # everything read: reset in this batch too
-            for sw in new_switches:
-                batches.setdefault(sw, []).extend(self._reset_lines(sw))
-        for sw, lines in plan.lines.items():
+        held = sorted(({sw for sw, _ in old.roles} | set(new_switches)) - down)
+        batches = {sw: self.clients[sw].hold_lines(HOLD_MS) for sw in held}   # first: the control socket only
+        for sw, lines in tree_install.freeze_lines(old).items():
             batches.setdefault(sw, []).extend(lines)
-        t2 = time.monotonic() if self.atomic else t_freeze
-        regs, values = {}, {}
+        try:
+            t_freeze = time.monotonic()
+            if not self.atomic:                          # packets that matched before the delete
+                self._publish("rerouting", f"{what} failed")  # (see below)
+                run_batches(self.clients, batches)
+                time.sleep(self.drain)
+                batches = {}
+            reads = self.carry.first_reads(old, self.tree_of_slot, down)
+            at = {}
+            early_reset = self.carry.complete_ahead and not down   # else (2) may read the new tree's switches
+            for sw, want in reads.items():             # after the switch's freeze: its state is final
+                at[sw] = len(batches.setdefault(sw, []))
+                batches[sw] += failover.read_runs_lines(self.clients[sw], want)
+            if early_reset:                            # everything read: reset in this batch too
+                for sw in new_switches:
+                    batches.setdefault(sw, []).extend(self._reset_lines(sw))
+            for sw, lines in plan.lines.items():
+                batches.setdefault(sw, []).extend(lines)
+            t2 = time.monotonic() if self.atomic else t_freeze
+            regs, values = {}, {}
 
-        def parse(sw: str, out: list[str]) -> None:     # while slower switches still work
-            if sw in reads:
-                failover.parse_first_reads(self.clients[sw], reads[sw], out[at[sw]:], regs, values, sw)
+            def parse(sw: str, out: list[str]) -> None:     # while slower switches still work
+                if sw in reads:
+                    failover.parse_first_reads(self.clients[sw], reads[sw], out[at[sw]:], regs, values, sw)
 
-        def rerouting() -> None:     # agents: a pause, not a stall, and no resends into the
-            if self.atomic:           # frozen epoch (the file is written while the switches work)
-                self._publish("rerouting", f"{what} failed")
+            def rerouting() -> None:     # agents: a pause, not a stall, and no resends into the
+                if self.atomic:           # frozen epoch (the file is written while the switches work)
+                    self._publish("rerouting", f"{what} failed")
 
-        outs = run_batches(self.clients, batches, parse, rerouting)
-        t_r1 = time.monotonic()
-        associate = plan.finish(outs)
-        t3 = time.monotonic()
-        carried = self.carry.snapshot(self.clients, old, self.tree_of_slot, regs, values, down)
-        t4 = time.monotonic()
-        tree_of_slot = partition_slots(new.weights, self.window)
-        cells = self.carry.preload_cells(plan.inst, tree_of_slot, carried)
-        writes = sum(c.count for c in cells)
-        t_r3 = time.monotonic()
+            outs = run_batches(self.clients, batches, parse, rerouting)
+            t_r1 = time.monotonic()
+            associate = plan.finish(outs)
+            t3 = time.monotonic()
+            carried = self.carry.snapshot(self.clients, old, self.tree_of_slot, regs, values, down)
+            t4 = time.monotonic()
+            tree_of_slot = partition_slots(new.weights, self.window)
+            cells = self.carry.preload_cells(plan.inst, tree_of_slot, carried)
+            writes = sum(c.count for c in cells)
+            t_r3 = time.monotonic()
 
-        def final(sw: str) -> list[str]:           # sent as soon as built: the first switches
-            client = self.clients[sw]               # work while the others' lines are made
-            return ([] if early_reset else self._reset_lines(sw)) + associate.get(sw, []) \
-                + [line for c in cells for line in c.lines_for(sw, client)]
+            def final(sw: str) -> list[str]:           # sent as soon as built: the first switches
+                client = self.clients[sw]               # work while the others' lines are made
+                return ([] if early_reset else self._reset_lines(sw)) + associate.get(sw, []) \
+                    + [line for c in cells for line in c.lines_for(sw, client)]
 
-        run_built(self.clients, new_switches, final)
-        t_r3e = time.monotonic()
-        self.treeset, self.inst, self.tree_of_slot = new, plan.inst, tree_of_slot
-        self._publish()
-        t5 = time.monotonic()
-        phases = {"freeze_ms": t3 - t2, "snapshot_ms": t4 - t3, "entries_ms": t2 - t1, "preload_ms": t5 - t4,
-                  "boost_ms": boost, "first_round_ms": t_r1 - t2, "preload_build_ms": t_r3 - t4,
-                  "last_round_ms": t_r3e - t_r3}     # last_round: the lines' encoding included
-        run_batches(self.clients, tree_install.remove_groups_lines(old))   # the agents were told: not urgent
+            run_built(self.clients, new_switches, final)
+            t_r3e = time.monotonic()
+            self.treeset, self.inst, self.tree_of_slot = new, plan.inst, tree_of_slot
+            self._publish()
+            t5 = time.monotonic()
+            phases = {"freeze_ms": t3 - t2, "snapshot_ms": t4 - t3, "entries_ms": t2 - t1, "preload_ms": t5 - t4,
+                      "boost_ms": boost, "first_round_ms": t_r1 - t2, "preload_build_ms": t_r3 - t4,
+                      "last_round_ms": t_r3e - t_r3}     # last_round: the lines' encoding included
+        except BaseException:                     # the holds would end by themselves, later
+            _release(self.clients, held)
+            raise
+        tidy = tree_install.remove_groups_lines(old)       # the agents were told: not urgent
+        for sw in held:                                  # the ports are read again
+            tidy.setdefault(sw, []).extend(self.clients[sw].release_lines())
+        run_batches(self.clients, tidy)
         record.update(recompute_ms=round((t1 - t0) * 1e3, 2), install_ms=round((t5 - t1) * 1e3, 2),
                       standby=standby)
         return self._rerouted(record, new, carried, writes, phases)
@@ -443,6 +453,10 @@ class TreeJob(Job):
 
 
 
+# How long a reroute holds the switches' ports at most (SwitchClient.hold_lines): it releases
+# them once done, in a few tens of ms; a reroute that dies on the way leaves them held no longer.
+HOLD_MS = 500
+
 # A reroute's phases (ms) in its failure record. Both paths: freeze, snapshot, entries, preload.
 # The bulk path (_reroute_bulk) also records boost (the priority change and the switches' pids,
 # part of recompute) and splits the rest by round: first_round (the freeze's batch, sent
@@ -450,6 +464,14 @@ class TreeJob(Job):
 # the last answer).
 REROUTE_PHASES = ("freeze_ms", "snapshot_ms", "entries_ms", "preload_ms", "boost_ms", "first_round_ms",
                   "preload_build_ms", "last_round_ms")
+
+
+def _release(clients: dict[str, SwitchClient], switches) -> None:
+    """End the holds of a reroute that failed on the way (best effort: it is failing already)."""
+    try:
+        run_batches(clients, {sw: clients[sw].release_lines() for sw in switches})
+    except Exception:
+        pass
 
 
 def _cause(link: str, switch: str | None, t_detect: float) -> dict:

@@ -146,6 +146,16 @@ class SwitchClient(ABC):
         raises them for a reroute); none here."""
         return []
 
+    def hold_lines(self, ms: float) -> list[str]:
+        """Lines that make the switch serve nothing but its control socket for at most `ms`
+        ms (frames wait in the kernel's queues; a reroute's rounds are then answered at
+        once), or none where the target has no such thing (BMv2)."""
+        return []
+
+    def release_lines(self) -> list[str]:
+        """Lines that end a hold_lines() hold before its time."""
+        return []
+
     def close(self) -> None:
         pass
 
@@ -363,6 +373,12 @@ class SoftSwitchClient(SwitchClient):
                 raise failed
             return outs
         return collect
+
+    def hold_lines(self, ms: float) -> list[str]:
+        return [f"ports_hold {ms:g}"]
+
+    def release_lines(self) -> list[str]:
+        return ["ports_release"]
 
     def pids(self) -> list[int]:
         pid = self._client.peer_pid()       # per connection: a restarted switch is a new one

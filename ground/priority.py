@@ -1,11 +1,24 @@
-"""Run the calling thread, and for a while given processes, ahead of the rest (Linux, as root).
+"""Run the calling process, and for a while given processes, ahead of the rest (Linux, as root).
 
 Why: a reroute (controller/job.py) is a few tens of milliseconds of Python on a machine
 whose two cores are shared by 20 software switches, the workers and whatever else runs; at
-the default niceness every millisecond of its own work waits its turn behind them, and so
+the default priority every millisecond of its own work waits its turn behind them, and so
 does the link monitor's wake-up on a netlink event. The reroute's rounds wait for the
 slowest switch's answer, so the switch daemons are raised too while it runs (`urgent(pids)`).
 Without the privilege (not root) nothing changes.
+
+Two things beyond niceness. Autogroups: with the kernel's autogroup scheduling on
+(/proc/sys/kernel/sched_autogroup_enabled, the default of most distributions) every
+session is a scheduling group of its own, and a process's niceness only weighs it against
+the processes of its own session. Each switch daemon and each Mininet host's worker is its
+own session (setsid), so a daemon at nice -10 still got one share in ~30, like every
+worker; a session's group has a niceness of its own (/proc/PID/autogroup), which `urgent`
+raises too. Real time: the reroute's own threads run SCHED_FIFO inside the block, so none
+of its Python waits for a time slice behind the switches it has just raised (which are
+busy with frames until they read their commands); a switch daemon raises itself to
+SCHED_FIFO while it holds its ports (softswitch/daemon.py, `ports_hold`), so a command to a
+switch that is done with frames is served the moment it arrives. The kernel's real-time
+throttling (sched_rt_runtime_us) bounds what a real-time thread can take in any case.
 """
 
 from __future__ import annotations
@@ -15,6 +28,8 @@ import threading
 from contextlib import contextmanager
 
 URGENT_NICE = -10
+URGENT_RT = 2            # SCHED_FIFO priority of a reroute's threads
+HOLD_RT = 1              # ... and of a switch daemon holding its ports (below them: they send its commands)
 
 
 def raise_thread_priority(nice: int = URGENT_NICE) -> int | None:
@@ -37,12 +52,58 @@ def _threads() -> list[int]:
         return [threading.get_native_id()]
 
 
+def autogroup(pid: int) -> tuple[str, int] | None:
+    """(name, niceness) of the autogroup of process `pid` ("/autogroup-42", 0), or None
+    (no such process, or a kernel without autogroups)."""
+    try:
+        with open(f"/proc/{pid}/autogroup") as f:
+            name, _, nice = f.read().split()
+        return name, int(nice)
+    except (OSError, ValueError):
+        return None
+
+
+def set_autogroup_nice(pid: int, nice: int) -> bool:
+    """Give the autogroup of process `pid` niceness `nice` (lower than now: root only)."""
+    try:
+        with open(f"/proc/{pid}/autogroup", "w") as f:
+            f.write(str(nice))
+        return True
+    except OSError:
+        return False
+
+
+def real_time(tid: int, priority: int) -> tuple | None:
+    """Thread or process `tid` to SCHED_FIFO at `priority`; returns (policy, priority) it had,
+    or None when not allowed (or already real-time)."""
+    try:
+        policy = os.sched_getscheduler(tid)
+        if policy in (os.SCHED_FIFO, os.SCHED_RR):
+            return None
+        before = (policy, os.sched_getparam(tid).sched_priority)
+        os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(priority))
+    except (OSError, AttributeError):
+        return None
+    return before
+
+
+def restore_scheduler(tid: int, before: tuple) -> None:
+    """Undo real_time(tid, ...) (a thread that is gone is skipped)."""
+    try:
+        os.sched_setscheduler(tid, before[0], os.sched_param(before[1]))
+    except OSError:
+        pass
+
+
 @contextmanager
-def urgent(pids=(), nice: int = URGENT_NICE, ahead: int = 5):
-    """The processes `pids` at niceness `nice` inside the block, and every thread of this
-    process `ahead` steps further (the caller's work must not wait behind the processes it
-    raised); as before after it (one that is gone by then is skipped). Every thread, not just
-    the caller: a thread left behind can hold the GIL the caller waits for."""
+def urgent(pids=(), nice: int = URGENT_NICE, ahead: int = 5, rt: int = URGENT_RT):
+    """Every thread of this process SCHED_FIFO at `rt` (real_time) inside the block, and the
+    processes `pids` at niceness `nice`, their autogroups too, this process's autogroup
+    `ahead` steps further (module docstring); as before after it (one that is gone by then is
+    skipped). Every thread, not just the caller: a thread left behind can hold the GIL the
+    caller waits for. The caller's thread first: the rest is done at its priority."""
+    me = threading.get_native_id()
+    fifo = [(t, was) for t in [me, *(t for t in _threads() if t != me)] if (was := real_time(t, rt))]
     raised = []
     for pid, level in [*((t, nice - ahead) for t in _threads()), *((p, nice) for p in pids)]:
         try:
@@ -52,11 +113,23 @@ def urgent(pids=(), nice: int = URGENT_NICE, ahead: int = 5):
                 raised.append((pid, was))
         except OSError:
             pass
+    groups: dict[str, tuple[int, int, int]] = {}      # autogroup -> (a pid in it, its niceness, wanted)
+    for pid, level in [(os.getpid(), nice - ahead), *((p, nice) for p in pids)]:
+        got = autogroup(pid)
+        if got is not None:
+            name, was = got
+            first, _was, wanted = groups.get(name, (pid, was, level))
+            groups[name] = (first, was, min(wanted, level))
+    lifted = [(pid, was) for pid, was, wanted in groups.values() if was > wanted and set_autogroup_nice(pid, wanted)]
     try:
         yield
     finally:
+        for pid, was in lifted:
+            set_autogroup_nice(pid, was)
         for pid, was in raised:
             try:
                 os.setpriority(os.PRIO_PROCESS, pid, was)
             except OSError:
                 pass
+        for tid, was in reversed(fifo):       # the caller's thread last
+            restore_scheduler(tid, was)

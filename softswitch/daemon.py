@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ground.priority import HOLD_RT, real_time, restore_scheduler
 from softswitch.control import ControlServer
 from ground.mmsg import MsgBatch
 from softswitch.io import MAX_FRAME, TX_SLOT, RawPort
@@ -46,6 +47,9 @@ NPORTS = 512                                  # bit<9> port space
 # (~5-8 us a frame) only from about 8-16 frames on (in-process, this 2-CPU machine); at low
 # rates a port's batch is a frame or two, and that must not cost more than before.
 BATCH_MIN = 12
+# `ports_hold MS`: the longest a controller may stop the ports (a hold ends by itself, so a
+# controller that dies mid-reroute cannot leave a switch deaf)
+HOLD_MAX_MS = 10_000
 
 
 class Daemon:
@@ -82,6 +86,9 @@ class Daemon:
         self._suppressed = 0
         self.running = False
         self._stop_requested = False
+        self._held_until = 0.0                         # ports_hold: frames wait until then
+        self._held_log: list[tuple] = []               # commands served while held, logged after
+        self._held_rt: tuple | None = None             # the scheduling policy a hold replaced
 
     # ---- event-loop plumbing -------------------------------------------------------------
     def _register(self, fd: int, events: int, callback) -> None:
@@ -184,13 +191,20 @@ class Daemon:
         serve_control = self._serve_control
         while self.running:
             timeout = max(0.0, min(next_flush, next_stats) - time.monotonic())
+            if self._held_until:
+                self._serve_held(timeout)
+                continue
             ready = poll(timeout)
-            for fd, events in ready:
+            if len(ready) > 1:
+                serve_control()              # commands first, then after each port's batch:
+            for fd, events in ready:         # they wait one port's batch at most
+                if self._held_until:
+                    break                    # a hold began: the ports wait, commands go on
                 handler = handlers.get(fd)
                 if handler is not None:
                     handler(events)
                     if len(ready) > 1:
-                        serve_control()      # commands first: they wait one port's batch at most
+                        serve_control()
             flush()                        # every port's outputs of this turn: one sendmmsg each
             now = time.monotonic()
             if now >= next_flush:
@@ -200,8 +214,23 @@ class Daemon:
                 next_stats = now + self.stats_interval
                 last_stats = self._log_stats(last_stats)
 
+    def _serve_held(self, timeout: float) -> None:
+        """One turn while the ports are held (`ports_hold`): the control socket only, until
+        `ports_release` or the hold's deadline; frames wait in the kernel's queues."""
+        left = self._held_until - time.monotonic()
+        if left <= 0:
+            self._release()
+            return
+        handlers = self._handlers
+        for fd, events in self._ctl_ep.poll(min(timeout, left)):
+            handler = handlers.get(fd)
+            if handler is not None:
+                handler(events)
+        self._flush_tx()
+
     def _stop(self) -> None:
         self.running = False
+        self._release()                           # log what a hold kept back
         if self._control is not None:
             self._control.close()
             self._control = None
@@ -417,16 +446,59 @@ class Daemon:
             elif word == "shutdown":
                 self.running = False
                 ok, out = True, "shutting down"
+            elif word == "ports_hold":
+                ok, out = self._hold(line)
+            elif word == "ports_release":
+                ok, out = True, "released" if self._held_until else "not held"
+                self._release()
             else:
                 ok, out = True, self.pipeline.command(line)
         except Exception as exc:
             ok, out = False, _error_text(exc)
         if ok and word in QUIET:
             return ok, out                    # a reroute's bulk register traffic: 20 switches, 2 cores
+        if self._held_until:                  # logged when the hold ends (two thirds of a command's cost)
+            self._held_log.append((time.time(), line, ok, out))
+        else:
+            self._log_command(line, ok, out)
+        return ok, out
+
+    def _log_command(self, line: str, ok: bool, out: str, when: float | None = None) -> None:
         shown = out if len(out) <= 2000 else out[:2000] + f"... ({len(out)} chars)"
         said = line if len(line) <= 300 else line[:300] + f"... ({len(line)} chars)"
-        self.log.info("cmd %r -> %s %s", said, "ok" if ok else "ERROR", shown)
-        return ok, out
+        if when is None:
+            self.log.info("cmd %r -> %s %s", said, "ok" if ok else "ERROR", shown)
+            return
+        record = self.log.makeRecord(self.log.name, logging.INFO, __file__, 0, "cmd %r -> %s %s",
+                                     (said, "ok" if ok else "ERROR", shown), None)
+        record.created, record.msecs = when, (when - int(when)) * 1000
+        self.log.handle(record)
+
+    def _release(self) -> None:
+        """End a hold: the ports are read again and the commands served meanwhile are logged
+        (with the time each ran)."""
+        self._held_until = 0.0
+        if self._held_rt:
+            restore_scheduler(0, self._held_rt)
+            self._held_rt = None
+        held, self._held_log = self._held_log, []
+        for when, line, ok, out in held:
+            self._log_command(line, ok, out, when)
+
+    def _hold(self, line: str) -> tuple[bool, str]:
+        """`ports_hold MS`: receive no frames for at most MS ms (until `ports_release`), at
+        real-time priority where allowed (ground/priority.py): the switch does nothing but
+        serve its control socket meanwhile, and serves it at once."""
+        try:
+            ms = float(line.split()[1])
+        except (IndexError, ValueError):
+            return False, f"usage: ports_hold MS (at most {HOLD_MAX_MS})"
+        if not 0 < ms <= HOLD_MAX_MS:
+            return False, f"ports_hold: {ms:g} ms is not in (0, {HOLD_MAX_MS}]"
+        if not self._held_until:
+            self._held_rt = real_time(0, HOLD_RT)
+        self._held_until = time.monotonic() + ms / 1e3
+        return True, f"held for at most {ms:g} ms" + (", real time" if self._held_rt else "")
 
     def port_stats(self) -> dict[str, dict]:
         """Per-port counters keyed by port number (string, as JSON needs)."""

@@ -307,6 +307,51 @@ def test_control_protocol(reflector):
     assert "cmd 'bogus' -> ERROR" in log and "cmd 'ping' -> ok pong" in log
 
 
+def test_held_ports_wait_while_commands_are_served(reflector, lab):
+    """`ports_hold` (a reroute's rounds): frames wait in the kernel until the release, none is
+    lost; commands are answered meanwhile, and logged once the hold ends."""
+    h1, h2 = lab.hosts
+    c = reflector.client
+
+    def udp():
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind((h1.ip, 9997))
+        return s
+    assert c.command("ports_hold 10000").startswith("held for at most 10000 ms")
+    with in_netns(h1.ns, udp) as s:
+        for i in range(3):
+            s.sendto(b"held %d" % i, (h2.ip, 9997))
+        assert _recv(s, timeout=0.3) is None               # not forwarded while held
+        assert c.command("ping") == "pong"                  # but commands are served
+        assert c.port_stats()["1"]["rx"] == 0
+        assert "ports_hold" not in reflector.log.read_text()   # logged after the hold
+        assert c.command("ports_release") == "released"
+        got = [_recv(s) for _ in range(3)]
+    assert [data for data, _addr in got] == [b"held 0", b"held 1", b"held 2"]
+    log = reflector.log.read_text()
+    assert "cmd 'ports_hold 10000'" in log and "cmd 'ping' -> ok pong" in log
+    assert c.command("ports_release") == "not held"
+
+
+def test_a_hold_ends_by_itself(reflector, lab):
+    h1, h2 = lab.hosts
+    c = reflector.client
+
+    def udp():
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind((h1.ip, 9996))
+        return s
+    for bad in ("ports_hold", "ports_hold 0", "ports_hold 999999", "ports_hold x"):
+        ok, out = c.request(bad)
+        assert not ok and "ports_hold" in out, (bad, out)
+    c.command("ports_hold 200")
+    with in_netns(h1.ns, udp) as s:
+        s.sendto(b"late", (h2.ip, 9996))
+        got = _recv(s, timeout=10)
+    assert got is not None and got[0] == b"late"
+    assert c.command("ports_release") == "not held"
+
+
 def test_sigterm_removes_socket_and_pidfile(reflector):
     assert reflector.pidfile.read_text().strip() == str(reflector.proc.pid)
     reflector.proc.send_signal(signal.SIGTERM)
