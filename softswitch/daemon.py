@@ -163,7 +163,7 @@ class Daemon:
             self._register(port.fileno(), select.EPOLLIN, self._make_drain(port))
         for s in self._wake:
             s.setblocking(False)
-        self._register(self._wake[0].fileno(), select.EPOLLIN, self._on_wake)
+        self._register_ctl(self._wake[0].fileno(), select.EPOLLIN, self._on_wake)   # a signal ends a held poll too
         signal.set_wakeup_fd(self._wake[1].fileno(), warn_on_full_buffer=False)
         # The control socket comes last: once it answers, the switch is fully up.
         self._control = ControlServer(self.control_path, self._command,
@@ -193,18 +193,18 @@ class Daemon:
             timeout = max(0.0, min(next_flush, next_stats) - time.monotonic())
             if self._held_until:
                 self._serve_held(timeout)
-                continue
-            ready = poll(timeout)
-            if len(ready) > 1:
-                serve_control()              # commands first, then after each port's batch:
-            for fd, events in ready:         # they wait one port's batch at most
-                if self._held_until:
-                    break                    # a hold began: the ports wait, commands go on
-                handler = handlers.get(fd)
-                if handler is not None:
-                    handler(events)
-                    if len(ready) > 1:
-                        serve_control()
+            else:
+                ready = poll(timeout)
+                if len(ready) > 1:
+                    serve_control()          # commands first, then after each port's batch:
+                for fd, events in ready:     # they wait one port's batch at most
+                    if self._held_until:
+                        break                # a hold began: the ports wait, commands go on
+                    handler = handlers.get(fd)
+                    if handler is not None:
+                        handler(events)
+                        if len(ready) > 1:
+                            serve_control()
             flush()                        # every port's outputs of this turn: one sendmmsg each
             now = time.monotonic()
             if now >= next_flush:
@@ -226,7 +226,6 @@ class Daemon:
             handler = handlers.get(fd)
             if handler is not None:
                 handler(events)
-        self._flush_tx()
 
     def _stop(self) -> None:
         self.running = False

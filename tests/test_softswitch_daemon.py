@@ -352,6 +352,22 @@ def test_a_hold_ends_by_itself(reflector, lab):
     assert c.command("ports_release") == "not held"
 
 
+def test_a_held_switch_sleeps_between_commands(reflector):
+    """A hold runs at real-time priority where allowed: its loop must wait in poll, never spin
+    (a spinning real-time process would starve everything else on its core)."""
+    def cpu_seconds() -> float:
+        fields = open(f"/proc/{reflector.proc.pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    time.sleep(1.2)                              # past the daemon's first pcap-flush deadline
+    before = cpu_seconds()
+    reflector.client.command("ports_hold 3000")
+    time.sleep(2.0)
+    assert reflector.client.command("ping") == "pong"
+    used = cpu_seconds() - before
+    reflector.client.command("ports_release")
+    assert used < 0.5, f"{used:.2f} s of CPU in 2 s of hold"
+
+
 def test_sigterm_removes_socket_and_pidfile(reflector):
     assert reflector.pidfile.read_text().strip() == str(reflector.proc.pid)
     reflector.proc.send_signal(signal.SIGTERM)
