@@ -12,12 +12,15 @@ Edge attributes: ports {node: port}, intfs {node: interface name}, bw (Mb/s or N
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 import networkx as nx
 
 
+@lru_cache(maxsize=8192)
 def natural_key(name: str) -> tuple:
-    """Sort h2 before h10."""
+    """Sort h2 before h10 (cached: tree algorithms sort the same few names thousands of times,
+    and a standby's trees for every failure must be done before the failure comes)."""
     return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
 
 
