@@ -117,6 +117,10 @@ def sparse_snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_o
     regs = dict(regs or {})
     regs.update(_read_scalars(clients, [sw for sw in switches
                                         if not all(n in regs.get(sw, {}) for n in SNAPSHOT_SCALARS)]))
+    # plain lists: the walk below reads single cells some 10,000 times, and a numpy array's
+    # item access costs several times a list's
+    regs = {sw: {name: cells.tolist() if isinstance(cells, np.ndarray) else cells
+                 for name, cells in reg.items()} for sw, reg in regs.items()}
     carry = HeldRounds()
     holders: dict[str, list[tuple[int, int, int, int]]] = {}    # switch -> [(slot, ver, block, r)]
     paths_of = {t: worker_paths(tree_roles(inst, t)) for t in set(tree_of_slot)}

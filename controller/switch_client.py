@@ -212,19 +212,28 @@ def cells_of_runs(out: str, runs) -> np.ndarray:
 
 
 RUNS_CELLS = 1 << 15          # cells per register_write_runs line (at most 350 kB: the daemon takes 1 MB)
+LONG_RUN = 16                 # cells per run from which register_write_runs beats register_write_cells
 
 
 def soft_write_cells_lines(name: str, index, values) -> list[str]:
-    """The software switch's form of SwitchClient.register_write_cells_lines: one
-    `register_write_runs` per RUNS_CELLS cells (as u4 when every value fits, else i8)."""
+    """The software switch's form of SwitchClient.register_write_cells_lines: per RUNS_CELLS
+    cells one `register_write_runs` where the cells form long runs, else one
+    `register_write_cells` (the indices themselves, binary: a reroute's carried slot versions
+    are scattered, and their runs, one per cell, were most of the text to build and to parse
+    on both sides); the values as u4 when every one fits, else i8."""
     index, values = last_writes(index, values)
     code = "u4" if values.size and 0 <= values.min() and values.max() <= 0xFFFFFFFF else "i8"
     lines = []
     for first in range(0, index.size, RUNS_CELLS):
         idx = index[first:first + RUNS_CELLS]
-        runs = [(start, count) for start, count, _ in _runs_with_offsets(idx)]
-        cells = values[first:first + RUNS_CELLS].astype("<" + code).tobytes()
-        lines.append(f"register_write_runs {name} {runs_text(runs)} {code}:" + base64.b64encode(cells).decode("ascii"))
+        cells = code + ":" + base64.b64encode(values[first:first + RUNS_CELLS].astype("<" + code).tobytes()).decode("ascii")
+        runs = 1 + int(np.count_nonzero(np.diff(idx) != 1))
+        if runs * LONG_RUN <= idx.size:
+            text = runs_text((start, count) for start, count, _ in _runs_with_offsets(idx))
+            lines.append(f"register_write_runs {name} {text} {cells}")
+        else:
+            where = "u4:" + base64.b64encode(idx.astype("<u4").tobytes()).decode("ascii")
+            lines.append(f"register_write_cells {name} {where} {cells}")
     return lines
 
 

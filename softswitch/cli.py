@@ -216,27 +216,52 @@ class Cli:
         self._nargs(args, 3)
         reg = self._res("register", args[0], self.p.register_arrays)
         starts, counts = self._runs(reg, args[1])
-        code, colon, text = args[2].partition(":")
-        if not colon or code not in CELL_TYPES:
-            raise CommandError(f"Error: register_write_runs: cells must be T:BASE64 with T one of {' '.join(CELL_TYPES)}")
-        try:
-            raw = base64.b64decode(text, validate=True)
-        except (binascii.Error, ValueError):
-            raise CommandError("Error: register_write_runs: cells are not base64") from None
-        dtype = np.dtype("<" + code)
-        if len(raw) % dtype.itemsize:
-            raise CommandError(f"Error: register_write_runs: {len(raw)} bytes is not a whole number of {code}")
-        values = np.frombuffer(raw, dtype=dtype)
-        total = int(counts.sum())
-        if values.size != total:
-            raise CommandError(f"Error: register_write_runs: {values.size} values for {total} cells")
-        wide = values.astype(np.int64).view(np.uint64) if dtype.kind == "i" else values.astype(np.uint64)
-        values = (wide & np.uint64((1 << reg.width) - 1)).astype(reg.data.dtype)
+        values = self._cells(reg, args[2], int(counts.sum()), "register_write_runs")
         if len(starts) == 1:
             reg.data[starts[0]:starts[0] + counts[0]] = values
         else:                                    # one scatter: cell k of run j is starts[j] + k
-            reg.data[np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(total)] = values
+            reg.data[np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(counts.sum())] = values
         return ""
+
+    # register_write_cells R I:BASE64 T:BASE64: the cells named by index (I: u4 or u8, strictly
+    # increasing, so each once), for scattered cells (a reroute's carried slot versions), whose
+    # runs would be one per cell
+    def do_register_write_cells(self, args):
+        self._nargs(args, 3)
+        reg = self._res("register", args[0], self.p.register_arrays)
+        code, colon, text = args[1].partition(":")
+        if not colon or code not in ("u4", "u8"):
+            raise CommandError("Error: register_write_cells: indices must be I:BASE64 with I u4 or u8")
+        index = self._binary(text, np.dtype("<" + code), "register_write_cells", "indices").astype(np.int64)
+        if index.size and (index[0] < 0 or index[-1] >= reg.size):
+            bad = int(index[0] if index[0] < 0 else index[-1])
+            raise StateError(f"index {bad} outside register {reg.name} of size {reg.size}")
+        if index.size > 1 and not bool((index[1:] > index[:-1]).all()):
+            raise CommandError("Error: register_write_cells: indices must be strictly increasing")
+        reg.data[index] = self._cells(reg, args[2], index.size, "register_write_cells")
+        return ""
+
+    def _cells(self, reg, arg: str, count: int, command: str) -> np.ndarray:
+        """T:BASE64 as `count` values in `reg`'s type, each value's low W bits kept."""
+        code, colon, text = arg.partition(":")
+        if not colon or code not in CELL_TYPES:
+            raise CommandError(f"Error: {command}: cells must be T:BASE64 with T one of {' '.join(CELL_TYPES)}")
+        dtype = np.dtype("<" + code)
+        values = self._binary(text, dtype, command, "cells")
+        if values.size != count:
+            raise CommandError(f"Error: {command}: {values.size} values for {count} cells")
+        wide = values.astype(np.int64).view(np.uint64) if dtype.kind == "i" else values.astype(np.uint64)
+        return (wide & np.uint64((1 << reg.width) - 1)).astype(reg.data.dtype)
+
+    @staticmethod
+    def _binary(text: str, dtype: np.dtype, command: str, what: str) -> np.ndarray:
+        try:
+            raw = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            raise CommandError(f"Error: {command}: {what} are not base64") from None
+        if len(raw) % dtype.itemsize:
+            raise CommandError(f"Error: {command}: {len(raw)} bytes is not a whole number of {dtype.str[1:]}")
+        return np.frombuffer(raw, dtype=dtype)
 
     @staticmethod
     def _runs(reg, text: str) -> tuple[np.ndarray, np.ndarray]:

@@ -523,7 +523,7 @@ class Daemon:
 
 # Commands logged only when they fail: the binary register reads and writes of a reroute (their
 # lines are base64), which come by the dozen per switch while every switch's answer is awaited.
-QUIET = frozenset({"register_read_runs", "register_write_runs"})
+QUIET = frozenset({"register_read_runs", "register_write_runs", "register_write_cells"})
 
 
 def _error_text(exc: Exception) -> str:

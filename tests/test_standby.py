@@ -75,7 +75,8 @@ def test_preload_writes_are_coalesced_into_ranges_keeping_the_last_write():
 def test_cell_writes_text_and_binary_forms_leave_the_same_registers():
     """SwitchClient.register_write_cells_lines (range writes: BMv2's form) and the software
     switch's one binary command per register: unsorted cells, a cell written twice (the later
-    value stays), values past 32 bits (the register keeps its low bits)."""
+    value stays), values past 32 bits (the register keeps its low bits); scattered cells go by
+    index (register_write_cells), long runs as runs (register_write_runs)."""
     from controller.switch_client import SwitchClient
 
     index = [70, 3, 4, 5, 3, 200]
@@ -85,10 +86,18 @@ def test_cell_writes_text_and_binary_forms_leave_the_same_registers():
     assert all(line.startswith("register_write_range ") for line in lines)
     text.commands(lines)
     [line] = binary.register_write_cells_lines("agg_bitmap", index, values)
+    assert line.startswith("register_write_cells agg_bitmap ")
     binary.commands([line])
     got = binary.pipeline.register_arrays["agg_bitmap"].data
     assert np.array_equal(got, text.pipeline.register_arrays["agg_bitmap"].data)
     assert [int(got[i]) for i in (3, 4, 5, 70, 200)] == [8, 2, 3, 9, 6]
+    runs = list(range(1000, 1064)) + list(range(1500, 1600)) + [7]          # two long runs, one cell
+    [line] = binary.register_write_cells_lines("agg_exp", runs, [i % 251 for i in runs])
+    assert line.startswith("register_write_runs agg_exp ")
+    binary.commands([line])
+    text.commands(SwitchClient.register_write_cells_lines(text, "agg_exp", runs, [i % 251 for i in runs]))
+    assert np.array_equal(binary.pipeline.register_arrays["agg_exp"].data,
+                          text.pipeline.register_arrays["agg_exp"].data)
     runs = [(3, 3), (70, 1)]
     assert binary.parse_read_runs(runs, binary.commands(binary.register_read_runs_lines("agg_bitmap", runs))
                                   ).tolist() == [8, 2, 3, 9]

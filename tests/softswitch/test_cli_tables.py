@@ -137,7 +137,24 @@ def test_binary_register_runs_read_and_write(p):
         np.array([4000000000], dtype="<u4").tobytes()).decode()
 
 
+def test_binary_register_cells_write_by_index(p):
+    """register_write_cells: scattered cells named by index (u4 or u8), values as for runs."""
+    import base64
+
+    def b64(a, t):
+        return base64.b64encode(np.asarray(a, dtype="<" + t).tobytes()).decode()
+    p.command(f"register_write_cells agg_exp u4:{b64([2, 9, 2047], 'u4')} i8:{b64([7, 300, -1], 'i8')}")
+    assert [int(p.registers["agg_exp"][i]) for i in (2, 9, 2047, 3)] == [7, 44, 255, 0]
+    p.command(f"register_write_cells agg_values u8:{b64([5, 131071], 'u8')} u4:{b64([4000000000, 1], 'u4')}")
+    assert [int(p.registers["agg_values"][i]) for i in (5, 131071)] == [4000000000, 1]
+
+
 @pytest.mark.parametrize("line,error", [
+    ("register_write_cells agg_exp u4:BQAAAAMAAAA= u4:AQAAAAEAAAA=", r"strictly increasing"),
+    ("register_write_cells agg_exp u4:AAgAAA== u4:AQAAAA==", r"outside register"),
+    ("register_write_cells agg_exp i4:AQAAAA== u4:AQAAAA==", r"u4 or u8"),
+    ("register_write_cells agg_exp u4:AQAAAA== u4:AQAAAAEAAAA=", r"2 values for 1 cells"),
+    ("register_write_cells agg_exp u4:AQAA u4:AQAAAA==", r"not a whole number"),
     ("register_write_runs agg_exp 0+2 i8:" + "A" * 12, r"not a whole number"),
     ("register_write_runs agg_exp 0+2 u4:AQAAAA==", r"1 values for 2 cells"),
     ("register_write_runs agg_exp 0+1 x9:AQAAAA==", r"T:BASE64"),
