@@ -267,7 +267,20 @@ class TreeJob(Job):
                 if (key := (self.algorithm, down | {frozenset((u, v))})) not in self._standby]
         worker = StandbyWorker.get()                  # key: as _down_links() after u-v fails
         if todo and worker is not None:
-            worker.submit(self.algorithm, self.g.copy(), self.workers, todo, self._standby.setdefault)
+            worker.submit(self.algorithm, self.g.copy(), self.workers, todo, self._standby_store(len(todo)))
+
+    def _standby_store(self, count: int):
+        """What the standby hands each result to: kept for the reroutes; once all `count` are
+        there, a `standby_ready` event says how long they took."""
+        started, got = time.monotonic(), [0]
+
+        def store(key, trees) -> None:
+            self._standby.setdefault(key, trees)
+            got[0] += 1
+            if got[0] == count:
+                self.events.add("standby_ready", algorithm=key[0], failures=count,
+                                ms=round((time.monotonic() - started) * 1e3, 1))
+        return store
 
     def reroute(self, link: str, t_detect: float, switch: str | None = None) -> dict:
         """Freeze the old epoch, snapshot what it holds (from live switches), install the

@@ -96,16 +96,19 @@ def restore_scheduler(tid: int, before: tuple) -> None:
 
 
 @contextmanager
-def urgent(pids=(), nice: int = URGENT_NICE, ahead: int = 5, rt: int = URGENT_RT):
+def urgent(pids=(), nice: int = URGENT_NICE, ahead: int = 5, rt: int = URGENT_RT, own: bool = True):
     """Every thread of this process SCHED_FIFO at `rt` (real_time) inside the block, and the
     processes `pids` at niceness `nice`, their autogroups too, this process's autogroup
     `ahead` steps further (module docstring); as before after it (one that is gone by then is
     skipped). Every thread, not just the caller: a thread left behind can hold the GIL the
-    caller waits for. The caller's thread first: the rest is done at its priority."""
+    caller waits for. The caller's thread first: the rest is done at its priority.
+    `own=False`: only the processes `pids` (this process is left alone: a reroute it starts
+    meanwhile raises it, and must not be lowered again when this block ends)."""
     me = threading.get_native_id()
-    fifo = [(t, was) for t in [me, *(t for t in _threads() if t != me)] if (was := real_time(t, rt))]
+    mine = [me, *(t for t in _threads() if t != me)] if own else []
+    fifo = [(t, was) for t in mine if (was := real_time(t, rt))]
     raised = []
-    for pid, level in [*((t, nice - ahead) for t in _threads()), *((p, nice) for p in pids)]:
+    for pid, level in [*((t, nice - ahead) for t in mine), *((p, nice) for p in pids)]:
         try:
             was = os.getpriority(os.PRIO_PROCESS, pid)
             if was > level:
@@ -114,7 +117,7 @@ def urgent(pids=(), nice: int = URGENT_NICE, ahead: int = 5, rt: int = URGENT_RT
         except OSError:
             pass
     groups: dict[str, tuple[int, int, int]] = {}      # autogroup -> (a pid in it, its niceness, wanted)
-    for pid, level in [(os.getpid(), nice - ahead), *((p, nice) for p in pids)]:
+    for pid, level in [*([(os.getpid(), nice - ahead)] if own else []), *((p, nice) for p in pids)]:
         got = autogroup(pid)
         if got is not None:
             name, was = got
