@@ -51,7 +51,8 @@ class Carry(Protocol):
     # the first round's reads give the snapshot everything it needs when no switch is dead: a
     # bulk reroute then resets in the freeze's batch and preloads in the next (two rounds, not
     # three). Not with a dead switch: a dead root's results are read from the live switches
-    # below it, which the first reads do not cover (controller/job.py falls back to three rounds)
+    # below it, which the first reads do not cover (controller/job.py falls back to three
+    # rounds); nor for the sparse carry, which reads the holders' values in a second round
     complete_ahead: bool
 
     def snapshot(self, clients: dict[str, SwitchClient], old: Installation,
@@ -114,17 +115,13 @@ class DenseCarry:
 
 class SparseCarry(DenseCarry):
     algorithm = "omnireduce"
-
-    def __init__(self, slot_base: int = 0, values_ahead: bool = True):
-        super().__init__(slot_base)
-        # read every live switch's sp_values window in the first round: cheap on the software
-        # switch (one binary read each), not on BMv2 (whole registers over Thrift), where the
-        # holders' values are read in a second round instead, and the reset waits for it
-        self.values_ahead = values_ahead
-
-    @property
-    def complete_ahead(self) -> bool:
-        return self.values_ahead
+    # the holders' sp_values are read in a second round, once the first round's scalars say
+    # which switch holds which round (a held round may be anywhere in the tree); so the reset
+    # waits for the last round. Reading every live switch's whole sp_values window in the
+    # first round instead (16,384 cells each at window 128) took the software switches and
+    # the controller longer than the extra round does now that a held switch answers at once
+    # (controller/job.py): first round 25-35 ms against 8-14 ms, on the loaded 2-core machine
+    complete_ahead = False
 
     def snapshot(self, clients, old, tree_of_slot, regs: dict | None = None,
                  values: dict | None = None, down=frozenset()) -> Carried:
@@ -134,16 +131,13 @@ class SparseCarry(DenseCarry):
         return carried
 
     def first_reads(self, old, tree_of_slot, down=frozenset()) -> dict[str, dict[str, list]]:
-        """The dense reads, and the window of every live switch of the old tree: its sparse
-        scalars and its sp_values (a held round may be anywhere in the tree: 16,384 cells a
-        switch at window 128, read as binary)."""
+        """The dense reads, and the sparse scalars of the window of every live switch of the
+        old tree."""
         reads = super().first_reads(old, tree_of_slot, down)
         window = len(tree_of_slot)
         for sw in sorted({sw for sw, _ in old.roles} - set(down)):
             for name in sparse_failover.SNAPSHOT_SCALARS:
                 failover.add_reads(reads, sw, name, failover.window_runs(window, self.slot_base))
-            if self.values_ahead:
-                failover.add_reads(reads, sw, "sp_values", failover.window_runs(window, self.slot_base, wire.K))
         return reads
 
     def preload_cells(self, new, tree_of_slot, carried: Carried) -> list:
@@ -154,13 +148,10 @@ class SparseCarry(DenseCarry):
 CARRIES = {c.algorithm: c for c in (DenseCarry, SparseCarry)}
 
 
-def carry_for(algorithm: str, slot_base: int = 0, values_ahead: bool = True) -> Carry:
+def carry_for(algorithm: str, slot_base: int = 0) -> Carry:
     """The carry of an allreduce algorithm (ground.runspec.ALGORITHMS) for a job whose slot
-    range starts at `slot_base` (`values_ahead`: the sparse carry reads every switch's values
-    in the first round; for software switches)."""
+    range starts at `slot_base`."""
     try:
-        if CARRIES.get(algorithm) is SparseCarry:
-            return SparseCarry(slot_base, values_ahead)
         return CARRIES[algorithm](slot_base)
     except KeyError:
         raise ValueError(f"no reroute carry for algorithm {algorithm!r}; "

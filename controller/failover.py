@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ground import wire
-from controller.switch_client import SwitchClient, on_each, run_batches
+from controller.switch_client import SwitchClient, on_each, read_ranges, run_batches
 from controller.tree_install import Installation
 
 # Everything a reset zeroes: the dense registers and the sparse pipeline's (p4src/include/sparse.p4);
@@ -243,8 +243,8 @@ def snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot:
             wanted.setdefault(sw, []).append((slot, ver, r))
     values = values or {}
     missing = [sw for sw, items in wanted.items() if any(r not in values.get(sw, {}) for *_, r in items)]
-    read = on_each(clients, missing, lambda sw: clients[sw].register_read_ranges(
-        "agg_values", [(r * wire.K, wire.K) for _, _, r in wanted[sw]]))   # one batch per holder
+    read = read_ranges(clients, "agg_values", {sw: [(r * wire.K, wire.K) for _, _, r in wanted[sw]]
+                                               for sw in missing})     # one batch per holder, all at once
     found: dict[int, CompletedVersion] = {}
     for sw, items in wanted.items():
         cells = read[sw] if sw in read else [values[sw][r] for *_, r in items]
@@ -334,14 +334,12 @@ def preload_cells(inst: Installation, tree_of_slot: list[int], completed: dict[i
         r = slot_index(done.ver, slot_base, slot)
         for sw, role in roles_of.get(tree_of_slot[slot], []):
             fan_in = len(role.children)
-            cells.put(sw, "agg_count", r, fan_in)
-            cells.put(sw, "agg_bitmap", r, (1 << fan_in) - 1)
-            cells.put(sw, "agg_block", r, done.block)
             if role.root:
-                cells.put(sw, "agg_exp", r, done.exp)
-                cells.put(sw, "agg_final", r, 1)
-                cells.put(sw, "agg_rnext", r, done.rnext)
+                cells.put_cells(sw, r, {"agg_count": fan_in, "agg_bitmap": (1 << fan_in) - 1, "agg_block": done.block,
+                                        "agg_exp": done.exp, "agg_final": 1, "agg_rnext": done.rnext})
                 cells.put_lanes(sw, "agg_values", r, done.values)
+            else:
+                cells.put_cells(sw, r, {"agg_count": fan_in, "agg_bitmap": (1 << fan_in) - 1, "agg_block": done.block})
     return cells
 
 
@@ -356,14 +354,20 @@ class CellWrites:
         self.count = 0                                              # cells written
 
     def put(self, sw: str, name: str, index: int, value: int) -> None:
+        self.put_cells(sw, index, {name: value})
+
+    def put_cells(self, sw: str, index: int, values: dict[str, int]) -> None:
+        """Cell `index` of several registers of switch `sw` (name -> value): one call per
+        slot version and switch, as a preload puts them (some 10,000 cells a reroute)."""
         regs = self.scalars.get(sw)
         if regs is None:
             regs = self.scalars[sw] = {}
-        cells = regs.get(name)
-        if cells is None:
-            cells = regs[name] = {}
-        cells[index] = value
-        self.count += 1
+        for name, value in values.items():
+            cells = regs.get(name)
+            if cells is None:
+                cells = regs[name] = {}
+            cells[index] = value
+        self.count += len(values)
 
     def put_lanes(self, sw: str, name: str, r: int, values) -> None:
         """The K lanes of slot version r (cells r*K .. r*K+K-1), as unsigned 32-bit values."""
@@ -377,9 +381,12 @@ class CellWrites:
         """Switch `sw`'s writes as `client`'s lines (so a caller can send each switch its
         batch as soon as it is built)."""
         out: list[str] = []
+        groups: dict[tuple, list[str]] = {}          # registers written at the same cells: one line
         for name, cells in self.scalars.get(sw, {}).items():
-            idx = sorted(cells)
-            out += client.register_write_cells_lines(name, idx, [cells[i] for i in idx])
+            groups.setdefault(tuple(sorted(cells)), []).append(name)
+        for idx, names in groups.items():
+            regs = self.scalars[sw]
+            out += client.register_write_group_lines(names, idx, [[regs[name][i] for i in idx] for name in names])
         for name, rows in self.lanes.get(sw, {}).items():
             rs = sorted(rows)
             idx = (np.asarray(rs, dtype=np.int64)[:, None] * wire.K + np.arange(wire.K)).ravel()

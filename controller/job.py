@@ -141,7 +141,7 @@ class TreeJob(Job):
                 self.partitioned = None
                 self.reinstall(why=why)
             self.window = window
-            self.carry = carry_for(algorithm, self.slot_base, values_ahead=self.atomic)
+            self.carry = carry_for(algorithm, self.slot_base)
             self.tree_of_slot = partition_slots(self.treeset.weights, window)
             self._reset(self.live_switches())
             self._publish("partitioned" if self.partitioned else "ok", self.partitioned or "")

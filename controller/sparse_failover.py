@@ -40,7 +40,7 @@ import numpy as np
 
 from ground import wire
 from controller.failover import CellWrites, read_registers, slot_index, write_preload
-from controller.switch_client import SwitchClient, on_each
+from controller.switch_client import SwitchClient, on_each, read_ranges
 from controller.tree_install import Installation
 
 SNAPSHOT_SCALARS = _SCALARS = ("sp_block", "sp_bitmap", "sp_final", "sp_ack", "sp_exp", "sp_rnext")
@@ -117,10 +117,10 @@ def sparse_snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_o
     regs = dict(regs or {})
     regs.update(_read_scalars(clients, [sw for sw in switches
                                         if not all(n in regs.get(sw, {}) for n in SNAPSHOT_SCALARS)]))
-    # plain lists: the walk below reads single cells some 10,000 times, and a numpy array's
-    # item access costs several times a list's
-    regs = {sw: {name: cells.tolist() if isinstance(cells, np.ndarray) else cells
-                 for name, cells in reg.items()} for sw, reg in regs.items()}
+    # plain lists (of the window's cells; the rest stay 0): the walk below reads single cells
+    # some 10,000 times, and a numpy array's item access costs several times a list's
+    window = [(slot_index(ver, slot_base, 0), len(tree_of_slot)) for ver in (0, 1)]
+    regs = {sw: {name: _window_list(regs[sw][name], window) for name in SNAPSHOT_SCALARS} for sw in switches}
     carry = HeldRounds()
     holders: dict[str, list[tuple[int, int, int, int]]] = {}    # switch -> [(slot, ver, block, r)]
     paths_of = {t: worker_paths(tree_roles(inst, t)) for t in set(tree_of_slot)}
@@ -132,30 +132,37 @@ def sparse_snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_o
             carry.rounds[slot, ver, block] = None
             holders.setdefault(sw, []).append((slot, ver, block, r))
 
+    # per tree, each worker's path with its switches' registers bound (the walk's inner loop):
+    # (switch, child, dead, sp_final, sp_bitmap, sp_block, sp_ack), leaf first
+    walks = {t: [(worker, path, any(sw in down for sw, _ in path),
+                  [(sw, child, True, None, None, None, None) if sw in down else
+                   (sw, child, False, *(regs[sw][n] for n in ("sp_final", "sp_bitmap", "sp_block", "sp_ack")))
+                   for sw, child in path])
+                 for worker, path in paths.items()] for t, paths in paths_of.items()}
     for slot, tree in enumerate(tree_of_slot):
         for ver in (0, 1):
             r = slot_index(ver, slot_base, slot)
-            for worker, path in paths_of[tree].items():
+            for worker, path, dead_on_path, steps in walks[tree]:
                 acked = -1                       # newest round known to have reached the worker
                 found = below_dead = False
-                for sw, child in path:
-                    if sw in down:
+                for sw, child, dead, final, bitmap, blocks, acks in steps:
+                    if dead:
                         below_dead = True
                         continue                 # died with its registers: ask higher up
-                    reg = regs[sw]
-                    if not (reg["sp_final"][r] and reg["sp_bitmap"][r]):
+                    if not (final[r] and bitmap[r]):
                         below_dead = False
                         continue                 # nothing complete held here: ask higher up
-                    block = int(reg["sp_block"][r])
-                    child_acked = (int(reg["sp_ack"][r]) >> child) & 1 and not below_dead
+                    block = blocks[r]
+                    child_acked = (acks[r] >> child) & 1 and not below_dead
                     below_dead = False
                     if child_acked or block <= acked:
-                        acked = max(acked, block)     # done with it; a newer one may be above
+                        if block > acked:        # done with it; a newer one may be above
+                            acked = block
                         continue
                     need(slot, ver, worker, block, sw, r)
                     found = True
                     break
-                if found or path[0][0] in down or not any(sw in down for sw, _ in path):
+                if found or not dead_on_path or path[0][0] in down:
                     continue
                 leaf, me = regs[path[0][0]], path[0][1]
                 for u in (0, 1):                 # what the worker's leaf knows it is done with
@@ -171,8 +178,8 @@ def sparse_snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_o
                     need(slot, ver, worker, held[0][0], held[0][1], r)
     values = values or {}
     missing = [sw for sw, items in holders.items() if any(item[-1] not in values.get(sw, {}) for item in items)]
-    read = on_each(clients, missing, lambda sw: clients[sw].register_read_ranges(
-        "sp_values", [(r * wire.K, wire.K) for *_, r in holders[sw]]))   # one batch per holding switch
+    read = read_ranges(clients, "sp_values", {sw: [(r * wire.K, wire.K) for *_, r in holders[sw]]
+                                              for sw in missing})     # one batch per holder, all at once
     for sw, items in holders.items():
         cells = read[sw] if sw in read else [values[sw][item[-1]] for item in items]
         for (slot, ver, block, r), got in zip(items, cells):
@@ -180,6 +187,15 @@ def sparse_snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_o
                 slot, ver, block, int(regs[sw]["sp_exp"][r]), int(regs[sw]["sp_rnext"][r]),
                 np.asarray(got).astype(np.uint32))
     return carry
+
+
+def _window_list(cells, window) -> list[int]:
+    """A register's cells as a list, only the runs of `window` filled in."""
+    out = [0] * len(cells)
+    for start, count in window:
+        out[start:start + count] = [int(v) for v in cells[start:start + count]] if not isinstance(cells, np.ndarray) \
+            else cells[start:start + count].tolist()
+    return out
 
 
 def placement(roles: dict, needs: dict[str, int], conflicts: list | None = None) -> dict[str, int]:
@@ -233,12 +249,8 @@ def sparse_preload_cells(inst: Installation, tree_of_slot: list[int], carry: Hel
         clash: list = []
         for sw, block in placement(roles, needs, clash).items():
             rnd = carry.rounds[slot, ver, block]
-            cells.put(sw, "sp_block", r, block)
-            cells.put(sw, "sp_bitmap", r, (1 << len(roles[sw].children)) - 1)
-            cells.put(sw, "sp_done", r, 1)
-            cells.put(sw, "sp_final", r, 1)
-            cells.put(sw, "sp_exp", r, rnd.exp)
-            cells.put(sw, "sp_rnext", r, rnd.next_block)
+            cells.put_cells(sw, r, {"sp_block": block, "sp_bitmap": (1 << len(roles[sw].children)) - 1, "sp_done": 1,
+                                    "sp_final": 1, "sp_exp": rnd.exp, "sp_rnext": rnd.next_block})
             cells.put_lanes(sw, "sp_values", r, rnd.values)
         carry.conflicts += [(slot, ver, sw) for sw in clash]
     return cells

@@ -104,6 +104,13 @@ class SwitchClient(ABC):
         return [line for start, count, offset in _runs_with_offsets(index)
                 for line in self.register_write_range_lines(name, start, values[offset:offset + count].tolist())]
 
+    def register_write_group_lines(self, names, index, columns) -> list[str]:
+        """Lines that write, for each register names[k], columns[k][i] to cell index[i] (several
+        registers at the same cells: a preload's slot versions); `index` strictly increasing.
+        Here each register's register_write_cells_lines; the software switch sends one
+        binary command for them all (soft_write_group_lines)."""
+        return [line for name, values in zip(names, columns) for line in self.register_write_cells_lines(name, index, values)]
+
     def register_read_runs_lines(self, name: str, runs) -> list[str]:
         """Lines that read the cells of `runs` [(start, count), ...] of register `name`, to be
         sent in a batch and given back to parse_read_runs: here one `register_read_range` per
@@ -237,6 +244,26 @@ def soft_write_cells_lines(name: str, index, values) -> list[str]:
     return lines
 
 
+def soft_write_group_lines(names, index, columns) -> list[str]:
+    """The software switch's form of SwitchClient.register_write_group_lines: one
+    `register_write_cells R1,R2,.. I:BASE64 T:BASE64` per RUNS_CELLS values (where the cells
+    are scattered; long runs go as each register's register_write_runs)."""
+    index = np.asarray(index, dtype=np.int64)
+    values = np.asarray(columns, dtype=np.int64).reshape(len(names), index.size)
+    runs = 1 + int(np.count_nonzero(np.diff(index) != 1)) if index.size else 0
+    if len(names) < 2 or runs * LONG_RUN <= index.size or (index.size > 1 and not bool((index[1:] > index[:-1]).all())):
+        return [line for name, column in zip(names, values) for line in soft_write_cells_lines(name, index, column)]
+    code = "u4" if values.size and 0 <= values.min() and values.max() <= 0xFFFFFFFF else "i8"
+    step = max(1, RUNS_CELLS // len(names))
+    lines = []
+    for first in range(0, index.size, step):
+        idx = index[first:first + step]
+        cells = values[:, first:first + step].astype("<" + code).tobytes()
+        lines.append(f"register_write_cells {','.join(names)} u4:" + base64.b64encode(idx.astype("<u4").tobytes()).decode("ascii")
+                     + f" {code}:" + base64.b64encode(cells).decode("ascii"))
+    return lines
+
+
 def _join(items) -> str:
     return " ".join(str(x) for x in items)
 
@@ -299,6 +326,24 @@ def _collect_all(pending: dict[str, Callable[[], list[str]]], each=None) -> dict
     return outs
 
 
+def read_ranges(clients: dict[str, SwitchClient], name: str,
+                ranges_of: dict[str, list[tuple[int, int]]]) -> dict[str, list[np.ndarray]]:
+    """Register `name`'s cells of ranges_of[switch] [(start, count), ...], one array per
+    range: from every switch at once in one batch each where batches pipeline (run_batches:
+    a reroute's second round), else through register_read_ranges (on_each)."""
+    ranges_of = {sw: ranges for sw, ranges in ranges_of.items() if ranges}
+    if not all(clients[sw].pipelined_batches for sw in ranges_of):
+        return on_each(clients, list(ranges_of), lambda sw: [
+            np.asarray(cells) for cells in clients[sw].register_read_ranges(name, ranges_of[sw])])
+    outs = run_batches(clients, {sw: clients[sw].register_read_runs_lines(name, ranges)
+                                 for sw, ranges in ranges_of.items()})
+    got = {}
+    for sw, ranges in ranges_of.items():
+        cells = clients[sw].parse_read_runs(ranges, outs[sw])
+        got[sw] = np.split(cells, np.cumsum([count for _, count in ranges])[:-1])
+    return got
+
+
 def run_built(clients: dict[str, SwitchClient], switches, build: Callable[[str], list[str]]) -> dict[str, list[str]]:
     """run_batches, each switch's batch sent as soon as `build(switch)` made it: the switches
     already sent to work while the rest are built."""
@@ -350,6 +395,9 @@ class SoftSwitchClient(SwitchClient):
 
     def register_write_cells_lines(self, name: str, index, values) -> list[str]:
         return soft_write_cells_lines(name, index, values)
+
+    def register_write_group_lines(self, names, index, columns) -> list[str]:
+        return soft_write_group_lines(names, index, columns)
 
     def register_read_runs_lines(self, name: str, runs) -> list[str]:
         return [read_runs_line(name, runs)]

@@ -223,26 +223,34 @@ class Cli:
             reg.data[np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(counts.sum())] = values
         return ""
 
-    # register_write_cells R I:BASE64 T:BASE64: the cells named by index (I: u4 or u8, strictly
-    # increasing, so each once), for scattered cells (a reroute's carried slot versions), whose
-    # runs would be one per cell
+    # register_write_cells R[,R2...] I:BASE64 T:BASE64: the cells named by index (I: u4 or u8,
+    # strictly increasing, so each once) of one or more registers (T:BASE64 holds each one's
+    # values in turn), for scattered cells: a reroute's carried slot versions, whose runs would
+    # be one per cell, and whose registers are written at the same cells
     def do_register_write_cells(self, args):
         self._nargs(args, 3)
-        reg = self._res("register", args[0], self.p.register_arrays)
+        regs = [self._res("register", name, self.p.register_arrays) for name in args[0].split(",")]
         code, colon, text = args[1].partition(":")
         if not colon or code not in ("u4", "u8"):
             raise CommandError("Error: register_write_cells: indices must be I:BASE64 with I u4 or u8")
         index = self._binary(text, np.dtype("<" + code), "register_write_cells", "indices").astype(np.int64)
-        if index.size and (index[0] < 0 or index[-1] >= reg.size):
-            bad = int(index[0] if index[0] < 0 else index[-1])
-            raise StateError(f"index {bad} outside register {reg.name} of size {reg.size}")
+        for reg in regs:
+            if index.size and (index[0] < 0 or index[-1] >= reg.size):
+                bad = int(index[0] if index[0] < 0 else index[-1])
+                raise StateError(f"index {bad} outside register {reg.name} of size {reg.size}")
         if index.size > 1 and not bool((index[1:] > index[:-1]).all()):
             raise CommandError("Error: register_write_cells: indices must be strictly increasing")
-        reg.data[index] = self._cells(reg, args[2], index.size, "register_write_cells")
+        wide = self._wide(args[2], len(regs) * index.size, "register_write_cells")
+        for k, reg in enumerate(regs):
+            reg.data[index] = self._low_bits(reg, wide[k * index.size:(k + 1) * index.size])
         return ""
 
     def _cells(self, reg, arg: str, count: int, command: str) -> np.ndarray:
         """T:BASE64 as `count` values in `reg`'s type, each value's low W bits kept."""
+        return self._low_bits(reg, self._wide(arg, count, command))
+
+    def _wide(self, arg: str, count: int, command: str) -> np.ndarray:
+        """T:BASE64 as `count` values, as uint64 (a negative one two's complement)."""
         code, colon, text = arg.partition(":")
         if not colon or code not in CELL_TYPES:
             raise CommandError(f"Error: {command}: cells must be T:BASE64 with T one of {' '.join(CELL_TYPES)}")
@@ -250,7 +258,10 @@ class Cli:
         values = self._binary(text, dtype, command, "cells")
         if values.size != count:
             raise CommandError(f"Error: {command}: {values.size} values for {count} cells")
-        wide = values.astype(np.int64).view(np.uint64) if dtype.kind == "i" else values.astype(np.uint64)
+        return values.astype(np.int64).view(np.uint64) if dtype.kind == "i" else values.astype(np.uint64)
+
+    @staticmethod
+    def _low_bits(reg, wide: np.ndarray) -> np.ndarray:
         return (wide & np.uint64((1 << reg.width) - 1)).astype(reg.data.dtype)
 
     @staticmethod

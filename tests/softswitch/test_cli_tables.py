@@ -147,6 +147,11 @@ def test_binary_register_cells_write_by_index(p):
     assert [int(p.registers["agg_exp"][i]) for i in (2, 9, 2047, 3)] == [7, 44, 255, 0]
     p.command(f"register_write_cells agg_values u8:{b64([5, 131071], 'u8')} u4:{b64([4000000000, 1], 'u4')}")
     assert [int(p.registers["agg_values"][i]) for i in (5, 131071)] == [4000000000, 1]
+    # several registers at the same cells, their values one register after the other
+    p.command(f"register_write_cells agg_count,agg_block,agg_exp u4:{b64([4, 6], 'u4')} "
+              f"i8:{b64([1, 2, 70000, 8, 259, 3], 'i8')}")
+    assert [[int(p.registers[n][i]) for i in (4, 6)] for n in ("agg_count", "agg_block", "agg_exp")] == [
+        [1, 2], [70000, 8], [3, 3]]                                   # agg_exp is bit<8>: 259 -> 3
 
 
 @pytest.mark.parametrize("line,error", [
@@ -155,6 +160,8 @@ def test_binary_register_cells_write_by_index(p):
     ("register_write_cells agg_exp i4:AQAAAA== u4:AQAAAA==", r"u4 or u8"),
     ("register_write_cells agg_exp u4:AQAAAA== u4:AQAAAAEAAAA=", r"2 values for 1 cells"),
     ("register_write_cells agg_exp u4:AQAA u4:AQAAAA==", r"not a whole number"),
+    ("register_write_cells agg_exp,agg_count u4:AQAAAA== u4:AQAAAA==", r"1 values for 2 cells"),
+    ("register_write_cells agg_exp,agg_values u4:AAgAAA== u4:AQAAAAEAAAA=", r"outside register agg_exp"),
     ("register_write_runs agg_exp 0+2 i8:" + "A" * 12, r"not a whole number"),
     ("register_write_runs agg_exp 0+2 u4:AQAAAA==", r"1 values for 2 cells"),
     ("register_write_runs agg_exp 0+1 x9:AQAAAA==", r"T:BASE64"),
