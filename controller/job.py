@@ -15,18 +15,19 @@ import gc
 import json
 import os
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import networkx as nx
 
 from ground import wire
-from ground.priority import urgent
+from ground.priority import HOLD_RT, urgent
 from controller import failover, tree_install, trees
 from controller.carry import carry_for
 from controller.events import EventLog
 from controller.jobs import Job
 from controller.standby import StandbyWorker
-from controller.switch_client import SwitchClient, run_batches, run_built
+from controller.switch_client import SwitchClient, collect_batches, run_batches, run_built, send_batches
 from controller.topology import switches
 from controller.trees.base import TreeError
 
@@ -285,17 +286,23 @@ class TreeJob(Job):
     def reroute(self, link: str, t_detect: float, switch: str | None = None) -> dict:
         """Freeze the old epoch, snapshot what it holds (from live switches), install the
         trees recomputed over live links and switches, preload, tell the agents. `link` names
-        the cause ("a1-c1", or "switch a1" with `switch` set). This process's threads and the
-        live switches' daemons run ahead of everything else meanwhile (ground/priority.py, as
-        root), and the garbage collector waits until it is done."""
+        the cause ("a1-c1", or "switch a1" with `switch` set). This process's threads (real
+        time) and the live switches' daemons run ahead of everything else meanwhile
+        (ground/priority.py, as root), and the garbage collector waits until it is done."""
         t0 = time.monotonic()        # the boost below counts as part of the recompute
-        pids = [pid for sw in self.live_switches() for pid in self.clients[sw].pids()]
         collecting = gc.isenabled()
         gc.disable()                  # a full collection of the controller's heap: tens of ms
         try:
-            with urgent(pids):
+            with urgent(), ExitStack() as switches_urgent:
+                def raise_switches(holding=()) -> None:   # once the first batches are on their way;
+                    pids = {sw: self.clients[sw].pids() for sw in self.live_switches()}   # those about
+                    switches_urgent.enter_context(urgent([p for sw in holding for p in pids[sw]], own=False,
+                                                         pids_rt=HOLD_RT))                # to hold: real time
+                    switches_urgent.enter_context(urgent([p for sw in pids if sw not in holding for p in pids[sw]],
+                                                         own=False))
                 if self.bulk:
-                    return self._reroute_bulk(link, t_detect, switch, t0)
+                    return self._reroute_bulk(link, t_detect, switch, t0, raise_switches)
+                raise_switches()
                 return self._reroute_steps(link, t_detect, switch, t0)
         finally:
             if collecting:
@@ -336,72 +343,90 @@ class TreeJob(Job):
         record.update(recompute_ms=round((t2 - t1) * 1e3, 2), install_ms=round((t3 - t2 + t1 - t0) * 1e3, 2))
         return self._rerouted(record, new, carried, writes, phases)
 
-    def _reroute_bulk(self, link: str, t_detect: float, switch: str | None, t0: float) -> dict:
+    def _reroute_bulk(self, link: str, t_detect: float, switch: str | None, t0: float, raise_switches) -> dict:
         """The reroute on switches that take pipelined batches (software switches, BMv2 over
         Thrift), in rounds of bulk batches, each sent to every switch before any answer is read:
-        (1) the old epoch's agg_job entries deleted (the freeze), the carry's register reads
-        (the window's cells of both versions; a switch's state is final once its freeze ran),
-        the new epoch's entries and groups added (harmless: no agent uses the new epoch before
-        it is told); (2) the carried results' values (only where (1) found some); (3)
-        registers reset, the carry preloaded, the new groups completed. A dense carry reads
-        its values in (1) as well and resets there, so it needs only (1) and (3); with a dead
-        switch it reads the live roots' values in (1) but resets in (3), since a dead root's
-        results are read from the live switches below it in (2). The trees come from the
-        standby when it has them. No drain where batches are atomic (software switches): once
-        a switch answered its freeze, no packet of the old epoch touches its state; elsewhere
-        (BMv2) the freeze goes out alone first, then the drain, then the rest of (1)."""
+        (1) on the old trees' live switches, the hold (softswitch/daemon.py: until the reroute
+        is done a switch serves its control socket alone, at once), the old epoch's agg_job
+        deletes (the freeze) and the carry's register reads (the window's cells of both
+        versions; a switch's state is final once its freeze ran), sent before anything else
+        (the switches' priority, the new trees, their entries) is done; then, on the new
+        trees' switches, the reset where (1) reads all the carry needs, and the new epoch's
+        entries and groups (harmless: no agent uses the new epoch before it is told); (2) the
+        carried results' values, where (1) did not read them (from the holders only); (3) the
+        reset (if not done in 1), the carry's preload, the new groups completed. A dense carry
+        reads its values in (1) as well and resets there, so it needs only (1) and (3); with a
+        dead switch it reads the live roots' values in (1) but resets in (3), since a dead
+        root's results are read from the live switches below it in (2). The trees come from
+        the standby when it has them. No drain where batches are atomic (software switches):
+        once a switch answered its freeze, no packet of the old epoch touches its state;
+        elsewhere (BMv2) the freeze goes out alone first, then the drain, then the rest."""
         record = _cause(link, switch, t_detect)
         boost = time.monotonic() - t0
         what = link if switch else f"link {link}"
         down = self._down()
         old = self.inst
-        standby = (self.algorithm, self._down_links()) in self._standby
-        try:
-            new = self._compute(self._down_links(), self.treeset.epoch + 1)
-        except TreeError as exc:
-            run_batches(self.clients, tree_install.freeze_lines(old))
-            self._partitioned(what, exc, record, t0)
-            return record
-        t1 = time.monotonic()
-        plan = tree_install.plan(self.g, new, self.job, slot_base=self.slot_base, reply_ports=self.reply_ports,
-                                 slots=self.slots, ranks=self._ranks())
-        new_switches = sorted({sw for sw, _ in plan.inst.roles})
-        held = sorted(({sw for sw, _ in old.roles} | set(new_switches)) - down)
-        batches = {sw: self.clients[sw].hold_lines(HOLD_MS) for sw in held}   # first: the control socket only
+        reads = self.carry.first_reads(old, self.tree_of_slot, down)
+        frozen = sorted({sw for sw, _ in old.roles} - down)
+        first = {sw: self.clients[sw].hold_lines(HOLD_MS) for sw in frozen}
         for sw, lines in tree_install.freeze_lines(old).items():
-            batches.setdefault(sw, []).extend(lines)
+            first.setdefault(sw, []).extend(lines)
+        t_a = time.monotonic()
+        if not self.atomic:                          # packets that matched before the delete
+            self._publish("rerouting", f"{what} failed")
+            run_batches(self.clients, first)
+            time.sleep(self.drain)
+            first = {}
+        at: dict[str, int] = {}
+        second: dict[str, list[str]] = {}
+        for sw, want in reads.items():             # after the switch's freeze: its state is final
+            batch = first if self.atomic else second
+            at[sw] = len(batch.setdefault(sw, []))
+            batch[sw] += failover.read_runs_lines(self.clients[sw], want)
+        held = set(frozen)
+        pending = send_batches(self.clients, first)
         try:
-            t_freeze = time.monotonic()
-            if not self.atomic:                          # packets that matched before the delete
-                self._publish("rerouting", f"{what} failed")  # (see below)
-                run_batches(self.clients, batches)
-                time.sleep(self.drain)
-                batches = {}
-            reads = self.carry.first_reads(old, self.tree_of_slot, down)
-            at = {}
+            if self.atomic:      # agents: a pause, not a stall, and no resends into the frozen epoch
+                self._publish("rerouting", f"{what} failed")
+            tb = time.monotonic()
+            raise_switches(frozen if self.atomic else ())
+            boost += time.monotonic() - tb
+            standby = (self.algorithm, self._down_links()) in self._standby
+            try:
+                new = self._compute(self._down_links(), self.treeset.epoch + 1)
+            except TreeError as exc:
+                collect_batches(pending)
+                _release(self.clients, held)
+                self._partitioned(what, exc, record, t0)
+                return record
+            t1 = time.monotonic()
+            plan = tree_install.plan(self.g, new, self.job, slot_base=self.slot_base, reply_ports=self.reply_ports,
+                                     slots=self.slots, ranks=self._ranks())
+            new_switches = sorted({sw for sw, _ in plan.inst.roles})
+            for sw in new_switches:
+                if sw not in held:                   # on the new trees only: held from here
+                    hold = self.clients[sw].hold_lines(HOLD_MS)
+                    second[sw] = hold + second.get(sw, [])
+                    if sw in at and sw not in first:
+                        at[sw] += len(hold)
+                    held.add(sw)
             early_reset = self.carry.complete_ahead and not down   # else (2) may read the new tree's switches
-            for sw, want in reads.items():             # after the switch's freeze: its state is final
-                at[sw] = len(batches.setdefault(sw, []))
-                batches[sw] += failover.read_runs_lines(self.clients[sw], want)
             if early_reset:                            # everything read: reset in this batch too
                 for sw in new_switches:
-                    batches.setdefault(sw, []).extend(self._reset_lines(sw))
+                    second.setdefault(sw, []).extend(self._reset_lines(sw))
             for sw, lines in plan.lines.items():
-                batches.setdefault(sw, []).extend(lines)
-            t2 = time.monotonic() if self.atomic else t_freeze
+                second.setdefault(sw, []).extend(lines)
+            t2 = time.monotonic()
+            pending2 = send_batches(self.clients, second)
             regs, values = {}, {}
 
             def parse(sw: str, out: list[str]) -> None:     # while slower switches still work
-                if sw in reads:
-                    failover.parse_first_reads(self.clients[sw], reads[sw], out[at[sw]:], regs, values, sw)
+                failover.parse_first_reads(self.clients[sw], reads[sw], out[at[sw]:], regs, values, sw)
 
-            def rerouting() -> None:     # agents: a pause, not a stall, and no resends into the
-                if self.atomic:           # frozen epoch (the file is written while the switches work)
-                    self._publish("rerouting", f"{what} failed")
-
-            outs = run_batches(self.clients, batches, parse, rerouting)
+            outs = collect_batches(pending, {sw: parse for sw in first if sw in reads})
+            outs2 = collect_batches(pending2, {sw: parse for sw in second if sw in reads and sw not in first})
             t_r1 = time.monotonic()
-            associate = plan.finish(outs)
+            associate = plan.finish({sw: outs.get(sw, []) + outs2.get(sw, []) for sw in set(outs) | set(outs2)})
             t3 = time.monotonic()
             carried = self.carry.snapshot(self.clients, old, self.tree_of_slot, regs, values, down)
             t4 = time.monotonic()
@@ -420,12 +445,12 @@ class TreeJob(Job):
             self.treeset, self.inst, self.tree_of_slot = new, plan.inst, tree_of_slot
             self._publish()
             t5 = time.monotonic()
-            phases = {"freeze_ms": t3 - t2, "snapshot_ms": t4 - t3, "entries_ms": t2 - t1, "preload_ms": t5 - t4,
-                      "boost_ms": boost, "first_round_ms": t_r1 - t2, "preload_build_ms": t_r3 - t4,
-                      "last_round_ms": t_r3e - t_r3}     # last_round: the lines' encoding included
         except BaseException:                     # the holds would end by themselves, later
             _release(self.clients, held)
             raise
+        phases = {"freeze_ms": t3 - t_a, "snapshot_ms": t4 - t3, "entries_ms": t2 - t1, "preload_ms": t5 - t4,
+                  "boost_ms": boost, "first_round_ms": t_r1 - t_a, "preload_build_ms": t_r3 - t4,
+                  "last_round_ms": t_r3e - t_r3}     # last_round: the lines' encoding included
         tidy = tree_install.remove_groups_lines(old)       # the agents were told: not urgent
         for sw in held:                                  # the ports are read again
             tidy.setdefault(sw, []).extend(self.clients[sw].release_lines())

@@ -304,14 +304,22 @@ def run_batches(clients: dict[str, SwitchClient], batches: dict[str, list[str]],
     read. `sent()` runs once every batch is sent, before the first answer is read. Both
     overlap the caller's work with the switches'. Every answer is read before the first error
     is raised."""
-    pending = {sw: clients[sw].send_commands(lines) for sw, lines in batches.items() if lines}
+    pending = send_batches(clients, batches)
     if sent is not None:
         sent()
-    return _collect_all(pending, each)
+    return collect_batches(pending, each and {sw: each for sw in pending})
 
 
-def _collect_all(pending: dict[str, Callable[[], list[str]]], each=None) -> dict[str, list[str]]:
-    """Every switch's answers, in turn; the first error is raised once all were read."""
+def send_batches(clients: dict[str, SwitchClient], batches: dict[str, list[str]]) -> dict[str, Callable]:
+    """run_batches' first half: every batch sent; collect_batches reads their answers (a
+    caller may send a switch more batches meanwhile: they are answered in order)."""
+    return {sw: clients[sw].send_commands(lines) for sw, lines in batches.items() if lines}
+
+
+def collect_batches(pending: dict[str, Callable[[], list[str]]],
+                    each: dict[str, Callable[[str, list[str]], None]] | None = None) -> dict[str, list[str]]:
+    """Every switch's answers, in turn, each handed to each[switch](switch, outputs) as soon
+    as read; the first error is raised once all were read."""
     outs, failed = {}, None
     for sw, collect in pending.items():
         try:
@@ -319,8 +327,8 @@ def _collect_all(pending: dict[str, Callable[[], list[str]]], each=None) -> dict
         except SwitchCommandError as exc:
             failed = failed or exc
             continue
-        if each is not None and failed is None:
-            each(sw, outs[sw])
+        if each and sw in each and failed is None:
+            each[sw](sw, outs[sw])
     if failed:
         raise failed
     return outs
@@ -352,7 +360,7 @@ def run_built(clients: dict[str, SwitchClient], switches, build: Callable[[str],
         lines = build(sw)
         if lines:
             pending[sw] = clients[sw].send_commands(lines)
-    return _collect_all(pending)
+    return collect_batches(pending)
 
 
 class SoftSwitchClient(SwitchClient):

@@ -14,11 +14,14 @@ the processes of its own session. Each switch daemon and each Mininet host's wor
 own session (setsid), so a daemon at nice -10 still got one share in ~30, like every
 worker; a session's group has a niceness of its own (/proc/PID/autogroup), which `urgent`
 raises too. Real time: the reroute's own threads run SCHED_FIFO inside the block, so none
-of its Python waits for a time slice behind the switches it has just raised (which are
-busy with frames until they read their commands); a switch daemon raises itself to
-SCHED_FIFO while it holds its ports (softswitch/daemon.py, `ports_hold`), so a command to a
-switch that is done with frames is served the moment it arrives. The kernel's real-time
-throttling (sched_rt_runtime_us) bounds what a real-time thread can take in any case.
+of its Python waits for a time slice behind the switches it raised; a switch daemon is
+SCHED_FIFO (below them) while it holds its ports (softswitch/daemon.py, `ports_hold`: it
+does nothing but serve its control socket then), so a command to a held switch is served
+the moment it arrives. A reroute raises the daemons it has just sent a hold to real-time
+itself, so that each serves its first batch after at most one port's frames instead of
+waiting its turn behind the others' traffic; a daemon leaves real time when its hold ends
+(released, or its deadline: a controller that dies mid-reroute leaves none behind). The
+kernel's real-time throttling (sched_rt_runtime_us) bounds what a real-time thread can take.
 """
 
 from __future__ import annotations
@@ -95,18 +98,32 @@ def restore_scheduler(tid: int, before: tuple) -> None:
         pass
 
 
+def not_real_time(tid: int = 0) -> None:
+    """Thread or process `tid` (0: the caller) back to SCHED_OTHER if it is real-time."""
+    try:
+        if os.sched_getscheduler(tid) in (os.SCHED_FIFO, os.SCHED_RR):
+            os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+    except (OSError, AttributeError):
+        pass
+
+
 @contextmanager
-def urgent(pids=(), nice: int = URGENT_NICE, ahead: int = 5, rt: int = URGENT_RT, own: bool = True):
+def urgent(pids=(), nice: int = URGENT_NICE, ahead: int = 5, rt: int = URGENT_RT, own: bool = True,
+           pids_rt: int | None = None):
     """Every thread of this process SCHED_FIFO at `rt` (real_time) inside the block, and the
     processes `pids` at niceness `nice`, their autogroups too, this process's autogroup
     `ahead` steps further (module docstring); as before after it (one that is gone by then is
     skipped). Every thread, not just the caller: a thread left behind can hold the GIL the
     caller waits for. The caller's thread first: the rest is done at its priority.
     `own=False`: only the processes `pids` (this process is left alone: a reroute it starts
-    meanwhile raises it, and must not be lowered again when this block ends)."""
+    meanwhile raises it, and must not be lowered again when this block ends). `pids_rt`: the
+    processes `pids` SCHED_FIFO at that priority as well (switch daemons about to hold: see
+    the module docstring)."""
     me = threading.get_native_id()
     mine = [me, *(t for t in _threads() if t != me)] if own else []
     fifo = [(t, was) for t in mine if (was := real_time(t, rt))]
+    if pids_rt is not None:
+        fifo += [(p, was) for p in pids if (was := real_time(p, pids_rt))]
     raised = []
     for pid, level in [*((t, nice - ahead) for t in mine), *((p, nice) for p in pids)]:
         try:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ground.priority import HOLD_RT, real_time, restore_scheduler
+from ground.priority import HOLD_RT, not_real_time, real_time
 from softswitch.control import ControlServer
 from ground.mmsg import MsgBatch
 from softswitch.io import MAX_FRAME, TX_SLOT, RawPort
@@ -88,7 +88,7 @@ class Daemon:
         self._stop_requested = False
         self._held_until = 0.0                         # ports_hold: frames wait until then
         self._held_log: list[tuple] = []               # commands served while held, logged after
-        self._held_rt: tuple | None = None             # the scheduling policy a hold replaced
+        self._held_rt = False                          # the hold runs real-time
 
     # ---- event-loop plumbing -------------------------------------------------------------
     def _register(self, fd: int, events: int, callback) -> None:
@@ -476,10 +476,10 @@ class Daemon:
     def _release(self) -> None:
         """End a hold: the ports are read again and the commands served meanwhile are logged
         (with the time each ran)."""
+        if self._held_until:
+            not_real_time()               # real time is for holds only, whoever raised it
         self._held_until = 0.0
-        if self._held_rt:
-            restore_scheduler(0, self._held_rt)
-            self._held_rt = None
+        self._held_rt = False
         held, self._held_log = self._held_log, []
         for when, line, ok, out in held:
             self._log_command(line, ok, out, when)
@@ -495,7 +495,7 @@ class Daemon:
         if not 0 < ms <= HOLD_MAX_MS:
             return False, f"ports_hold: {ms:g} ms is not in (0, {HOLD_MAX_MS}]"
         if not self._held_until:
-            self._held_rt = real_time(0, HOLD_RT)
+            self._held_rt = real_time(0, HOLD_RT) or os.sched_getscheduler(0) == os.SCHED_FIFO
         self._held_until = time.monotonic() + ms / 1e3
         return True, f"held for at most {ms:g} ms" + (", real time" if self._held_rt else "")
 
