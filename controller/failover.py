@@ -14,6 +14,7 @@ sparse pipeline's carry (controller/sparse_failover.py) by the allreduce algorit
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 
@@ -156,15 +157,25 @@ class LaneRows:
                 raise ValueError(f"lanes run {start}+{count} is not whole slot versions")
             self._runs.append((start // wire.K, count // wire.K, cells[at:at + count].reshape(-1, wire.K)))
             at += count
+        self._runs.sort(key=lambda run: run[0])
+        self._starts = [r0 for r0, _, _ in self._runs]      # a run per slot version, when trees interleave
+
+    def _run(self, r):
+        i = bisect.bisect_right(self._starts, r) - 1
+        if i >= 0:
+            r0, n, rows = self._runs[i]
+            if r < r0 + n:
+                return rows[r - r0]
+        return None
 
     def __contains__(self, r) -> bool:
-        return any(r0 <= r < r0 + n for r0, n, _ in self._runs)
+        return self._run(r) is not None
 
     def __getitem__(self, r) -> np.ndarray:
-        for r0, n, rows in self._runs:
-            if r0 <= r < r0 + n:
-                return rows[r - r0]
-        raise KeyError(r)
+        row = self._run(r)
+        if row is None:
+            raise KeyError(r)
+        return row
 
     def get(self, r, default=None):
         return self[r] if r in self else default
@@ -288,7 +299,7 @@ def reset_lines(client: SwitchClient | None = None, slots: tuple[int, int] | Non
     with `slots` = (first, count), zeros written to those slots' cells only, both versions
     (jobs sharing the switches: another job's slots are never written)."""
     if slots is None:
-        return [f"register_reset {name}" for name in REGISTERS]
+        return client.register_reset_lines(REGISTERS) if client else [f"register_reset {name}" for name in REGISTERS]
     lines: list[str] = []
     for name in REGISTERS:
         if name in PER_CHILD:

@@ -153,6 +153,11 @@ class SwitchClient(ABC):
         raises them for a reroute); none here."""
         return []
 
+    def register_reset_lines(self, names) -> list[str]:
+        """Lines that reset the registers `names` (here one `register_reset` each; the software
+        switch takes them all in one)."""
+        return [f"register_reset {name}" for name in names]
+
     def hold_lines(self, ms: float) -> list[str]:
         """Lines that make the switch serve nothing but its control socket for at most `ms`
         ms (frames wait in the kernel's queues; a reroute's rounds are then answered at
@@ -438,6 +443,9 @@ class SoftSwitchClient(SwitchClient):
                 raise failed
             return outs
         return collect
+
+    def register_reset_lines(self, names) -> list[str]:
+        return [f"register_reset {','.join(names)}"]
 
     def hold_lines(self, ms: float) -> list[str]:
         return [f"ports_hold {ms:g}"]

@@ -293,8 +293,11 @@ class Cli:
         return starts, counts
 
     def do_register_reset(self, args):
+        """`register_reset R`, or (an extension) `register_reset R1,R2,...`: several registers
+        in one command (a reroute resets 17 on every switch of the new trees)."""
         self._nargs(args, 1)
-        self._res("register", args[0], self.p.register_arrays).reset()
+        for reg in [self._res("register", name, self.p.register_arrays) for name in args[0].split(",")]:
+            reg.reset()
         return ""
 
     def do_counter_read(self, args):

@@ -69,6 +69,7 @@ class PipeClient(SwitchClient):
     # SoftSwitchClient's binary forms (the same Cli runs them)
     register_write_cells_lines = SoftSwitchClient.register_write_cells_lines
     register_write_group_lines = SoftSwitchClient.register_write_group_lines
+    register_reset_lines = SoftSwitchClient.register_reset_lines
     register_read_runs_lines = SoftSwitchClient.register_read_runs_lines
     parse_read_runs = SoftSwitchClient.parse_read_runs
 

@@ -68,6 +68,12 @@ def test_registers_and_counters_answers(p):
     assert whole.startswith("agg_exp= 0, 0, 0, 44, 0") and whole.count(",") == 2047
     p.command("register_reset agg_exp")
     assert p.registers["agg_exp"].sum() == 0
+    p.command("register_write agg_exp 3 1")
+    p.command("register_write sp_block 7 2")
+    p.command("register_reset agg_exp,sp_block")              # several in one (an extension)
+    assert p.registers["agg_exp"].sum() == 0 and p.registers["sp_block"].sum() == 0
+    with pytest.raises(CommandError):
+        p.command("register_reset agg_exp,nosuch")
     assert p.command("counter_read agg_stats 4") == "agg_stats[4]= BmCounterValue(packets=0, bytes=0)"
     p.process(1, build({"raw": "02a667fffffe02000000000188b5"}))   # not IPv4: l2 drop, no count
     p.process(1, build({"raw": "02a667fffffe020000000001080045"}))  # short IPv4: parser error
