@@ -120,10 +120,20 @@ def first_reads(inst: Installation, tree_of_slot: list[int], slot_base: int = 0,
     return reads
 
 
+def read_groups(reads: dict[str, list]) -> list[tuple[list[str], list]]:
+    """One switch's reads (register -> runs) as (registers, runs) groups of the registers read
+    at the same cells, in order: each group is one command on the software switch."""
+    groups: dict[tuple, list[str]] = {}
+    for name, runs in reads.items():
+        groups.setdefault(tuple(runs), []).append(name)
+    return [(names, list(runs)) for runs, names in groups.items()]
+
+
 def read_runs_lines(client: SwitchClient, reads: dict[str, list]) -> list[str]:
     """The lines that read reads[sw] on `client`'s switch (the software switch: one binary
-    register_read_runs per register; BMv2: one register_read_range per run)."""
-    return [line for name, runs in reads.items() for line in client.register_read_runs_lines(name, runs)]
+    register_read_runs per group of registers read at the same cells; BMv2: one
+    register_read_range per register and run)."""
+    return [line for names, runs in read_groups(reads) for line in client.register_read_group_lines(names, runs)]
 
 
 def parse_first_reads(client: SwitchClient, reads: dict[str, list], outs: list[str], regs: dict, values: dict,
@@ -132,18 +142,19 @@ def parse_first_reads(client: SwitchClient, reads: dict[str, list], outs: list[s
     values[name][sw] (LaneRows: r -> its K cells), any other register into regs[sw][name]
     as a whole (2*SLOTS) register whose cells not read are 0."""
     first = 0
-    for name, runs in reads.items():
-        lines = len(client.register_read_runs_lines(name, runs))
-        cells = client.parse_read_runs(runs, outs[first:first + lines])
+    for names, runs in read_groups(reads):
+        lines = len(client.register_read_group_lines(names, runs))
+        got = client.parse_read_group(names, runs, outs[first:first + lines])
         first += lines
-        at = 0
-        if name in PER_VERSION_LANES:
-            values.setdefault(name, {})[sw] = LaneRows(runs, cells)
-            continue
-        full = regs.setdefault(sw, {}).setdefault(name, np.zeros(2 * wire.SLOTS, dtype=np.int64))
-        for start, count in runs:
-            full[start:start + count] = cells[at:at + count]
-            at += count
+        for name, cells in got.items():
+            if name in PER_VERSION_LANES:
+                values.setdefault(name, {})[sw] = LaneRows(runs, cells)
+                continue
+            full = regs.setdefault(sw, {}).setdefault(name, np.zeros(2 * wire.SLOTS, dtype=np.int64))
+            at = 0
+            for start, count in runs:
+                full[start:start + count] = cells[at:at + count]
+                at += count
 
 
 class LaneRows:

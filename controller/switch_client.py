@@ -122,6 +122,21 @@ class SwitchClient(ABC):
         return np.concatenate([np.asarray(_cells(out, count), dtype=np.int64)
                                for out, (_start, count) in zip(outs, runs)])
 
+    def register_read_group_lines(self, names, runs) -> list[str]:
+        """Lines that read the cells of `runs` of several registers (a reroute's snapshot reads
+        a dozen at the same cells): here each one's register_read_runs_lines; the software
+        switch reads them all in one command."""
+        return [line for name in names for line in self.register_read_runs_lines(name, runs)]
+
+    def parse_read_group(self, names, runs, outs: list[str]) -> dict[str, np.ndarray]:
+        """The answers to register_read_group_lines: name -> its cells (int64, runs' order)."""
+        got, first = {}, 0
+        for name in names:
+            lines = len(self.register_read_runs_lines(name, runs))
+            got[name] = self.parse_read_runs(runs, outs[first:first + lines])
+            first += lines
+        return got
+
     def register_write(self, name: str, index: int, value: int) -> None:
         self.command(f"register_write {name} {index} {value}")
 
@@ -417,6 +432,13 @@ class SoftSwitchClient(SwitchClient):
 
     def parse_read_runs(self, runs, outs: list[str]) -> np.ndarray:
         return cells_of_runs(outs[0], runs)
+
+    def register_read_group_lines(self, names, runs) -> list[str]:
+        return [read_runs_line(",".join(names), runs)]
+
+    def parse_read_group(self, names, runs, outs: list[str]) -> dict[str, np.ndarray]:
+        cells = cells_of_runs(outs[0], list(runs) * len(names))
+        return dict(zip(names, np.split(cells, len(names))))
 
     def commands(self, lines: list[str]) -> list[str]:
         outs = []

@@ -204,13 +204,18 @@ class Cli:
     # little-endian numpy type T (u1 u2 u4 u8 i1 i2 i4 i8). A read answers in the register's
     # own type (u4 for bit<32>); a write keeps each value's low W bits, as register_write does,
     # and writes nothing if a run is outside the register or the value count is not the runs'.
+    # register_read_runs R1,R2,... RUNS (an extension of the extension): the runs' cells of
+    # each register in turn, in the widest of their types (a reroute reads a dozen registers of
+    # every switch at the same cells: one command, one answer)
     def do_register_read_runs(self, args):
         self._nargs(args, 2)
-        reg = self._res("register", args[0], self.p.register_arrays)
-        starts, counts = self._runs(reg, args[1])
-        cells = np.concatenate([reg.data[s:s + c] for s, c in zip(starts.tolist(), counts.tolist())])
-        dtype = cells.dtype.newbyteorder("<")
-        return f"{dtype.kind}{dtype.itemsize}:" + base64.b64encode(cells.astype(dtype).tobytes()).decode("ascii")
+        regs = [self._res("register", name, self.p.register_arrays) for name in args[0].split(",")]
+        runs = [self._runs(reg, args[1]) for reg in regs]
+        starts, counts = runs[0][0].tolist(), runs[0][1].tolist()
+        cells = [reg.data[s:s + c] for reg in regs for s, c in zip(starts, counts)]
+        dtype = max((c.dtype for c in cells), key=lambda t: t.itemsize).newbyteorder("<")
+        return f"{dtype.kind}{dtype.itemsize}:" + base64.b64encode(
+            np.concatenate(cells).astype(dtype).tobytes()).decode("ascii")
 
     def do_register_write_runs(self, args):
         self._nargs(args, 3)

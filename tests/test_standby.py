@@ -103,3 +103,11 @@ def test_cell_writes_text_and_binary_forms_leave_the_same_registers():
                                   ).tolist() == [8, 2, 3, 9]
     assert SwitchClient.parse_read_runs(text, runs, text.commands(
         SwitchClient.register_read_runs_lines(text, "agg_bitmap", runs))).tolist() == [8, 2, 3, 9]
+    names = ["agg_bitmap", "agg_exp"]                       # a group: one command on the software switch
+    [line] = binary.register_read_group_lines(names, runs)
+    got = binary.parse_read_group(names, runs, binary.commands([line]))
+    lines = SwitchClient.register_read_group_lines(text, names, runs)
+    assert len(lines) == 2                                  # one per register
+    want = SwitchClient.parse_read_group(text, names, runs, text.commands(lines))
+    assert {n: c.tolist() for n, c in got.items()} == {n: c.tolist() for n, c in want.items()} == {
+        "agg_bitmap": [8, 2, 3, 9], "agg_exp": [0, 0, 0, 0]}

@@ -72,6 +72,8 @@ class PipeClient(SwitchClient):
     register_reset_lines = SoftSwitchClient.register_reset_lines
     register_read_runs_lines = SoftSwitchClient.register_read_runs_lines
     parse_read_runs = SoftSwitchClient.parse_read_runs
+    register_read_group_lines = SoftSwitchClient.register_read_group_lines
+    parse_read_group = SoftSwitchClient.parse_read_group
 
 
 class HostTransport:

@@ -141,6 +141,11 @@ def test_binary_register_runs_read_and_write(p):
     p.command("register_write agg_values 70 4000000000")
     assert p.command("register_read_runs agg_values 70+1") == "u4:" + base64.b64encode(
         np.array([4000000000], dtype="<u4").tobytes()).decode()
+    # several registers at the same cells: each one's in turn, in the widest type (bit<8>, bit<32>)
+    p.command("register_write agg_block 4 70000")
+    kind, _, text = p.command("register_read_runs agg_exp,agg_block 3+2,10+1").partition(":")
+    assert kind == "u4"
+    assert np.frombuffer(base64.b64decode(text), dtype="<u4").tolist() == [7, 44, 255, 0, 70000, 0]
 
 
 def test_binary_register_cells_write_by_index(p):
