@@ -367,28 +367,30 @@ def preload_cells(inst: Installation, tree_of_slot: list[int], completed: dict[i
 
 class CellWrites:
     """A preload's register cells per switch (a cell written twice keeps the later value).
-    lines() gives each switch's as its client's register_write_cells_lines, sorted: the
-    software switch's one binary command per register, BMv2's range or single writes."""
+    lines() gives each switch's as its client's lines, sorted: the registers written at the
+    same cells together (register_write_group_lines: one binary command on the software
+    switch), the lanes registers apart (register_write_cells_lines); BMv2's range or single
+    writes. Cells are kept as rows, index -> {register: value}, one per slot version and switch
+    as a preload puts them (some 3,000 a reroute: per-register dicts cost several times more)."""
 
     def __init__(self):
-        self.scalars: dict[str, dict[str, dict[int, int]]] = {}   # sw -> name -> index -> value
-        self.lanes: dict[str, dict[str, dict[int, object]]] = {}  # sw -> name -> r -> K values
-        self.count = 0                                              # cells written
+        self.rows: dict[str, dict[int, dict[str, int]]] = {}       # sw -> index -> name -> value
+        self.lanes: dict[str, dict[str, dict[int, object]]] = {}   # sw -> name -> r -> K values
+        self.count = 0                                               # cells written
 
     def put(self, sw: str, name: str, index: int, value: int) -> None:
         self.put_cells(sw, index, {name: value})
 
     def put_cells(self, sw: str, index: int, values: dict[str, int]) -> None:
-        """Cell `index` of several registers of switch `sw` (name -> value): one call per
-        slot version and switch, as a preload puts them (some 10,000 cells a reroute)."""
-        regs = self.scalars.get(sw)
-        if regs is None:
-            regs = self.scalars[sw] = {}
-        for name, value in values.items():
-            cells = regs.get(name)
-            if cells is None:
-                cells = regs[name] = {}
-            cells[index] = value
+        """Cell `index` of several registers of switch `sw` (name -> value; the dict is kept)."""
+        rows = self.rows.get(sw)
+        if rows is None:
+            rows = self.rows[sw] = {}
+        row = rows.get(index)
+        if row is None:
+            rows[index] = values
+        else:
+            row.update(values)
         self.count += len(values)
 
     def put_lanes(self, sw: str, name: str, r: int, values) -> None:
@@ -397,22 +399,22 @@ class CellWrites:
         self.count += wire.K
 
     def switches(self) -> set[str]:
-        return set(self.scalars) | set(self.lanes)
+        return set(self.rows) | set(self.lanes)
 
     def lines_for(self, sw: str, client: SwitchClient) -> list[str]:
         """Switch `sw`'s writes as `client`'s lines (so a caller can send each switch its
         batch as soon as it is built)."""
         out: list[str] = []
-        groups: dict[tuple, list[str]] = {}          # registers written at the same cells: one line
-        for name, cells in self.scalars.get(sw, {}).items():
-            groups.setdefault(tuple(sorted(cells)), []).append(name)
-        for idx, names in groups.items():
-            regs = self.scalars[sw]
-            out += client.register_write_group_lines(names, idx, [[regs[name][i] for i in idx] for name in names])
-        for name, rows in self.lanes.get(sw, {}).items():
-            rs = sorted(rows)
+        rows = self.rows.get(sw, {})
+        groups: dict[tuple, list[int]] = {}          # registers written at the same cells: one line
+        for index in sorted(rows):
+            groups.setdefault(tuple(rows[index]), []).append(index)
+        for names, idx in groups.items():
+            out += client.register_write_group_lines(list(names), idx, [[rows[i][n] for i in idx] for n in names])
+        for name, lanes in self.lanes.get(sw, {}).items():
+            rs = sorted(lanes)
             idx = (np.asarray(rs, dtype=np.int64)[:, None] * wire.K + np.arange(wire.K)).ravel()
-            vals = np.asarray([rows[r] for r in rs], dtype=np.int64).reshape(-1) & 0xFFFFFFFF
+            vals = np.asarray([lanes[r] for r in rs], dtype=np.int64).reshape(-1) & 0xFFFFFFFF
             out += client.register_write_cells_lines(name, idx, vals)
         return out
 
