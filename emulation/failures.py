@@ -8,6 +8,7 @@ done, read from the small progress files the workers rewrite as they go.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -53,10 +54,24 @@ class FailureInjector(threading.Thread):
                 self.injected.append({"switch": name, "t_fail": self.net.kill_switch(name), "at": at})
                 continue
             a, b = spec.link or self.job.pick_tree_link(self.seed + i)
-            with urgent(self._shells(a, b), own=False):
+            with urgent([*self._shells(a, b), os.getpid()], own=False):
                 t_fail = time.monotonic()
                 t_fail = self.net.set_link(a, b, False) or t_fail    # BMv2: after its port change
+                self._until_seen(a, b, t_fail)
             self.injected.append({"link": f"{a}-{b}", "t_fail": t_fail, "at": at})
+
+    def _until_seen(self, a: str, b: str, t_fail: float, limit: float = 0.2) -> None:
+        """Until the job has seen the link go down (its `link_down` event; at most `limit` s).
+        Meanwhile this process's session is raised too: a thread of it (the fidelity probe
+        samples /proc for ~3 ms every 0.1 s, up to 26 ms when preempted) may hold the GIL the
+        link monitor's real-time thread needs to report the failure, and at the default
+        priority that thread waited its turn behind ~30 busy sessions. Once the job reroutes,
+        its own threads are real-time (ground/priority.py)."""
+        end = time.monotonic() + limit
+        while time.monotonic() < end and not any(
+                t >= t_fail and set(info["link"].split("-")) == {a, b} for t, info in self.job.events.of_kind("link_down")):
+            if self.stop_event.wait(0.001):
+                return
 
     def _shells(self, *nodes: str) -> list[int]:
         """The Mininet shells that take a link's ends down (`ifconfig`, one after the other):
