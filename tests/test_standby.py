@@ -6,6 +6,7 @@ computed itself with that link down; a reroute must then take them instead of co
 
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
@@ -111,3 +112,53 @@ def test_cell_writes_text_and_binary_forms_leave_the_same_registers():
     want = SwitchClient.parse_read_group(text, names, runs, text.commands(lines))
     assert {n: c.tolist() for n, c in got.items()} == {n: c.tolist() for n, c in want.items()} == {
         "agg_bitmap": [8, 2, 3, 9], "agg_exp": [0, 0, 0, 0]}
+
+
+class HoldingClient(PipeClient):
+    """A PipeClient that takes the software switch's hold lines, as its daemon would, and
+    records every command word with, for the releases, the epoch file at that moment."""
+
+    seen: list = []                 # (switch, command word, epoch file or None), shared
+    epoch_file = None
+
+    def hold_lines(self, ms: float) -> list[str]:
+        return [f"ports_hold {ms:g}"]
+
+    def release_lines(self) -> list[str]:
+        return ["ports_release"]
+
+    def commands(self, lines: list[str]) -> list[str]:
+        outs = []
+        with self.lock:
+            for line in lines:
+                word = line.split()[0]
+                if word in ("ports_hold", "ports_release"):
+                    state = json.loads(self.epoch_file.read_text()) if word == "ports_release" else None
+                    self.seen.append((self.name, word, state))
+                    outs.append("ok")
+                else:
+                    self.seen.append((self.name, word, None))
+                    outs.append(self.command(line))
+        return outs
+
+
+def test_a_reroute_holds_each_switch_first_and_releases_it_once_the_agents_are_told(tmp_path):
+    net = TreeNet(fat_tree(), "spt", 64, tmp_path / "epoch.json", seed=3)
+    HoldingClient.seen, HoldingClient.epoch_file = [], net.epoch_file
+    for client in net.clients.values():
+        client.__class__ = HoldingClient
+    arrays = [make_gradient(r, 16_384, "int32", 3) for r in range(8)]
+    results, _ = net.run(arrays, fail_at=(0.5,), window=64, give_up=60.0)
+    expected = np.sum(np.stack(arrays).astype(np.int64), axis=0).astype(np.int32)
+    assert all(np.array_equal(out, expected) for out, _stats in results)
+    first = next(i for i, (_sw, word, _s) in enumerate(HoldingClient.seen) if word == "ports_hold")
+    reroute = HoldingClient.seen[first:]
+    held = {sw for sw, word, _s in reroute if word == "ports_hold"}
+    frozen = {sw for sw, word, _s in reroute if word == "table_delete"}
+    assert frozen <= held                                   # every switch of the old tree, at least
+    for sw in held:
+        words = [word for s, word, _st in reroute if s == sw]
+        assert words[0] == "ports_hold" and words.count("ports_hold") == 1, (sw, words)
+        assert words.count("ports_release") == 1 and "register_write_cells" not in words[words.index("ports_release"):]
+    releases = [state for _sw, word, state in reroute if word == "ports_release"]
+    assert all(state["epoch"] == 1 and state["status"] == "ok" for state in releases)
