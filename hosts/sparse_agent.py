@@ -210,10 +210,7 @@ class SparseRun(SlotRun):
         the version has been reused by then, the packet restarts a round there (see
         test_hosts_sparse_loss.py).  Such a spurious resend must be as rare as possible.
         """
-        p = self.tx.recv(0.0)
-        while p is not None:
-            self.on_payload(p, now)
-            p = self.tx.recv(0.0) if self.remaining else None
+        self.drain(now)
 
     # -- receiving -------------------------------------------------------------------
     def on_payload(self, p: bytes, now: float) -> bool:

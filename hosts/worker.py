@@ -47,7 +47,13 @@ def run_seat(plan: RunPlan, seat: WorkerSeat) -> int:
         go = prepare(plan, seat, data)
         report["gate_wait_s"] = round(wait_to_start(spec.give_up * 3), 4)
         started, cpu = time.monotonic(), os.times()
-        result, stats = go()
+        if os.environ.get("AGGLAB_PROFILE"):
+            import cProfile
+            prof = cProfile.Profile(time.process_time)
+            result, stats = prof.runcall(go)
+            prof.dump_stats(seat.out + ".prof")
+        else:
+            result, stats = go()
         used = os.times()
         report.update(ok=True, wall=time.monotonic() - started, cpu_user_s=round(used.user - cpu.user, 4),
                       cpu_sys_s=round(used.system - cpu.system, 4), **stats)
