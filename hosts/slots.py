@@ -35,6 +35,7 @@ import weakref
 import numpy as np
 
 from ground import wire
+from ground.runspec import DEFAULT_WINDOW
 from hosts import quantization as qz
 from hosts.consistency import DTYPES, lead_lanes
 from hosts.codec import BE, EXP, FLAGS, JOB, PAYLOAD_BYTES, SLOT, WORKER, unpack
@@ -45,7 +46,6 @@ from hosts.transport import batches
 
 K = wire.K
 INF = float("inf")
-DEFAULT_WINDOW = 128
 CONTROL_POLL = 0.005
 # Interrupt coalescing, as a NIC does it: on a link of known rate, a batch of fewer than
 # COALESCE_BATCH results makes the agent wait (at most COALESCE_MAX, and an eighth of the
@@ -60,7 +60,7 @@ COALESCE_MAX = 0.001
 LEAD_VERSIONS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def check_call(array, rank: int, workers: int, window: int | None):
+def check_call(array, rank: int, workers: int, window: int | None, default: int = DEFAULT_WINDOW):
     """Argument checks shared by the dense and the sparse agent: (array, window)."""
     arr = np.asarray(array)
     if arr.dtype not in DTYPES:
@@ -68,7 +68,7 @@ def check_call(array, rank: int, workers: int, window: int | None):
     if not 1 <= workers <= wire.MAX_WORKERS or not 0 <= rank < workers:
         raise ValueError(f"need 1 <= workers <= {wire.MAX_WORKERS} and 0 <= rank < workers, "
                          f"got workers={workers} rank={rank}")
-    window = DEFAULT_WINDOW if window is None else window
+    window = default if window is None else window
     if not 1 <= window <= wire.SLOTS:
         raise ValueError(f"window {window} outside 1..{wire.SLOTS} (AGG_SLOTS)")
     return arr, window

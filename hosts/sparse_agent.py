@@ -59,6 +59,7 @@ import weakref
 import numpy as np
 
 from ground import wire
+from ground.runspec import SPARSE_WINDOW
 from hosts.codec import BE, BLOCK, FLAGS, NEXT_BLOCK, SLOT, VER, lanes
 from hosts.consistency import LANES_USED, check_lead, lead_lanes
 from hosts.protocol import HeaderPacker
@@ -97,7 +98,7 @@ def allreduce(array, *, transport, rank: int, workers: int, job: int = 0, tree: 
     timeout (for a switch that completes a round only when every child sent, the
     loss-safe variant discussed in the module docstring).
     """
-    arr, window = check_call(array, rank, workers, window)
+    arr, window = check_call(array, rank, workers, window, default=SPARSE_WINDOW)
     if block_size < K or block_size % K:
         raise ValueError(f"block_size must be a positive multiple of K={K}, got {block_size}")
     if lookahead < 1:
