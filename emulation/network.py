@@ -145,9 +145,7 @@ class EmulatedNetwork:
 
     def _add_links(self) -> None:
         """Every veth pair in one `ip -batch` (emulation/veths.py), then Mininet adopts them."""
-        from mininet.link import TCIntf
-
-        from emulation.veths import PrebuiltLink, QuietIntf, create_veths
+        from emulation.veths import PrebuiltLink, QuietIntf, ShapedIntf, create_veths
 
         g, pairs = self.graph, []
         for u, v, e in g.edges(data=True):
@@ -155,9 +153,9 @@ class EmulatedNetwork:
             pid = self.net.get(ends[1]).pid if g.nodes[ends[1]]["kind"] == "host" else None
             pairs.append((e["intfs"][ends[0]], e["intfs"][ends[1]], pid))
         self.run.add_interfaces(sorted(i for e in g.edges.values() for i in e["intfs"].values()))
-        create_veths(pairs)
+        create_veths(pairs, self.run.link_group())
         for u, v, e in g.edges(data=True):
-            params = {"bw": e["bw"], "intf": TCIntf} if e.get("bw") else {"intf": QuietIntf}
+            params = {"bw": e["bw"], "intf": ShapedIntf} if e.get("bw") else {"intf": QuietIntf}
             self.net.addLink(u, v, port1=e["ports"][u], port2=e["ports"][v], cls=PrebuiltLink,
                              intfName1=e["intfs"][u], intfName2=e["intfs"][v], addr1=None, addr2=None,
                              **params)
@@ -233,7 +231,7 @@ class EmulatedNetwork:
                 if self.run is not None:
                     from emulation.veths import delete_veths
 
-                    delete_veths(self.run.interfaces())
+                    delete_veths(self.run.link_group(), self.run.interfaces())
                 self.net.stop()
             finally:
                 self.net = None
