@@ -90,6 +90,7 @@ class EmulatedNetwork:
         self.keep = Path(keep) if keep else None    # copy the run directory here on stop
         self.t0 = time.monotonic() if t0 is None else t0   # the command log's clock (the session's events')
         self.net = None
+        self.launcher = None                     # forks the software switches (softswitch/launcher.py)
         self.run: RunRecord | None = None
         self.clients: dict[str, SwitchClient] = {}
         self.watcher = None                      # emulation/switch_watch.py, once watch_switches()
@@ -108,6 +109,10 @@ class EmulatedNetwork:
         clean(verbose=False)                     # leftovers of dead runs would collide
         try:                                     # a signal at any moment still cleans up
             self.run = RunRecord.create("net")
+            if self.backend == "soft":
+                from emulation.switch_nodes import start_launcher
+
+                self.launcher = start_launcher(self.run)
             self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
                                autoStaticArp=False, link=TCLink)
             self._add_nodes()
@@ -135,7 +140,8 @@ class EmulatedNetwork:
             if self.backend == "soft":
                 from emulation.switch_nodes import SoftP4Switch
 
-                self.net.addSwitch(s, cls=SoftP4Switch, run=self.run, seed=self.seed + i, pcap=self.pcap)
+                self.net.addSwitch(s, cls=SoftP4Switch, run=self.run, launcher=self.launcher, seed=self.seed + i,
+                                   pcap=self.pcap)
             else:
                 from emulation.switch_nodes import Bmv2Switch
 
@@ -235,6 +241,9 @@ class EmulatedNetwork:
                 self.net.stop()
             finally:
                 self.net = None
+        if self.launcher is not None:
+            self.launcher.close()
+            self.launcher = None
         if self.run is not None:
             from ground.rundir import delete_interfaces, kill_pids
             import shutil
