@@ -8,9 +8,12 @@ is recorded in a RunRecord so `agglab clean` can undo a crashed run.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import networkx as nx
@@ -30,23 +33,23 @@ THRIFT_BASE = 9090
 def host_setup(g: nx.Graph, h: str, intfs: list[str]) -> tuple[list[str], list[str], list[str]]:
     """What host `h` runs to join the network: (shell lines, sysctl settings, `ip -batch` lines).
 
-    No IPv6 chatter and no checksum/segmentation offloads (switches re-inject frames);
-    multi-NIC hosts get every NIC its own address, no reverse-path filtering between them
-    and a route to a peer's NIC over the switch both hang off; every NIC knows the
-    aggregation service and every host's MAC statically (no ARP in the data plane)."""
+    Every NIC gets its address and MAC (NIC 0 the host's), loopback comes up; no IPv6
+    chatter and no checksum/segmentation offloads (switches re-inject frames); no
+    reverse-path filtering between the NICs of multi-NIC hosts and a route to a peer's NIC
+    over the switch both hang off; every NIC knows the aggregation service and every host's
+    MAC statically (no ARP in the data plane)."""
     sysctls = ["net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1",
                "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"]
     lines = [f"ethtool -K {intf} rx off tx off tso off gso off gro off >/dev/null 2>&1 || true"
              for intf in intfs]
-    batch = []
+    batch = ["link set dev lo up"]
     for nbr in g.neighbors(h):
         e = g.edges[h, nbr]
-        if e["ports"][h] != 0:
-            ip, mac = e["addrs"][h]
-            intf = e["intfs"][h]
-            batch += [f"link set dev {intf} address {mac}", f"addr replace {ip}/{addresses.PREFIX_LEN} dev {intf}",
-                      f"link set dev {intf} up"]
-            sysctls.append(f"net.ipv4.conf.{intf}.rp_filter=0")
+        ip, mac = e["addrs"][h]
+        intf = e["intfs"][h]
+        batch += [f"link set dev {intf} address {mac}", f"addr replace {ip}/{addresses.PREFIX_LEN} dev {intf}",
+                  f"link set dev {intf} up"]
+        sysctls.append(f"net.ipv4.conf.{intf}.rp_filter=0")
     if g.degree(h) > 1:
         for sw in g.neighbors(h):
             mine = g.edges[h, sw]["intfs"][h]
@@ -68,14 +71,6 @@ def host_setup(g: nx.Graph, h: str, intfs: list[str]) -> tuple[list[str], list[s
 _SETUP_OK = "agglab-host-setup-ok"
 
 
-def _write_sysctl(key: str, value: str) -> None:
-    """Set a sysctl of the root namespace directly (no `sysctl` process per interface)."""
-    try:
-        (Path("/proc/sys") / key).write_text(value)
-    except OSError:
-        pass
-
-
 class EmulatedNetwork:
     """A running Mininet network built from `graph`; use as a context manager."""
 
@@ -91,6 +86,7 @@ class EmulatedNetwork:
         self.t0 = time.monotonic() if t0 is None else t0   # the command log's clock (the session's events')
         self.net = None
         self.launcher = None                     # forks the software switches (softswitch/launcher.py)
+        self.phases: dict[str, float] = {}       # start()'s steps -> seconds (bench.py prints them)
         self.run: RunRecord | None = None
         self.clients: dict[str, SwitchClient] = {}
         self.watcher = None                      # emulation/switch_watch.py, once watch_switches()
@@ -115,39 +111,84 @@ class EmulatedNetwork:
                 self.launcher = start_launcher(self.run)
             self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
                                autoStaticArp=False, link=TCLink)
-            self._add_nodes()
-            self.net.build()
-            self._record()
-            self.net.start()
-            self._configure_hosts()
-            self._connect_switches()
+            with self._phase("node shells"):
+                self._add_nodes()
+            with self._phase("links"):
+                self._add_links()
+            with self._phase("switches started"):
+                self._start_switches()
+            with self._phase("hosts configured"):
+                self._configure_hosts()
+            with self._phase("switches answering"):
+                self._connect_switches()
         except BaseException:
             self.stop()
             raise
         return self
 
+    @contextlib.contextmanager
+    def _phase(self, name: str):
+        """Time a step of start() into `phases` (bench.py prints them beside the total)."""
+        t = time.monotonic()
+        try:
+            yield
+        finally:
+            self.phases[name] = round(time.monotonic() - t, 3)
+
     def _add_nodes(self) -> None:
+        """Every host and switch node, their shells started all at once.
+
+        Why at once: each Mininet node starts a bash (in a new network namespace for a host)
+        and waits for its prompt; one after the other that was 3 s of a k=8 fat-tree's 96
+        nodes on a busy machine, mostly waiting. Threads make them wait together; Mininet's
+        own constructors run unchanged and the nodes are added to the network in graph order.
+        Mininet's build() is not run: its per-host configuration (three shell commands each)
+        is part of the hosts' set-up scripts (_configure_hosts)."""
+        from mininet.node import Host
+
         g = self.graph
         json_path = None
         if self.backend == "bmv2":
             from emulation.p4build import compile_p4
 
             json_path = str(compile_p4())
+        makers = {}
         for h in hosts(g):
             a = g.nodes[h]
-            self.net.addHost(h, ip=f"{a['ip']}/{addresses.PREFIX_LEN}", mac=a["mac"])
+            makers[h] = partial(Host, h, ip=f"{a['ip']}/{addresses.PREFIX_LEN}", mac=a["mac"])
         for i, s in enumerate(switches(g)):
             if self.backend == "soft":
                 from emulation.switch_nodes import SoftP4Switch
 
-                self.net.addSwitch(s, cls=SoftP4Switch, run=self.run, launcher=self.launcher, seed=self.seed + i,
-                                   pcap=self.pcap)
+                makers[s] = partial(SoftP4Switch, s, inNamespace=False, run=self.run, launcher=self.launcher,
+                                    seed=self.seed + i, pcap=self.pcap)
             else:
                 from emulation.switch_nodes import Bmv2Switch
 
-                self.net.addSwitch(s, cls=Bmv2Switch, run=self.run, json_path=json_path,
-                                   thrift_port=THRIFT_BASE + i, device_id=i, pcap=self.pcap)
-        self._add_links()
+                makers[s] = partial(Bmv2Switch, s, inNamespace=False, run=self.run, json_path=json_path,
+                                    thrift_port=THRIFT_BASE + i, device_id=i, pcap=self.pcap)
+        self._make_all(makers)
+
+    def _make_all(self, makers: dict) -> None:
+        """makers[name]() for every name, in threads, each node added to the network (in
+        makers' order) once made. A failure or a signal raises only after every node that
+        was started is made, recorded and added, so that stop() ends every shell."""
+        def make(name: str):
+            node = makers[name]()
+            self.run.add_pid(node.pid, f"{name} shell")
+            return node
+
+        pool = ThreadPoolExecutor(max_workers=min(32, len(makers)), thread_name_prefix="mininet-node")
+        futures = {name: pool.submit(make, name) for name in makers}
+        try:
+            for future in futures.values():
+                future.result()
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+            for name, future in futures.items():
+                if future.done() and not future.cancelled() and future.exception() is None:
+                    add = self.net.addHost if self.graph.nodes[name]["kind"] == "host" else self.net.addSwitch
+                    add(name, cls=lambda _name, _node=future.result(), **_params: _node)
 
     def _add_links(self) -> None:
         """Every veth pair in one `ip -batch` (emulation/veths.py), then Mininet adopts them."""
@@ -166,13 +207,15 @@ class EmulatedNetwork:
                              intfName1=e["intfs"][u], intfName2=e["intfs"][v], addr1=None, addr2=None,
                              **params)
 
-    def _record(self) -> None:
-        for node in self.net.hosts + self.net.switches:
-            self.run.add_pid(node.pid, f"{node.name} shell")
+    def _start_switches(self) -> None:
+        """Every switch's data plane (what Mininet's start() does, without its build()):
+        software switches are forked by the launcher and boot while the hosts are set up."""
+        for node in self.net.switches:
+            node.start([])
 
     def _configure_hosts(self) -> None:
         """Addresses, routes, static neighbours, no IPv6/offloads: one script per host, all
-        hosts at once.
+        hosts at once (the switches boot meanwhile).
 
         Why scripts: the same settings as one `node.cmd` each cost a shell round trip per
         neighbour entry (16 hosts x 16 entries ...), which made this the slowest phase of a
@@ -184,20 +227,15 @@ class EmulatedNetwork:
         for h in hosts(g):
             node = self.net.get(h)
             lines, sysctls, batch = host_setup(g, h, [i.name for i in node.intfList() if i.name != "lo"])
-            for nbr in g.neighbors(h):             # keep Mininet's view of the extra NICs true
+            for nbr in g.neighbors(h):             # keep Mininet's view of the NICs true
                 e = g.edges[h, nbr]
-                if e["ports"][h] != 0:
-                    intf = node.intf(e["intfs"][h])
-                    intf.mac, (intf.ip, intf.prefixLen) = e["addrs"][h][1], (e["addrs"][h][0], addresses.PREFIX_LEN)
+                intf = node.intf(e["intfs"][h])
+                intf.mac, (intf.ip, intf.prefixLen) = e["addrs"][h][1], (e["addrs"][h][0], addresses.PREFIX_LEN)
             script = self.run.path / f"{h}.setup.sh"
             script.write_text("\n".join(["set -e", f"sysctl -qw {' '.join(sysctls)}", *lines,
                                          "ip -batch - <<'EOF'", *batch, "EOF", f"echo {_SETUP_OK}", ""]))
             node.sendCmd(f"sh {script} 2>&1")
             started.append((h, node))
-        for s in switches(g):     # root-namespace ends: no IPv6 router solicitations into the switch
-            for intf in self.net.get(s).intfList():
-                if intf.name != "lo":
-                    _write_sysctl(f"net/ipv6/conf/{intf.name}/disable_ipv6", "1")
         failed = [(h, out.strip()) for h, out in ((h, node.waitOutput()) for h, node in started)
                   if _SETUP_OK not in out]
         if failed:

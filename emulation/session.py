@@ -137,8 +137,7 @@ class Session:
             if not (spec.host_baseline or spec.tree == "bml"):
                 StandbyWorker.get()          # the standby's child imports while the network starts
             self.net.start()
-            for sw in switches(g):
-                forward.install_forwarding(self.net.client(sw), g, sw)
+            forward.install_forwarding_all(self.net.clients, g)
             self._set_loss(spec)
             if spec.jobs > 1:         # tenants: hosts of their own, shared switches, disjoint slot ranges
                 self.jobs = self._tenant_jobs(spec, g)

@@ -94,7 +94,8 @@ class SoftP4Switch(_ProcessSwitch):
 
     def start(self, controllers):
         argv = ["--name", self.name, "--control", str(self.control_path), "--log", str(self.log_path),
-                "--seed", str(self.seed)]
+                "--seed", str(self.seed),
+                "--no-prepare"]              # the network prepared its ports (emulation/veths.py quiet_ends)
         for number, intf in sorted(self.data_ports().items()):
             argv += ["--port", f"{number}={intf}"]
         if self.pcap:

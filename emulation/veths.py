@@ -65,19 +65,41 @@ def run_batch(lines: list[str], what: str) -> None:
         raise RuntimeError(f"{what} failed: {(res.stderr or res.stdout).strip()[:500]}")
 
 
+# what `ethtool -K IF rx off tx off tso off gso off gro off` turns off, as pyroute2 names them
+OFFLOADS = ("rx-checksumming", "tx-checksumming", "tcp-segmentation-offload", "generic-segmentation-offload",
+            "generic-receive-offload")
+
+
 def create_veths(pairs: list[tuple[str, str, int | None]], group: int) -> None:
     """Create veth pairs (root_end, other_end, netns_pid): the other end is created inside
     the namespace of process `netns_pid` (None: it stays in the root namespace); each
     root_end is in interface group `group` (delete_veths); every root-namespace end is
-    brought up (a host's end is brought up by the host's set-up)."""
-    lines = []
-    for a, b, pid in pairs:
-        lines.append(f"link add name {a} group {group} type veth peer name {b}" + (f" netns {pid}" if pid else ""))
-    for a, b, pid in pairs:
-        lines.append(f"link set dev {a} up")
-        if not pid:
-            lines.append(f"link set dev {b} up")
-    run_batch(lines, "creating the network's veth pairs")
+    quieted (quiet_ends), then brought up (a host's end comes up in the host's set-up)."""
+    run_batch([f"link add name {a} group {group} type veth peer name {b}" + (f" netns {pid}" if pid else "")
+               for a, b, pid in pairs], "creating the network's veth pairs")
+    root_ends = [a for a, _b, _pid in pairs] + [b for _a, b, pid in pairs if not pid]
+    quiet_ends(root_ends)
+    run_batch([f"link set dev {name} up" for name in root_ends], "bringing the switches' ends up")
+
+
+def quiet_ends(names: list[str]) -> None:
+    """No IPv6 and no offloads on root-namespace (switch) ends, before they come up: a
+    switch port is a wire, so the kernel must send nothing from it (router solicitations,
+    DAD) and hand over frames as they came (no GRO). Done here for all ports at once (a
+    /proc write and five ethtool ioctls each) because the software switches start with
+    --no-prepare: each running `ip` and `ethtool` per port itself was 1,056 processes in a
+    k=8 fat-tree. BMv2's ports get the same (p4lang's veth set-up turns offloads off too)."""
+    from pyroute2.ethtool.ioctl import IoctlEthtool
+
+    ethtool = IoctlEthtool()
+    try:
+        for name in names:
+            (Path("/proc/sys/net/ipv6/conf") / name / "disable_ipv6").write_text("1")
+            ethtool.change_ifname(name)
+            for flag in OFFLOADS:
+                ethtool.set_offload_flag(flag, 0)
+    finally:
+        ethtool.close()
 
 
 def delete_veths(group: int, names: list[str]) -> None:
