@@ -8,7 +8,6 @@ is recorded in a RunRecord so `agglab clean` can undo a crashed run.
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
 import threading
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import networkx as nx
 
+from ground.phases import Phases
 from ground.rundir import RunRecord, clean
 from controller import addressing
 from ground import addresses
@@ -86,7 +86,7 @@ class EmulatedNetwork:
         self.t0 = time.monotonic() if t0 is None else t0   # the command log's clock (the session's events')
         self.net = None
         self.launcher = None                     # forks the software switches (softswitch/launcher.py)
-        self.phases: dict[str, float] = {}       # start()'s steps -> seconds (bench.py prints them)
+        self.phases = Phases()                   # start()'s steps -> seconds (bench.py prints them)
         self.run: RunRecord | None = None
         self.clients: dict[str, SwitchClient] = {}
         self.watcher = None                      # emulation/switch_watch.py, once watch_switches()
@@ -111,29 +111,20 @@ class EmulatedNetwork:
                 self.launcher = start_launcher(self.run)
             self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
                                autoStaticArp=False, link=TCLink)
-            with self._phase("node shells"):
+            with self.phases.timed("node shells"):
                 self._add_nodes()
-            with self._phase("links"):
+            with self.phases.timed("links"):
                 self._add_links()
-            with self._phase("switches started"):
+            with self.phases.timed("switches started"):
                 self._start_switches()
-            with self._phase("hosts configured"):
+            with self.phases.timed("hosts configured"):
                 self._configure_hosts()
-            with self._phase("switches answering"):
+            with self.phases.timed("switches answering"):
                 self._connect_switches()
         except BaseException:
             self.stop()
             raise
         return self
-
-    @contextlib.contextmanager
-    def _phase(self, name: str):
-        """Time a step of start() into `phases` (bench.py prints them beside the total)."""
-        t = time.monotonic()
-        try:
-            yield
-        finally:
-            self.phases[name] = round(time.monotonic() - t, 3)
 
     def _add_nodes(self) -> None:
         """Every host and switch node, their shells started all at once.

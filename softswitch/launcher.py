@@ -194,7 +194,9 @@ class Launcher:
 
     def close(self, timeout: float = 3.0) -> None:
         """Let the launcher exit (its children are left running: stop them first)."""
-        self._sock.close()
+        with self._lock:
+            self._gone = True
+            self._sock.close()
         try:
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
