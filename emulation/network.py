@@ -30,19 +30,22 @@ BACKENDS = ("soft", "bmv2")
 THRIFT_BASE = 9090
 
 
-def host_setup(g: nx.Graph, h: str, intfs: list[str]) -> tuple[list[str], list[str], list[str]]:
-    """What host `h` runs to join the network: (shell lines, sysctl settings, `ip -batch` lines).
+def host_setup(g: nx.Graph, h: str, intfs: list[str]) -> tuple[list[str], list[str], list[str], list[str]]:
+    """What host `h` runs to join the network: (shell lines, sysctl settings, `ip -batch`
+    lines, `tc -batch` lines shaping its NICs whose links have a rate).
 
     Every NIC gets its address and MAC (NIC 0 the host's), loopback comes up; no IPv6
     chatter and no checksum/segmentation offloads (switches re-inject frames); no
     reverse-path filtering between the NICs of multi-NIC hosts and a route to a peer's NIC
     over the switch both hang off; every NIC knows the aggregation service and every host's
     MAC statically (no ARP in the data plane)."""
+    from emulation.veths import htb_lines
+
     sysctls = ["net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1",
                "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"]
     lines = [f"ethtool -K {intf} rx off tx off tso off gso off gro off >/dev/null 2>&1 || true"
              for intf in intfs]
-    batch = ["link set dev lo up"]
+    batch, shaping = ["link set dev lo up"], []
     for nbr in g.neighbors(h):
         e = g.edges[h, nbr]
         ip, mac = e["addrs"][h]
@@ -50,6 +53,8 @@ def host_setup(g: nx.Graph, h: str, intfs: list[str]) -> tuple[list[str], list[s
         batch += [f"link set dev {intf} address {mac}", f"addr replace {ip}/{addresses.PREFIX_LEN} dev {intf}",
                   f"link set dev {intf} up"]
         sysctls.append(f"net.ipv4.conf.{intf}.rp_filter=0")
+        if e.get("bw"):
+            shaping += htb_lines(intf, e["bw"])
     if g.degree(h) > 1:
         for sw in g.neighbors(h):
             mine = g.edges[h, sw]["intfs"][h]
@@ -65,7 +70,7 @@ def host_setup(g: nx.Graph, h: str, intfs: list[str]) -> tuple[list[str], list[s
         if other != h:
             o = g.nodes[other]
             batch.append(f"neigh replace {o['ip']} lladdr {o['mac']} dev {intfs[0]} nud permanent")
-    return lines, sysctls, batch
+    return lines, sysctls, batch, shaping
 
 
 _SETUP_OK = "agglab-host-setup-ok"
@@ -102,15 +107,17 @@ class EmulatedNetwork:
         from mininet.net import Mininet
 
         setLogLevel("error")
-        clean(verbose=False)                     # leftovers of dead runs would collide
+        with self.phases.timed("old runs cleaned"):
+            clean(verbose=False)                 # leftovers of dead runs would collide
         try:                                     # a signal at any moment still cleans up
-            self.run = RunRecord.create("net")
-            if self.backend == "soft":
-                from emulation.switch_nodes import start_launcher
+            with self.phases.timed("launcher"):
+                self.run = RunRecord.create("net")
+                if self.backend == "soft":
+                    from emulation.switch_nodes import start_launcher
 
-                self.launcher = start_launcher(self.run)
-            self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
-                               autoStaticArp=False, link=TCLink)
+                    self.launcher = start_launcher(self.run)
+                self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
+                                   autoStaticArp=False, link=TCLink)
             with self.phases.timed("node shells"):
                 self._add_nodes()
             with self.phases.timed("links"):
@@ -183,7 +190,7 @@ class EmulatedNetwork:
 
     def _add_links(self) -> None:
         """Every veth pair in one `ip -batch` (emulation/veths.py), then Mininet adopts them."""
-        from emulation.veths import PrebuiltLink, QuietIntf, ShapedIntf, create_veths
+        from emulation.veths import PrebuiltLink, QuietIntf, create_veths, shape
 
         g, pairs = self.graph, []
         for u, v, e in g.edges(data=True):
@@ -192,11 +199,12 @@ class EmulatedNetwork:
             pairs.append((e["intfs"][ends[0]], e["intfs"][ends[1]], pid))
         self.run.add_interfaces(sorted(i for e in g.edges.values() for i in e["intfs"].values()))
         create_veths(pairs, self.run.link_group())
+        shape({e["intfs"][n]: e["bw"] for u, v, e in g.edges(data=True) if e.get("bw")
+               for n in (u, v) if g.nodes[n]["kind"] == "switch"})     # host ends: in their set-up
         for u, v, e in g.edges(data=True):
-            params = {"bw": e["bw"], "intf": ShapedIntf} if e.get("bw") else {"intf": QuietIntf}
             self.net.addLink(u, v, port1=e["ports"][u], port2=e["ports"][v], cls=PrebuiltLink,
                              intfName1=e["intfs"][u], intfName2=e["intfs"][v], addr1=None, addr2=None,
-                             **params)
+                             intf=QuietIntf)
 
     def _start_switches(self) -> None:
         """Every switch's data plane (what Mininet's start() does, without its build()):
@@ -217,14 +225,15 @@ class EmulatedNetwork:
         started = []
         for h in hosts(g):
             node = self.net.get(h)
-            lines, sysctls, batch = host_setup(g, h, [i.name for i in node.intfList() if i.name != "lo"])
+            lines, sysctls, batch, shaping = host_setup(g, h, [i.name for i in node.intfList() if i.name != "lo"])
             for nbr in g.neighbors(h):             # keep Mininet's view of the NICs true
                 e = g.edges[h, nbr]
                 intf = node.intf(e["intfs"][h])
                 intf.mac, (intf.ip, intf.prefixLen) = e["addrs"][h][1], (e["addrs"][h][0], addresses.PREFIX_LEN)
             script = self.run.path / f"{h}.setup.sh"
+            tc = ["tc -batch - <<'EOF'", *shaping, "EOF"] if shaping else []
             script.write_text("\n".join(["set -e", f"sysctl -qw {' '.join(sysctls)}", *lines,
-                                         "ip -batch - <<'EOF'", *batch, "EOF", f"echo {_SETUP_OK}", ""]))
+                                         "ip -batch - <<'EOF'", *batch, "EOF", *tc, f"echo {_SETUP_OK}", ""]))
             node.sendCmd(f"sh {script} 2>&1")
             started.append((h, node))
         failed = [(h, out.strip()) for h, out in ((h, node.waitOutput()) for h, node in started)

@@ -128,7 +128,7 @@ class Session:
         self._losses: dict[str, dict[int, float]] = {}   # switch -> port -> drop probability
         self.jobs: list[Job] = []           # one per tenant (--jobs); self.job is the first
         self.last_result: dict | None = None
-        self.phases = Phases()              # programming steps of start() (the network's: net.phases)
+        self.phases = Phases()              # the controller's steps of start() (the network's: net.phases)
 
     def start(self) -> "Session":
         spec, g = self.spec, self.g
@@ -137,7 +137,8 @@ class Session:
              f"{spec.workers} workers", self.quiet)
         try:
             if not (spec.host_baseline or spec.tree == "bml"):
-                StandbyWorker.get()          # the standby's child imports while the network starts
+                with self.phases.timed("standby"):
+                    StandbyWorker.get()      # the standby's child imports while the network starts
             self.net.start()
             with self.phases.timed("forwarding"):
                 forward.install_forwarding_all(self.net.clients, g)
@@ -145,8 +146,9 @@ class Session:
                 self._set_loss(spec)
             with self.phases.timed("job"):
                 self._start_jobs(spec, g)
-            self.monitor = self.net.watch_links(self.job.link_changed)
-            self.net.watch_switches(self._switch_exited)
+            with self.phases.timed("watchers"):
+                self.monitor = self.net.watch_links(self.job.link_changed)
+                self.net.watch_switches(self._switch_exited)
         except BaseException:
             self.stop()
             raise

@@ -70,3 +70,27 @@ def test_a_node_that_fails_to_start_leaves_nothing_behind(monkeypatch):
         net.start()
     assert net.run is None and net.net is None and net.launcher is None
     assert not any(new_leftovers(before).values())
+
+
+def test_links_with_a_rate_are_shaped_at_both_ends():
+    from emulation.network import EmulatedNetwork
+
+    before = leftovers()
+    g = topologies.build("leafspine", workers=4)
+    shaped = {}
+    for i, (u, v) in enumerate(sorted(g.edges)):
+        if i % 2 == 0:                               # every other link: some shaped, some not
+            g.edges[u, v]["bw"] = shaped[(u, v)] = 3.0 + i
+    with EmulatedNetwork(g) as net:
+        for (u, v), e in g.edges.items():
+            for n in (u, v):
+                name = e["intfs"][n]
+                cmd = f"tc class show dev {name}"
+                out = net.host(n).cmd(cmd) if g.nodes[n]["kind"] == "host" else \
+                    subprocess.run(cmd.split(), capture_output=True, text=True, check=True).stdout
+                if (u, v) in shaped or (v, u) in shaped:
+                    rate = shaped.get((u, v), shaped.get((v, u)))
+                    assert f"htb 5:1 root prio 0 rate {rate:g}Mbit" in out, (name, out)
+                else:
+                    assert out.strip() == "", (name, out)
+    assert not any(new_leftovers(before).values())
