@@ -34,6 +34,7 @@ from ground import progress as progress_file
 from ground.phases import Phases
 from ground.paths import REPO
 from ground.runspec import RunPlan, RunSpec, WorkerSeat
+from ground.start_gate import StartGate
 from hosts.checker import check
 
 
@@ -397,10 +398,17 @@ def _job_figures(result: dict, job: Job, spec: RunSpec) -> dict:
 
 def _run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, progress: bool = False,
                  cancel: threading.Event | None = None) -> list[list[dict]]:
-    """Start every job's workers at once, wait for all; per job its reports by rank."""
+    """Start every job's workers at once (one start gate for all), wait for all; per job its
+    reports by rank."""
     out_dir = net.run.path / name
     out_dir.mkdir()
-    started = [_start_workers(net, tspec, job, out_dir, f"job{t}-") for t, (tspec, job) in enumerate(tenants)]
+    gate = StartGate()
+    try:
+        started = [_start_workers(net, tspec, job, out_dir, f"job{t}-", gate=gate)
+                   for t, (tspec, job) in enumerate(tenants)]
+        _open_gate(gate, [p for procs in started for p in procs], tenants[0][0], quiet)
+    finally:
+        gate.close()
     deadline = time.monotonic() + tenants[0][0].give_up * 3 + 30 + sum(
         s.elements * s.workers for s, _ in tenants) / 50_000
     files = [out_dir / f"job{t}-rank{r}.progress" for t, procs in enumerate(started) for r, _, _ in procs]
@@ -408,21 +416,38 @@ def _run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, pr
     return [_collect(out_dir, procs, f"job{t}-") for t, procs in enumerate(started)]
 
 
+def _host_link_mbps(graph, host: str) -> float | None:
+    """The rate of a host's own link (its slowest, for a multi-NIC BCube server); None when
+    any of them is unshaped."""
+    rates = [graph.edges[host, peer].get("bw") for peer in graph.neighbors(host)]
+    return min(rates) if rates and all(rates) else None
+
+
+def _open_gate(gate: StartGate, procs: list, spec: RunSpec, quiet: bool) -> None:
+    """Let the workers start together once every one of them is ready (ground/start_gate.py);
+    a worker that died before it got ready opens the gate for the others, whose allreduce
+    then fails with its reason, as it did before there was a gate."""
+    alive = lambda: all(p.poll() is None for _, p, _ in procs)   # noqa: E731
+    if not gate.open_when_ready(len(procs), alive, timeout=max(60.0, spec.give_up * 3)):
+        _log(f"  start gate opened with {gate.seen} of {len(procs)} workers ready", quiet)
+
+
 def _start_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, out_dir: Path, prefix: str = "",
-                   module: str = "hosts.worker", extra_args: tuple = ()) -> list:
-    """One job's worker processes (rank, proc, log); its plan is `<prefix>run.json`."""
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+                   module: str = "hosts.worker", extra_args: tuple = (), gate: StartGate | None = None) -> list:
+    """One job's worker processes (rank, proc, log); its plan is `<prefix>run.json`. With a
+    `gate` each worker inherits it and waits there once it is ready."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), **(gate.env if gate else {}))
     plans = job.write_plans(out_dir)
     seats = [WorkerSeat(rank=rank, local_ip=net.graph.nodes[h]["ip"], out=str(out_dir / f"{prefix}rank{rank}"),
                         progress=str(out_dir / f"{prefix}rank{rank}.progress"),
-                        bml_plan=str(plans[h]) if h in plans else None)
+                        bml_plan=str(plans[h]) if h in plans else None, link_mbps=_host_link_mbps(net.graph, h))
              for rank, h in enumerate(job.workers)]
     plan = RunPlan(spec, SERVICE_IP, job.window, str(job.epoch_file), seats).write(out_dir / f"{prefix}run.json")
     procs = []
     for rank, h in enumerate(job.workers):
         argv = [sys.executable, "-m", module, str(plan), str(rank), *extra_args]
         log = open(out_dir / f"{prefix}rank{rank}.log", "wb")
-        proc = net.host(h).popen(argv, stdout=log, stderr=log, cwd=str(REPO),
+        proc = net.host(h).popen(argv, stdout=log, stderr=log, cwd=str(REPO), pass_fds=gate.fds if gate else (),
                                  env=dict(env, AGGLAB_PLAN=str(plan), AGGLAB_RANK=str(rank)))
         net.run.add_pid(proc.pid, f"worker {rank}" + (f" of job {job.job}" if prefix else "") + f" on {h}")
         procs.append((rank, proc, log))
@@ -475,7 +500,14 @@ def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, nam
                  progress: bool = False, cancel: threading.Event | None = None):
     out_dir = net.run.path / name
     out_dir.mkdir()
-    procs = _start_workers(net, spec, job, out_dir, "", module, extra_args)
+    gate = StartGate() if module == "hosts.worker" else None     # the programs that wait at it
+    try:
+        procs = _start_workers(net, spec, job, out_dir, "", module, extra_args, gate=gate)
+        if gate:
+            _open_gate(gate, procs, spec, quiet)
+    finally:
+        if gate:
+            gate.close()
     injector = None
     if spec.fail_specs or spec.fail_switch_specs:
         injector = FailureInjector(net, job, [*spec.fail_specs, *spec.fail_switch_specs],

@@ -287,6 +287,7 @@ class WorkerSeat:
     out: str                         # path prefix for .npy and .json
     progress: str | None = None      # file rewritten with 'done total' blocks
     bml_plan: str | None = None      # BML: this server's plan (JSON file)
+    link_mbps: float | None = None   # the host's own link rate (None: unshaped or unknown)
 
 
 @dataclass

@@ -53,7 +53,8 @@ def allreduce(array, *, transport: Transport, rank: int, workers: int, job: int 
               tree: int = 0, epoch: int = 0, window: int | None = None,
               timeout: float = 0.02, give_up: float = 10.0, return_stats: bool = False,
               tree_of_slot=None, control=None, on_progress=None, sparse: bool = False,
-              block_size: int | None = None, lookahead: int | None = None, **sparse_options):
+              block_size: int | None = None, lookahead: int | None = None, link_mbps: float | None = None,
+              **sparse_options):
     """Sum `array` (float32 or int32, any shape/length) over `workers` agents via the switch.
 
     Returns an array of the same shape and dtype, or (array, AllreduceStats) with
@@ -62,6 +63,8 @@ def allreduce(array, *, transport: Transport, rank: int, workers: int, job: int 
     `tree_of_slot` (one tree id per slot, overrides `tree`), `control` (callable
     returning None or {"epoch": e, "tree_of_slot": [...]} on a reroute) and
     `on_progress(done_blocks, total_blocks)` connect the agent to the controller.
+    `link_mbps`, this host's own link rate if known, starts each packet's timer when the
+    packet leaves the link rather than when it is queued (hosts/slots.py `leaves`).
     Raises a ConsistencyError subclass (LengthMismatchError, DtypeMismatchError,
     WindowMismatchError, WorkerCountMismatchError) when the workers disagree.
     `sparse=True` runs the block-sparse pipeline instead (hosts/sparse_agent.py; only
@@ -76,13 +79,13 @@ def allreduce(array, *, transport: Transport, rank: int, workers: int, job: int 
             array, transport=transport, rank=rank, workers=workers, job=job, tree=tree,
             epoch=epoch, window=window, timeout=timeout, give_up=give_up,
             return_stats=return_stats, tree_of_slot=tree_of_slot, control=control,
-            on_progress=on_progress, **extra, **sparse_options)
+            on_progress=on_progress, link_mbps=link_mbps, **extra, **sparse_options)
     if block_size is not None or lookahead is not None or sparse_options:
         raise TypeError(f"block_size, lookahead and {sorted(sparse_options)} apply to sparse=True only")
     arr, window = check_call(array, rank, workers, window)
     wire.pack_agg(job=job, tree=tree, epoch=epoch, worker=rank)   # range check of the fields
     run = DenseRun(arr, transport, rank, workers, job, tree, epoch, window, timeout, give_up,
-                   tree_of_slot, control, on_progress)
+                   tree_of_slot, control, on_progress, link_mbps)
     out = run.run()
     return (out, run.stats) if return_stats else out
 
@@ -92,9 +95,9 @@ class DenseRun(SlotRun):
     block s + (r - 1) * S; the slot machinery is hosts/slots.py's."""
 
     def __init__(self, arr, transport, rank, n, job, tree, epoch, window, timeout, give_up,
-                 tree_of_slot, control, on_progress):
+                 tree_of_slot, control, on_progress, link_mbps=None):
         super().__init__(arr, transport, rank, n, job, tree, epoch, window, timeout, give_up,
-                         tree_of_slot, control, on_progress, AllreduceStats)
+                         tree_of_slot, control, on_progress, AllreduceStats, link_mbps)
         S, nb = self.S, self.nblocks
         self.rounds = [1 + len(range(s, nb, S)) for s in range(S)]
         self.round = [0] * S
@@ -121,15 +124,17 @@ class DenseRun(SlotRun):
         fields = dict(ver=(self.v0[s] + r) & 1, slot=s, exp=exp, block=j, next_block=nxt)
         # EXERCISE END
         self.packet[s] = (fields, body)
-        self.tx.send(self.hdr.pack(tree=self.trees[s], epoch=self.epoch, **fields) + body)
+        payload = self.hdr.pack(tree=self.trees[s], epoch=self.epoch, **fields) + body
+        self.tx.send(payload)
         self.stats.packets_sent += 1
-        self.sent_at[s] = now
-        self.arm(s, now)
+        self.sent_at[s] = t = self.leaves(len(payload), now)
+        self.arm(s, t)
 
     def resend(self, s: int, now: float) -> None:
         fields, body = self.packet[s]
-        self.tx.send(self.retx_hdr.pack(tree=self.trees[s], epoch=self.epoch, **fields) + body)
-        self.last_sent[s] = now
+        payload = self.retx_hdr.pack(tree=self.trees[s], epoch=self.epoch, **fields) + body
+        self.tx.send(payload)
+        self.last_sent[s] = self.leaves(len(payload), now)
         self.stats.packets_sent += 1
         self.stats.retransmissions += 1
 

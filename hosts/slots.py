@@ -77,7 +77,7 @@ class SlotRun:
     """State of one allreduce; `run()` is the single-threaded event loop."""
 
     def __init__(self, arr, transport, rank, n, job, tree, epoch, window, timeout, give_up,
-                 tree_of_slot, control, on_progress, stats_type):
+                 tree_of_slot, control, on_progress, stats_type, link_mbps=None):
         self.shape, self.dtype, self.tx, self.rank, self.n = arr.shape, arr.dtype, transport, rank, n
         self.job, self.epoch, self.give_up = job, epoch, give_up
         self.control, self.on_progress, self.done = control, on_progress, 0
@@ -105,6 +105,9 @@ class SlotRun:
         self.parked: list[int] = []             # slots whose timer waits for a first result
         self.hold = False                       # the controller is rerouting: no resends until it is done
         self.rtt = RtoEstimator(timeout)
+        # the host's own link: seconds per byte (0: not known, so no queue is modelled)
+        self.byte_time = 8 / (link_mbps * 1e6) if link_mbps else 0.0
+        self.depart = 0.0                       # when the last frame we sent leaves our link
         self.stats = stats_type(blocks=nb, slots=S)
         self.trees = self.parse_trees(tree_of_slot) if tree_of_slot else [tree] * S
         self.hdr = HeaderPacker(job=job, worker=rank)
@@ -141,6 +144,21 @@ class SlotRun:
         """Hook run before due timers fire (the sparse agent drains results first)."""
 
     # -- sending and timers ----------------------------------------------------------------
+    def leaves(self, payload_bytes: int, now: float) -> float:
+        """When a payload sent now leaves this host's link (its frame's last bit), on the
+        host's model of its own queue: frames go out back to back at the link rate.
+
+        Why: a window of S slots is sent as one burst, and on a slow link its last frame
+        waits S frame times in our own queue (128 x 0.5 ms at 5 Mb/s) before the network
+        sees it. Timing it from the send call makes the first results' short round trips
+        arm every other slot's timer far too early: the whole window was resent spuriously,
+        behind itself. Timers and round-trip samples therefore start when the frame leaves,
+        as they would on a NIC with a short queue; with the link rate unknown that is now."""
+        if not self.byte_time:
+            return now
+        self.depart = max(now, self.depart) + (payload_bytes + wire.AGG_OFFSET) * self.byte_time
+        return self.depart
+
     def data_body(self, s: int, j: int) -> bytes:
         """Block j's payload at slot s's agreed exponent (int32: the raw bytes)."""
         if not self.is_float:
@@ -175,7 +193,7 @@ class SlotRun:
             # EXERCISE retransmit-timer BEGIN hint: the slot's timer fired and no result came: count the try, resend(s, now) and re-arm the timer after backoff(self.rtt.rto, self.tries[s]) with the same seq
             self.tries[s] += 1
             self.resend(s, now)
-            heapq.heappush(timers, (now + backoff(self.rtt.rto, self.tries[s]), s, seq))
+            heapq.heappush(timers, (self.last_sent[s] + backoff(self.rtt.rto, self.tries[s]), s, seq))
             # EXERCISE END
 
     def poll_control(self, now: float) -> bool:
@@ -199,8 +217,8 @@ class SlotRun:
         for s in range(self.S):                    # rebuild and resend everything outstanding
             if self.is_open(s):
                 self.resend(s, now)
-                self.sent_at[s] = now
-                self.arm(s, now)
+                self.sent_at[s] = self.last_sent[s]
+                self.arm(s, self.sent_at[s])
                 self.tries[s] = 1
         return True
 
@@ -229,7 +247,7 @@ class SlotRun:
         self.agreed[s] = EXP(w)
         self.stats.results_accepted += 1
         for other in self.parked:
-            heapq.heappush(self.timers, (now + self.rtt.rto, other, self.seq[other]))
+            heapq.heappush(self.timers, (max(now, self.sent_at[other]) + self.rtt.rto, other, self.seq[other]))
         self.parked.clear()
 
     # -- the loop --------------------------------------------------------------------------

@@ -87,7 +87,8 @@ def allreduce(array, *, transport, rank: int, workers: int, job: int = 0, tree: 
               epoch: int = 0, window: int | None = None, timeout: float = 0.02,
               give_up: float = 10.0, return_stats: bool = False, tree_of_slot=None,
               control=None, on_progress=None, sparse: bool = True, block_size: int = K,
-              lookahead: int = DEFAULT_LOOKAHEAD, every_round: bool = False):
+              lookahead: int = DEFAULT_LOOKAHEAD, every_round: bool = False,
+              link_mbps: float | None = None):
     """Sparse allreduce; arguments and return as hosts.agent.allreduce, stats are SparseStats.
 
     block_size (a multiple of K) decides what counts as a non-zero block; lookahead
@@ -103,7 +104,7 @@ def allreduce(array, *, transport, rank: int, workers: int, job: int = 0, tree: 
         raise ValueError(f"lookahead must be >= 1 (rounds of a column), got {lookahead}")
     wire.pack_agg(job=job, tree=tree, epoch=epoch, worker=rank)   # range check of the fields
     run = SparseRun(arr, transport, rank, workers, job, tree, epoch, window, timeout, give_up,
-                    tree_of_slot, control, on_progress, block_size, lookahead, every_round)
+                    tree_of_slot, control, on_progress, block_size, lookahead, every_round, link_mbps)
     out = run.run()
     return (out, run.stats) if return_stats else out
 
@@ -113,9 +114,9 @@ class SparseRun(SlotRun):
     slot machinery (blocks, exponents, trees, timers, control, the loop) is hosts/slots.py's."""
 
     def __init__(self, arr, transport, rank, n, job, tree, epoch, window, timeout, give_up,
-                 tree_of_slot, control, on_progress, block_size, lookahead, every_round):
+                 tree_of_slot, control, on_progress, block_size, lookahead, every_round, link_mbps=None):
         super().__init__(arr, transport, rank, n, job, tree, epoch, window, timeout, give_up,
-                         tree_of_slot, control, on_progress, SparseStats)
+                         tree_of_slot, control, on_progress, SparseStats, link_mbps)
         nb, S = self.nblocks, self.S
         rows = self.blocks if self.is_float else np.frombuffer(self.raw, BE).reshape(nb, K)
         mask = nonzero_kblocks(rows, block_size)
@@ -148,18 +149,21 @@ class SparseRun(SlotRun):
             hdr = self.lead_retx if retx else self.lead_hdr
         else:
             hdr = self.sp_retx if retx else self.sp_hdr
-        self.tx.send(hdr.pack(tree=self.trees[s], epoch=self.epoch, **fields) + body)
+        payload = hdr.pack(tree=self.trees[s], epoch=self.epoch, **fields) + body
+        self.tx.send(payload)
         self.stats.packets_sent += 1
-        self.last_sent[s] = now
+        self.last_sent[s] = self.leaves(len(payload), now)
         if retx:
             self.stats.retransmissions += 1
 
-    def _ack(self, s: int, ver: int, m: int) -> None:
+    def _ack(self, s: int, ver: int, m: int, now: float) -> None:
         """Header-only ACK: this worker is done with slot s's round m (version ver), so the
         switch may reuse the version.  Sent once; if lost, this worker's next packet of the
         column (data, or a probe after a timeout) acknowledges m too (its block is > m)."""
-        self.tx.send(self.sp_ack.pack(tree=self.trees[s], epoch=self.epoch, ver=ver, slot=s,
-                                      block=m, next_block=self.mine[s]))
+        payload = self.sp_ack.pack(tree=self.trees[s], epoch=self.epoch, ver=ver, slot=s,
+                                   block=m, next_block=self.mine[s])
+        self.tx.send(payload)
+        self.leaves(len(payload), now)          # it occupies the link like any frame
         self.stats.packets_sent += 1
         self.stats.acks += 1
 
@@ -183,7 +187,7 @@ class SparseRun(SlotRun):
         self.sent_data[s], self.sent_first[s] = data, self.packet[s] is not None
         if self.packet[s] is not None:
             self._emit(s, *self.packet[s], False, now)
-            self.sent_at[s] = now
+            now = self.sent_at[s] = self.last_sent[s]
         self.arm(s, now)
 
     def _probe_packet(self, s: int) -> tuple[dict, bytes]:
@@ -244,7 +248,7 @@ class SparseRun(SlotRun):
         else:
             self.send_round(s, now)
         if phase == SPARSE and (self.phase[s] == DONE or not self.sent_first[s]):
-            self._ack(s, *acked)                # no packet of the next round says it for us
+            self._ack(s, *acked, now)           # no packet of the next round says it for us
         return True
 
     def _lead_result(self, s: int, lanes: np.ndarray, first: int) -> None:

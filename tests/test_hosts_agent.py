@@ -171,6 +171,47 @@ def test_silent_switch_gives_up_after_give_up_with_capped_backoff(monkeypatch):
     assert gaps == pytest.approx([0.02, 0.04, 0.08, 0.08, 0.08, 0.08], abs=1e-3)
 
 
+class _SlowLink:
+    """One worker behind a link of `mbps`: frames leave back to back (a FIFO at the link
+    rate, as tc htb sends them), a one-worker switch answers each on arrival and the result
+    is back `base` seconds later. recv lets the fake clock run to the next result or the
+    timeout, whichever comes first."""
+
+    def __init__(self, clock, mbps, base=0.001):
+        self.clock, self.byte_time, self.base = clock, 8 / (mbps * 1e6), base
+        self.switch, self.leaves_at, self.due = ModelSwitch(1), 0.0, []
+
+    def send(self, payload):
+        self.leaves_at = max(self.clock.now, self.leaves_at) + (len(payload) + wire.AGG_OFFSET) * self.byte_time
+        self.due += [(self.leaves_at + self.base, res) for _, res in self.switch.process(0, payload)]
+
+    def recv(self, timeout):
+        self.due.sort(key=lambda d: d[0])
+        if self.due and self.due[0][0] <= self.clock.now + timeout:
+            self.clock.now = max(self.clock.now, self.due[0][0])
+            return self.due.pop(0)[1]
+        self.clock.now += max(timeout, 1e-4)
+        return None
+
+
+@pytest.mark.parametrize("told", [False, True])
+def test_timers_start_when_a_packet_leaves_a_slow_link(monkeypatch, told):
+    """At 5 Mb/s a window of 32 frames waits 16 ms in the host's own queue. The first
+    results come back after ~1 ms, and timing the rest from when they were queued fires
+    their timers before they even left: spurious resends, behind the window itself.
+    Told its link rate, the agent times each packet from when it leaves: no resend."""
+    clock = _FakeClock()
+    monkeypatch.setattr(slots_module, "time", clock)
+    x = np.arange(200 * K, dtype=np.int32)
+    out, stats = allreduce(x, transport=_SlowLink(clock, mbps=5), rank=0, workers=1, window=32,
+                           return_stats=True, link_mbps=5 if told else None)
+    assert np.array_equal(out, x)
+    if told:
+        assert stats.retransmissions == 0
+    else:
+        assert stats.retransmissions > 0
+
+
 class _Echo:
     """One-worker 'switch' that answers every packet, plus junk and a copy `delay` sends later.
 
