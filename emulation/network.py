@@ -30,9 +30,10 @@ BACKENDS = ("soft", "bmv2")
 THRIFT_BASE = 9090
 
 
-def host_setup(g: nx.Graph, h: str, intfs: list[str]) -> tuple[list[str], list[str], list[str], list[str]]:
-    """What host `h` runs to join the network: (shell lines, sysctl settings, `ip -batch`
-    lines, `tc -batch` lines shaping its NICs whose links have a rate).
+def host_setup(g: nx.Graph, h: str, intfs: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """What host `h` runs to join the network: (shell lines, `ip -batch` lines, `tc -batch`
+    lines shaping its NICs whose links have a rate). Sysctls are written to /proc/sys by the
+    shell itself (`echo`: no `sysctl` process).
 
     Every NIC gets its address and MAC (NIC 0 the host's), loopback comes up; no IPv6
     chatter and no checksum/segmentation offloads (switches re-inject frames); no
@@ -41,8 +42,8 @@ def host_setup(g: nx.Graph, h: str, intfs: list[str]) -> tuple[list[str], list[s
     MAC statically (no ARP in the data plane)."""
     from emulation.veths import htb_lines
 
-    sysctls = ["net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1",
-               "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"]
+    sysctls = [("ipv6/conf/all/disable_ipv6", 1), ("ipv6/conf/default/disable_ipv6", 1),
+               ("ipv4/conf/all/rp_filter", 0), ("ipv4/conf/default/rp_filter", 0)]
     lines = [f"ethtool -K {intf} rx off tx off tso off gso off gro off >/dev/null 2>&1 || true"
              for intf in intfs]
     batch, shaping = ["link set dev lo up"], []
@@ -52,7 +53,7 @@ def host_setup(g: nx.Graph, h: str, intfs: list[str]) -> tuple[list[str], list[s
         intf = e["intfs"][h]
         batch += [f"link set dev {intf} address {mac}", f"addr replace {ip}/{addresses.PREFIX_LEN} dev {intf}",
                   f"link set dev {intf} up"]
-        sysctls.append(f"net.ipv4.conf.{intf}.rp_filter=0")
+        sysctls.append((f"ipv4/conf/{intf}/rp_filter", 0))
         if e.get("bw"):
             shaping += htb_lines(intf, e["bw"])
     if g.degree(h) > 1:
@@ -70,7 +71,7 @@ def host_setup(g: nx.Graph, h: str, intfs: list[str]) -> tuple[list[str], list[s
         if other != h:
             o = g.nodes[other]
             batch.append(f"neigh replace {o['ip']} lladdr {o['mac']} dev {intfs[0]} nud permanent")
-    return lines, sysctls, batch, shaping
+    return [*(f"echo {value} > /proc/sys/net/{key}" for key, value in sysctls), *lines], batch, shaping
 
 
 _SETUP_OK = "agglab-host-setup-ok"
@@ -218,21 +219,21 @@ class EmulatedNetwork:
 
         Why scripts: the same settings as one `node.cmd` each cost a shell round trip per
         neighbour entry (16 hosts x 16 entries ...), which made this the slowest phase of a
-        k=8 fat-tree (51 s of 66). Each host now runs one `sh` with one `sysctl`, one
-        `ethtool` per NIC and one `ip -batch`, and every host shell runs its script
-        concurrently (sendCmd, then waitOutput)."""
+        k=8 fat-tree (51 s of 66). Each host now runs one `sh` with one `ethtool` per NIC,
+        one `ip -batch` (and one `tc -batch` when shaped), and every host shell runs its
+        script concurrently (sendCmd, then waitOutput)."""
         g = self.graph
         started = []
         for h in hosts(g):
             node = self.net.get(h)
-            lines, sysctls, batch, shaping = host_setup(g, h, [i.name for i in node.intfList() if i.name != "lo"])
+            lines, batch, shaping = host_setup(g, h, [i.name for i in node.intfList() if i.name != "lo"])
             for nbr in g.neighbors(h):             # keep Mininet's view of the NICs true
                 e = g.edges[h, nbr]
                 intf = node.intf(e["intfs"][h])
                 intf.mac, (intf.ip, intf.prefixLen) = e["addrs"][h][1], (e["addrs"][h][0], addresses.PREFIX_LEN)
             script = self.run.path / f"{h}.setup.sh"
             tc = ["tc -batch - <<'EOF'", *shaping, "EOF"] if shaping else []
-            script.write_text("\n".join(["set -e", f"sysctl -qw {' '.join(sysctls)}", *lines,
+            script.write_text("\n".join(["set -e", *lines,
                                          "ip -batch - <<'EOF'", *batch, "EOF", *tc, f"echo {_SETUP_OK}", ""]))
             node.sendCmd(f"sh {script} 2>&1")
             started.append((h, node))

@@ -25,6 +25,7 @@ from controller.forwarding_job import ForwardingJob
 from controller.job import TreeJob
 from controller.jobs import Job, partitions
 from controller.standby import StandbyWorker
+from controller.switch_client import run_batches
 from controller.topology import switches, workers as worker_hosts
 from emulation.failures import FailureInjector
 from emulation.fidelity import FidelityProbe
@@ -193,8 +194,8 @@ class Session:
         for sw in switches(self.g):
             self._losses[sw] = {e["ports"][sw]: per_host.get(nbr, spec.loss)
                                 for _, nbr, e in self.g.edges(sw, data=True)}
-            if sw not in self.net.dead:
-                self._set_switch_loss(sw)
+        run_batches(self.net.clients, {sw: drop_sim.loss_lines(self._losses[sw]) for sw in switches(self.g)
+                                       if sw not in self.net.dead})      # every switch's at once
         self.loss = (spec.loss, tuple(spec.job_loss))
 
     def _set_switch_loss(self, sw: str) -> None:
