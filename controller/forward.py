@@ -77,6 +77,12 @@ def install_forwarding(client: SwitchClient, g: nx.Graph, switch: str) -> int:
     """Install L3 routes and L2 entries on one switch; returns the number of entries."""
     first = forwarding_lines(g, switch)
     client.commands(flood_lines(switch, client.commands(first)[-1]))
+    return _entries(first)
+
+
+def _entries(first: list[str]) -> int:
+    """Table entries forwarding_lines + flood_lines add: its lines but the group and node
+    lines, and the broadcast entry."""
     return len(first) - 2 + 1
 
 
@@ -89,4 +95,4 @@ def install_forwarding_all(clients: dict[str, SwitchClient], g: nx.Graph) -> int
     first = {sw: forwarding_lines(g, sw, _flood_ports(g, sw, tree)) for sw in switches(g)}
     answers = run_batches(clients, first)
     run_batches(clients, {sw: flood_lines(sw, outs[-1]) for sw, outs in answers.items()})
-    return sum(len(lines) - 2 + 1 for lines in first.values())
+    return sum(_entries(lines) for lines in first.values())
