@@ -238,6 +238,10 @@ def bench_switchfail(a) -> list[dict]:
 
 
 def bench_build(_a) -> list[dict]:
+    """The k=8 fat-tree built and programmed, with its steps: the network's (node shells,
+    links, switch processes, host set-up, switches answering) and the controller's
+    (standby trees' process, forwarding, drop simulators, the job's trees, link and switch
+    watchers); then one allreduce and the teardown."""
     from emulation.session import Session
     from ground.runspec import RunSpec
 
@@ -251,9 +255,13 @@ def bench_build(_a) -> list[dict]:
         t1 = time.monotonic()
         session.stop()
         teardown = time.monotonic() - t1
+    network, controller = session.net.phases, session.phases
     return [figure("k=8 fat-tree built and programmed", built, "s", target="< 15 s", met=built < 15,
                    scale="80 switches, 16 workers", link_bound=None,
-                   detail=f"teardown {teardown:.1f} s, allreduce {r['seconds']} s",
+                   detail=f"network {sum(network.values()):.1f} s ({network.text()}); controller "
+                          f"{sum(controller.values()):.1f} s ({controller.text()}); teardown {teardown:.1f} s, "
+                          f"allreduce {r['seconds']} s",
+                   network_phases=dict(network), controller_phases=dict(controller),
                    teardown_s=round(teardown, 2), allreduce_s=r["seconds"], exact=r["exact"])]
 
 

@@ -25,12 +25,14 @@ from controller.forwarding_job import ForwardingJob
 from controller.job import TreeJob
 from controller.jobs import Job, partitions
 from controller.standby import StandbyWorker
+from controller.switch_client import run_batches
 from controller.topology import switches, workers as worker_hosts
 from emulation.failures import FailureInjector
 from emulation.fidelity import FidelityProbe
 from emulation.network import EmulatedNetwork
 from ground.addresses import SERVICE_IP
 from ground import progress as progress_file
+from ground.phases import Phases
 from ground.paths import REPO
 from ground.runspec import RunPlan, RunSpec, WorkerSeat
 from ground.start_gate import StartGate
@@ -128,6 +130,7 @@ class Session:
         self._losses: dict[str, dict[int, float]] = {}   # switch -> port -> drop probability
         self.jobs: list[Job] = []           # one per tenant (--jobs); self.job is the first
         self.last_result: dict | None = None
+        self.phases = Phases()              # the controller's steps of start() (the network's: net.phases)
 
     def start(self) -> "Session":
         spec, g = self.spec, self.g
@@ -136,31 +139,40 @@ class Session:
              f"{spec.workers} workers", self.quiet)
         try:
             if not (spec.host_baseline or spec.tree == "bml"):
-                StandbyWorker.get()          # the standby's child imports while the network starts
+                with self.phases.timed("standby"):
+                    StandbyWorker.get()      # the standby's child imports while the network starts
             self.net.start()
-            for sw in switches(g):
-                forward.install_forwarding(self.net.client(sw), g, sw)
-            self._set_loss(spec)
-            if spec.jobs > 1:         # tenants: hosts of their own, shared switches, disjoint slot ranges
-                self.jobs = self._tenant_jobs(spec, g)
-                self.job = self.jobs[0]
-            elif spec.host_baseline:    # ring, ps: hosts sum over TCP; the job keeps IP routes on live links
-                self.job = ForwardingJob(g, self.net.clients, worker_hosts(g), spec.default_window(),
-                                         self.net.run.path / "epoch.json", job=spec.job, events=self.events,
-                                         algorithm=spec.algorithm).start()
-            elif spec.tree == "bml":
-                self.job = BmlJob(g, self.net.clients, spec.default_window(), self.net.run.path / "epoch.json",
-                                  job=spec.job, events=self.events, variant=spec.bml_variant).start()
-            else:
-                self.job = TreeJob(g, self.net.clients, spec.tree, worker_hosts(g), spec.default_window(),
-                                   self.net.run.path / "epoch.json", job=spec.job, events=self.events).start()
-            self.jobs = self.jobs or [self.job]
-            self.monitor = self.net.watch_links(self.job.link_changed)
-            self.net.watch_switches(self._switch_exited)
+            with self.phases.timed("forwarding"):
+                forward.install_forwarding_all(self.net.clients, g)
+            with self.phases.timed("drop simulators"):
+                self._set_loss(spec)
+            with self.phases.timed("job"):
+                self._start_jobs(spec, g)
+            with self.phases.timed("watchers"):
+                self.monitor = self.net.watch_links(self.job.link_changed)
+                self.net.watch_switches(self._switch_exited)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _start_jobs(self, spec: RunSpec, g) -> None:
+        """The aggregation job (or the tenants' jobs, or the host baselines' routes): its
+        trees computed and installed."""
+        if spec.jobs > 1:         # tenants: hosts of their own, shared switches, disjoint slot ranges
+            self.jobs = self._tenant_jobs(spec, g)
+            self.job = self.jobs[0]
+        elif spec.host_baseline:    # ring, ps: hosts sum over TCP; the job keeps IP routes on live links
+            self.job = ForwardingJob(g, self.net.clients, worker_hosts(g), spec.default_window(),
+                                     self.net.run.path / "epoch.json", job=spec.job, events=self.events,
+                                     algorithm=spec.algorithm).start()
+        elif spec.tree == "bml":
+            self.job = BmlJob(g, self.net.clients, spec.default_window(), self.net.run.path / "epoch.json",
+                              job=spec.job, events=self.events, variant=spec.bml_variant).start()
+        else:
+            self.job = TreeJob(g, self.net.clients, spec.tree, worker_hosts(g), spec.default_window(),
+                               self.net.run.path / "epoch.json", job=spec.job, events=self.events).start()
+        self.jobs = self.jobs or [self.job]
 
     def _tenant_jobs(self, spec: RunSpec, g) -> list[Job]:
         """--jobs J: job j (id spec.job + j) aggregates the worker hosts tenant_hosts gives it in
@@ -182,8 +194,8 @@ class Session:
         for sw in switches(self.g):
             self._losses[sw] = {e["ports"][sw]: per_host.get(nbr, spec.loss)
                                 for _, nbr, e in self.g.edges(sw, data=True)}
-            if sw not in self.net.dead:
-                self._set_switch_loss(sw)
+        run_batches(self.net.clients, {sw: drop_sim.loss_lines(self._losses[sw]) for sw in switches(self.g)
+                                       if sw not in self.net.dead})      # every switch's at once
         self.loss = (spec.loss, tuple(spec.job_loss))
 
     def _set_switch_loss(self, sw: str) -> None:
