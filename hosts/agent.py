@@ -123,8 +123,7 @@ class DenseRun(SlotRun):
         S, nb = self.S, self.nblocks
         self.rounds = [1 + len(range(s, nb, S)) for s in range(S)]
         self.round = [0] * S
-        varying = ("tree", "epoch", "ver", "slot", "exp", "block", "next_block")
-        self.pack, self.pack_retx = self.hdr.compile(*varying), self.retx_hdr.compile(*varying)
+        self.pack, self.pack_retx = self.packer(), self.packer(wire.FLAG_RETX)
 
     def is_open(self, s: int) -> bool:
         return self.round[s] < self.rounds[s]

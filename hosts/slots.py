@@ -46,6 +46,8 @@ from hosts.transport import batches
 
 K = wire.K
 INF = float("inf")
+# the agg_h fields a packet varies, in the order the agents' compiled packers take them
+PACKET_FIELDS = ("tree", "epoch", "ver", "slot", "exp", "block", "next_block")
 CONTROL_POLL = 0.005
 # Interrupt coalescing, as a NIC does it: on a link of known rate, a batch of fewer than
 # COALESCE_BATCH results makes the agent wait (at most COALESCE_MAX, and an eighth of the
@@ -132,13 +134,16 @@ class SlotRun:
         self.coalesce = min(COALESCE_MAX, S * (wire.FRAME_BYTES * self.byte_time) / 8)
         self.stats = stats_type(blocks=nb, slots=S)
         self.trees = self.parse_trees(tree_of_slot) if tree_of_slot else [tree] * S
-        self.hdr = HeaderPacker(job=job, worker=rank)
-        self.retx_hdr = HeaderPacker(job=job, worker=rank, flags=wire.FLAG_RETX)
         self.versions = version_store(LEAD_VERSIONS, transport)
         self.v0 = slot_versions(self.versions, job, S)
         self.rounds = [1] * S                   # rounds per slot on the v0 alternation (sparse: the lead)
         self.zero_body = bytes(wire.DATA_BYTES)
         self.lead0 = lead_lanes(length=self.length, window=S, dtype=arr.dtype).astype(BE).tobytes()
+
+    def packer(self, flags: int = 0):
+        """A compiled packer of this run's headers with `flags`: pack(*PACKET_FIELDS) -> agg_h.
+        A slot's packet is kept as (ver, slot, exp, block, next_block, body) for resends."""
+        return HeaderPacker(job=self.job, worker=self.rank, flags=flags).compile(*PACKET_FIELDS)
 
     def parse_trees(self, tree_of_slot) -> list[int]:
         trees = [int(t) for t in tree_of_slot]

@@ -62,7 +62,6 @@ from ground import wire
 from ground.runspec import SPARSE_WINDOW
 from hosts.codec import BE, BLOCK, FLAGS, NEXT_BLOCK, SLOT, VER, lanes
 from hosts.consistency import LANES_USED, check_lead, lead_lanes
-from hosts.protocol import HeaderPacker
 from hosts.slots import SlotRun, check_call, save_versions, slot_versions, version_store
 from hosts.sparse_blocks import NONE, SparseStats, announcements, first_blocks, nonzero_kblocks
 from hosts.sparse_diagnostics import (DONE, LEAD, SPARSE, SparseMismatchError,  # noqa: F401
@@ -135,22 +134,19 @@ class SparseRun(SlotRun):
         lead = lead_lanes(length=self.length, window=S, dtype=arr.dtype)
         lead[SPARSE_LANE] = 1
         self.lead0 = lead.astype(BE).tobytes()
-        self.lead_hdr = HeaderPacker(job=job, worker=rank, flags=FLAG_LEAD)
-        self.lead_retx = HeaderPacker(job=job, worker=rank, flags=FLAG_LEAD | wire.FLAG_RETX)
-        self.sp_hdr = HeaderPacker(job=job, worker=rank, flags=FLAG_SPARSE)
-        self.sp_retx = HeaderPacker(job=job, worker=rank, flags=FLAG_SPARSE | wire.FLAG_RETX)
-        self.sp_ack = HeaderPacker(job=job, worker=rank, flags=FLAG_SPARSE | FLAG_ACK)
+        # (first send, resend) packers of the lead and the sparse rounds, and the ACK's
+        self.lead_pack = self.packer(FLAG_LEAD), self.packer(FLAG_LEAD | wire.FLAG_RETX)
+        self.sp_pack = self.packer(FLAG_SPARSE), self.packer(FLAG_SPARSE | wire.FLAG_RETX)
+        self.ack_pack = self.packer(FLAG_SPARSE | FLAG_ACK)
 
     def is_open(self, s: int) -> bool:
         return self.phase[s] != DONE
 
     # -- sending ---------------------------------------------------------------------
-    def _emit(self, s: int, fields: dict, body: bytes, retx: bool, now: float) -> None:
-        if self.phase[s] == LEAD:
-            hdr = self.lead_retx if retx else self.lead_hdr
-        else:
-            hdr = self.sp_retx if retx else self.sp_hdr
-        payload = hdr.pack(tree=self.trees[s], epoch=self.epoch, **fields) + body
+    def _emit(self, s: int, packet: tuple, retx: bool, now: float) -> None:
+        *fields, body = packet
+        pack = (self.lead_pack if self.phase[s] == LEAD else self.sp_pack)[retx]
+        payload = pack(self.trees[s], self.epoch, *fields) + body
         self.tx.send(payload)
         self.stats.packets_sent += 1
         self.last_sent[s] = self.leaves(len(payload), now)
@@ -161,8 +157,7 @@ class SparseRun(SlotRun):
         """Header-only ACK: this worker is done with slot s's round m (version ver), so the
         switch may reuse the version.  Sent once; if lost, this worker's next packet of the
         column (data, or a probe after a timeout) acknowledges m too (its block is > m)."""
-        payload = self.sp_ack.pack(tree=self.trees[s], epoch=self.epoch, ver=ver, slot=s,
-                                   block=m, next_block=self.mine[s])
+        payload = self.ack_pack(self.trees[s], self.epoch, ver, s, 0, m, self.mine[s])
         self.tx.send(payload)
         self.leaves(len(payload), now)          # it occupies the link like any frame
         self.stats.packets_sent += 1
@@ -173,35 +168,33 @@ class SparseRun(SlotRun):
         nb, data = self.nblocks, False
         if self.phase[s] == LEAD:
             first = self.mine[s]
-            fields = dict(ver=self.v0[s] & 1, slot=s, block=s,
-                          exp=self.exps[first] if first != NONE else 0, next_block=first)
-            self.packet[s] = (fields, self.lead0 if s == 0 else self.zero_body)
+            self.packet[s] = (self.v0[s] & 1, s, self.exps[first] if first != NONE else 0, s, first,
+                              self.lead0 if s == 0 else self.zero_body)
         elif self.cur[s] == self.mine[s]:
             m = self.cur[s]
             self.mine[s] = nxt = self.ann[m]
-            fields = dict(ver=(self.sv0[s] + self.rnd[s]) & 1, slot=s, block=m, next_block=nxt,
-                          exp=self.exps[nxt] if nxt != NONE else 0)
-            self.packet[s], data = (fields, self.data_body(s, m)), True
+            self.packet[s] = ((self.sv0[s] + self.rnd[s]) & 1, s, self.exps[nxt] if nxt != NONE else 0,
+                              m, nxt, self.data_body(s, m))
+            data = True
             self.stats.blocks_sent += 1
         else:
             self.packet[s] = self._probe_packet(s) if self.every_round else None
         self.sent_data[s], self.sent_first[s] = data, self.packet[s] is not None
         if self.packet[s] is not None:
-            self._emit(s, *self.packet[s], False, now)
+            self._emit(s, self.packet[s], False, now)
             now = self.sent_at[s] = self.last_sent[s]
         self.arm(s, now)
 
-    def _probe_packet(self, s: int) -> tuple[dict, bytes]:
+    def _probe_packet(self, s: int) -> tuple:
         mine = self.mine[s]
-        fields = dict(ver=(self.sv0[s] + self.rnd[s]) & 1, slot=s, block=self.cur[s],
-                      next_block=mine, exp=self.exps[mine] if mine != NONE else 0)
         self.stats.probes += 1
-        return fields, self.zero_body
+        return ((self.sv0[s] + self.rnd[s]) & 1, s, self.exps[mine] if mine != NONE else 0,
+                self.cur[s], mine, self.zero_body)
 
     def resend(self, s: int, now: float) -> None:
         if self.packet[s] is None:              # non-participant: its first probe
             self.packet[s] = self._probe_packet(s)
-        self._emit(s, *self.packet[s], True, now)
+        self._emit(s, self.packet[s], True, now)
 
     def before_expiry(self, now: float) -> None:
         """Handle results that arrived since the loop's last drain, before any timer fires.
