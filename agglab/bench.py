@@ -100,6 +100,16 @@ def bench_daemon(a) -> list[dict]:
     return out
 
 
+def _where_time_went(r: dict) -> str:
+    """The run's bottleneck link and CPU use, from its fidelity record and worker reports."""
+    f = r.get("fidelity") or {}
+    link = f.get("link") or {}
+    busy = f"bottleneck {link['link']} {link['utilisation']:.0%} busy, " if link.get("utilisation") is not None else ""
+    switches = ", ".join(f"{name} {cpu:.0%}" for name, cpu in (f.get("switch_cpu") or {}).items())
+    return (f"{busy}{r['retransmissions']} resends, workers {r.get('worker_cpu_s')} CPU-s, "
+            f"switch CPU {switches or '?'}, machine {f.get('machine_busy', 0):.0%} busy")
+
+
 def bench_wire(a) -> list[dict]:
     from emulation.session import run_allreduce
 
@@ -114,9 +124,11 @@ def bench_wire(a) -> list[dict]:
                           met=ratio <= LINK_BOUND if at_target else None, link_mbps=mbps,
                           scale=f"8 workers x {a.elements:,} int32, one switch",
                           link_bound=ratio <= LINK_BOUND, analytic_s=round(ideal, 3),
-                          detail=f"{ratio:.2f}x the analytic {ideal:.2f} s, exact={r['exact']}",
+                          detail=f"{ratio:.2f}x the analytic {ideal:.2f} s, exact={r['exact']}, "
+                                 f"{_where_time_went(r)}",
                           x_analytic=round(ratio, 3), exact=r["exact"],
-                          retransmissions=r["retransmissions"]))
+                          retransmissions=r["retransmissions"], worker_cpu_s=r.get("worker_cpu_s"),
+                          fidelity=r.get("fidelity")))
     return out
 
 
@@ -226,6 +238,10 @@ def bench_switchfail(a) -> list[dict]:
 
 
 def bench_build(_a) -> list[dict]:
+    """The k=8 fat-tree built and programmed, with its steps: the network's (node shells,
+    links, switch processes, host set-up, switches answering) and the controller's
+    (standby trees' process, forwarding, drop simulators, the job's trees, link and switch
+    watchers); then one allreduce and the teardown."""
     from emulation.session import Session
     from ground.runspec import RunSpec
 
@@ -239,9 +255,13 @@ def bench_build(_a) -> list[dict]:
         t1 = time.monotonic()
         session.stop()
         teardown = time.monotonic() - t1
+    network, controller = session.net.phases, session.phases
     return [figure("k=8 fat-tree built and programmed", built, "s", target="< 15 s", met=built < 15,
                    scale="80 switches, 16 workers", link_bound=None,
-                   detail=f"teardown {teardown:.1f} s, allreduce {r['seconds']} s",
+                   detail=f"network {sum(network.values()):.1f} s ({network.text()}); controller "
+                          f"{sum(controller.values()):.1f} s ({controller.text()}); teardown {teardown:.1f} s, "
+                          f"allreduce {r['seconds']} s",
+                   network_phases=dict(network), controller_phases=dict(controller),
                    teardown_s=round(teardown, 2), allreduce_s=r["seconds"], exact=r["exact"])]
 
 
@@ -275,11 +295,14 @@ def bench_sparse(a) -> list[dict]:
     dense = run_allreduce(algorithm="switchml", density=0.1, **common)   # dense time: density-free
     ideal = wire_seconds(a.elements, 5.0)
     out = []
-    sparse_window = a.sparse_window or 128
+    from ground.runspec import RunSpec
+
+    sparse_window = RunSpec(algorithm="omnireduce", elements=a.elements, window=a.sparse_window).default_window()
     for density, want in ((0.1, 9), (0.01, 50)):
         sparse = run_allreduce(algorithm="omnireduce", density=density, window=a.sparse_window, **common)
         speedup = dense["seconds"] / sparse["seconds"]
         ceiling, frames, blocks = sparse_ceiling(a.elements, density, window=a.sparse_window)
+        sparse_wire = frames * wire.FRAME_BYTES * 8 / 5e6
         out.append(figure(f"sparse speed-up at density {density}", speedup, "x",
                           target=f">= {want}x (ideal {1 / density:g}x)", met=speedup >= want, link_mbps=5.0,
                           scale=f"8 workers x {a.elements:,} int32, one switch, overlapping blocks, "
@@ -288,9 +311,12 @@ def bench_sparse(a) -> list[dict]:
                           dense_s=dense["seconds"], sparse_s=sparse["seconds"],
                           detail=f"dense {dense['seconds']} s, sparse {sparse['seconds']} s; protocol "
                                  f"ceiling {ceiling:.1f}x ({frames:,} frames per worker link each way "
-                                 f"vs {blocks:,} dense)",
+                                 f"vs {blocks:,} dense); sparse {sparse['seconds'] / sparse_wire:.2f}x its "
+                                 f"own wire time, {(sparse.get('fidelity') or {}).get('reason', '')}",
                           ceiling_x=round(ceiling, 2), sparse_frames=frames,
                           dense_x_analytic=round(dense["seconds"] / ideal, 3),
+                          sparse_x_wire=round(sparse["seconds"] / sparse_wire, 3),
+                          sparse_fidelity=sparse.get("fidelity"),
                           blocks_sent=sparse.get("blocks_sent"),
                           exact=dense["exact"] and sparse["exact"]))
     return out
@@ -371,7 +397,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--switchfail-bw", type=float, default=None, help="link Mb/s (switchfail; default unshaped)")
     ap.add_argument("--daemon-seconds", type=float, default=5.0)
     ap.add_argument("--sparse-window", type=int, default=None,
-                    help="slots per worker of the sparse runs (default the run default, 128): each slot "
+                    help="slots per worker of the sparse runs (default the run default, ground/runspec.py "
+                         "SPARSE_WINDOW): each slot "
                          "is a column whose lead round is sent whatever the density")
     ap.add_argument("--out", type=Path, help="JSON file (default results/bench/<time>.json)")
     ap.add_argument("--compare", type=Path, metavar="PREV.json", help="print each figure's change since PREV")

@@ -6,7 +6,7 @@ drop simulator does) and therefore works identically on BMv2 and the software sw
 
 from __future__ import annotations
 
-from controller.switch_client import SwitchClient
+from controller.switch_client import SwitchClient, table_add_line
 
 
 def threshold(probability: float) -> int:
@@ -24,9 +24,14 @@ def set_loss(client: SwitchClient, ports: list[int], probability: float) -> None
 def set_losses(client: SwitchClient, losses: dict[int, float]) -> None:
     """Per port its own drop probability, both ways (ports not named: no loss). Replaces
     every earlier setting of the switch."""
+    client.commands(loss_lines(losses))
+
+
+def loss_lines(losses: dict[int, float]) -> list[str]:
+    """set_losses as command lines (one batch; the session sends every switch's at once)."""
     thresholds = {p: threshold(prob) for p, prob in losses.items()}
+    lines = []
     for table in ("drop_sim", "drop_sim_egress"):
-        client.table_clear(table)
-        for p, thr in sorted(thresholds.items()):
-            if thr:
-                client.table_add(table, "set_drop_rate", [p], [thr])
+        lines.append(f"table_clear {table}")
+        lines += [table_add_line(table, "set_drop_rate", [p], [thr]) for p, thr in sorted(thresholds.items()) if thr]
+    return lines

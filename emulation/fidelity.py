@@ -139,7 +139,7 @@ class FidelityProbe:
             return
         for line in self.pids_file.read_text().splitlines():
             pid, _, what = line.partition(" ")
-            if pid.isdigit() and "shell" not in what:
+            if pid.isdigit() and "shell" not in what and "launcher" not in what:
                 self.labels[int(pid)] = what
 
     def _sample(self) -> None:

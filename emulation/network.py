@@ -11,10 +11,13 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import networkx as nx
 
+from ground.phases import Phases
 from ground.rundir import RunRecord, clean
 from controller import addressing
 from ground import addresses
@@ -28,25 +31,31 @@ THRIFT_BASE = 9090
 
 
 def host_setup(g: nx.Graph, h: str, intfs: list[str]) -> tuple[list[str], list[str], list[str]]:
-    """What host `h` runs to join the network: (shell lines, sysctl settings, `ip -batch` lines).
+    """What host `h` runs to join the network: (shell lines, `ip -batch` lines, `tc -batch`
+    lines shaping its NICs whose links have a rate). Sysctls are written to /proc/sys by the
+    shell itself (`echo`: no `sysctl` process).
 
-    No IPv6 chatter and no checksum/segmentation offloads (switches re-inject frames);
-    multi-NIC hosts get every NIC its own address, no reverse-path filtering between them
-    and a route to a peer's NIC over the switch both hang off; every NIC knows the
-    aggregation service and every host's MAC statically (no ARP in the data plane)."""
-    sysctls = ["net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1",
-               "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"]
+    Every NIC gets its address and MAC (NIC 0 the host's), loopback comes up; no IPv6
+    chatter and no checksum/segmentation offloads (switches re-inject frames); no
+    reverse-path filtering between the NICs of multi-NIC hosts and a route to a peer's NIC
+    over the switch both hang off; every NIC knows the aggregation service and every host's
+    MAC statically (no ARP in the data plane)."""
+    from emulation.veths import htb_lines
+
+    sysctls = [("ipv6/conf/all/disable_ipv6", 1), ("ipv6/conf/default/disable_ipv6", 1),
+               ("ipv4/conf/all/rp_filter", 0), ("ipv4/conf/default/rp_filter", 0)]
     lines = [f"ethtool -K {intf} rx off tx off tso off gso off gro off >/dev/null 2>&1 || true"
              for intf in intfs]
-    batch = []
+    batch, shaping = ["link set dev lo up"], []
     for nbr in g.neighbors(h):
         e = g.edges[h, nbr]
-        if e["ports"][h] != 0:
-            ip, mac = e["addrs"][h]
-            intf = e["intfs"][h]
-            batch += [f"link set dev {intf} address {mac}", f"addr replace {ip}/{addresses.PREFIX_LEN} dev {intf}",
-                      f"link set dev {intf} up"]
-            sysctls.append(f"net.ipv4.conf.{intf}.rp_filter=0")
+        ip, mac = e["addrs"][h]
+        intf = e["intfs"][h]
+        batch += [f"link set dev {intf} address {mac}", f"addr replace {ip}/{addresses.PREFIX_LEN} dev {intf}",
+                  f"link set dev {intf} up"]
+        sysctls.append((f"ipv4/conf/{intf}/rp_filter", 0))
+        if e.get("bw"):
+            shaping += htb_lines(intf, e["bw"])
     if g.degree(h) > 1:
         for sw in g.neighbors(h):
             mine = g.edges[h, sw]["intfs"][h]
@@ -62,18 +71,10 @@ def host_setup(g: nx.Graph, h: str, intfs: list[str]) -> tuple[list[str], list[s
         if other != h:
             o = g.nodes[other]
             batch.append(f"neigh replace {o['ip']} lladdr {o['mac']} dev {intfs[0]} nud permanent")
-    return lines, sysctls, batch
+    return [*(f"echo {value} > /proc/sys/net/{key}" for key, value in sysctls), *lines], batch, shaping
 
 
 _SETUP_OK = "agglab-host-setup-ok"
-
-
-def _write_sysctl(key: str, value: str) -> None:
-    """Set a sysctl of the root namespace directly (no `sysctl` process per interface)."""
-    try:
-        (Path("/proc/sys") / key).write_text(value)
-    except OSError:
-        pass
 
 
 class EmulatedNetwork:
@@ -90,6 +91,8 @@ class EmulatedNetwork:
         self.keep = Path(keep) if keep else None    # copy the run directory here on stop
         self.t0 = time.monotonic() if t0 is None else t0   # the command log's clock (the session's events')
         self.net = None
+        self.launcher = None                     # forks the software switches (softswitch/launcher.py)
+        self.phases = Phases()                   # start()'s steps -> seconds (bench.py prints them)
         self.run: RunRecord | None = None
         self.clients: dict[str, SwitchClient] = {}
         self.watcher = None                      # emulation/switch_watch.py, once watch_switches()
@@ -105,49 +108,91 @@ class EmulatedNetwork:
         from mininet.net import Mininet
 
         setLogLevel("error")
-        clean(verbose=False)                     # leftovers of dead runs would collide
+        with self.phases.timed("old runs cleaned"):
+            clean(verbose=False)                 # leftovers of dead runs would collide
         try:                                     # a signal at any moment still cleans up
-            self.run = RunRecord.create("net")
-            self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
-                               autoStaticArp=False, link=TCLink)
-            self._add_nodes()
-            self.net.build()
-            self._record()
-            self.net.start()
-            self._configure_hosts()
-            self._connect_switches()
+            with self.phases.timed("launcher"):
+                self.run = RunRecord.create("net")
+                if self.backend == "soft":
+                    from emulation.switch_nodes import start_launcher
+
+                    self.launcher = start_launcher(self.run)
+                self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
+                                   autoStaticArp=False, link=TCLink)
+            with self.phases.timed("node shells"):
+                self._add_nodes()
+            with self.phases.timed("links"):
+                self._add_links()
+            with self.phases.timed("switches started"):
+                self._start_switches()
+            with self.phases.timed("hosts configured"):
+                self._configure_hosts()
+            with self.phases.timed("switches answering"):
+                self._connect_switches()
         except BaseException:
             self.stop()
             raise
         return self
 
     def _add_nodes(self) -> None:
+        """Every host and switch node, their shells started all at once.
+
+        Why at once: each Mininet node starts a bash (in a new network namespace for a host)
+        and waits for its prompt; one after the other that was 2.6-3.3 s of a k=8 fat-tree's
+        208 nodes on a busy machine, 0.9-1.2 s at once (then CPU-bound: more threads than 16
+        do not help). Threads make them wait together; Mininet's own constructors run
+        unchanged and the nodes are added to the network in graph order.
+        Mininet's build() is not run: its per-host configuration (three shell commands each)
+        is part of the hosts' set-up scripts (_configure_hosts)."""
+        from mininet.node import Host
+
         g = self.graph
         json_path = None
         if self.backend == "bmv2":
             from emulation.p4build import compile_p4
 
             json_path = str(compile_p4())
+        makers = {}
         for h in hosts(g):
             a = g.nodes[h]
-            self.net.addHost(h, ip=f"{a['ip']}/{addresses.PREFIX_LEN}", mac=a["mac"])
+            makers[h] = partial(Host, h, ip=f"{a['ip']}/{addresses.PREFIX_LEN}", mac=a["mac"])
         for i, s in enumerate(switches(g)):
             if self.backend == "soft":
                 from emulation.switch_nodes import SoftP4Switch
 
-                self.net.addSwitch(s, cls=SoftP4Switch, run=self.run, seed=self.seed + i, pcap=self.pcap)
+                makers[s] = partial(SoftP4Switch, s, inNamespace=False, run=self.run, launcher=self.launcher,
+                                    seed=self.seed + i, pcap=self.pcap)
             else:
                 from emulation.switch_nodes import Bmv2Switch
 
-                self.net.addSwitch(s, cls=Bmv2Switch, run=self.run, json_path=json_path,
-                                   thrift_port=THRIFT_BASE + i, device_id=i, pcap=self.pcap)
-        self._add_links()
+                makers[s] = partial(Bmv2Switch, s, inNamespace=False, run=self.run, json_path=json_path,
+                                    thrift_port=THRIFT_BASE + i, device_id=i, pcap=self.pcap)
+        self._make_all(makers)
+
+    def _make_all(self, makers: dict) -> None:
+        """makers[name]() for every name, in threads, each node added to the network (in
+        makers' order) once made. A failure or a signal raises only after every node that
+        was started is made, recorded and added, so that stop() ends every shell."""
+        def make(name: str):
+            node = makers[name]()
+            self.run.add_pid(node.pid, f"{name} shell")
+            return node
+
+        pool = ThreadPoolExecutor(max_workers=min(32, len(makers)), thread_name_prefix="mininet-node")
+        futures = {name: pool.submit(make, name) for name in makers}
+        try:
+            for future in futures.values():
+                future.result()
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+            for name, future in futures.items():
+                if future.done() and not future.cancelled() and future.exception() is None:
+                    add = self.net.addHost if self.graph.nodes[name]["kind"] == "host" else self.net.addSwitch
+                    add(name, cls=lambda _name, _node=future.result(), **_params: _node)
 
     def _add_links(self) -> None:
         """Every veth pair in one `ip -batch` (emulation/veths.py), then Mininet adopts them."""
-        from mininet.link import TCIntf
-
-        from emulation.veths import PrebuiltLink, QuietIntf, create_veths
+        from emulation.veths import PrebuiltLink, QuietIntf, create_veths, shape
 
         g, pairs = self.graph, []
         for u, v, e in g.edges(data=True):
@@ -155,45 +200,44 @@ class EmulatedNetwork:
             pid = self.net.get(ends[1]).pid if g.nodes[ends[1]]["kind"] == "host" else None
             pairs.append((e["intfs"][ends[0]], e["intfs"][ends[1]], pid))
         self.run.add_interfaces(sorted(i for e in g.edges.values() for i in e["intfs"].values()))
-        create_veths(pairs)
+        create_veths(pairs, self.run.link_group())
+        shape({e["intfs"][n]: e["bw"] for u, v, e in g.edges(data=True) if e.get("bw")
+               for n in (u, v) if g.nodes[n]["kind"] == "switch"})     # host ends: in their set-up
         for u, v, e in g.edges(data=True):
-            params = {"bw": e["bw"], "intf": TCIntf} if e.get("bw") else {"intf": QuietIntf}
             self.net.addLink(u, v, port1=e["ports"][u], port2=e["ports"][v], cls=PrebuiltLink,
                              intfName1=e["intfs"][u], intfName2=e["intfs"][v], addr1=None, addr2=None,
-                             **params)
+                             intf=QuietIntf)
 
-    def _record(self) -> None:
-        for node in self.net.hosts + self.net.switches:
-            self.run.add_pid(node.pid, f"{node.name} shell")
+    def _start_switches(self) -> None:
+        """Every switch's data plane (what Mininet's start() does, without its build()):
+        software switches are forked by the launcher and boot while the hosts are set up."""
+        for node in self.net.switches:
+            node.start([])
 
     def _configure_hosts(self) -> None:
         """Addresses, routes, static neighbours, no IPv6/offloads: one script per host, all
-        hosts at once.
+        hosts at once (the switches boot meanwhile).
 
         Why scripts: the same settings as one `node.cmd` each cost a shell round trip per
         neighbour entry (16 hosts x 16 entries ...), which made this the slowest phase of a
-        k=8 fat-tree (51 s of 66). Each host now runs one `sh` with one `sysctl`, one
-        `ethtool` per NIC and one `ip -batch`, and every host shell runs its script
-        concurrently (sendCmd, then waitOutput)."""
+        k=8 fat-tree (51 s of 66). Each host now runs one `sh` with one `ethtool` per NIC,
+        one `ip -batch` (and one `tc -batch` when shaped), and every host shell runs its
+        script concurrently (sendCmd, then waitOutput)."""
         g = self.graph
         started = []
         for h in hosts(g):
             node = self.net.get(h)
-            lines, sysctls, batch = host_setup(g, h, [i.name for i in node.intfList() if i.name != "lo"])
-            for nbr in g.neighbors(h):             # keep Mininet's view of the extra NICs true
+            lines, batch, shaping = host_setup(g, h, [i.name for i in node.intfList() if i.name != "lo"])
+            for nbr in g.neighbors(h):             # keep Mininet's view of the NICs true
                 e = g.edges[h, nbr]
-                if e["ports"][h] != 0:
-                    intf = node.intf(e["intfs"][h])
-                    intf.mac, (intf.ip, intf.prefixLen) = e["addrs"][h][1], (e["addrs"][h][0], addresses.PREFIX_LEN)
+                intf = node.intf(e["intfs"][h])
+                intf.mac, (intf.ip, intf.prefixLen) = e["addrs"][h][1], (e["addrs"][h][0], addresses.PREFIX_LEN)
             script = self.run.path / f"{h}.setup.sh"
-            script.write_text("\n".join(["set -e", f"sysctl -qw {' '.join(sysctls)}", *lines,
-                                         "ip -batch - <<'EOF'", *batch, "EOF", f"echo {_SETUP_OK}", ""]))
+            tc = ["tc -batch - <<'EOF'", *shaping, "EOF"] if shaping else []
+            script.write_text("\n".join(["set -e", *lines,
+                                         "ip -batch - <<'EOF'", *batch, "EOF", *tc, f"echo {_SETUP_OK}", ""]))
             node.sendCmd(f"sh {script} 2>&1")
             started.append((h, node))
-        for s in switches(g):     # root-namespace ends: no IPv6 router solicitations into the switch
-            for intf in self.net.get(s).intfList():
-                if intf.name != "lo":
-                    _write_sysctl(f"net/ipv6/conf/{intf.name}/disable_ipv6", "1")
         failed = [(h, out.strip()) for h, out in ((h, node.waitOutput()) for h, node in started)
                   if _SETUP_OK not in out]
         if failed:
@@ -233,10 +277,13 @@ class EmulatedNetwork:
                 if self.run is not None:
                     from emulation.veths import delete_veths
 
-                    delete_veths(self.run.interfaces())
+                    delete_veths(self.run.recorded_link_group() or 0, self.run.interfaces())
                 self.net.stop()
             finally:
                 self.net = None
+        if self.launcher is not None:
+            self.launcher.close()
+            self.launcher = None
         if self.run is not None:
             from ground.rundir import delete_interfaces, kill_pids
             import shutil

@@ -25,14 +25,17 @@ from controller.forwarding_job import ForwardingJob
 from controller.job import TreeJob
 from controller.jobs import Job, partitions
 from controller.standby import StandbyWorker
+from controller.switch_client import run_batches
 from controller.topology import switches, workers as worker_hosts
 from emulation.failures import FailureInjector
 from emulation.fidelity import FidelityProbe
 from emulation.network import EmulatedNetwork
 from ground.addresses import SERVICE_IP
 from ground import progress as progress_file
+from ground.phases import Phases
 from ground.paths import REPO
 from ground.runspec import RunPlan, RunSpec, WorkerSeat
+from ground.start_gate import StartGate
 from hosts.checker import check
 
 
@@ -127,6 +130,7 @@ class Session:
         self._losses: dict[str, dict[int, float]] = {}   # switch -> port -> drop probability
         self.jobs: list[Job] = []           # one per tenant (--jobs); self.job is the first
         self.last_result: dict | None = None
+        self.phases = Phases()              # the controller's steps of start() (the network's: net.phases)
 
     def start(self) -> "Session":
         spec, g = self.spec, self.g
@@ -135,31 +139,40 @@ class Session:
              f"{spec.workers} workers", self.quiet)
         try:
             if not (spec.host_baseline or spec.tree == "bml"):
-                StandbyWorker.get()          # the standby's child imports while the network starts
+                with self.phases.timed("standby"):
+                    StandbyWorker.get()      # the standby's child imports while the network starts
             self.net.start()
-            for sw in switches(g):
-                forward.install_forwarding(self.net.client(sw), g, sw)
-            self._set_loss(spec)
-            if spec.jobs > 1:         # tenants: hosts of their own, shared switches, disjoint slot ranges
-                self.jobs = self._tenant_jobs(spec, g)
-                self.job = self.jobs[0]
-            elif spec.host_baseline:    # ring, ps: hosts sum over TCP; the job keeps IP routes on live links
-                self.job = ForwardingJob(g, self.net.clients, worker_hosts(g), spec.default_window(),
-                                         self.net.run.path / "epoch.json", job=spec.job, events=self.events,
-                                         algorithm=spec.algorithm).start()
-            elif spec.tree == "bml":
-                self.job = BmlJob(g, self.net.clients, spec.default_window(), self.net.run.path / "epoch.json",
-                                  job=spec.job, events=self.events, variant=spec.bml_variant).start()
-            else:
-                self.job = TreeJob(g, self.net.clients, spec.tree, worker_hosts(g), spec.default_window(),
-                                   self.net.run.path / "epoch.json", job=spec.job, events=self.events).start()
-            self.jobs = self.jobs or [self.job]
-            self.monitor = self.net.watch_links(self.job.link_changed)
-            self.net.watch_switches(self._switch_exited)
+            with self.phases.timed("forwarding"):
+                forward.install_forwarding_all(self.net.clients, g)
+            with self.phases.timed("drop simulators"):
+                self._set_loss(spec)
+            with self.phases.timed("job"):
+                self._start_jobs(spec, g)
+            with self.phases.timed("watchers"):
+                self.monitor = self.net.watch_links(self.job.link_changed)
+                self.net.watch_switches(self._switch_exited)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _start_jobs(self, spec: RunSpec, g) -> None:
+        """The aggregation job (or the tenants' jobs, or the host baselines' routes): its
+        trees computed and installed."""
+        if spec.jobs > 1:         # tenants: hosts of their own, shared switches, disjoint slot ranges
+            self.jobs = self._tenant_jobs(spec, g)
+            self.job = self.jobs[0]
+        elif spec.host_baseline:    # ring, ps: hosts sum over TCP; the job keeps IP routes on live links
+            self.job = ForwardingJob(g, self.net.clients, worker_hosts(g), spec.default_window(),
+                                     self.net.run.path / "epoch.json", job=spec.job, events=self.events,
+                                     algorithm=spec.algorithm).start()
+        elif spec.tree == "bml":
+            self.job = BmlJob(g, self.net.clients, spec.default_window(), self.net.run.path / "epoch.json",
+                              job=spec.job, events=self.events, variant=spec.bml_variant).start()
+        else:
+            self.job = TreeJob(g, self.net.clients, spec.tree, worker_hosts(g), spec.default_window(),
+                               self.net.run.path / "epoch.json", job=spec.job, events=self.events).start()
+        self.jobs = self.jobs or [self.job]
 
     def _tenant_jobs(self, spec: RunSpec, g) -> list[Job]:
         """--jobs J: job j (id spec.job + j) aggregates the worker hosts tenant_hosts gives it in
@@ -181,8 +194,8 @@ class Session:
         for sw in switches(self.g):
             self._losses[sw] = {e["ports"][sw]: per_host.get(nbr, spec.loss)
                                 for _, nbr, e in self.g.edges(sw, data=True)}
-            if sw not in self.net.dead:
-                self._set_switch_loss(sw)
+        run_batches(self.net.clients, {sw: drop_sim.loss_lines(self._losses[sw]) for sw in switches(self.g)
+                                       if sw not in self.net.dead})      # every switch's at once
         self.loss = (spec.loss, tuple(spec.job_loss))
 
     def _set_switch_loss(self, sw: str) -> None:
@@ -386,10 +399,17 @@ def _job_figures(result: dict, job: Job, spec: RunSpec) -> dict:
 
 def _run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, progress: bool = False,
                  cancel: threading.Event | None = None) -> list[list[dict]]:
-    """Start every job's workers at once, wait for all; per job its reports by rank."""
+    """Start every job's workers at once (one start gate for all), wait for all; per job its
+    reports by rank."""
     out_dir = net.run.path / name
     out_dir.mkdir()
-    started = [_start_workers(net, tspec, job, out_dir, f"job{t}-") for t, (tspec, job) in enumerate(tenants)]
+    gate = StartGate()
+    try:
+        started = [_start_workers(net, tspec, job, out_dir, f"job{t}-", gate=gate)
+                   for t, (tspec, job) in enumerate(tenants)]
+        _open_gate(gate, [p for procs in started for p in procs], tenants[0][0], quiet)
+    finally:
+        gate.close()
     deadline = time.monotonic() + tenants[0][0].give_up * 3 + 30 + sum(
         s.elements * s.workers for s, _ in tenants) / 50_000
     files = [out_dir / f"job{t}-rank{r}.progress" for t, procs in enumerate(started) for r, _, _ in procs]
@@ -397,21 +417,38 @@ def _run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, pr
     return [_collect(out_dir, procs, f"job{t}-") for t, procs in enumerate(started)]
 
 
+def _host_link_mbps(graph, host: str) -> float | None:
+    """The rate of a host's own link (its slowest, for a multi-NIC BCube server); None when
+    any of them is unshaped."""
+    rates = [graph.edges[host, peer].get("bw") for peer in graph.neighbors(host)]
+    return min(rates) if rates and all(rates) else None
+
+
+def _open_gate(gate: StartGate, procs: list, spec: RunSpec, quiet: bool) -> None:
+    """Let the workers start together once every one of them is ready (ground/start_gate.py);
+    a worker that died before it got ready opens the gate for the others, whose allreduce
+    then fails with its reason, as it did before there was a gate."""
+    alive = lambda: all(p.poll() is None for _, p, _ in procs)   # noqa: E731
+    if not gate.open_when_ready(len(procs), alive, timeout=max(60.0, spec.give_up * 3)):
+        _log(f"  start gate opened with {gate.seen} of {len(procs)} workers ready", quiet)
+
+
 def _start_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, out_dir: Path, prefix: str = "",
-                   module: str = "hosts.worker", extra_args: tuple = ()) -> list:
-    """One job's worker processes (rank, proc, log); its plan is `<prefix>run.json`."""
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+                   module: str = "hosts.worker", extra_args: tuple = (), gate: StartGate | None = None) -> list:
+    """One job's worker processes (rank, proc, log); its plan is `<prefix>run.json`. With a
+    `gate` each worker inherits it and waits there once it is ready."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), **(gate.env if gate else {}))
     plans = job.write_plans(out_dir)
     seats = [WorkerSeat(rank=rank, local_ip=net.graph.nodes[h]["ip"], out=str(out_dir / f"{prefix}rank{rank}"),
                         progress=str(out_dir / f"{prefix}rank{rank}.progress"),
-                        bml_plan=str(plans[h]) if h in plans else None)
+                        bml_plan=str(plans[h]) if h in plans else None, link_mbps=_host_link_mbps(net.graph, h))
              for rank, h in enumerate(job.workers)]
     plan = RunPlan(spec, SERVICE_IP, job.window, str(job.epoch_file), seats).write(out_dir / f"{prefix}run.json")
     procs = []
     for rank, h in enumerate(job.workers):
         argv = [sys.executable, "-m", module, str(plan), str(rank), *extra_args]
         log = open(out_dir / f"{prefix}rank{rank}.log", "wb")
-        proc = net.host(h).popen(argv, stdout=log, stderr=log, cwd=str(REPO),
+        proc = net.host(h).popen(argv, stdout=log, stderr=log, cwd=str(REPO), pass_fds=gate.fds if gate else (),
                                  env=dict(env, AGGLAB_PLAN=str(plan), AGGLAB_RANK=str(rank)))
         net.run.add_pid(proc.pid, f"worker {rank}" + (f" of job {job.job}" if prefix else "") + f" on {h}")
         procs.append((rank, proc, log))
@@ -464,7 +501,14 @@ def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, nam
                  progress: bool = False, cancel: threading.Event | None = None):
     out_dir = net.run.path / name
     out_dir.mkdir()
-    procs = _start_workers(net, spec, job, out_dir, "", module, extra_args)
+    gate = StartGate() if module == "hosts.worker" else None     # the programs that wait at it
+    try:
+        procs = _start_workers(net, spec, job, out_dir, "", module, extra_args, gate=gate)
+        if gate:
+            _open_gate(gate, procs, spec, quiet)
+    finally:
+        if gate:
+            gate.close()
     injector = None
     if spec.fail_specs or spec.fail_switch_specs:
         injector = FailureInjector(net, job, [*spec.fail_specs, *spec.fail_switch_specs],

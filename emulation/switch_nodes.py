@@ -2,20 +2,23 @@
 
 Both run in the root namespace attached to their Mininet interfaces and are stopped
 (and their pids forgotten) by Mininet's own stop(); a crashed run is cleaned by
-`agglab clean` from the pids recorded in the run directory.
+`agglab clean` from the pids recorded in the run directory. Software switches are forked
+by one launcher per network (softswitch/launcher.py: Python, numpy and the pipeline are
+imported once, not once per switch); BMv2's simple_switch is started as it is.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 from mininet.node import Switch
 
 from ground.paths import REPO
 from ground.rundir import RunRecord
+
+LAUNCHER_LABEL = "switch launcher"       # its line in the run's pids (not a data plane)
 
 
 def _log_tail(path: Path, lines: int = 15) -> str:
@@ -38,10 +41,12 @@ class _ProcessSwitch(Switch):
         return {self.ports[i]: i.name for i in self.intfList() if i.name != "lo" and self.ports[i] > 0}
 
     def _spawn(self, argv: list[str]) -> None:
-        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         with open(self.log_path.with_suffix(".out"), "ab") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=_env(),
                                          start_new_session=True, cwd=REPO)
+        self._started()
+
+    def _started(self) -> None:
         self.run.add_pid(self.proc.pid, f"{self.name} data plane")
 
     def died(self) -> str | None:
@@ -62,24 +67,41 @@ class _ProcessSwitch(Switch):
         Switch.stop(self, deleteIntfs)
 
 
-class SoftP4Switch(_ProcessSwitch):
-    """The project's software switch (python -m softswitch)."""
+def _env() -> dict[str, str]:
+    """Switch processes import this checkout first, keeping any PYTHONPATH the caller set."""
+    return dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
-    def __init__(self, name, run: RunRecord, seed: int = 0, pcap: bool = False, **params):
+
+def start_launcher(run: RunRecord):
+    """The network's software-switch launcher (softswitch/launcher.py), recorded in `run`;
+    it imports while the rest of the network is built."""
+    from softswitch.launcher import Launcher
+
+    launcher = Launcher(run.path / "launcher.out", cwd=REPO, env=_env())
+    run.add_pid(launcher.pid, LAUNCHER_LABEL)
+    return launcher
+
+
+class SoftP4Switch(_ProcessSwitch):
+    """The project's software switch (`python -m softswitch`, forked by `launcher`)."""
+
+    def __init__(self, name, run: RunRecord, launcher, seed: int = 0, pcap: bool = False, **params):
         _ProcessSwitch.__init__(self, name, run, **params)
+        self.launcher = launcher
         self.seed = seed
         self.pcap = pcap
         self.control_path = run.path / f"{name}.sock"
 
     def start(self, controllers):
-        argv = [sys.executable, "-m", "softswitch", "--name", self.name,
-                "--control", str(self.control_path), "--log", str(self.log_path),
-                "--seed", str(self.seed)]
+        argv = ["--name", self.name, "--control", str(self.control_path), "--log", str(self.log_path),
+                "--seed", str(self.seed),
+                "--no-prepare"]              # the network prepared its ports (emulation/veths.py quiet_ends)
         for number, intf in sorted(self.data_ports().items()):
             argv += ["--port", f"{number}={intf}"]
         if self.pcap:
             argv += ["--pcap-dir", str(self.run.path / "pcaps")]
-        self._spawn(argv)
+        self.proc = self.launcher.spawn(argv, self.log_path.with_suffix(".out"))
+        self._started()
 
 
 class Bmv2Switch(_ProcessSwitch):

@@ -4,10 +4,15 @@ Why: Mininet's `addLink` creates each veth pair with its own `ip link add` and t
 configures both ends with a shell round trip each (MAC, up, ethtool): about seven
 commands per link, 2.4 s of a k=8 fat-tree's 272 links even on an idle machine, and its
 teardown deletes them one `ip link del` per end. Here one `ip -batch` creates every pair
-(host ends directly inside the host's namespace) and brings the switch ends up; Mininet
-then gets `PrebuiltLink`s whose interfaces run nothing (`QuietIntf`), so its bookkeeping
-(ports, intfList, configLinkStatus) works as before. Links with a rate still get
-Mininet's TCIntf, which shapes them with tc htb.
+(host ends directly inside the host's namespace) in the run's interface group and brings
+the switch ends up; Mininet then gets `PrebuiltLink`s whose interfaces run nothing
+(`QuietIntf`), so its bookkeeping (ports, intfList, configLinkStatus) works as before.
+Links with a rate are shaped with the tc htb commands Mininet's TCIntf would run
+(`htb_lines`), but in batches: one `tc -batch` for every switch end, one per host in its
+set-up script; TCIntf ran five shell round trips per end (1.7 s of a k=4 fat-tree).
+Teardown deletes the whole group with one request: the kernel then unregisters every
+veth in one batch, where a `link delete` per pair waits for the network stack each time
+(7.7 s for the 384 pairs of a k=8 fat-tree, 0.1 s as a group).
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import subprocess
 from pathlib import Path
 
 from mininet.link import Intf, Link
+
+from ground.rundir import delete_link_group
 
 
 class QuietIntf(Intf):
@@ -38,33 +45,72 @@ class PrebuiltLink(Link):
         return None
 
 
-def run_batch(lines: list[str], what: str) -> None:
-    """`ip -batch -` in the root namespace; raises with ip's own message on failure."""
+def run_batch(lines: list[str], what: str, tool: str = "ip") -> None:
+    """`ip -batch -` (or `tc -batch -`) in the root namespace; raises with the tool's own
+    message on failure."""
     if not lines:
         return
-    res = subprocess.run(["ip", "-batch", "-"], input="\n".join(lines) + "\n",
+    res = subprocess.run([tool, "-batch", "-"], input="\n".join(lines) + "\n",
                          capture_output=True, text=True, timeout=120)
     if res.returncode != 0:
         raise RuntimeError(f"{what} failed: {(res.stderr or res.stdout).strip()[:500]}")
 
 
-def create_veths(pairs: list[tuple[str, str, int | None]]) -> None:
+# what `ethtool -K IF rx off tx off tso off gso off gro off` turns off, as pyroute2 names them
+OFFLOADS = ("rx-checksumming", "tx-checksumming", "tcp-segmentation-offload", "generic-segmentation-offload",
+            "generic-receive-offload")
+
+
+def create_veths(pairs: list[tuple[str, str, int | None]], group: int) -> None:
     """Create veth pairs (root_end, other_end, netns_pid): the other end is created inside
-    the namespace of process `netns_pid` (None: it stays in the root namespace); every
-    root-namespace end is brought up (a host's end is brought up by the host's set-up)."""
-    lines = []
-    for a, b, pid in pairs:
-        lines.append(f"link add name {a} type veth peer name {b}" + (f" netns {pid}" if pid else ""))
-    for a, b, pid in pairs:
-        lines.append(f"link set dev {a} up")
-        if not pid:
-            lines.append(f"link set dev {b} up")
-    run_batch(lines, "creating the network's veth pairs")
+    the namespace of process `netns_pid` (None: it stays in the root namespace); each
+    root_end is in interface group `group` (delete_veths); every root-namespace end is
+    quieted (quiet_ends), then brought up (a host's end comes up in the host's set-up)."""
+    run_batch([f"link add name {a} group {group} type veth peer name {b}" + (f" netns {pid}" if pid else "")
+               for a, b, pid in pairs], "creating the network's veth pairs")
+    root_ends = [a for a, _b, _pid in pairs] + [b for _a, b, pid in pairs if not pid]
+    quiet_ends(root_ends)
+    run_batch([f"link set dev {name} up" for name in root_ends], "bringing the switches' ends up")
 
 
-def delete_veths(names: list[str]) -> None:
-    """Delete those of `names` that exist in the root namespace, with one `ip -force -batch`
-    (-force: a pair whose other end was deleted first is already gone; that is no error)."""
+def htb_lines(ifname: str, mbps: float) -> list[str]:
+    """`tc -batch` lines that shape `ifname` to `mbps` as Mininet's TCIntf(bw=mbps) does
+    (htb, one class, burst 15k; a new veth has no qdisc to delete first)."""
+    return [f"qdisc add dev {ifname} root handle 5:0 htb default 1",
+            f"class add dev {ifname} parent 5:0 classid 5:1 htb rate {mbps:f}Mbit burst 15k"]
+
+
+def shape(rates: dict[str, float]) -> None:
+    """Shape root-namespace interfaces (name -> Mb/s) with one `tc -batch`."""
+    run_batch([line for name, mbps in rates.items() for line in htb_lines(name, mbps)],
+              "shaping the switches' ends", tool="tc")
+
+
+def quiet_ends(names: list[str]) -> None:
+    """No IPv6 and no offloads on root-namespace (switch) ends, before they come up: a
+    switch port is a wire, so the kernel must send nothing from it (router solicitations,
+    DAD) and hand over frames as they came (no GRO). Done here for all ports at once (a
+    /proc write and five ethtool ioctls each) because the software switches start with
+    --no-prepare: each running `ip` and `ethtool` per port itself was 1,280 processes in a
+    k=8 fat-tree. BMv2's ports get the same (p4lang's veth set-up turns offloads off too)."""
+    from pyroute2.ethtool.ioctl import IoctlEthtool
+
+    ethtool = IoctlEthtool()
+    try:
+        for name in names:
+            (Path("/proc/sys/net/ipv6/conf") / name / "disable_ipv6").write_text("1")
+            ethtool.change_ifname(name)
+            for flag in OFFLOADS:
+                ethtool.set_offload_flag(flag, 0)
+    finally:
+        ethtool.close()
+
+
+def delete_veths(group: int, names: list[str]) -> None:
+    """Delete interface group `group` (each pair's root end, so every pair), then those of
+    `names` still in the root namespace with one `ip -force -batch` (-force: a pair whose
+    other end was deleted first is already gone; that is no error)."""
+    delete_link_group(group)
     present = {p.name for p in Path("/sys/class/net").iterdir()}
     lines = [f"link delete dev {name}" for name in names if name in present]
     if lines:

@@ -9,6 +9,7 @@ run whose owner process is gone. It is idempotent: a second call finds nothing.
 from __future__ import annotations
 
 import os
+import random
 import re
 import shutil
 import signal
@@ -44,6 +45,23 @@ class RunRecord:
     def add_interfaces(self, names: list[str]) -> None:
         with open(self.path / "interfaces", "a") as f:
             f.writelines(f"{n}\n" for n in names)
+
+    def link_group(self) -> int:
+        """The interface group (`ip link ... group G`) this run's veths are created in, chosen
+        once per run. Why: `ip link delete group G` removes them all in one kernel batch,
+        where one `link delete` per interface waits for the network stack each time (the
+        384 veth pairs of a k=8 fat-tree: 7.7 s instead of 0.1 s)."""
+        f = self.path / "link_group"
+        if not f.exists():
+            f.write_text(str(free_link_group()))
+        return int(f.read_text())
+
+    def recorded_link_group(self) -> int | None:
+        """The link group if one was chosen (a crashed run's, for clean())."""
+        try:
+            return int((self.path / "link_group").read_text())
+        except (OSError, ValueError):
+            return None
 
     def pids(self) -> list[int]:
         f = self.path / "pids"
@@ -117,9 +135,34 @@ class _quiet:
         return exc[0] is not None and issubclass(exc[0], (ProcessLookupError, PermissionError))
 
 
+def free_link_group() -> int:
+    """A random interface group no interface of the root namespace is in (0 is everyone's)."""
+    used = set()
+    for p in Path("/sys/class/net").iterdir():
+        try:
+            used.add(int((p / "netdev_group").read_text()))
+        except (OSError, ValueError):
+            pass
+    while True:
+        group = random.randrange(1 << 16, 1 << 31)
+        if group not in used:
+            return group
+
+
+def delete_link_group(group: int) -> None:
+    """Delete every interface of the root namespace in `group`, in one request (a veth's
+    peer goes with it, whichever namespace it is in); no error when there is none."""
+    if group:
+        subprocess.run(["ip", "link", "delete", "group", str(group)], capture_output=True)
+
+
+def _present() -> set[str]:
+    net = Path("/sys/class/net")
+    return {p.name for p in net.iterdir()} if net.exists() else set()
+
+
 def delete_interfaces(names: list[str]) -> int:
-    existing = set(Path("/sys/class/net").iterdir()) if Path("/sys/class/net").exists() else set()
-    present = {p.name for p in existing}
+    present = _present()
     count = 0
     for name in names:
         if name in present:
@@ -147,7 +190,11 @@ def clean(everything: bool = False, verbose: bool = True) -> dict[str, int]:
                 live_runs += 1
                 continue
             done["processes"] += kill_pids(run.pids())
-            done["interfaces"] += delete_interfaces(run.interfaces())
+            names = run.interfaces()
+            present = len(_present() & set(names))
+            delete_link_group(run.recorded_link_group() or 0)    # most at once, the rest by name
+            delete_interfaces(names)
+            done["interfaces"] += present
             shutil.rmtree(path, ignore_errors=True)
             done["runs"] += 1
     if live_runs == 0:    # nothing of ours is running: any interface named like ours is stale

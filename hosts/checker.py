@@ -81,6 +81,9 @@ def check(spec: RunSpec, reports: list[dict], switch_stats: dict) -> dict:
         packets=sum(r["packets_sent"] for r in reports),
         retransmissions=sum(r["retransmissions"] for r in reports),
         duplicates_ignored=sum(r.get("duplicates_ignored", 0) for r in reports),
+        # the workers' own CPU during the allreduce (user + system, all ranks): with the
+        # switches' share in `fidelity`, where an unfaithful run's time went
+        worker_cpu_s=round(sum(r.get("cpu_user_s", 0) + r.get("cpu_sys_s", 0) for r in reports), 3),
         algorithm=spec.algorithm,
         **({"density": spec.density, "pattern": spec.pattern, "zero_workers": spec.zero_workers,
             "blocks_sent": sum(r.get("blocks_sent", 0) for r in reports)} if spec.algorithm == "omnireduce" else {}),

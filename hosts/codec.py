@@ -9,6 +9,7 @@ hosts/protocol.py's HeaderPacker; both follow ground.wire, which reads the P4 he
     w = unpack(payload)
     FLAGS(w), SLOT(w), VER(w), BLOCK(w), EXP(w), NEXT_BLOCK(w), JOB(w), WORKER(w)
     lanes(payload)            # K big-endian int32, no copy
+    lanes_of(rows)            # the lanes of a whole batch (rows: one payload per row)
 """
 
 from __future__ import annotations
@@ -33,3 +34,7 @@ def getter(name: str):
 FLAGS, SLOT, VER, BLOCK, EXP = map(getter, ("flags", "slot", "ver", "block", "exp"))
 JOB, WORKER, NEXT_BLOCK = map(getter, ("job", "worker", "next_block"))
 
+
+def lanes_of(rows: np.ndarray) -> np.ndarray:
+    """The K lanes of every payload in `rows`, as a (n, K) big-endian int32 view."""
+    return rows[:, HEADER_BYTES:PAYLOAD_BYTES].view(BE)

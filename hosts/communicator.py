@@ -96,7 +96,8 @@ class Communicator:
         return {"transport": self.transport, "rank": self.rank, "workers": self.workers,
                 "job": self.spec.job, "window": self.plan.window, "give_up": self.spec.give_up,
                 "epoch": self._route.get("epoch", 0), "tree_of_slot": self._route.get("tree_of_slot"),
-                "control": self.poll_route if self._watcher else None, "return_stats": True}
+                "control": self.poll_route if self._watcher else None, "return_stats": True,
+                "link_mbps": self.seat.link_mbps}
 
 
 def rank_program(description: str, input_help: str, body, argv: list[str] | None = None) -> int:

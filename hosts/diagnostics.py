@@ -30,6 +30,7 @@ class AllreduceStats:
     slots: int = 0
     srtt: float | None = None
     epoch_changes: int = 0
+    batches: int = 0              # receive batches handled (payloads per batch: how well calls amortise)
 
 
 def timeout_message(run, idle: float) -> str:

@@ -61,6 +61,21 @@ class HeaderPacker:
             words[word] |= (value & mask) << shift
         return wire.AGG_STRUCT.pack(*words)
 
+    def compile(self, *names: str):
+        """A function packing agg_h from the fixed fields and `names`, given positionally.
+
+        Generated source (as collections.namedtuple does), because the agents call it once
+        per packet and pack(**fields) builds a dict and loops over it every time: ~0.4 us
+        instead of ~1.5 us, at 16,000 packets per worker and second."""
+        per_word: dict[int, list[str]] = {}
+        for name in names:
+            word, shift, mask = LAYOUT[name]
+            per_word.setdefault(word, []).append(f"(({name} & {mask}) << {shift})")
+        words = ", ".join(" | ".join([str(base), *per_word.get(w, [])]) for w, base in enumerate(self._base))
+        namespace = {"_pack": wire.AGG_STRUCT.pack}
+        exec(f"def pack({', '.join(names)}):\n    return _pack({words})\n", namespace)
+        return namespace["pack"]
+
 
 def encode(header_fields: dict, values: np.ndarray) -> bytes:
     """UDP payload = agg_h (fields as in wire.pack_agg, missing ones 0) + K big-endian int32."""

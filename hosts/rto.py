@@ -58,3 +58,20 @@ class RtoEstimator:
         self.peak = max(r, self.peak * 0.5 ** ((now - self.peak_at) / PEAK_HALF_LIFE))
         self.peak_at = now
         self.rto = min(MAX_RTO, max(MIN_RTO, self.srtt + 4 * self.rttvar, 1.25 * self.peak))
+
+    def sample_many(self, samples: list[float], now: float) -> None:
+        """`sample` for each of a batch of latencies, all taken at `now`, in order (the peak
+        decays once, to `now`: the same as sample() one by one)."""
+        if self.srtt is None:
+            self.sample(samples[0], now)
+            samples = samples[1:]
+            if not samples:
+                return
+        srtt, rttvar = self.srtt, self.rttvar
+        for r in samples:
+            rttvar += 0.25 * (abs(srtt - r) - rttvar)
+            srtt += 0.125 * (r - srtt)
+        self.srtt, self.rttvar = srtt, rttvar
+        self.peak = max(max(samples), self.peak * 0.5 ** ((now - self.peak_at) / PEAK_HALF_LIFE))
+        self.peak_at = now
+        self.rto = min(MAX_RTO, max(MIN_RTO, srtt + 4 * rttvar, 1.25 * self.peak))

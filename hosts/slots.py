@@ -13,6 +13,15 @@ common part; a subclass implements
     is_open(s)           slot s still has rounds to go
     timeout_message(idle)
 
+and may replace `start(now)` (every slot's first round) and `on_batch(rows, lens, now)`
+(a whole receive batch; by default on_payload for each) with vectorised versions, as the
+dense agent does. The loop receives whole batches (hosts/transport.py `batches`).
+
+Timers: one deadline per slot (`deadline`, inf when none): a slot has at most one timer,
+arming replaces it, and the loop's next wake-up is their minimum. Per-slot state lives in
+Python lists, not numpy arrays: it is read and written one slot at a time on the hot path,
+where a list is several times faster.
+
 Versions: round 0 of slot s (the lead round, on the dense pipeline for both agents)
 uses version v0[s]; v0 is kept per transport and job across calls (see hosts/agent.py)
 with `version_store`.
@@ -20,28 +29,40 @@ with `version_store`.
 
 from __future__ import annotations
 
-import heapq
 import time
 import weakref
 
 import numpy as np
 
 from ground import wire
+from ground.runspec import DEFAULT_WINDOW
 from hosts import quantization as qz
 from hosts.consistency import DTYPES, lead_lanes
 from hosts.codec import BE, EXP, FLAGS, JOB, PAYLOAD_BYTES, SLOT, WORKER, unpack
 from hosts.diagnostics import AllreduceTimeout, NetworkPartitionError
 from hosts.protocol import HeaderPacker
 from hosts.rto import RtoEstimator, backoff
+from hosts.transport import batches
 
 K = wire.K
-DEFAULT_WINDOW = 128
+INF = float("inf")
+# the agg_h fields a packet varies, in the order the agents' compiled packers take them
+PACKET_FIELDS = ("tree", "epoch", "ver", "slot", "exp", "block", "next_block")
 CONTROL_POLL = 0.005
+# Interrupt coalescing, as a NIC does it: on a link of known rate, a batch of fewer than
+# COALESCE_BATCH results makes the agent wait (at most COALESCE_MAX, and an eighth of the
+# time its window takes on the link) before it looks again. Why: each wake-up costs ~50 us
+# of system calls and loop bookkeeping, as much as a dozen results; at 20 Mb/s results
+# arrive every 126 us, so an agent woken per result spent most of its CPU waking up. The
+# delay is far inside the window's slack (128 frames are 16 ms at 20 Mb/s), so the link
+# stays busy; unshaped links (rate unknown) never wait.
+COALESCE_BATCH = 16
+COALESCE_MAX = 0.001
 # transport -> {job: per-slot version of the next round 0}
 LEAD_VERSIONS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def check_call(array, rank: int, workers: int, window: int | None):
+def check_call(array, rank: int, workers: int, window: int | None, default: int = DEFAULT_WINDOW):
     """Argument checks shared by the dense and the sparse agent: (array, window)."""
     arr = np.asarray(array)
     if arr.dtype not in DTYPES:
@@ -49,7 +70,7 @@ def check_call(array, rank: int, workers: int, window: int | None):
     if not 1 <= workers <= wire.MAX_WORKERS or not 0 <= rank < workers:
         raise ValueError(f"need 1 <= workers <= {wire.MAX_WORKERS} and 0 <= rank < workers, "
                          f"got workers={workers} rank={rank}")
-    window = DEFAULT_WINDOW if window is None else window
+    window = default if window is None else window
     if not 1 <= window <= wire.SLOTS:
         raise ValueError(f"window {window} outside 1..{wire.SLOTS} (AGG_SLOTS)")
     return arr, window
@@ -77,8 +98,9 @@ class SlotRun:
     """State of one allreduce; `run()` is the single-threaded event loop."""
 
     def __init__(self, arr, transport, rank, n, job, tree, epoch, window, timeout, give_up,
-                 tree_of_slot, control, on_progress, stats_type):
-        self.shape, self.dtype, self.tx, self.rank, self.n = arr.shape, arr.dtype, transport, rank, n
+                 tree_of_slot, control, on_progress, stats_type, link_mbps=None):
+        self.shape, self.dtype, self.rank, self.n = arr.shape, arr.dtype, rank, n
+        self.tx = batches(transport)
         self.job, self.epoch, self.give_up = job, epoch, give_up
         self.control, self.on_progress, self.done = control, on_progress, 0
         self.length = arr.size
@@ -90,30 +112,38 @@ class SlotRun:
         if self.is_float:
             self.blocks = padded.reshape(nb, K).astype(np.float64)
             self.exps = qz.biased_exponents(self.blocks).tolist() + [0] * S
-            self.ftable = [0.0] + [qz.scale(b - wire.EXP_BIAS, n) for b in range(1, 256)]
+            self.ftable = np.array([0.0] + [qz.scale(b - wire.EXP_BIAS, n) for b in range(1, 256)])
             self.limit = qz.INT32_MAX // n
             self.used_exp = np.zeros(nb, dtype=np.uint8)
         else:
             self.raw = padded.astype(BE).tobytes()
-            self.exps = [0] * (nb + S)
+            self.exps = [0] * (nb + S)          # biased exponent per block (int32: 0), S zeros after
         self.sums = np.zeros((nb, K), dtype=np.int32)
         self.agreed = [0] * S                   # agreed biased exponent for the next round
         self.packet: list = [None] * S          # (header fields, body) per slot, for retransmission
         self.sent_at, self.last_sent = [0.0] * S, [0.0] * S
-        self.tries, self.seq = [0] * S, [0] * S
-        self.timers: list[tuple[float, int, int]] = []
+        self.tries = [0] * S
+        self.deadline = [INF] * S               # each slot's timer (INF: none)
         self.parked: list[int] = []             # slots whose timer waits for a first result
         self.hold = False                       # the controller is rerouting: no resends until it is done
         self.rtt = RtoEstimator(timeout)
+        # the host's own link: seconds per byte (0: not known, so no queue is modelled)
+        self.byte_time = 8 / (link_mbps * 1e6) if link_mbps else 0.0
+        self.depart = 0.0                       # when the last frame we sent leaves our link
+        # after a small batch, wait this long for more (0: never); see COALESCE_BATCH
+        self.coalesce = min(COALESCE_MAX, S * (wire.FRAME_BYTES * self.byte_time) / 8)
         self.stats = stats_type(blocks=nb, slots=S)
         self.trees = self.parse_trees(tree_of_slot) if tree_of_slot else [tree] * S
-        self.hdr = HeaderPacker(job=job, worker=rank)
-        self.retx_hdr = HeaderPacker(job=job, worker=rank, flags=wire.FLAG_RETX)
         self.versions = version_store(LEAD_VERSIONS, transport)
         self.v0 = slot_versions(self.versions, job, S)
         self.rounds = [1] * S                   # rounds per slot on the v0 alternation (sparse: the lead)
         self.zero_body = bytes(wire.DATA_BYTES)
         self.lead0 = lead_lanes(length=self.length, window=S, dtype=arr.dtype).astype(BE).tobytes()
+
+    def packer(self, flags: int = 0):
+        """A compiled packer of this run's headers with `flags`: pack(*PACKET_FIELDS) -> agg_h.
+        A slot's packet is kept as (ver, slot, exp, block, next_block, body) for resends."""
+        return HeaderPacker(job=self.job, worker=self.rank, flags=flags).compile(*PACKET_FIELDS)
 
     def parse_trees(self, tree_of_slot) -> list[int]:
         trees = [int(t) for t in tree_of_slot]
@@ -140,42 +170,78 @@ class SlotRun:
     def before_expiry(self, now: float) -> None:
         """Hook run before due timers fire (the sparse agent drains results first)."""
 
+    def start(self, now: float) -> None:
+        """Every slot's first round."""
+        for s in range(self.S):
+            self.send_round(s, now)
+
+    def on_batch(self, rows: np.ndarray, lens: np.ndarray, now: float) -> bool:
+        """Handle a receive batch (payload i is rows[i, :lens[i]]); True if any made progress."""
+        progress = False
+        for row, size in zip(rows, lens):
+            progress |= self.on_payload(row[:size].tobytes(), now)
+        return progress
+
+    def drain(self, now: float) -> None:
+        """Handle every payload waiting now."""
+        got = self.tx.recv_batch(0.0)
+        while got is not None:
+            self.on_batch(*got, now)
+            got = self.tx.recv_batch(0.0) if self.remaining else None
+
     # -- sending and timers ----------------------------------------------------------------
     def data_body(self, s: int, j: int) -> bytes:
         """Block j's payload at slot s's agreed exponent (int32: the raw bytes)."""
         if not self.is_float:
             return self.raw[j * 4 * K:(j + 1) * 4 * K]
-        if self.agreed[s] == 0:
+        e = self.agreed[s]
+        self.used_exp[j] = e
+        if e == 0:
             return self.zero_body               # every participant's block is all zero
-        q = np.rint(self.blocks[j] * self.ftable[self.agreed[s]])
+        q = np.rint(self.blocks[j] * self.ftable[e])
         np.clip(q, -self.limit, self.limit, out=q)
-        self.used_exp[j] = self.agreed[s]
         return q.astype(BE).tobytes()
 
-    def arm(self, s: int, now: float) -> None:
-        """A new round of slot s: fresh tries, its timer from now."""
+    def leaves(self, payload_bytes: int, now: float) -> float:
+        """When a payload sent now leaves this host's link (its frame's last bit), on the
+        host's model of its own queue: frames go out back to back at the link rate.
+
+        Why: a window of S slots is sent as one burst, and on a slow link its last frame
+        waits S frame times in our own queue (128 x 0.5 ms at 5 Mb/s) before the network
+        sees it. Timing it from the send call makes the first results' short round trips
+        arm every other slot's timer far too early: the whole window was resent spuriously,
+        behind itself. Timers and round-trip samples therefore start when the frame leaves,
+        as they would on a NIC with a short queue; with the link rate unknown that is now."""
+        if not self.byte_time:
+            return now
+        self.depart = max(now, self.depart) + (payload_bytes + wire.AGG_OFFSET) * self.byte_time
+        return self.depart
+
+    def arm(self, s: int, at: float) -> None:
+        """A new round of slot s, sent at `at`: fresh tries, the timer one RTO later."""
         self.tries[s] = 0
-        self.seq[s] += 1
-        heapq.heappush(self.timers, (now + self.rtt.rto, s, self.seq[s]))
+        self.deadline[s] = at + self.rtt.rto
 
     def expire(self, now: float) -> None:
-        timers = self.timers
-        if timers and timers[0][0] <= now:
-            self.before_expiry(now)
-        while timers and timers[0][0] <= now:
-            _, s, seq = heapq.heappop(timers)
-            if seq != self.seq[s] or not self.is_open(s):
-                continue                        # stale timer
+        deadline = self.deadline
+        if not min(deadline) <= now:
+            return
+        self.before_expiry(now)
+        for s in [s for s, at in enumerate(deadline) if at <= now]:
+            if not self.is_open(s):
+                deadline[s] = INF               # a timer left on a finished slot
+                continue
             if s and not self.stats.results_accepted:
-                self.parked.append(s)           # nothing heard yet: slot 0 alone probes
+                deadline[s] = INF               # nothing heard yet: slot 0 alone probes
+                self.parked.append(s)
                 continue
             if self.hold:                       # the old epoch is frozen: a resend would only load the
-                heapq.heappush(timers, (now + self.rtt.rto, s, seq))    # switches; the new epoch resends
+                deadline[s] = now + self.rtt.rto         # switches; the new epoch resends
                 continue
-            # EXERCISE retransmit-timer BEGIN hint: the slot's timer fired and no result came: count the try, resend(s, now) and re-arm the timer after backoff(self.rtt.rto, self.tries[s]) with the same seq
+            # EXERCISE retransmit-timer BEGIN hint: the slot's timer fired and no result came: count the try, resend(s, now) and set the slot's deadline to backoff(self.rtt.rto, self.tries[s]) after self.last_sent[s] (when the resend leaves)
             self.tries[s] += 1
             self.resend(s, now)
-            heapq.heappush(timers, (now + backoff(self.rtt.rto, self.tries[s]), s, seq))
+            deadline[s] = self.last_sent[s] + backoff(self.rtt.rto, self.tries[s])
             # EXERCISE END
 
     def poll_control(self, now: float) -> bool:
@@ -199,8 +265,8 @@ class SlotRun:
         for s in range(self.S):                    # rebuild and resend everything outstanding
             if self.is_open(s):
                 self.resend(s, now)
-                self.sent_at[s] = now
-                self.arm(s, now)
+                self.sent_at[s] = self.last_sent[s]
+                self.arm(s, self.sent_at[s])
                 self.tries[s] = 1
         return True
 
@@ -228,8 +294,13 @@ class SlotRun:
         round, and the first result re-arms the slots parked until something was heard."""
         self.agreed[s] = EXP(w)
         self.stats.results_accepted += 1
-        for other in self.parked:
-            heapq.heappush(self.timers, (now + self.rtt.rto, other, self.seq[other]))
+        if self.parked:
+            self.unpark(now)
+
+    def unpark(self, now: float) -> None:
+        """The first result: the slots parked until something was heard get their timers."""
+        for s in self.parked:
+            self.deadline[s] = max(now, self.sent_at[s]) + self.rtt.rto
         self.parked.clear()
 
     # -- the loop --------------------------------------------------------------------------
@@ -237,16 +308,19 @@ class SlotRun:
         start = last = time.monotonic()
         self.remaining = self.S
         try:
-            for s in range(self.S):
-                self.send_round(s, start)
-            recv, wait, poll_at = self.tx.recv, 0.0, start
+            self.start(start)
+            recv, wait, poll_at = self.tx.recv_batch, 0.0, start
             while self.remaining:
-                p = recv(wait)
-                while p is not None:            # drain what is queued before any timer fires:
+                got = recv(wait)
+                while got is not None:          # drain what is queued before any timer fires:
                     now = time.monotonic()      # after a stall the results are usually there
-                    if self.on_payload(p, now):
+                    self.stats.batches += 1
+                    if self.on_batch(*got, now):
                         last = now
-                    p = recv(0.0) if self.remaining else None
+                    if len(got[0]) < COALESCE_BATCH and self.coalesce and self.remaining:
+                        self.tx.flush()         # what we answered leaves first
+                        time.sleep(self.coalesce)
+                    got = recv(0.0) if self.remaining else None
                 now = time.monotonic()
                 if self.control is not None and now >= poll_at:
                     poll_at = now + CONTROL_POLL
@@ -255,9 +329,7 @@ class SlotRun:
                 self.expire(now)
                 if now - last > self.give_up and self.remaining:
                     raise AllreduceTimeout(self.timeout_message(now - last))
-                wake = last + self.give_up
-                if self.timers and self.timers[0][0] < wake:
-                    wake = self.timers[0][0]
+                wake = min(last + self.give_up, min(self.deadline))
                 if self.control is not None and poll_at < wake:
                     wake = poll_at
                 wait = max(0.0, wake - now)
@@ -267,9 +339,7 @@ class SlotRun:
         finally:
             self.stats.seconds = time.monotonic() - start
             self.stats.srtt = self.rtt.srtt
-            flush = getattr(self.tx, "flush", None)    # a batching transport (UdpTransport): what
-            if flush is not None:                      # the last results made us send leaves now
-                flush()
+            self.tx.flush()                            # what the last results made us send leaves now
         save_versions(self.versions, self.job, [(v + r) & 1 for v, r in zip(self.v0, self.rounds)])
         if self.is_float:
             flat = qz.dequantize_blocks(self.sums, self.used_exp, self.n).reshape(-1)

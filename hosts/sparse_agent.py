@@ -59,9 +59,9 @@ import weakref
 import numpy as np
 
 from ground import wire
+from ground.runspec import SPARSE_WINDOW
 from hosts.codec import BE, BLOCK, FLAGS, NEXT_BLOCK, SLOT, VER, lanes
 from hosts.consistency import LANES_USED, check_lead, lead_lanes
-from hosts.protocol import HeaderPacker
 from hosts.slots import SlotRun, check_call, save_versions, slot_versions, version_store
 from hosts.sparse_blocks import NONE, SparseStats, announcements, first_blocks, nonzero_kblocks
 from hosts.sparse_diagnostics import (DONE, LEAD, SPARSE, SparseMismatchError,  # noqa: F401
@@ -87,7 +87,8 @@ def allreduce(array, *, transport, rank: int, workers: int, job: int = 0, tree: 
               epoch: int = 0, window: int | None = None, timeout: float = 0.02,
               give_up: float = 10.0, return_stats: bool = False, tree_of_slot=None,
               control=None, on_progress=None, sparse: bool = True, block_size: int = K,
-              lookahead: int = DEFAULT_LOOKAHEAD, every_round: bool = False):
+              lookahead: int = DEFAULT_LOOKAHEAD, every_round: bool = False,
+              link_mbps: float | None = None):
     """Sparse allreduce; arguments and return as hosts.agent.allreduce, stats are SparseStats.
 
     block_size (a multiple of K) decides what counts as a non-zero block; lookahead
@@ -96,14 +97,14 @@ def allreduce(array, *, transport, rank: int, workers: int, job: int = 0, tree: 
     timeout (for a switch that completes a round only when every child sent, the
     loss-safe variant discussed in the module docstring).
     """
-    arr, window = check_call(array, rank, workers, window)
+    arr, window = check_call(array, rank, workers, window, default=SPARSE_WINDOW)
     if block_size < K or block_size % K:
         raise ValueError(f"block_size must be a positive multiple of K={K}, got {block_size}")
     if lookahead < 1:
         raise ValueError(f"lookahead must be >= 1 (rounds of a column), got {lookahead}")
     wire.pack_agg(job=job, tree=tree, epoch=epoch, worker=rank)   # range check of the fields
     run = SparseRun(arr, transport, rank, workers, job, tree, epoch, window, timeout, give_up,
-                    tree_of_slot, control, on_progress, block_size, lookahead, every_round)
+                    tree_of_slot, control, on_progress, block_size, lookahead, every_round, link_mbps)
     out = run.run()
     return (out, run.stats) if return_stats else out
 
@@ -113,9 +114,9 @@ class SparseRun(SlotRun):
     slot machinery (blocks, exponents, trees, timers, control, the loop) is hosts/slots.py's."""
 
     def __init__(self, arr, transport, rank, n, job, tree, epoch, window, timeout, give_up,
-                 tree_of_slot, control, on_progress, block_size, lookahead, every_round):
+                 tree_of_slot, control, on_progress, block_size, lookahead, every_round, link_mbps=None):
         super().__init__(arr, transport, rank, n, job, tree, epoch, window, timeout, give_up,
-                         tree_of_slot, control, on_progress, SparseStats)
+                         tree_of_slot, control, on_progress, SparseStats, link_mbps)
         nb, S = self.nblocks, self.S
         rows = self.blocks if self.is_float else np.frombuffer(self.raw, BE).reshape(nb, K)
         mask = nonzero_kblocks(rows, block_size)
@@ -133,33 +134,32 @@ class SparseRun(SlotRun):
         lead = lead_lanes(length=self.length, window=S, dtype=arr.dtype)
         lead[SPARSE_LANE] = 1
         self.lead0 = lead.astype(BE).tobytes()
-        self.lead_hdr = HeaderPacker(job=job, worker=rank, flags=FLAG_LEAD)
-        self.lead_retx = HeaderPacker(job=job, worker=rank, flags=FLAG_LEAD | wire.FLAG_RETX)
-        self.sp_hdr = HeaderPacker(job=job, worker=rank, flags=FLAG_SPARSE)
-        self.sp_retx = HeaderPacker(job=job, worker=rank, flags=FLAG_SPARSE | wire.FLAG_RETX)
-        self.sp_ack = HeaderPacker(job=job, worker=rank, flags=FLAG_SPARSE | FLAG_ACK)
+        # (first send, resend) packers of the lead and the sparse rounds, and the ACK's
+        self.lead_pack = self.packer(FLAG_LEAD), self.packer(FLAG_LEAD | wire.FLAG_RETX)
+        self.sp_pack = self.packer(FLAG_SPARSE), self.packer(FLAG_SPARSE | wire.FLAG_RETX)
+        self.ack_pack = self.packer(FLAG_SPARSE | FLAG_ACK)
 
     def is_open(self, s: int) -> bool:
         return self.phase[s] != DONE
 
     # -- sending ---------------------------------------------------------------------
-    def _emit(self, s: int, fields: dict, body: bytes, retx: bool, now: float) -> None:
-        if self.phase[s] == LEAD:
-            hdr = self.lead_retx if retx else self.lead_hdr
-        else:
-            hdr = self.sp_retx if retx else self.sp_hdr
-        self.tx.send(hdr.pack(tree=self.trees[s], epoch=self.epoch, **fields) + body)
+    def _emit(self, s: int, packet: tuple, retx: bool, now: float) -> None:
+        *fields, body = packet
+        pack = (self.lead_pack if self.phase[s] == LEAD else self.sp_pack)[retx]
+        payload = pack(self.trees[s], self.epoch, *fields) + body
+        self.tx.send(payload)
         self.stats.packets_sent += 1
-        self.last_sent[s] = now
+        self.last_sent[s] = self.leaves(len(payload), now)
         if retx:
             self.stats.retransmissions += 1
 
-    def _ack(self, s: int, ver: int, m: int) -> None:
+    def _ack(self, s: int, ver: int, m: int, now: float) -> None:
         """Header-only ACK: this worker is done with slot s's round m (version ver), so the
         switch may reuse the version.  Sent once; if lost, this worker's next packet of the
         column (data, or a probe after a timeout) acknowledges m too (its block is > m)."""
-        self.tx.send(self.sp_ack.pack(tree=self.trees[s], epoch=self.epoch, ver=ver, slot=s,
-                                      block=m, next_block=self.mine[s]))
+        payload = self.ack_pack(self.trees[s], self.epoch, ver, s, 0, m, self.mine[s])
+        self.tx.send(payload)
+        self.leaves(len(payload), now)          # it occupies the link like any frame
         self.stats.packets_sent += 1
         self.stats.acks += 1
 
@@ -168,35 +168,33 @@ class SparseRun(SlotRun):
         nb, data = self.nblocks, False
         if self.phase[s] == LEAD:
             first = self.mine[s]
-            fields = dict(ver=self.v0[s] & 1, slot=s, block=s,
-                          exp=self.exps[first] if first != NONE else 0, next_block=first)
-            self.packet[s] = (fields, self.lead0 if s == 0 else self.zero_body)
+            self.packet[s] = (self.v0[s] & 1, s, self.exps[first] if first != NONE else 0, s, first,
+                              self.lead0 if s == 0 else self.zero_body)
         elif self.cur[s] == self.mine[s]:
             m = self.cur[s]
             self.mine[s] = nxt = self.ann[m]
-            fields = dict(ver=(self.sv0[s] + self.rnd[s]) & 1, slot=s, block=m, next_block=nxt,
-                          exp=self.exps[nxt] if nxt != NONE else 0)
-            self.packet[s], data = (fields, self.data_body(s, m)), True
+            self.packet[s] = ((self.sv0[s] + self.rnd[s]) & 1, s, self.exps[nxt] if nxt != NONE else 0,
+                              m, nxt, self.data_body(s, m))
+            data = True
             self.stats.blocks_sent += 1
         else:
             self.packet[s] = self._probe_packet(s) if self.every_round else None
         self.sent_data[s], self.sent_first[s] = data, self.packet[s] is not None
         if self.packet[s] is not None:
-            self._emit(s, *self.packet[s], False, now)
-            self.sent_at[s] = now
+            self._emit(s, self.packet[s], False, now)
+            now = self.sent_at[s] = self.last_sent[s]
         self.arm(s, now)
 
-    def _probe_packet(self, s: int) -> tuple[dict, bytes]:
+    def _probe_packet(self, s: int) -> tuple:
         mine = self.mine[s]
-        fields = dict(ver=(self.sv0[s] + self.rnd[s]) & 1, slot=s, block=self.cur[s],
-                      next_block=mine, exp=self.exps[mine] if mine != NONE else 0)
         self.stats.probes += 1
-        return fields, self.zero_body
+        return ((self.sv0[s] + self.rnd[s]) & 1, s, self.exps[mine] if mine != NONE else 0,
+                self.cur[s], mine, self.zero_body)
 
     def resend(self, s: int, now: float) -> None:
         if self.packet[s] is None:              # non-participant: its first probe
             self.packet[s] = self._probe_packet(s)
-        self._emit(s, *self.packet[s], True, now)
+        self._emit(s, self.packet[s], True, now)
 
     def before_expiry(self, now: float) -> None:
         """Handle results that arrived since the loop's last drain, before any timer fires.
@@ -206,10 +204,7 @@ class SparseRun(SlotRun):
         the version has been reused by then, the packet restarts a round there (see
         test_hosts_sparse_loss.py).  Such a spurious resend must be as rare as possible.
         """
-        p = self.tx.recv(0.0)
-        while p is not None:
-            self.on_payload(p, now)
-            p = self.tx.recv(0.0) if self.remaining else None
+        self.drain(now)
 
     # -- receiving -------------------------------------------------------------------
     def on_payload(self, p: bytes, now: float) -> bool:
@@ -244,7 +239,7 @@ class SparseRun(SlotRun):
         else:
             self.send_round(s, now)
         if phase == SPARSE and (self.phase[s] == DONE or not self.sent_first[s]):
-            self._ack(s, *acked)                # no packet of the next round says it for us
+            self._ack(s, *acked, now)           # no packet of the next round says it for us
         return True
 
     def _lead_result(self, s: int, lanes: np.ndarray, first: int) -> None:

@@ -17,6 +17,8 @@ import weakref
 from collections import deque
 from typing import Protocol, runtime_checkable
 
+import numpy as np
+
 from ground import mmsg, wire
 
 BUFFER_BYTES = 16 * 1024 * 1024   # the kernel caps this at net.core.{r,w}mem_max
@@ -30,6 +32,48 @@ class Transport(Protocol):
 
     def recv(self, timeout: float) -> bytes | None:
         """Next UDP payload addressed to this worker, or None after `timeout` seconds (0 = poll)."""
+
+
+def batches(transport) -> "BatchTransport":
+    """`transport` itself if it moves whole batches (UdpTransport), else a BatchTransport
+    around its one-payload calls (the in-process harnesses of the tests)."""
+    return transport if hasattr(transport, "recv_batch") else BatchTransport(transport)
+
+
+class BatchTransport:
+    """Batches over any `Transport`: what the agents' loop uses (hosts/slots.py).
+
+    `recv_batch(timeout)` -> (rows, lens) or None: payload i is rows[i, :lens[i]], the
+    rows valid until the next call.
+    Why batches: an agent handles a burst of results in a few numpy calls instead of a
+    few dozen Python operations per packet (hosts/agent.py); this class gives transports
+    that only know one payload at a time the same interface."""
+
+    BATCH = 64
+
+    def __init__(self, transport) -> None:
+        self.inner = transport
+        self._rows = np.zeros((self.BATCH, RECV_BYTES), np.uint8)
+        self._lens = np.zeros(self.BATCH, np.int64)
+
+    def recv_batch(self, timeout: float):
+        p = self.inner.recv(timeout)
+        n = 0
+        while p is not None:
+            size = min(len(p), RECV_BYTES)
+            self._rows[n, :size] = np.frombuffer(p, np.uint8, size)
+            self._lens[n] = len(p)
+            n += 1
+            p = self.inner.recv(0.0) if n < self.BATCH else None
+        return (self._rows[:n], self._lens[:n]) if n else None
+
+    def send(self, payload: bytes) -> None:
+        self.inner.send(payload)
+
+    def flush(self) -> None:
+        flush = getattr(self.inner, "flush", None)
+        if flush is not None:
+            flush()
 
 
 _OPEN: "weakref.WeakSet[UdpTransport]" = weakref.WeakSet()
@@ -92,6 +136,9 @@ class UdpTransport:
             _OPEN.add(self)
         else:
             self._tx = self._rx = None
+        # batches from the one-payload calls: no recvmmsg here, or some payloads were taken out
+        # one by one already (a proxy: the fallback must not keep the transport alive)
+        self._fallback = BatchTransport(weakref.proxy(self))
 
     def send(self, payload: bytes) -> None:
         """A down link (ENETUNREACH, ENETDOWN) or a full queue (ENOBUFS) is packet loss:
@@ -143,6 +190,21 @@ class UdpTransport:
         self._received.extend(frame(i) for i in range(1, n))
         return frame(0)
 
+    def recv_batch(self, timeout: float):
+        """Every waiting payload at once, as BatchTransport.recv_batch: (rows, lens) views of
+        the receive arena (no copy; valid until the next receive), or None after `timeout`."""
+        if self._rx is None or self._received:
+            return self._fallback.recv_batch(timeout)
+        if self._staged:
+            self.flush()
+        fd = self.sock.fileno()
+        n = self._rx.recv(fd)
+        if not n and timeout > 0 and self._poll.poll(timeout * 1000):
+            n = self._rx.recv(fd)
+        if not n:
+            return None
+        return self._rx.rows[:n], self._rx.received[:n]
+
     def _recv_one(self, timeout: float) -> bytes | None:
         """Without recvmmsg: one payload per call, waiting with a socket timeout."""
         timeout = max(0.0, timeout)
@@ -167,3 +229,4 @@ class UdpTransport:
 
     def __exit__(self, *exc) -> None:
         self.close()
+

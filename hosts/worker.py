@@ -18,6 +18,7 @@ import numpy as np
 
 from ground.progress import ProgressFile
 from ground.runspec import RunPlan, WorkerSeat
+from ground.start_gate import wait_to_start
 from hosts import ps, ring
 from hosts.gradients import gradient_for
 from hosts.tcp_mesh import BASE_PORT
@@ -34,14 +35,25 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_seat(plan: RunPlan, seat: WorkerSeat) -> int:
-    """Run one rank; write <out>.npy and <out>.json (ok, error or stats) for the session."""
+    """Run one rank; write <out>.npy and <out>.json (ok, error or stats) for the session.
+
+    Everything a rank needs before its first packet (its input, imports, sockets) is done
+    before the start gate (ground/start_gate.py), so the time measured is the allreduce's."""
     spec = plan.spec
     report: dict = {"rank": seat.rank, "ok": False}
     try:
         data = gradient_for(spec, seat.rank)
-        runner = _run_bml if seat.bml_plan else RUNNERS[spec.algorithm]
+        prepare = _prepare_bml if seat.bml_plan else RUNNERS[spec.algorithm]
+        go = prepare(plan, seat, data)
+        report["gate_wait_s"] = round(wait_to_start(spec.give_up * 3), 4)
         started, cpu = time.monotonic(), os.times()
-        result, stats = runner(plan, seat, data)
+        if os.environ.get("AGGLAB_PROFILE"):
+            import cProfile
+            prof = cProfile.Profile(time.process_time)
+            result, stats = prof.runcall(go)
+            prof.dump_stats(seat.out + ".prof")
+        else:
+            result, stats = go()
         used = os.times()
         report.update(ok=True, wall=time.monotonic() - started, cpu_user_s=round(used.user - cpu.user, 4),
                       cpu_sys_s=round(used.system - cpu.system, 4), **stats)
@@ -54,7 +66,7 @@ def run_seat(plan: RunPlan, seat: WorkerSeat) -> int:
     return 0 if report["ok"] else 1
 
 
-def _run_in_network(plan: RunPlan, seat: WorkerSeat, data):
+def _prepare_in_network(plan: RunPlan, seat: WorkerSeat, data):
     """switchml / omnireduce: the agent sends blocks to the service address; switches sum."""
     from hosts.agent import UdpTransport, allreduce
 
@@ -62,50 +74,65 @@ def _run_in_network(plan: RunPlan, seat: WorkerSeat, data):
     options = {"sparse": True, "block_size": spec.blocks} if spec.algorithm == "omnireduce" else {}
     transport = UdpTransport(seat.local_ip, plan.service_ip)
     watcher = EpochFile(plan.epoch_file) if plan.epoch_file else None
-    first = watcher.poll() if watcher else None
-    result, stats = allreduce(data, transport=transport, rank=seat.rank, workers=spec.workers,
-                              job=spec.job, window=plan.window, give_up=spec.give_up,
-                              epoch=first["epoch"] if first else 0,
-                              tree_of_slot=first["tree_of_slot"] if first else None,
-                              control=watcher.poll if watcher else None,
-                              on_progress=ProgressFile(seat.progress) if seat.progress else None,
-                              return_stats=True, **options)
-    return result, _stats_dict(stats)
+    progress = ProgressFile(seat.progress) if seat.progress else None
+
+    def go():
+        first = watcher.poll() if watcher else None
+        result, stats = allreduce(data, transport=transport, rank=seat.rank, workers=spec.workers,
+                                  job=spec.job, window=plan.window, give_up=spec.give_up,
+                                  epoch=first["epoch"] if first else 0,
+                                  tree_of_slot=first["tree_of_slot"] if first else None,
+                                  control=watcher.poll if watcher else None,
+                                  on_progress=progress, link_mbps=seat.link_mbps, return_stats=True,
+                                  **options)
+        return result, _stats_dict(stats)
+    return go
 
 
 def _host_baseline(allreduce):
     """ring / ps: the hosts sum over TCP to their peers' addresses; switches only forward."""
-    def run(plan: RunPlan, seat: WorkerSeat, data):
-        result, stats = allreduce(data, rank=seat.rank, peers=plan.peers(), port=BASE_PORT + plan.spec.job,
-                                  give_up=plan.spec.give_up, return_stats=True,
-                                  on_progress=ProgressFile(seat.progress) if seat.progress else None)
-        return result, _stats_dict(stats)
-    return run
+    def prepare(plan: RunPlan, seat: WorkerSeat, data):
+        progress = ProgressFile(seat.progress) if seat.progress else None
+
+        def go():
+            result, stats = allreduce(data, rank=seat.rank, peers=plan.peers(), port=BASE_PORT + plan.spec.job,
+                                      give_up=plan.spec.give_up, return_stats=True, on_progress=progress)
+            return result, _stats_dict(stats)
+        return go
+    return prepare
 
 
-def _run_bml(run: RunPlan, seat: WorkerSeat, data):
-    started = time.monotonic()
+def _prepare_bml(run_plan: RunPlan, seat: WorkerSeat, data):
     with open(seat.bml_plan) as f:
         plan = json.load(f)
-    give_up = run.spec.give_up
+    give_up = run_plan.spec.give_up
     if plan["variant"] == "host":
         from hosts.bml_host import plan_from_json, run_host_bml
 
         nic_ip = {tuple([k.split("|")[0], int(k.split("|")[1])]): ip for k, ip in plan["nic_ip"].items()}
-        me = plan["me"]
-        result, stats = run_host_bml(data, me, plan_from_json(plan["schedule"]), nic_ip,
-                                     timeout=give_up * 3, return_stats=True)
-        stats = {"packets_sent": 0, "retransmissions": 0, "bytes_sent": _get(stats, "bytes_sent")}
+        schedule = plan_from_json(plan["schedule"])
+
+        def run():
+            result, stats = run_host_bml(data, plan["me"], schedule, nic_ip, timeout=give_up * 3,
+                                         return_stats=True)
+            return result, {"packets_sent": 0, "retransmissions": 0, "bytes_sent": _get(stats, "bytes_sent")}
     else:
         from hosts.bml import allreduce_bml
 
-        result, stats = allreduce_bml(data, plan, run.service_ip, give_up=give_up)
-    stats["seconds"] = time.monotonic() - started
-    return result, stats
+        def run():
+            return allreduce_bml(data, plan, run_plan.service_ip, give_up=give_up)
+
+    def go():
+        started = time.monotonic()
+        result, stats = run()
+        stats["seconds"] = time.monotonic() - started
+        return result, stats
+    return go
 
 
-# spec.algorithm -> how one rank runs it (BML seats, which carry a plan, go to _run_bml)
-RUNNERS = {"switchml": _run_in_network, "omnireduce": _run_in_network,
+# spec.algorithm -> how one rank prepares its allreduce (BML seats, which carry a plan, go to
+# _prepare_bml): a call returning the zero-argument function that runs it
+RUNNERS = {"switchml": _prepare_in_network, "omnireduce": _prepare_in_network,
            "ring": _host_baseline(ring.allreduce), "ps": _host_baseline(ps.allreduce)}
 
 

@@ -122,7 +122,7 @@ def test_a_wrong_addition_reports_the_first_differing_packet(tmp_path):
 
 
 MISTAKES = {        # a plausible mistake in a region -> the check that must catch it
-    "version ignores v0": (2, "hosts/agent.py", "ver=(self.v0[s] + r) & 1", "ver=r & 1",
+    "version ignores v0": (2, "hosts/agent.py", "ver = (self.v0[s] + r) & 1", "ver = r & 1",
                            "two allreduces in a row (software switch)"),
     "completion forgets the sparse re-arm": (1, "softswitch/aggregate.py",
                                              "            if self.on_complete is not None:\n"

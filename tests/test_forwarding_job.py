@@ -12,7 +12,7 @@ import time
 
 import pytest
 from scapy.layers.inet import IP, TCP
-from scapy.layers.l2 import Ether
+from scapy.layers.l2 import ARP, Ether
 
 from controller import forward, topologies
 from controller.addressing import assign_addresses
@@ -132,3 +132,35 @@ def test_ring_routes_are_the_neighbours_paths(tmp_path):
     assert ring.treeset.edges <= everyone.treeset.edges
     everyone.prepare(1, "ring")                                        # the session's call before a run
     assert everyone.treeset.edges == ring.treeset.edges and everyone.algorithm == "ring"
+
+
+def flood(g, clients, src: str) -> list[str]:
+    """The hosts an ARP broadcast from src reaches through the pipelines, once per copy."""
+    frame = bytes(Ether(src=g.nodes[src]["mac"], dst="ff:ff:ff:ff:ff:ff") / ARP(psrc=g.nodes[src]["ip"]))
+    [sw] = g.neighbors(src)
+    todo, reached = [(sw, port(g, sw, src))], []
+    for _ in range(10 * len(g)):                   # a loop would never end: bounded, and fails below
+        if not todo:
+            break
+        here, in_port = todo.pop()
+        for out_port, copy in clients[here].pipeline.process(in_port, frame):
+            nxt = neighbor_on_port(g, here, out_port)
+            if g.nodes[nxt]["kind"] == "host":
+                reached.append(nxt)
+            else:
+                todo.append((nxt, port(g, nxt, here)))
+    assert not todo, "the flood did not end: it loops"
+    return reached
+
+
+@pytest.mark.parametrize("topology", ["single", "leafspine", "fattree"])
+def test_forwarding_sent_to_all_switches_at_once_routes_and_floods(topology):
+    """install_forwarding_all (the session's: two batches per switch) alone, no job: every
+    worker's segments reach every other worker, and a broadcast reaches each host once."""
+    g = assign_addresses(topologies.build(topology, workers=6))
+    clients = {sw: PipeClient(sw) for sw in switches(g)}
+    hosts = [h for h in g if g.nodes[h]["kind"] == "host"]
+    assert forward.install_forwarding_all(clients, g) == sum(2 * len(hosts) + 1 for _ in clients)
+    assert all(all_paths(g, clients, worker_hosts(g)).values())
+    for h in hosts:
+        assert sorted(flood(g, clients, h)) == sorted(set(hosts) - {h})     # pruned at ingress, no loop

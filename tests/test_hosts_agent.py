@@ -140,6 +140,9 @@ class _FakeClock:
     def monotonic(self) -> float:
         return self.now
 
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
 
 class _Silent:
     """A switch that never answers; each recv(timeout) lets `timeout` pass on the clock."""
@@ -169,6 +172,50 @@ def test_silent_switch_gives_up_after_give_up_with_capped_backoff(monkeypatch):
     assert all(slot == 0 and retx for _, slot, retx in probes)
     gaps = np.diff([0.0] + [at for at, _, _ in probes])
     assert gaps == pytest.approx([0.02, 0.04, 0.08, 0.08, 0.08, 0.08], abs=1e-3)
+
+
+class _SlowLink:
+    """One worker behind a link of `mbps`: frames leave back to back (a FIFO at the link
+    rate, as tc htb sends them), a one-worker switch answers each on arrival and the result
+    is back `base` seconds later. recv lets the fake clock run to the next result or the
+    timeout, whichever comes first."""
+
+    def __init__(self, clock, mbps, base=0.001):
+        self.clock, self.byte_time, self.base = clock, 8 / (mbps * 1e6), base
+        self.switch, self.leaves_at, self.due = ModelSwitch(1), 0.0, []
+
+    def send(self, payload):
+        self.leaves_at = max(self.clock.now, self.leaves_at) + (len(payload) + wire.AGG_OFFSET) * self.byte_time
+        self.due += [(self.leaves_at + self.base, res) for _, res in self.switch.process(0, payload)]
+
+    def recv(self, timeout):
+        self.due.sort(key=lambda d: d[0])
+        if self.due and self.due[0][0] <= self.clock.now + timeout:
+            self.clock.now = max(self.clock.now, self.due[0][0])
+            return self.due.pop(0)[1]
+        self.clock.now += max(timeout, 1e-4)
+        return None
+
+
+@pytest.mark.parametrize("told", [False, True])
+def test_timers_start_when_a_packet_leaves_a_slow_link(monkeypatch, told):
+    """At 5 Mb/s a window of 32 frames waits 16 ms in the host's own queue. The first
+    results come back after ~1 ms, and timing the rest from when they were queued fires
+    their timers before they even left: spurious resends, behind the window itself.
+    Told its link rate, the agent times each packet from when it leaves: no resend."""
+    clock = _FakeClock()
+    monkeypatch.setattr(slots_module, "time", clock)
+    x = np.arange(200 * K, dtype=np.int32)
+    out, stats = allreduce(x, transport=_SlowLink(clock, mbps=5), rank=0, workers=1, window=32,
+                           return_stats=True, link_mbps=5 if told else None)
+    assert np.array_equal(out, x)
+    if told:
+        assert stats.retransmissions == 0
+        # and it coalesces: after a small batch it waits (a frame every 0.5 ms here) for more
+        assert stats.batches < 0.6 * stats.results_accepted
+    else:
+        assert stats.retransmissions > 0
+        assert stats.batches >= 0.9 * stats.results_accepted    # woken for (almost) every result
 
 
 class _Echo:
@@ -254,8 +301,9 @@ def test_tree_of_slot_and_progress():
         {"tree_of_slot": [3, 1, 3, 1], "on_progress": lambda d, t: progress[1].append((d, t))}]))
     assert all(np.array_equal(out, np.sum(arrays, axis=0, dtype=np.int32)) for out, _ in res)
     assert {(slot, tree) for _, slot, tree, _ in net.sent} == {(0, 3), (1, 1), (2, 3), (3, 1)}
-    for calls in progress:
-        assert calls == [(d, 10) for d in range(1, 11)]
+    for calls in progress:                     # after each batch of results: rising, to the end
+        assert calls[-1] == (10, 10) and all(total == 10 for _, total in calls)
+        assert all(a < b for (a, _), (b, _) in zip(calls, calls[1:]))
     with pytest.raises(ValueError, match="tree_of_slot needs 4"):
         allreduce(arrays[0], transport=_Silent(), rank=0, workers=2, window=4, tree_of_slot=[1, 2])
 

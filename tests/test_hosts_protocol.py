@@ -49,6 +49,19 @@ def test_header_packer_splits_fixed_and_varying(fixed, varying):
     assert HeaderPacker(**fixed).pack(**varying) == wire.pack_agg(**fixed, **varying)
 
 
+@settings(max_examples=50, deadline=None)
+@given(headers, headers, st.randoms(use_true_random=False))
+def test_compiled_packer_takes_any_fields_positionally(fixed, varying, rnd):
+    """The generated packer the agents use per packet writes what wire.pack_agg writes."""
+    names = list(wire.FIELD_NAMES)
+    rnd.shuffle(names)
+    cut = rnd.randrange(len(names) + 1)
+    fixed = {n: fixed[n] for n in names[:cut]}
+    varying = {n: varying[n] for n in names[cut:]}
+    pack = HeaderPacker(**fixed).compile(*varying)
+    assert pack(*varying.values()) == wire.pack_agg(**fixed, **varying)
+
+
 def test_full_frame_has_agg_header_at_wire_offset():
     fields = dict(job=3, tree=1, epoch=2, flags=wire.FLAG_RETX, ver=1, slot=777, worker=5,
                   exp=130, block=123456, next_block=wire.NEXT_NONE)

@@ -121,3 +121,27 @@ def test_a_burst_is_handed_out_one_payload_per_recv_in_order():
         while (p := t.recv(0.5)) is not None:
             got.append(p)
         assert got == [b"r%d" % i for i in range(150)]
+
+
+def test_recv_batch_hands_out_every_waiting_payload_in_order():
+    port = free_port()
+    t = UdpTransport("127.0.0.1", SERVICE, port=port)
+    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    peer.bind((SERVICE, port))
+    try:
+        sent = [bytes([i]) * (10 + i) for i in range(5)]
+        for p in sent[:3]:
+            peer.sendto(p, ("127.0.0.1", port))
+        assert t.recv(5.0) == sent[0]                 # one taken singly: the rest still come
+        rows, lens = t.recv_batch(5.0)
+        got = [rows[i, :lens[i]].tobytes() for i in range(len(rows))]
+        for p in sent[3:]:
+            peer.sendto(p, ("127.0.0.1", port))
+        while len(got) < len(sent) - 1:
+            rows, lens = t.recv_batch(5.0)
+            got += [rows[i, :lens[i]].tobytes() for i in range(len(rows))]
+        assert got == sent[1:]
+        assert t.recv_batch(0.0) is None
+    finally:
+        t.close()
+        peer.close()
