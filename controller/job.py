@@ -369,7 +369,7 @@ class TreeJob(Job):
         reads = self.carry.first_reads(old, self.tree_of_slot, down)
         frozen = sorted({sw for sw, _ in old.roles} - down)
         first = {sw: self.clients[sw].hold_lines(HOLD_MS) for sw in frozen}
-        for sw, lines in tree_install.freeze_lines(old).items():
+        for sw, lines in tree_install.freeze_lines(old, self.clients).items():
             first.setdefault(sw, []).extend(lines)
         t_a = time.monotonic()
         if not self.atomic:                          # packets that matched before the delete

@@ -173,6 +173,11 @@ class SwitchClient(ABC):
         switch takes them all in one)."""
         return [f"register_reset {name}" for name in names]
 
+    def table_delete_lines(self, table: str, handles) -> list[str]:
+        """Lines that delete the entries `handles` of `table` (here one `table_delete` each; the
+        software switch takes them all in one)."""
+        return [f"table_delete {table} {h}" for h in handles]
+
     def hold_lines(self, ms: float) -> list[str]:
         """Lines that make the switch serve nothing but its control socket for at most `ms`
         ms (frames wait in the kernel's queues; a reroute's rounds are then answered at
@@ -468,6 +473,9 @@ class SoftSwitchClient(SwitchClient):
 
     def register_reset_lines(self, names) -> list[str]:
         return [f"register_reset {','.join(names)}"]
+
+    def table_delete_lines(self, table: str, handles) -> list[str]:
+        return [f"table_delete {table} {','.join(map(str, handles))}"] if handles else []
 
     def hold_lines(self, ms: float) -> list[str]:
         return [f"ports_hold {ms:g}"]

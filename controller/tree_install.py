@@ -197,9 +197,11 @@ def plan(g: nx.Graph, treeset, job: int = 0, slot_base: int = 0, reply_ports: di
     return out
 
 
-def freeze_lines(inst: Installation) -> dict[str, list[str]]:
-    """freeze() as command lines per switch (the handles are forgotten)."""
-    lines = {sw: [f"table_delete agg_job {h}" for h in handles] for sw, handles in inst.job_handles.items()}
+def freeze_lines(inst: Installation, clients: dict[str, SwitchClient] | None = None) -> dict[str, list[str]]:
+    """freeze() as command lines per switch (the handles are forgotten): each client's
+    table_delete_lines (one command on the software switch), or one `table_delete` a handle."""
+    lines = {sw: (clients[sw].table_delete_lines("agg_job", handles) if clients else
+                  [f"table_delete agg_job {h}" for h in handles]) for sw, handles in inst.job_handles.items()}
     inst.job_handles.clear()
     return lines
 

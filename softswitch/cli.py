@@ -137,11 +137,19 @@ class Cli:
         return f"Modifying entry {handle} for {kind} match table {table.name}"
 
     def do_table_delete(self, args):
+        """`table_delete T H`, or (an extension) `table_delete T H1,H2,...`: several entries in
+        one command (a reroute's freeze deletes a dozen on every switch), all or none."""
         self._nargs(args, 2)
         table = self._res("table", args[0], self.p.tables)
-        handle = _int(args[1], "entry handle")
-        table.delete(handle)
-        return f"Deleting entry {handle} from {table.name}"
+        handles = [_int(h, "entry handle") for h in args[1].split(",")]
+        if len(handles) > 1:
+            if len(set(handles)) < len(handles):
+                raise CommandError("Error: table_delete: an entry handle named twice")
+            for handle in handles:
+                table.lookup_handle(handle)                  # every one valid before any goes
+        for handle in handles:
+            table.delete(handle)
+        return "\n".join(f"Deleting entry {handle} from {table.name}" for handle in handles)
 
     def do_table_clear(self, args):
         self._nargs(args, 1)

@@ -111,6 +111,10 @@ class Table:
             raise TableError("EXPIRED_HANDLE")
         return internal, self._slots[internal]
 
+    def lookup_handle(self, handle: int) -> None:
+        """Raise TableError unless `handle` names a live entry."""
+        self._resolve(handle)
+
     def modify(self, handle: int, action: str, params: tuple[int, ...]) -> None:
         self.check_action(action, params)
         _, stored = self._resolve(handle)

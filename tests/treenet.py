@@ -70,6 +70,7 @@ class PipeClient(SwitchClient):
     register_write_cells_lines = SoftSwitchClient.register_write_cells_lines
     register_write_group_lines = SoftSwitchClient.register_write_group_lines
     register_reset_lines = SoftSwitchClient.register_reset_lines
+    table_delete_lines = SoftSwitchClient.table_delete_lines
     register_read_runs_lines = SoftSwitchClient.register_read_runs_lines
     parse_read_runs = SoftSwitchClient.parse_read_runs
     register_read_group_lines = SoftSwitchClient.register_read_group_lines

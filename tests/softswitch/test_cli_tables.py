@@ -35,6 +35,18 @@ def test_entry_handles_reuse_slot_with_version(p):
     assert p.command("table_num_entries agg_reply") == "0"
 
 
+def test_several_entries_deleted_in_one_command_all_or_none(p):
+    handles = [int(p.command(f"table_add agg_reply drop {port} =>").rsplit(" ", 1)[1]) for port in (1, 2, 3)]
+    with pytest.raises(CommandError, match="INVALID_HANDLE"):
+        p.command(f"table_delete agg_reply {handles[0]},{handles[1]},77")
+    with pytest.raises(CommandError, match="named twice"):
+        p.command(f"table_delete agg_reply {handles[0]},{handles[0]}")
+    assert p.command("table_num_entries agg_reply") == "3"           # nothing deleted
+    out = p.command(f"table_delete agg_reply {handles[0]},{handles[2]}")
+    assert out.splitlines() == [f"Deleting entry {h} from agg_reply" for h in (handles[0], handles[2])]
+    assert p.command("table_num_entries agg_reply") == "1"
+
+
 @pytest.mark.parametrize("line, message", [
     ("table_add nosuch drop 1 =>", r"Invalid table name \(nosuch\)"),
     ("table_add agg_reply nosuch 1 =>", "has no action nosuch"),
