@@ -200,7 +200,7 @@ class EmulatedNetwork:
             pid = self.net.get(ends[1]).pid if g.nodes[ends[1]]["kind"] == "host" else None
             pairs.append((e["intfs"][ends[0]], e["intfs"][ends[1]], pid))
         self.run.add_interfaces(sorted(i for e in g.edges.values() for i in e["intfs"].values()))
-        create_veths(pairs, self.run.link_group())
+        create_veths(pairs, self.run.link_group(), offloads_off=self.backend == "soft")
         shape({e["intfs"][n]: e["bw"] for u, v, e in g.edges(data=True) if e.get("bw")
                for n in (u, v) if g.nodes[n]["kind"] == "switch"})     # host ends: in their set-up
         for u, v, e in g.edges(data=True):

@@ -61,15 +61,16 @@ OFFLOADS = ("rx-checksumming", "tx-checksumming", "tcp-segmentation-offload", "g
             "generic-receive-offload")
 
 
-def create_veths(pairs: list[tuple[str, str, int | None]], group: int) -> None:
+def create_veths(pairs: list[tuple[str, str, int | None]], group: int, offloads_off: bool = True) -> None:
     """Create veth pairs (root_end, other_end, netns_pid): the other end is created inside
     the namespace of process `netns_pid` (None: it stays in the root namespace); each
     root_end is in interface group `group` (delete_veths); every root-namespace end is
-    quieted (quiet_ends), then brought up (a host's end comes up in the host's set-up)."""
+    quieted (quiet_ends, offloads off or not), then brought up (a host's end comes up in the
+    host's set-up)."""
     run_batch([f"link add name {a} group {group} type veth peer name {b}" + (f" netns {pid}" if pid else "")
                for a, b, pid in pairs], "creating the network's veth pairs")
     root_ends = [a for a, _b, _pid in pairs] + [b for _a, b, pid in pairs if not pid]
-    quiet_ends(root_ends)
+    quiet_ends(root_ends, offloads_off)
     run_batch([f"link set dev {name} up" for name in root_ends], "bringing the switches' ends up")
 
 
@@ -86,22 +87,26 @@ def shape(rates: dict[str, float]) -> None:
               "shaping the switches' ends", tool="tc")
 
 
-def quiet_ends(names: list[str]) -> None:
-    """No IPv6 and no offloads on root-namespace (switch) ends, before they come up: a
-    switch port is a wire, so the kernel must send nothing from it (router solicitations,
-    DAD) and hand over frames as they came (no GRO). Done here for all ports at once (a
-    /proc write and five ethtool ioctls each) because the software switches start with
-    --no-prepare: each running `ip` and `ethtool` per port itself was 1,280 processes in a
-    k=8 fat-tree. BMv2's ports get the same (p4lang's veth set-up turns offloads off too)."""
+def quiet_ends(names: list[str], offloads_off: bool = True) -> None:
+    """No IPv6 and (with `offloads_off`) no offloads on root-namespace (switch) ends, before
+    they come up: a switch port is a wire, so the kernel must send nothing from it (router
+    solicitations, DAD) and hand over frames as they came (no GRO). Done here for all ports
+    at once (a /proc write and five ethtool ioctls each) because the software switches start
+    with --no-prepare: each running `ip` and `ethtool` per port itself was 1,280 processes in
+    a k=8 fat-tree (softswitch/io.py turned off the same offloads). BMv2's ports keep their
+    offloads, as they always had here: with them off, a k=4 fat-tree of BMv2 switches (8 x
+    20,000 int32, unshaped) took 22-27 s with 58,000-73,000 resends instead of 10-16 s with
+    26,000-39,000 (measured on 2026-12-02)."""
     from pyroute2.ethtool.ioctl import IoctlEthtool
 
     ethtool = IoctlEthtool()
     try:
         for name in names:
             (Path("/proc/sys/net/ipv6/conf") / name / "disable_ipv6").write_text("1")
-            ethtool.change_ifname(name)
-            for flag in OFFLOADS:
-                ethtool.set_offload_flag(flag, 0)
+            if offloads_off:
+                ethtool.change_ifname(name)
+                for flag in OFFLOADS:
+                    ethtool.set_offload_flag(flag, 0)
     finally:
         ethtool.close()
 

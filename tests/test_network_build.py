@@ -94,3 +94,22 @@ def test_links_with_a_rate_are_shaped_at_both_ends():
                 else:
                     assert out.strip() == "", (name, out)
     assert not any(new_leftovers(before).values())
+
+
+@pytest.mark.parametrize("offloads_off", [True, False], ids=["soft", "bmv2"])
+def test_switch_ends_keep_or_lose_their_offloads_as_the_backend_needs(offloads_off):
+    """Software switch ports lose their offloads (softswitch/io.py re-injects frames as it got
+    them); BMv2's keep theirs (with them off BMv2 ran half as fast here, design.md)."""
+    from emulation.veths import create_veths, delete_veths
+
+    names = ("aglt0-a", "aglt0-b")
+    group = 4_000_001
+    try:
+        create_veths([(names[0], names[1], None)], group, offloads_off=offloads_off)
+        for name in names:
+            assert Path(f"/proc/sys/net/ipv6/conf/{name}/disable_ipv6").read_text().strip() == "1"
+            state = _offloads(name)["rx-checksumming"].split()[0]
+            assert state == ("off" if offloads_off else "on")
+    finally:
+        delete_veths(group, list(names))
+    assert not any(Path(f"/sys/class/net/{n}").exists() for n in names)
