@@ -153,3 +153,21 @@ def urgent(pids=(), nice: int = URGENT_NICE, ahead: int = 5, rt: int = URGENT_RT
                 pass
         for tid, was in reversed(fifo):       # the caller's thread last
             restore_scheduler(tid, was)
+
+
+def as_batch_work() -> bool:
+    """Make the calling process (its current and future threads) SCHED_BATCH; True if done.
+
+    For the programs that run in the emulated hosts (the workers): the kernel then never
+    lets one of them preempt a running process when it wakes up. Why: eight workers and
+    the switch daemons share two cores, and a worker woken by a result used to preempt
+    the switch in the middle of its turn; the switch then sat on the next frames while
+    the workers took turns, the emulated links went idle and timers fired. A switch is the
+    network and must not wait for hosts. Measured (8 x 1M int32 at 20 Mb/s, one switch, two
+    runs each): 72 and 113 resends instead of 286 and 921, workers 2.5-2.7 CPU-s instead of
+    3.0-3.2, 1.11x the analytic wire time instead of 1.12-1.27x. No privilege is needed."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+    except (OSError, AttributeError):
+        return False
+    return True

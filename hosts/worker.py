@@ -16,6 +16,7 @@ import traceback
 
 import numpy as np
 
+from ground.priority import as_batch_work
 from ground.progress import ProgressFile
 from ground.runspec import RunPlan, WorkerSeat
 from ground.start_gate import wait_to_start
@@ -30,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("plan", help="run.json written by the session (ground/runspec.py RunPlan)")
     ap.add_argument("rank", type=int)
     args = ap.parse_args(argv)
+    as_batch_work()                 # a woken worker never preempts a switch (ground/priority.py)
     plan = RunPlan.read(args.plan)
     return run_seat(plan, plan.seats[args.rank])
 
