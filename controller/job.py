@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -82,6 +83,10 @@ class TreeJob(Job):
         self.drain = (0.0 if self.atomic else 0.02) if drain is None else drain
         self.standby = standby
         self._standby: dict = {}            # (algorithm, frozenset of down links) -> TreeSet | TreeError
+        # set while no standby computation is pending (the session starts workers once it is:
+        # the standby's CPU must not be taken from a measured allreduce, see wait_standby)
+        self.standby_settled = threading.Event()
+        self.standby_settled.set()
         self.treeset = None
         self.inst: tree_install.Installation | None = None
         self.tree_of_slot: list[int] = []
@@ -268,7 +273,17 @@ class TreeJob(Job):
                 if (key := (self.algorithm, down | {frozenset((u, v))})) not in self._standby]
         worker = StandbyWorker.get()                  # key: as _down_links() after u-v fails
         if todo and worker is not None:
+            self.standby_settled.clear()
             worker.submit(self.algorithm, self.g.copy(), self.workers, todo, self._standby_store(len(todo)))
+
+    def wait_standby(self, timeout: float) -> bool:
+        """Wait (at most `timeout` s) until the standby trees for the current trees are all
+        computed; True if they are. Why the session waits before an allreduce: the standby
+        child has one CPU share like a switch (controller/standby.py), and computing 40 fat-tree
+        failures plus its first imports took ~1 s of CPU from the allreduce that had just
+        started (8 x 1M int32 at 20 Mb/s, one switch: 0.8 s of it); the workers import and
+        prepare meanwhile (ground/start_gate.py), so the wait mostly overlaps theirs."""
+        return self.standby_settled.wait(timeout)
 
     def _standby_store(self, count: int):
         """What the standby hands each result to: kept for the reroutes; once all `count` are
@@ -281,6 +296,7 @@ class TreeJob(Job):
             if got[0] == count:
                 self.events.add("standby_ready", algorithm=key[0], failures=count,
                                 ms=round((time.monotonic() - started) * 1e3, 1))
+                self.standby_settled.set()
         return store
 
     def reroute(self, link: str, t_detect: float, switch: str | None = None) -> dict:
@@ -487,6 +503,7 @@ class TreeJob(Job):
         worker = StandbyWorker.running
         if worker is not None:
             worker.cancel()
+        self.standby_settled.set()                # nothing pending any more: nobody waits for it
 
 
 

@@ -407,7 +407,8 @@ def _run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, pr
     try:
         started = [_start_workers(net, tspec, job, out_dir, f"job{t}-", gate=gate)
                    for t, (tspec, job) in enumerate(tenants)]
-        _open_gate(gate, [p for procs in started for p in procs], tenants[0][0], quiet)
+        _open_gate(gate, [p for procs in started for p in procs], tenants[0][0], quiet,
+                   [job for _, job in tenants])
     finally:
         gate.close()
     deadline = time.monotonic() + tenants[0][0].give_up * 3 + 30 + sum(
@@ -417,6 +418,11 @@ def _run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, pr
     return [_collect(out_dir, procs, f"job{t}-") for t, procs in enumerate(started)]
 
 
+# How long workers wait at most, before an allreduce, for the standby trees of the job's
+# current trees (controller/job.py wait_standby): a k=4 fat-tree's 40 took 0.9-3 s here.
+STANDBY_WAIT = 10.0
+
+
 def _host_link_mbps(graph, host: str) -> float | None:
     """The rate of a host's own link (its slowest, for a multi-NIC BCube server); None when
     any of them is unshaped."""
@@ -424,10 +430,17 @@ def _host_link_mbps(graph, host: str) -> float | None:
     return min(rates) if rates and all(rates) else None
 
 
-def _open_gate(gate: StartGate, procs: list, spec: RunSpec, quiet: bool) -> None:
-    """Let the workers start together once every one of them is ready (ground/start_gate.py);
-    a worker that died before it got ready opens the gate for the others, whose allreduce
-    then fails with its reason, as it did before there was a gate."""
+def _open_gate(gate: StartGate, procs: list, spec: RunSpec, quiet: bool, jobs=()) -> None:
+    """Let the workers start together once every one of them is ready (ground/start_gate.py)
+    and the jobs' standby trees are computed (TreeJob.wait_standby, at most STANDBY_WAIT s;
+    the workers prepare meanwhile); a worker that died before it got ready opens the gate for
+    the others, whose allreduce then fails with its reason, as it did before there was a gate."""
+    deadline = time.monotonic() + STANDBY_WAIT
+    for job in jobs:
+        wait = getattr(job, "wait_standby", None)
+        if wait is not None and not wait(max(0.0, deadline - time.monotonic())):
+            _log(f"  standby trees not ready after {STANDBY_WAIT:.0f} s: starting anyway", quiet)
+            break
     alive = lambda: all(p.poll() is None for _, p, _ in procs)   # noqa: E731
     if not gate.open_when_ready(len(procs), alive, timeout=max(60.0, spec.give_up * 3)):
         _log(f"  start gate opened with {gate.seen} of {len(procs)} workers ready", quiet)
@@ -505,7 +518,7 @@ def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, nam
     try:
         procs = _start_workers(net, spec, job, out_dir, "", module, extra_args, gate=gate)
         if gate:
-            _open_gate(gate, procs, spec, quiet)
+            _open_gate(gate, procs, spec, quiet, [job])
     finally:
         if gate:
             gate.close()

@@ -62,6 +62,19 @@ def test_a_reroute_takes_the_standby_trees_and_stays_exact(tmp_path):
     assert not job.trees().uses(*link)
 
 
+def test_wait_standby_returns_once_every_tree_link_failure_is_computed(tmp_path):
+    """What the session waits for before it lets the workers start (emulation/session.py)."""
+    net = TreeNet(fat_tree(), "spt", 64, tmp_path / "epoch.json")
+    job = net.job
+    assert job.wait_standby(60)
+    down = job._down_links()
+    tree_links = {frozenset(e) for t in job.trees().trees for e in t.edges}
+    assert all(("spt", down | {link}) in job._standby for link in tree_links)
+    assert job.events.of_kind("standby_ready")
+    job.stop()
+    assert job.wait_standby(0)                 # a stopped job leaves nobody waiting
+
+
 def test_preload_writes_are_coalesced_into_ranges_keeping_the_last_write():
     client = PipeClient("s1")
     lines = ["register_write agg_count 5 2", "register_write agg_count 3 2", "register_write agg_count 4 2",
