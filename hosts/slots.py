@@ -115,6 +115,7 @@ class SlotRun:
             self.ftable = np.array([0.0] + [qz.scale(b - wire.EXP_BIAS, n) for b in range(1, 256)])
             self.limit = qz.INT32_MAX // n
             self.used_exp = np.zeros(nb, dtype=np.uint8)
+            self.raw = b""                      # (int32 only: the array's bytes as sent)
         else:
             self.raw = padded.astype(BE).tobytes()
             self.exps = [0] * (nb + S)          # biased exponent per block (int32: 0), S zeros after
