@@ -26,7 +26,8 @@ an emulation is only faithful while the links, not the CPU, are the bottleneck):
     sudo .venv/bin/python -m agglab.bench --only daemon,build --compare results/bench/PREV.json
 
 Figures that need root (everything but `pipeline` and `trees`) are skipped without it.
-Timings depend on the machine's load; the JSON records the load average and CPU count.
+Timings depend on the machine's load and its CPU speed of the moment; the JSON records the load
+average, the CPU count and, per section, a fixed loop's CPU time (`cpu_reference_s`).
 """
 
 from __future__ import annotations
@@ -385,6 +386,20 @@ def environment() -> dict:
             "python": platform.python_version()}
 
 
+def cpu_reference_seconds() -> float:
+    """CPU seconds of a fixed pure-Python loop (the best of three): how fast this machine's
+    CPU is right now. Why: on a shared virtual machine the same loop was measured taking
+    0.23-0.36 s minute to minute with nothing else running, and every figure here that is
+    CPU-bound moves with it; the JSON keeps it beside the load average, per section."""
+    best = float("inf")
+    for _ in range(3):
+        t0, x = time.process_time(), 0
+        for i in range(1_000_000):
+            x += i
+        best = min(best, time.process_time() - t0)
+    return round(best, 4)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m agglab.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--only", default=",".join(SECTIONS),
@@ -433,7 +448,8 @@ def main(argv: list[str] | None = None) -> int:
             report["skipped"].append({"section": section, "why": "needs root"})
             print(f"\n== {section}: skipped (needs root)", flush=True)
             continue
-        print(f"\n== {section}", flush=True)
+        cpu_ref = cpu_reference_seconds()
+        print(f"\n== {section} (CPU reference loop {cpu_ref * 1e3:.0f} ms)", flush=True)
         t0 = time.monotonic()
         try:
             figures = BENCHES[section](a)
@@ -443,6 +459,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         for f in figures:
             f["section"] = section
+            f["cpu_reference_s"] = cpu_ref
             print(show(f, previous.get(f["name"])), flush=True)
         report["figures"] += figures
         print(f"({section}: {time.monotonic() - t0:.0f} s)", flush=True)
