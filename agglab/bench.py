@@ -196,7 +196,8 @@ def bench_bmv2_reroute(a) -> list[dict]:
                 _, fig = _reroute_figure(f"BMv2 reroute {kind} run {run + 1}", r, f, scale)
                 installs.append(f.get("install_ms") or 0)
                 out.append(fig)
-                print(show(fig), flush=True)
+                print(f"  ({kind} run {run + 1} of {a.bmv2_reroute_runs}: install {f.get('install_ms')} ms, "
+                      f"exact={r['exact']})", flush=True)   # progress; the figures follow at the end
         if installs:
             median = statistics.median(installs)
             out.append(figure(f"BMv2 reroute {kind}: median install", median, "ms", target="< 1000 ms",

@@ -49,13 +49,14 @@ INF = float("inf")
 # the agg_h fields a packet varies, in the order the agents' compiled packers take them
 PACKET_FIELDS = ("tree", "epoch", "ver", "slot", "exp", "block", "next_block")
 CONTROL_POLL = 0.005
-# Interrupt coalescing, as a NIC does it: on a link of known rate, a batch of fewer than
-# COALESCE_BATCH results makes the agent wait (at most COALESCE_MAX, and an eighth of the
-# time its window takes on the link) before it looks again. Why: each wake-up costs ~50 us
-# of system calls and loop bookkeeping, as much as a dozen results; at 20 Mb/s results
-# arrive every 126 us, so an agent woken per result spent most of its CPU waking up. The
-# delay is far inside the window's slack (128 frames are 16 ms at 20 Mb/s), so the link
-# stays busy; unshaped links (rate unknown) never wait.
+# Interrupt coalescing, as a NIC does it: on a link of known rate, after a batch of fewer
+# than COALESCE_BATCH results the agent waits before it looks again, while its own link is
+# still busy with frames it queued (at most COALESCE_MAX and that backlog, from the
+# departure clock of `leaves`). Why: each wake-up costs ~50 us of system calls and loop
+# bookkeeping, as much as a dozen results; at 20 Mb/s results arrive every 126 us, so an
+# agent woken per result spent most of its CPU waking up. While the backlog lasts the wait
+# cannot idle the link; with nothing queued (a sparse column's last rounds, a lead round)
+# the agent answers at once, so round trips do not grow. Unshaped links never wait.
 COALESCE_BATCH = 16
 COALESCE_MAX = 0.001
 # transport -> {job: per-slot version of the next round 0}
@@ -131,8 +132,6 @@ class SlotRun:
         # the host's own link: seconds per byte (0: not known, so no queue is modelled)
         self.byte_time = 8 / (link_mbps * 1e6) if link_mbps else 0.0
         self.depart = 0.0                       # when the last frame we sent leaves our link
-        # after a small batch, wait this long for more (0: never); see COALESCE_BATCH
-        self.coalesce = min(COALESCE_MAX, S * (wire.FRAME_BYTES * self.byte_time) / 8)
         self.stats = stats_type(blocks=nb, slots=S)
         self.trees = self.parse_trees(tree_of_slot) if tree_of_slot else [tree] * S
         self.versions = version_store(LEAD_VERSIONS, transport)
@@ -318,9 +317,9 @@ class SlotRun:
                     self.stats.batches += 1
                     if self.on_batch(*got, now):
                         last = now
-                    if len(got[0]) < COALESCE_BATCH and self.coalesce and self.remaining:
+                    if len(got[0]) < COALESCE_BATCH and self.remaining and self.depart > now:
                         self.tx.flush()         # what we answered leaves first
-                        time.sleep(self.coalesce)
+                        time.sleep(min(COALESCE_MAX, self.depart - now))
                     got = recv(0.0) if self.remaining else None
                 now = time.monotonic()
                 if self.control is not None and now >= poll_at:
