@@ -149,10 +149,11 @@ def test_large_reply_is_delivered_whole(switch):
     assert switch.client.command("ping") == "pong"
 
 
-def _udp_socket(h):
+def _udp_socket(h, port: int = wire.UDP_PORT):
+    """A UDP socket bound to (host h's address, port) inside h's namespace (a context)."""
     def make():
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.bind((h.ip, wire.UDP_PORT))
+        s.bind((h.ip, port))
         return s
     return in_netns(h.ns, make)
 
@@ -312,13 +313,8 @@ def test_held_ports_wait_while_commands_are_served(reflector, lab):
     lost; commands are answered meanwhile, and logged once the hold ends."""
     h1, h2 = lab.hosts
     c = reflector.client
-
-    def udp():
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.bind((h1.ip, 9997))
-        return s
     assert c.command("ports_hold 10000").startswith("held for at most 10000 ms")
-    with in_netns(h1.ns, udp) as s:
+    with _udp_socket(h1, 9997) as s:
         for i in range(3):
             s.sendto(b"held %d" % i, (h2.ip, 9997))
         assert _recv(s, timeout=0.3) is None               # not forwarded while held
@@ -336,16 +332,11 @@ def test_held_ports_wait_while_commands_are_served(reflector, lab):
 def test_a_hold_ends_by_itself(reflector, lab):
     h1, h2 = lab.hosts
     c = reflector.client
-
-    def udp():
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.bind((h1.ip, 9996))
-        return s
     for bad in ("ports_hold", "ports_hold 0", "ports_hold 999999", "ports_hold x"):
         ok, out = c.request(bad)
         assert not ok and "ports_hold" in out, (bad, out)
     c.command("ports_hold 200")
-    with in_netns(h1.ns, udp) as s:
+    with _udp_socket(h1, 9996) as s:
         s.sendto(b"late", (h2.ip, 9996))
         got = _recv(s, timeout=10)
     assert got is not None and got[0] == b"late"
