@@ -9,6 +9,9 @@ BACKEND ?= soft
 CONFIG  ?= default
 # CONFIG: a suite name under experiments/configs (default, quick) or any definition/suite file
 PYTEST_ARGS ?=
+# K: the program variant, values per packet (64, or the wide 256); passed on as AGGLAB_K
+K       ?=
+RUNENV  := $(if $(K),env AGGLAB_K=$(K),)
 # p4c on PATH, else a build under /opt/*/bin (as controller/switch_client.find_bmv2_tool looks)
 P4C     ?= $(shell command -v p4c || ls /opt/*/bin/p4c 2>/dev/null | head -n 1)
 
@@ -16,12 +19,13 @@ P4C     ?= $(shell command -v p4c || ls /opt/*/bin/p4c 2>/dev/null | head -n 1)
 
 help:
 	@echo "make experiment [BACKEND=soft|bmv2] [CONFIG=quick|FILE.yaml]  every paper trend -> results/<name>/report.md"
+	@echo "                [K=256]                             any target: the wide program variant (256 int32 per packet)"
 	@echo "make calibrate                                      measure this machine's fidelity ceiling"
 	@echo "make test                                           run the tests"
 	@echo "make bench                                          speed figures vs targets, JSON in results/bench/"
 	@echo "make clean                                          remove leftovers of crashed runs"
-	@echo "make p4                                             compile p4src/ for BMv2 (p4c on PATH or /opt/*/bin) into build/p4"
-	@echo "make p4gen                                          regenerate p4src/include/values.p4 after changing AGG_K"
+	@echo "make p4                                             compile p4src/ for BMv2 (p4c on PATH or /opt/*/bin) into build/p4/kK"
+	@echo "make p4gen                                          regenerate p4src/include/values.p4 after changing AGG_K(_WIDE)"
 
 setup: .venv/.installed
 
@@ -32,16 +36,16 @@ setup: .venv/.installed
 	touch $@
 
 test: setup
-	$(SUDO) $(PY) -m pytest -q $(PYTEST_ARGS)
+	$(SUDO) $(RUNENV) $(PY) -m pytest -q $(PYTEST_ARGS)
 
 experiment: setup
-	$(SUDO) $(PY) -m experiments $(CONFIG) --backend $(BACKEND)
+	$(SUDO) $(RUNENV) $(PY) -m experiments $(CONFIG) --backend $(BACKEND)
 
 calibrate: setup
-	$(SUDO) $(PY) -m agglab calibrate
+	$(SUDO) $(RUNENV) $(PY) -m agglab calibrate
 
 bench: setup
-	$(SUDO) $(PY) -m agglab.bench
+	$(SUDO) $(RUNENV) $(PY) -m agglab.bench
 
 clean:
 	$(SUDO) $(PY) -m agglab clean
@@ -51,4 +55,4 @@ p4gen:
 
 p4:
 	@[ -n "$(P4C)" ] || { echo 'p4c not found (PATH or /opt/*/bin)' >&2; exit 2; }
-	$(P4C) --target bmv2 --arch v1model -o build/p4 p4src/agglab.p4
+	$(P4C) --target bmv2 --arch v1model -DAGG_K=$(or $(K),64) -o build/p4/k$(or $(K),64) p4src/agglab.p4

@@ -46,8 +46,11 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 def calibration_path() -> Path:
     """Where `agglab calibrate` stores the ceiling: $AGGLAB_CALIBRATION, else
-    results/calibration.json in the checkout (per machine: results/ is not committed)."""
-    return Path(os.environ.get("AGGLAB_CALIBRATION") or REPO / "results" / "calibration.json")
+    results/calibration.json in the checkout (per machine: results/ is not committed),
+    calibration-k256.json for the wide program variant (4x fewer frames per byte: its own
+    ceiling)."""
+    variant = "" if wire.K == wire.K_VARIANTS[0] else f"-k{wire.K}"
+    return Path(os.environ.get("AGGLAB_CALIBRATION") or REPO / "results" / f"calibration{variant}.json")
 
 
 def load_calibration() -> dict | None:

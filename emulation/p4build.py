@@ -1,4 +1,8 @@
-"""Compile p4src/agglab.p4 with p4c for BMv2, cached by the hash of the P4 sources."""
+"""Compile p4src/agglab.p4 with p4c for BMv2, cached by the hash of the P4 sources and K.
+
+The program variant (K values per packet, ground.wire.K from AGGLAB_K) is a
+preprocessor define, so each variant has its own build directory and JSON.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import hashlib
 import subprocess
 from pathlib import Path
 
+from ground import wire
 from ground.paths import P4SRC, REPO
 from controller.switch_client import find_bmv2_tool
 
@@ -13,14 +18,21 @@ BUILD = REPO / "build" / "p4"
 
 
 def sources_digest() -> str:
-    h = hashlib.sha256()
+    h = hashlib.sha256(f"AGG_K={wire.K}".encode())
     for path in sorted(P4SRC.rglob("*.p4")):
         h.update(path.name.encode() + path.read_bytes())
     return h.hexdigest()[:16]
 
 
-def compile_p4(out_dir: Path = BUILD) -> Path:
+def p4c_command(p4c: str, program: Path, out_dir: Path) -> list[str]:
+    """p4c's command line for `program` as this run's variant (-DAGG_K)."""
+    return [p4c, "--target", "bmv2", "--arch", "v1model", f"-DAGG_K={wire.K}", "-o", str(out_dir),
+            str(program)]
+
+
+def compile_p4(out_dir: Path | None = None) -> Path:
     """Return the BMv2 JSON of agglab.p4, compiling only if the sources changed."""
+    out_dir = out_dir or BUILD / f"k{wire.K}"
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path = out_dir / "agglab.json"
     stamp = out_dir / "agglab.digest"
@@ -31,8 +43,7 @@ def compile_p4(out_dir: Path = BUILD) -> Path:
     if not p4c:
         raise RuntimeError("p4c not found: install p4c (sudo scripts/provision-vm.sh, or the Vagrant VM) "
                            "or use --backend soft")
-    proc = subprocess.run([p4c, "--target", "bmv2", "--arch", "v1model", "-o", str(out_dir),
-                           str(P4SRC / "agglab.p4")], capture_output=True, text=True)
+    proc = subprocess.run(p4c_command(p4c, P4SRC / "agglab.p4", out_dir), capture_output=True, text=True)
     if proc.returncode != 0 or not json_path.exists():
         raise RuntimeError(f"p4c failed on {P4SRC / 'agglab.p4'}:\n{proc.stderr[-3000:]}")
     stamp.write_text(digest)

@@ -31,7 +31,7 @@ from emulation.failures import FailureInjector
 from emulation.fidelity import FidelityProbe
 from emulation.network import EmulatedNetwork
 from ground.addresses import SERVICE_IP
-from ground import progress as progress_file
+from ground import progress as progress_file, wire
 from ground.phases import Phases
 from ground.paths import REPO
 from ground.runspec import RunPlan, RunSpec, WorkerSeat
@@ -321,7 +321,7 @@ class Session:
         result = {
             "ok": all(j["ok"] for j in per_job), "exact": all(j["exact"] for j in per_job),
             "backend": spec.backend, "workers": spec.workers, "elements": spec.elements, "dtype": spec.dtype,
-            "loss": spec.loss, "algorithm": spec.algorithm,
+            "loss": spec.loss, "algorithm": spec.algorithm, "values_per_packet": wire.K,
             "seconds": max((j["seconds"] for j in done), default=None),
             "goodput_mbps": min((j["goodput_mbps"] for j in done), default=None),    # the slowest job's
             "packets": sum(j["packets"] or 0 for j in per_job),

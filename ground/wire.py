@@ -4,13 +4,16 @@ Why parse P4 from Python: the header layout and the constants (K values per
 packet, UDP port, slot count) must be identical in the P4 program, the scapy
 layer, the host agents and the software switch.  Reading
 p4src/include/{constants,headers}.p4 here makes the P4 text the single source
-of truth; tests/test_wire_format.py proves all consumers agree byte for byte.
+of truth; tests/test_dissector.py and tests/test_hosts_protocol.py check consumers agree byte for byte;
+AGGLAB_K picks the program variant (K_VARIANTS) for a whole run.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +38,32 @@ def read_header_fields(header: str, path: Path = P4_INCLUDE / "headers.p4") -> l
 
 
 CONST = read_constants()
-K: int = CONST["AGG_K"]
+K_VARIANTS: tuple[int, ...] = (CONST["AGG_K"], CONST["AGG_K_WIDE"])
+
+
+def elements_per_packet(environ: Mapping[str, str] = os.environ) -> int:
+    """The program variant's K: AGGLAB_K, else constants.p4's AGG_K.
+
+    Why an environment variable: K sizes every frame, register and buffer, and is
+    fixed when a P4 program is compiled (p4c -DAGG_K=...), so it is chosen once for
+    a whole run; every process of the run (CLI, switch daemons, workers) inherits
+    it and so reads the same value here."""
+    raw = environ.get("AGGLAB_K", "").strip()
+    if not raw:
+        return K_VARIANTS[0]
+    if not raw.isdigit() or int(raw) not in K_VARIANTS:
+        raise BadVariant(f"agglab: AGGLAB_K={raw!r}: the P4 program is built for K in "
+                         f"{', '.join(map(str, K_VARIANTS))} (constants.p4 AGG_K, AGG_K_WIDE)")
+    return int(raw)
+
+
+class BadVariant(SystemExit):
+    """A process started with an AGGLAB_K no program variant has.  A SystemExit
+    because it is raised while modules import, before any entry point could catch
+    it: the user sees this one line (exit status 1), not a traceback."""
+
+
+K: int = elements_per_packet()
 UDP_PORT: int = CONST["AGG_UDP_PORT"]
 SLOTS: int = CONST["AGG_SLOTS"]
 MAX_WORKERS: int = CONST["AGG_MAX_WORKERS"]

@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 
+from ground import wire
 from hosts.agent import allreduce
 from hosts.transport import UdpTransport
 
@@ -40,7 +41,7 @@ def allreduce_bml(array: np.ndarray, plan: dict, service_ip: str, give_up: float
                     raise TimeoutError(f"part {part} never finished stage {stage - 1}")
                 if errors:
                     return
-                window = max(1, min(plan["window"], -(-len(parts[part]) // 64)))
+                window = max(1, min(plan["window"], -(-len(parts[part]) // wire.K)))
                 parts[part], stats = allreduce(parts[part], transport=transport, rank=rank, workers=n,
                                                tree=part, window=window, give_up=give_up, return_stats=True)
                 with lock:

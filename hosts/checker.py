@@ -49,6 +49,7 @@ def check(spec: RunSpec, reports: list[dict], switch_stats: dict) -> dict:
     result = {
         "ok": not errors, "exact": False, "backend": spec.backend, "workers": spec.workers,
         "elements": spec.elements, "dtype": spec.dtype, "loss": spec.loss,
+        "values_per_packet": wire.K,                 # the program variant (AGGLAB_K)
         "seconds": None, "goodput_mbps": None, "packets": None, "retransmissions": None,
         "max_abs_error": None, "error_bound": None, "switch": switch_stats,
     }

@@ -3,12 +3,17 @@
  * This file is the ONE place the aggregation packet geometry is defined.
  * P4 includes it; Python (agglab/wire.py) parses the #define lines, so the
  * scapy layer, the host agents and the software switch read the same numbers.
- * After changing AGG_K run `make p4gen` to regenerate include/values.p4.
+ * After changing AGG_K or AGG_K_WIDE run `make p4gen` to regenerate include/values.p4.
+ * A program variant is chosen at build time: p4c -DAGG_K=<AGG_K or AGG_K_WIDE>,
+ * and AGGLAB_K=<same> in the environment of every agglab process (ground/wire.py).
  */
 #ifndef AGGLAB_CONSTANTS_P4
 #define AGGLAB_CONSTANTS_P4
 
+#ifndef AGG_K                        /* p4c -DAGG_K=256 builds the wide variant */
 #define AGG_K            64          /* int32 values per aggregation packet   */
+#endif
+#define AGG_K_WIDE       256         /* the second program variant's AGG_K (as SwitchML's 256 with recirculation; 1082-byte frames) */
 #define AGG_UDP_PORT     48879       /* UDP port of aggregation traffic       */
 #define AGG_SLOTS        1024        /* slots per version in every switch     */
 #define AGG_MAX_WORKERS  32          /* width of the contribution bitmap      */

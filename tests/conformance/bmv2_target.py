@@ -54,14 +54,13 @@ def compile_p4(p4c: str, out_dir: Path) -> Path:
     """The BMv2 JSON of P4SRC/agglab.p4: the project's own sources come from emulation.p4build's
     cache (the end-to-end BMv2 tests compile them too: one p4c run per source change, ~30 s saved
     per test session); another source tree (an exercise's overlay sets P4SRC) is compiled here."""
+    from emulation.p4build import compile_p4 as cached, p4c_command
     from ground import paths
 
     if Path(P4SRC) == paths.P4SRC:
-        from emulation.p4build import compile_p4 as cached
-
         return cached()
-    proc = subprocess.run([p4c, "--target", "bmv2", "--arch", "v1model", "-o", str(out_dir),
-                           str(P4SRC / "agglab.p4")], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(p4c_command(p4c, P4SRC / "agglab.p4", out_dir), capture_output=True, text=True,
+                          timeout=600)
     json_path = out_dir / "agglab.json"
     if proc.returncode != 0 or not json_path.exists():
         raise RuntimeError(f"p4c failed:\n{proc.stdout}\n{proc.stderr}")
