@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections import Counter
 
 from agglab.cli import main
+from ground.paths import REPO
 
 
 def test_fat_tree_export_is_a_p4utils_network(tmp_path, capsys):
@@ -47,6 +51,17 @@ def test_fat_tree_export_is_a_p4utils_network(tmp_path, capsys):
                                        "table_set_default", "register_write"} for line in lines), name
     assert trees >= 3          # 8 workers on 4 edge switches: at least the edges and a root aggregate
     assert "20 switches, 16 hosts, 48 links" in capsys.readouterr().out
+    assert "compiler_module" not in conf          # p4-utils' default p4c options build the 64-value program
+
+
+def test_the_wide_variant_tells_p4run_its_define(tmp_path):
+    out = tmp_path / "wide"
+    res = subprocess.run([sys.executable, "-m", "agglab", "export", "p4app", "single", "--workers", "2",
+                          "--out", str(out)], cwd=REPO, env={**os.environ, "AGGLAB_K": "256"},
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    opts = json.loads((out / "p4app.json").read_text())["compiler_module"]["options"]["opts"].split()
+    assert "-DAGG_K=256" in opts and opts[:4] == ["--target", "bmv2", "--arch", "v1model"]
 
 
 def test_bad_topology_is_one_line_and_exit_2(tmp_path, capsys):
