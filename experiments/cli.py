@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from experiments.definition import ConfigError
+from ground import wire
 from ground.interrupts import interrupted_line, signum_of
 from experiments.runner import RunFn, SetupError, estimate_seconds, load_suite, plan, run_suite
 
@@ -58,6 +59,12 @@ def main(argv: list[str] | None = None, run_fn: RunFn | None = None, log: TextIO
             signal.signal(sig, handler)
 
 
+def results_name(name: str, k: int) -> str:
+    """The results folder of suite `name` in program variant `k`: the wide variant's runs
+    (AGGLAB_K=256) get their own folder, so resuming never mixes its rows with 64-value ones."""
+    return name if k == wire.K_VARIANTS[0] else f"{name}-k{k}"
+
+
 def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO) -> int:
     args = parse_args(argv)
     try:
@@ -65,7 +72,7 @@ def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO) -> int:
         if args.backend:
             for d in suite.definitions:
                 d.run["backend"] = args.backend
-        out_dir = args.out / (args.name or suite.name)
+        out_dir = args.out / results_name(args.name or suite.name, wire.K)
         steps = plan(suite, out_dir)
     except ConfigError as exc:
         print(f"error: {exc}", file=log)

@@ -87,6 +87,7 @@ def machine_facts() -> dict[str, str]:
         "kernel": f"{platform.system()} {platform.release()}",
         "os": platform.platform(),
         "python": platform.python_version(),
+        "values per packet (AGGLAB_K)": str(wire.K),
         "agglab commit": _git_commit(),
         "load average (1/5/15 min) before": _loadavg(),
     }

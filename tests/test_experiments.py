@@ -478,3 +478,10 @@ def test_rows_of_points_no_longer_planned_leave_the_report(tmp_path):
     assert cli.main([str(path), "--out", str(out)], run_fn=run_fn) == 0
     assert len(load_rows(out / "t" / "runs.jsonl")) == 4
     assert "2 of 2 recorded runs succeeded" in (out / "t" / "report.md").read_text()
+
+
+def test_the_wide_variant_keeps_its_runs_apart():
+    """Resuming must never take a 64-value run as a 256-value one (AGGLAB_K=256)."""
+    assert cli.results_name("default", 64) == "default"
+    assert cli.results_name("default", 256) == "default-k256"
+    assert cli.results_name("quick", 256) != cli.results_name("quick", 64)
