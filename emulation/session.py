@@ -133,6 +133,10 @@ class Session:
         self.phases = Phases()              # the controller's steps of start() (the network's: net.phases)
 
     def start(self) -> "Session":
+        if self.job is not None or self.net.run is not None:
+            # a second network under the same names would fail half-built, and its clean-up
+            # would take the first one down under its running link monitor
+            raise RuntimeError("this Session is already started (use `with Session(spec) as s:` or start())")
         spec, g = self.spec, self.g
         n_sw = len(switches(g))
         _log(f"building network: {spec.topology} ({n_sw} switch{'es' if n_sw > 1 else ''}, {spec.backend}), "

@@ -92,3 +92,15 @@ def test_killed_run_is_cleaned_by_agglab_clean():
     assert_clean()
     again = clean(verbose=False)                 # idempotent
     assert again == {"runs": 0, "processes": 0, "interfaces": 0}
+
+
+def test_a_second_start_is_refused_and_the_network_keeps_working():
+    from emulation.session import Session
+    from ground.runspec import RunSpec
+
+    with Session(RunSpec(workers=2, elements=wire.K * 8)) as session:
+        with pytest.raises(RuntimeError, match="already started"):
+            session.start()
+        r = session.allreduce()
+        assert r["exact"], r
+    assert_clean()
