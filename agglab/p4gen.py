@@ -9,8 +9,8 @@ AGG_FOR_EACH_CHILD(OP) expands OP(c) for every child index below
 AGG_MAX_WORKERS; aggregate.p4 and sparse.p4 define OP.  The lanes are
 written once per program variant (AGG_K, and AGG_K_WIDE for p4c -DAGG_K=...),
 each under `#if AGG_K == k`, so one committed file serves both builds and any
-other K stops p4c with an #error.  Run `make p4gen` after changing a constant; tests/test_p4gen.py fails if the committed
-file is out of date.
+other K stops p4c with an #error.  Run `make p4gen` after changing a
+constant; tests/test_p4gen.py fails if the committed file is out of date.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ Why parse P4 from Python: the header layout and the constants (K values per
 packet, UDP port, slot count) must be identical in the P4 program, the scapy
 layer, the host agents and the software switch.  Reading
 p4src/include/{constants,headers}.p4 here makes the P4 text the single source
-of truth; tests/test_dissector.py and tests/test_hosts_protocol.py check consumers agree byte for byte;
-AGGLAB_K picks the program variant (K_VARIANTS) for a whole run.
+of truth; tests/test_dissector.py and tests/test_hosts_protocol.py check that
+consumers agree byte for byte.  AGGLAB_K picks the program variant (K_VARIANTS)
+for a whole run.
 """
 
 from __future__ import annotations
