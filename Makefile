@@ -12,6 +12,7 @@ PYTEST_ARGS ?=
 # K: the program variant, values per packet (64, or the wide 256); passed on as AGGLAB_K
 K       ?=
 RUNENV  := $(if $(K),env AGGLAB_K=$(K),)
+K_BUILD := $(or $(K),$(shell sed -n 's/^\#define AGG_K  *\([0-9]*\).*/\1/p' p4src/include/constants.p4))
 # p4c on PATH, else a build under /opt/*/bin (as controller/switch_client.find_bmv2_tool looks)
 P4C     ?= $(shell command -v p4c || ls /opt/*/bin/p4c 2>/dev/null | head -n 1)
 
@@ -55,4 +56,4 @@ p4gen:
 
 p4:
 	@[ -n "$(P4C)" ] || { echo 'p4c not found (PATH or /opt/*/bin)' >&2; exit 2; }
-	$(P4C) --target bmv2 --arch v1model -DAGG_K=$(or $(K),64) -o build/p4/k$(or $(K),64) p4src/agglab.p4
+	$(P4C) --target bmv2 --arch v1model -DAGG_K=$(K_BUILD) -o build/p4/k$(K_BUILD) p4src/agglab.p4

@@ -118,7 +118,7 @@ def bench_wire(a) -> list[dict]:
     from emulation.session import run_allreduce
 
     out = []
-    wide = wire.K != wire.K_VARIANTS[0]          # the optional variant: informational, no target
+    wide = wire.WIDE                              # the optional variant: informational, no target
     for mbps in a.rates:
         r = run_allreduce(workers=8, elements=a.elements, dtype="int32", bw=mbps)
         ideal = wire_seconds(a.elements, mbps)
@@ -146,13 +146,13 @@ def bench_wide(a) -> list[dict]:
         out = Path(tmp) / "wide.json"
         proc = subprocess.run([sys.executable, "-m", "agglab.bench", "--only", "wire", "--rates", rates,
                                "--elements", str(a.elements), "--out", str(out)], cwd=REPO,
-                              env={**os.environ, "AGGLAB_K": str(wire.K_VARIANTS[-1])},
+                              env={**os.environ, "AGGLAB_K": str(wire.WIDE_K)},
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if proc.returncode != 0 or not out.exists():
-            raise RuntimeError(f"the AGGLAB_K={wire.K_VARIANTS[-1]} bench failed: {proc.stdout[-1500:]}")
+            raise RuntimeError(f"the AGGLAB_K={wire.WIDE_K} bench failed: {proc.stdout[-1500:]}")
         report = json.loads(out.read_text())
     if report["skipped"]:
-        raise RuntimeError(f"the AGGLAB_K={wire.K_VARIANTS[-1]} bench skipped: {report['skipped']}")
+        raise RuntimeError(f"the AGGLAB_K={wire.WIDE_K} bench skipped: {report['skipped']}")
     return report["figures"]
 
 

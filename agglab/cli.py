@@ -97,7 +97,7 @@ def _print_human(r: dict) -> None:
                   f"{j['retransmissions']} retransmissions")
     print(f"{'exact' if r['exact'] else 'NOT EXACT'}: "
           + (f"{len(jobs)} jobs of " if len(jobs) > 1 else "") + f"{r['workers']} workers x {r['elements']} {r['dtype']} "
-          + (f"({r['values_per_packet']} per packet) " if r.get("values_per_packet", wire.K) != wire.K_VARIANTS[0]
+          + (f"({r['values_per_packet']} per packet) " if r.get("values_per_packet", wire.K) != wire.DEFAULT_K
              else "")
           + f"on {r['backend']} in {r['seconds']:.3f} s, {r['goodput_mbps']:.1f} Mb/s per worker, "
           f"{r['packets']} packets, {r['retransmissions']} retransmissions, "

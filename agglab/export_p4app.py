@@ -20,6 +20,7 @@ from controller.job import TreeJob
 from controller.switch_client import SwitchClient
 from controller.topologies import for_run
 from controller.topology import hosts, switches, workers as worker_hosts
+from emulation.p4build import p4c_options
 from ground import addresses, wire
 from ground.paths import P4SRC
 from ground.runspec import RunSpec
@@ -95,9 +96,9 @@ def p4app(spec: RunSpec, out_dir: Path) -> dict:
             "switches": switch_conf,
         },
     }
-    if wire.K != wire.K_VARIANTS[0]:
+    if wire.WIDE:
         # p4run compiles p4_src itself: the wide variant needs its define (p4-utils' P4C takes `opts`)
-        conf["compiler_module"] = {"options": {"opts": f"--target bmv2 --arch v1model --std p4-16 -DAGG_K={wire.K}"}}
+        conf["compiler_module"] = {"options": {"opts": " ".join(p4c_options())}}
     (out_dir / "p4app.json").write_text(json.dumps(conf, indent=2) + "\n")
     return conf
 

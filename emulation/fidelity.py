@@ -49,8 +49,7 @@ def calibration_path() -> Path:
     results/calibration.json in the checkout (per machine: results/ is not committed),
     calibration-k256.json for the wide program variant (4x fewer frames per byte: its own
     ceiling)."""
-    variant = "" if wire.K == wire.K_VARIANTS[0] else f"-k{wire.K}"
-    return Path(os.environ.get("AGGLAB_CALIBRATION") or REPO / "results" / f"calibration{variant}.json")
+    return Path(os.environ.get("AGGLAB_CALIBRATION") or REPO / "results" / f"calibration{wire.variant_suffix()}.json")
 
 
 def load_calibration() -> dict | None:

@@ -24,10 +24,14 @@ def sources_digest() -> str:
     return h.hexdigest()[:16]
 
 
+def p4c_options() -> list[str]:
+    """p4c's options for this run's variant (-DAGG_K): also what p4-utils' p4run is given."""
+    return ["--target", "bmv2", "--arch", "v1model", f"-DAGG_K={wire.K}"]
+
+
 def p4c_command(p4c: str, program: Path, out_dir: Path) -> list[str]:
-    """p4c's command line for `program` as this run's variant (-DAGG_K)."""
-    return [p4c, "--target", "bmv2", "--arch", "v1model", f"-DAGG_K={wire.K}", "-o", str(out_dir),
-            str(program)]
+    """p4c's command line for `program` as this run's variant."""
+    return [p4c, *p4c_options(), "-o", str(out_dir), str(program)]
 
 
 def compile_p4(out_dir: Path | None = None) -> Path:

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None, run_fn: RunFn | None = None, log: TextIO
 def results_name(name: str, k: int) -> str:
     """The results folder of suite `name` in program variant `k`: the wide variant's runs
     (AGGLAB_K=256) get their own folder, so resuming never mixes its rows with 64-value ones."""
-    return name if k == wire.K_VARIANTS[0] else f"{name}-k{k}"
+    return name + wire.variant_suffix(k)
 
 
 def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO) -> int:

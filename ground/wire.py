@@ -65,6 +65,14 @@ class BadVariant(SystemExit):
 
 
 K: int = elements_per_packet()
+DEFAULT_K, WIDE_K = K_VARIANTS
+WIDE: bool = K != DEFAULT_K             # this process runs the wide program variant
+
+
+def variant_suffix(k: int = K) -> str:
+    """'' for the default program, '-k256' for the wide one: how a variant's files
+    (calibration, experiment results) are kept apart."""
+    return "" if k == DEFAULT_K else f"-k{k}"
 UDP_PORT: int = CONST["AGG_UDP_PORT"]
 SLOTS: int = CONST["AGG_SLOTS"]
 MAX_WORKERS: int = CONST["AGG_MAX_WORKERS"]

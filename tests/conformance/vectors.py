@@ -28,7 +28,7 @@ from tests.conformance.frames import build
 VECTOR_ROOT = Path(__file__).parent / "vectors"
 # The program variant's own vectors: register indices are r * K, frame sizes 4 * K,
 # so each K has its set (vectors/ for AGG_K, vectors/k<K>/ for the wide variant).
-VECTOR_DIR = VECTOR_ROOT if wire.K == wire.K_VARIANTS[0] else VECTOR_ROOT / f"k{wire.K}"
+VECTOR_DIR = VECTOR_ROOT / f"k{wire.K}" if wire.WIDE else VECTOR_ROOT
 REGISTER_WIDTHS = {"agg_values": 32, "agg_bitmap": 32, "agg_count": 8, "agg_exp": 8, "agg_final": 8, "agg_block": 32,
                    "agg_rnext": 32, "sp_values": 32, "sp_block": 32, "sp_bitmap": 32, "sp_final": 8, "sp_exp": 8,
                    "sp_rnext": 32, "sp_done": 8, "sp_ack": 32, "sp_next": 32, "sp_exp_next": 8}
