@@ -104,6 +104,13 @@ def bench_daemon(a) -> list[dict]:
     return out
 
 
+def _checked(r: dict) -> dict:
+    """A run's result, or the reason it has no figures (its workers' first errors)."""
+    if r.get("seconds") is None:
+        raise RuntimeError("the run failed: " + "; ".join((r.get("errors") or ["no result"])[:3]))
+    return r
+
+
 def _where_time_went(r: dict) -> str:
     """The run's bottleneck link and CPU use, from its fidelity record and worker reports."""
     f = r.get("fidelity") or {}
@@ -120,7 +127,7 @@ def bench_wire(a) -> list[dict]:
     out = []
     wide = wire.WIDE                              # the optional variant: informational, no target
     for mbps in a.rates:
-        r = run_allreduce(workers=8, elements=a.elements, dtype="int32", bw=mbps)
+        r = _checked(run_allreduce(workers=8, elements=a.elements, dtype="int32", bw=mbps))
         ideal = wire_seconds(a.elements, mbps)
         ratio = r["seconds"] / ideal
         at_target = mbps == 20 and not wide
@@ -317,14 +324,14 @@ def bench_sparse(a) -> list[dict]:
     from emulation.session import run_allreduce
 
     common = dict(workers=8, elements=a.elements, bw=5.0, pattern="overlap")
-    dense = run_allreduce(algorithm="switchml", density=0.1, **common)   # dense time: density-free
+    dense = _checked(run_allreduce(algorithm="switchml", density=0.1, **common))   # dense time: density-free
     ideal = wire_seconds(a.elements, 5.0)
     out = []
     from ground.runspec import RunSpec
 
     sparse_window = RunSpec(algorithm="omnireduce", elements=a.elements, window=a.sparse_window).default_window()
     for density, want in ((0.1, 9), (0.01, 50)):
-        sparse = run_allreduce(algorithm="omnireduce", density=density, window=a.sparse_window, **common)
+        sparse = _checked(run_allreduce(algorithm="omnireduce", density=density, window=a.sparse_window, **common))
         speedup = dense["seconds"] / sparse["seconds"]
         ceiling, frames, blocks = sparse_ceiling(a.elements, density, window=a.sparse_window)
         sparse_wire = frames * wire.FRAME_BYTES * 8 / 5e6

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from mininet.link import Intf, Link
 
+from ground import links
 from ground.rundir import delete_link_group
 
 
@@ -76,9 +77,11 @@ def create_veths(pairs: list[tuple[str, str, int | None]], group: int, offloads_
 
 def htb_lines(ifname: str, mbps: float) -> list[str]:
     """`tc -batch` lines that shape `ifname` to `mbps` as Mininet's TCIntf(bw=mbps) does
-    (htb, one class, burst 15k; a new veth has no qdisc to delete first)."""
+    (htb, one class, burst 15k; a new veth has no qdisc to delete first), but with the
+    cburst of ground/links.py instead of tc's one MTU: the bucket paced hosts send into."""
     return [f"qdisc add dev {ifname} root handle 5:0 htb default 1",
-            f"class add dev {ifname} parent 5:0 classid 5:1 htb rate {mbps:f}Mbit burst 15k"]
+            f"class add dev {ifname} parent 5:0 classid 5:1 htb rate {mbps:f}Mbit burst 15k "
+            f"cburst {links.burst_bytes(mbps)}b"]
 
 
 def shape(rates: dict[str, float]) -> None:

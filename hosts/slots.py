@@ -34,7 +34,7 @@ import weakref
 
 import numpy as np
 
-from ground import wire
+from ground import links, wire
 from ground.runspec import DEFAULT_WINDOW
 from hosts import quantization as qz
 from hosts.consistency import DTYPES, lead_lanes
@@ -129,8 +129,14 @@ class SlotRun:
         self.parked: list[int] = []             # slots whose timer waits for a first result
         self.hold = False                       # the controller is rerouting: no resends until it is done
         self.rtt = RtoEstimator(timeout)
-        # the host's own link: seconds per byte (0: not known, so no queue is modelled)
-        self.byte_time = 8 / (link_mbps * 1e6) if link_mbps else 0.0
+        # the host's own link: seconds per byte (0: not known, so no queue is modelled). A
+        # transport that paces (UdpTransport.pace) sends at links.PACE_SHARE of the link rate:
+        # the departure clock runs at that rate too, or timers would start ever earlier than sends
+        pace = getattr(transport, "pace", None)
+        if pace is not None:
+            pace(link_mbps)                     # None: off (a transport reused without a rate)
+        rate = link_mbps * 1e6 * (links.PACE_SHARE if pace is not None else 1.0) if link_mbps else 0.0
+        self.byte_time = 8 / rate if rate else 0.0
         self.depart = 0.0                       # when the last frame we sent leaves our link
         self.stats = stats_type(blocks=nb, slots=S)
         self.trees = self.parse_trees(tree_of_slot) if tree_of_slot else [tree] * S
@@ -318,8 +324,10 @@ class SlotRun:
                     if self.on_batch(*got, now):
                         last = now
                     if len(got[0]) < COALESCE_BATCH and self.remaining and self.depart > now:
-                        self.tx.flush()         # what we answered leaves first
-                        time.sleep(min(COALESCE_MAX, self.depart - now))
+                        self.tx.flush()         # what we answered leaves first; the pacer may
+                        held = self.tx.held_back()       # want to send more before we look again
+                        pause = min(COALESCE_MAX, self.depart - now)
+                        time.sleep(pause if held is None else min(pause, held))
                     got = recv(0.0) if self.remaining else None
                 now = time.monotonic()
                 if self.control is not None and now >= poll_at:

@@ -13,13 +13,14 @@ import errno
 import os
 import select
 import socket
+import time
 import weakref
 from collections import deque
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from ground import mmsg, wire
+from ground import links, mmsg, wire
 
 BUFFER_BYTES = 16 * 1024 * 1024   # the kernel caps this at net.core.{r,w}mem_max
 RECV_BYTES = 4096                 # payloads are wire.PAYLOAD_BYTES; more is foreign
@@ -75,6 +76,10 @@ class BatchTransport:
         if flush is not None:
             flush()
 
+    def held_back(self) -> None:
+        """Nothing is ever held back here (no pacing): see UdpTransport.held_back."""
+        return None
+
 
 _OPEN: "weakref.WeakSet[UdpTransport]" = weakref.WeakSet()
 
@@ -107,7 +112,8 @@ class UdpTransport:
     (hosts/slots.py flushes), else on `close` or at interpreter exit.
     """
 
-    BATCH = 64
+    BATCH = 64           # unpaced, staged payloads leave once this many are waiting
+    RING = 256           # payloads the send ring holds (paced: those the link can't take yet)
 
     def __init__(self, local_ip: str, service_ip: str, port: int = wire.UDP_PORT,
                  buffer_bytes: int = BUFFER_BYTES, device: str | None = None) -> None:
@@ -125,11 +131,14 @@ class UdpTransport:
         self.dest = (service_ip, port)
         self._timeout: float | None = None
         self.send_errors = 0          # sends refused by the kernel (link down): counted as loss
-        self._staged = 0
+        self._head = self._tail = 0   # the send ring: payloads _head.._tail-1 are staged
+        self._byte_time = 0.0         # seconds per wire byte at the pacing rate; 0 = no pacing
+        self._horizon = self._top_up = 0.0   # book the link this far ahead, once this is left
+        self._free_at = 0.0           # when the paced link has sent everything handed to the kernel
         self._received: deque[bytes] = deque()
         if mmsg.AVAILABLE:
             self.sock.setblocking(False)
-            self._tx = mmsg.MsgBatch(self.BATCH, RECV_BYTES, fd=self.sock.fileno(), dest=self.dest)
+            self._tx = mmsg.MsgBatch(self.RING, RECV_BYTES, fd=self.sock.fileno(), dest=self.dest)
             self._rx = mmsg.MsgBatch(self.BATCH, RECV_BYTES)
             self._poll = select.poll()
             self._poll.register(self.sock, select.POLLIN)
@@ -144,33 +153,90 @@ class UdpTransport:
         """A down link (ENETUNREACH, ENETDOWN) or a full queue (ENOBUFS) is packet loss:
         the retransmission timer recovers, or the controller reports a partition."""
         if self._tx is None or len(payload) > RECV_BYTES:
-            self.flush()
+            self.drain()                # in order: what is staged goes first
             try:
                 self.sock.sendto(payload, self.dest)
             except OSError as exc:
                 self._refused(exc.errno, exc)
             return
-        i = self._staged                # MsgBatch.put, inlined: once per packet
+        if self._tail - self._head == self.RING:
+            self._make_room()
+        i = self._tail % self.RING      # MsgBatch.put, inlined: once per packet
         start = i * self._tx.slot
         self._tx.view[start:start + len(payload)] = payload
         self._tx.iov_len[2 * i + 1] = len(payload)
-        self._staged = i + 1
-        if i + 1 == self.BATCH:
+        self._tail += 1
+        if self._tail - self._head >= self.BATCH and not self._byte_time:
             self.flush()
 
+    def pace(self, mbps: float | None) -> None:
+        """Hand the kernel no more than a `mbps` link can send, like a NIC that paces its
+        transmit queue (ground/links.py: the share of the rate and the burst); None or 0
+        switches pacing off.
+
+        Why: the host's link is a tc htb class. A sender that hands it a whole window at
+        once keeps a standing queue there, and htb then releases every frame from its own
+        timer: one timer interrupt, softirq and wake-up per frame and link, which at 20 Mb/s
+        made the CPU, not the links, the bottleneck (issue 10). Paced a little under the
+        link rate, frames find htb's bucket full and pass straight through in the sending
+        call; they wait here instead, and leave in bursts that fit the bucket."""
+        if mbps:
+            self._byte_time, self._horizon, self._top_up = links.pacing(mbps)
+        else:
+            self._byte_time = 0.0
+
     def flush(self) -> None:
-        """Send every staged payload now, in order; a refused one is lost alone."""
-        done, staged = 0, self._staged
-        self._staged = 0
-        while done < staged:
-            sent = self._tx.send(self._tx.fd, staged, done)
-            done += sent
-            if done < staged:
+        """Send the staged payloads in order (paced: as many as the link's budget allows,
+        the rest at a later flush); a refused one is lost alone."""
+        head, tail, ring = self._head, self._tail, self.RING
+        limit = self._paced_limit(head, tail) if self._byte_time else tail
+        while head < limit:                 # one sendmmsg per contiguous run of the ring
+            start = head % ring
+            end = min(start + limit - head, ring)
+            sent = self._tx.send(self._tx.fd, end, start)
+            head += sent
+            if start + sent < end:
                 if self._tx.errno not in (0, errno.EAGAIN):
                     self._refused(self._tx.errno, None)
                 else:
                     self.send_errors += 1
-                done += 1
+                head += 1
+        self._head = head
+
+    def _paced_limit(self, head: int, tail: int) -> int:
+        """How far the staged payloads head..tail-1 may leave now: each books its wire time
+        on the paced link, booked at most `_horizon` ahead, and only once less than `_top_up`
+        is left (so a backlog leaves in a few large calls, not one by one)."""
+        now = time.monotonic()
+        if self._free_at - now > self._top_up:
+            return head
+        free, horizon, byte_time = max(self._free_at, now), now + self._horizon, self._byte_time
+        lengths, offset, ring, i = self._tx.iov_len, wire.AGG_OFFSET, self.RING, head
+        while i < tail and free <= horizon:
+            free += (lengths[2 * (i % ring) + 1] + offset) * byte_time
+            i += 1
+        self._free_at = free
+        return i
+
+    def held_back(self) -> float | None:
+        """Seconds until the pacer lets the next staged payload go (None: none is held)."""
+        if self._head == self._tail or not self._byte_time:
+            return None
+        return max(0.0, self._free_at - self._top_up - time.monotonic())
+
+    def _make_room(self) -> None:
+        """The ring is full of payloads the pacer holds back: wait until some may leave (as a
+        full NIC queue blocks its sender)."""
+        while self._tail - self._head == self.RING:
+            time.sleep(self.held_back() or 0.0)
+            self.flush()
+
+    def drain(self) -> None:
+        """Send everything staged, waiting for the pacer where it holds payloads back."""
+        self.flush()
+        while self._head != self._tail:
+            time.sleep(self.held_back() or 0.0)
+            self.flush()
 
     def _refused(self, err: int, exc: OSError | None) -> None:
         if err not in (errno.ENETUNREACH, errno.ENETDOWN, errno.EHOSTUNREACH, errno.ENOBUFS):
@@ -182,11 +248,7 @@ class UdpTransport:
             return self._received.popleft()
         if self._rx is None:
             return self._recv_one(timeout)
-        if self._staged:
-            self.flush()
-        n = self._rx.recv(self.sock.fileno())
-        if not n and timeout > 0 and self._poll.poll(timeout * 1000):
-            n = self._rx.recv(self.sock.fileno())
+        n = self._receive(timeout)
         if not n:
             return None
         frame = self._rx.frame
@@ -198,15 +260,32 @@ class UdpTransport:
         the receive arena (no copy; valid until the next receive), or None after `timeout`."""
         if self._rx is None or self._received:
             return self._fallback.recv_batch(timeout)
-        if self._staged:
-            self.flush()
-        fd = self.sock.fileno()
-        n = self._rx.recv(fd)
-        if not n and timeout > 0 and self._poll.poll(timeout * 1000):
-            n = self._rx.recv(fd)
+        n = self._receive(timeout)
         if not n:
             return None
         return self._rx.rows[:n], self._rx.received[:n]
+
+    def _receive(self, timeout: float) -> int:
+        """What is staged leaves (as the pacer allows), then one recvmmsg; with nothing
+        waiting, wait up to `timeout` for a payload, waking early for what the pacer held."""
+        if self._head != self._tail:
+            self.flush()
+        fd = self.sock.fileno()
+        n = self._rx.recv(fd)
+        if n or timeout <= 0:
+            return n
+        end = time.monotonic() + timeout
+        held = self.held_back()
+        while held is not None and held < timeout:
+            # select, not poll: the pacer's waits are shorter than poll's millisecond
+            if select.select((fd,), (), (), held)[0]:
+                return self._rx.recv(fd)
+            self.flush()
+            timeout = end - time.monotonic()
+            if timeout <= 0:
+                return self._rx.recv(fd)
+            held = self.held_back()
+        return self._rx.recv(fd) if self._poll.poll(timeout * 1000) else 0
 
     def _recv_one(self, timeout: float) -> bytes | None:
         """Without recvmmsg: one payload per call, waiting with a socket timeout."""
@@ -221,8 +300,8 @@ class UdpTransport:
 
     def close(self) -> None:
         try:
-            if self._staged and self.sock.fileno() >= 0:
-                self.flush()
+            if self._head != self._tail and self.sock.fileno() >= 0:
+                self.drain()
         finally:
             _OPEN.discard(self)
             self.sock.close()

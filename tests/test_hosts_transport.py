@@ -145,3 +145,81 @@ def test_recv_batch_hands_out_every_waiting_payload_in_order():
     finally:
         t.close()
         peer.close()
+
+
+class _FakeClock:
+    """monotonic() and sleep() for hosts.transport: sleeping moves the clock, nothing waits."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def monotonic(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += max(seconds, 1e-6)
+
+
+def test_a_paced_transport_never_hands_the_link_more_than_its_bucket_and_keeps_order(monkeypatch):
+    """What pacing promises the link (ground/links.py): at no moment has the host handed its
+    htb class more bytes than a token bucket of the link's cburst, refilled at the link rate,
+    holds; so htb never has to hold a frame back. The bucket here is the test's own model of
+    htb (6,000 bytes at 5 Mb/s: the cburst floor), not the transport's."""
+    from hosts import transport as transport_module
+
+    clock = _FakeClock()
+    monkeypatch.setattr(transport_module, "time", clock)
+    mbps, bucket = 5.0, 6000.0
+    rate = mbps * 1e6 / 8                                      # bytes per second
+    port = free_port()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as svc:
+        svc.bind((SERVICE, port))
+        svc.settimeout(2.0)
+        svc.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        t = UdpTransport("127.0.0.1", SERVICE, port=port)
+        t.pace(mbps)
+        tokens, last, handed = bucket, clock.now, []
+        send = t._tx.send
+
+        def metered(fd, end, start):
+            nonlocal tokens, last
+            tokens = min(bucket, tokens + (clock.now - last) * rate)
+            last = clock.now
+            n = send(fd, end, start)
+            for i in range(start, start + n):
+                tokens -= t._tx.iov_len[2 * i + 1] + 42          # + Ethernet, IPv4, UDP headers
+                assert tokens >= 0, "the paced burst overran the link's bucket"
+            handed.append(n)
+            return n
+
+        t._tx.send = metered
+        sizes = [100 + (i * 37) % 900 for i in range(300)]     # more than the 256-frame ring
+        payloads = [i.to_bytes(2, "big") * (sizes[i] // 2) for i in range(300)]
+        start = clock.now
+        for p in payloads:
+            t.send(p)
+        assert t.held_back() is not None               # the link could not take them all yet
+        t.drain()
+        wire_time = sum(len(p) + 42 for p in payloads) / rate
+        # the link's rate is kept on average too (the bucket allows at most one bucket early)
+        assert clock.now - start >= wire_time - bucket / rate
+        # frames left in bursts, not one per call
+        assert len(handed) < len(payloads) / 3
+        t.close()
+        assert [svc.recv(2048) for _ in payloads] == payloads
+
+
+def test_an_unpaced_transport_holds_nothing_back():
+    port = free_port()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as svc:
+        svc.bind((SERVICE, port))
+        svc.settimeout(2.0)
+        t = UdpTransport("127.0.0.1", SERVICE, port=port)
+        t.pace(20.0)
+        t.pace(None)                                   # switched off again
+        for i in range(70):
+            t.send(b"%d" % i)
+        assert t.held_back() is None
+        t.flush()
+        assert [svc.recv(64) for _ in range(70)] == [b"%d" % i for i in range(70)]
+        t.close()

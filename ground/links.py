@@ -1,0 +1,36 @@
+"""The emulated link's burst, shared by the links (tc htb, emulation/veths.py) and the hosts
+that pace their sends onto them (hosts/transport.py `UdpTransport.pace`).
+
+Why one place: a link is an htb class with ceil equal to rate, so what a frame waits on is
+the class's cburst bucket. A host that paces its sends must hand the link bursts that fit
+in that bucket, or htb holds the rest back and releases them one by one from its timer: a
+timer interrupt, softirq and wake-up per frame and link, the cost that made 8 workers at
+20 Mb/s CPU-bound (issue 10). The two numbers only work together, so they live together.
+
+The bucket is LINK_BURST_S of link time, at least LINK_BURST_MIN bytes (four full-size
+frames): tc's default cburst is one MTU. A transfer we time (megabytes) is thousands of
+buckets long, so the bucket shortens no timed transfer by more than a fraction of a percent.
+A pacer books the link at most half a bucket ahead and tops it up once an eighth is left:
+bursts of three eighths of the bucket (nine frames of K=64 values at 20 Mb/s), and the
+bucket is never emptied by them.
+"""
+
+from __future__ import annotations
+
+LINK_BURST_S = 0.002          # the link bucket: this much link time ...
+LINK_BURST_MIN = 6000         # ... and at least this many bytes
+PACE_SHARE = 0.995            # a paced host sends at this share of its link's rate
+
+
+def burst_bytes(mbps: float) -> int:
+    """The htb cburst of a `mbps` link, bytes."""
+    return max(LINK_BURST_MIN, int(mbps * 1e6 / 8 * LINK_BURST_S))
+
+
+def pacing(mbps: float) -> tuple[float, float, float]:
+    """(seconds per wire byte, booking horizon s, top-up mark s) of a host paced onto a
+    `mbps` link: send at PACE_SHARE of the rate, at most half a bucket booked ahead, topped
+    up once less than an eighth is left."""
+    byte_time = 8 / (mbps * 1e6 * PACE_SHARE)
+    bucket_s = burst_bytes(mbps) * byte_time
+    return byte_time, bucket_s / 2, bucket_s / 8
