@@ -110,6 +110,10 @@ class UdpTransport:
     than the handling of the burst in hand. What an agent stages after its last `recv`
     (an acknowledgement of the final result) leaves when the allreduce returns
     (hosts/slots.py flushes), else on `close` or at interpreter exit.
+
+    Paced (`pace`, which the agents call with their link's rate): staged payloads leave no
+    faster than the link takes them, the others wait in the send ring; `recv` and
+    `recv_batch` wake up early to send them, and `held_back` says when the next may go.
     """
 
     BATCH = 64           # unpaced, staged payloads leave once this many are waiting
