@@ -11,8 +11,12 @@ The bucket is LINK_BURST_S of link time, at least LINK_BURST_MIN bytes (four ful
 frames): tc's default cburst is one MTU. A transfer we time (megabytes) is thousands of
 buckets long, so the bucket shortens no timed transfer by more than a fraction of a percent.
 A pacer books the link at most half a bucket ahead and tops it up once an eighth is left:
-bursts of three eighths of the bucket (nine frames of K=64 values at 20 Mb/s), and the
-bucket is never emptied by them.
+bursts of three eighths of the bucket (nine frames of K=64 values at 20 Mb/s). A pacer that
+woke late (its process was not running) may book up to a quarter of a bucket in the past:
+the link was idle that long, and htb's bucket refilled meanwhile. Then the pacer's sends
+keep to the link's schedule (and to the departure clock of the agents, hosts/slots.py
+`leaves`) instead of losing the time. In any interval the pacer hands the link at most its
+rate times the interval plus three quarters of a bucket, so htb never holds a frame back.
 """
 
 from __future__ import annotations
@@ -27,10 +31,11 @@ def burst_bytes(mbps: float) -> int:
     return max(LINK_BURST_MIN, int(mbps * 1e6 / 8 * LINK_BURST_S))
 
 
-def pacing(mbps: float) -> tuple[float, float, float]:
-    """(seconds per wire byte, booking horizon s, top-up mark s) of a host paced onto a
-    `mbps` link: send at PACE_SHARE of the rate, at most half a bucket booked ahead, topped
-    up once less than an eighth is left."""
+def pacing(mbps: float) -> tuple[float, float, float, float]:
+    """(seconds per wire byte, booking horizon, top-up mark, catch-up) of a host paced onto
+    a `mbps` link, the last three in seconds: send at PACE_SHARE of the rate, at most half a
+    bucket booked ahead, topped up once less than an eighth is left, at most a quarter of a
+    bucket booked in the past."""
     byte_time = 8 / (mbps * 1e6 * PACE_SHARE)
     bucket_s = burst_bytes(mbps) * byte_time
-    return byte_time, bucket_s / 2, bucket_s / 8
+    return byte_time, bucket_s / 2, bucket_s / 8, bucket_s / 4

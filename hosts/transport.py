@@ -137,7 +137,8 @@ class UdpTransport:
         self.send_errors = 0          # sends refused by the kernel (link down): counted as loss
         self._head = self._tail = 0   # the send ring: payloads _head.._tail-1 are staged
         self._byte_time = 0.0         # seconds per wire byte at the pacing rate; 0 = no pacing
-        self._horizon = self._top_up = 0.0   # book the link this far ahead, once this is left
+        self._horizon = self._top_up = 0.0   # book the link this far ahead, once this is left,
+        self._catch_up = 0.0                 # and at most this far in the past (ground/links.py)
         self._free_at = 0.0           # when the paced link has sent everything handed to the kernel
         self._received: deque[bytes] = deque()
         if mmsg.AVAILABLE:
@@ -185,7 +186,7 @@ class UdpTransport:
         link rate, frames find htb's bucket full and pass straight through in the sending
         call; they wait here instead, and leave in bursts that fit the bucket."""
         if mbps:
-            self._byte_time, self._horizon, self._top_up = links.pacing(mbps)
+            self._byte_time, self._horizon, self._top_up, self._catch_up = links.pacing(mbps)
         else:
             self._byte_time = 0.0
 
@@ -210,11 +211,12 @@ class UdpTransport:
     def _paced_limit(self, head: int, tail: int) -> int:
         """How far the staged payloads head..tail-1 may leave now: each books its wire time
         on the paced link, booked at most `_horizon` ahead, and only once less than `_top_up`
-        is left (so a backlog leaves in a few large calls, not one by one)."""
+        is left (so a backlog leaves in a few large calls, not one by one); after a late
+        wake-up, from at most `_catch_up` in the past (the link's bucket refilled meanwhile)."""
         now = time.monotonic()
         if self._free_at - now > self._top_up:
             return head
-        free, horizon, byte_time = max(self._free_at, now), now + self._horizon, self._byte_time
+        free, horizon, byte_time = max(self._free_at, now - self._catch_up), now + self._horizon, self._byte_time
         lengths, offset, ring, i = self._tx.iov_len, wire.AGG_OFFSET, self.RING, head
         while i < tail and free <= horizon:
             free += (lengths[2 * (i % ring) + 1] + offset) * byte_time
