@@ -6,6 +6,7 @@ proves the agent works over real datagrams, on a free port so it cannot
 collide with anything else on the machine.
 """
 
+import contextlib
 import socket
 import threading
 
@@ -95,12 +96,19 @@ def test_rto_estimator():
     assert r.rto == MAX_RTO
 
 
-def test_staged_payloads_leave_in_order_before_recv_waits_and_on_close():
+@contextlib.contextmanager
+def service_and_transport():
+    """(a socket standing in for the aggregation service, a transport sending to it)."""
     port = free_port()
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as svc:
         svc.bind((SERVICE, port))
         svc.settimeout(2.0)
-        t = UdpTransport("127.0.0.1", SERVICE, port=port)
+        svc.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        yield svc, UdpTransport("127.0.0.1", SERVICE, port=port)
+
+
+def test_staged_payloads_leave_in_order_before_recv_waits_and_on_close():
+    with service_and_transport() as (svc, t):
         for i in range(100):                          # more than one batch
             t.send(i.to_bytes(2, "big") * 5)
         assert t.recv(0.0) is None                    # nothing came back, but the rest went out
@@ -174,12 +182,7 @@ def test_a_paced_transport_never_hands_the_link_more_than_its_bucket_and_keeps_o
     monkeypatch.setattr(transport_module, "time", clock)
     mbps, bucket = 5.0, 6000.0
     rate = mbps * 1e6 / 8                                      # bytes per second
-    port = free_port()
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as svc:
-        svc.bind((SERVICE, port))
-        svc.settimeout(2.0)
-        svc.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-        t = UdpTransport("127.0.0.1", SERVICE, port=port)
+    with service_and_transport() as (svc, t):
         t.pace(mbps)
         tokens, last, handed = bucket, clock.now, []
         send = t._tx.send
@@ -215,11 +218,7 @@ def test_a_paced_transport_never_hands_the_link_more_than_its_bucket_and_keeps_o
 
 
 def test_an_unpaced_transport_holds_nothing_back():
-    port = free_port()
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as svc:
-        svc.bind((SERVICE, port))
-        svc.settimeout(2.0)
-        t = UdpTransport("127.0.0.1", SERVICE, port=port)
+    with service_and_transport() as (svc, t):
         t.pace(20.0)
         t.pace(None)                                   # switched off again
         for i in range(70):
