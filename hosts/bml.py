@@ -19,7 +19,10 @@ from hosts.agent import allreduce
 from hosts.transport import UdpTransport
 
 
-def allreduce_bml(array: np.ndarray, plan: dict, service_ip: str, give_up: float = 10.0):
+def allreduce_bml(array: np.ndarray, plan: dict, service_ip: str, give_up: float = 10.0,
+                  link_mbps: float | None = None):
+    """Sum `array` over the plan's BCube servers; `link_mbps`, the rate of this server's
+    slowest NIC, paces every NIC's agent (hosts/transport.py `pace`)."""
     levels, n = plan["levels"], plan["n"]
     parts = [p.copy() for p in np.array_split(np.asarray(array), levels)]
     done = [threading.Event() for _ in range(levels * levels)]       # (part, stage) finished
@@ -43,7 +46,8 @@ def allreduce_bml(array: np.ndarray, plan: dict, service_ip: str, give_up: float
                     return
                 window = max(1, min(plan["window"], -(-len(parts[part]) // wire.K)))
                 parts[part], stats = allreduce(parts[part], transport=transport, rank=rank, workers=n,
-                                               tree=part, window=window, give_up=give_up, return_stats=True)
+                                               tree=part, window=window, give_up=give_up, return_stats=True,
+                                               link_mbps=link_mbps)
                 with lock:
                     for key in totals:
                         totals[key] += getattr(stats, key)

@@ -122,7 +122,7 @@ def _prepare_bml(run_plan: RunPlan, seat: WorkerSeat, data):
         from hosts.bml import allreduce_bml
 
         def run():
-            return allreduce_bml(data, plan, run_plan.service_ip, give_up=give_up)
+            return allreduce_bml(data, plan, run_plan.service_ip, give_up=give_up, link_mbps=seat.link_mbps)
 
     def go():
         started = time.monotonic()
