@@ -218,6 +218,34 @@ def test_timers_start_when_a_packet_leaves_a_slow_link(monkeypatch, told):
         assert stats.batches >= 0.9 * stats.results_accepted    # woken for (almost) every result
 
 
+class _PacedSlowLink(_SlowLink):
+    """A _SlowLink whose sender can be paced (as UdpTransport can): records the rates asked."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.paced = []
+
+    def pace(self, mbps):
+        self.paced.append(mbps)
+
+
+@pytest.mark.parametrize("mbps", [5, None])
+def test_an_agent_paces_a_transport_that_can_at_its_link_rate(monkeypatch, mbps):
+    """Told its link rate, the agent has its transport pace onto it; untold, it switches
+    pacing off (a transport reused across calls). Its departure clock then runs a little
+    slower than the link (the pacer's share of it), never faster, so no timer fires early."""
+    clock = _FakeClock()
+    monkeypatch.setattr(slots_module, "time", clock)
+    link = _PacedSlowLink(clock, mbps=5)
+    x = np.arange(200 * K, dtype=np.int32)
+    out, stats = allreduce(x, transport=link, rank=0, workers=1, window=32, return_stats=True,
+                           link_mbps=mbps)
+    assert np.array_equal(out, x)
+    assert link.paced == [mbps]
+    if mbps:
+        assert stats.retransmissions == 0
+
+
 class _Echo:
     """One-worker 'switch' that answers every packet, plus junk and a copy `delay` sends later.
 
