@@ -194,6 +194,8 @@ class UdpTransport:
         """Send the staged payloads in order (paced: as many as the link's budget allows,
         the rest at a later flush); a refused one is lost alone."""
         head, tail, ring = self._head, self._tail, self.RING
+        if head == tail:
+            return
         limit = self._paced_limit(head, tail) if self._byte_time else tail
         while head < limit:                 # one sendmmsg per contiguous run of the ring
             start = head % ring
