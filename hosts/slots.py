@@ -130,13 +130,16 @@ class SlotRun:
         self.hold = False                       # the controller is rerouting: no resends until it is done
         self.rtt = RtoEstimator(timeout)
         # the host's own link: seconds per byte (0: not known, so no queue is modelled). A
-        # transport that paces (UdpTransport.pace) sends at links.PACE_SHARE of the link rate:
-        # the departure clock runs at that rate too, or timers would start ever earlier than sends
+        # transport that paces (UdpTransport.pace) sends a little under the link rate
+        # (ground/links.py): the departure clock runs at the pacer's rate, or timers would
+        # start ever earlier than sends
         pace = getattr(transport, "pace", None)
         if pace is not None:
             pace(link_mbps)                     # None: off (a transport reused without a rate)
-        rate = link_mbps * 1e6 * (links.PACE_SHARE if pace is not None else 1.0) if link_mbps else 0.0
-        self.byte_time = 8 / rate if rate else 0.0
+        if not link_mbps:
+            self.byte_time = 0.0
+        else:
+            self.byte_time = links.pacing(link_mbps)[0] if pace is not None else 8 / (link_mbps * 1e6)
         self.depart = 0.0                       # when the last frame we sent leaves our link
         self.stats = stats_type(blocks=nb, slots=S)
         self.trees = self.parse_trees(tree_of_slot) if tree_of_slot else [tree] * S

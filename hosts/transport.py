@@ -165,7 +165,7 @@ class UdpTransport:
                 self._refused(exc.errno, exc)
             return
         if self._tail - self._head == self.RING:
-            self._make_room()
+            self._wait_out(self.RING - 1)
         i = self._tail % self.RING      # MsgBatch.put, inlined: once per packet
         start = i * self._tx.slot
         self._tx.view[start:start + len(payload)] = payload
@@ -232,19 +232,17 @@ class UdpTransport:
             return None
         return max(0.0, self._free_at - self._top_up - time.monotonic())
 
-    def _make_room(self) -> None:
-        """The ring is full of payloads the pacer holds back: wait until some may leave (as a
-        full NIC queue blocks its sender)."""
-        while self._tail - self._head == self.RING:
+    def _wait_out(self, keep: int) -> None:
+        """Send, waiting for the pacer, until at most `keep` payloads are staged: `keep` below
+        RING when the ring is full (a full NIC queue blocks its sender), 0 to drain."""
+        self.flush()
+        while self._tail - self._head > keep:
             time.sleep(self.held_back() or 0.0)
             self.flush()
 
     def drain(self) -> None:
         """Send everything staged, waiting for the pacer where it holds payloads back."""
-        self.flush()
-        while self._head != self._tail:
-            time.sleep(self.held_back() or 0.0)
-            self.flush()
+        self._wait_out(0)
 
     def _refused(self, err: int, exc: OSError | None) -> None:
         if err not in (errno.ENETUNREACH, errno.ENETDOWN, errno.EHOSTUNREACH, errno.ENOBUFS):
