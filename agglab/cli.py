@@ -23,6 +23,7 @@ import dataclasses
 from dataclasses import fields
 
 from ground import wire
+from ground import schemes
 from ground.runspec import ALGORITHMS, BACKENDS, DTYPES, PATTERNS, TREES, RunSpec
 
 
@@ -164,8 +165,7 @@ def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
     opt("--tree", default=d["tree"], choices=TREES,
         help=f"aggregation tree algorithm (default {d['tree']}; bml goes with bcube)")
     opt("--algorithm", choices=ALGORITHMS, default=d["algorithm"],
-        help="in the switches: dense SwitchML pipeline (default) or block-sparse OmniReduce pipeline; "
-             "on the hosts over TCP (switches only forward): ring or ps (sharded parameter server)")
+        help=f"aggregation scheme (default {d['algorithm']}): {schemes.help_text()}")
     opt("--density", type=float, default=d["density"], help="fraction of non-zero blocks (block-sparse data)")
     opt("--pattern", choices=PATTERNS, default=d["pattern"],
         help="block-sparse data: where the non-zero blocks are across workers")

@@ -15,12 +15,10 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from ground import wire
+from ground.schemes import DEFAULT_WINDOW, HOST_BASELINES, IN_NETWORK, NAMES as ALGORITHMS, SPARSE_WINDOW, SCHEMES
 
 TOPOLOGIES = ("single", "leafspine", "fattree", "bcube")      # or a YAML file
 TREES = ("spt", "rat", "packing", "bml")
-IN_NETWORK = ("switchml", "omnireduce")                  # the switches aggregate
-HOST_BASELINES = ("ring", "ps")                          # hosts sum over TCP, switches only forward
-ALGORITHMS = IN_NETWORK + HOST_BASELINES
 PATTERNS = ("random", "overlap", "disjoint")
 DTYPES = ("int32", "float32")
 BACKENDS = ("soft", "bmv2")
@@ -96,15 +94,8 @@ class SwitchFailSpec:
                              "(NAME@F) to test the partition")
 
 
-# Outstanding slots per worker when a run does not say (hosts/slots.py uses the same).
-# Dense: 128 keeps a 20 Mb/s link busy through the emulator's millisecond round trips.
-# Sparse: every call starts each slot with a dense lead frame, so the window is a per-call
-# cost in frames; 32 slots still keep the link busy (only columns with data send), and the
-# lead overhead drops 4x. Measured (8 workers x 1M int32, overlap, 5 Mb/s, one switch):
-# speed-up over dense 8.6x / 33x at window 128, 9.0x / 41x at 64, 9.3x / 64x at 32,
-# 9.8x / 74x at 16 (density 0.1 / 0.01); at 20 Mb/s 32 beats 16 and 64 (4.1x / 21x, sparse CPU-bound).
-DEFAULT_WINDOW = 128
-SPARSE_WINDOW = 32
+__all__ = ["ALGORITHMS", "DEFAULT_WINDOW", "HOST_BASELINES", "IN_NETWORK", "SPARSE_WINDOW", "RunPlan",
+           "RunSpec", "FailSpec", "SwitchFailSpec", "WorkerSeat"]
 
 
 @dataclass
@@ -123,7 +114,7 @@ class RunSpec:
     k: int | None = None               # fat-tree k / BCube k
     tree: str = "spt"                  # spt | rat | packing | bml (BCube only)
     bml_variant: str = "in-network"    # in-network | host
-    algorithm: str = "switchml"        # switchml (dense) | omnireduce (block-sparse) | ring | ps (host baselines)
+    algorithm: str = "switchml"        # a scheme of ground/schemes.py
     density: float = 1.0               # fraction of non-zero blocks (block-sparse data)
     pattern: str = "random"            # block-sparse data: random | overlap | disjoint
     block_size: int | None = None      # omnireduce: values per block (multiple of K)
@@ -140,7 +131,8 @@ class RunSpec:
     @property
     def sparse_data(self) -> bool:
         """Block-sparse inputs: for omnireduce, or for the dense pipeline on the same data."""
-        return self.algorithm == "omnireduce" or self.density < 1.0
+        known = SCHEMES.get(self.algorithm)
+        return bool(known and known.sparse) or self.density < 1.0
 
     @property
     def host_baseline(self) -> bool:
@@ -174,10 +166,10 @@ class RunSpec:
         return self.job_loss[job] if self.job_loss else self.loss
 
     def default_window(self) -> int:
-        """Outstanding slots per worker: the asked window (else the algorithm's default,
-        DEFAULT_WINDOW or SPARSE_WINDOW), at most the blocks and the job's slots."""
+        """Outstanding slots per worker: the asked window (else the scheme's default,
+        ground/schemes.py), at most the blocks and the job's slots."""
         blocks = -(-self.elements // wire.K)
-        default = SPARSE_WINDOW if self.algorithm == "omnireduce" else DEFAULT_WINDOW
+        default = SCHEMES[self.algorithm].window
         return max(1, min(self.window or default, blocks, self.slots_per_job))
 
     def elements_of(self, rank: int) -> int:
@@ -224,9 +216,11 @@ class RunSpec:
         if not 0 <= self.zero_workers <= self.workers:
             raise ValueError(f"--zero-workers must be within 0..{self.workers} (the workers), got {self.zero_workers}")
         if self.zero_workers and not self.sparse_data:
-            raise ValueError("--zero-workers goes with block-sparse data (--algorithm omnireduce or --density < 1)")
-        if self.algorithm == "omnireduce" and self.tree == "bml":
-            raise ValueError("--algorithm omnireduce runs on switch trees (spt, rat, packing), not BML")
+            sparse = [n for n, s in SCHEMES.items() if s.sparse]
+            raise ValueError(f"--zero-workers goes with block-sparse data (--algorithm {' or '.join(sparse)} "
+                             "or --density < 1)")
+        if self.algorithm in SCHEMES and SCHEMES[self.algorithm].sparse and self.tree == "bml":
+            raise ValueError(f"--algorithm {self.algorithm} runs on switch trees (spt, rat, packing), not BML")
         if self.fail and self.tree == "bml":
             raise ValueError("--fail: BML on BCube cannot reroute (its schedule needs every server NIC); "
                              "fail links on a switch tree (spt, rat, packing) instead")
@@ -244,7 +238,8 @@ class RunSpec:
         if self.jobs > 1:
             if self.algorithm not in IN_NETWORK or self.tree == "bml":
                 raise ValueError(f"--jobs {self.jobs}: concurrent jobs share the switches' slots; they run the "
-                                 "in-network pipelines on switch trees (switchml or omnireduce, spt/rat/packing)")
+                                 f"in-network pipelines on switch trees ({' or '.join(IN_NETWORK)}, "
+                                 "spt/rat/packing)")
             if self.fail:
                 raise ValueError(f"--jobs {self.jobs}: --fail with several jobs is not supported yet (each job "
                                  "would reroute on its own); run one job to fail links")

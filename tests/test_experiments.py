@@ -118,20 +118,6 @@ def test_bad_definitions_name_the_key(raw, where, tmp_path):
     assert where in str(exc.value)
 
 
-def test_a_missing_baseline_is_a_point_error_not_a_crash(tmp_path, monkeypatch):
-    """A build without the hosts' baselines: their points carry an error, the rest run."""
-    import experiments.definition as definition
-    import ground.runspec as runspec
-
-    monkeypatch.setattr(runspec, "ALGORITHMS", ("switchml", "omnireduce"))
-    monkeypatch.setattr(definition, "ALGORITHMS", ("switchml", "omnireduce"))
-    d = parse_definition(base(series={"ring": {"algorithm": "ring"}, "in-network": {}}))
-    points = d.points(5.0, tmp_path)
-    ring = [p for p in points if p.series == "ring"]
-    assert len(ring) == 2 and all(p.spec is None and "'ring' is not available" in p.error for p in ring)
-    assert all(p.spec is not None for p in points if p.series == "in-network")
-
-
 def test_any_runspec_field_can_be_swept(tmp_path):
     d = parse_definition(base(sweep={"dtype": ["int32", "float32"], "loss": [0.0, 0.01], "window": [8]}))
     specs = [p.spec for p in d.points(5.0, tmp_path)]
