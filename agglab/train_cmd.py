@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+from controller.trees import SWITCH_TREES
 from ground import schemes
 
 PROFILE_MODELS = ("resnet50", "vgg16", "bert-base")
@@ -43,7 +44,8 @@ def add_train_parser(sub) -> None:
                    help="take link A-B down at FRACTION of the training steps ('tree@0.5': a tree link)")
     t.add_argument("--topology", default="single")
     t.add_argument("--k", type=int, default=None)
-    t.add_argument("--tree", default="spt", choices=["spt", "rat", "packing"])
+    t.add_argument("--tree", default="spt", choices=SWITCH_TREES,
+                   help="aggregation tree algorithm (a module of controller/trees/)")
     t.add_argument("--bw", type=float, default=None, help="emulated link rate in Mb/s (tc htb); "
                    "--profile-only defaults to 5")
     t.add_argument("--backend", choices=["soft", "bmv2"], default="soft")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from controller.trees import SWITCH_TREES
 from emulation.session import Session
 from ground.runspec import RunSpec
 from hosts import communicator
@@ -31,8 +32,8 @@ def check_train_spec(spec: RunSpec, cfg: Config) -> None:
     if spec.algorithm not in communicator.ALGORITHMS:
         raise ValueError(f"--algorithm {spec.algorithm} has no allreduce in this build "
                          f"(have: {', '.join(sorted(communicator.ALGORITHMS))})")
-    if spec.tree == "bml":
-        raise ValueError("agglab train runs on switch trees (spt, rat, packing), not --tree bml")
+    if spec.tree not in SWITCH_TREES:
+        raise ValueError(f"agglab train runs on switch trees ({', '.join(SWITCH_TREES)}), not --tree {spec.tree}")
     if cfg.steps < 1 or cfg.batch < 1 or cfg.lr <= 0:
         raise ValueError("--steps, --batch and --lr must be positive")
     if not 0 < cfg.topk <= 1:

@@ -18,7 +18,21 @@ from ground import wire
 from ground.schemes import DEFAULT_WINDOW, HOST_BASELINES, IN_NETWORK, NAMES as ALGORITHMS, SPARSE_WINDOW, SCHEMES
 
 TOPOLOGIES = ("single", "leafspine", "fattree", "bcube")      # or a YAML file
-TREES = ("spt", "rat", "packing", "bml")
+# The tree algorithms. The controller discovers them (one module per algorithm in
+# controller/trees/) and registers their names here with `register_trees`, because the
+# ground layer cannot import the controller; until then any identifier passes the check.
+TREES: list[str] = []
+BCUBE_TREE = "bml"                       # BCube's stage schedule: the one tree for --topology bcube
+
+
+def register_trees(names) -> None:
+    """The controller's discovered tree algorithms (controller/trees/__init__.py)."""
+    TREES[:] = list(names)
+
+
+def switch_trees() -> str:
+    """The tree algorithms that span switches, for messages: 'spt, rat, packing'."""
+    return ", ".join(t for t in TREES if t != BCUBE_TREE) or "spt"
 PATTERNS = ("random", "overlap", "disjoint")
 DTYPES = ("int32", "float32")
 BACKENDS = ("soft", "bmv2")
@@ -197,8 +211,8 @@ class RunSpec:
         if self.topology not in TOPOLOGIES and not self.topology.endswith((".yaml", ".yml")):
             raise ValueError(f"--topology must be one of {', '.join(TOPOLOGIES)} or a .yaml file, "
                              f"got {self.topology!r}")
-        if self.tree not in TREES:
-            raise ValueError(f"--tree must be spt, rat, packing or bml, got {self.tree!r}")
+        if not re.fullmatch(r"[a-z_][a-z0-9_]*", self.tree) or (TREES and self.tree not in TREES):
+            raise ValueError(f"--tree must be one of {', '.join(TREES) or 'the tree algorithms'}, got {self.tree!r}")
         if self.host_baseline and self.topology == "bcube":
             raise ValueError(f"--algorithm {self.algorithm} runs between single-NIC hosts over IP routes; "
                              "BCube's servers have several NICs and relay: use --tree bml --bml-variant host")
@@ -220,13 +234,13 @@ class RunSpec:
             raise ValueError(f"--zero-workers goes with block-sparse data (--algorithm {' or '.join(sparse)} "
                              "or --density < 1)")
         if self.algorithm in SCHEMES and SCHEMES[self.algorithm].sparse and self.tree == "bml":
-            raise ValueError(f"--algorithm {self.algorithm} runs on switch trees (spt, rat, packing), not BML")
+            raise ValueError(f"--algorithm {self.algorithm} runs on switch trees ({switch_trees()}), not BML")
         if self.fail and self.tree == "bml":
             raise ValueError("--fail: BML on BCube cannot reroute (its schedule needs every server NIC); "
-                             "fail links on a switch tree (spt, rat, packing) instead")
+                             f"fail links on a switch tree ({switch_trees()}) instead")
         if self.fail_switch and self.tree == "bml":
             raise ValueError("--fail-switch: BML on BCube cannot reroute (its schedule needs every server NIC); "
-                             "fail switches on a switch tree (spt, rat, packing) instead")
+                             f"fail switches on a switch tree ({switch_trees()}) instead")
         if self.host_baseline and self.tree != "spt":
             raise ValueError(f"--algorithm {self.algorithm} sums on the hosts over IP shortest paths: "
                              f"--tree {self.tree} (aggregation trees"
@@ -239,7 +253,7 @@ class RunSpec:
             if self.algorithm not in IN_NETWORK or self.tree == "bml":
                 raise ValueError(f"--jobs {self.jobs}: concurrent jobs share the switches' slots; they run the "
                                  f"in-network pipelines on switch trees ({' or '.join(IN_NETWORK)}, "
-                                 "spt/rat/packing)")
+                                 f"{switch_trees()})")
             if self.fail:
                 raise ValueError(f"--jobs {self.jobs}: --fail with several jobs is not supported yet (each job "
                                  "would reroute on its own); run one job to fail links")
