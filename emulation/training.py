@@ -29,9 +29,9 @@ FLOAT_ACCURACY_POINTS = 0.02
 
 def check_train_spec(spec: RunSpec, cfg: Config) -> None:
     """One clear line for what `agglab train` cannot run."""
-    if spec.algorithm not in communicator.ALGORITHMS:
+    if spec.algorithm not in communicator.RUNNERS:
         raise ValueError(f"--algorithm {spec.algorithm} has no allreduce in this build "
-                         f"(have: {', '.join(sorted(communicator.ALGORITHMS))})")
+                         f"(have: {', '.join(sorted(communicator.RUNNERS))})")
     if spec.tree not in SWITCH_TREES:
         raise ValueError(f"agglab train runs on switch trees ({', '.join(SWITCH_TREES)}), not --tree {spec.tree}")
     if cfg.steps < 1 or cfg.batch < 1 or cfg.lr <= 0:
