@@ -22,8 +22,8 @@ from controller import drop_sim, forward, topologies, tree_install, trees
 from controller.bml_job import BmlJob
 from controller.events import EventLog
 from controller.forwarding_job import ForwardingJob
-from controller.job import TreeJob
-from controller.jobs import Job, partitions
+from controller.tree_job import TreeJob
+from controller.job_protocol import Job, partitions
 from controller.standby import StandbyWorker
 from controller.switch_client import run_batches
 from controller.topology import switches, workers as worker_hosts
@@ -110,7 +110,7 @@ def check_failures(spec: RunSpec, g, used: set[tuple[str, str]]) -> None:
 
 
 class Session:
-    """A running network with forwarding, loss and one aggregation job (controller/jobs.py).
+    """A running network with forwarding, loss and one aggregation job (controller/job_protocol.py).
 
     `agglab allreduce` uses one per run; the interactive lab keeps one open and runs
     many allreduces on it while links fail and recover.
@@ -423,7 +423,7 @@ def _run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, pr
 
 
 # How long workers wait at most, before an allreduce, for the standby trees of the job's
-# current trees (controller/job.py wait_standby): a k=4 fat-tree's 40 took 0.9-3 s here.
+# current trees (controller/tree_job.py wait_standby): a k=4 fat-tree's 40 took 0.9-3 s here.
 STANDBY_WAIT = 10.0
 
 

@@ -25,7 +25,7 @@ from ground.priority import HOLD_RT, urgent
 from controller import failover, tree_install, trees
 from controller.carry import carry_for
 from controller.events import EventLog
-from controller.jobs import Job
+from controller.job_protocol import Job
 from controller.standby import StandbyWorker
 from controller.switch_client import SwitchClient, collect_batches, run_batches, run_built, send_batches
 from controller.topology import switches
