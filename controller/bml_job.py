@@ -114,7 +114,7 @@ class BmlJob(Job):
 
     def prepare(self, window: int, algorithm: str = "switchml") -> None:
         """Fresh registers; `algorithm` as TreeJob.prepare (BML runs switchml and reroutes nothing)."""
-        from controller import failover
+        from controller.reroute import failover
 
         failover.reset(self.clients, list(self.clients))
 

@@ -7,9 +7,9 @@ holds one Carry, chosen by the allreduce algorithm with `carry_for`, and calls
 snapshot/preload without knowing which:
 
 - DenseCarry (switchml): per slot the version the old root completed
-  (controller/failover.py).
+  (controller/reroute/failover.py).
 - SparseCarry (omnireduce): every round some worker may still need, wherever in the
-  old tree it is held (controller/sparse_failover.py), plus the dense carry, because
+  old tree it is held (controller/reroute/sparse_failover.py), plus the dense carry, because
   the sparse agent's lead round runs on the dense pipeline (hosts/sparse_agent.py)
   and a reroute may land while some slots are still in it.
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ground import wire
-from controller import failover, sparse_failover
+from controller.reroute import failover, sparse_failover
 from controller.switch_client import SwitchClient
 from controller.tree_install import Installation
 
@@ -78,7 +78,14 @@ class Carry(Protocol):
     def first_reads(self, old: Installation, tree_of_slot: list[int], down=frozenset()) -> dict[str, dict[str, list]]:
         """Per switch, register -> cell runs the snapshot reads; a bulk caller reads them in
         the freeze's batch (a switch's state is final once it answered its freeze) and passes
-        them to snapshot(..., regs=, values=) (failover.parse_first_reads)."""
+        them to snapshot(..., regs=, values=) (parse_reads)."""
+
+    def read_lines(self, client: SwitchClient, want: dict[str, list]) -> list[str]:
+        """One switch's command lines reading `want` (register -> cell runs, first_reads)."""
+
+    def parse_reads(self, client: SwitchClient, want: dict[str, list], answers: list, regs: dict,
+                    values: dict, sw: str) -> None:
+        """Parse a switch's answers to read_lines(want) into regs / values for snapshot()."""
 
 
 class DenseCarry:
@@ -95,6 +102,15 @@ class DenseCarry:
 
     def first_reads(self, old, tree_of_slot, down=frozenset()) -> dict[str, dict[str, list]]:
         return failover.first_reads(old, tree_of_slot, self.slot_base, down)
+
+    def read_lines(self, client, want: dict[str, list]) -> list[str]:
+        """One switch's lines reading `want` (register -> cell runs, from first_reads)."""
+        return failover.read_runs_lines(client, want)
+
+    def parse_reads(self, client, want: dict[str, list], answers: list, regs: dict, values: dict,
+                    sw: str) -> None:
+        """Parse a switch's answers to read_lines(want) into regs / values for snapshot()."""
+        failover.parse_first_reads(client, want, answers, regs, values, sw)
 
     def preload(self, clients, new, tree_of_slot, carried: Carried) -> int:
         lines, writes = self.preload_lines(clients, new, tree_of_slot, carried)
