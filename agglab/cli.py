@@ -35,14 +35,13 @@ def spec_from_args(args: argparse.Namespace) -> RunSpec:
     return RunSpec(**{k: v for k, v in vars(args).items() if k in names and v is not None})
 
 
-def _checked_spec(cmd: str, args) -> RunSpec:
+def _checked_spec(cmd: str, args):
     """Validate the options and build the topology graph (no root needed): bad input fails
-    here with one line, before any network exists."""
-    from emulation.session import graph_for
+    here with one line, before any network exists. Returns the CheckedRun the session takes
+    (controller/run_check.py: checked once)."""
+    from controller.run_check import check_run
 
-    spec = spec_from_args(args)
-    graph_for(spec)
-    return spec
+    return check_run(spec_from_args(args))
 
 
 def _bad_input(cmd: str, exc: Exception) -> int:

@@ -18,12 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
-from controller import drop_sim, forward, topologies, tree_install, trees
+from controller import drop_sim, forward
 from controller.bml_job import BmlJob
 from controller.events import EventLog
 from controller.forwarding_job import ForwardingJob
 from controller.tree_job import TreeJob
-from controller.job_protocol import Job, partitions
+from controller.job_protocol import Job
+from controller.run_check import CheckedRun, check_override, check_run
 from controller.standby import StandbyWorker
 from controller.switch_client import run_batches
 from controller.topology import switches, workers as worker_hosts
@@ -49,7 +50,7 @@ def run_allreduce(quiet: bool = True, **kwargs) -> dict:
     return run_spec(RunSpec(**kwargs), quiet=quiet)
 
 
-def run_spec(spec: RunSpec, quiet: bool = True, progress: bool = False) -> dict:
+def run_spec(spec: RunSpec | CheckedRun, quiet: bool = True, progress: bool = False) -> dict:
     """Run one allreduce described by `spec` in a fresh network and return the result
     (`progress`: a bar of blocks done and their rate on stderr)."""
     with Session(spec, quiet=quiet, progress=progress) as session:
@@ -59,54 +60,8 @@ def run_spec(spec: RunSpec, quiet: bool = True, progress: bool = False) -> dict:
 
 
 def graph_for(spec: RunSpec):
-    """The spec's topology graph, checked: every named --fail link exists, the first trees
-    fit the data plane (fan-in, trees, ports) and `--fail tree@F` has a link to reroute
-    around. Needs no root and builds nothing: bad input (ValueError, TopologyError,
-    TreeError) surfaces before Mininet."""
-    spec.validate()
-    g = topologies.for_run(spec)
-    for f in spec.fail_specs:
-        f.check(g)
-    for f in spec.fail_switch_specs:
-        f.check(g)
-    busiest = max(switches(g), key=g.degree)
-    if g.degree(busiest) > tree_install.MAX_PORT:
-        raise ValueError(f"switch {busiest} has {g.degree(busiest)} links, but P4 ports are bit<9> "
-                         f"(at most {tree_install.MAX_PORT} usable)")
-    if spec.tree == "bml":
-        BmlJob.check(g)
-    else:
-        check_failures(spec, g, _first_trees(spec, g))
-    if spec.keep:
-        keep = Path(spec.keep)
-        if keep.exists() and (not keep.is_dir() or any(keep.iterdir())):
-            raise ValueError(f"--keep {spec.keep}: exists and is not an empty directory (a kept run is never "
-                             "written over)")
-    return g
-
-
-def _first_trees(spec: RunSpec, g) -> set[tuple[str, str]]:
-    """The links the job's traffic uses at first: the trees' (checked against the data
-    plane's limits), or for the host baselines every switch-switch link (IP routes)."""
-    if spec.host_baseline:
-        return {(u, v) for u, v in g.edges if g.nodes[u]["kind"] == g.nodes[v]["kind"] == "switch"}
-    treeset = trees.compute(spec.tree, g, worker_hosts(g))
-    tree_install.check_fits(g, treeset)
-    return {e for t in treeset.trees for e in t.edges}
-
-
-def check_failures(spec: RunSpec, g, used: set[tuple[str, str]]) -> None:
-    """Refuse `--fail tree@F` when no switch-switch link the job uses can fail without
-    cutting a worker off: the run could only end partitioned, never reroute."""
-    for f in spec.fail_specs:
-        if f.link is not None:
-            continue
-        inner = [e for e in used if g.nodes[e[0]]["kind"] == g.nodes[e[1]]["kind"] == "switch"]
-        if not any(not partitions(g, e, worker_hosts(g)) for e in inner):
-            why = ("it has no link between switches" if not inner else
-                   "every link between its switches is the only path to some worker")
-            raise ValueError(f"--fail tree@{f.at:g}: nothing to reroute around on this topology ({why}); "
-                             "name a link (A-B@F) to fail one anyway")
+    """The spec's checked topology graph (controller/run_check.py, the one validation entry point)."""
+    return check_run(spec).graph
 
 
 class Session:
@@ -116,10 +71,12 @@ class Session:
     many allreduces on it while links fail and recover.
     """
 
-    def __init__(self, spec: RunSpec, quiet: bool = True, echo=None, progress: bool = False):
-        self.spec, self.quiet, self.progress = spec, quiet, progress
+    def __init__(self, spec: RunSpec | CheckedRun, quiet: bool = True, echo=None, progress: bool = False):
+        checked = check_run(spec)              # once: a CheckedRun (from the CLI) is not checked again
+        self.spec, self.quiet, self.progress = checked.spec, quiet, progress
+        spec = checked.spec
         self.cancelled = threading.Event()     # cancel(): a running allreduce's workers are stopped
-        self.g = graph_for(spec)
+        self.g = checked.graph
         self.events = EventLog(echo=echo or (None if quiet else (lambda line: _log(line, False))))
         self.net = EmulatedNetwork(self.g, backend=spec.backend, seed=spec.seed, pcap=spec.pcap,
                                    keep=spec.keep, t0=self.events.t0)
@@ -247,13 +204,9 @@ class Session:
 
     def allreduce(self, **overrides) -> dict:
         spec = replace(self.spec, **overrides) if overrides else self.spec
-        spec.validate()
-        for f in spec.fail_specs:
-            f.check(self.g)
-        for f in spec.fail_switch_specs:
-            f.check(self.g)
-        if not spec.host_baseline and spec.tree != "bml":     # the lab's `allreduce --fail tree@F`
-            check_failures(spec, self.g, {e for t in self.job.trees().trees for e in t.edges})
+        if overrides:                                         # the lab's `allreduce --loss P --fail tree@F`
+            check_override(spec, self.g, {e for t in self.job.trees().trees for e in t.edges}
+                           if spec.on_trees else None)
         if (spec.loss, tuple(spec.job_loss)) != self.loss:     # the lab's `allreduce --loss P`
             with self.job.locked():
                 self._set_loss(spec)

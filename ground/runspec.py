@@ -149,6 +149,13 @@ class RunSpec:
         return bool(known and known.sparse) or self.density < 1.0
 
     @property
+    def on_trees(self) -> bool:
+        """The switches aggregate along the controller's trees (not the hosts, not BML's
+        schedule, not a pool shared best-effort along IP routes)."""
+        known = SCHEMES.get(self.algorithm)
+        return bool(known and known.in_network and not known.shares_pool) and self.tree != BCUBE_TREE
+
+    @property
     def host_baseline(self) -> bool:
         """Hosts sum over TCP (ring, ps); the switches only forward IP."""
         return self.algorithm in HOST_BASELINES
