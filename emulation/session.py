@@ -19,10 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from controller import drop_sim, forward
-from controller.bml_job import BmlJob
 from controller.events import EventLog
-from controller.forwarding_job import ForwardingJob
-from controller.tree_job import TreeJob
+from controller.installers import JobSeat, job_for
 from controller.job_protocol import Job
 from controller.run_check import CheckedRun, check_override, check_run
 from controller.standby import StandbyWorker
@@ -99,7 +97,7 @@ class Session:
         _log(f"building network: {spec.topology} ({n_sw} switch{'es' if n_sw > 1 else ''}, {spec.backend}), "
              f"{spec.workers} workers", self.quiet)
         try:
-            if not (spec.host_baseline or spec.tree == "bml"):
+            if spec.on_trees:
                 with self.phases.timed("standby"):
                     StandbyWorker.get()      # the standby's child imports while the network starts
             self.net.start()
@@ -120,31 +118,22 @@ class Session:
     def _start_jobs(self, spec: RunSpec, g) -> None:
         """The aggregation job (or the tenants' jobs, or the host baselines' routes): its
         trees computed and installed."""
-        if spec.jobs > 1:         # tenants: hosts of their own, shared switches, disjoint slot ranges
+        if spec.jobs > 1:         # tenants: hosts of their own, shared switches (controller/installers.py)
             self.jobs = self._tenant_jobs(spec, g)
             self.job = self.jobs[0]
-        elif spec.host_baseline:    # ring, ps: hosts sum over TCP; the job keeps IP routes on live links
-            self.job = ForwardingJob(g, self.net.clients, worker_hosts(g), spec.default_window(),
-                                     self.net.run.path / "epoch.json", job=spec.job, events=self.events,
-                                     algorithm=spec.algorithm).start()
-        elif spec.tree == "bml":
-            self.job = BmlJob(g, self.net.clients, spec.default_window(), self.net.run.path / "epoch.json",
-                              job=spec.job, events=self.events, variant=spec.bml_variant).start()
-        else:
-            self.job = TreeJob(g, self.net.clients, spec.tree, worker_hosts(g), spec.default_window(),
-                               self.net.run.path / "epoch.json", job=spec.job, events=self.events).start()
+        else:                       # the scheme's installer (BML's on BCube)
+            self.job = job_for(JobSeat(spec, g, self.net.clients, worker_hosts(g), self.net.run.path / "epoch.json",
+                                       self.events, job=spec.job))
         self.jobs = self.jobs or [self.job]
 
     def _tenant_jobs(self, spec: RunSpec, g) -> list[Job]:
-        """--jobs J: job j (id spec.job + j) aggregates the worker hosts tenant_hosts gives it in
-        slots j*S .. (j+1)*S - 1, S = AGG_SLOTS // J."""
+        """--jobs J: job j (id spec.job + j) aggregates the worker hosts tenant_hosts gives it;
+        a partitioned scheme in slots j*S .. (j+1)*S - 1, S = AGG_SLOTS // J, a pool-sharing
+        one (ATP) anywhere in the pool."""
         size, replies = spec.slots_per_job, {}
-        jobs = []
-        for j, hosts in enumerate(tenant_hosts(g, spec.jobs)):
-            jobs.append(TreeJob(g, self.net.clients, spec.tree, hosts, spec.default_window(),
-                                self.net.run.path / f"epoch{j}.json", job=spec.job + j, events=self.events,
-                                slot_base=j * size, slots=size, reply_ports=replies).start())
-        return jobs
+        return [job_for(JobSeat(spec, g, self.net.clients, hosts, self.net.run.path / f"epoch{j}.json", self.events,
+                                job=spec.job + j, tenant=j, slot_base=j * size, slots=size, reply_ports=replies))
+                for j, hosts in enumerate(tenant_hosts(g, spec.jobs))]
 
     def _set_loss(self, spec: RunSpec) -> None:
         """Drop simulators: a job's worker links at its loss (--job-loss), every other port at --loss."""
@@ -262,8 +251,8 @@ class Session:
             with contextlib.ExitStack() as running:
                 for _, job in tenants:
                     running.enter_context(job.running())
-                reports = _run_tenants(self.net, tenants, self.quiet, f"run{self.runs}",
-                                       progress=self.progress, cancel=self.cancelled)
+                reports, injector = _run_tenants(self.net, tenants, self.quiet, f"run{self.runs}",
+                                                 progress=self.progress, cancel=self.cancelled)
         finally:
             fidelity = probe.stop()
         self.net.check_switches()
@@ -286,7 +275,8 @@ class Session:
             "max_abs_error": max((j["max_abs_error"] for j in done), default=None),
             "error_bound": max((j["error_bound"] or 0 for j in per_job), default=0.0),
             "switch": stats, "topology": spec.topology, "tree": spec.tree,
-            "trees": len(self.job.trees().trees), "epoch": self.job.trees().epoch, "failures": [],
+            "trees": len(self.job.trees().trees), "epoch": self.job.trees().epoch,
+            "failures": injector.report() if injector else [],
             "fidelity": fidelity, "jobs": per_job,
         }
         errors = [f"job {j['job']}: {e}" for j in per_job for e in j.get("errors", [])]
@@ -355,9 +345,9 @@ def _job_figures(result: dict, job: Job, spec: RunSpec) -> dict:
 
 
 def _run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, progress: bool = False,
-                 cancel: threading.Event | None = None) -> list[list[dict]]:
+                 cancel: threading.Event | None = None):
     """Start every job's workers at once (one start gate for all), wait for all; per job its
-    reports by rank."""
+    reports by rank, and the failure injector (the spec's --fail, on the first job) or None."""
     out_dir = net.run.path / name
     out_dir.mkdir()
     gate = StartGate()
@@ -371,8 +361,16 @@ def _run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, pr
     deadline = time.monotonic() + tenants[0][0].give_up * 3 + 30 + sum(
         s.elements * s.workers for s, _ in tenants) / 50_000
     files = [out_dir / f"job{t}-rank{r}.progress" for t, procs in enumerate(started) for r, _, _ in procs]
+    spec, first = tenants[0]
+    injector = None
+    if spec.fail_specs:             # the tenants' shared links: the first job (it owns the routes) reroutes
+        injector = FailureInjector(net, first, spec.fail_specs, files, spec.seed)
+        injector.start()
     _wait([p for procs in started for p in procs], deadline, quiet, files if progress else None, cancel)
-    return [_collect(out_dir, procs, f"job{t}-") for t, procs in enumerate(started)]
+    if injector:
+        injector.stop()
+        injector.join(1)
+    return [_collect(out_dir, procs, f"job{t}-") for t, procs in enumerate(started)], injector
 
 
 # How long workers wait at most, before an allreduce, for the standby trees of the job's
