@@ -156,6 +156,12 @@ class RunSpec:
         return bool(known and known.in_network and not known.shares_pool) and self.tree != BCUBE_TREE
 
     @property
+    def shares_pool(self) -> bool:
+        """Tenants share one aggregator pool best effort along IP routes (ATP)."""
+        known = SCHEMES.get(self.algorithm)
+        return bool(known and known.shares_pool)
+
+    @property
     def host_baseline(self) -> bool:
         """Hosts sum over TCP (ring, ps); the switches only forward IP."""
         return self.algorithm in HOST_BASELINES
@@ -190,8 +196,9 @@ class RunSpec:
         """Outstanding slots per worker: the asked window (else the scheme's default,
         ground/schemes.py), at most the blocks and the job's slots."""
         blocks = -(-self.elements // wire.K)
-        default = SCHEMES[self.algorithm].window
-        return max(1, min(self.window or default, blocks, self.slots_per_job))
+        row = SCHEMES[self.algorithm]
+        limit = blocks if row.shares_pool else min(blocks, self.slots_per_job)   # a pool is not partitioned
+        return max(1, min(self.window or row.window, limit))
 
     def elements_of(self, rank: int) -> int:
         return self.length_override.get(rank, self.elements)
@@ -220,13 +227,16 @@ class RunSpec:
                              f"got {self.topology!r}")
         if not re.fullmatch(r"[a-z_][a-z0-9_]*", self.tree) or (TREES and self.tree not in TREES):
             raise ValueError(f"--tree must be one of {', '.join(TREES) or 'the tree algorithms'}, got {self.tree!r}")
-        if self.host_baseline and self.topology == "bcube":
+        if (self.host_baseline or self.shares_pool) and self.topology == "bcube":
             raise ValueError(f"--algorithm {self.algorithm} runs between single-NIC hosts over IP routes; "
                              "BCube's servers have several NICs and relay: use --tree bml --bml-variant host")
         if (self.tree == "bml") != (self.topology == "bcube"):
             raise ValueError("--tree bml goes with --topology bcube (and BCube needs --tree bml: "
                              "its servers relay, so no switch tree spans it)")
-        scheme(self.algorithm)           # ValueError naming the schemes
+        row = scheme(self.algorithm)     # ValueError naming the schemes
+        if self.dtype not in row.dtypes:
+            raise ValueError(f"--algorithm {self.algorithm} sums {' or '.join(row.dtypes)} only, "
+                             f"got --dtype {self.dtype}")
         if not 0.0 <= self.density <= 1.0:
             raise ValueError(f"--density must be within [0, 1], got {self.density}")
         if self.pattern not in PATTERNS:
@@ -247,8 +257,8 @@ class RunSpec:
         if self.fail_switch and self.tree == "bml":
             raise ValueError("--fail-switch: BML on BCube cannot reroute (its schedule needs every server NIC); "
                              f"fail switches on a switch tree ({switch_trees()}) instead")
-        if self.host_baseline and self.tree != "spt":
-            raise ValueError(f"--algorithm {self.algorithm} sums on the hosts over IP shortest paths: "
+        if (self.host_baseline or self.shares_pool) and self.tree != "spt":
+            raise ValueError(f"--algorithm {self.algorithm} sends along IP shortest paths: "
                              f"--tree {self.tree} (aggregation trees"
                              + (", BCube" if self.tree == "bml" else "") + ") does not apply; leave --tree at spt")
         if self.bml_variant not in ("in-network", "host"):
@@ -260,13 +270,13 @@ class RunSpec:
                 raise ValueError(f"--jobs {self.jobs}: concurrent jobs share the switches' slots; they run the "
                                  f"in-network pipelines on switch trees ({' or '.join(IN_NETWORK)}, "
                                  f"{switch_trees()})")
-            if self.fail:
+            if self.fail and not self.shares_pool:
                 raise ValueError(f"--jobs {self.jobs}: --fail with several jobs is not supported yet (each job "
                                  "would reroute on its own); run one job to fail links")
             if self.fail_switch:
                 raise ValueError(f"--jobs {self.jobs}: --fail-switch with several jobs is not supported yet "
                                  "(each job would reroute on its own); run one job to fail switches")
-            if self.window is not None and self.window > self.slots_per_job:
+            if self.window is not None and self.window > self.slots_per_job and not self.shares_pool:
                 raise ValueError(f"--window {self.window}: with --jobs {self.jobs} each job owns "
                                  f"{self.slots_per_job} slots; use --window <= {self.slots_per_job}")
             if self.job + self.jobs - 1 > 255:
