@@ -31,15 +31,15 @@ import numpy as np
 from ground import wire
 from hosts.diagnostics import AllreduceTimeout
 from hosts.protocol import decode, encode
+from hosts.rto import RtoEstimator, backoff
 
 K = wire.K
 FLAG_ATP = wire.CONST["AGG_FLAG_ATP"]
 RESULT = wire.FLAG_RESULT
 RETX = wire.FLAG_RETX
 SEQ_BITS = 24                     # block index bits of seq; the call's generation above them
-RTO = 0.05                        # first retransmission timeout (s), doubled per resend up to RTO_MAX
-RTO_MAX = 0.4
-LINGER = 3.0                      # the PS answers lost results until this long without a packet (> RTO_MAX, lost resends)
+RTO = 0.05                        # first retransmission timeout (s); then the agents' estimator (hosts/rto.py)
+LINGER = 3.0                      # the PS answers lost results until this long without a packet (> MAX_RTO, lost resends)
 BUFFER = 4 << 20
 
 
@@ -119,6 +119,8 @@ class AtpEndpoint:
         done = np.zeros(nb, dtype=bool)
         deadline: dict[int, float] = {}
         tries: dict[int, int] = {}
+        first_sent: dict[int, float] = {}
+        rto = RtoEstimator(RTO)
         sent = resent = dups = 0
         next_b, finished, last_progress = 0, 0, time.monotonic()
         me = 1 << self.rank
@@ -126,7 +128,7 @@ class AtpEndpoint:
             now = time.monotonic()
             while len(deadline) < window and next_b < nb:
                 self._send(next_b, gen, rows[next_b], me, 0, ps)
-                deadline[next_b], tries[next_b] = now + RTO, 0
+                deadline[next_b], tries[next_b], first_sent[next_b] = now + rto.rto, 0, now
                 next_b, sent = next_b + 1, sent + 1
             wait = max(0.0, min(deadline.values()) - now) if deadline else 0.05
             readable, _, _ = select.select([self.sock], [], [], min(wait, 0.05))
@@ -142,6 +144,9 @@ class AtpEndpoint:
                         continue
                     out[b], done[b] = vals, True
                     deadline.pop(b, None)
+                    if tries[b] == 0:                      # Karn: only blocks sent once time the path
+                        t = time.monotonic()
+                        rto.sample(t - first_sent[b], t)
                     finished += 1
                     last_progress = time.monotonic()
                 if on_progress is not None:
@@ -151,7 +156,7 @@ class AtpEndpoint:
                 if t <= now:
                     tries[b] += 1
                     self._send(b, gen, rows[b], me, RETX, ps)
-                    deadline[b] = now + min(RTO * 2 ** tries[b], RTO_MAX)
+                    deadline[b] = now + backoff(rto.rto, tries[b])
                     resent += 1
             if now - last_progress > give_up:
                 missing = np.flatnonzero(~done)
