@@ -108,7 +108,7 @@ class Session:
             with self.phases.timed("job"):
                 self._start_jobs(spec, g)
             with self.phases.timed("watchers"):
-                self.monitor = self.net.watch_links(self.job.link_changed)
+                self.monitor = self.net.watch_links(self._link_changed)
                 self.net.watch_switches(self._switch_exited)
         except BaseException:
             self.stop()
@@ -153,15 +153,23 @@ class Session:
         losses = self._losses.get(sw) or {e["ports"][sw]: 0.0 for _, _, e in self.g.edges(sw, data=True)}
         drop_sim.set_losses(self.net.client(sw), losses)
 
-    # -- switch failures -------------------------------------------------------------
+    # -- failures: links and switches reach every job the same way --------------------
+    def _link_changed(self, u: str, v: str, up: bool, t: float, intf: str = "") -> None:
+        """The link monitor's callback (its thread): every job hears of it (a job that does
+        not own what the link carries, e.g. an ATP tenant whose routes the first owns,
+        ignores it)."""
+        for job in self.jobs or [self.job]:
+            job.link_changed(u, v, up, t, intf)
+
     def _switch_exited(self, name: str, code: int, t: float) -> None:
         """The switch watcher's callback (its thread): a dead switch is a failure of all its
-        links; the job reroutes around it. Never raises into the watcher."""
+        links; every job reroutes around it. Never raises into the watcher."""
         self.events.add("switch_exited", t=t, switch=name, code=code)
-        try:
-            self.job.switch_changed(name, False, t)
-        except Exception as exc:  # noqa: BLE001 - logged: the watcher must keep watching
-            self.events.add("switch_failure_error", switch=name, error=str(exc).splitlines()[0][:200])
+        for job in self.jobs or [self.job]:
+            try:
+                job.switch_changed(name, False, t)
+            except Exception as exc:  # noqa: BLE001 - logged: the watcher must keep watching
+                self.events.add("switch_failure_error", switch=name, error=str(exc).splitlines()[0][:200])
 
     def kill_switch(self, name: str, wait: float | None = 10.0) -> float:
         """`kill -9` a switch's process (the lab's `kill`); the watcher reports it to the job.

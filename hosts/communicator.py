@@ -155,9 +155,9 @@ def _dense(comm: Communicator, array):
 def _sparse(comm: Communicator, array):
     """Block-sparse allreduce; repeated calls need no register reset in between (each
     call's dense lead round re-arms the switch's sparse slots, design.md "Sparse pipeline")."""
-    from hosts.agent import allreduce
+    from hosts.sparse_agent import allreduce
 
-    return allreduce(array, sparse=True, block_size=comm.spec.blocks, **comm.agent_options())
+    return allreduce(array, block_size=comm.spec.blocks, **comm.agent_options())
 
 
 def _host_baseline(module_name: str):
