@@ -67,8 +67,8 @@ class AtpJob(ForwardingJob):
                  epoch_file: Path, job: int = 0, events: EventLog | None = None, owns_routes: bool = True):
         if len(workers) > wire.MAX_WORKERS:
             raise ValueError(f"--algorithm atp: a job's sender set is {wire.MAX_WORKERS} bits, got {len(workers)} workers")
-        super().__init__(graph, clients, workers, window, epoch_file, job=job, events=events, algorithm="ps")
-        self.algorithm, self.pairs = "atp", star_pairs(workers)
+        super().__init__(graph, clients, workers, window, epoch_file, job=job, events=events, algorithm="atp",
+                         pairs=star_pairs(workers))
         self.owns_routes = owns_routes
         self.expect = expected_senders(graph, workers)
 

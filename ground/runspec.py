@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from ground import wire
-from ground.schemes import DEFAULT_WINDOW, HOST_BASELINES, IN_NETWORK, SPARSE_WINDOW, SCHEMES, scheme
+from ground.schemes import DEFAULT as DEFAULT_SCHEME, DEFAULT_WINDOW, HOST_BASELINES, IN_NETWORK, SPARSE_WINDOW, SCHEMES, scheme
 
 TOPOLOGIES = ("single", "leafspine", "fattree", "bcube")      # or a YAML file
 # The tree algorithms. The controller discovers them (one module per algorithm in
@@ -128,7 +128,7 @@ class RunSpec:
     k: int | None = None               # fat-tree k / BCube k
     tree: str = "spt"                  # spt | rat | packing | bml (BCube only)
     bml_variant: str = "in-network"    # in-network | host
-    algorithm: str = "switchml"        # a scheme of ground/schemes.py
+    algorithm: str = DEFAULT_SCHEME    # a scheme of ground/schemes.py
     density: float = 1.0               # fraction of non-zero blocks (block-sparse data)
     pattern: str = "random"            # block-sparse data: random | overlap | disjoint
     block_size: int | None = None      # omnireduce: values per block (multiple of K)

@@ -69,6 +69,7 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
 )}
 
 NAMES: tuple[str, ...] = tuple(SCHEMES)
+DEFAULT = "switchml"             # --algorithm when a run does not say
 IN_NETWORK: tuple[str, ...] = tuple(n for n, s in SCHEMES.items() if s.in_network)
 HOST_BASELINES: tuple[str, ...] = tuple(n for n, s in SCHEMES.items() if not s.in_network)
 P4_SCHEMES: tuple[str, ...] = tuple(n for n, s in SCHEMES.items() if s.p4)
