@@ -72,10 +72,6 @@ class LabCLI(CLI):
     # -- links -------------------------------------------------------------------
     def _link(self, line: str, status: str) -> None:
         args = line.split()
-        if len(self.session.jobs) > 1:
-            print("fail/recover with several jobs is not supported yet (each job would have to reroute); "
-                  "open the lab with one job to fail links")
-            return
         if len(args) != 2 or not self.session.g.has_edge(*args):
             print(f"usage: {'fail' if status == 'down' else 'recover'} A B   (a link of the topology, "
                   f"e.g. {' '.join(next(iter(self.session.g.edges)))})")

@@ -245,12 +245,6 @@ class RunSpec:
             if self.algorithm not in IN_NETWORK or self.tree == "bml":
                 raise ValueError(f"--jobs {self.jobs}: concurrent jobs share the switches' slots; they run the "
                                  "in-network pipelines on switch trees (switchml or omnireduce, spt/rat/packing)")
-            if self.fail:
-                raise ValueError(f"--jobs {self.jobs}: --fail with several jobs is not supported yet (each job "
-                                 "would reroute on its own); run one job to fail links")
-            if self.fail_switch:
-                raise ValueError(f"--jobs {self.jobs}: --fail-switch with several jobs is not supported yet "
-                                 "(each job would reroute on its own); run one job to fail switches")
             if self.window is not None and self.window > self.slots_per_job:
                 raise ValueError(f"--window {self.window}: with --jobs {self.jobs} each job owns "
                                  f"{self.slots_per_job} slots; use --window <= {self.slots_per_job}")
