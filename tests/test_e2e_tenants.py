@@ -64,3 +64,46 @@ def test_fuzzing_a_switch_while_a_job_runs_keeps_it_exact_and_counts_every_rejec
     assert sum(r["rejects"].values()) == 20_000
     assert {"rejected_malformed", "rejected_length", "rejected_no_entry"} <= set(r["rejects"])
     assert_clean()
+
+
+def _rerouted_both(f: dict) -> None:
+    """One failure, both jobs rerouted around it (their own epochs), none partitioned."""
+    assert f["on_tree"] and not f["partitioned"], f
+    assert sorted(j["job"] for j in f["jobs"]) == [0, 1], f
+    assert all(j["epoch"] == 1 and j["recovered_ms"] >= j["detect_ms"] >= 0 for j in f["jobs"]), f
+
+
+@pytest.mark.net_timeout(300)
+@pytest.mark.parametrize("option", ["fail", "fail_switch"])
+def test_one_failure_reroutes_both_tenant_jobs_each_exact(option):
+    """`--jobs 2 --fail tree@0.5` / `--fail-switch tree@0.5`: the link or switch is picked on both
+    jobs' trees; one failure event makes both reroute, and both sums are exact."""
+    spec = RunSpec(topology="fattree", k=4, workers=4, jobs=2, elements=40_000, seed=4, **{option: ["tree@0.5"]})
+    r = run_spec(spec)
+    assert r["exact"] and all(j["exact"] for j in r["jobs"]), (r.get("errors"), r["jobs"])
+    (f,) = r["failures"]
+    _rerouted_both(f)
+    if option == "fail_switch":
+        assert f["switch"] in r["switches_down"]
+    kinds = [line.split()[1] for line in r["events"]]
+    assert kinds.count("rerouted") == 2
+    assert_clean()
+
+
+@pytest.mark.net_timeout(300)
+def test_the_labs_kill_and_restart_with_two_jobs_keep_both_exact():
+    """The lab's `kill`/`restart` with jobs (Session.kill_switch, restart_switch): both jobs
+    reroute around the dead switch and take it back, and every allreduce is exact."""
+    from emulation.session import Session
+
+    spec = RunSpec(topology="fattree", k=4, workers=4, jobs=2, elements=20_000, seed=6)
+    with Session(spec) as s:
+        sw = s.group.pick_tree_switch(0)
+        s.kill_switch(sw)
+        assert [j.trees().epoch for j in s.jobs] == [1, 1]
+        r = s.allreduce()
+        assert r["exact"] and all(j["exact"] for j in r["jobs"]), r.get("errors")
+        s.restart_switch(sw)
+        assert [j.trees().epoch for j in s.jobs] == [2, 2] and sw in s.group.live_switches()
+        assert s.allreduce()["exact"]
+    assert_clean()
