@@ -227,12 +227,9 @@ class RunSpec:
             raise ValueError("--zero-workers goes with block-sparse data (--algorithm omnireduce or --density < 1)")
         if self.algorithm == "omnireduce" and self.tree == "bml":
             raise ValueError("--algorithm omnireduce runs on switch trees (spt, rat, packing), not BML")
-        if self.fail and self.tree == "bml":
-            raise ValueError("--fail: BML on BCube cannot reroute (its schedule needs every server NIC); "
-                             "fail links on a switch tree (spt, rat, packing) instead")
-        if self.fail_switch and self.tree == "bml":
-            raise ValueError("--fail-switch: BML on BCube cannot reroute (its schedule needs every server NIC); "
-                             "fail switches on a switch tree (spt, rat, packing) instead")
+        if (self.fail or self.fail_switch) and self.tree == "bml" and self.bml_variant == "host":
+            raise ValueError("--fail/--fail-switch: BML's host variant does not re-plan its schedule; "
+                             "fail links or switches with --bml-variant in-network")
         if self.host_baseline and self.tree != "spt":
             raise ValueError(f"--algorithm {self.algorithm} sums on the hosts over IP shortest paths: "
                              f"--tree {self.tree} (aggregation trees"

@@ -119,10 +119,24 @@ def _prepare_bml(run_plan: RunPlan, seat: WorkerSeat, data):
                                          return_stats=True)
             return result, {"packets_sent": 0, "retransmissions": 0, "bytes_sent": _get(stats, "bytes_sent")}
     else:
-        from hosts.bml import allreduce_bml
+        from hosts.bml import ScheduleChanged, allreduce_bml, allreduce_relay
+
+        progress = ProgressFile(seat.progress) if seat.progress else None
+        options = dict(give_up=give_up, link_mbps=seat.link_mbps, epoch_file=run_plan.epoch_file,
+                       on_progress=progress)
 
         def run():
-            return allreduce_bml(data, plan, run_plan.service_ip, give_up=give_up, link_mbps=seat.link_mbps)
+            """BML's schedule, or the relay schedule the controller re-planned after a failure
+            (from this server's own input again, as often as it re-plans)."""
+            current = plan
+            while True:
+                try:
+                    if current["variant"] == "relay":
+                        return allreduce_relay(data, current, run_plan.service_ip, **options)
+                    return allreduce_bml(data, current, run_plan.service_ip, **options)
+                except ScheduleChanged as change:
+                    with open(seat.bml_plan.replace(".bml.json", f".e{change.epoch}.bml.json")) as f:
+                        current = json.load(f)
 
     def go():
         started = time.monotonic()
