@@ -15,6 +15,7 @@ abandoned plan summed half-way can count twice.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -69,6 +70,38 @@ class Progress:
                 if self.sink:
                     self.sink(sum(self.done.values()), sum(self.totals.values()))
         return report
+
+
+def finished(marker: str, epoch: int) -> None:
+    """Say this server holds the total, computed under schedule `epoch` (see linger)."""
+    tmp = marker + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(str(epoch))
+    os.replace(tmp, marker)
+
+
+def linger(markers: list[str], epoch: int, epoch_file: str | None, limit: float) -> None:
+    """Wait, once this server holds the total of schedule `epoch`, until every server says
+    it finished that schedule or a later one (`finished`); raise ScheduleChanged if the
+    controller re-plans before. Why: a server whose last groups completed may hold the total
+    while another is still mid-schedule when a failure hits; the re-planned schedule sums
+    every server's input again and needs every server, so none leaves while another may
+    still need it. Markers are checked first: once all say done, a later re-plan is moot.
+    Gives up after `limit` s (a server that died must not keep the others forever)."""
+    watch = ScheduleWatch(epoch_file, epoch)
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        done = 0
+        for path in markers:
+            try:
+                with open(path) as f:
+                    done += int(f.read() or -1) >= epoch
+            except (FileNotFoundError, ValueError):
+                pass
+        if done == len(markers):
+            return
+        watch()                             # raises ScheduleChanged on a re-plan
+        time.sleep(0.002)
 
 
 def allreduce_bml(array: np.ndarray, plan: dict, service_ip: str, give_up: float = 10.0,
