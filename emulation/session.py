@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from controller import drop_sim, forward, topologies, tree_install, trees
+from controller import drop_sim, forward, policer, topologies, tree_install, trees
 from controller.bml_job import BmlJob
 from controller.events import EventLog
 from controller.forwarding_job import ForwardingJob
@@ -155,6 +155,10 @@ class Session:
             with self.phases.timed("job"):
                 self._start_jobs(spec, g)
                 self.group = JobGroup(self.jobs)
+            with self.phases.timed("policer"):          # ports to hosts in no job (controller/policer.py)
+                members = {h for job in self.jobs for h in job.workers}
+                run_batches(self.net.clients, {sw: policer.policer_lines(policer.policed_ports(g, sw, members))
+                                               for sw in switches(g) if sw not in self.net.dead})
             with self.phases.timed("watchers"):
                 self.monitor = self.net.watch_links(self.group.link_changed)
                 self.net.watch_switches(self._switch_exited)
@@ -233,6 +237,8 @@ class Session:
         def program() -> None:
             forward.install_forwarding(self.net.client(name), self.g, name)
             self._set_switch_loss(name)
+            members = {h for job in self.jobs for h in job.workers}
+            self.net.client(name).commands(policer.policer_lines(policer.policed_ports(self.g, name, members)))
 
         self.group.switch_changed(name, True, t, program=program)
         return t
