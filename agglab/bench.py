@@ -1,4 +1,4 @@
-"""`make bench`: every speed figure of issue 10 beside its target, printed and saved as JSON.
+"""`make bench`: every speed figure the project has a target for, beside that target, printed and saved as JSON.
 
 Figures (each says its link rate, its scale and whether the run was link-bound, because
 an emulation is only faithful while the links, not the CPU, are the bottleneck):
@@ -93,7 +93,7 @@ def bench_daemon(a) -> list[dict]:
         main = sched == "batch"       # the target's figure: senders that never preempt the daemon
         out.append(figure("daemon frames/s in, 8-way aggregation" + ("" if main else ", senders SCHED_OTHER"),
                           r["rx_pps"], "frames/s",
-                          target=">= 150,000 (3x the issue's ~50,000)" if main else None,
+                          target=">= 150,000 (3x the ~50,000 measured at the start)" if main else None,
                           met=r["rx_pps"] >= 150_000 if main else None,
                           link_mbps=None, scale=f"8 workers x window {opts.window} on unshaped veths",
                           link_bound=False, frames_out_per_s=round(r["tx_pps"]),
@@ -204,7 +204,7 @@ def bench_reroute(a) -> list[dict]:
 
 
 def bench_bmv2_reroute(a) -> list[dict]:
-    """Issue 13: a rat tree link fails mid-run on a k=4 fat-tree of BMv2 switches, dense and
+    """BMv2's reroute: a rat tree link fails mid-run on a k=4 fat-tree of BMv2 switches, dense and
     sparse, `--bmv2-reroute-runs` times each; every run must be exact, and the install (freeze,
     snapshot, entries, preload) should stay well under a second."""
     from controller.switch_client import find_bmv2_tool

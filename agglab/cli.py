@@ -213,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from agglab.train_cmd import add_train_parser
     add_train_parser(sub)
-    # issue 9: experiments (layer 4, run as its own program: no sideways import) and calibration
+    # experiments (layer 4, run as its own program: no sideways import) and calibration
     e = sub.add_parser("experiment", add_help=False, prefix_chars="+",    # every argument passes through
                        help="run a trend definition or suite (python -m experiments; see `agglab experiment --help`)")
     e.add_argument("rest", nargs="*")
@@ -238,13 +238,13 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--bw", type=float, default=None, help="link rate in Mb/s written on every link")
     x.add_argument("--out", default="p4app", help="output directory (default ./p4app)")
     x.set_defaults(func=lambda args: __import__("agglab.export_p4app", fromlist=["main"]).main(args))
-    from agglab.exercise import add_parser as add_exercise_parser   # teaching labs (issue 14)
+    from agglab.exercise import add_parser as add_exercise_parser   # teaching labs
     add_exercise_parser(sub)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    from agglab.interrupts import run_interruptible
+    from ground.interrupts import run_interruptible
 
     args = build_parser().parse_args(argv)
     return run_interruptible(args.cmd, lambda: args.func(args))

@@ -16,7 +16,7 @@ import threading
 from mininet.cli import CLI
 
 from agglab.cli import add_run_options
-from agglab.interrupts import Interrupted, arm
+from ground.interrupts import Interrupted, arm
 from ground import wire
 from emulation.session import Session
 from ground.runspec import RunSpec

@@ -260,7 +260,7 @@ class TreeJob(Job):
         return got.with_epoch(epoch)
 
     def _precompute(self) -> None:
-        """The trees for each single-link failure of the active trees (item 2 of issue 10),
+        """The trees for each single-link failure of the active trees (so a reroute only installs, never computes),
         computed while the job runs by a separate, niced process (controller/standby.py): a
         thread here would hold the GIL the reroute and the link monitor need. Switch-switch links
         first (a worker's own link partitions it)."""

@@ -40,7 +40,7 @@ CORE_MAX = 0.90          # a process this busy is saturated
 MACHINE_MAX = 0.80       # all cores this busy: saturated (the kernel's softirq work for veths and
                          # htb is nobody's utime, and 0.1 s samples of a 2-core box are coarse)
 SAMPLE_SECONDS = 0.1
-DEFAULT_CEILING_MBPS = 5.0   # issue 9: 94% of the wire-time ideal at 5 Mb/s on a 2-core machine
+DEFAULT_CEILING_MBPS = 5.0   # measured at 94% of the wire-time ideal at 5 Mb/s on a 2-core machine
 TICKS = os.sysconf("SC_CLK_TCK")
 
 

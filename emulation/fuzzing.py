@@ -1,4 +1,4 @@
-"""Hostile frames at a running switch while a job aggregates through it (issue 12, item 4).
+"""Hostile frames at a running switch while a job aggregates through it: the switch must reject each by its reason and the job stay exact.
 
     python -m emulation.fuzzing --frames 100000 [--rate 5000] [--workers 4] [--elements 200000]
                                 [--bw MBPS] [--json]

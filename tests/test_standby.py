@@ -1,4 +1,4 @@
-"""Standby trees (controller/standby.py) and the bulk reroute's helpers (issue 10, item 2).
+"""Standby trees (controller/standby.py) and the bulk reroute's helpers: a reroute installs trees computed before the failure.
 
 The standby process must hand back, per failed link, the trees the controller would have
 computed itself with that link down; a reroute must then take them instead of computing.

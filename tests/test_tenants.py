@@ -1,4 +1,4 @@
-"""Tenant jobs sharing switches (issue 12, item 3) and hostile frames (item 4), in process.
+"""Tenant jobs sharing switches and hostile frames, in process.
 
 The controller's side of isolation: jobs on one switch get disjoint slot ranges, a job's
 register reset never writes another job's slots, and every worker's port admits only its
