@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ground import wire
+from ground import schemes, wire
 from ground.paths import REPO
 
 SECTIONS = ("pipeline", "daemon", "wire", "wide", "reroute", "switchfail", "build", "sparse", "trees", "bmv2",
@@ -185,13 +185,13 @@ def bench_reroute(a) -> list[dict]:
     from emulation.session import run_allreduce
 
     out, totals = [], []
-    for algorithm in ("switchml", "omnireduce"):
+    for algorithm in schemes.ON_TREES:
         for tree in ("spt", "rat", "packing"):
-            extra = {"density": 0.2, "pattern": "random"} if algorithm == "omnireduce" else {}
+            extra = {"density": 0.2, "pattern": "random"} if schemes.SCHEMES[algorithm].sparse else {}
             r = run_allreduce(topology="fattree", k=4, workers=8, elements=a.reroute_elements,
                               tree=tree, algorithm=algorithm, fail=["tree@0.5"], **extra)
             for f in r["failures"]:
-                total, fig = _reroute_figure(f"reroute {tree} {'dense' if algorithm == 'switchml' else 'sparse'}",
+                total, fig = _reroute_figure(f"reroute {tree} {schemes.kind(algorithm)}",
                                              r, f, f"fat-tree k=4, 8 workers x {a.reroute_elements:,}")
                 totals.append(total)
                 out.append(fig)
@@ -214,9 +214,9 @@ def bench_bmv2_reroute(a) -> list[dict]:
         raise RuntimeError("simple_switch or p4c not found (scripts/provision-vm.sh builds them)")
     out = []
     scale = "BMv2 fat-tree k=4, 8 workers x 20,000 int32, rat"
-    for algorithm in ("switchml", "omnireduce"):
-        kind = "dense" if algorithm == "switchml" else "sparse"
-        extra = {"density": 0.2} if algorithm == "omnireduce" else {}
+    for algorithm in schemes.ON_TREES:
+        kind = schemes.kind(algorithm)
+        extra = {"density": 0.2} if schemes.SCHEMES[algorithm].sparse else {}
         installs, exact = [], 0
         for run in range(a.bmv2_reroute_runs):
             r = run_allreduce(backend="bmv2", topology="fattree", k=4, workers=8, elements=20_000, tree="rat",
@@ -250,13 +250,13 @@ def bench_switchfail(a) -> list[dict]:
     spec = RunSpec(topology="fattree", k=4, workers=8, elements=a.reroute_elements, bw=a.switchfail_bw)
     with Session(spec) as s:
         for i in range(a.switchfail_kills):
-            for algorithm in ("switchml", "omnireduce"):
-                extra = {"density": 0.2} if algorithm == "omnireduce" else {}
+            for algorithm in schemes.ON_TREES:
+                extra = {"density": 0.2} if schemes.SCHEMES[algorithm].sparse else {}
                 r = s.allreduce(algorithm=algorithm, fail_switch=["tree@0.5"], seed=i, **extra)
                 for f in r["failures"]:
                     total = sum(f.get(k) or 0 for k in ("detect_ms", "recompute_ms", "install_ms"))
                     totals.append(total)
-                    out.append(figure(f"switch {f['switch']} killed, {'dense' if algorithm == 'switchml' else 'sparse'}",
+                    out.append(figure(f"switch {f['switch']} killed, {schemes.kind(algorithm)}",
                                       total, "ms", link_mbps=a.switchfail_bw,
                                       scale=f"fat-tree k=4, 8 workers x {a.reroute_elements:,} int32",
                                       link_bound=None, exact=r["exact"],

@@ -23,7 +23,9 @@ import dataclasses
 from dataclasses import fields
 
 from ground import wire
-from ground.runspec import ALGORITHMS, BACKENDS, DTYPES, PATTERNS, TREES, RunSpec
+from ground import schemes
+from controller.trees import ALGORITHMS as TREES, SWITCH_TREES
+from ground.runspec import ALGORITHMS, BACKENDS, DTYPES, PATTERNS, RunSpec
 
 
 def spec_from_args(args: argparse.Namespace) -> RunSpec:
@@ -164,8 +166,7 @@ def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
     opt("--tree", default=d["tree"], choices=TREES,
         help=f"aggregation tree algorithm (default {d['tree']}; bml goes with bcube)")
     opt("--algorithm", choices=ALGORITHMS, default=d["algorithm"],
-        help="in the switches: dense SwitchML pipeline (default) or block-sparse OmniReduce pipeline; "
-             "on the hosts over TCP (switches only forward): ring or ps (sharded parameter server)")
+        help=f"aggregation scheme (default {d['algorithm']}): {schemes.help_text()}")
     opt("--density", type=float, default=d["density"], help="fraction of non-zero blocks (block-sparse data)")
     opt("--pattern", choices=PATTERNS, default=d["pattern"],
         help="block-sparse data: where the non-zero blocks are across workers")
@@ -234,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("topology", help="single, leafspine, fattree, bcube or a YAML file")
     x.add_argument("--k", type=int, default=None, help="fat-tree k (default 4) or BCube level count k")
     x.add_argument("--workers", type=int, default=8)
-    x.add_argument("--tree", default="rat", choices=["spt", "rat", "packing"])
+    x.add_argument("--tree", default="rat", choices=SWITCH_TREES, help="tree algorithm (controller/trees/)")
     x.add_argument("--bw", type=float, default=None, help="link rate in Mb/s written on every link")
     x.add_argument("--out", default="p4app", help="output directory (default ./p4app)")
     x.set_defaults(func=lambda args: __import__("agglab.export_p4app", fromlist=["main"]).main(args))

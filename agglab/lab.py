@@ -206,8 +206,8 @@ class LabCLI(CLI):
 
     # -- traffic -----------------------------------------------------------------
     def do_allreduce(self, line):
-        """allreduce [ELEMENTS] [--tree spt|rat|packing] [--dtype int32|float32] [--loss P]
-        [--algorithm switchml|omnireduce] [--density D] [--fail A-B@F] [--fail-switch NAME@F] ... (any `agglab allreduce`
+        """allreduce [ELEMENTS] [--tree TREE] [--dtype int32|float32] [--loss P]
+        [--algorithm SCHEME] [--density D] [--fail A-B@F] [--fail-switch NAME@F] ... (any `agglab allreduce`
         option that does not reshape the network): run one allreduce in the background (fail
         links meanwhile); prints the outcome when done."""
         if self.running and self.running.is_alive():

@@ -12,8 +12,6 @@ clear error instead of hanging.
 from __future__ import annotations
 
 import gc
-import json
-import os
 import threading
 import time
 from contextlib import ExitStack
@@ -22,6 +20,7 @@ from pathlib import Path
 import networkx as nx
 
 from ground import wire
+from ground.epoch_file import publish as publish_epoch
 from ground.priority import HOLD_RT, urgent
 from controller import failover, tree_install, trees
 from controller.carry import carry_for
@@ -179,13 +178,9 @@ class TreeJob(Job):
             self.clients[sw].commands(self._reset_lines(sw))
 
     def _publish(self, status: str = "ok", reason: str = "") -> None:
-        """Atomically replace the epoch file the agents watch."""
-        # the header's epoch field is 8 bits
-        data = {"epoch": (self.treeset.epoch if self.treeset else 0) & 0xFF, "tree_of_slot": self.tree_of_slot,
-                "status": status, "reason": reason}
-        tmp = self.epoch_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, self.epoch_file)
+        """Atomically replace the epoch file the agents watch (ground/epoch_file.py)."""
+        publish_epoch(self.epoch_file, self.treeset.epoch if self.treeset else 0, self.tree_of_slot,
+                           status, reason)
 
     # -- link events -----------------------------------------------------------------
     def link_changed(self, u: str, v: str, up: bool, t: float, intf: str = "") -> None:

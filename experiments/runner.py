@@ -23,6 +23,7 @@ from controller import topologies
 from controller.topology import switches
 from emulation.fidelity import DEFAULT_CEILING_MBPS, calibration_path, load_calibration
 from ground.runspec import RunSpec
+from ground.schemes import IN_NETWORK
 from experiments.definition import (ConfigError, Definition, Point, ProgramRun, load_definition, parse_definition,
                                     read_yaml)
 
@@ -110,7 +111,7 @@ def load_suite(path: str | Path, repeats: int | None = None) -> Suite:
 
 # Algorithms whose repeats may share one network (Session.allreduce runs them again on the
 # same job). The hosts' baselines run in a fresh network per run until that is known to hold.
-REUSABLE = ("switchml", "omnireduce")
+REUSABLE = IN_NETWORK
 
 
 def default_run_fn(out_dir: Path | None = None) -> RunFn:

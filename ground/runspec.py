@@ -15,12 +15,24 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from ground import wire
+from ground.schemes import DEFAULT_WINDOW, HOST_BASELINES, IN_NETWORK, NAMES as ALGORITHMS, SPARSE_WINDOW, SCHEMES
 
 TOPOLOGIES = ("single", "leafspine", "fattree", "bcube")      # or a YAML file
-TREES = ("spt", "rat", "packing", "bml")
-IN_NETWORK = ("switchml", "omnireduce")                  # the switches aggregate
-HOST_BASELINES = ("ring", "ps")                          # hosts sum over TCP, switches only forward
-ALGORITHMS = IN_NETWORK + HOST_BASELINES
+# The tree algorithms. The controller discovers them (one module per algorithm in
+# controller/trees/) and registers their names here with `register_trees`, because the
+# ground layer cannot import the controller; until then any identifier passes the check.
+TREES: list[str] = []
+BCUBE_TREE = "bml"                       # BCube's stage schedule: the one tree for --topology bcube
+
+
+def register_trees(names) -> None:
+    """The controller's discovered tree algorithms (controller/trees/__init__.py)."""
+    TREES[:] = list(names)
+
+
+def switch_trees() -> str:
+    """The tree algorithms that span switches, for messages: 'spt, rat, packing'."""
+    return ", ".join(t for t in TREES if t != BCUBE_TREE) or "spt"
 PATTERNS = ("random", "overlap", "disjoint")
 DTYPES = ("int32", "float32")
 BACKENDS = ("soft", "bmv2")
@@ -96,15 +108,8 @@ class SwitchFailSpec:
                              "(NAME@F) to test the partition")
 
 
-# Outstanding slots per worker when a run does not say (hosts/slots.py uses the same).
-# Dense: 128 keeps a 20 Mb/s link busy through the emulator's millisecond round trips.
-# Sparse: every call starts each slot with a dense lead frame, so the window is a per-call
-# cost in frames; 32 slots still keep the link busy (only columns with data send), and the
-# lead overhead drops 4x. Measured (8 workers x 1M int32, overlap, 5 Mb/s, one switch):
-# speed-up over dense 8.6x / 33x at window 128, 9.0x / 41x at 64, 9.3x / 64x at 32,
-# 9.8x / 74x at 16 (density 0.1 / 0.01); at 20 Mb/s 32 beats 16 and 64 (4.1x / 21x, sparse CPU-bound).
-DEFAULT_WINDOW = 128
-SPARSE_WINDOW = 32
+__all__ = ["ALGORITHMS", "DEFAULT_WINDOW", "HOST_BASELINES", "IN_NETWORK", "SPARSE_WINDOW", "RunPlan",
+           "RunSpec", "FailSpec", "SwitchFailSpec", "WorkerSeat"]
 
 
 @dataclass
@@ -123,7 +128,7 @@ class RunSpec:
     k: int | None = None               # fat-tree k / BCube k
     tree: str = "spt"                  # spt | rat | packing | bml (BCube only)
     bml_variant: str = "in-network"    # in-network | host
-    algorithm: str = "switchml"        # switchml (dense) | omnireduce (block-sparse) | ring | ps (host baselines)
+    algorithm: str = "switchml"        # a scheme of ground/schemes.py
     density: float = 1.0               # fraction of non-zero blocks (block-sparse data)
     pattern: str = "random"            # block-sparse data: random | overlap | disjoint
     block_size: int | None = None      # omnireduce: values per block (multiple of K)
@@ -140,7 +145,8 @@ class RunSpec:
     @property
     def sparse_data(self) -> bool:
         """Block-sparse inputs: for omnireduce, or for the dense pipeline on the same data."""
-        return self.algorithm == "omnireduce" or self.density < 1.0
+        known = SCHEMES.get(self.algorithm)
+        return bool(known and known.sparse) or self.density < 1.0
 
     @property
     def host_baseline(self) -> bool:
@@ -174,10 +180,10 @@ class RunSpec:
         return self.job_loss[job] if self.job_loss else self.loss
 
     def default_window(self) -> int:
-        """Outstanding slots per worker: the asked window (else the algorithm's default,
-        DEFAULT_WINDOW or SPARSE_WINDOW), at most the blocks and the job's slots."""
+        """Outstanding slots per worker: the asked window (else the scheme's default,
+        ground/schemes.py), at most the blocks and the job's slots."""
         blocks = -(-self.elements // wire.K)
-        default = SPARSE_WINDOW if self.algorithm == "omnireduce" else DEFAULT_WINDOW
+        default = SCHEMES[self.algorithm].window
         return max(1, min(self.window or default, blocks, self.slots_per_job))
 
     def elements_of(self, rank: int) -> int:
@@ -205,8 +211,8 @@ class RunSpec:
         if self.topology not in TOPOLOGIES and not self.topology.endswith((".yaml", ".yml")):
             raise ValueError(f"--topology must be one of {', '.join(TOPOLOGIES)} or a .yaml file, "
                              f"got {self.topology!r}")
-        if self.tree not in TREES:
-            raise ValueError(f"--tree must be spt, rat, packing or bml, got {self.tree!r}")
+        if not re.fullmatch(r"[a-z_][a-z0-9_]*", self.tree) or (TREES and self.tree not in TREES):
+            raise ValueError(f"--tree must be one of {', '.join(TREES) or 'the tree algorithms'}, got {self.tree!r}")
         if self.host_baseline and self.topology == "bcube":
             raise ValueError(f"--algorithm {self.algorithm} runs between single-NIC hosts over IP routes; "
                              "BCube's servers have several NICs and relay: use --tree bml --bml-variant host")
@@ -224,15 +230,17 @@ class RunSpec:
         if not 0 <= self.zero_workers <= self.workers:
             raise ValueError(f"--zero-workers must be within 0..{self.workers} (the workers), got {self.zero_workers}")
         if self.zero_workers and not self.sparse_data:
-            raise ValueError("--zero-workers goes with block-sparse data (--algorithm omnireduce or --density < 1)")
-        if self.algorithm == "omnireduce" and self.tree == "bml":
-            raise ValueError("--algorithm omnireduce runs on switch trees (spt, rat, packing), not BML")
+            sparse = [n for n, s in SCHEMES.items() if s.sparse]
+            raise ValueError(f"--zero-workers goes with block-sparse data (--algorithm {' or '.join(sparse)} "
+                             "or --density < 1)")
+        if self.algorithm in SCHEMES and SCHEMES[self.algorithm].sparse and self.tree == "bml":
+            raise ValueError(f"--algorithm {self.algorithm} runs on switch trees ({switch_trees()}), not BML")
         if self.fail and self.tree == "bml":
             raise ValueError("--fail: BML on BCube cannot reroute (its schedule needs every server NIC); "
-                             "fail links on a switch tree (spt, rat, packing) instead")
+                             f"fail links on a switch tree ({switch_trees()}) instead")
         if self.fail_switch and self.tree == "bml":
             raise ValueError("--fail-switch: BML on BCube cannot reroute (its schedule needs every server NIC); "
-                             "fail switches on a switch tree (spt, rat, packing) instead")
+                             f"fail switches on a switch tree ({switch_trees()}) instead")
         if self.host_baseline and self.tree != "spt":
             raise ValueError(f"--algorithm {self.algorithm} sums on the hosts over IP shortest paths: "
                              f"--tree {self.tree} (aggregation trees"
@@ -244,7 +252,8 @@ class RunSpec:
         if self.jobs > 1:
             if self.algorithm not in IN_NETWORK or self.tree == "bml":
                 raise ValueError(f"--jobs {self.jobs}: concurrent jobs share the switches' slots; they run the "
-                                 "in-network pipelines on switch trees (switchml or omnireduce, spt/rat/packing)")
+                                 f"in-network pipelines on switch trees ({' or '.join(IN_NETWORK)}, "
+                                 f"{switch_trees()})")
             if self.fail:
                 raise ValueError(f"--jobs {self.jobs}: --fail with several jobs is not supported yet (each job "
                                  "would reroute on its own); run one job to fail links")
