@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from ground import schemes, wire
-from ground.paths import REPO
+from ground.paths import REPO, RESULTS
 
 SECTIONS = ("pipeline", "daemon", "wire", "wide", "reroute", "switchfail", "build", "sparse", "trees", "bmv2",
             "bmv2-reroute")
@@ -431,7 +431,7 @@ def cpu_reference_seconds() -> float:
     return round(best, 4)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m agglab.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--only", default=",".join(SECTIONS),
                     help=f"comma-separated sections (default all): {', '.join(SECTIONS)}")
@@ -449,6 +449,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "is a column whose lead round is sent whatever the density")
     ap.add_argument("--out", type=Path, help="JSON file (default results/bench/<time>.json)")
     ap.add_argument("--compare", type=Path, metavar="PREV.json", help="print each figure's change since PREV")
+    return ap
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = build_parser()
     a = ap.parse_args(argv)
     a.sections = [s.strip() for s in a.only.split(",") if s.strip()]
     unknown = [s for s in a.sections if s not in SECTIONS]
@@ -500,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
         report["figures"] += figures
         print(f"({section}: {time.monotonic() - t0:.0f} s)", flush=True)
     report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    out = a.out or REPO / "results" / "bench" / f"{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out = a.out or RESULTS / "bench" / f"{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n")
     targets = [f for f in report["figures"] if f["target"]]

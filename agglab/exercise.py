@@ -25,9 +25,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ground.paths import REPO
+from ground.paths import EXERCISES as EXERCISE_DIR, REPO
 
-EXERCISE_DIR = REPO / "exercises"
 _BEGIN = re.compile(r"^(?P<indent>[ \t]*)(?P<c>#|//) EXERCISE (?P<name>[\w-]+) BEGIN hint: (?P<hint>.*)$")
 _END = re.compile(r"^[ \t]*(#|//) EXERCISE END$")
 TODO = "TODO(exercise"

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ground import wire
-from ground.paths import REPO
+from ground.paths import RESULTS
 
 BUSY_MIN = 0.90          # bottleneck link must be at least this busy while it carries data
 CORE_MAX = 0.90          # a process this busy is saturated
@@ -49,7 +49,7 @@ def calibration_path() -> Path:
     results/calibration.json in the checkout (per machine: results/ is not committed),
     calibration-k256.json for the wide program variant (4x fewer frames per byte: its own
     ceiling)."""
-    return Path(os.environ.get("AGGLAB_CALIBRATION") or REPO / "results" / f"calibration{wire.variant_suffix()}.json")
+    return Path(os.environ.get("AGGLAB_CALIBRATION") or RESULTS / f"calibration{wire.variant_suffix()}.json")
 
 
 def load_calibration() -> dict | None:

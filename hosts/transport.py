@@ -1,7 +1,7 @@
 """How an agent moves UDP payloads: the `Transport` protocol and its UDP implementation.
 
 Why an abstraction: the same worker code must run over a real socket inside a
-Mininet host, and over an in-process harness (tests/fakenet.py) that feeds the
+Mininet host, and over an in-process harness (agglab/testkit/fakenet.py) that feeds the
 software switch directly.  The agent only ever sends and receives whole UDP
 payloads (agg_h + values), so that is all a transport has to do.
 """

@@ -4,7 +4,7 @@ Why a second implementation of the P4 program: BMv2 manages a few thousand
 aggregation packets per second, too few for multi-switch experiments; this
 pipeline has the same tables, actions, registers and counters (same names,
 same control commands) and emits byte-identical frames, which the conformance
-vectors in tests/conformance check against BMv2 itself.
+vectors in p4src/vectors check against BMv2 itself.
 
     p = Pipeline(seed=1)
     p.command("table_add agg_job agg_child 1 0 0 1 => 0 2 1 0 1024 65535")

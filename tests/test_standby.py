@@ -16,7 +16,7 @@ from controller.addressing import assign_addresses
 from controller.standby import StandbyWorker
 from controller.topology import workers as ranked_workers
 from hosts.workload import make_gradient
-from treenet import PipeClient, TreeNet
+from agglab.testkit.treenet import PipeClient, TreeNet
 
 
 def fat_tree(workers: int = 8):

@@ -23,7 +23,7 @@ from ground.runspec import RunSpec
 from hosts.fuzz import KINDS, Fuzzer
 from softswitch.pipeline import Pipeline
 from softswitch.roles import ANY_WORKER, REJECTS
-from tests.treenet import PipeClient
+from agglab.testkit.treenet import PipeClient
 
 
 def two_tenants(tmp_path, window=4):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ground.paths import P4SRC
 from controller.switch_client import find_bmv2_tool
-from tests.conformance.netns import Namespace, inside
+from agglab.testkit.netns import Namespace, inside
 
 THRIFT_PORT = 9090                # inside our own namespace, so never in conflict
 ETH_P_ALL = 0x0003
