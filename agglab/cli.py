@@ -24,8 +24,8 @@ from dataclasses import fields
 
 from ground import wire
 from ground import schemes
-from controller.trees import ALGORITHMS as TREES, SWITCH_TREES
-from ground.runspec import ALGORITHMS, BACKENDS, DTYPES, PATTERNS, RunSpec
+from controller.trees import TREE_ALGORITHMS as TREES, SWITCH_TREES
+from ground.runspec import BACKENDS, DTYPES, PATTERNS, RunSpec
 
 
 def spec_from_args(args: argparse.Namespace) -> RunSpec:
@@ -35,14 +35,13 @@ def spec_from_args(args: argparse.Namespace) -> RunSpec:
     return RunSpec(**{k: v for k, v in vars(args).items() if k in names and v is not None})
 
 
-def _checked_spec(cmd: str, args) -> RunSpec:
+def _checked_spec(cmd: str, args):
     """Validate the options and build the topology graph (no root needed): bad input fails
-    here with one line, before any network exists."""
-    from emulation.session import graph_for
+    here with one line, before any network exists. Returns the CheckedRun the session takes
+    (controller/run_check.py: checked once)."""
+    from controller.run_check import check_run
 
-    spec = spec_from_args(args)
-    graph_for(spec)
-    return spec
+    return check_run(spec_from_args(args))
 
 
 def _bad_input(cmd: str, exc: Exception) -> int:
@@ -165,7 +164,7 @@ def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
     opt("--k", type=int, default=d["k"], help="fat-tree k (default 4) or BCube level count k")
     opt("--tree", default=d["tree"], choices=TREES,
         help=f"aggregation tree algorithm (default {d['tree']}; bml goes with bcube)")
-    opt("--algorithm", choices=ALGORITHMS, default=d["algorithm"],
+    opt("--algorithm", choices=schemes.NAMES, default=d["algorithm"],
         help=f"aggregation scheme (default {d['algorithm']}): {schemes.help_text()}")
     opt("--density", type=float, default=d["density"], help="fraction of non-zero blocks (block-sparse data)")
     opt("--pattern", choices=PATTERNS, default=d["pattern"],

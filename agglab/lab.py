@@ -288,8 +288,9 @@ def _parse_allreduce(args: list[str]) -> dict:
     return opts
 
 
-def run_lab(spec: RunSpec, script: str | None = None) -> int:
-    """Open the lab; with `script` (a file of commands) run them and return at its end."""
+def run_lab(spec, script: str | None = None) -> int:
+    """Open the lab on `spec` (a RunSpec or the CLI's CheckedRun); with `script` (a file of
+    commands) run them and return at its end."""
     with Session(spec, quiet=False) as session:
         background: list[threading.Thread] = []
         print("agglab lab: type 'help' for commands; 'fail A B', 'kill S', 'allreduce', 'trees', 'events'; 'exit' to quit")

@@ -131,7 +131,7 @@ def warm_up() -> None:
     from controller.topology import workers
 
     g = topologies.build("leafspine", racks=2, hosts_per_rack=2, spines=2)
-    for name in trees.ALGORITHMS:
+    for name in trees.TREE_ALGORITHMS:
         try:
             trees.compute(name, g, workers(g))
         except Exception:                            # an algorithm that does not fit this graph

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from ground import wire
-from ground.schemes import DEFAULT_WINDOW, HOST_BASELINES, IN_NETWORK, NAMES as ALGORITHMS, SPARSE_WINDOW, SCHEMES
+from ground.schemes import DEFAULT_WINDOW, HOST_BASELINES, IN_NETWORK, SPARSE_WINDOW, SCHEMES, scheme
 
 TOPOLOGIES = ("single", "leafspine", "fattree", "bcube")      # or a YAML file
 # The tree algorithms. The controller discovers them (one module per algorithm in
@@ -108,7 +108,7 @@ class SwitchFailSpec:
                              "(NAME@F) to test the partition")
 
 
-__all__ = ["ALGORITHMS", "DEFAULT_WINDOW", "HOST_BASELINES", "IN_NETWORK", "SPARSE_WINDOW", "RunPlan",
+__all__ = ["DEFAULT_WINDOW", "HOST_BASELINES", "IN_NETWORK", "SPARSE_WINDOW", "RunPlan",
            "RunSpec", "FailSpec", "SwitchFailSpec", "WorkerSeat"]
 
 
@@ -147,6 +147,13 @@ class RunSpec:
         """Block-sparse inputs: for omnireduce, or for the dense pipeline on the same data."""
         known = SCHEMES.get(self.algorithm)
         return bool(known and known.sparse) or self.density < 1.0
+
+    @property
+    def on_trees(self) -> bool:
+        """The switches aggregate along the controller's trees (not the hosts, not BML's
+        schedule, not a pool shared best-effort along IP routes)."""
+        known = SCHEMES.get(self.algorithm)
+        return bool(known and known.in_network and not known.shares_pool) and self.tree != BCUBE_TREE
 
     @property
     def host_baseline(self) -> bool:
@@ -219,8 +226,7 @@ class RunSpec:
         if (self.tree == "bml") != (self.topology == "bcube"):
             raise ValueError("--tree bml goes with --topology bcube (and BCube needs --tree bml: "
                              "its servers relay, so no switch tree spans it)")
-        if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"--algorithm must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
+        scheme(self.algorithm)           # ValueError naming the schemes
         if not 0.0 <= self.density <= 1.0:
             raise ValueError(f"--density must be within [0, 1], got {self.density}")
         if self.pattern not in PATTERNS:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from controller.addressing import assign_addresses
-from controller.job import TreeJob
+from controller.tree_job import TreeJob
 from controller.topology import single_switch
 from ground import wire
 from ground.runspec import RunSpec

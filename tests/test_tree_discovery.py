@@ -30,7 +30,7 @@ try:
     build_parser().parse_args(["allreduce", "--tree", "nosuchtree"])
 except SystemExit as exc:
     rejected = exc.code
-print(json.dumps({"tree": spec.tree, "algorithms": list(trees.ALGORITHMS), "trees": len(ts.trees),
+print(json.dumps({"tree": spec.tree, "algorithms": list(trees.TREE_ALGORITHMS), "trees": len(ts.trees),
                   "edges": sorted(map(list, ts.trees[0].edges)), "rejected": rejected,
                   "from": trees.__file__}))
 """
@@ -55,12 +55,12 @@ def test_a_copied_tree_module_is_a_tree_choice(tmp_path: Path):
     g = topologies.for_run(RunSpec(topology="fattree", k=4, workers=4))
     spt = trees.compute("spt", g, workers(g))
     assert got["trees"] == len(spt.trees) and got["edges"] == sorted(map(list, spt.trees[0].edges))
-    assert "mytree" not in trees.ALGORITHMS                  # the checkout itself is untouched
+    assert "mytree" not in trees.TREE_ALGORITHMS                  # the checkout itself is untouched
 
 
 def test_the_checkout_discovers_its_tree_modules():
     from controller import trees
     from ground import runspec
 
-    assert set(trees.ALGORITHMS) == {"spt", "rat", "packing", "bml"}
-    assert runspec.TREES == list(trees.ALGORITHMS)
+    assert set(trees.TREE_ALGORITHMS) == {"spt", "rat", "packing", "bml"}
+    assert runspec.TREES == list(trees.TREE_ALGORITHMS)

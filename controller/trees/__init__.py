@@ -36,14 +36,14 @@ def discover() -> tuple[str, ...]:
     return tuple(sorted(names, key=lambda n: (n != "spt", n == BCUBE_TREE, n)))
 
 
-ALGORITHMS = discover()
-SWITCH_TREES = tuple(n for n in ALGORITHMS if n != BCUBE_TREE)   # trees over switches (not BCube's schedule)
-register_trees(ALGORITHMS)
+TREE_ALGORITHMS = discover()
+SWITCH_TREES = tuple(n for n in TREE_ALGORITHMS if n != BCUBE_TREE)   # trees over switches (not BCube's schedule)
+register_trees(TREE_ALGORITHMS)
 
 
 def compute(name: str, graph: nx.Graph, workers=None, seed: int = 0, epoch: int = 0, **options) -> TreeSet:
-    if name not in ALGORITHMS:
-        raise ValueError(f"unknown tree algorithm {name!r}; choose one of {', '.join(ALGORITHMS)}")
+    if name not in TREE_ALGORITHMS:
+        raise ValueError(f"unknown tree algorithm {name!r}; choose one of {', '.join(TREE_ALGORITHMS)}")
     workers = list(workers) if workers is not None else ranked_workers(graph)
     if not workers:
         raise TreeError("no workers: give the hosts ranks or pass workers")
@@ -54,4 +54,4 @@ def compute(name: str, graph: nx.Graph, workers=None, seed: int = 0, epoch: int 
     return module.compute(graph, workers, seed=seed, **options).with_epoch(epoch)
 
 
-__all__ = ["ALGORITHMS", "SWITCH_TREES", "discover", "Tree", "TreeError", "TreeSet", "check_tree", "compute", "live_graph"]
+__all__ = ["TREE_ALGORITHMS", "SWITCH_TREES", "discover", "Tree", "TreeError", "TreeSet", "check_tree", "compute", "live_graph"]
