@@ -18,6 +18,8 @@ from pathlib import Path
 import networkx as nx
 
 from ground.phases import Phases
+from ground import netlease
+from ground import rundir
 from ground.rundir import RunRecord, clean
 from controller import addressing
 from ground import addresses
@@ -100,6 +102,7 @@ class EmulatedNetwork:
         self.incarnation: dict[str, int] = {}    # switch -> restarts so far (counters start again at 0)
         self._downed: dict[str, list[str]] = {}  # dead switch -> its ports taken down with it
         self._handled: dict[str, threading.Event] = {}   # switch -> set once its death was handled
+        self._leased = False                     # holds the machine's network lease (ground/netlease.py)
 
     # -- lifecycle ----------------------------------------------------------------
     def start(self) -> "EmulatedNetwork":
@@ -108,11 +111,14 @@ class EmulatedNetwork:
         from mininet.net import Mininet
 
         setLogLevel("error")
-        with self.phases.timed("old runs cleaned"):
-            clean(verbose=False)                 # leftovers of dead runs would collide
         try:                                     # a signal at any moment still cleans up
             with self.phases.timed("launcher"):
                 self.run = RunRecord.create("net")
+                netlease.acquire(self.run.path)  # one network per machine: ground/netlease.py says why
+                self._leased = True
+            with self.phases.timed("old runs cleaned"):
+                clean(verbose=False)             # leftovers of dead runs would collide
+            with self.phases.timed("launcher"):
                 if self.backend == "soft":
                     from emulation.switch_nodes import start_launcher
 
@@ -199,8 +205,12 @@ class EmulatedNetwork:
             ends = sorted((u, v), key=lambda n: g.nodes[n]["kind"] == "host")   # root end first
             pid = self.net.get(ends[1]).pid if g.nodes[ends[1]]["kind"] == "host" else None
             pairs.append((e["intfs"][ends[0]], e["intfs"][ends[1]], pid))
-        self.run.add_interfaces(sorted(i for e in g.edges.values() for i in e["intfs"].values()))
-        create_veths(pairs, self.run.link_group(), offloads_off=self.backend == "soft")
+        group = self.run.link_group()
+        try:
+            create_veths(pairs, group, offloads_off=self.backend == "soft")
+        finally:       # recorded once the kernel made them, and only those in this run's group
+            self.run.add_interfaces(sorted(i for e in g.edges.values() for i in e["intfs"].values()
+                                           if rundir.group_of(i) == group))
         shape({e["intfs"][n]: e["bw"] for u, v, e in g.edges(data=True) if e.get("bw")
                for n in (u, v) if g.nodes[n]["kind"] == "switch"})     # host ends: in their set-up
         for u, v, e in g.edges(data=True):
@@ -289,13 +299,16 @@ class EmulatedNetwork:
             import shutil
 
             kill_pids(self.run.pids())
-            delete_interfaces(self.run.interfaces())
+            delete_interfaces(self.run.interfaces(), group=self.run.recorded_link_group() or -1)
             try:
                 if self.keep:
                     self.run.keep(self.keep)
             finally:
                 shutil.rmtree(self.run.path, ignore_errors=True)
                 self.run = None
+        if self._leased:
+            self._leased = False
+            netlease.release()
 
     def _stop_data_planes(self) -> None:
         """SIGTERM every switch process at once, then wait for each (Mininet's stop() would

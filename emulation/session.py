@@ -32,6 +32,7 @@ from emulation.fidelity import FidelityProbe
 from emulation.network import EmulatedNetwork
 from ground.addresses import SERVICE_IP
 from ground import progress as progress_file, wire
+from ground import netlease
 from ground.phases import Phases
 from ground.paths import REPO
 from ground.runspec import RunPlan, RunSpec, WorkerSeat
@@ -138,6 +139,7 @@ class Session:
             # would take the first one down under its running link monitor
             raise RuntimeError("this Session is already started (use `with Session(spec) as s:` or start())")
         spec, g = self.spec, self.g
+        netlease.refuse_if_busy()       # one line naming the other run, before anything is built
         n_sw = len(switches(g))
         _log(f"building network: {spec.topology} ({n_sw} switch{'es' if n_sw > 1 else ''}, {spec.backend}), "
              f"{spec.workers} workers", self.quiet)
