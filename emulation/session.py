@@ -27,7 +27,7 @@ from controller.jobs import Job, partitions
 from controller.standby import StandbyWorker
 from controller.switch_client import run_batches
 from controller.topology import switches, workers as worker_hosts
-from emulation.failures import FailureInjector
+from emulation.failures import FailureInjector, hang_rows
 from emulation.fidelity import FidelityProbe
 from emulation.network import EmulatedNetwork
 from ground.addresses import SERVICE_IP
@@ -156,7 +156,8 @@ class Session:
                 self._start_jobs(spec, g)
             with self.phases.timed("watchers"):
                 self.monitor = self.net.watch_links(self.job.link_changed)
-                self.net.watch_switches(self._switch_exited)
+                self.net.watch_switches(self._switch_exited, on_hang=lambda sw, t: self.events.add(
+                    "switch_hung", t=t, switch=sw))
         except BaseException:
             self.stop()
             raise
@@ -264,6 +265,7 @@ class Session:
         self.job.prepare(spec.default_window(), spec.algorithm)
         self.runs += 1
         before = self._switch_counters()
+        hangs_before = len(self.net.hang_log)
         _log(f"allreduce of {spec.elements} {spec.dtype} per worker on {len(self.job.trees().trees)} "
              f"{spec.tree} tree(s), loss {spec.loss}", self.quiet)
         probe = FidelityProbe(self.net.graph, self.net.run.path / "pids").start()
@@ -283,7 +285,8 @@ class Session:
         treeset = self.job.trees()
         result.update(topology=spec.topology, tree=spec.tree, trees=len(treeset.trees),
                       epoch=treeset.epoch, failures=injector.report() if injector else [],
-                      switches_down={sw: why.splitlines()[0] for sw, why in sorted(dead.items())})
+                      switches_down={sw: why.splitlines()[0] for sw, why in sorted(dead.items())},
+                      hangs=hang_rows(self.net, self.job)[hangs_before:])
         result["fidelity"] = fidelity       # link-bound or CPU-bound? (emulation/fidelity.py)
         result["jobs"] = [_job_figures(result, self.job, spec)]
         return self._finish(spec, result)
