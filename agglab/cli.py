@@ -56,6 +56,7 @@ def _needs_root(cmd: str) -> bool:
 
 
 def _allreduce(args) -> int:
+    from controller.switch_client import SwitchCommandError
     from controller.trees.base import TreeError
     from emulation.session import run_spec
 
@@ -66,6 +67,10 @@ def _allreduce(args) -> int:
         result = run_spec(spec, quiet=args.json, progress=args.progress or sys.stderr.isatty())
     except (ValueError, TreeError) as exc:       # TopologyError is a ValueError
         return _bad_input("allreduce", exc)
+    except SwitchCommandError as exc:            # a switch's control channel failed outside a handled failure
+        print(f"agglab allreduce: a switch stopped answering its controller: {str(exc).splitlines()[0]}",
+              file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:

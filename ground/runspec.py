@@ -88,7 +88,8 @@ class SwitchFailSpec:
             if self.switch not in g or g.nodes[self.switch].get("kind") != "switch":
                 names = sorted((n for n, d in g.nodes(data=True) if d.get("kind") == "switch"),
                                key=lambda n: (len(n), n))
-                raise ValueError(f"--fail-switch: there is no switch {self.switch!r} in this topology "
+                raise ValueError(f"{'--hang-switch' if self.hang else '--fail-switch'}: there is no switch "
+                                 f"{self.switch!r} in this topology "
                                  f"(switches: {', '.join(names[:12])}{' ...' if len(names) > 12 else ''})")
             return
         edge_only = only_edge_switches(g)

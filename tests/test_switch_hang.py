@@ -109,3 +109,16 @@ def test_a_stopped_aggregating_switch_is_fenced_and_rerouted_around_exactly():
         session.restart_switch(row["switch"])
         back = session.allreduce(hang_switch=[], elements=200_000)
         assert back["exact"] and back["hangs"] == [], back.get("errors")
+
+
+def test_a_bad_hang_switch_is_one_line_and_exit_2():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    res = subprocess.run([sys.executable, "-m", "agglab", "allreduce", "--topology", "fattree", "--k", "4",
+                          "--hang-switch", "zz9@0.5"], cwd=repo, capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=str(repo)))
+    assert res.returncode == 2
+    assert res.stderr.strip().count("\n") == 0 and "--hang-switch: there is no switch 'zz9'" in res.stderr, res.stderr
