@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ground import schemes, wire
+from ground import lifeline, schemes, wire
 from ground.paths import REPO, RESULTS
 
 SECTIONS = ("pipeline", "daemon", "wire", "wide", "reroute", "switchfail", "build", "sparse", "trees", "bmv2",
@@ -154,7 +154,8 @@ def bench_wide(a) -> list[dict]:
         proc = subprocess.run([sys.executable, "-m", "agglab.bench", "--only", "wire", "--rates", rates,
                                "--elements", str(a.elements), "--out", str(out)], cwd=REPO,
                               env={**os.environ, "AGGLAB_K": str(wire.WIDE_K)},
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              preexec_fn=lifeline.preexec(bound_to_thread=True))
         if proc.returncode != 0 or not out.exists():
             raise RuntimeError(f"the AGGLAB_K={wire.WIDE_K} bench failed: {proc.stdout[-1500:]}")
         report = json.loads(out.read_text())
@@ -356,7 +357,8 @@ def bench_sparse(a) -> list[dict]:
 
 def bench_trees(_a) -> list[dict]:
     res = subprocess.run([sys.executable, "-m", "controller.trees.bench"], cwd=REPO,
-                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                         preexec_fn=lifeline.preexec(bound_to_thread=True))
     print(res.stdout.rstrip(), flush=True)
     return []                               # printed only: its own table
 

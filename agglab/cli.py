@@ -57,6 +57,7 @@ def _needs_root(cmd: str) -> bool:
 
 
 def _allreduce(args) -> int:
+    from controller.switch_client import SwitchCommandError
     from controller.trees.base import TreeError
     from emulation.session import run_spec
 
@@ -67,6 +68,10 @@ def _allreduce(args) -> int:
         result = run_spec(spec, quiet=args.json, progress=args.progress or sys.stderr.isatty())
     except (ValueError, TreeError) as exc:       # TopologyError is a ValueError
         return _bad_input("allreduce", exc)
+    except SwitchCommandError as exc:            # a switch's control channel failed outside a handled failure
+        print(f"agglab allreduce: a switch stopped answering its controller: {str(exc).splitlines()[0]}",
+              file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:
@@ -187,6 +192,10 @@ def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
         help="kill switch NAME's process (kill -9) when FRACTION of the blocks are done: all its links "
              "fail, the controller reroutes around it; 'tree@0.5' picks an aggregating switch of the "
              "active tree that is not some worker's only edge switch; may repeat")
+    opt("--hang-switch", action="append", metavar="NAME@FRACTION",
+        help="stop switch NAME's process (SIGSTOP: hung, not dead) when FRACTION of the blocks are done; "
+             "the liveness probe declares it hung within 0.6 s and it is fenced and rerouted around like "
+             "a killed switch; 'tree@0.5' as for --fail-switch; may repeat")
     opt("--keep", metavar="DIR", default=d["keep"],
         help="when the run ends, keep its directory in DIR (new or empty): per-switch logs, the "
              "control commands sent, events, worker logs and reports, the JSON result")

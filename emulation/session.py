@@ -26,11 +26,12 @@ from controller.run_check import CheckedRun, check_override, check_run
 from controller.standby import StandbyWorker
 from controller.switch_client import run_batches
 from controller.topology import switches, workers as worker_hosts
-from emulation.failures import FailureInjector
+from emulation.failures import FailureInjector, hang_rows
 from emulation.fidelity import FidelityProbe
 from emulation.network import EmulatedNetwork
 from ground.addresses import SERVICE_IP
 from ground import progress as progress_file, wire
+from ground import lifeline, netlease
 from ground.phases import Phases
 from ground.paths import REPO
 from ground.runspec import RunPlan, RunSpec, WorkerSeat
@@ -93,6 +94,7 @@ class Session:
             # would take the first one down under its running link monitor
             raise RuntimeError("this Session is already started (use `with Session(spec) as s:` or start())")
         spec, g = self.spec, self.g
+        netlease.refuse_if_busy()       # one line naming the other run, before anything is built
         n_sw = len(switches(g))
         _log(f"building network: {spec.topology} ({n_sw} switch{'es' if n_sw > 1 else ''}, {spec.backend}), "
              f"{spec.workers} workers", self.quiet)
@@ -109,7 +111,8 @@ class Session:
                 self._start_jobs(spec, g)
             with self.phases.timed("watchers"):
                 self.monitor = self.net.watch_links(self.job.link_changed)
-                self.net.watch_switches(self._switch_exited)
+                self.net.watch_switches(self._switch_exited, on_hang=lambda sw, t: self.events.add(
+                    "switch_hung", t=t, switch=sw))
         except BaseException:
             self.stop()
             raise
@@ -204,6 +207,7 @@ class Session:
         self.job.prepare(spec.default_window(), spec.algorithm)
         self.runs += 1
         before = self._switch_counters()
+        hangs_before = len(self.net.hang_log)
         _log(f"allreduce of {spec.elements} {spec.dtype} per worker on {len(self.job.trees().trees)} "
              f"{spec.tree} tree(s), loss {spec.loss}", self.quiet)
         probe = FidelityProbe(self.net.graph, self.net.run.path / "pids").start()
@@ -223,7 +227,8 @@ class Session:
         treeset = self.job.trees()
         result.update(topology=spec.topology, tree=spec.tree, trees=len(treeset.trees),
                       epoch=treeset.epoch, failures=injector.report() if injector else [],
-                      switches_down={sw: why.splitlines()[0] for sw, why in sorted(dead.items())})
+                      switches_down={sw: why.splitlines()[0] for sw, why in sorted(dead.items())},
+                      hangs=hang_rows(self.net, self.job)[hangs_before:])
         result["fidelity"] = fidelity       # link-bound or CPU-bound? (emulation/fidelity.py)
         result["jobs"] = [_job_figures(result, self.job, spec)]
         return self._finish(spec, result)
@@ -417,6 +422,7 @@ def _start_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, out_dir: Path,
         argv = [sys.executable, "-m", module, str(plan), str(rank), *extra_args]
         log = open(out_dir / f"{prefix}rank{rank}.log", "wb")
         proc = net.host(h).popen(argv, stdout=log, stderr=log, cwd=str(REPO), pass_fds=gate.fds if gate else (),
+                                 preexec_fn=lifeline.preexec(bound_to_thread=True),    # _wait reaps them
                                  env=dict(env, AGGLAB_PLAN=str(plan), AGGLAB_RANK=str(rank)))
         net.run.add_pid(proc.pid, f"worker {rank}" + (f" of job {job.job}" if prefix else "") + f" on {h}")
         procs.append((rank, proc, log))
