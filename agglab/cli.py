@@ -3,6 +3,7 @@
     agglab allreduce [RUN OPTIONS] [--json]   one allreduce in a fresh network, checked against numpy
     agglab lab [RUN OPTIONS] [--script FILE]  the Mininet CLI with fail/recover/trees/allreduce/...
     agglab train [RUN OPTIONS] ...    a model trained through the switches; FIFO vs PACE (--profile-only)
+    agglab draw TOPOLOGY [RUN OPTIONS] -o FILE.svg   the topology and its trees (--fail A-B: rerouted)
     agglab experiment [FILE.yaml|default|quick]   run paper trends, write results/<name>/report.md
     agglab calibrate    measure this machine's fidelity ceiling (fastest faithful link rate)
     agglab clean        remove what a crashed run left (namespaces, interfaces, processes)
@@ -213,6 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from agglab.train_cmd import add_train_parser
     add_train_parser(sub)
+    from agglab.draw_cmd import add_parser as add_draw_parser
+    add_draw_parser(sub)
     # issue 9: experiments (layer 4, run as its own program: no sideways import) and calibration
     e = sub.add_parser("experiment", add_help=False, prefix_chars="+",    # every argument passes through
                        help="run a trend definition or suite (python -m experiments; see `agglab experiment --help`)")
