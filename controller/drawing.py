@@ -165,6 +165,23 @@ def to_dot(g: nx.Graph, treeset: TreeSet | None, down=(), title: str = "", worke
     return dot
 
 
+def positions(g: nx.Graph) -> dict[str, tuple[float, float]]:
+    """Each node's place in the tiered layout (points, y growing downwards), for a page that
+    draws the topology itself: the same layout as the files."""
+    import shlex
+
+    plain = to_dot(g, None).create(prog="dot", format="plain").decode()
+    height = 0.0
+    out = {}
+    for line in plain.splitlines():
+        parts = shlex.split(line)
+        if parts and parts[0] == "graph":
+            height = float(parts[3])
+        elif parts and parts[0] == "node" and parts[1] in g:
+            out[parts[1]] = (round(float(parts[2]) * 72, 1), round((height - float(parts[3])) * 72, 1))
+    return out
+
+
 FORMATS = ("svg", "png", "dot")
 
 
