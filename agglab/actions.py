@@ -36,6 +36,20 @@ class Actions:
         self.changed: dict[frozenset, float] = {}       # link -> when it was last set down/up here
         self._cancelling = threading.Event()
         self._external = False            # an allreduce the caller runs itself (agglab allreduce --web)
+        self.history: dict[int, object] = {}   # epoch -> the first job's trees, as seen (the lab's `show`)
+        self.note_trees()
+
+    def note_trees(self):
+        """Remember the first job's trees under their epoch; returns them."""
+        ts = self.session.job.trees() if self.session.job else None
+        if ts is not None:
+            self.history.setdefault(ts.epoch, ts)
+        return ts
+
+    def previous_trees(self, epoch: int):
+        """The trees of the last epoch seen before `epoch` (None if none was)."""
+        older = [e for e in self.history if e < epoch]
+        return self.history[max(older)] if older else None
 
     # -- links and switches -------------------------------------------------------------
     def link(self, a: str, b: str, up: bool) -> str:

@@ -33,7 +33,6 @@ class LabCLI(CLI):
         self.session = session
         self.actions = actions or Actions(session, say=say)
         self.background = [] if background is None else background   # for run_lab to stop
-        self.shown = None                  # the trees `show` drew last (what changed since)
         CLI.__init__(self, session.net.net, **kw)
 
     def onecmd(self, line):
@@ -70,6 +69,10 @@ class LabCLI(CLI):
                     raise
                 arm()
                 print("\n" + (self.actions.cancel() or "allreduce cancelled"))
+
+    def precmd(self, line):
+        self.actions.note_trees()          # `show` says what changed since the epoch before
+        return CLI.precmd(self, line)
 
     def emptyline(self):
         """An empty line does nothing (Mininet's repeats nothing either; cmd's would repeat)."""
@@ -260,14 +263,14 @@ class LabCLI(CLI):
         print(self.actions.cancel() or "allreduce cancelled")
 
     def do_show(self, line):
-        """show [FILE.svg|.png|.dot]: each job's trees as text (root, children, links down marked
-        DOWN, what changed since the trees `show` drew last), and the drawing of the topology
+        """show [FILE.svg|.png|.dot]: the trees as text (root, children, links down marked DOWN,
+        what changed since the epoch before), and the drawing of the topology
         with the trees (agglab draw's) written to FILE (default agglab-trees-epochN.svg)."""
         from controller import drawing
 
         job = self.session.job
-        ts = job.trees()
-        print(drawing.as_text(self.session.g, ts, self.shown))
+        ts = self.actions.note_trees()
+        print(drawing.as_text(self.session.g, ts, self.actions.previous_trees(ts.epoch)))
         path = line.strip() or f"agglab-trees-epoch{ts.epoch}.svg"
         try:
             drawing.write(drawing.to_dot(self.session.g, ts, workers=job.workers,

@@ -106,6 +106,7 @@ class LiveState:
 
     def sample(self) -> dict:
         s = self.session
+        self.actions.note_trees()
         return {"t": time.time(), "links": self._links(), "jobs": [self._job(j) for j in s.jobs],
                 "switches": self._switches, "workers": self._workers(), "run": self._run(),
                 "events": self._events(), "reroutes": self._reroutes(),
