@@ -70,9 +70,18 @@ class LabCLI(CLI):
                 arm()
                 print("\n" + (self.actions.cancel() or "allreduce cancelled"))
 
+    def preloop(self):
+        AT_PROMPT.set()
+
     def precmd(self, line):
+        AT_PROMPT.clear()                  # a command's own output follows: no prompt redrawn
         self.actions.note_trees()          # `show` says what changed since the epoch before
         return CLI.precmd(self, line)
+
+    def postcmd(self, stop, line):
+        if not stop:
+            AT_PROMPT.set()
+        return CLI.postcmd(self, stop, line)
 
     def emptyline(self):
         """An empty line does nothing (Mininet's repeats nothing either; cmd's would repeat)."""
@@ -345,16 +354,21 @@ def progress_line(session: Session, actions: Actions) -> str:
     return f"{p.done}/{p.total} blocks ({p.done / p.total:.0%}), {p.rate:.0f} blocks/s, {eta}"
 
 
+# set while the lab waits at its prompt (say() then redraws it under what it prints)
+AT_PROMPT = threading.Event()
+
+
 def say(line: str) -> None:
     """Print above the prompt without mixing into what the person is typing: clear the input
-    line, print, then redraw the prompt and the half-typed line (readline's buffer)."""
+    line, print, then redraw the prompt and the half-typed line (readline's buffer); while a
+    command runs (or before the prompt first shows), just print the line."""
     try:
         import readline
 
         typed = readline.get_line_buffer()
     except (ImportError, AttributeError):
         typed = ""
-    if sys.stdout.isatty():
+    if sys.stdout.isatty() and AT_PROMPT.is_set():
         sys.stdout.write(f"\r\x1b[K{line}\n{LabCLI.prompt}{typed}")
     else:
         sys.stdout.write(line + "\n")
@@ -419,5 +433,6 @@ def run_lab(spec: RunSpec, script: str | None = None, web: dict | None = None) -
             session.cancel()
             for thread in background:
                 thread.join(timeout=15)
+            AT_PROMPT.clear()
             setLogLevel("error")
     return 0

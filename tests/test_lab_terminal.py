@@ -37,6 +37,7 @@ def test_lab_as_typed_in_a_terminal(tmp_path):
         return lab.before
 
     try:
+        lab.expect_exact("'exit' to quit")
         lab.expect_exact(PROMPT)
         out = typed("nodes")
         assert "available nodes are:" in out

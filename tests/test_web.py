@@ -80,6 +80,11 @@ def _kernel_up(intf: str) -> bool:
     return "UP" in flags.group(1).split(",")
 
 
+def _ip_link(intf: str, state: str) -> None:
+    r = subprocess.run(["ip", "link", "set", "dev", intf, state], capture_output=True, text=True)
+    assert r.returncode == 0, f"ip link set dev {intf} {state}: {r.stderr.strip()}"
+
+
 def _listeners(port: int) -> list[str]:
     """Local addresses with a listening TCP socket on `port` (/proc/net/tcp and tcp6, state 0A)."""
     found = []
@@ -129,7 +134,8 @@ def test_live_page_in_a_browser(tmp_path):
     try:
         lab.expect(r"live page: (http://\S+)")
         url = lab.match.group(1)
-        lab.expect("agglab> ")
+        lab.expect_exact("'exit' to quit")
+        lab.expect_exact("agglab> ")
         base, token = url.split("/?token=")
         port = int(base.rsplit(":", 1)[1])
 
@@ -158,6 +164,12 @@ def test_live_page_in_a_browser(tmp_path):
         lab.close()
     assert lab.exitstatus == 0, (tmp_path / "lab.log").read_text()[-3000:]
     assert_clean()
+
+
+def _texts(driver, css: str) -> list[str]:
+    """The text of every element `css` selects, read at once (the page rebuilds its tables
+    on every sample: an element found first and read after may be gone)."""
+    return driver.execute_script("return [...document.querySelectorAll(arguments[0])].map(e => e.textContent)", css)
 
 
 def _state(driver) -> dict:
@@ -200,14 +212,13 @@ def _run_steps(driver, steps: Steps, url: str, lab) -> None:
     _wait(f"{link} drawn down", lambda: driver.execute_script("return agglab.cy.$id(arguments[0]).hasClass('down')",
                                                                link), 30)
     cells = "#reroutes tbody tr:first-child td"
-    _wait("the reroute's row with every phase", lambda: [c.text for c in driver.find_elements(By.CSS_SELECTOR, cells)]
-          and "–" not in [c.text for c in driver.find_elements(By.CSS_SELECTOR, cells)], 30)
+    _wait("the reroute's row with every phase", lambda: _texts(driver, cells) and "–" not in _texts(driver, cells), 30)
     st = _state(driver)
     trees = st["jobs"][0]["trees"]
     assert trees and all(link not in t["edges"] for t in trees), (link, trees)
     drawn = driver.execute_script("return agglab.cy.edges('.tree').map(e => e.data('link'))")
     assert drawn and link not in drawn
-    row = [c.text for c in driver.find_elements(By.CSS_SELECTOR, cells)]
+    row = _texts(driver, cells)
     assert set(row[0].split("-")) == set(link.split("-")) and row[1] == "1", row
     assert all(float(x) >= 0 for x in row[2:9]), row           # detect, recompute, install, phases: measured
     path = steps.shot("rerouted")
@@ -227,11 +238,11 @@ def _run_steps(driver, steps: Steps, url: str, lab) -> None:
     latencies = []
     for _ in range(5):
         t0 = time.time() * 1e3
-        subprocess.run(["ip", "link", "set", "dev", intf[idle], "down"], check=True)
+        _ip_link(intf[idle], "down")
         seen = _wait("the page to draw the link down",
                      lambda: driver.execute_script("return agglab.seenDown[arguments[0]]", idle), 10, every=0.01)
         latencies.append(seen - t0)
-        subprocess.run(["ip", "link", "set", "dev", intf[idle], "up"], check=True)
+        _ip_link(intf[idle], "up")
         _wait("the page to draw it up", lambda: driver.execute_script(
             "return !(arguments[0] in agglab.seenDown)", idle), 10, every=0.01)
     load = Path("/proc/loadavg").read_text().split()[:3]
