@@ -3,6 +3,7 @@
     agglab allreduce [RUN OPTIONS] [--json]   one allreduce in a fresh network, checked against numpy
     agglab lab [RUN OPTIONS] [--script FILE]  the Mininet CLI with fail/recover/trees/allreduce/...
     agglab train [RUN OPTIONS] ...    a model trained through the switches; FIFO vs PACE (--profile-only)
+    agglab draw TOPOLOGY [RUN OPTIONS] -o FILE.svg   the topology and its trees (--fail A-B: rerouted)
     agglab experiment [FILE.yaml|default|quick]   run paper trends, write results/<name>/report.md
     agglab calibrate    measure this machine's fidelity ceiling (fastest faithful link rate)
     agglab clean        remove what a crashed run left (namespaces, interfaces, processes)
@@ -65,7 +66,15 @@ def _allreduce(args) -> int:
         spec = _checked_spec("allreduce", args)
         if _needs_root("allreduce"):
             return 2
-        result = run_spec(spec, quiet=args.json, progress=args.progress or sys.stderr.isatty())
+        from agglab.web import web_options
+
+        web = web_options(args)
+        if web:
+            from agglab.web.server import run_with_page
+
+            result = run_with_page(spec, web, quiet=args.json, progress=args.progress or sys.stderr.isatty())
+        else:
+            result = run_spec(spec, quiet=args.json, progress=args.progress or sys.stderr.isatty())
     except (ValueError, TreeError) as exc:       # TopologyError is a ValueError
         return _bad_input("allreduce", exc)
     except SwitchCommandError as exc:            # a switch's control channel failed outside a handled failure
@@ -118,7 +127,9 @@ def _lab(args) -> int:
         spec = _checked_spec("lab", args)
         if _needs_root("lab"):
             return 2
-        return run_lab(spec, script=args.script)
+        from agglab.web import web_options
+
+        return run_lab(spec, script=args.script, web=web_options(args))
     except (ValueError, TreeError) as exc:
         return _bad_input("lab", exc)
 
@@ -213,15 +224,20 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--json", action="store_true", help="print one JSON object")
     a.add_argument("--progress", action="store_true", help="a bar of blocks done and their rate on stderr "
                    "(default when stderr is a terminal; never on stdout)")
+    from agglab.web import add_web_options
+    add_web_options(a)
     a.set_defaults(func=_allreduce)
 
     lab = sub.add_parser("lab", help="interactive Mininet CLI with fail/recover/trees/allreduce/slots/stats/events")
     add_run_options(lab, topology="fattree", workers=8, tree="rat", elements=200_000)
     lab.add_argument("--script", default=None, help="run the lab commands in this file, then exit")
+    add_web_options(lab)
     lab.set_defaults(func=_lab)
 
     from agglab.train_cmd import add_train_parser
     add_train_parser(sub)
+    from agglab.draw_cmd import add_parser as add_draw_parser
+    add_draw_parser(sub)
     # experiments (layer 4, run as its own program: no sideways import) and calibration
     e = sub.add_parser("experiment", add_help=False, prefix_chars="+",    # every argument passes through
                        help="run a trend definition or suite (python -m experiments; see `agglab experiment --help`)")
