@@ -29,7 +29,7 @@ from ground.addresses import SERVICE_IP, SERVICE_MAC
 from controller.addressing import interface_address
 from controller.aggregate import job_entry
 from controller.events import EventLog
-from controller.jobs import Job
+from controller.job_protocol import Job
 from controller.switch_client import SwitchClient
 from controller.topology import mark_link, port, workers as worker_hosts
 from controller.tree_install import tree_group
@@ -145,7 +145,7 @@ class BmlJob(Job):
 
     def prepare(self, window: int, algorithm: str = "switchml") -> None:
         """Fresh registers on the live switches; `algorithm` as TreeJob.prepare (BML runs switchml)."""
-        from controller import failover
+        from controller.reroute import failover
 
         with self.locked():
             failover.reset(self.clients, self.live_switches())
@@ -213,7 +213,7 @@ class BmlJob(Job):
                 lines += [f"mc_node_dissociate {group} {handle}", f"mc_node_destroy {handle}",
                           f"mc_mgrp_destroy {group}"]
             self.clients[sw].commands(lines)
-        from controller import failover
+        from controller.reroute import failover
 
         failover.reset(self.clients, live)
         self.epoch += 1

@@ -21,7 +21,7 @@ import random
 from contextlib import ExitStack, contextmanager
 from typing import Iterator
 
-from controller.jobs import Job, _fan_in, _partitions_without, mark_switch, partitions
+from controller.job_protocol import Job, _fan_in, _partitions_without, mark_switch, partitions
 from controller.topology import mark_link, natural_key
 from ground.runspec import only_edge_switches
 

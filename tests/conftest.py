@@ -3,6 +3,7 @@
 - root:    needs root (namespaces, raw sockets)
 - mininet: needs Debian's Mininet (python package + mnexec)
 - bmv2:    needs BMv2 simple_switch and p4c (on PATH or under /opt/*/bin)
+- browser: needs Debian's chromium and chromium-driver, and selenium (the test extras)
 """
 
 from __future__ import annotations
@@ -31,11 +32,17 @@ def _have_bmv2() -> bool:
     return bool(find_bmv2_tool("simple_switch") and find_bmv2_tool("p4c"))
 
 
+def _have_browser() -> bool:
+    return (importlib.util.find_spec("selenium") is not None and shutil.which("chromium") is not None
+            and shutil.which("chromedriver") is not None)
+
+
 def pytest_collection_modifyitems(config, items):
     reasons = {
         "root": None if os.geteuid() == 0 else "needs root (network namespaces, raw sockets)",
         "mininet": None if _have_mininet() else "needs Mininet (apt-get install mininet; Debian's python3)",
         "bmv2": None if _have_bmv2() else "needs BMv2 simple_switch and p4c (the Vagrant VM has them)",
+        "browser": None if _have_browser() else "needs chromium, chromium-driver (apt) and selenium (pip install -e '.[test]')",
     }
     for item in items:
         for marker, reason in reasons.items():

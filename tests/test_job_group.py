@@ -12,7 +12,7 @@ import pytest
 from controller import topologies
 from controller.addressing import assign_addresses
 from controller.events import EventLog
-from controller.job import TreeJob
+from controller.tree_job import TreeJob
 from controller.job_group import JobGroup
 from controller.topology import switches, workers as worker_hosts
 from ground import wire
