@@ -240,6 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     x.set_defaults(func=lambda args: __import__("agglab.export_p4app", fromlist=["main"]).main(args))
     from agglab.exercise import add_parser as add_exercise_parser   # teaching labs (issue 14)
     add_exercise_parser(sub)
+    from agglab.cluster_cmd import add_cluster_parser   # cluster mode (Mininet's cluster edition)
+    add_cluster_parser(sub)
     return ap
 
 

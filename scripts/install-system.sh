@@ -2,7 +2,7 @@
 # Install the Debian/Ubuntu packages agglab needs, only if something is missing.
 # Idempotent: a second run makes no network request. Needs root (make calls it via sudo).
 set -euo pipefail
-pkgs=(mininet python3-venv python3-dev iproute2 ethtool tcpdump procps tshark)
+pkgs=(mininet python3-venv python3-dev iproute2 ethtool tcpdump procps tshark openssh-server openssh-client sudo)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
