@@ -190,6 +190,9 @@ def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
     opt("--keep", metavar="DIR", default=d["keep"],
         help="when the run ends, keep its directory in DIR (new or empty): per-switch logs, the "
              "control commands sent, events, worker logs and reports, the JSON result")
+    opt("--cluster", metavar="FILE", default=d["cluster"],
+        help="run the network on the servers of this cluster file (YAML list of servers: address, user, "
+             "cores; `agglab cluster local up` makes a practice one); see docs/guide/cluster.md")
     opt("--pcap", action="store_true", default=d["pcap"] or None,
         help="the switches write per-port pcaps (DIR/pcaps/IFNAME_in.pcap, _out.pcap; with --keep)")
 

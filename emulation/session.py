@@ -121,8 +121,15 @@ class Session:
         self.cancelled = threading.Event()     # cancel(): a running allreduce's workers are stopped
         self.g = graph_for(spec)
         self.events = EventLog(echo=echo or (None if quiet else (lambda line: _log(line, False))))
-        self.net = EmulatedNetwork(self.g, backend=spec.backend, seed=spec.seed, pcap=spec.pcap,
-                                   keep=spec.keep, t0=self.events.t0)
+        if spec.cluster:                     # on the servers of a cluster (emulation/cluster/)
+            from emulation.cluster.network import ClusterNetwork
+            from emulation.cluster.spec import load
+
+            self.net = ClusterNetwork(self.g, load(spec.cluster), backend=spec.backend, seed=spec.seed,
+                                      pcap=spec.pcap, keep=spec.keep, t0=self.events.t0)
+        else:
+            self.net = EmulatedNetwork(self.g, backend=spec.backend, seed=spec.seed, pcap=spec.pcap,
+                                       keep=spec.keep, t0=self.events.t0)
         self.job: Job | None = None
         self.monitor = None
         self.runs = 0
@@ -264,7 +271,7 @@ class Session:
         before = self._switch_counters()
         _log(f"allreduce of {spec.elements} {spec.dtype} per worker on {len(self.job.trees().trees)} "
              f"{spec.tree} tree(s), loss {spec.loss}", self.quiet)
-        probe = FidelityProbe(self.net.graph, self.net.run.path / "pids").start()
+        probe = self.net.fidelity_probe()
         try:
             with self.job.running():
                 reports, injector = _run_workers(self.net, spec, self.job, self.quiet, f"run{self.runs}",
@@ -284,6 +291,8 @@ class Session:
                       switches_down={sw: why.splitlines()[0] for sw, why in sorted(dead.items())})
         result["fidelity"] = fidelity       # link-bound or CPU-bound? (emulation/fidelity.py)
         result["jobs"] = [_job_figures(result, self.job, spec)]
+        if spec.cluster:
+            result["cluster"] = self.net.servers_of()
         return self._finish(spec, result)
 
     def _finish(self, spec: RunSpec, result: dict) -> dict:
@@ -465,8 +474,8 @@ def _start_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, out_dir: Path,
     for rank, h in enumerate(job.workers):
         argv = [sys.executable, "-m", module, str(plan), str(rank), *extra_args]
         log = open(out_dir / f"{prefix}rank{rank}.log", "wb")
-        proc = net.host(h).popen(argv, stdout=log, stderr=log, cwd=str(REPO), pass_fds=gate.fds if gate else (),
-                                 env=dict(env, AGGLAB_PLAN=str(plan), AGGLAB_RANK=str(rank)))
+        proc = net.start_worker(h, argv, log, cwd=str(REPO), gate=gate,
+                                env=dict(env, AGGLAB_PLAN=str(plan), AGGLAB_RANK=str(rank)))
         net.run.add_pid(proc.pid, f"worker {rank}" + (f" of job {job.job}" if prefix else "") + f" on {h}")
         procs.append((rank, proc, log))
     return procs
@@ -534,6 +543,7 @@ def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, nam
     deadline = time.monotonic() + (deadline_s or spec.give_up * 3 + 30 + spec.elements * spec.workers / 50_000)
     files = [out_dir / f"rank{r}.progress" for r in range(len(job.workers))]
     _wait(procs, deadline, quiet, files if progress else None, cancel)
+    net.worker_outputs(out_dir)
     reports = _collect(out_dir, procs)
     if injector:
         injector.stop()
