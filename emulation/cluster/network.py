@@ -41,7 +41,7 @@ from controller.switch_client import SoftSwitchClient, SwitchClient
 from controller.topology import hosts, switches
 from emulation.cluster import links as tunnels
 from emulation.cluster.agent import AgentLink
-from emulation.cluster.nodes import RemoteAggHost, RemoteSoftSwitch, start_remote
+from emulation.cluster.nodes import RemoteAggHost, RemoteSoftSwitch, read_pids, start_remote
 from emulation.cluster.placement import crossing, place
 from emulation.cluster.remote import Remote
 from emulation.cluster.spec import Cluster
@@ -184,8 +184,13 @@ class ClusterNetwork(EmulatedNetwork):
                              intf=QuietIntf)
 
     def _start_switches(self) -> None:
-        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="remote-switch") as pool:
-            list(pool.map(lambda node: node.start([]), self.net.switches))
+        """Every switch's ssh at once, then each server's pid files in one read."""
+        for node in self.net.switches:
+            node.start([])
+        by_server: dict[str, list] = {}
+        for node in self.net.switches:
+            by_server.setdefault(self.placement[node.name], []).append(node.proc)
+        self._each_server(lambda r: read_pids(by_server.get(r.server.name, [])))
 
     def _configure_hosts(self) -> None:
         """Each host's set-up script (host_setup, as on one machine, plus an MTU that fits the
@@ -305,6 +310,23 @@ class ClusterNetwork(EmulatedNetwork):
                 finally:
                     shutil.rmtree(self.run.path, ignore_errors=True)
                     self.run = None
+
+    def _stop_data_planes(self) -> None:
+        """SIGTERM every switch of a server in one ssh, then wait for their ssh processes here."""
+        procs = [n.proc for n in self.net.switches if getattr(n, "proc", None) is not None and n.proc.poll() is None]
+        by_server: dict[str, list[int]] = {}
+        for p in procs:
+            if p._remote_pid is not None:
+                by_server.setdefault(p.remote.server.name, []).append(p._remote_pid)
+        self._each_server(lambda r: r.run(f"kill {' '.join(map(str, by_server[r.server.name]))} 2>/dev/null; true",
+                                          check=False), list(by_server))
+        deadline = time.monotonic() + 3
+        for p in procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.proc.kill()            # the ssh; _clean_server kills the switch itself
+                p.proc.wait()
 
     def _clean_server(self, remote: Remote) -> None:
         """Every process the run started on the server (its *.pid files), the run's interfaces

@@ -59,10 +59,18 @@ class RemoteAggHost(_OnServer, Host):
 class RemoteProcess:
     """A process on a server, as Popen looks to its callers: `pid` is the head's ssh that runs
     it (what pidfds and waits use: ssh exits with the process and returns its exit code),
-    `remote_pid` its pid on the server (what signals use)."""
+    `remote_pid` its pid on the server (what signals use; read from its pid file there when
+    first needed, or handed over by `read_pids` for many at once)."""
 
-    def __init__(self, remote: Remote, proc: subprocess.Popen, remote_pid: int, args):
-        self.remote, self.proc, self.remote_pid, self.args = remote, proc, remote_pid, args
+    def __init__(self, remote: Remote, proc: subprocess.Popen, pidfile: str, args):
+        self.remote, self.proc, self.pidfile, self.args = remote, proc, pidfile, args
+        self._remote_pid: int | None = None
+
+    @property
+    def remote_pid(self) -> int:
+        if self._remote_pid is None:
+            read_pids([self])
+        return self._remote_pid
 
     @property
     def pid(self) -> int:
@@ -93,22 +101,33 @@ class RemoteProcess:
         self.send_signal(signal.SIGKILL)
 
 
+def read_pids(procs: list[RemoteProcess], timeout: float = 30.0) -> None:
+    """The server pids of processes on one server, from their pid files, in one ssh (each
+    ssh costs 0.1-0.2 s on a loaded machine: one per process made starting 20 switches 50 s)."""
+    if not procs:
+        return
+    remote = procs[0].remote
+    files = " ".join(shlex.quote(p.pidfile) for p in procs)
+    tries = int(timeout / 0.05)
+    r = remote.run(f"for i in $(seq {tries}); do ok=1; for f in {files}; do test -s $f || ok=; done; "
+                   f"test -n \"$ok\" && break; sleep 0.05; done; for f in {files}; do echo $(cat $f 2>/dev/null || echo -); done",
+                   check=False, timeout=timeout + 30)
+    got = r.stdout.split()
+    for p, word in zip(procs, got):
+        if word.isdigit():
+            p._remote_pid = int(word)
+    missing = [p.args for p in procs if p._remote_pid is None]
+    if missing:
+        raise RuntimeError(f"did not start on {remote.server.name}: {', '.join(map(str, missing))}")
+
+
 def start_remote(remote: Remote, command: str, pidfile: str, what: str, out=subprocess.DEVNULL,
                  stdin=subprocess.DEVNULL) -> RemoteProcess:
-    """Run shell `command` (which must end in an `exec`) on the server; its pid there is
-    written to `pidfile` on the server first, and read back here."""
+    """Run shell `command` (which must end in an `exec`) on the server over ssh; its pid
+    there is written to `pidfile` on the server first (RemoteProcess.remote_pid reads it)."""
     proc = remote.popen(f"echo $$ > {shlex.quote(pidfile)}; {command}", stdin=stdin, stdout=out,
                         stderr=subprocess.DEVNULL, start_new_session=True)
-    for _ in range(300):
-        r = remote.run(f"cat {shlex.quote(pidfile)} 2>/dev/null; true", check=False)
-        if r.stdout.strip():
-            return RemoteProcess(remote, proc, int(r.stdout.split()[0]), what)
-        if proc.poll() is not None:
-            break
-        import time
-
-        time.sleep(0.02)
-    raise RuntimeError(f"{what} did not start on {remote.server.name} (ssh exit {proc.poll()})")
+    return RemoteProcess(remote, proc, pidfile, what)
 
 
 class RemoteSoftSwitch(_OnServer, SoftP4Switch):
