@@ -34,9 +34,10 @@ def in_head_pidns(pattern: str) -> list[str]:
     namespace's processes too, by the kernel's design; what must hold is that a server's
     processes live in the server's namespace, never in the head's.)"""
     head = os.readlink("/proc/self/ns/pid").split("[")[1].rstrip("]")
-    ps = subprocess.run(["ps", "-eo", "pidns=,pid=,args="], capture_output=True, text=True).stdout
+    ps = subprocess.run(["ps", "-ww", "-eo", "pidns=,pid=,args="], capture_output=True, text=True).stdout
     return [line.strip() for line in ps.splitlines()
-            if pattern in line and line.split()[0] == head and "ps -eo" not in line]
+            if pattern in line and line.split()[0] == head and "ps -ww" not in line
+            and line.split()[2] != "ssh"]      # the head's ssh clients carry the servers' command lines
 
 
 def _leftovers(names: list[str], state_dir: str, cluster_file: Path) -> list[str]:
@@ -45,7 +46,7 @@ def _leftovers(names: list[str], state_dir: str, cluster_file: Path) -> list[str
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     left += [f"namespace {n}" for n in netns.split() if n.startswith("agglab-c")]
     left += [f"interface {n}" for n in os.listdir("/sys/class/net") if n.startswith("aglc")]
-    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    ps = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
     left += [f"process {line.strip()}" for line in ps.splitlines()
              if state_dir in line or any(n in line for n in names)]
     left += [f"file {p}" for p in (Path(state_dir), cluster_file) if p.exists()]
@@ -84,7 +85,7 @@ def test_practice_cluster_up_apart_and_down(tmp_path):
         state = yaml.safe_load((practice.STATE_DIR / "state.json").read_text())
         init = state["pids"]["1"]["init"]
         server_ns = os.readlink(f"/proc/{init}/ns/pid")
-        ps = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+        ps = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True).stdout
         mine = [int(line.split()[0]) for line in ps.splitlines() if line.split()[1:2] == [marker]]
         assert len(mine) == 1 and os.readlink(f"/proc/{mine[0]}/ns/pid") == server_ns   # in server 1's
         assert mine[0] != remote_pid                       # and numbered there, not as the head numbers it

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import os
-import select
 import sys
 import threading
 import time

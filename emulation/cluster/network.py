@@ -47,7 +47,6 @@ from emulation.cluster.remote import Remote
 from emulation.cluster.spec import Cluster
 from emulation.network import EmulatedNetwork, _SETUP_OK, host_setup
 from ground import addresses
-from ground.paths import REPO
 from ground.rundir import RunRecord, clean
 
 
@@ -355,7 +354,6 @@ class ClusterNetwork(EmulatedNetwork):
         keep = {k: v for k, v in env.items() if k.startswith("AGGLAB_") or k == "PYTHONPATH"}
         if gate is not None:
             keep["AGGLAB_START_FDS"] = "3,4"
-        argv = [argv[0] if not argv[0].endswith("python") else argv[0], *argv[1:]]
         command = node.worker_command(argv, keep, cwd, log.name, gate is not None)
         stdin, stdout = (gate.fds[1], gate.fds[0]) if gate is not None else (subprocess.DEVNULL, subprocess.DEVNULL)
         pidfile = str(Path(log.name).with_suffix(".pid"))
