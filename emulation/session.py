@@ -77,6 +77,13 @@ def graph_for(spec: RunSpec):
         BmlJob.check(g)
     else:
         check_failures(spec, g, _first_trees(spec, g))
+    if spec.cluster:                           # a bad cluster file fails before anything is built
+        from emulation.cluster.spec import load
+
+        load(spec.cluster)
+        if spec.backend != "soft":
+            raise ValueError("--cluster runs the software switch (--backend soft); BMv2 on a cluster is not "
+                             "wired up yet")
     if spec.keep:
         keep = Path(spec.keep)
         if keep.exists() and (not keep.is_dir() or any(keep.iterdir())):
@@ -428,6 +435,7 @@ def _run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, pr
         s.elements * s.workers for s, _ in tenants) / 50_000
     files = [out_dir / f"job{t}-rank{r}.progress" for t, procs in enumerate(started) for r, _, _ in procs]
     _wait([p for procs in started for p in procs], deadline, quiet, files if progress else None, cancel)
+    net.worker_outputs(out_dir)
     return [_collect(out_dir, procs, f"job{t}-") for t, procs in enumerate(started)]
 
 

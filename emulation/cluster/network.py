@@ -346,9 +346,10 @@ class ClusterNetwork(EmulatedNetwork):
         remote = self.remotes[self.placement[h]]
         out_dir = Path(log.name).parent
         key = (remote.server.name, str(out_dir))
-        if key not in self._pushed:
+        if key not in self._pushed:           # the plan, and any run file the command names
+            named = [Path(a) for a in argv if a.startswith(str(self.run.path)) and Path(a).is_file()]
             remote.run(f"mkdir -p {shlex.quote(str(out_dir))}")
-            remote.put([p for p in out_dir.iterdir() if p.is_file() and p.suffix == ".json"])
+            remote.put([p for p in out_dir.iterdir() if p.is_file() and p.suffix == ".json"] + named)
             self.agents[remote.server.name].watch(out_dir)
             self._pushed.add(key)
         keep = {k: v for k, v in env.items() if k.startswith("AGGLAB_") or k == "PYTHONPATH"}

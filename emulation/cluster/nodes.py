@@ -52,7 +52,8 @@ class RemoteAggHost(_OnServer, Host):
         opens it): fds 3 and 4 (AGGLAB_START_FDS=3,4)."""
         env_words = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
         redirect = "3>&1 4<&0 " if gate else ""
-        return (f"cd {shlex.quote(cwd)} && {redirect}exec mnexec -da {self.pid} env {env_words} "
+        # `mnexec -a` only (no -d): as the ssh session's leader, -d would fork and exit at once
+        return (f"cd {shlex.quote(cwd)} && {redirect}exec mnexec -a {self.pid} env {env_words} "
                 f"{' '.join(shlex.quote(a) for a in argv)} >{shlex.quote(log)} 2>&1 </dev/null")
 
 

@@ -100,13 +100,13 @@ def precheck(cluster: Cluster, python: str | None = None, repo: str | None = Non
     for server in cluster.servers:
         cmd = PRECHECK.format(python=python or sys.executable, repo=repo or REPO, address=server.address)
         try:
-            r = subprocess.run(["ssh", "-q", *cluster.ssh_options(), f"{server.user}@{server.address}", cmd],
+            r = subprocess.run(["ssh", *cluster.ssh_options(), "-o", "ConnectTimeout=10", f"{server.user}@{server.address}", cmd],
                                capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             problems[server.name] = "ssh timed out"
             continue
         if r.returncode == 255:
-            problems[server.name] = f"ssh failed: {r.stderr.strip()[:200]}"
+            problems[server.name] = f"ssh failed (exit 255): {r.stderr.strip()[:200] or 'no answer'}"
         elif r.stdout.strip():
             problems[server.name] = "; ".join(r.stdout.split("\n")).strip("; ")
     return problems
