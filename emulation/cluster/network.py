@@ -371,18 +371,17 @@ class ClusterNetwork(EmulatedNetwork):
     # -- links and switches -----------------------------------------------------------
     def watch_links(self, on_change):
         """Link changes reach the job from set_link itself (the head takes a link down on the
-        servers, so it knows when); netlink on the servers is not forwarded."""
-        self._on_link_change = on_change
-        return _NoMonitor()
+        servers, so it knows when), one at a time and in order on one thread, as the link
+        monitor reports netlink's; netlink on the servers is not forwarded."""
+        self._link_events = _LinkEvents(on_change)
+        return self._link_events
 
     def set_link(self, a: str, b: str, up: bool) -> float:
         changed = time.monotonic()
         self.net.configLinkStatus(a, b, "up" if up else "down")
-        on_change = getattr(self, "_on_link_change", None)
-        if on_change is not None:
-            seen = time.monotonic()
-            e = self.graph.edges[a, b]
-            threading.Thread(target=on_change, args=(a, b, up, seen, e["intfs"][a]), daemon=True).start()
+        events = getattr(self, "_link_events", None)
+        if events is not None:
+            events.put((a, b, up, time.monotonic(), self.graph.edges[a, b]["intfs"][a]))
         return changed
 
     def kill_switch(self, name: str, wait: float | None = None) -> float:
@@ -419,6 +418,29 @@ class _NoProbe:
         return {"measured": False, "why": "cluster mode: the probe reads counters and CPU on one machine"}
 
 
-class _NoMonitor:
+class _LinkEvents:
+    """The job's link callback on one thread, fed in order (LinkMonitor's contract)."""
+
+    def __init__(self, on_change):
+        import queue
+
+        self.queue: "queue.Queue" = queue.Queue()
+        self.on_change = on_change
+        self.thread = threading.Thread(target=self._run, daemon=True, name="cluster-link-events")
+        self.thread.start()
+
+    def put(self, event: tuple) -> None:
+        self.queue.put(event)
+
+    def _run(self) -> None:
+        while (event := self.queue.get()) is not None:
+            try:
+                self.on_change(*event)
+            except Exception:  # noqa: BLE001 - as LinkMonitor: the next change must still arrive
+                import traceback
+
+                traceback.print_exc()
+
     def stop(self) -> None:
-        pass
+        self.queue.put(None)
+        self.thread.join(5)
