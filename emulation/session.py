@@ -28,7 +28,6 @@ from controller.standby import StandbyWorker
 from controller.switch_client import run_batches
 from controller.topology import switches, workers as worker_hosts
 from emulation.failures import FailureInjector
-from emulation.fidelity import FidelityProbe
 from emulation.network import EmulatedNetwork
 from ground.addresses import SERVICE_IP
 from ground import progress as progress_file, wire
@@ -320,7 +319,7 @@ class Session:
         before = self.job.stats()
         _log(f"{len(tenants)} concurrent allreduces of {spec.elements} {spec.dtype} x {spec.workers} workers "
              f"(jobs {spec.job}..{spec.job + spec.jobs - 1}), {spec.slots_per_job} slots each", self.quiet)
-        probe = FidelityProbe(self.net.graph, self.net.run.path / "pids").start()
+        probe = self.net.fidelity_probe()
         try:
             with contextlib.ExitStack() as running:
                 for _, job in tenants:
