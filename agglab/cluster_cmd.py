@@ -67,7 +67,7 @@ def _local_down(args) -> int:
 
 
 def _check(args) -> int:
-    from emulation.cluster.spec import ClusterFileError, load
+    from ground.cluster_file import ClusterFileError, load
     from emulation.cluster.remote import precheck
 
     try:

@@ -30,7 +30,7 @@ def resolve(config: str) -> Path:
     return path
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="agglab experiment", description=(
         "Run trend definitions (experiments/*.yaml) or a suite of them (experiments/configs/*.yaml) "
         "on the emulator at a scale under this machine's fidelity ceiling, and write "
@@ -47,7 +47,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    "(docs/guide/cluster.md)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its time estimate, run nothing")
     p.add_argument("--fresh", action="store_true", help="discard OUT/NAME/runs.jsonl instead of resuming")
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def main(argv: list[str] | None = None, run_fn: RunFn | None = None, log: TextIO = sys.stderr) -> int:
@@ -75,7 +79,7 @@ def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO) -> int:
             for d in suite.definitions:
                 d.run["backend"] = args.backend
         if args.cluster:
-            from emulation.cluster.spec import ClusterFileError, load
+            from ground.cluster_file import ClusterFileError, load
 
             try:
                 load(args.cluster)

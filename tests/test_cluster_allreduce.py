@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ground.paths import RUN_ROOT
 from tests.test_cluster_practice import _leftovers, _ssh, in_head_pidns
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,7 +42,7 @@ def _server_leftovers(path: Path) -> list[str]:
     cluster = yaml.safe_load(path.read_text())
     left = []
     for s in cluster["servers"]:
-        r = _ssh(cluster, s, "ls /tmp/agglab-run 2>/dev/null; echo ---; ps -eo comm= ; echo ---; ls /sys/class/net")
+        r = _ssh(cluster, s, f"ls {RUN_ROOT} 2>/dev/null; echo ---; ps -eo comm= ; echo ---; ls /sys/class/net")
         runs, procs, links = (part.split() for part in r.stdout.split("---"))
         left += [f"{s['name']}: run {x}" for x in runs]
         left += [f"{s['name']}: process {p}" for p in procs if p not in ("sshd", "bash", "sh", "ps")]
@@ -72,7 +73,7 @@ def test_allreduce_on_two_servers_with_a_tree_failure_is_exact(cluster_file):
 
 @pytest.mark.net_timeout(420)
 def test_switches_run_on_the_servers_not_on_the_head(cluster_file):
-    from emulation.cluster.spec import load
+    from ground.cluster_file import load
     from emulation.session import Session
     from ground.runspec import RunSpec
 

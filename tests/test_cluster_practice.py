@@ -111,7 +111,7 @@ def test_cluster_local_up_refuses_bad_counts():
 
 
 def test_cluster_file_is_checked(tmp_path):
-    from emulation.cluster.spec import ClusterFileError, load
+    from ground.cluster_file import ClusterFileError, load
 
     good = tmp_path / "good.yaml"
     good.write_text("- {address: 192.0.2.10}\n- {address: 192.0.2.11, user: me, cores: 8, name: b}\n")

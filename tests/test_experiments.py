@@ -70,8 +70,8 @@ def test_a_network_under_the_ceiling_is_not_sped_up():
     assert Scale.fit(1e6, 5e6, 1000, 1000).rate == 1.0
 
 
-def test_ring_vs_in_network_analytic_value_is_the_issues_1_49():
-    # issue 9: 2(n-1)/n = 1.75 times (256 B under 58 B of headers) / (1448 B in a 1514 B frame)
+def test_ring_vs_in_network_analytic_value_is_1_49():
+    # the analytic ring / in-network ratio: 2(n-1)/n = 1.75 times (256 B under 58 B of headers) / (1448 B in a 1514 B frame)
     assert ring_vs_innet(8) == pytest.approx(1.75 * (256 / 314) / (1448 / 1514), rel=1e-9)
     assert ring_vs_innet(8) == pytest.approx(1.49, abs=0.01)
 
@@ -116,20 +116,6 @@ def test_bad_definitions_name_the_key(raw, where, tmp_path):
     with pytest.raises(ConfigError) as exc:
         parse_definition(raw, "t.yaml").points(5.0, tmp_path)
     assert where in str(exc.value)
-
-
-def test_a_missing_baseline_is_a_point_error_not_a_crash(tmp_path, monkeypatch):
-    """A build without the hosts' baselines: their points carry an error, the rest run."""
-    import experiments.definition as definition
-    import ground.runspec as runspec
-
-    monkeypatch.setattr(runspec, "ALGORITHMS", ("switchml", "omnireduce"))
-    monkeypatch.setattr(definition, "ALGORITHMS", ("switchml", "omnireduce"))
-    d = parse_definition(base(series={"ring": {"algorithm": "ring"}, "in-network": {}}))
-    points = d.points(5.0, tmp_path)
-    ring = [p for p in points if p.series == "ring"]
-    assert len(ring) == 2 and all(p.spec is None and "'ring' is not available" in p.error for p in ring)
-    assert all(p.spec is not None for p in points if p.series == "in-network")
 
 
 def test_any_runspec_field_can_be_swept(tmp_path):
@@ -485,3 +471,21 @@ def test_the_wide_variant_keeps_its_runs_apart():
     assert cli.results_name("default", 64) == "default"
     assert cli.results_name("default", 256) == "default-k256"
     assert cli.results_name("quick", 256) != cli.results_name("quick", 64)
+
+
+def test_report_embeds_tree_drawings_for_failures_and_packing(tmp_path):
+    """rat_failures: the RAT trees before and after each of its two failures (3 pictures);
+    packing: the packed trees on each slow-link setting; each a PNG the report links to."""
+    suite = tmp_path / "s.yaml"
+    suite.write_text(yaml.safe_dump({"name": "d", "definitions": [
+        {"file": str(TRENDS / "rat_failures.yaml")}, {"file": str(TRENDS / "packing.yaml")}]}))
+    out = tmp_path / "out"
+    assert cli.main([str(suite), "--out", str(out), "--repeats", "1"],
+                    run_fn=lambda specs: (fake_result(s) for s in specs)) == 0
+    report = (out / "d" / "report.md").read_text()
+    failures = [f"rat_failures-trees-{i}.png" for i in range(3)]       # none, l1-s1, l1-s1 + l2-s2
+    packing = [f"packing-trees-{i}.png" for i in range(3)]             # slow_fraction 0, 0.25, 0.5
+    for name in failures + packing:
+        assert f"![{name}]({name})" in report, name
+        assert (out / "d" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (out / "d" / "rat_failures-trees-3.png").exists()

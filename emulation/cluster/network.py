@@ -44,7 +44,7 @@ from emulation.cluster.agent import AgentLink
 from emulation.cluster.nodes import RemoteAggHost, RemoteSoftSwitch, read_pids, start_remote
 from emulation.cluster.placement import crossing, place
 from emulation.cluster.remote import Remote
-from emulation.cluster.spec import Cluster
+from ground.cluster_file import Cluster
 from emulation.network import EmulatedNetwork, _SETUP_OK, host_setup
 from ground import addresses
 from ground.rundir import RunRecord, clean
@@ -339,7 +339,8 @@ class ClusterNetwork(EmulatedNetwork):
     def host(self, name: str):
         return _HostView(self.net.get(name))
 
-    def start_worker(self, h: str, argv: list[str], log, cwd: str, env: dict[str, str], gate=None):
+    def start_worker(self, h: str, argv: list[str], log, cwd: str, env: dict[str, str], gate=None,
+                     preexec_fn=None):
         """Worker `argv` in host h's namespace on its server (see RemoteAggHost.worker_command);
         the run directory's files (the plan) are copied there first."""
         node = self.net.get(h)
@@ -358,7 +359,8 @@ class ClusterNetwork(EmulatedNetwork):
         command = node.worker_command(argv, keep, cwd, log.name, gate is not None)
         stdin, stdout = (gate.fds[1], gate.fds[0]) if gate is not None else (subprocess.DEVNULL, subprocess.DEVNULL)
         pidfile = str(Path(log.name).with_suffix(".pid"))
-        return start_remote(remote, command, pidfile, f"worker on {h}", out=stdout, stdin=stdin)
+        return start_remote(remote, command, pidfile, f"worker on {h}", out=stdout, stdin=stdin,
+                            preexec_fn=preexec_fn)
 
     def worker_outputs(self, out_dir: Path) -> None:
         """The workers' reports, results, logs and progress from every server, here."""
@@ -383,6 +385,18 @@ class ClusterNetwork(EmulatedNetwork):
         if events is not None:
             events.put((a, b, up, time.monotonic(), self.graph.edges[a, b]["intfs"][a]))
         return changed
+
+    def watch_switches(self, on_exit, on_hang=None) -> None:
+        """Exits as on one machine (the watcher follows each switch's ssh); no liveness probe:
+        its pings would cross ssh forwards with a bound (0.5 s) made for a local socket, and
+        its fence (SIGKILL of the process it knows) would end the ssh, not the switch."""
+        super().watch_switches(on_exit, on_hang)
+        if self.probe is not None:
+            self.probe.stop()
+            self.probe = None
+
+    def hang_switch(self, name: str) -> float:
+        raise ValueError("hanging a switch is not supported in cluster mode (no liveness probe across servers)")
 
     def kill_switch(self, name: str, wait: float | None = None) -> float:
         proc = self._switch_proc(name)

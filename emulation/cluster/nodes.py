@@ -123,11 +123,11 @@ def read_pids(procs: list[RemoteProcess], timeout: float = 30.0) -> None:
 
 
 def start_remote(remote: Remote, command: str, pidfile: str, what: str, out=subprocess.DEVNULL,
-                 stdin=subprocess.DEVNULL) -> RemoteProcess:
+                 stdin=subprocess.DEVNULL, preexec_fn=None) -> RemoteProcess:
     """Run shell `command` (which must end in an `exec`) on the server over ssh; its pid
     there is written to `pidfile` on the server first (RemoteProcess.remote_pid reads it)."""
     proc = remote.popen(f"echo $$ > {shlex.quote(pidfile)}; {command}", stdin=stdin, stdout=out,
-                        stderr=subprocess.DEVNULL, start_new_session=True)
+                        stderr=subprocess.DEVNULL, start_new_session=True, preexec_fn=preexec_fn)
     return RemoteProcess(remote, proc, pidfile, what)
 
 

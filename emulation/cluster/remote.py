@@ -14,7 +14,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from emulation.cluster.spec import Cluster, Server
+from ground.cluster_file import Cluster, Server
 
 SSH_BASE = ["ssh", "-q", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=15"]
 

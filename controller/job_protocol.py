@@ -9,7 +9,7 @@ to use the job's switch sockets without racing a reroute, `job.failure_records()
 `job.stats()`, `job.trees()`, `job.state()`.
 
 `Job` holds what both jobs share (lock, running flag, failure log, counters);
-`TreeJob` (controller/job.py) and `BmlJob` (controller/bml_job.py) fill in the rest.
+`TreeJob` (controller/tree_job.py) and `BmlJob` (controller/bml_job.py) fill in the rest.
 """
 
 from __future__ import annotations
@@ -213,10 +213,16 @@ class Job(ABC):
         preferring one whose failure leaves every worker reachable over live links, so
         `tree@x` asks for a reroute, not a partition; else any tree link. Deterministic in seed."""
         with self._lock:
-            edges = sorted({e for t in self.treeset.trees for e in t.edges})
-            inner = [e for e in edges if all(self.g.nodes[n]["kind"] == "switch" for n in e)]
-            safe = [e for e in inner if not partitions(self.g, e, self.workers)]
-            return random.Random(seed).choice(safe or inner or edges)
+            return pick_link(self.g, self.treeset, self.workers, seed)
+
+
+def pick_link(g: nx.Graph, treeset: TreeSet, workers: list[str], seed: int) -> tuple[str, str]:
+    """Job.pick_tree_link's choice on a given graph and trees (also what `agglab draw --fail
+    tree` draws)."""
+    edges = sorted({e for t in treeset.trees for e in t.edges})
+    inner = [e for e in edges if all(g.nodes[n]["kind"] == "switch" for n in e)]
+    safe = [e for e in inner if not partitions(g, e, workers)]
+    return random.Random(seed).choice(safe or inner or edges)
 
 
 def partitions(g: nx.Graph, edge: tuple[str, str], workers: list[str]) -> bool:
