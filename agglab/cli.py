@@ -210,6 +210,9 @@ def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
     opt("--keep", metavar="DIR", default=d["keep"],
         help="when the run ends, keep its directory in DIR (new or empty): per-switch logs, the "
              "control commands sent, events, worker logs and reports, the JSON result")
+    opt("--cluster", metavar="FILE", default=d["cluster"],
+        help="run the network on the servers of this cluster file (YAML list of servers: address, user, "
+             "cores; `agglab cluster local up` makes a practice one); see docs/guide/cluster.md")
     opt("--pcap", action="store_true", default=d["pcap"] or None,
         help="the switches write per-port pcaps (DIR/pcaps/IFNAME_in.pcap, _out.pcap; with --keep)")
 
@@ -265,6 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     x.set_defaults(func=lambda args: __import__("agglab.export_p4app", fromlist=["main"]).main(args))
     from agglab.exercise import add_parser as add_exercise_parser   # teaching labs
     add_exercise_parser(sub)
+    from agglab.cluster_cmd import add_cluster_parser   # cluster mode (Mininet's cluster edition)
+    add_cluster_parser(sub)
     return ap
 
 

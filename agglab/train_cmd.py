@@ -53,6 +53,8 @@ def add_train_parser(sub) -> None:
     t.add_argument("--keep", metavar="DIR", default=None, help="keep the run directory in DIR (new or empty): "
                    "switch logs, SWITCH.commands, events.log, worker logs (as `agglab allreduce --keep`)")
     t.add_argument("--pcap", action="store_true", help="per-port pcaps into DIR/pcaps (with --keep)")
+    t.add_argument("--cluster", metavar="FILE", default=None, help="run the network on the servers of this "
+                   "cluster file (as `agglab allreduce --cluster`; docs/guide/cluster.md)")
     t.add_argument("--profile-only", action="store_true", help="simulate compute from the model's layer "
                    "profile; run only the gradient communication (through the network unless --no-network)")
     t.add_argument("--scheduler", choices=["fifo", "pace", "both"], default="both")
@@ -77,7 +79,8 @@ def _spec(args):
 
     return RunSpec(workers=args.workers, loss=args.loss, backend=args.backend, seed=args.seed,
                    give_up=args.give_up, bw=args.bw, topology=args.topology, k=args.k, tree=args.tree,
-                   algorithm=args.algorithm, fail=args.fail or [], keep=args.keep, pcap=args.pcap).validate()
+                   algorithm=args.algorithm, fail=args.fail or [], keep=args.keep, pcap=args.pcap,
+                   cluster=args.cluster).validate()
 
 
 def run_train(args) -> int:

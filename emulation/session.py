@@ -28,7 +28,6 @@ from controller.standby import StandbyWorker
 from controller.switch_client import run_batches
 from controller.topology import switches, workers as worker_hosts
 from emulation.failures import FailureInjector, hang_rows
-from emulation.fidelity import FidelityProbe
 from emulation.network import EmulatedNetwork
 from ground.addresses import SERVICE_IP
 from ground import progress as progress_file, wire
@@ -78,8 +77,15 @@ class Session:
         self.cancelled = threading.Event()     # cancel(): a running allreduce's workers are stopped
         self.g = checked.graph
         self.events = EventLog(echo=echo or (None if quiet else (lambda line: _log(line, False))))
-        self.net = EmulatedNetwork(self.g, backend=spec.backend, seed=spec.seed, pcap=spec.pcap,
-                                   keep=spec.keep, t0=self.events.t0)
+        if spec.cluster:                     # on the servers of a cluster (emulation/cluster/)
+            from emulation.cluster.network import ClusterNetwork
+            from ground.cluster_file import load
+
+            self.net = ClusterNetwork(self.g, load(spec.cluster), backend=spec.backend, seed=spec.seed,
+                                      pcap=spec.pcap, keep=spec.keep, t0=self.events.t0)
+        else:
+            self.net = EmulatedNetwork(self.g, backend=spec.backend, seed=spec.seed, pcap=spec.pcap,
+                                       keep=spec.keep, t0=self.events.t0)
         self.job: Job | None = None
         self.monitor = None
         self.runs = 0
@@ -212,7 +218,7 @@ class Session:
         hangs_before = len(self.net.hang_log)
         _log(f"allreduce of {spec.elements} {spec.dtype} per worker on {len(self.job.trees().trees)} "
              f"{spec.tree} tree(s), loss {spec.loss}", self.quiet)
-        probe = FidelityProbe(self.net.graph, self.net.run.path / "pids").start()
+        probe = self.net.fidelity_probe()
         try:
             with self.job.running():
                 reports, injector = _run_workers(self.net, spec, self.job, self.quiet, f"run{self.runs}",
@@ -233,6 +239,8 @@ class Session:
                       hangs=hang_rows(self.net, self.job)[hangs_before:])
         result["fidelity"] = fidelity       # link-bound or CPU-bound? (emulation/fidelity.py)
         result["jobs"] = [_job_figures(result, self.job, spec)]
+        if spec.cluster:
+            result["cluster"] = self.net.servers_of()
         return self._finish(spec, result)
 
     def _finish(self, spec: RunSpec, result: dict) -> dict:
@@ -253,7 +261,7 @@ class Session:
         before = self.job.stats()
         _log(f"{len(tenants)} concurrent allreduces of {spec.elements} {spec.dtype} x {spec.workers} workers "
              f"(jobs {spec.job}..{spec.job + spec.jobs - 1}), {spec.slots_per_job} slots each", self.quiet)
-        probe = FidelityProbe(self.net.graph, self.net.run.path / "pids").start()
+        probe = self.net.fidelity_probe()
         try:
             with contextlib.ExitStack() as running:
                 for _, job in tenants:
@@ -377,6 +385,7 @@ def _run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, pr
                                    [*spec.fail_specs, *spec.fail_switch_specs], files, spec.seed)
         injector.start()
     _wait([p for procs in started for p in procs], deadline, quiet, files if progress else None, cancel)
+    net.worker_outputs(out_dir)
     reports = [_collect(out_dir, procs, f"job{t}-") for t, procs in enumerate(started)]
     if injector:
         injector.stop()
@@ -427,9 +436,9 @@ def _start_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, out_dir: Path,
     for rank, h in enumerate(job.workers):
         argv = [sys.executable, "-m", module, str(plan), str(rank), *extra_args]
         log = open(out_dir / f"{prefix}rank{rank}.log", "wb")
-        proc = net.host(h).popen(argv, stdout=log, stderr=log, cwd=str(REPO), pass_fds=gate.fds if gate else (),
-                                 preexec_fn=lifeline.preexec(bound_to_thread=True),    # _wait reaps them
-                                 env=dict(env, AGGLAB_PLAN=str(plan), AGGLAB_RANK=str(rank)))
+        proc = net.start_worker(h, argv, log, cwd=str(REPO), gate=gate,
+                                preexec_fn=lifeline.preexec(bound_to_thread=True),    # _wait reaps them
+                                env=dict(env, AGGLAB_PLAN=str(plan), AGGLAB_RANK=str(rank)))
         net.run.add_pid(proc.pid, f"worker {rank}" + (f" of job {job.job}" if prefix else "") + f" on {h}")
         procs.append((rank, proc, log))
     return procs
@@ -497,6 +506,7 @@ def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, nam
     deadline = time.monotonic() + (deadline_s or spec.give_up * 3 + 30 + spec.elements * spec.workers / 50_000)
     files = [out_dir / f"rank{r}.progress" for r in range(len(job.workers))]
     _wait(procs, deadline, quiet, files if progress else None, cancel)
+    net.worker_outputs(out_dir)
     reports = _collect(out_dir, procs)
     if injector:
         injector.stop()

@@ -144,6 +144,7 @@ class RunSpec:
     job_loss: list[float] = field(default_factory=list)   # per job: loss on its workers' links (else `loss`)
     keep: str | None = None            # copy the run directory here when the run ends (logs, commands, pcaps)
     pcap: bool = False                 # the switches write per-port pcaps into the kept directory
+    cluster: str | None = None         # a cluster file: the network runs on its servers (emulation/cluster)
 
     # -- derived -------------------------------------------------------------------
     @property
