@@ -355,10 +355,13 @@ def bench_sparse(a) -> list[dict]:
 
 
 def bench_trees(_a) -> list[dict]:
-    res = subprocess.run([sys.executable, "-m", "controller.trees.bench"], cwd=REPO,
+    """Tree computation time per topology and algorithm (controller/trees/bench.py), each a
+    figure in the JSON (informational: no target)."""
+    res = subprocess.run([sys.executable, "-m", "controller.trees.bench", "--json"], cwd=REPO, check=True,
                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
-    print(res.stdout.rstrip(), flush=True)
-    return []                               # printed only: its own table
+    rows = [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
+    return [figure(f"trees {r['algorithm']} on {r['topology']}, {r['workers']} workers", r["ms"], "ms",
+                   scale=f"{r['trees']} tree(s), median of the repeats", trees=r["trees"]) for r in rows]
 
 
 def bench_bmv2(a) -> list[dict]:
