@@ -9,13 +9,16 @@ import sys
 import pytest
 
 from agglab import bench
+from ground import wire
 from ground.paths import REPO
 
 
 def test_analytic_wire_time_of_one_million_int32_at_5_mbps():
-    # 15,625 frames of 14 + 20 + 8 + 16 + 64*4 = 314 bytes each way, at 5 Mb/s
-    assert bench.wire_seconds(1_000_000, 5.0) == pytest.approx(15_625 * 314 * 8 / 5e6)
-    assert bench.wire_seconds(65, 1.0) == pytest.approx(2 * 314 * 8 / 1e6)   # a partial packet counts
+    # ceil(1M / K) frames of 14 + 20 + 8 + 16 + 4K bytes (314 at K=64) each way, at 5 Mb/s
+    k = wire.K
+    frame = 14 + 20 + 8 + 16 + 4 * k
+    assert bench.wire_seconds(1_000_000, 5.0) == pytest.approx(-(-1_000_000 // k) * frame * 8 / 5e6)
+    assert bench.wire_seconds(k + 1, 1.0) == pytest.approx(2 * frame * 8 / 1e6)   # a partial packet counts
 
 
 def test_a_run_writes_json_and_compares_with_the_previous(tmp_path):
@@ -50,7 +53,7 @@ def test_the_wide_section_runs_the_256_value_variant(tmp_path):
                     "--wide-rates", "50", "--out", str(out)], cwd=REPO, check=True, capture_output=True,
                    timeout=240)
     report = json.loads(out.read_text())
-    assert report["skipped"] == [] and report["values_per_packet"] == 64      # the parent's variant
+    assert report["skipped"] == [] and report["values_per_packet"] == wire.K  # the parent's variant
     (f,) = report["figures"]
     assert f["name"] == "8 x 25,600 int32 at 50 Mb/s, K=256" and f["section"] == "wide"
     assert f["target"] is None and f["exact"] is True and "256 per packet" in f["scale"]
