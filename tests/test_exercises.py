@@ -274,3 +274,18 @@ def test_answers_read_off_a_real_lab_pass_the_checker(tmp_path, capsys):
     result = lab.check(ex, tmp_path / "w", bmv2="no", timeout=240)
     assert result["ok"], lab.show(result) + "\n" + out
     assert_clean()
+
+
+def test_a_check_with_ungraded_regions_says_so():
+    """Skipped (ungraded) P4 regions must never be summed up as "all checks pass"."""
+    ex = lab.get(1)
+    checks = [{"name": "region aggregate-add in softswitch/aggregate.py written", "ok": True, "detail": ""},
+              {"name": "region aggregate-add in p4src/include/aggregate.p4 written", "ok": True, "skipped": True,
+               "detail": "P4 not graded here: BMv2 simple_switch/p4c not found (still TODO)"}]
+    result = lab.grade(ex, checks)
+    assert result["ok"] and result["complete"] is False
+    assert result["ungraded"] == ["region aggregate-add in p4src/include/aggregate.p4 written"]
+    last = lab.show(result).splitlines()[-1]
+    assert "all checks pass" not in last and "1 NOT graded here (P4 not graded here: BMv2" in last, last
+    full = lab.grade(ex, checks[:1])
+    assert full["complete"] and lab.show(full).splitlines()[-1].endswith("1 of 1 graded checks pass: all checks pass")
