@@ -441,11 +441,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--elements", type=int, default=1_000_000, help="int32 per worker (wire, sparse)")
     ap.add_argument("--rates", default="5,10,20,40", help="link rates of the wire section, Mb/s")
     ap.add_argument("--wide-rates", default="20,40,80", help="link rates of the wide section, Mb/s")
-    ap.add_argument("--reroute-elements", type=int, default=200_000)
+    ap.add_argument("--reroute-elements", type=int, default=200_000,
+                    help="int32 per worker of the reroute and switchfail runs (default 200000)")
     ap.add_argument("--bmv2-reroute-runs", type=int, default=3, help="runs per pipeline (bmv2-reroute)")
     ap.add_argument("--switchfail-kills", type=int, default=3, help="kills per pipeline (switchfail)")
     ap.add_argument("--switchfail-bw", type=float, default=None, help="link Mb/s (switchfail; default unshaped)")
-    ap.add_argument("--daemon-seconds", type=float, default=5.0)
+    ap.add_argument("--daemon-seconds", type=float, default=5.0,
+                    help="seconds the daemon section's senders run (default 5)")
     ap.add_argument("--sparse-window", type=int, default=None,
                     help="slots per worker of the sparse runs (default the run default, ground/runspec.py "
                          "SPARSE_WINDOW): each slot "
