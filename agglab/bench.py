@@ -50,7 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ground import lifeline, schemes, wire
+from ground import lifeline, netlease, schemes, wire
 from ground.paths import REPO, RESULTS
 
 SECTIONS = ("pipeline", "daemon", "wire", "wide", "reroute", "switchfail", "policer", "build", "sparse", "trees",
@@ -521,6 +521,12 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, KeyError, TypeError) as exc:
             print(f"agglab bench: --compare {a.compare} is not a bench result ({exc})", file=sys.stderr)
             return 2
+    if os.geteuid() == 0 and any(s in ROOT_SECTIONS for s in a.sections):
+        try:                                         # its network sections would each be refused
+            netlease.refuse_if_busy()
+        except netlease.NetworkBusy as exc:
+            print(f"agglab bench: {exc}", file=sys.stderr)
+            return exc.exit_code
     report = {**environment(), "figures": [], "skipped": []}
     for section in a.sections:
         if section in ROOT_SECTIONS and os.geteuid() != 0:

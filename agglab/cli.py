@@ -253,7 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_calibrate(sub)
 
     c = sub.add_parser("clean", help="remove what crashed runs left behind (idempotent)")
-    c.add_argument("--all", action="store_true", help="also stop runs whose owner is still alive")
+    c.add_argument("--all", action="store_true", help="also stop runs whose owner is still alive, and delete interfaces named like agglab's that no run records (not while another network holds the machine)")
     c.set_defaults(func=_clean)
 
     d = sub.add_parser("doctor", help="check the installation")
