@@ -96,6 +96,19 @@ class AtpJob(ForwardingJob):
         if self.owns_routes:
             super().link_changed(u, v, up, t, intf)
 
+    def link_marked(self, u: str, v: str, up: bool, t: float) -> None:
+        """A link the JobGroup marked (tenants): the routes' owner recomputes them."""
+        if self.owns_routes:
+            self.reroute(f"{u}-{v}", t, record=not up)
+
+    def switch_failed(self, sw: str, t: float) -> None:
+        if self.owns_routes:
+            super().switch_failed(sw, t)
+
+    def switch_back(self, sw: str) -> None:
+        if self.owns_routes:
+            super().switch_back(sw)
+
     def switch_stats(self) -> dict[str, dict[str, int]]:
         """agg_stats as every job, and the atp_stats counter by name."""
         stats = super().switch_stats()

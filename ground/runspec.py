@@ -80,16 +80,18 @@ class SwitchFailSpec:
     worker's only edge switch, so the allreduce can go on around it)."""
     at: float                      # fraction of blocks done, 0..1
     switch: str | None             # None: picked on the active tree
+    hang: bool = False             # --hang-switch: SIGSTOP the process instead (the liveness probe's case)
 
     @classmethod
-    def parse(cls, text: str) -> "SwitchFailSpec":
+    def parse(cls, text: str, hang: bool = False) -> "SwitchFailSpec":
+        opt = "--hang-switch" if hang else "--fail-switch"
         m = _FAIL_SWITCH.match(text.strip())
         if not m:
-            raise ValueError(f"--fail-switch {text!r}: expected NAME@FRACTION or tree@FRACTION, e.g. a1@0.5")
+            raise ValueError(f"{opt} {text!r}: expected NAME@FRACTION or tree@FRACTION, e.g. a1@0.5")
         at = float(m["at"])
         if not 0 <= at <= 1:
-            raise ValueError(f"--fail-switch {text!r}: the fraction must be within 0..1, got {m['at']}")
-        return cls(at, None if m["name"] == "tree" else m["name"])
+            raise ValueError(f"{opt} {text!r}: the fraction must be within 0..1, got {m['at']}")
+        return cls(at, None if m["name"] == "tree" else m["name"], hang)
 
     def check(self, g) -> None:
         """Refuse a name that is not a switch of the topology, and `tree@F` where every
@@ -98,7 +100,8 @@ class SwitchFailSpec:
             if self.switch not in g or g.nodes[self.switch].get("kind") != "switch":
                 names = sorted((n for n, d in g.nodes(data=True) if d.get("kind") == "switch"),
                                key=lambda n: (len(n), n))
-                raise ValueError(f"--fail-switch: there is no switch {self.switch!r} in this topology "
+                raise ValueError(f"{'--hang-switch' if self.hang else '--fail-switch'}: there is no switch "
+                                 f"{self.switch!r} in this topology "
                                  f"(switches: {', '.join(names[:12])}{' ...' if len(names) > 12 else ''})")
             return
         edge_only = only_edge_switches(g)
@@ -135,11 +138,13 @@ class RunSpec:
     zero_workers: int = 0              # block-sparse data: ranks 0..Z-1 have no non-zero block
     fail: list[str] = field(default_factory=list)    # ["A-B@0.5", "tree@0.5", ...]
     fail_switch: list[str] = field(default_factory=list)   # ["a1@0.5", "tree@0.5", ...]: kill switches
+    hang_switch: list[str] = field(default_factory=list)   # the same syntax: SIGSTOP switches (hung, not dead)
     length_override: dict[int, int] = field(default_factory=dict)   # rank -> length (tests)
     jobs: int = 1                      # concurrent allreduces (tenants) of `workers` each, ids job, job+1, ...
     job_loss: list[float] = field(default_factory=list)   # per job: loss on its workers' links (else `loss`)
     keep: str | None = None            # copy the run directory here when the run ends (logs, commands, pcaps)
     pcap: bool = False                 # the switches write per-port pcaps into the kept directory
+    cluster: str | None = None         # a cluster file: the network runs on its servers (emulation/cluster)
 
     # -- derived -------------------------------------------------------------------
     @property
@@ -176,7 +181,9 @@ class RunSpec:
 
     @property
     def fail_switch_specs(self) -> list[SwitchFailSpec]:
-        return [SwitchFailSpec.parse(f) for f in self.fail_switch]
+        """Every scripted switch failure: kills (--fail-switch), then hangs (--hang-switch)."""
+        return ([SwitchFailSpec.parse(f) for f in self.fail_switch]
+                + [SwitchFailSpec.parse(f, hang=True) for f in self.hang_switch])
 
     @property
     def hosts(self) -> int:
@@ -251,12 +258,12 @@ class RunSpec:
                              "or --density < 1)")
         if self.algorithm in SCHEMES and SCHEMES[self.algorithm].sparse and self.tree == "bml":
             raise ValueError(f"--algorithm {self.algorithm} runs on switch trees ({switch_trees()}), not BML")
-        if self.fail and self.tree == "bml":
-            raise ValueError("--fail: BML on BCube cannot reroute (its schedule needs every server NIC); "
-                             f"fail links on a switch tree ({switch_trees()}) instead")
-        if self.fail_switch and self.tree == "bml":
-            raise ValueError("--fail-switch: BML on BCube cannot reroute (its schedule needs every server NIC); "
-                             f"fail switches on a switch tree ({switch_trees()}) instead")
+        if (self.fail or self.fail_switch) and self.tree == "bml" and self.bml_variant == "host":
+            raise ValueError("--fail/--fail-switch: BML's host variant does not re-plan its schedule; "
+                             "fail links or switches with --bml-variant in-network")
+        if self.hang_switch and self.tree == "bml":
+            raise ValueError("--hang-switch: a hung switch is rerouted around like a killed one, which needs "
+                             f"jobs on a switch tree ({switch_trees()})")
         if (self.host_baseline or self.shares_pool) and self.tree != "spt":
             raise ValueError(f"--algorithm {self.algorithm} sends along IP shortest paths: "
                              f"--tree {self.tree} (aggregation trees"
@@ -270,12 +277,6 @@ class RunSpec:
                 raise ValueError(f"--jobs {self.jobs}: concurrent jobs share the switches' slots; they run the "
                                  f"in-network pipelines on switch trees ({' or '.join(IN_NETWORK)}, "
                                  f"{switch_trees()})")
-            if self.fail and not self.shares_pool:
-                raise ValueError(f"--jobs {self.jobs}: --fail with several jobs is not supported yet (each job "
-                                 "would reroute on its own); run one job to fail links")
-            if self.fail_switch:
-                raise ValueError(f"--jobs {self.jobs}: --fail-switch with several jobs is not supported yet "
-                                 "(each job would reroute on its own); run one job to fail switches")
             if self.window is not None and self.window > self.slots_per_job and not self.shares_pool:
                 raise ValueError(f"--window {self.window}: with --jobs {self.jobs} each job owns "
                                  f"{self.slots_per_job} slots; use --window <= {self.slots_per_job}")
@@ -309,6 +310,7 @@ class RunSpec:
         d["length_override"] = {int(r): int(n) for r, n in d.get("length_override", {}).items()}
         d["fail"] = list(d.get("fail", []))
         d["fail_switch"] = list(d.get("fail_switch", []))
+        d["hang_switch"] = list(d.get("hang_switch", []))
         d["job_loss"] = [float(p) for p in d.get("job_loss", [])]
         return cls(**d)
 

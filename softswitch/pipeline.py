@@ -4,7 +4,7 @@ Why a second implementation of the P4 program: BMv2 manages a few thousand
 aggregation packets per second, too few for multi-switch experiments; this
 pipeline has the same tables, actions, registers and counters (same names,
 same control commands) and emits byte-identical frames, which the conformance
-vectors in tests/conformance check against BMv2 itself.
+vectors in p4src/vectors check against BMv2 itself.
 
     p = Pipeline(seed=1)
     p.command("table_add agg_job agg_child 1 0 0 1 => 0 2 1 0 1024 65535")
@@ -14,7 +14,8 @@ vectors in tests/conformance check against BMv2 itself.
     p.counters["agg_rejects"]          # ... of rejected packets, by reason (REJ_*)
     p.tables["agg_job"]                # softswitch.tables.Table
 
-`process` follows AgglabIngress/AgglabEgress: ingress drop simulator, parser
+`process` follows AgglabIngress/AgglabEgress: the port policer (policer.py: a port in no
+job, over its meter, is dropped first), ingress drop simulator, parser
 error check, the agg_job lookup (roles.py, JobRole) then aggregation (dense,
 or sparse.py for AGG_FLAG_SPARSE; a dense completion re-arms the slot's sparse
 state, SparseRearm) or forwarding, replication (ascending port order), then per
@@ -32,6 +33,7 @@ from softswitch.deparser import update_ipv4_checksum
 from softswitch.drop_sim import DropSim
 from softswitch.forward import RESULT, Forward, flood_prune
 from softswitch.multicast import Multicast
+from softswitch.policer import PortPolicer
 from softswitch.registers import CounterArray
 from softswitch.roles import REJ_MALFORMED, job_table, lookup_role
 
@@ -58,12 +60,14 @@ _FLAGS_OFF = wire.AGG_OFFSET + 3
 
 
 class Pipeline:
-    def __init__(self, seed: int | None = None):
+    def __init__(self, seed: int | None = None, clock=None):
         self.register_arrays, self.stats = make_state()
         self.register_arrays.update(sparse.make_state())
         atp_registers, self.atp_stats = atp.make_state()
         self.register_arrays.update(atp_registers)
         self.rejects = CounterArray("agg_rejects", wire.CONST["AGG_REJECTS_SIZE"])
+        self.policer = PortPolicer(self.stats, self.rejects, **({"clock": clock} if clock else {}))
+        self.meters = {"port_meter": self.policer}
         self.counter_arrays = {c.name: c for c in (self.stats, self.rejects, self.atp_stats)}
         self.drop_sim = DropSim(self.stats, seed)
         self.agg_job = job_table()               # JobRole: one lookup for both pipelines
@@ -74,8 +78,9 @@ class Pipeline:
         self.atp = atp.Atp(self.register_arrays, self.atp_stats, self.forward)
         self.mc = Multicast()
         self.tables = {t.name: t for t in (
-            self.drop_sim.ingress_table, self.agg_job, self.forward.ipv4_lpm,
-            self.forward.l2_exact, self.drop_sim.egress_table, self.aggregate.agg_reply, self.atp.atp_job)}
+            self.policer.table, self.drop_sim.ingress_table, self.agg_job, self.forward.ipv4_lpm,
+            self.forward.l2_exact, self.drop_sim.egress_table, self.aggregate.agg_reply,
+            self.atp.atp_job)}
         self.registers = {name: reg.data for name, reg in self.register_arrays.items()}
         self.counters = {name: c.packets for name, c in self.counter_arrays.items()}
         self._cli = cli.Cli(self)
@@ -103,10 +108,18 @@ class Pipeline:
             reg.reset()
         for counter in self.counter_arrays.values():
             counter.reset()
+        self.policer.reset()
         self.mc.reset()
 
     def process(self, ingress_port: int, frame: bytes) -> list[tuple[int, bytes]]:
         """Frames emitted for `frame` arriving on `ingress_port`, as (egress_port, bytes)."""
+        if self.policer.table.exact and self.policer.red(ingress_port, len(frame)):
+            return []
+        return self.process_admitted(ingress_port, frame)
+
+    def process_admitted(self, ingress_port: int, frame: bytes) -> list[tuple[int, bytes]]:
+        """`process` for a frame the port policer already let through (the daemon meters
+        whole receive batches at once: PortPolicer.admit)."""
         drop_sim = self.drop_sim
         if drop_sim.ingress(ingress_port, len(frame)):
             return []

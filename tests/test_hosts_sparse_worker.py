@@ -22,7 +22,7 @@ from hosts import worker
 from hosts.sparse_workload import expected_sparse_sum, sparse_gradient
 from hosts.workload import expected_sum
 from ground.runspec import RunPlan, RunSpec, WorkerSeat
-from fakenet import make_frame
+from agglab.testkit.fakenet import make_frame
 from softswitch.star import star_commands
 from test_hosts_sparse import expected_blocks_sent
 from test_hosts_transport import SERVICE, free_port
