@@ -357,8 +357,8 @@ def test_quick_suite_writes_a_report(tmp_path):
                          capture_output=True, text=True, cwd=REPO, timeout=300,
                          env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert out.returncode in (0, 1), out.stderr[-2000:]
-    report = (tmp_path / "quick" / "report.md").read_text()
-    rows = load_rows(tmp_path / "quick" / "runs.jsonl")
+    report = (tmp_path / cli.results_name("quick", wire.K) / "report.md").read_text()
+    rows = load_rows(tmp_path / cli.results_name("quick", wire.K) / "runs.jsonl")
     assert len(rows) == sum(len(reps) for _, _, reps in plan(load_suite(CONFIGS / "quick.yaml"), tmp_path))
     in_network = [r for r in rows if r["series"] == "in-network"]
     assert in_network and all(r["ok"] and "fidelity" in r for r in in_network)
