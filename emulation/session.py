@@ -263,7 +263,7 @@ class Session:
         self.runs += 1
         before = self._switch_counters()
         _log(f"allreduce of {spec.elements} {spec.dtype} per worker on {len(self.job.trees().trees)} "
-             f"{spec.tree} tree(s), loss {spec.loss}", self.quiet)
+             f"{spec.tree} tree(s), packet loss {spec.loss * 100:g}% per link direction", self.quiet)
         probe = FidelityProbe(self.net.graph, self.net.run.path / "pids").start()
         try:
             with self.job.running():
