@@ -1,7 +1,7 @@
 """`agglab train`: a real model trained through the emulated network, or a layer profile's
 iteration under FIFO and PACE (`--profile-only`).
 
-    agglab train --workers 4 --model mlp --dataset digits [--algorithm switchml|omnireduce|ring|ps]
+    agglab train --workers 4 --model mlp --dataset digits [--algorithm SCHEME]
                  [--loss P] [--fail tree@0.5] [--topk F] [--dtype int32|float32] [--json]
     agglab train --model resnet50 --profile-only --scheduler fifo|pace|both --workers 8 [--json]
     agglab train --model vgg16 --profile-only --no-network      # the pure model only
@@ -14,6 +14,9 @@ import os
 import sys
 from pathlib import Path
 
+from controller.trees import SWITCH_TREES
+from ground import schemes
+
 PROFILE_MODELS = ("resnet50", "vgg16", "bert-base")
 
 
@@ -24,9 +27,9 @@ def add_train_parser(sub) -> None:
                    f"{', '.join(PROFILE_MODELS)} or a profile .yaml")
     t.add_argument("--dataset", default="digits", choices=["digits"], help="scikit-learn's digits (shipped)")
     t.add_argument("--workers", type=int, default=4, help="worker hosts, each training its shard (default 4)")
-    t.add_argument("--algorithm", default="switchml", help="switchml (dense, in-network), omnireduce "
-                   "(block-sparse, in-network; with --topk F only the top F of the blocks travel), ring or ps "
-                   "(the hosts' baselines over TCP; the switches only forward)")
+    t.add_argument("--algorithm", default="switchml",
+                   help=f"aggregation scheme: {schemes.help_text()} (with --topk F only the top F of the "
+                   "blocks travel)")
     t.add_argument("--dtype", choices=["int32", "float32"], default="int32",
                    help="int32: fixed-point gradients, exact aggregation, identical to one process "
                         "(default); float32: the switch's float path")
@@ -42,8 +45,8 @@ def add_train_parser(sub) -> None:
     t.add_argument("--topology", default="single", help="single, leafspine, fattree, bcube or a YAML file "
                    "(default single)")
     t.add_argument("--k", type=int, default=None, help="fat-tree k (default 4) or BCube level count k")
-    t.add_argument("--tree", default="spt", choices=["spt", "rat", "packing"],
-                   help="aggregation tree algorithm (default spt)")
+    t.add_argument("--tree", default="spt", choices=SWITCH_TREES,
+                   help="aggregation tree algorithm, a module of controller/trees/ (default spt)")
     t.add_argument("--bw", type=float, default=None, help="emulated link rate in Mb/s (tc htb); "
                    "--profile-only defaults to 5")
     t.add_argument("--backend", choices=["soft", "bmv2"], default="soft",
@@ -53,6 +56,8 @@ def add_train_parser(sub) -> None:
     t.add_argument("--keep", metavar="DIR", default=None, help="keep the run directory in DIR (new or empty): "
                    "switch logs, SWITCH.commands, events.log, worker logs (as `agglab allreduce --keep`)")
     t.add_argument("--pcap", action="store_true", help="per-port pcaps into DIR/pcaps (with --keep)")
+    t.add_argument("--cluster", metavar="FILE", default=None, help="run the network on the servers of this "
+                   "cluster file (as `agglab allreduce --cluster`; docs/guide/cluster.md)")
     t.add_argument("--profile-only", action="store_true", help="simulate compute from the model's layer "
                    "profile; run only the gradient communication (through the network unless --no-network)")
     t.add_argument("--scheduler", choices=["fifo", "pace", "both"], default="both",
@@ -87,7 +92,8 @@ def _spec(args):
 
     return RunSpec(workers=args.workers, loss=args.loss, backend=args.backend, seed=args.seed,
                    give_up=args.give_up, bw=args.bw, topology=args.topology, k=args.k, tree=args.tree,
-                   algorithm=args.algorithm, fail=args.fail or [], keep=args.keep, pcap=args.pcap).validate()
+                   algorithm=args.algorithm, fail=args.fail or [], keep=args.keep, pcap=args.pcap,
+                   cluster=args.cluster).validate()
 
 
 def run_train(args) -> int:

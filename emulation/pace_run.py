@@ -94,8 +94,6 @@ def run_profile(spec: RunSpec, model: str, schedulers: list[str], opts: PaceOpti
     if bad:
         raise ValueError(f"--scheduler must be fifo, pace or both, got {bad[0]!r}")
     profile = load_profile(model)
-    if spec.algorithm not in ("switchml", "omnireduce", "ring", "ps"):
-        raise ValueError(f"--algorithm {spec.algorithm!r} has no cost model")
     cost = CostModel.for_network(spec.algorithm, spec.workers, opts.link_gbps, opts.alpha_us)
     pure = model_runs(profile, schedulers, cost, opts)
     result = {"ok": True, "profile": profile.model, "workers": spec.workers, "algorithm": spec.algorithm,

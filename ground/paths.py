@@ -9,6 +9,15 @@ build/ or ~/.cache/agglab (site-packages is no place for output).
 
 Every process the project starts records itself under RUN_ROOT so that
 `agglab clean` can find and remove what a crashed run left behind.
+
+Why not a fixed path in /tmp: root writes into the run directory and deletes from it, and
+/tmp is world-writable, so a local user who created `/tmp/agglab-run` first (or a symlink
+there) would own what root writes and steer what it deletes. The run root is therefore
+under a location only its owner can create in: /run/agglab for root (/run is root's), and
+$XDG_RUNTIME_DIR/agglab (a per-user 0700 directory) for anyone else, falling back to a
+per-uid directory in /tmp, which ground/rundir.py's `secure_dir` checks before every use
+(owner, mode, no symlink). AGGLAB_RUN_ROOT overrides it (tests use temporary directories);
+it is checked the same way.
 """
 
 import os
@@ -25,4 +34,20 @@ CHECKOUT = (REPO / "pyproject.toml").is_file()
 RESULTS = REPO / "results" if CHECKOUT else Path.cwd() / "results"
 # Compiled P4 (BMv2 JSON per variant): the checkout's build/, or the user's cache when installed.
 BUILD = REPO / "build" if CHECKOUT else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agglab"
-RUN_ROOT = Path(os.environ.get("AGGLAB_RUN_ROOT", "/tmp/agglab-run"))
+
+
+def default_run_root() -> Path:
+    """The run root of the current user when AGGLAB_RUN_ROOT is not set (see the module's
+    docstring for why not /tmp)."""
+    if os.geteuid() == 0:
+        return Path("/run/agglab")
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and Path(runtime).is_absolute():
+        return Path(runtime) / "agglab"
+    return Path(f"/tmp/agglab-run-{os.geteuid()}")
+
+
+RUN_ROOT = Path(os.environ.get("AGGLAB_RUN_ROOT") or default_run_root())
+# The machine-wide network lease (ground/netlease.py): interface names are machine-wide, so the
+# lease is too, wherever a run keeps its directory (AGGLAB_RUN_ROOT moves run directories only).
+NET_LEASE = default_run_root() / "network.lock"

@@ -46,7 +46,7 @@ Versions: the lead round takes the dense agent's next version of the slot
 Why SparseRoundLostError still exists: before the acknowledgements, a worker that sat
 out round m+1 did not hold the column back and round m+2 could reuse m's version while
 it still lacked m's result. The switch now holds m+2 back until every child is done with
-m (and a reroute keeps that custody, controller/sparse_failover.py), so seeing its version
+m (and a reroute keeps that custody, controller/reroute/sparse_failover.py), so seeing its version
 reused means a broken switch or controller; the agent says so instead of summing wrong.
 `every_round=True` (every worker sends in every round, non-participants a zero probe at
 once) remains for a switch that completes a round only when every child sent.

@@ -3,6 +3,8 @@
 - root:    needs root (namespaces, raw sockets)
 - mininet: needs Debian's Mininet (python package + mnexec)
 - bmv2:    needs BMv2 simple_switch and p4c (on PATH or under /opt/*/bin)
+- cluster: builds a practice cluster (root, openssh-server's sshd, util-linux's unshare)
+- browser: needs Debian's chromium and chromium-driver, and selenium (the test extras)
 """
 
 from __future__ import annotations
@@ -31,11 +33,23 @@ def _have_bmv2() -> bool:
     return bool(find_bmv2_tool("simple_switch") and find_bmv2_tool("p4c"))
 
 
+def _cluster_missing() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (a practice cluster makes namespaces and a bridge)"
+    missing = [t for t in ("sshd", "ssh", "ssh-keygen", "unshare") if not (shutil.which(t) or Path(f"/usr/sbin/{t}").exists())]
+    return f"needs {', '.join(missing)} (apt-get install openssh-server)" if missing else None
+def _have_browser() -> bool:
+    return (importlib.util.find_spec("selenium") is not None and shutil.which("chromium") is not None
+            and shutil.which("chromedriver") is not None)
+
+
 def pytest_collection_modifyitems(config, items):
     reasons = {
         "root": None if os.geteuid() == 0 else "needs root (network namespaces, raw sockets)",
         "mininet": None if _have_mininet() else "needs Mininet (apt-get install mininet; Debian's python3)",
         "bmv2": None if _have_bmv2() else "needs BMv2 simple_switch and p4c (the Vagrant VM has them)",
+        "cluster": _cluster_missing(),
+        "browser": None if _have_browser() else "needs chromium, chromium-driver (apt) and selenium (pip install -e '.[test]')",
     }
     for item in items:
         for marker, reason in reasons.items():
@@ -44,7 +58,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 # -- a hang must never eat CI's time -----------------------------------------------------
-NETWORK_MARKERS = ("root", "mininet", "bmv2")
+NETWORK_MARKERS = ("root", "mininet", "bmv2", "cluster")
 NETWORK_TIMEOUT = float(os.environ.get("AGGLAB_TEST_TIMEOUT", 300))   # seconds per network test
 OTHER_TIMEOUT = 600.0
 

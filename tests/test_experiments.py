@@ -488,3 +488,21 @@ def test_the_wide_variant_keeps_its_runs_apart():
     assert cli.results_name("default", 64) == "default"
     assert cli.results_name("default", 256) == "default-k256"
     assert cli.results_name("quick", 256) != cli.results_name("quick", 64)
+
+
+def test_report_embeds_tree_drawings_for_failures_and_packing(tmp_path):
+    """rat_failures: the RAT trees before and after each of its two failures (3 pictures);
+    packing: the packed trees on each slow-link setting; each a PNG the report links to."""
+    suite = tmp_path / "s.yaml"
+    suite.write_text(yaml.safe_dump({"name": "d", "definitions": [
+        {"file": str(TRENDS / "rat_failures.yaml")}, {"file": str(TRENDS / "packing.yaml")}]}))
+    out = tmp_path / "out"
+    assert cli.main([str(suite), "--out", str(out), "--repeats", "1"],
+                    run_fn=lambda specs: (fake_result(s) for s in specs)) == 0
+    report = (out / "d" / "report.md").read_text()
+    failures = [f"rat_failures-trees-{i}.png" for i in range(3)]       # none, l1-s1, l1-s1 + l2-s2
+    packing = [f"packing-trees-{i}.png" for i in range(3)]             # slow_fraction 0, 0.25, 0.5
+    for name in failures + packing:
+        assert f"![{name}]({name})" in report, name
+        assert (out / "d" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (out / "d" / "rat_failures-trees-3.png").exists()

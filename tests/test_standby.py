@@ -11,7 +11,8 @@ import time
 
 import numpy as np
 
-from controller import failover, topologies, trees
+from controller import topologies, trees
+from controller.reroute import failover
 from controller.addressing import assign_addresses
 from controller.standby import StandbyWorker
 from controller.topology import workers as ranked_workers

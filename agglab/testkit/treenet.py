@@ -2,7 +2,7 @@
 
 Why: whether a mid-run reroute loses a contribution depends on which packets were in
 flight or lost when the tree changed, and a Mininet run hits a given interleaving only
-now and then (and takes a minute). Here the real controller (controller.job.TreeJob:
+now and then (and takes a minute). Here the real controller (controller.tree_job.TreeJob:
 trees, install, freeze, snapshot, reset, preload, epoch file) programs real Pipelines
 for every switch of a topology graph, the real agents run in threads and watch the real
 epoch file, every hop may lose a packet, and a link fails when the slowest worker has
@@ -26,12 +26,12 @@ import numpy as np
 
 from ground import wire
 from controller.addressing import interface_address
-from controller.job import TreeJob
+from controller.tree_job import TreeJob
 from controller.switch_client import SoftSwitchClient, SwitchClient, SwitchCommandError
 from controller.topology import neighbor_on_port, port, switches, workers as worker_hosts
 from agglab.testkit.fakenet import frame_header
 from hosts.agent import allreduce
-from hosts.worker import EpochFile
+from ground.epoch_file import EpochFile
 from softswitch.cli import CommandError
 from softswitch.pipeline import Pipeline
 

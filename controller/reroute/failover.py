@@ -7,8 +7,8 @@ worker's retransmission is then answered (by the root, through the tree) with th
 result it missed; everything incomplete is rebuilt from the workers' retransmissions
 under the new epoch.
 
-The job calls this through controller/carry.py (DenseCarry), which picks it or the
-sparse pipeline's carry (controller/sparse_failover.py) by the allreduce algorithm;
+The job calls this through controller/reroute/carry.py (DenseCarry), which picks it or the
+sparse pipeline's carry (controller/reroute/sparse_failover.py) by the allreduce algorithm;
 `reset` and `write_preload` here serve both.
 """
 
