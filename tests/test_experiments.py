@@ -499,10 +499,10 @@ def test_report_embeds_tree_drawings_for_failures_and_packing(tmp_path):
     out = tmp_path / "out"
     assert cli.main([str(suite), "--out", str(out), "--repeats", "1"],
                     run_fn=lambda specs: (fake_result(s) for s in specs)) == 0
-    report = (out / "d" / "report.md").read_text()
+    report = (out / cli.results_name("d", wire.K) / "report.md").read_text()
     failures = [f"rat_failures-trees-{i}.png" for i in range(3)]       # none, l1-s1, l1-s1 + l2-s2
     packing = [f"packing-trees-{i}.png" for i in range(3)]             # slow_fraction 0, 0.25, 0.5
     for name in failures + packing:
         assert f"![{name}]({name})" in report, name
-        assert (out / "d" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert not (out / "d" / "rat_failures-trees-3.png").exists()
+        assert (out / cli.results_name("d", wire.K) / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (out / cli.results_name("d", wire.K) / "rat_failures-trees-3.png").exists()
