@@ -448,7 +448,7 @@ def _wait(procs: list, deadline: float, quiet: bool, progress_files: list[Path] 
           cancel: threading.Event | None = None) -> None:
     """Until every worker exits (killed at the deadline or on cancel); a progress bar over
     `progress_files`, else a line every 5 s."""
-    started, last = time.monotonic(), 0.0
+    started = last = time.monotonic()      # the first line after 5 s, not "0/N finished after 0 s"
     bar = ProgressBar(progress_files) if progress_files else None
     try:
         for rank, proc, log in procs:
