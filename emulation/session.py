@@ -217,7 +217,7 @@ class Session:
         before = self._switch_counters()
         hangs_before = len(self.net.hang_log)
         _log(f"allreduce of {spec.elements} {spec.dtype} per worker on {len(self.job.trees().trees)} "
-             f"{spec.tree} tree(s), loss {spec.loss}", self.quiet)
+             f"{spec.tree} tree(s), packet loss {spec.loss * 100:g}% per link direction", self.quiet)
         probe = self.net.fidelity_probe()
         try:
             with self.job.running():
@@ -448,7 +448,7 @@ def _wait(procs: list, deadline: float, quiet: bool, progress_files: list[Path] 
           cancel: threading.Event | None = None) -> None:
     """Until every worker exits (killed at the deadline or on cancel); a progress bar over
     `progress_files`, else a line every 5 s."""
-    started, last = time.monotonic(), 0.0
+    started = last = time.monotonic()      # the first line after 5 s, not "0/N finished after 0 s"
     bar = ProgressBar(progress_files) if progress_files else None
     try:
         for rank, proc, log in procs:
