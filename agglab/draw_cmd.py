@@ -34,7 +34,7 @@ def failed_links(fails: list[str] | None, g, algorithm: str, workers: list[str],
     drawing has no progress), or tree[@F] for the link `--fail tree@F` would take down on
     the trees in force at that point (jobs.pick_link, as the run picks it)."""
     from controller.drawing import after_failures
-    from controller.jobs import pick_link
+    from controller.job_protocol import pick_link
 
     out: list[tuple[str, str]] = []
     for text in fails or []:

@@ -18,7 +18,7 @@ from mininet.cli import CLI
 
 from agglab.actions import Actions
 from agglab.cli import add_run_options
-from agglab.interrupts import Interrupted, arm
+from ground.interrupts import Interrupted, arm
 from ground import wire
 from emulation.session import Session
 from ground.runspec import RunSpec
@@ -238,8 +238,8 @@ class LabCLI(CLI):
 
     # -- traffic -----------------------------------------------------------------
     def do_allreduce(self, line):
-        """allreduce [ELEMENTS] [--tree spt|rat|packing] [--dtype int32|float32] [--loss P]
-        [--algorithm switchml|omnireduce] [--density D] [--fail A-B@F] [--fail-switch NAME@F] ... (any `agglab allreduce`
+        """allreduce [ELEMENTS] [--tree TREE] [--dtype int32|float32] [--loss P]
+        [--algorithm SCHEME] [--density D] [--fail A-B@F] [--fail-switch NAME@F] ... (any `agglab allreduce`
         option that does not reshape the network): run one allreduce in the background (fail
         links meanwhile); prints the outcome when done. `progress` shows how far it is, `wait`
         waits for it, Ctrl-C or `cancel` stops it (the network stays as it is)."""
@@ -402,9 +402,10 @@ def _parse_allreduce(args: list[str]) -> dict:
     return opts
 
 
-def run_lab(spec: RunSpec, script: str | None = None, web: dict | None = None) -> int:
-    """Open the lab; with `script` (a file of commands) run them and return at its end; with
-    `web` ({"host", "port"}) also serve the live page (agglab/web) until the lab closes."""
+def run_lab(spec, script: str | None = None, web: dict | None = None) -> int:
+    """Open the lab on `spec` (a RunSpec or the CLI's CheckedRun); with `script` (a file of
+    commands) run them and return at its end; with `web` ({"host", "port"}) also serve the live
+    page (agglab/web) until the lab closes."""
     from mininet.log import setLogLevel
 
     with Session(spec, quiet=False, echo=lambda line: say(f"[event] {line}")) as session:
