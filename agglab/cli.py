@@ -166,12 +166,15 @@ def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
     opt = parser.add_argument
     opt("--workers", type=int, default=d["workers"], help=f"number of worker hosts (default {d['workers']})")
     opt("--elements", type=int, default=d["elements"], help=f"array length per worker (default {d['elements']})")
-    opt("--dtype", choices=DTYPES, default=d["dtype"])
+    opt("--dtype", choices=DTYPES, default=d["dtype"], help=f"gradient type: int32 sums exactly, float32 "
+        f"travels as SwitchML fixed point (default {d['dtype']})")
     opt("--loss", type=float, default=d["loss"], help="drop probability per packet and direction, "
         "applied by the switch's drop simulator (default 0)")
-    opt("--backend", choices=BACKENDS, default=d["backend"])
-    opt("--window", type=int, default=d["window"], help="outstanding slots per worker")
-    opt("--seed", type=int, default=d["seed"])
+    opt("--backend", choices=BACKENDS, default=d["backend"], help="data plane: the software switch or BMv2 "
+        f"simple_switch (default {d['backend']})")
+    opt("--window", type=int, default=d["window"], help="outstanding slots per worker (default: "
+        + (f"{d['window']}" if d["window"] is not None else "the algorithm's own, ground/runspec.py") + ")")
+    opt("--seed", type=int, default=d["seed"], help=f"seed of the workers' input arrays (default {d['seed']})")
     opt("--give-up", type=float, default=d["give_up"], help="seconds without progress before a worker "
         "gives up with an error")
     opt("--bw", type=float, default=d["bw"], help="link rate in Mb/s (tc htb); default unlimited")
@@ -250,7 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_calibrate(sub)
 
     c = sub.add_parser("clean", help="remove what crashed runs left behind (idempotent)")
-    c.add_argument("--all", action="store_true", help="also stop runs whose owner is still alive")
+    c.add_argument("--all", action="store_true", help="also stop runs whose owner is still alive, and delete interfaces named like agglab's that no run records (not while another network holds the machine)")
     c.set_defaults(func=_clean)
 
     d = sub.add_parser("doctor", help="check the installation")
@@ -261,8 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("format", choices=["p4app"])
     x.add_argument("topology", help="single, leafspine, fattree, bcube or a YAML file")
     x.add_argument("--k", type=int, default=None, help="fat-tree k (default 4) or BCube level count k")
-    x.add_argument("--workers", type=int, default=8)
-    x.add_argument("--tree", default="rat", choices=SWITCH_TREES, help="tree algorithm (controller/trees/)")
+    x.add_argument("--workers", type=int, default=8, help="worker hosts the trees aggregate (default 8)")
+    x.add_argument("--tree", default="rat", choices=SWITCH_TREES,
+                   help="aggregation tree algorithm, a module of controller/trees/ (default rat)")
     x.add_argument("--bw", type=float, default=None, help="link rate in Mb/s written on every link")
     x.add_argument("--out", default="p4app", help="output directory (default ./p4app)")
     x.set_defaults(func=lambda args: __import__("agglab.export_p4app", fromlist=["main"]).main(args))

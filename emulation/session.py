@@ -18,9 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from controller import drop_sim, forward
+from controller import drop_sim, forward, policer
 from controller.events import EventLog
 from controller.installers import JobSeat, job_for
+from controller.job_group import JobGroup
 from controller.job_protocol import Job
 from controller.run_check import CheckedRun, check_override, check_run
 from controller.standby import StandbyWorker
@@ -91,6 +92,7 @@ class Session:
         self.loss: tuple | None = None      # what the switches' drop simulators are set to
         self._losses: dict[str, dict[int, float]] = {}   # switch -> port -> drop probability
         self.jobs: list[Job] = []           # one per tenant (--jobs); self.job is the first
+        self.group: JobGroup | None = None  # every job, told of each failure once
         self.last_result: dict | None = None
         self.phases = Phases()              # the controller's steps of start() (the network's: net.phases)
 
@@ -115,8 +117,13 @@ class Session:
                 self._set_loss(spec)
             with self.phases.timed("job"):
                 self._start_jobs(spec, g)
+                self.group = JobGroup(self.jobs)
+            with self.phases.timed("policer"):          # ports to hosts in no job (controller/policer.py)
+                members = {h for job in self.jobs for h in job.workers}
+                run_batches(self.net.clients, {sw: policer.policer_lines(policer.policed_ports(g, sw, members))
+                                               for sw in switches(g) if sw not in self.net.dead})
             with self.phases.timed("watchers"):
-                self.monitor = self.net.watch_links(self.job.link_changed)
+                self.monitor = self.net.watch_links(self.group.link_changed)
                 self.net.watch_switches(self._switch_exited, on_hang=lambda sw, t: self.events.add(
                     "switch_hung", t=t, switch=sw))
         except BaseException:
@@ -168,33 +175,28 @@ class Session:
         links; the job reroutes around it. Never raises into the watcher."""
         self.events.add("switch_exited", t=t, switch=name, code=code)
         try:
-            self.job.switch_changed(name, False, t)
+            self.group.switch_changed(name, False, t)
         except Exception as exc:  # noqa: BLE001 - logged: the watcher must keep watching
             self.events.add("switch_failure_error", switch=name, error=str(exc).splitlines()[0][:200])
 
     def kill_switch(self, name: str, wait: float | None = 10.0) -> float:
         """`kill -9` a switch's process (the lab's `kill`); the watcher reports it to the job.
         Returns once the job has handled it (rerouted), or at once with `wait=None`."""
-        self._one_job("kill")
         return self.net.kill_switch(name, wait=wait)
 
     def restart_switch(self, name: str) -> float:
         """Start a dead switch again and re-program it: forwarding and the drop simulator here,
         then the job puts it back on its trees (now, or before the next allreduce if one runs)."""
-        self._one_job("restart")
         t = self.net.restart_switch(name)
 
         def program() -> None:
             forward.install_forwarding(self.net.client(name), self.g, name)
             self._set_switch_loss(name)
+            members = {h for job in self.jobs for h in job.workers}
+            self.net.client(name).commands(policer.policer_lines(policer.policed_ports(self.g, name, members)))
 
-        self.job.switch_changed(name, True, t, program=program)
+        self.group.switch_changed(name, True, t, program=program)
         return t
-
-    def _one_job(self, verb: str) -> None:
-        if len(self.jobs) > 1:
-            raise ValueError(f"{verb}: switch failures with several jobs are not supported yet "
-                             "(each job would reroute on its own); open a lab with one job")
 
     def _switch_counters(self) -> dict[tuple[str, int], dict[str, int]]:
         """agg_stats per (live switch, incarnation): a restarted switch counts from 0 again."""
@@ -265,10 +267,10 @@ class Session:
                 for _, job in tenants:
                     running.enter_context(job.running())
                 reports, injector = _run_tenants(self.net, tenants, self.quiet, f"run{self.runs}",
-                                                 progress=self.progress, cancel=self.cancelled)
+                                                 progress=self.progress, cancel=self.cancelled, group=self.group)
         finally:
             fidelity = probe.stop()
-        self.net.check_switches()
+        dead = self.net.check_switches()
         after = self.job.stats()
         stats = {k: after[k] - before.get(k, 0) for k in after}
         per_job = []
@@ -290,6 +292,7 @@ class Session:
             "switch": stats, "topology": spec.topology, "tree": spec.tree,
             "trees": len(self.job.trees().trees), "epoch": self.job.trees().epoch,
             "failures": injector.report() if injector else [],
+            "switches_down": {sw: why.splitlines()[0] for sw, why in sorted(dead.items())},
             "fidelity": fidelity, "jobs": per_job,
         }
         errors = [f"job {j['job']}: {e}" for j in per_job for e in j.get("errors", [])]
@@ -358,9 +361,10 @@ def _job_figures(result: dict, job: Job, spec: RunSpec) -> dict:
 
 
 def _run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, progress: bool = False,
-                 cancel: threading.Event | None = None):
-    """Start every job's workers at once (one start gate for all), wait for all; per job its
-    reports by rank, and the failure injector (the spec's --fail, on the first job) or None."""
+                 cancel: threading.Event | None = None, group: JobGroup | None = None):
+    """Start every job's workers at once (one start gate for all), with the spec's scripted
+    failures (each one event for every job: `group`), wait for all; per job its reports by
+    rank, and the failure injector (None without failures)."""
     out_dir = net.run.path / name
     out_dir.mkdir()
     gate = StartGate()
@@ -374,17 +378,19 @@ def _run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, pr
     deadline = time.monotonic() + tenants[0][0].give_up * 3 + 30 + sum(
         s.elements * s.workers for s, _ in tenants) / 50_000
     files = [out_dir / f"job{t}-rank{r}.progress" for t, procs in enumerate(started) for r, _, _ in procs]
-    spec, first = tenants[0]
+    spec = tenants[0][0]
     injector = None
-    if spec.fail_specs:             # the tenants' shared links: the first job (it owns the routes) reroutes
-        injector = FailureInjector(net, first, spec.fail_specs, files, spec.seed)
+    if spec.fail_specs or spec.fail_switch_specs:     # progress: the slowest worker of any job
+        injector = FailureInjector(net, group or JobGroup([job for _, job in tenants]),
+                                   [*spec.fail_specs, *spec.fail_switch_specs], files, spec.seed)
         injector.start()
     _wait([p for procs in started for p in procs], deadline, quiet, files if progress else None, cancel)
     net.worker_outputs(out_dir)
+    reports = [_collect(out_dir, procs, f"job{t}-") for t, procs in enumerate(started)]
     if injector:
         injector.stop()
         injector.join(1)
-    return [_collect(out_dir, procs, f"job{t}-") for t, procs in enumerate(started)], injector
+    return reports, injector
 
 
 # How long workers wait at most, before an allreduce, for the standby trees of the job's

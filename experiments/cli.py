@@ -92,6 +92,14 @@ def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=log)
         return 2
+    if run_fn is None and not args.dry_run:   # every run would be refused: say so once (ground/netlease.py)
+        from ground.netlease import NetworkBusy, refuse_if_busy
+
+        try:
+            refuse_if_busy()
+        except NetworkBusy as exc:
+            print(f"agglab experiment: {exc}", file=log)
+            return exc.exit_code
     est = sum(estimate_seconds(p, len(reps)) for _, p, reps in steps)
     runs = sum(len(reps) for _, _, reps in steps)
     print(f"{suite.name}: {len(suite.definitions)} trend(s), {runs} runs, estimated {est / 60:.1f} min "

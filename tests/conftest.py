@@ -109,6 +109,60 @@ def _timeout(request):
             signal.signal(signal.SIGALRM, previous)
 
 
+# -- nothing left behind ------------------------------------------------------------------
+def _builds_network(node) -> bool:
+    return any(node.get_closest_marker(m) for m in NETWORK_MARKERS)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _module_leaves_nothing(request):
+    """After a module whose tests build networks, its module-scoped fixtures (a conformance
+    namespace, a software-switch lab) included: no namespace, interface or process of ours
+    that was not there before the module."""
+    network = any(_builds_network(item) for item in request.session.items
+                  if item.module is request.module)
+    if not network or os.geteuid() != 0:
+        yield
+        return
+    from tests.leftovers import leftovers, new_leftovers
+
+    with _network_turn(True):           # another checkout's network is not ours to count
+        before = leftovers()
+    yield
+    with _network_turn(True):
+        left = new_leftovers(before)
+    assert not any(left.values()), f"{request.module.__name__} left behind: {left}"
+
+
+@pytest.fixture(autouse=True)
+def _test_leaves_nothing(request, _timeout):
+    """After every test that builds a network (marked root, mininet or bmv2), while it still
+    holds the network lock: nothing it made is left (compared with what existed when it began,
+    so another checkout's runs and this module's shared fixtures do not count)."""
+    if not _builds_network(request.node) or os.geteuid() != 0:
+        yield
+        return
+    from tests import leftovers as lo
+
+    before = lo.BASELINE = lo.leftovers()
+    try:
+        yield
+    finally:
+        lo.BASELINE = None
+    if getattr(request.node, "rep_call", None) is not None and request.node.rep_call.skipped:
+        return
+    left = lo.new_leftovers(before)
+    assert not any(left.values()), f"left behind: {left}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each phase's report on the test item (rep_setup, rep_call), for the fixtures above."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)
+
+
 @contextlib.contextmanager
 def _network_turn(network: bool):
     """With AGGLAB_NET_LOCK=PATH, a network test first takes an exclusive flock on PATH, so
