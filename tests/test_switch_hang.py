@@ -92,7 +92,7 @@ def test_a_stopped_aggregating_switch_is_fenced_and_rerouted_around_exactly():
     spec = RunSpec(topology="fattree", k=4, workers=8, elements=2_000_000, seed=1, hang_switch=["tree@0.5"])
     with Session(spec) as session:
         r = session.allreduce()
-        assert r["exact"] and r["ok"], r.get("errors")
+        assert r["exact"] and r["ok"], (r.get("errors"), r.get("hangs"), session.events.lines()[-40:])
         rows = [f for f in r["failures"] if f.get("hung")]
         assert len(rows) == 1, r["failures"]
         row = rows[0]
