@@ -190,3 +190,17 @@ def test_a_hang_reroutes_every_job_through_the_cli(tmp_path):
     assert [f["switch"] for f in hung] == [r["hangs"][0]["switch"]] and hung[0]["detect_ms"] is not None
     assert "Traceback" not in res.stderr
     assert not any(new_leftovers(before).values())
+
+
+def test_a_control_channel_error_outside_a_handled_failure_is_one_line(monkeypatch, capsys):
+    import agglab.cli as cli
+    from controller.switch_client import SwitchCommandError
+
+    def fails(_args):
+        raise SwitchCommandError("a2: 'counter_read agg_stats 0': switch at /run/agglab/x/a2.sock: "
+                                 "no reply to 'counter_read agg_stats 0' within 30.0s")
+
+    monkeypatch.setattr(cli, "_clean", fails)
+    assert cli.main(["clean"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("agglab clean: a switch stopped answering") and "a2" in err
