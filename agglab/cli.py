@@ -58,7 +58,6 @@ def _needs_root(cmd: str) -> bool:
 
 
 def _allreduce(args) -> int:
-    from controller.switch_client import SwitchCommandError
     from controller.trees.base import TreeError
     from emulation.session import run_spec
 
@@ -77,10 +76,6 @@ def _allreduce(args) -> int:
             result = run_spec(spec, quiet=args.json, progress=args.progress or sys.stderr.isatty())
     except (ValueError, TreeError) as exc:       # TopologyError is a ValueError
         return _bad_input("allreduce", exc)
-    except SwitchCommandError as exc:            # a switch's control channel failed outside a handled failure
-        print(f"agglab allreduce: a switch stopped answering its controller: {str(exc).splitlines()[0]}",
-              file=sys.stderr)
-        return 1
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:
@@ -281,7 +276,17 @@ def main(argv: list[str] | None = None) -> int:
     from ground.interrupts import run_interruptible
 
     args = build_parser().parse_args(argv)
-    return run_interruptible(args.cmd, lambda: args.func(args))
+    try:
+        return run_interruptible(args.cmd, lambda: args.func(args))
+    except Exception as exc:
+        # a switch's control channel failed outside a handled failure (a hang or death is
+        # handled by the switch watcher and probe): one line, not a traceback
+        client = sys.modules.get("controller.switch_client")
+        if client is None or not isinstance(exc, client.SwitchCommandError):
+            raise
+        print(f"agglab {args.cmd}: a switch stopped answering its controller: {str(exc).splitlines()[0]}",
+              file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

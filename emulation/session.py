@@ -262,6 +262,7 @@ class Session:
         _log(f"{len(tenants)} concurrent allreduces of {spec.elements} {spec.dtype} x {spec.workers} workers "
              f"(jobs {spec.job}..{spec.job + spec.jobs - 1}), {spec.slots_per_job} slots each", self.quiet)
         probe = self.net.fidelity_probe()
+        hangs_before = len(self.net.hang_log)
         try:
             with contextlib.ExitStack() as running:
                 for _, job in tenants:
@@ -293,6 +294,7 @@ class Session:
             "trees": len(self.job.trees().trees), "epoch": self.job.trees().epoch,
             "failures": injector.report() if injector else [],
             "switches_down": {sw: why.splitlines()[0] for sw, why in sorted(dead.items())},
+            "hangs": hang_rows(self.net, self.group)[hangs_before:],
             "fidelity": fidelity, "jobs": per_job,
         }
         errors = [f"job {j['job']}: {e}" for j in per_job for e in j.get("errors", [])]
