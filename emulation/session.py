@@ -64,6 +64,10 @@ def graph_for(spec: RunSpec):
     around. Needs no root and builds nothing: bad input (ValueError, TopologyError,
     TreeError) surfaces before Mininet."""
     spec.validate()
+    if not spec.host_baseline and spec.workers > wire.MAX_RANKS:
+        raise ValueError(f"--workers {spec.workers}: a job's ranks travel in the aggregation header's "
+                         f"worker field, so at most {wire.MAX_RANKS} workers per job aggregate in the network "
+                         "(--algorithm ring or ps take more)")
     g = topologies.for_run(spec)
     for f in spec.fail_specs:
         f.check(g)

@@ -68,8 +68,8 @@ def check_call(array, rank: int, workers: int, window: int | None, default: int 
     arr = np.asarray(array)
     if arr.dtype not in DTYPES:
         raise TypeError(f"allreduce supports {[str(d) for d in DTYPES]}, got {arr.dtype}")
-    if not 1 <= workers <= wire.MAX_WORKERS or not 0 <= rank < workers:
-        raise ValueError(f"need 1 <= workers <= {wire.MAX_WORKERS} and 0 <= rank < workers, "
+    if not 1 <= workers <= wire.MAX_RANKS or not 0 <= rank < workers:
+        raise ValueError(f"need 1 <= workers <= {wire.MAX_RANKS} and 0 <= rank < workers, "
                          f"got workers={workers} rank={rank}")
     window = default if window is None else window
     if not 1 <= window <= wire.SLOTS:

@@ -104,7 +104,7 @@ def test_mismatched_dtype_window_and_worker_count():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(0, 2**40), min_size=1, max_size=wire.MAX_WORKERS), st.integers(1, 1024))
+@given(st.lists(st.integers(0, 2**40), min_size=1, max_size=wire.MAX_RANKS), st.integers(1, 1024))
 def test_consistency_check_raises_iff_lengths_differ(lengths, window):
     n = len(lengths)
     total = np.sum([lead_lanes(length=L, window=window, dtype=np.int32) for L in lengths],
@@ -289,6 +289,8 @@ def test_rejects_bad_arguments():
         allreduce(np.zeros(3, np.int32), transport=t, rank=0, workers=1, window=wire.SLOTS + 1)
     with pytest.raises(ValueError, match="job"):
         allreduce(np.zeros(3, np.int32), transport=t, rank=0, workers=1, job=256)
+    with pytest.raises(ValueError, match=f"workers <= {wire.MAX_RANKS} "):     # ranks beyond agg_h.worker
+        allreduce(np.zeros(3, np.int32), transport=t, rank=0, workers=wire.MAX_RANKS + 1)
 
 
 @settings(max_examples=25, deadline=None)
