@@ -61,10 +61,49 @@ def load_calibration() -> dict | None:
 
 
 def save_calibration(data: dict) -> Path:
+    """Store the default shape's record (8 workers on one switch); the ceilings of other
+    shapes already in the file (`shapes`) are kept."""
+    old = load_calibration() or {}
+    if old.get("shapes") and "shapes" not in data:
+        data = {**data, "shapes": old["shapes"]}
+    return _write_calibration(data)
+
+
+def _write_calibration(data: dict) -> Path:
     path = calibration_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1, sort_keys=True))
     return path
+
+
+def shape_key(topology: str, workers: int, k: int | None = None, tree: str | None = None) -> str:
+    """The name a calibrated shape is stored under: fattree-k8-w128-rat, single-w8."""
+    parts = [str(topology)] + ([f"k{k}"] if k is not None and topology in ("fattree", "bcube") else [])
+    return "-".join(parts + [f"w{workers}"] + ([tree] if tree and topology != "single" else []))
+
+
+def save_shape_calibration(key: str, record: dict) -> Path:
+    """Store one shape's record under `shapes` (the default shape's record is left as it is).
+
+    Why per shape: the ceiling is where the emulator's CPU still keeps up with the links, and
+    what it must keep up with grows with the workers and switches: 8 workers on one switch are
+    faithful at rates 128 workers on 80 switches are not."""
+    data = load_calibration() or {}
+    data.setdefault("shapes", {})[key] = record
+    return _write_calibration(data)
+
+
+def ceiling_for(workers: int) -> tuple[float, str] | None:
+    """The calibrated ceiling (Mb/s) for a run of `workers`, and the shape it was measured on:
+    of the calibrated shapes with at least that many workers the smallest (its ceiling covers
+    a run this size), else None (no calibration that large: the caller keeps its default)."""
+    data = load_calibration() or {}
+    records = list((data.get("shapes") or {}).items())
+    if data.get("ceiling_mbps"):
+        records.append((shape_key("single", data.get("workers") or 8), data))
+    fits = sorted((r["workers"], key, r["ceiling_mbps"]) for key, r in records
+                  if r.get("ceiling_mbps") and (r.get("workers") or 0) >= workers)
+    return (float(fits[0][2]), fits[0][1]) if fits else None
 
 
 def switchml_wire_seconds(elements: int, rate_mbps: float) -> float:
