@@ -64,7 +64,9 @@ def probe(rate: float, workers: int, seconds: float, tolerance: float, log, wind
     print(f"  {rate:g} Mb/s: {elements} int32 x {workers} workers in {took:.2f} s, analytic {ideal:.2f} s "
           f"({ideal / took:.0%} of ideal), {result.get('retransmissions')} retransmissions; "
           f"{fid.get('reason', 'no fidelity record')} -> "
-          f"{'faithful' if faithful else 'NOT faithful'}", file=log, flush=True)
+          f"{'faithful' if faithful else 'NOT faithful'}"
+          + ("" if result.get("ok") else f"; {(result.get('errors') or ['not ok'])[0].splitlines()[0][:200]}"),
+          file=log, flush=True)
     return {"rate_mbps": rate, "elements": elements, "seconds": took, "analytic_seconds": round(ideal, 4),
             "faithful": faithful, "fidelity": fid, "ok": bool(result.get("ok"))}
 

@@ -29,7 +29,7 @@ from controller.switch_client import run_batches
 from controller.topology import switches, workers as worker_hosts
 from emulation.failures import FailureInjector
 from emulation.fidelity import FidelityProbe
-from emulation.network import EmulatedNetwork
+from emulation.network import FORKED_WORKERS, EmulatedNetwork
 from ground.addresses import SERVICE_IP
 from ground import progress as progress_file, wire
 from ground.phases import Phases
@@ -469,8 +469,13 @@ def _start_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, out_dir: Path,
     for rank, h in enumerate(job.workers):
         argv = [sys.executable, "-m", module, str(plan), str(rank), *extra_args]
         log = open(out_dir / f"{prefix}rank{rank}.log", "wb")
-        proc = net.host(h).popen(argv, stdout=log, stderr=log, cwd=str(REPO), pass_fds=gate.fds if gate else (),
-                                 env=dict(env, AGGLAB_PLAN=str(plan), AGGLAB_RANK=str(rank)))
+        if module in FORKED_WORKERS and net.worker_launcher is not None:    # imported once, forked
+            proc = net.worker_launcher.spawn(module, argv[3:], log.name, name=f"worker:{rank}", cwd=REPO,
+                                             env=dict(env, AGGLAB_PLAN=str(plan), AGGLAB_RANK=str(rank)),
+                                             netns=net.host(h).pid, pass_fds={fd: fd for fd in gate.fds} if gate else None)
+        else:
+            proc = net.host(h).popen(argv, stdout=log, stderr=log, cwd=str(REPO), pass_fds=gate.fds if gate else (),
+                                     env=dict(env, AGGLAB_PLAN=str(plan), AGGLAB_RANK=str(rank)))
         net.run.add_pid(proc.pid, f"worker {rank}" + (f" of job {job.job}" if prefix else "") + f" on {h}")
         procs.append((rank, proc, log))
     return procs
