@@ -174,6 +174,20 @@ def test_silent_switch_gives_up_after_give_up_with_capped_backoff(monkeypatch):
     assert gaps == pytest.approx([0.02, 0.04, 0.08, 0.08, 0.08, 0.08], abs=1e-3)
 
 
+@pytest.mark.parametrize("workers,polls", [(2, 80), (16, 80), (128, 10)])
+def test_a_large_job_polls_the_controller_less_often(monkeypatch, workers, polls):
+    """0.4 s of a silent switch: a worker of a small job reads the controller's file every
+    5 ms, one of 128 every 40 ms (all of them together no more often than 16 would)."""
+    clock = _FakeClock()
+    monkeypatch.setattr(slots_module, "time", clock)
+    calls = []
+    with pytest.raises(AllreduceTimeout):
+        allreduce(np.zeros(5 * K, np.int32), transport=_Silent(clock), rank=0, workers=workers, give_up=0.4,
+                  control=lambda: calls.append(clock.now))
+    assert abs(len(calls) - polls) <= 2, len(calls)
+    assert np.diff(calls).min() >= slots_module.control_poll(workers) - 1e-9
+
+
 class _SlowLink:
     """One worker behind a link of `mbps`: frames leave back to back (a FIFO at the link
     rate, as tc htb sends them), a one-worker switch answers each on arrival and the result
