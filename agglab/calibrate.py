@@ -54,8 +54,10 @@ def probe(rate: float, workers: int, seconds: float, tolerance: float, log, wind
     switch): its time against the analytic wire time, and its fidelity."""
     from emulation.session import run_allreduce
 
+    from ground.runspec import DEFAULT_WINDOW
+
     elements = elements_for(rate, seconds)
-    ideal = switchml_wire_seconds(elements, rate)
+    ideal = switchml_wire_seconds(elements, rate, window or DEFAULT_WINDOW)
     result = run_allreduce(workers=workers, elements=elements, bw=rate, window=window,
                            **(shape or DEFAULT_SHAPE))
     took = result.get("seconds") or float("inf")

@@ -143,3 +143,13 @@ def test_64_workers_on_a_k8_fat_tree_are_exact():
     assert r["workers"] == 64 > wire.MAX_WORKERS
     assert r["worker_start_cpu_s"] > 0 and r["worker_pss_mb"] > 0 and r["worker_rss_mb"] > 0
     assert_clean()
+
+
+def test_the_analytic_time_counts_each_slots_lead_frame():
+    """Round 0 of every slot carries no block: with as many slots as blocks the frames double."""
+    K, rate = wire.K, 0.5
+    per_frame = wire.FRAME_BYTES * 8 / (rate * 1e6)
+    assert fidelity.switchml_wire_seconds(128 * K, rate) == pytest.approx(128 * per_frame)
+    assert fidelity.switchml_wire_seconds(128 * K, rate, window=128) == pytest.approx(256 * per_frame)
+    assert fidelity.switchml_wire_seconds(1000 * K - 3, rate, window=16) == pytest.approx(1016 * per_frame)
+    assert fidelity.switchml_wire_seconds(5 * K, rate, window=128) == pytest.approx(10 * per_frame)
