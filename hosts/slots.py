@@ -54,13 +54,15 @@ CONTROL_POLL = 0.005
 # many would. Why: each poll is a wake-up and a file read, ~0.8% of a core per worker at
 # 5 ms (measured on the 2-core machine), so 128 workers polled away about one core, and
 # the emulator's CPU is what caps a faithful link rate. A reroute then reaches a worker of
-# 128 within 40 ms instead of 5, still far inside the retransmission timer's range.
+# 128 within 40 ms instead of 5, still far inside the retransmission timer's range; never
+# later than CONTROL_POLL_MAX (a job of 1,024: 50 ms, not 320).
 CONTROL_POLL_WORKERS = 16
+CONTROL_POLL_MAX = 0.05
 
 
 def control_poll(workers: int) -> float:
     """Seconds between a worker's polls of the controller's epoch file, in a job of `workers`."""
-    return CONTROL_POLL * max(1.0, workers / CONTROL_POLL_WORKERS)
+    return min(CONTROL_POLL_MAX, CONTROL_POLL * max(1.0, workers / CONTROL_POLL_WORKERS))
 # Interrupt coalescing, as a NIC does it: on a link of known rate, after a batch of fewer
 # than COALESCE_BATCH results the agent waits before it looks again, while its own link is
 # still busy with frames it queued (at most COALESCE_MAX and that backlog, from the

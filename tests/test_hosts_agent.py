@@ -174,10 +174,11 @@ def test_silent_switch_gives_up_after_give_up_with_capped_backoff(monkeypatch):
     assert gaps == pytest.approx([0.02, 0.04, 0.08, 0.08, 0.08, 0.08], abs=1e-3)
 
 
-@pytest.mark.parametrize("workers,polls", [(2, 80), (16, 80), (128, 10)])
+@pytest.mark.parametrize("workers,polls", [(2, 80), (16, 80), (128, 10), (256, 8)])
 def test_a_large_job_polls_the_controller_less_often(monkeypatch, workers, polls):
     """0.4 s of a silent switch: a worker of a small job reads the controller's file every
-    5 ms, one of 128 every 40 ms (all of them together no more often than 16 would)."""
+    5 ms, one of 128 every 40 ms (all of them together no more often than 16 would), one of
+    256 every 50 ms (the longest interval)."""
     clock = _FakeClock()
     monkeypatch.setattr(slots_module, "time", clock)
     calls = []
