@@ -165,7 +165,7 @@ def add_parser(sub) -> None:
                    "switch, the record experiments scale by), leafspine, fattree, bcube; other shapes are stored "
                    "as that shape's own ceiling")
     c.add_argument("--k", type=int, default=None, help="fat-tree / BCube parameter of --topology")
-    c.add_argument("--tree", default=None, help="aggregation tree of the runs (default: the CLI's)")
+    c.add_argument("--tree", default=None, help="aggregation tree of the runs (default spt)")
     c.add_argument("--down", type=int, default=4, help="steps down from --start when it is not faithful (default 4)")
     c.add_argument("--start", type=float, default=2.0, help="first rate in Mb/s (default 2)")
     c.add_argument("--factor", type=float, default=2.0, help="step-up factor (default 2)")
