@@ -1,4 +1,4 @@
-"""`make bench`: every speed figure of issue 10 beside its target, printed and saved as JSON.
+"""`make bench`: every speed figure the project has a target for, beside that target, printed and saved as JSON.
 
 Figures (each says its link rate, its scale and whether the run was link-bound, because
 an emulation is only faithful while the links, not the CPU, are the bottleneck):
@@ -15,6 +15,9 @@ an emulation is only faithful while the links, not the CPU, are the bottleneck):
   switchfail k=4 fat-tree, an aggregating tree switch killed (kill -9) mid-run: exit
              seen (detect), recompute, install; dense and sparse, one network,
              the switch restarted between kills                               (informational)
+  policer    a host in no job floods one switch with 100,000 unpaced frames while a job
+             of 4 workers at 20 Mb/s runs: the job's rate under the flood over its rate
+             alone, in one run, policer on and off                           (on: >= 0.9)
   build      k=8 fat-tree (80 switches, 16 workers) built and programmed         (< 15 s)
   sparse     8 workers x 1M int32 at 5 Mb/s, overlapping blocks: dense time over
              sparse time at density 0.1 and 0.01                                 (>= 9x, >= 50x)
@@ -47,12 +50,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ground import wire
-from ground.paths import REPO
+from ground import lifeline, netlease, schemes, wire
+from ground.paths import REPO, RESULTS
 
-SECTIONS = ("pipeline", "daemon", "wire", "wide", "reroute", "switchfail", "build", "sparse", "trees", "bmv2",
-            "bmv2-reroute")
-ROOT_SECTIONS = {"daemon", "wire", "wide", "reroute", "switchfail", "build", "sparse", "bmv2", "bmv2-reroute"}
+SECTIONS = ("pipeline", "daemon", "wire", "wide", "reroute", "switchfail", "policer", "build", "sparse", "trees",
+            "bmv2", "bmv2-reroute")
+ROOT_SECTIONS = {"daemon", "wire", "wide", "reroute", "switchfail", "policer", "build", "sparse", "bmv2",
+                 "bmv2-reroute"}
 LINK_BOUND = 1.10          # a run within 10% of its analytic wire time is link-bound
 
 
@@ -93,7 +97,7 @@ def bench_daemon(a) -> list[dict]:
         main = sched == "batch"       # the target's figure: senders that never preempt the daemon
         out.append(figure("daemon frames/s in, 8-way aggregation" + ("" if main else ", senders SCHED_OTHER"),
                           r["rx_pps"], "frames/s",
-                          target=">= 150,000 (3x the issue's ~50,000)" if main else None,
+                          target=">= 150,000 (3x the ~50,000 measured at the start)" if main else None,
                           met=r["rx_pps"] >= 150_000 if main else None,
                           link_mbps=None, scale=f"8 workers x window {opts.window} on unshaped veths",
                           link_bound=False, frames_out_per_s=round(r["tx_pps"]),
@@ -154,7 +158,8 @@ def bench_wide(a) -> list[dict]:
         proc = subprocess.run([sys.executable, "-m", "agglab.bench", "--only", "wire", "--rates", rates,
                                "--elements", str(a.elements), "--out", str(out)], cwd=REPO,
                               env={**os.environ, "AGGLAB_K": str(wire.WIDE_K)},
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              preexec_fn=lifeline.preexec(bound_to_thread=True))
         if proc.returncode != 0 or not out.exists():
             raise RuntimeError(f"the AGGLAB_K={wire.WIDE_K} bench failed: {proc.stdout[-1500:]}")
         report = json.loads(out.read_text())
@@ -164,8 +169,8 @@ def bench_wide(a) -> list[dict]:
 
 
 def _phases() -> tuple[str, ...]:
-    """The figures of a reroute: its total's parts, then controller.job.REROUTE_PHASES."""
-    from controller.job import REROUTE_PHASES
+    """The figures of a reroute: its total's parts, then controller.tree_job.REROUTE_PHASES."""
+    from controller.tree_job import REROUTE_PHASES
 
     return ("detect_ms", "recompute_ms", "install_ms") + REROUTE_PHASES
 
@@ -185,13 +190,13 @@ def bench_reroute(a) -> list[dict]:
     from emulation.session import run_allreduce
 
     out, totals = [], []
-    for algorithm in ("switchml", "omnireduce"):
+    for algorithm in schemes.ON_TREES:
         for tree in ("spt", "rat", "packing"):
-            extra = {"density": 0.2, "pattern": "random"} if algorithm == "omnireduce" else {}
+            extra = {"density": 0.2, "pattern": "random"} if schemes.SCHEMES[algorithm].sparse else {}
             r = run_allreduce(topology="fattree", k=4, workers=8, elements=a.reroute_elements,
                               tree=tree, algorithm=algorithm, fail=["tree@0.5"], **extra)
             for f in r["failures"]:
-                total, fig = _reroute_figure(f"reroute {tree} {'dense' if algorithm == 'switchml' else 'sparse'}",
+                total, fig = _reroute_figure(f"reroute {tree} {schemes.kind(algorithm)}",
                                              r, f, f"fat-tree k=4, 8 workers x {a.reroute_elements:,}")
                 totals.append(total)
                 out.append(fig)
@@ -204,7 +209,7 @@ def bench_reroute(a) -> list[dict]:
 
 
 def bench_bmv2_reroute(a) -> list[dict]:
-    """Issue 13: a rat tree link fails mid-run on a k=4 fat-tree of BMv2 switches, dense and
+    """BMv2's reroute: a rat tree link fails mid-run on a k=4 fat-tree of BMv2 switches, dense and
     sparse, `--bmv2-reroute-runs` times each; every run must be exact, and the install (freeze,
     snapshot, entries, preload) should stay well under a second."""
     from controller.switch_client import find_bmv2_tool
@@ -214,9 +219,9 @@ def bench_bmv2_reroute(a) -> list[dict]:
         raise RuntimeError("simple_switch or p4c not found (scripts/provision-vm.sh builds them)")
     out = []
     scale = "BMv2 fat-tree k=4, 8 workers x 20,000 int32, rat"
-    for algorithm in ("switchml", "omnireduce"):
-        kind = "dense" if algorithm == "switchml" else "sparse"
-        extra = {"density": 0.2} if algorithm == "omnireduce" else {}
+    for algorithm in schemes.ON_TREES:
+        kind = schemes.kind(algorithm)
+        extra = {"density": 0.2} if schemes.SCHEMES[algorithm].sparse else {}
         installs, exact = [], 0
         for run in range(a.bmv2_reroute_runs):
             r = run_allreduce(backend="bmv2", topology="fattree", k=4, workers=8, elements=20_000, tree="rat",
@@ -250,13 +255,13 @@ def bench_switchfail(a) -> list[dict]:
     spec = RunSpec(topology="fattree", k=4, workers=8, elements=a.reroute_elements, bw=a.switchfail_bw)
     with Session(spec) as s:
         for i in range(a.switchfail_kills):
-            for algorithm in ("switchml", "omnireduce"):
-                extra = {"density": 0.2} if algorithm == "omnireduce" else {}
+            for algorithm in schemes.ON_TREES:
+                extra = {"density": 0.2} if schemes.SCHEMES[algorithm].sparse else {}
                 r = s.allreduce(algorithm=algorithm, fail_switch=["tree@0.5"], seed=i, **extra)
                 for f in r["failures"]:
                     total = sum(f.get(k) or 0 for k in ("detect_ms", "recompute_ms", "install_ms"))
                     totals.append(total)
-                    out.append(figure(f"switch {f['switch']} killed, {'dense' if algorithm == 'switchml' else 'sparse'}",
+                    out.append(figure(f"switch {f['switch']} killed, {schemes.kind(algorithm)}",
                                       total, "ms", link_mbps=a.switchfail_bw,
                                       scale=f"fat-tree k=4, 8 workers x {a.reroute_elements:,} int32",
                                       link_bound=None, exact=r["exact"],
@@ -266,6 +271,31 @@ def bench_switchfail(a) -> list[dict]:
     if totals:
         out.append(figure("switch failure median (kill to new trees installed)", statistics.median(totals), "ms",
                           scale=f"{len(totals)} kills above", link_bound=None))
+    return out
+
+
+def bench_policer(a) -> list[dict]:
+    """The port policer (controller/policer.py): a host in no job, on an unshaped link, sends
+    100,000 frames as fast as it can at one software switch while a job of 4 workers at
+    20 Mb/s runs allreduce after allreduce; the job's rate under the flood over its rate
+    alone, both in the same run (emulation/fuzzing.py), with the policer and without."""
+    from emulation.fuzzing import run
+
+    out = []
+    for police in (True, False):
+        runs = [run(a.policer_frames, None, workers=4, elements=200_000, bw=20.0, baseline=3, seed=i, police=police)
+                for i in range(a.policer_runs)]
+        ratios = [r["during_vs_alone"] or 0.0 for r in runs]
+        ratio, r = statistics.median(ratios), runs[0]
+        out.append(figure(f"job rate under a flood / alone, policer {'on' if police else 'off'} "
+                          f"(median of {len(runs)})", ratio, "x", runs=ratios,
+                          target=">= 0.9" if police else None, met=ratio >= 0.9 if police else None,
+                          link_mbps=20.0, scale=f"1 switch, 4 workers x 200,000 int32, {r['fuzzer']['sent']:,} "
+                          f"frames at {r['fuzzer']['rate_fps']:,} frames/s from a host in no job (unshaped)",
+                          link_bound=None, exact=all(x["alone"]["exact"] and x["during"]["exact"] for x in runs),
+                          policed=r["policed"], rejects=r["rejects"], rejects_match=all(x["rejects_match"] for x in runs),
+                          detail=f"alone {r['alone']['job_frames_per_s']:,} job frames/s at best; "
+                          f"{r['during']['allreduces']} allreduces under the flood"))
     return out
 
 
@@ -355,10 +385,14 @@ def bench_sparse(a) -> list[dict]:
 
 
 def bench_trees(_a) -> list[dict]:
-    res = subprocess.run([sys.executable, "-m", "controller.trees.bench"], cwd=REPO,
-                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
-    print(res.stdout.rstrip(), flush=True)
-    return []                               # printed only: its own table
+    """Tree computation time per topology and algorithm (controller/trees/bench.py), each a
+    figure in the JSON (informational: no target)."""
+    res = subprocess.run([sys.executable, "-m", "controller.trees.bench", "--json"], cwd=REPO, check=True,
+                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                         preexec_fn=lifeline.preexec(bound_to_thread=True))
+    rows = [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
+    return [figure(f"trees {r['algorithm']} on {r['topology']}, {r['workers']} workers", r["ms"], "ms",
+                   scale=f"{r['trees']} tree(s), median of the repeats", trees=r["trees"]) for r in rows]
 
 
 def bench_bmv2(a) -> list[dict]:
@@ -383,7 +417,7 @@ def bench_bmv2(a) -> list[dict]:
 
 
 BENCHES = {"pipeline": bench_pipeline, "daemon": bench_daemon, "wire": bench_wire, "wide": bench_wide,
-           "reroute": bench_reroute, "switchfail": bench_switchfail, "build": bench_build, "sparse": bench_sparse, "trees": bench_trees,
+           "reroute": bench_reroute, "switchfail": bench_switchfail, "policer": bench_policer, "build": bench_build, "sparse": bench_sparse, "trees": bench_trees,
            "bmv2": bench_bmv2, "bmv2-reroute": bench_bmv2_reroute}
 
 
@@ -431,24 +465,33 @@ def cpu_reference_seconds() -> float:
     return round(best, 4)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m agglab.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--only", default=",".join(SECTIONS),
                     help=f"comma-separated sections (default all): {', '.join(SECTIONS)}")
     ap.add_argument("--elements", type=int, default=1_000_000, help="int32 per worker (wire, sparse)")
     ap.add_argument("--rates", default="5,10,20,40", help="link rates of the wire section, Mb/s")
     ap.add_argument("--wide-rates", default="20,40,80", help="link rates of the wide section, Mb/s")
-    ap.add_argument("--reroute-elements", type=int, default=200_000)
+    ap.add_argument("--reroute-elements", type=int, default=200_000,
+                    help="int32 per worker of the reroute and switchfail runs (default 200000)")
     ap.add_argument("--bmv2-reroute-runs", type=int, default=3, help="runs per pipeline (bmv2-reroute)")
     ap.add_argument("--switchfail-kills", type=int, default=3, help="kills per pipeline (switchfail)")
     ap.add_argument("--switchfail-bw", type=float, default=None, help="link Mb/s (switchfail; default unshaped)")
-    ap.add_argument("--daemon-seconds", type=float, default=5.0)
+    ap.add_argument("--daemon-seconds", type=float, default=5.0,
+                    help="seconds the daemon section's senders run (default 5)")
+    ap.add_argument("--policer-frames", type=int, default=100_000, help="flood frames (policer)")
+    ap.add_argument("--policer-runs", type=int, default=3, help="runs with and without the policer (policer)")
     ap.add_argument("--sparse-window", type=int, default=None,
                     help="slots per worker of the sparse runs (default the run default, ground/runspec.py "
                          "SPARSE_WINDOW): each slot "
                          "is a column whose lead round is sent whatever the density")
     ap.add_argument("--out", type=Path, help="JSON file (default results/bench/<time>.json)")
     ap.add_argument("--compare", type=Path, metavar="PREV.json", help="print each figure's change since PREV")
+    return ap
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = build_parser()
     a = ap.parse_args(argv)
     a.sections = [s.strip() for s in a.only.split(",") if s.strip()]
     unknown = [s for s in a.sections if s not in SECTIONS]
@@ -478,6 +521,12 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, KeyError, TypeError) as exc:
             print(f"agglab bench: --compare {a.compare} is not a bench result ({exc})", file=sys.stderr)
             return 2
+    if os.geteuid() == 0 and any(s in ROOT_SECTIONS for s in a.sections):
+        try:                                         # its network sections would each be refused
+            netlease.refuse_if_busy()
+        except netlease.NetworkBusy as exc:
+            print(f"agglab bench: {exc}", file=sys.stderr)
+            return exc.exit_code
     report = {**environment(), "figures": [], "skipped": []}
     for section in a.sections:
         if section in ROOT_SECTIONS and os.geteuid() != 0:
@@ -500,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
         report["figures"] += figures
         print(f"({section}: {time.monotonic() - t0:.0f} s)", flush=True)
     report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    out = a.out or REPO / "results" / "bench" / f"{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out = a.out or RESULTS / "bench" / f"{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n")
     targets = [f for f in report["figures"] if f["target"]]

@@ -3,6 +3,7 @@
     agglab allreduce [RUN OPTIONS] [--json]   one allreduce in a fresh network, checked against numpy
     agglab lab [RUN OPTIONS] [--script FILE]  the Mininet CLI with fail/recover/trees/allreduce/...
     agglab train [RUN OPTIONS] ...    a model trained through the switches; FIFO vs PACE (--profile-only)
+    agglab draw TOPOLOGY [RUN OPTIONS] -o FILE.svg   the topology and its trees (--fail A-B: rerouted)
     agglab experiment [FILE.yaml|default|quick]   run paper trends, write results/<name>/report.md
     agglab calibrate    measure this machine's fidelity ceiling (fastest faithful link rate)
     agglab clean        remove what a crashed run left (namespaces, interfaces, processes)
@@ -23,7 +24,9 @@ import dataclasses
 from dataclasses import fields
 
 from ground import wire
-from ground.runspec import ALGORITHMS, BACKENDS, DTYPES, PATTERNS, TREES, RunSpec
+from ground import schemes
+from controller.trees import TREE_ALGORITHMS as TREES, SWITCH_TREES
+from ground.runspec import BACKENDS, DTYPES, PATTERNS, RunSpec
 
 
 def spec_from_args(args: argparse.Namespace) -> RunSpec:
@@ -33,14 +36,13 @@ def spec_from_args(args: argparse.Namespace) -> RunSpec:
     return RunSpec(**{k: v for k, v in vars(args).items() if k in names and v is not None})
 
 
-def _checked_spec(cmd: str, args) -> RunSpec:
+def _checked_spec(cmd: str, args):
     """Validate the options and build the topology graph (no root needed): bad input fails
-    here with one line, before any network exists."""
-    from emulation.session import graph_for
+    here with one line, before any network exists. Returns the CheckedRun the session takes
+    (controller/run_check.py: checked once)."""
+    from controller.run_check import check_run
 
-    spec = spec_from_args(args)
-    graph_for(spec)
-    return spec
+    return check_run(spec_from_args(args))
 
 
 def _bad_input(cmd: str, exc: Exception) -> int:
@@ -56,6 +58,7 @@ def _needs_root(cmd: str) -> bool:
 
 
 def _allreduce(args) -> int:
+    from controller.switch_client import SwitchCommandError
     from controller.trees.base import TreeError
     from emulation.session import run_spec
 
@@ -63,9 +66,21 @@ def _allreduce(args) -> int:
         spec = _checked_spec("allreduce", args)
         if _needs_root("allreduce"):
             return 2
-        result = run_spec(spec, quiet=args.json, progress=args.progress or sys.stderr.isatty())
+        from agglab.web import web_options
+
+        web = web_options(args)
+        if web:
+            from agglab.web.server import run_with_page
+
+            result = run_with_page(spec, web, quiet=args.json, progress=args.progress or sys.stderr.isatty())
+        else:
+            result = run_spec(spec, quiet=args.json, progress=args.progress or sys.stderr.isatty())
     except (ValueError, TreeError) as exc:       # TopologyError is a ValueError
         return _bad_input("allreduce", exc)
+    except SwitchCommandError as exc:            # a switch's control channel failed outside a handled failure
+        print(f"agglab allreduce: a switch stopped answering its controller: {str(exc).splitlines()[0]}",
+              file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:
@@ -112,7 +127,9 @@ def _lab(args) -> int:
         spec = _checked_spec("lab", args)
         if _needs_root("lab"):
             return 2
-        return run_lab(spec, script=args.script)
+        from agglab.web import web_options
+
+        return run_lab(spec, script=args.script, web=web_options(args))
     except (ValueError, TreeError) as exc:
         return _bad_input("lab", exc)
 
@@ -149,12 +166,15 @@ def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
     opt = parser.add_argument
     opt("--workers", type=int, default=d["workers"], help=f"number of worker hosts (default {d['workers']})")
     opt("--elements", type=int, default=d["elements"], help=f"array length per worker (default {d['elements']})")
-    opt("--dtype", choices=DTYPES, default=d["dtype"])
+    opt("--dtype", choices=DTYPES, default=d["dtype"], help=f"gradient type: int32 sums exactly, float32 "
+        f"travels as SwitchML fixed point (default {d['dtype']})")
     opt("--loss", type=float, default=d["loss"], help="drop probability per packet and direction, "
         "applied by the switch's drop simulator (default 0)")
-    opt("--backend", choices=BACKENDS, default=d["backend"])
-    opt("--window", type=int, default=d["window"], help="outstanding slots per worker")
-    opt("--seed", type=int, default=d["seed"])
+    opt("--backend", choices=BACKENDS, default=d["backend"], help="data plane: the software switch or BMv2 "
+        f"simple_switch (default {d['backend']})")
+    opt("--window", type=int, default=d["window"], help="outstanding slots per worker (default: "
+        + (f"{d['window']}" if d["window"] is not None else "the algorithm's own, ground/runspec.py") + ")")
+    opt("--seed", type=int, default=d["seed"], help=f"seed of the workers' input arrays (default {d['seed']})")
     opt("--give-up", type=float, default=d["give_up"], help="seconds without progress before a worker "
         "gives up with an error")
     opt("--bw", type=float, default=d["bw"], help="link rate in Mb/s (tc htb); default unlimited")
@@ -163,9 +183,8 @@ def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
     opt("--k", type=int, default=d["k"], help="fat-tree k (default 4) or BCube level count k")
     opt("--tree", default=d["tree"], choices=TREES,
         help=f"aggregation tree algorithm (default {d['tree']}; bml goes with bcube)")
-    opt("--algorithm", choices=ALGORITHMS, default=d["algorithm"],
-        help="in the switches: dense SwitchML pipeline (default) or block-sparse OmniReduce pipeline; "
-             "on the hosts over TCP (switches only forward): ring or ps (sharded parameter server)")
+    opt("--algorithm", choices=schemes.NAMES, default=d["algorithm"],
+        help=f"aggregation scheme (default {d['algorithm']}): {schemes.help_text()}")
     opt("--density", type=float, default=d["density"], help="fraction of non-zero blocks (block-sparse data)")
     opt("--pattern", choices=PATTERNS, default=d["pattern"],
         help="block-sparse data: where the non-zero blocks are across workers")
@@ -187,9 +206,16 @@ def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
         help="kill switch NAME's process (kill -9) when FRACTION of the blocks are done: all its links "
              "fail, the controller reroutes around it; 'tree@0.5' picks an aggregating switch of the "
              "active tree that is not some worker's only edge switch; may repeat")
+    opt("--hang-switch", action="append", metavar="NAME@FRACTION",
+        help="stop switch NAME's process (SIGSTOP: hung, not dead) when FRACTION of the blocks are done; "
+             "the liveness probe declares it hung within 0.6 s and it is fenced and rerouted around like "
+             "a killed switch; 'tree@0.5' as for --fail-switch; may repeat")
     opt("--keep", metavar="DIR", default=d["keep"],
         help="when the run ends, keep its directory in DIR (new or empty): per-switch logs, the "
              "control commands sent, events, worker logs and reports, the JSON result")
+    opt("--cluster", metavar="FILE", default=d["cluster"],
+        help="run the network on the servers of this cluster file (YAML list of servers: address, user, "
+             "cores; `agglab cluster local up` makes a practice one); see docs/guide/cluster.md")
     opt("--pcap", action="store_true", default=d["pcap"] or None,
         help="the switches write per-port pcaps (DIR/pcaps/IFNAME_in.pcap, _out.pcap; with --keep)")
 
@@ -204,16 +230,21 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--json", action="store_true", help="print one JSON object")
     a.add_argument("--progress", action="store_true", help="a bar of blocks done and their rate on stderr "
                    "(default when stderr is a terminal; never on stdout)")
+    from agglab.web import add_web_options
+    add_web_options(a)
     a.set_defaults(func=_allreduce)
 
     lab = sub.add_parser("lab", help="interactive Mininet CLI with fail/recover/trees/allreduce/slots/stats/events")
     add_run_options(lab, topology="fattree", workers=8, tree="rat", elements=200_000)
     lab.add_argument("--script", default=None, help="run the lab commands in this file, then exit")
+    add_web_options(lab)
     lab.set_defaults(func=_lab)
 
     from agglab.train_cmd import add_train_parser
     add_train_parser(sub)
-    # issue 9: experiments (layer 4, run as its own program: no sideways import) and calibration
+    from agglab.draw_cmd import add_parser as add_draw_parser
+    add_draw_parser(sub)
+    # experiments (layer 4, run as its own program: no sideways import) and calibration
     e = sub.add_parser("experiment", add_help=False, prefix_chars="+",    # every argument passes through
                        help="run a trend definition or suite (python -m experiments; see `agglab experiment --help`)")
     e.add_argument("rest", nargs="*")
@@ -222,7 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_calibrate(sub)
 
     c = sub.add_parser("clean", help="remove what crashed runs left behind (idempotent)")
-    c.add_argument("--all", action="store_true", help="also stop runs whose owner is still alive")
+    c.add_argument("--all", action="store_true", help="also stop runs whose owner is still alive, and delete interfaces named like agglab's that no run records (not while another network holds the machine)")
     c.set_defaults(func=_clean)
 
     d = sub.add_parser("doctor", help="check the installation")
@@ -233,18 +264,21 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("format", choices=["p4app"])
     x.add_argument("topology", help="single, leafspine, fattree, bcube or a YAML file")
     x.add_argument("--k", type=int, default=None, help="fat-tree k (default 4) or BCube level count k")
-    x.add_argument("--workers", type=int, default=8)
-    x.add_argument("--tree", default="rat", choices=["spt", "rat", "packing"])
+    x.add_argument("--workers", type=int, default=8, help="worker hosts the trees aggregate (default 8)")
+    x.add_argument("--tree", default="rat", choices=SWITCH_TREES,
+                   help="aggregation tree algorithm, a module of controller/trees/ (default rat)")
     x.add_argument("--bw", type=float, default=None, help="link rate in Mb/s written on every link")
     x.add_argument("--out", default="p4app", help="output directory (default ./p4app)")
     x.set_defaults(func=lambda args: __import__("agglab.export_p4app", fromlist=["main"]).main(args))
-    from agglab.exercise import add_parser as add_exercise_parser   # teaching labs (issue 14)
+    from agglab.exercise import add_parser as add_exercise_parser   # teaching labs
     add_exercise_parser(sub)
+    from agglab.cluster_cmd import add_cluster_parser   # cluster mode (Mininet's cluster edition)
+    add_cluster_parser(sub)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    from agglab.interrupts import run_interruptible
+    from ground.interrupts import run_interruptible
 
     args = build_parser().parse_args(argv)
     return run_interruptible(args.cmd, lambda: args.func(args))

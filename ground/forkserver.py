@@ -35,6 +35,8 @@ import sys
 import threading
 import traceback
 
+from ground import lifeline
+
 MAX_MESSAGE = 1 << 20
 MAX_FDS = 16
 UNKNOWN_EXIT = -1          # a child's exit code when the server died before reporting it
@@ -47,6 +49,7 @@ def serve(sock: socket.socket) -> int:
     poll = select.poll()
     poll.register(sock.fileno(), select.POLLIN)
     children: dict[int, int] = {}             # pidfd -> pid
+    server = os.getpid()
     while True:
         for fd, _events in poll.poll():
             if fd != sock.fileno():
@@ -75,7 +78,7 @@ def serve(sock: socket.socket) -> int:
                     return 0
                 continue
             if pid == 0:
-                _child(request, passed, [sock.fileno(), *children])
+                _child(request, passed, [sock.fileno(), *children], server)
             for p in passed:                  # the child holds them now (a pipe's end held here
                 os.close(p)                   # would keep its reader from ever seeing EOF)
             pidfd = os.pidfd_open(pid)        # before it can be reaped: always this child
@@ -114,10 +117,12 @@ def _setns(pid: int) -> None:
             os.close(fd)
 
 
-def _child(request: dict, passed: list[int], inherited: list[int]) -> None:
-    """Become `request["module"]`'s main(argv); never returns."""
+def _child(request: dict, passed: list[int], inherited: list[int], server: int) -> None:
+    """Become `request["module"]`'s main(argv); never returns. It dies with the server, which
+    dies with the process that started it (ground/lifeline.py)."""
     code = 1
     try:
+        lifeline.die_with_parent(server)
         os.setsid()                           # as Popen(start_new_session=True): no terminal's signals
         for fd in inherited:
             os.close(fd)
@@ -196,7 +201,8 @@ class Launcher:
         with open(out_path, "ab") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "ground.forkserver", str(theirs.fileno()), *preload],
                                          pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True)
+                                         stderr=subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True,
+                                         preexec_fn=lifeline.preexec())
         theirs.close()
         self.out_path, self.what = out_path, what
         self._sock = mine

@@ -17,12 +17,10 @@ import traceback
 import numpy as np
 
 from ground.priority import as_batch_work
-from ground.progress import ProgressFile
 from ground.runspec import RunPlan, WorkerSeat
 from ground.start_gate import wait_to_start
-from hosts import ps, ring
+from ground.epoch_file import EpochFile  # noqa: F401 (the agents' reader, imported from here by harnesses)
 from hosts.gradients import gradient_for
-from hosts.tcp_mesh import BASE_PORT
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,7 +43,7 @@ def run_seat(plan: RunPlan, seat: WorkerSeat) -> int:
     report: dict = {"rank": seat.rank, "ok": False}
     try:
         data = gradient_for(spec, seat.rank)
-        prepare = _prepare_bml if seat.bml_plan else RUNNERS[spec.algorithm]
+        prepare = _prepare_bml if seat.bml_plan else _prepare_scheme
         go = prepare(plan, seat, data)
         ready = os.times()           # what this rank cost before its first packet: imports, input, socket
         report["start_cpu_s"] = round(ready.user + ready.system, 4)
@@ -71,40 +69,17 @@ def run_seat(plan: RunPlan, seat: WorkerSeat) -> int:
     return 0 if report["ok"] else 1
 
 
-def _prepare_in_network(plan: RunPlan, seat: WorkerSeat, data):
-    """switchml / omnireduce: the agent sends blocks to the service address; switches sum."""
-    from hosts.agent import UdpTransport, allreduce
+def _prepare_scheme(plan: RunPlan, seat: WorkerSeat, data):
+    """Any scheme of ground/schemes.py: its runner in the hosts' one registry
+    (hosts/communicator.py RUNNERS), with the progress file counting blocks."""
+    from hosts.communicator import Communicator
 
-    spec = plan.spec
-    options = {"sparse": True, "block_size": spec.blocks} if spec.algorithm == "omnireduce" else {}
-    transport = UdpTransport(seat.local_ip, plan.service_ip)
-    watcher = EpochFile(plan.epoch_file) if plan.epoch_file else None
-    progress = ProgressFile(seat.progress) if seat.progress else None
+    comm = Communicator(plan, seat.rank, block_progress=True)
 
     def go():
-        first = watcher.poll() if watcher else None
-        result, stats = allreduce(data, transport=transport, rank=seat.rank, workers=spec.workers,
-                                  job=spec.job, window=plan.window, give_up=spec.give_up,
-                                  epoch=first["epoch"] if first else 0,
-                                  tree_of_slot=first["tree_of_slot"] if first else None,
-                                  control=watcher.poll if watcher else None,
-                                  on_progress=progress, link_mbps=seat.link_mbps, return_stats=True,
-                                  **options)
+        result, stats = comm.allreduce_with_stats(data)
         return result, _stats_dict(stats)
     return go
-
-
-def _host_baseline(allreduce):
-    """ring / ps: the hosts sum over TCP to their peers' addresses; switches only forward."""
-    def prepare(plan: RunPlan, seat: WorkerSeat, data):
-        progress = ProgressFile(seat.progress) if seat.progress else None
-
-        def go():
-            result, stats = allreduce(data, rank=seat.rank, peers=plan.peers(), port=BASE_PORT + plan.spec.job,
-                                      give_up=plan.spec.give_up, return_stats=True, on_progress=progress)
-            return result, _stats_dict(stats)
-        return go
-    return prepare
 
 
 def _prepare_bml(run_plan: RunPlan, seat: WorkerSeat, data):
@@ -122,10 +97,34 @@ def _prepare_bml(run_plan: RunPlan, seat: WorkerSeat, data):
                                          return_stats=True)
             return result, {"packets_sent": 0, "retransmissions": 0, "bytes_sent": _get(stats, "bytes_sent")}
     else:
-        from hosts.bml import allreduce_bml
+        from hosts.bml import ScheduleChanged, allreduce_bml, allreduce_relay
+
+        progress = ProgressFile(seat.progress) if seat.progress else None
+        options = dict(give_up=give_up, link_mbps=seat.link_mbps, epoch_file=run_plan.epoch_file,
+                       on_progress=progress)
+
+        from hosts.bml import finished, linger
+
+        markers = [s.out + ".done" for s in run_plan.seats]
 
         def run():
-            return allreduce_bml(data, plan, run_plan.service_ip, give_up=give_up, link_mbps=seat.link_mbps)
+            """BML's schedule, or the relay schedule the controller re-planned after a failure
+            (from this server's own input again, as often as it re-plans); then wait until
+            no server can need this one any more (hosts/bml.py linger)."""
+            current = plan
+            while True:
+                try:
+                    epoch = current.get("epoch", 0)
+                    if current["variant"] == "relay":
+                        out = allreduce_relay(data, current, run_plan.service_ip, **options)
+                    else:
+                        out = allreduce_bml(data, current, run_plan.service_ip, **options)
+                    finished(seat.out + ".done", epoch)
+                    linger(markers, epoch, run_plan.epoch_file, give_up * 3)
+                    return out
+                except ScheduleChanged as change:
+                    with open(seat.bml_plan.replace(".bml.json", f".e{change.epoch}.bml.json")) as f:
+                        current = json.load(f)
 
     def go():
         started = time.monotonic()
@@ -133,39 +132,6 @@ def _prepare_bml(run_plan: RunPlan, seat: WorkerSeat, data):
         stats["seconds"] = time.monotonic() - started
         return result, stats
     return go
-
-
-# spec.algorithm -> how one rank prepares its allreduce (BML seats, which carry a plan, go to
-# _prepare_bml): a call returning the zero-argument function that runs it
-RUNNERS = {"switchml": _prepare_in_network, "omnireduce": _prepare_in_network,
-           "ring": _host_baseline(ring.allreduce), "ps": _host_baseline(ps.allreduce)}
-
-
-class EpochFile:
-    """The controller's epoch file: poll() returns its content when it changed, else None.
-
-    Why a file: agents run in other network namespaces but share the filesystem; the
-    controller replaces it atomically. Why compare the bytes, not the mtime: a reroute
-    writes it several times within milliseconds ("rerouting", then the new epoch), and a
-    filesystem's timestamp granularity (a jiffy on some) can give two versions the same
-    mtime, so an agent that saw the first would never see the second. Reading ~200 bytes
-    every poll (5 ms) costs microseconds.
-    """
-
-    def __init__(self, path: str):
-        self.path = path
-        self.seen: bytes | None = None
-
-    def poll(self) -> dict | None:
-        try:
-            with open(self.path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            return None
-        if data == self.seen:
-            return None
-        self.seen = data
-        return json.loads(data)
 
 
 def memory_mb() -> dict:

@@ -4,7 +4,7 @@ Why a second implementation of the P4 program: BMv2 manages a few thousand
 aggregation packets per second, too few for multi-switch experiments; this
 pipeline has the same tables, actions, registers and counters (same names,
 same control commands) and emits byte-identical frames, which the conformance
-vectors in tests/conformance check against BMv2 itself.
+vectors in p4src/vectors check against BMv2 itself.
 
     p = Pipeline(seed=1)
     p.command("table_add agg_job agg_child 1 0 0 1 => 0 2 1 0 1024 65535")
@@ -14,7 +14,8 @@ vectors in tests/conformance check against BMv2 itself.
     p.counters["agg_rejects"]          # ... of rejected packets, by reason (REJ_*)
     p.tables["agg_job"]                # softswitch.tables.Table
 
-`process` follows AgglabIngress/AgglabEgress: ingress drop simulator, parser
+`process` follows AgglabIngress/AgglabEgress: the port policer (policer.py: a port in no
+job, over its meter, is dropped first), ingress drop simulator, parser
 error check, the agg_job lookup (roles.py, JobRole) then aggregation (dense,
 or sparse.py for AGG_FLAG_SPARSE; a dense completion re-arms the slot's sparse
 state, SparseRearm) or forwarding, replication (ascending port order), then per
@@ -32,19 +33,33 @@ from softswitch.deparser import update_ipv4_checksum
 from softswitch.drop_sim import DropSim
 from softswitch.forward import RESULT, Forward, flood_prune
 from softswitch.multicast import Multicast
+from softswitch.policer import PortPolicer
 from softswitch.registers import CounterArray
 from softswitch.roles import REJ_MALFORMED, job_table, lookup_role
 
 DROP_PORT = 511          # simple_switch's default drop port (egress_spec after mark_to_drop)
 _AGG, _IPV4, _ERROR, _L2 = parser.AGG, parser.IPV4, parser.ERROR, parser.L2
-_SPARSE = sparse.FLAG_SPARSE
+
+# The software switch's registry of P4 schemes (ground/schemes.py rows with p4=True): scheme
+# -> (the agg_h flag that selects its control, the Pipeline attribute holding that control).
+# p4src/agglab.p4 branches on the same flags; tests/test_schemes.py checks every P4 scheme
+# has its branch here.
+BRANCHES: dict[str, tuple[int, str]] = {
+    "switchml": (0, "aggregate"),
+    "omnireduce": (sparse.FLAG_SPARSE, "sparse"),
+}
+_BRANCH_FLAGS = 0
+for _flag, _ in BRANCHES.values():
+    _BRANCH_FLAGS |= _flag
 
 
 class Pipeline:
-    def __init__(self, seed: int | None = None):
+    def __init__(self, seed: int | None = None, clock=None):
         self.register_arrays, self.stats = make_state()
         self.register_arrays.update(sparse.make_state())
         self.rejects = CounterArray("agg_rejects", wire.CONST["AGG_REJECTS_SIZE"])
+        self.policer = PortPolicer(self.stats, self.rejects, **({"clock": clock} if clock else {}))
+        self.meters = {"port_meter": self.policer}
         self.counter_arrays = {self.stats.name: self.stats, self.rejects.name: self.rejects}
         self.drop_sim = DropSim(self.stats, seed)
         self.agg_job = job_table()               # JobRole: one lookup for both pipelines
@@ -54,12 +69,14 @@ class Pipeline:
         self.forward = Forward()
         self.mc = Multicast()
         self.tables = {t.name: t for t in (
-            self.drop_sim.ingress_table, self.agg_job, self.forward.ipv4_lpm,
+            self.policer.table, self.drop_sim.ingress_table, self.agg_job, self.forward.ipv4_lpm,
             self.forward.l2_exact, self.drop_sim.egress_table, self.aggregate.agg_reply)}
         self.registers = {name: reg.data for name, reg in self.register_arrays.items()}
         self.counters = {name: c.packets for name, c in self.counter_arrays.items()}
         self._cli = cli.Cli(self)
         self._batch = DenseBatch(self)
+        # flags & _BRANCH_FLAGS -> the branch's ingress(port, frame, role)
+        self._branch = {flag: getattr(self, attr).ingress for flag, attr in BRANCHES.values()}
 
     def process_batch(self, ingress_port: int, rows, lens):
         """A whole receive batch at once where that is exactly `process` frame after frame
@@ -79,10 +96,18 @@ class Pipeline:
             reg.reset()
         for counter in self.counter_arrays.values():
             counter.reset()
+        self.policer.reset()
         self.mc.reset()
 
     def process(self, ingress_port: int, frame: bytes) -> list[tuple[int, bytes]]:
         """Frames emitted for `frame` arriving on `ingress_port`, as (egress_port, bytes)."""
+        if self.policer.table.exact and self.policer.red(ingress_port, len(frame)):
+            return []
+        return self.process_admitted(ingress_port, frame)
+
+    def process_admitted(self, ingress_port: int, frame: bytes) -> list[tuple[int, bytes]]:
+        """`process` for a frame the port policer already let through (the daemon meters
+        whole receive batches at once: PortPolicer.admit)."""
         drop_sim = self.drop_sim
         if drop_sim.ingress(ingress_port, len(frame)):
             return []
@@ -93,10 +118,7 @@ class Pipeline:
                 self.stats.count(STAT_REJECT, len(frame))
                 self.rejects.count(role, len(frame))
                 return []
-            if role[-1] & _SPARSE:
-                decision = self.sparse.ingress(ingress_port, frame, role)
-            else:
-                decision = self.aggregate.ingress(ingress_port, frame, role)
+            decision = self._branch[role[-1] & _BRANCH_FLAGS](ingress_port, frame, role)
         elif ptype == _IPV4:
             decision = self.forward.ipv4(frame)
         elif ptype == _ERROR:

@@ -25,7 +25,7 @@ def ours(namespace: str) -> bool:
     (daemon tests, `make bench`'s daemon section) run outside the network lock, so another
     checkout's may exist while this one runs. Ours are still counted."""
     from softswitch import netlab
-    from tests.conformance import netns
+    from agglab.testkit import netns
 
     if not namespace.startswith("agglab"):
         return False
@@ -40,8 +40,13 @@ def leftovers() -> dict[str, list[str]]:
             "namespaces": [n for n in named_namespaces() if ours(n)]}
 
 
+# What existed when the running network test began (tests/conftest.py sets it): assert_clean
+# then counts only what appeared since, not another checkout's namespaces or networks.
+BASELINE: dict[str, list[str]] | None = None
+
+
 def assert_clean() -> None:
-    left = leftovers()
+    left = new_leftovers(BASELINE) if BASELINE is not None else leftovers()
     assert not any(left.values()), f"left behind: {left}"
 
 

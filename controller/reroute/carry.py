@@ -1,0 +1,174 @@
+"""The reroute carry: what a job keeps of a running allreduce across a tree change.
+
+Why one interface: a reroute (controller/tree_job.py) always runs freeze, snapshot of the
+old tree, reset, install, preload of the new tree; only what the snapshot looks for
+and where the preload puts it depends on the pipeline the allreduce uses. So the job
+holds one Carry, chosen by the allreduce algorithm with `carry_for`, and calls
+snapshot/preload without knowing which:
+
+- DenseCarry (switchml): per slot the version the old root completed
+  (controller/reroute/failover.py).
+- SparseCarry (omnireduce): every round some worker may still need, wherever in the
+  old tree it is held (controller/reroute/sparse_failover.py), plus the dense carry, because
+  the sparse agent's lead round runs on the dense pipeline (hosts/sparse_agent.py)
+  and a reroute may land while some slots are still in it.
+
+A dense allreduce thus no longer reads every switch's sparse registers on a reroute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ground import wire
+from controller.reroute import failover, sparse_failover
+from controller.switch_client import SwitchClient
+from controller.tree_install import Installation
+
+
+@dataclass
+class Carried:
+    """A snapshot: the dense versions (slot -> failover.CompletedVersion) and, for the
+    sparse pipeline, the rounds held in the old tree (sparse_failover.HeldRounds)."""
+    dense: dict = field(default_factory=dict)
+    sparse: sparse_failover.HeldRounds | None = None
+
+    @property
+    def slots(self) -> int:
+        """Slot versions carried (the figure the job reports as preloaded)."""
+        return len(self.dense) + (len(self.sparse) if self.sparse else 0)
+
+    @property
+    def conflicts(self) -> list:
+        """(slot, ver, switch) where the sparse placement could not hold every round."""
+        return self.sparse.conflicts if self.sparse else []
+
+
+class Carry(Protocol):
+    algorithm: str
+
+    # the first round's reads give the snapshot everything it needs when no switch is dead: a
+    # bulk reroute then resets in the freeze's batch and preloads in the next (two rounds, not
+    # three). Not with a dead switch: a dead root's results are read from the live switches
+    # below it, which the first reads do not cover (controller/tree_job.py falls back to three
+    # rounds); nor for the sparse carry, which reads the holders' values in a second round
+    complete_ahead: bool
+
+    def snapshot(self, clients: dict[str, SwitchClient], old: Installation,
+                 tree_of_slot: list[int], regs: dict | None = None, values: dict | None = None,
+                 down=frozenset()) -> Carried:
+        """Read, after the freeze, what the old tree holds that a worker may still need
+        (`regs`: switch -> register -> whole register, `values`: lanes register -> switch ->
+        r -> its K cells, both from the first round's reads, first_reads()), from its live
+        switches (`down`: dead switches, whose registers died with them); what they lack is
+        read here."""
+
+    def preload(self, clients: dict[str, SwitchClient], new: Installation, tree_of_slot: list[int],
+                carried: Carried) -> int:
+        """Write it into the new tree (after the reset and install); register cells written."""
+
+    def preload_lines(self, clients: dict[str, SwitchClient], new: Installation, tree_of_slot: list[int],
+                      carried: Carried) -> tuple[dict, int]:
+        """preload() as command lines per switch (to go out with other work), and the cells."""
+
+    def preload_cells(self, new: Installation, tree_of_slot: list[int], carried: Carried) -> list:
+        """preload() as failover.CellWrites (lines_for(switch, client) builds one switch's)."""
+
+    def first_reads(self, old: Installation, tree_of_slot: list[int], down=frozenset()) -> dict[str, dict[str, list]]:
+        """Per switch, register -> cell runs the snapshot reads; a bulk caller reads them in
+        the freeze's batch (a switch's state is final once it answered its freeze) and passes
+        them to snapshot(..., regs=, values=) (parse_reads)."""
+
+    def read_lines(self, client: SwitchClient, want: dict[str, list]) -> list[str]:
+        """One switch's command lines reading `want` (register -> cell runs, first_reads)."""
+
+    def parse_reads(self, client: SwitchClient, want: dict[str, list], answers: list, regs: dict,
+                    values: dict, sw: str) -> None:
+        """Parse a switch's answers to read_lines(want) into regs / values for snapshot()."""
+
+
+class DenseCarry:
+    algorithm = "switchml"
+    complete_ahead = True
+
+    def __init__(self, slot_base: int = 0):
+        self.slot_base = slot_base            # the job's slot range starts here (jobs share switches)
+
+    def snapshot(self, clients, old, tree_of_slot, regs: dict | None = None,
+                 values: dict | None = None, down=frozenset()) -> Carried:
+        return Carried(dense=failover.snapshot(clients, old, tree_of_slot, self.slot_base, regs=regs,
+                                               values=(values or {}).get("agg_values"), down=down))
+
+    def first_reads(self, old, tree_of_slot, down=frozenset()) -> dict[str, dict[str, list]]:
+        return failover.first_reads(old, tree_of_slot, self.slot_base, down)
+
+    def read_lines(self, client, want: dict[str, list]) -> list[str]:
+        """One switch's lines reading `want` (register -> cell runs, from first_reads)."""
+        return failover.read_runs_lines(client, want)
+
+    def parse_reads(self, client, want: dict[str, list], answers: list, regs: dict, values: dict,
+                    sw: str) -> None:
+        """Parse a switch's answers to read_lines(want) into regs / values for snapshot()."""
+        failover.parse_first_reads(client, want, answers, regs, values, sw)
+
+    def preload(self, clients, new, tree_of_slot, carried: Carried) -> int:
+        lines, writes = self.preload_lines(clients, new, tree_of_slot, carried)
+        failover.send_lines(clients, lines)
+        return writes
+
+    def preload_lines(self, clients, new, tree_of_slot, carried: Carried) -> tuple[dict, int]:
+        lines: dict[str, list[str]] = {}
+        cells = self.preload_cells(new, tree_of_slot, carried)
+        for writes in cells:
+            for sw, batch in writes.lines(clients).items():
+                lines.setdefault(sw, []).extend(batch)
+        return lines, sum(writes.count for writes in cells)
+
+    def preload_cells(self, new, tree_of_slot, carried: Carried) -> list:
+        return [failover.preload_cells(new, tree_of_slot, carried.dense, self.slot_base)]
+
+
+class SparseCarry(DenseCarry):
+    algorithm = "omnireduce"
+    # the holders' sp_values are read in a second round, once the first round's scalars say
+    # which switch holds which round (a held round may be anywhere in the tree); so the reset
+    # waits for the last round. Reading every live switch's whole sp_values window in the
+    # first round instead (16,384 cells each at window 128) took the software switches and
+    # the controller longer than the extra round does now that a held switch answers at once
+    # (controller/tree_job.py): first round 25-35 ms against 8-14 ms, on the loaded 2-core machine
+    complete_ahead = False
+
+    def snapshot(self, clients, old, tree_of_slot, regs: dict | None = None,
+                 values: dict | None = None, down=frozenset()) -> Carried:
+        carried = super().snapshot(clients, old, tree_of_slot, regs, values, down)   # the lead rounds
+        carried.sparse = sparse_failover.sparse_snapshot(clients, old, tree_of_slot, self.slot_base, regs=regs,
+                                                         values=(values or {}).get("sp_values"), down=down)
+        return carried
+
+    def first_reads(self, old, tree_of_slot, down=frozenset()) -> dict[str, dict[str, list]]:
+        """The dense reads, and the sparse scalars of the window of every live switch of the
+        old tree."""
+        reads = super().first_reads(old, tree_of_slot, down)
+        window = len(tree_of_slot)
+        for sw in sorted({sw for sw, _ in old.roles} - set(down)):
+            for name in sparse_failover.SNAPSHOT_SCALARS:
+                failover.add_reads(reads, sw, name, failover.window_runs(window, self.slot_base))
+        return reads
+
+    def preload_cells(self, new, tree_of_slot, carried: Carried) -> list:
+        return super().preload_cells(new, tree_of_slot, carried) + [
+            sparse_failover.sparse_preload_cells(new, tree_of_slot, carried.sparse, self.slot_base)]
+
+
+CARRIES = {c.algorithm: c for c in (DenseCarry, SparseCarry)}
+
+
+def carry_for(algorithm: str, slot_base: int = 0) -> Carry:
+    """The carry of an allreduce algorithm (ground/schemes.py) for a job whose slot
+    range starts at `slot_base`."""
+    try:
+        return CARRIES[algorithm](slot_base)
+    except KeyError:
+        raise ValueError(f"no reroute carry for algorithm {algorithm!r}; "
+                         f"known: {', '.join(CARRIES)}") from None
