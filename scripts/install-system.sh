@@ -10,7 +10,7 @@ set -euo pipefail
 # RemoteMixin runs `sudo -E ssh ... sudo -E mnexec`). --no-install-recommends pulls in none of these by
 # itself, so each is named here; tests/test_scripts.py checks the list against the tests.
 pkgs=(mininet python3-venv python3-dev iproute2 ethtool tcpdump procps tshark
-      cpp shellcheck iputils-ping graphviz chromium chromium-driver openssh-server tmux
+      make cpp shellcheck iputils-ping graphviz chromium chromium-driver openssh-server tmux
       openssh-client sudo)
 missing=()
 for p in "${pkgs[@]}"; do
