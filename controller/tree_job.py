@@ -404,6 +404,7 @@ class TreeJob(Job):
             batch[sw] += self.carry.read_lines(self.clients[sw], want)
         held = set(frozen)
         pending = send_batches(self.clients, first)
+        unread = [pending]                   # batches whose answers were not read yet
         try:
             if self.atomic:      # agents: a pause, not a stall, and no resends into the frozen epoch
                 self._publish("rerouting", f"{what} failed")
@@ -414,6 +415,7 @@ class TreeJob(Job):
             try:
                 new = self._compute(self._down_links(), self.treeset.epoch + 1)
             except TreeError as exc:
+                unread.remove(pending)
                 collect_batches(pending)
                 _release(self.clients, held)
                 self._partitioned(what, exc, record, t0)
@@ -437,12 +439,15 @@ class TreeJob(Job):
                 second.setdefault(sw, []).extend(lines)
             t2 = time.monotonic()
             pending2 = send_batches(self.clients, second)
+            unread.append(pending2)
             regs, values = {}, {}
 
             def parse(sw: str, out: list[str]) -> None:     # while slower switches still work
                 self.carry.parse_reads(self.clients[sw], reads[sw], out[at[sw]:], regs, values, sw)
 
+            unread.remove(pending)
             outs = collect_batches(pending, {sw: parse for sw in first if sw in reads})
+            unread.remove(pending2)
             outs2 = collect_batches(pending2, {sw: parse for sw in second if sw in reads and sw not in first})
             t_r1 = time.monotonic()
             associate = plan.finish({sw: outs.get(sw, []) + outs2.get(sw, []) for sw in set(outs) | set(outs2)})
@@ -465,6 +470,7 @@ class TreeJob(Job):
             self._publish()
             t5 = time.monotonic()
         except BaseException:                     # the holds would end by themselves, later
+            _drain(unread)
             _release(self.clients, held)
             raise
         phases = {"freeze_ms": t3 - t_a, "snapshot_ms": t4 - t3, "entries_ms": t2 - t1, "preload_ms": t5 - t4,
@@ -524,6 +530,18 @@ HOLD_MS = 500
 # the last answer).
 REROUTE_PHASES = ("freeze_ms", "snapshot_ms", "entries_ms", "preload_ms", "boost_ms", "first_round_ms",
                   "preload_build_ms", "last_round_ms")
+
+
+def _drain(unread: list[dict]) -> None:
+    """Read (and drop) the answers of batches a failed reroute sent but never read: left in a
+    switch's socket, they would be taken for the answers of the next command anyone sends it
+    (a switch that died during another failure's reroute made the first collect raise)."""
+    for pending in unread:
+        for collect in pending.values():
+            try:
+                collect()
+            except Exception:  # noqa: BLE001 - the reroute is failing already; the dead switch's own
+                pass
 
 
 def _release(clients: dict[str, SwitchClient], switches) -> None:
