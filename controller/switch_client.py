@@ -399,8 +399,18 @@ class SoftSwitchClient(SwitchClient):
         from softswitch.control import ControlClient, wait_ready
 
         self.name = name
+        self._path = socket_path
         wait_ready(socket_path, timeout)
         self._client = ControlClient(socket_path)
+
+    def reconnect(self) -> None:
+        """A new control connection: answers still due on the old one (a batch someone sent
+        and never read, when a reroute failed half-way) go with it, instead of being taken
+        for the answers of the next command."""
+        from softswitch.control import ControlClient
+
+        old, self._client = self._client, ControlClient(self._path)
+        old.close()
 
     def command(self, line: str) -> str:
         from softswitch.control import SwitchCommandError as SoftError

@@ -27,7 +27,7 @@ from controller.reroute import carry_for, reset_lines
 from controller.events import EventLog
 from controller.job_protocol import Job
 from controller.standby import StandbyWorker
-from controller.switch_client import SwitchClient, collect_batches, run_batches, run_built, send_batches
+from controller.switch_client import SwitchClient, SwitchCommandError, collect_batches, run_batches, run_built, send_batches
 from controller.topology import switches
 from controller.trees.base import TreeError
 
@@ -479,7 +479,11 @@ class TreeJob(Job):
         tidy = tree_install.remove_groups_lines(old)       # the agents were told: not urgent
         for sw in held:                                  # the ports are read again
             tidy.setdefault(sw, []).extend(self.clients[sw].release_lines())
-        run_batches(self.clients, tidy)
+        try:
+            run_batches(self.clients, tidy)
+        except (SwitchCommandError, OSError) as exc:     # a switch died since: its own failure follows
+            self.events.add("reroute_tidy_error", error=str(exc).splitlines()[0][:200])
+            _release(self.clients, list(tidy))
         record.update(recompute_ms=round((t1 - t0) * 1e3, 2), install_ms=round((t5 - t1) * 1e3, 2),
                       standby=standby)
         return self._rerouted(record, new, carried, writes, phases)
@@ -545,11 +549,21 @@ def _drain(unread: list[dict]) -> None:
 
 
 def _release(clients: dict[str, SwitchClient], switches) -> None:
-    """End the holds of a reroute that failed on the way (best effort: it is failing already)."""
+    """End the holds of a reroute that failed on the way (best effort: it is failing already).
+    Then every one of those switches gets a fresh control connection where its client can
+    (SoftSwitchClient.reconnect): a batch sent to a switch that died meanwhile raised before
+    the others' answers were read, and a stale answer must not reach the next command."""
     try:
         run_batches(clients, {sw: clients[sw].release_lines() for sw in switches})
     except Exception:
         pass
+    for sw in switches:
+        reconnect = getattr(clients.get(sw), "reconnect", None)
+        if reconnect is not None:
+            try:
+                reconnect()
+            except OSError:                 # a dead switch: its restart connects anew
+                pass
 
 
 def _cause(link: str, switch: str | None, t_detect: float) -> dict:
