@@ -339,8 +339,9 @@ def bench_chaos(a) -> list[dict]:
             if gone:
                 left.append({"seed": seed, **gone})
             print(f"  seed {seed}: {outcome}; " + ", ".join(
-                f"{f['kind']} {f['target']}" + (" (skipped)" if "skipped" in f else "") for f in r["failures"]),
-                flush=True)
+                f"{f['kind']} {f['target']}" + (" (skipped)" if "skipped" in f else "") for f in r["failures"])
+                + ("; " + " | ".join(e[:160] for j in r["jobs"] for e in (j.get("errors") or [])[:1])
+                   if outcome == "other" else ""), flush=True)
     scale = f"k=4 fat-tree, 2 jobs x 4 workers x {a.chaos_elements:,} int32, unshaped, {a.chaos_seeds} seeds"
     n = a.chaos_seeds
     out = [figure("chaos seeds ending exact or cleanly partitioned", outcomes["exact"] + outcomes["partitioned"],

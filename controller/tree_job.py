@@ -96,6 +96,7 @@ class TreeJob(Job):
         self.carry = carry_for("switchml", slot_base)   # what a reroute keeps: set per allreduce by prepare()
         self.stopped = False
         self.pending_reinstall: str | None = None   # a switch came back during an allreduce
+        self._spent_epoch = 0          # the last epoch a failed reroute may have left entries of
 
     # -- install ---------------------------------------------------------------------
     def start(self) -> "TreeJob":
@@ -119,7 +120,7 @@ class TreeJob(Job):
                 self.algorithm = algorithm
             t0 = time.monotonic()
             try:
-                new = self._compute(self._down_links(), self.treeset.epoch + 1)
+                new = self._compute(self._down_links(), self._next_epoch())
             except TreeError as exc:
                 self.partitioned = str(exc)
                 self.events.add("partitioned", reason=str(exc))
@@ -251,6 +252,12 @@ class TreeJob(Job):
         return frozenset(frozenset((u, v)) for u, v, d in self.g.edges(data=True) if not d.get("up", True)) | \
             {("bw", tuple(d.get("bw") for _, _, d in self.g.edges(data=True)))}
 
+    def _next_epoch(self) -> int:
+        """The epoch new trees go under: past the installed one and past any a failed reroute
+        may have left entries of (its round 1 installs the new epoch's entries before it knows
+        it will finish), which would otherwise collide (DUPLICATE_ENTRY) with the next install."""
+        return max(self.treeset.epoch, self._spent_epoch) + 1
+
     def _compute(self, down: frozenset, epoch: int):
         """The trees with links `down` failed: precomputed if the standby has them, else now.
         Raises TreeError (partition) either way."""
@@ -341,7 +348,7 @@ class TreeJob(Job):
         t1 = time.monotonic()
         phases["snapshot_ms"] = t1 - ts
         try:
-            new = self._compute(self._down_links(), self.treeset.epoch + 1)
+            new = self._compute(self._down_links(), self._next_epoch())
         except TreeError as exc:
             self._partitioned(what, exc, record, t1)
             return record
@@ -405,6 +412,7 @@ class TreeJob(Job):
         held = set(frozen)
         pending = send_batches(self.clients, first)
         unread = [pending]                   # batches whose answers were not read yet
+        new = None
         try:
             if self.atomic:      # agents: a pause, not a stall, and no resends into the frozen epoch
                 self._publish("rerouting", f"{what} failed")
@@ -413,7 +421,7 @@ class TreeJob(Job):
             boost += time.monotonic() - tb
             standby = (self.algorithm, self._down_links()) in self._standby
             try:
-                new = self._compute(self._down_links(), self.treeset.epoch + 1)
+                new = self._compute(self._down_links(), self._next_epoch())
             except TreeError as exc:
                 unread.remove(pending)
                 collect_batches(pending)
@@ -470,6 +478,7 @@ class TreeJob(Job):
             self._publish()
             t5 = time.monotonic()
         except BaseException:                     # the holds would end by themselves, later
+            self._spent_epoch = max(self._spent_epoch, self.treeset.epoch + 1, new.epoch if new else 0)
             _drain(unread)
             _release(self.clients, held)
             raise
