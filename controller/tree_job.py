@@ -97,6 +97,7 @@ class TreeJob(Job):
         self.stopped = False
         self.pending_reinstall: str | None = None   # a switch came back during an allreduce
         self._spent_epoch = 0          # the last epoch a failed reroute may have left entries of
+        self._failed_reroute = False   # the last reroute failed half-way: the next failure reroutes
 
     # -- install ---------------------------------------------------------------------
     def start(self) -> "TreeJob":
@@ -131,7 +132,11 @@ class TreeJob(Job):
             self.treeset = new
             self.tree_of_slot = partition_slots(new.weights, self.window)
             self.inst = self._install(new)
-            tree_install.remove_groups(self.clients, old)
+            try:
+                tree_install.remove_groups(self.clients, old)
+            except SwitchCommandError as exc:      # left by a reroute that failed half-way
+                self.events.add("remove_groups_error", error=str(exc).splitlines()[0][:200])
+            self._failed_reroute = False
             self._publish()
             self.events.add("trees_installed", epoch=new.epoch, trees=len(new.trees), algorithm=self.algorithm,
                             why=why, compute_ms=round((t1 - t0) * 1e3, 2),
@@ -203,7 +208,7 @@ class TreeJob(Job):
         """Link u-v is marked down or up in the shared graph (by link_changed, or by the
         JobGroup for every job of a network): reroute if an active tree uses it."""
         with self.locked():
-            if not up and self.treeset.uses(u, v):
+            if not up and (self.treeset.uses(u, v) or self._failed_reroute):
                 self.reroute(f"{u}-{v}", t)
             elif not up:
                 self.events.add("no_reinstall", link=f"{u}-{v}", job=self.job, why="not on an active tree")
@@ -216,7 +221,8 @@ class TreeJob(Job):
         """A dead switch: forget what was installed in it (its tables died with it), then
         reroute once around it if an active tree uses it (its links are marked down)."""
         self._forget(sw)
-        if any(sw in tree.parent for tree in self.treeset.trees):
+        if any(sw in tree.parent for tree in self.treeset.trees) or self._failed_reroute:
+            # (a reroute that failed, because this switch died under it, left the job frozen)
             self.reroute(f"switch {sw}", t, switch=sw)
         else:
             self.events.add("no_reinstall", switch=sw, why="not on an active tree")
@@ -251,6 +257,25 @@ class TreeJob(Job):
         may change rates; rat and packing weigh by them)."""
         return frozenset(frozenset((u, v)) for u, v, d in self.g.edges(data=True) if not d.get("up", True)) | \
             {("bw", tuple(d.get("bw") for _, _, d in self.g.edges(data=True)))}
+
+    def _after_failed_reroute(self, new) -> None:
+        """A reroute failed half-way (a switch it needed died under it): the old epoch is frozen
+        and the new one may be partly installed. Its multicast groups are destroyed where they
+        may exist, and the next trees skip to the epoch after it with the other parity: group
+        ids alternate with the epoch's parity (tree_install.tree_group), so that epoch's ids
+        are neither the installed trees' nor any left of the failed ones, and its agg_job keys
+        are new. The next failure event (usually the death that made this one fail) reroutes
+        whatever it hits (`_failed_reroute`), and so does the next link or switch change."""
+        self._failed_reroute = True
+        if new is not None:
+            groups = [tree_install.tree_group(self.job, t.id, new.epoch) for t in new.trees]
+            for sw in self.live_switches():
+                for g in groups:
+                    try:
+                        self.clients[sw].commands([f"mc_mgrp_destroy {g}"])
+                    except SwitchCommandError:
+                        pass                           # not created there
+            self._spent_epoch = max(self._spent_epoch, new.epoch + 1)
 
     def _next_epoch(self) -> int:
         """The epoch new trees go under: past the installed one and past any a failed reroute
@@ -478,9 +503,9 @@ class TreeJob(Job):
             self._publish()
             t5 = time.monotonic()
         except BaseException:                     # the holds would end by themselves, later
-            self._spent_epoch = max(self._spent_epoch, self.treeset.epoch + 1, new.epoch if new else 0)
             _drain(unread)
             _release(self.clients, held)
+            self._after_failed_reroute(new)
             raise
         phases = {"freeze_ms": t3 - t_a, "snapshot_ms": t4 - t3, "entries_ms": t2 - t1, "preload_ms": t5 - t4,
                   "boost_ms": boost, "first_round_ms": t_r1 - t_a, "preload_build_ms": t_r3 - t4,
@@ -506,6 +531,7 @@ class TreeJob(Job):
         self.record_failure(record)
 
     def _rerouted(self, record: dict, new, carried, writes: int, phases: dict) -> dict:
+        self._failed_reroute = False
         if carried.conflicts:
             self.events.add("sparse_carry_conflict", columns=len(carried.conflicts),
                             switches=",".join(sorted({sw for *_, sw in carried.conflicts})),
