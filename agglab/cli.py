@@ -205,6 +205,10 @@ def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
         help="stop switch NAME's process (SIGSTOP: hung, not dead) when FRACTION of the blocks are done; "
              "the liveness probe declares it hung within 0.6 s and it is fenced and rerouted around like "
              "a killed switch; 'tree@0.5' as for --fail-switch; may repeat")
+    opt("--chaos", type=int, metavar="SEED", default=d["chaos"],
+        help="a seeded fault schedule during the run: link flaps, switch kills and restarts, hangs and "
+             "loss bursts at random moments (emulation/chaos.py); every job ends exact or with a clean "
+             "partition error, and the JSON lists each fault with its recovery times")
     opt("--keep", metavar="DIR", default=d["keep"],
         help="when the run ends, keep its directory in DIR (new or empty): per-switch logs, the "
              "control commands sent, events, worker logs and reports, the JSON result")

@@ -117,7 +117,7 @@ class FailureInjector(threading.Thread):
                 _per_job(row, recs, inj["t_fail"])
             else:
                 seen = [t for t, info in self.job.events.of_kind("link_down")
-                        if set(info["link"].split("-")) == {a, b}]
+                        if set(info["link"].split("-")) == {a, b} and t >= inj["t_fail"]]
                 if seen:
                     row["detect_ms"] = round((seen[0] - inj["t_fail"]) * 1e3, 2)
             out.append(row)

@@ -164,10 +164,23 @@ class Session:
                                        if sw not in self.net.dead})      # every switch's at once
         self.loss = (spec.loss, tuple(spec.job_loss))
 
+    def loss_table(self, sw: str) -> dict[int, float]:
+        """One switch's drop probability per port, as _set_loss last set it (none before any run)."""
+        return self._losses.get(sw) or {e["ports"][sw]: 0.0 for _, _, e in self.g.edges(sw, data=True)}
+
     def _set_switch_loss(self, sw: str) -> None:
         """One switch's drop simulator as _set_loss last set it (no loss before any run)."""
-        losses = self._losses.get(sw) or {e["ports"][sw]: 0.0 for _, _, e in self.g.edges(sw, data=True)}
-        drop_sim.set_losses(self.net.client(sw), losses)
+        drop_sim.set_losses(self.net.client(sw), self.loss_table(sw))
+
+    def _chaos(self, spec: RunSpec):
+        """With --chaos SEED: the drawn fault schedule's injector, made once the progress files
+        are known (emulation/chaos.py); else None."""
+        if spec.chaos is None:
+            return None
+        from emulation.chaos import Chaos, draw
+
+        faults = draw(spec.chaos, self.g)
+        return lambda files: Chaos(self, faults, files, spec.chaos)
 
     # -- switch failures -------------------------------------------------------------
     def _switch_exited(self, name: str, code: int, t: float) -> None:
@@ -222,7 +235,8 @@ class Session:
         try:
             with self.job.running():
                 reports, injector = _run_workers(self.net, spec, self.job, self.quiet, f"run{self.runs}",
-                                                 progress=self.progress, cancel=self.cancelled)
+                                                 progress=self.progress, cancel=self.cancelled,
+                                                 make_injector=self._chaos(spec))
         finally:
             fidelity = probe.stop()
         dead = self.net.check_switches()
@@ -237,6 +251,8 @@ class Session:
                       epoch=treeset.epoch, failures=injector.report() if injector else [],
                       switches_down={sw: why.splitlines()[0] for sw, why in sorted(dead.items())},
                       hangs=hang_rows(self.net, self.job)[hangs_before:])
+        if spec.chaos is not None:
+            result["chaos"] = injector.summary()
         result["fidelity"] = fidelity       # link-bound or CPU-bound? (emulation/fidelity.py)
         result["jobs"] = [_job_figures(result, self.job, spec)]
         if spec.cluster:
@@ -268,7 +284,8 @@ class Session:
                 for _, job in tenants:
                     running.enter_context(job.running())
                 reports, injector = _run_tenants(self.net, tenants, self.quiet, f"run{self.runs}",
-                                                 progress=self.progress, cancel=self.cancelled, group=self.group)
+                                                 progress=self.progress, cancel=self.cancelled, group=self.group,
+                                                 make_injector=self._chaos(spec))
         finally:
             fidelity = probe.stop()
         dead = self.net.check_switches()
@@ -297,6 +314,8 @@ class Session:
             "hangs": hang_rows(self.net, self.group)[hangs_before:],
             "fidelity": fidelity, "jobs": per_job,
         }
+        if spec.chaos is not None:
+            result["chaos"] = injector.summary()
         errors = [f"job {j['job']}: {e}" for j in per_job for e in j.get("errors", [])]
         if errors:
             result["errors"] = errors
@@ -363,7 +382,7 @@ def _job_figures(result: dict, job: Job, spec: RunSpec) -> dict:
 
 
 def _run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, progress: bool = False,
-                 cancel: threading.Event | None = None, group: JobGroup | None = None):
+                 cancel: threading.Event | None = None, group: JobGroup | None = None, make_injector=None):
     """Start every job's workers at once (one start gate for all), with the spec's scripted
     failures (each one event for every job: `group`), wait for all; per job its reports by
     rank, and the failure injector (None without failures)."""
@@ -382,7 +401,10 @@ def _run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, pr
     files = [out_dir / f"job{t}-rank{r}.progress" for t, procs in enumerate(started) for r, _, _ in procs]
     spec = tenants[0][0]
     injector = None
-    if spec.fail_specs or spec.fail_switch_specs:     # progress: the slowest worker of any job
+    if make_injector is not None:                     # --chaos (emulation/chaos.py)
+        injector = make_injector(files)
+        injector.start()
+    elif spec.fail_specs or spec.fail_switch_specs:   # progress: the slowest worker of any job
         injector = FailureInjector(net, group or JobGroup([job for _, job in tenants]),
                                    [*spec.fail_specs, *spec.fail_switch_specs], files, spec.seed)
         injector.start()
@@ -489,7 +511,7 @@ def _collect(out_dir: Path, procs: list, prefix: str = "") -> list[dict]:
 
 def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, name: str,
                  module: str = "hosts.worker", extra_args: tuple = (), deadline_s: float | None = None,
-                 progress: bool = False, cancel: threading.Event | None = None):
+                 progress: bool = False, cancel: threading.Event | None = None, make_injector=None):
     out_dir = net.run.path / name
     out_dir.mkdir()
     gate = StartGate() if module == "hosts.worker" else None     # the programs that wait at it
@@ -501,7 +523,10 @@ def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, nam
         if gate:
             gate.close()
     injector = None
-    if spec.fail_specs or spec.fail_switch_specs:
+    if make_injector is not None:             # --chaos (emulation/chaos.py)
+        injector = make_injector([out_dir / f"rank{r}.progress" for r in range(len(job.workers))])
+        injector.start()
+    elif spec.fail_specs or spec.fail_switch_specs:
         injector = FailureInjector(net, job, [*spec.fail_specs, *spec.fail_switch_specs],
                                    [out_dir / f"rank{r}.progress" for r in range(len(job.workers))], spec.seed)
         injector.start()
