@@ -27,7 +27,7 @@ def add_train_parser(sub) -> None:
                    f"{', '.join(PROFILE_MODELS)} or a profile .yaml")
     t.add_argument("--dataset", default="digits", choices=["digits"], help="scikit-learn's digits (shipped)")
     t.add_argument("--workers", type=int, default=4, help="worker hosts, each training its shard (default 4)")
-    t.add_argument("--algorithm", default="switchml",
+    t.add_argument("--algorithm", default=schemes.DEFAULT,
                    help=f"aggregation scheme: {schemes.help_text()} (with --topk F only the top F of the "
                    "blocks travel)")
     t.add_argument("--dtype", choices=["int32", "float32"], default="int32",

@@ -185,7 +185,7 @@ class Session:
     # -- switch failures -------------------------------------------------------------
     def _switch_exited(self, name: str, code: int, t: float) -> None:
         """The switch watcher's callback (its thread): a dead switch is a failure of all its
-        links; the job reroutes around it. Never raises into the watcher."""
+        links; the jobs reroute around it. Never raises into the watcher."""
         self.events.add("switch_exited", t=t, switch=name, code=code)
         try:
             self.group.switch_changed(name, False, t)
@@ -339,8 +339,8 @@ class Session:
 
     def stop(self) -> None:
         try:
-            if self.job:
-                self.job.stop()
+            for job in self.jobs or ([self.job] if self.job else []):
+                job.stop()              # every tenant: teardown's link events are not failures
             if self.monitor:
                 self.monitor.stop()
         finally:

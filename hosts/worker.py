@@ -152,6 +152,8 @@ def _get(stats, key):
 
 
 def _stats_dict(stats) -> dict:
+    if isinstance(stats, dict):
+        return dict(stats)
     if hasattr(stats, "__dataclass_fields__"):
         from dataclasses import asdict
 
