@@ -174,7 +174,7 @@ def _print_human(r: dict) -> None:
     verdict = "identical to" if r["max_abs_param_diff"] == 0 else "differs from"
     print(f"{'OK' if r['ok'] else 'MISMATCH'}: mlp on digits, {r['workers']} workers, {r['algorithm']} "
           f"({r['dtype']}, top-k {r['topk']}), {r['steps']} steps in {r['seconds']} s, "
-          f"packet loss {r['loss']:.0%} per link direction, {r['retransmissions']} retransmissions")
+          f"packet loss {r['loss'] * 100:g}% per link direction, {r['retransmissions']} retransmissions")
     print(f"  test accuracy {r['final_accuracy']:.4f} through the switches vs {r['single_process_accuracy']:.4f} "
           f"in one process; parameters {verdict} the one-process run (max |diff| {r['max_abs_param_diff']:.3g})")
     for f in r.get("failures", []):

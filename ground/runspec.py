@@ -139,6 +139,7 @@ class RunSpec:
     fail: list[str] = field(default_factory=list)    # ["A-B@0.5", "tree@0.5", ...]
     fail_switch: list[str] = field(default_factory=list)   # ["a1@0.5", "tree@0.5", ...]: kill switches
     hang_switch: list[str] = field(default_factory=list)   # the same syntax: SIGSTOP switches (hung, not dead)
+    chaos: int | None = None           # a seeded fault schedule (emulation/chaos.py): its seed
     length_override: dict[int, int] = field(default_factory=dict)   # rank -> length (tests)
     jobs: int = 1                      # concurrent allreduces (tenants) of `workers` each, ids job, job+1, ...
     job_loss: list[float] = field(default_factory=list)   # per job: loss on its workers' links (else `loss`)
@@ -263,6 +264,11 @@ class RunSpec:
         if (self.fail or self.fail_switch) and self.tree == "bml" and self.bml_variant == "host":
             raise ValueError("--fail/--fail-switch: BML's host variant does not re-plan its schedule; "
                              "fail links or switches with --bml-variant in-network")
+        if self.chaos is not None and not self.on_trees:
+            raise ValueError("--chaos: the drawn faults (flaps, kills, hangs, loss bursts) are recovered by "
+                             f"the tree jobs: use an in-network scheme on a switch tree ({switch_trees()})")
+        if self.chaos is not None and (self.fail or self.fail_switch or self.hang_switch):
+            raise ValueError("--chaos draws its own faults: leave out --fail, --fail-switch and --hang-switch")
         if self.hang_switch and self.tree == "bml":
             raise ValueError("--hang-switch: a hung switch is rerouted around like a killed one, which needs "
                              f"jobs on a switch tree ({switch_trees()})")
