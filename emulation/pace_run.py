@@ -175,6 +175,8 @@ def _emulate(spec: RunSpec, profile, pure: dict, sc: Scale, opts: PaceOptions, q
         if opts.plan_cost == "measured":
             partition = max(opts.partition_mb, ALPHA_SHARE * cost.alpha_ms / cost.beta_ms_per_byte / MiB)
             plans = model_runs(profile, list(pure), cost, replace(opts, partition_mb=partition))
+        # the model's prediction on the network as measured: what the emulated iteration should match
+        predicted = plans if opts.plan_cost == "measured" else model_runs(profile, list(pure), cost, opts)
         for s, it in plans.items():
             sizes = [max(1, round(tr.nbytes / 4 / sc.shrink)) for tr in it.transfers]
             emu_seconds = sum(sizes) * 32 / (spec.bw * 1e6) + it.iteration_ms * 1e-3 * sc.dilation
@@ -194,6 +196,7 @@ def _emulate(spec: RunSpec, profile, pure: dict, sc: Scale, opts: PaceOptions, q
             "emulated_cost": {"alpha_ms": round(cost.alpha_ms, 4),
                               "ms_per_mb": round(cost.beta_ms_per_byte * MiB, 4)},
             "plan_cost": opts.plan_cost, "partition_mb": round(partition, 3),
+            "planned_iteration_ms": {s: round(p.iteration_ms, 3) for s, p in predicted.items()},
             "emulated_plan": {s: {"transfers": len(p.transfers), "preemptions": len(p.preemptions)}
                               for s, p in plans.items()},
             "emulated_goodput_mbps": round(min(goodput), 3) if goodput else None,
@@ -220,6 +223,7 @@ def per_scheduler(result: dict) -> dict[str, dict]:
         "link": {"link": "worker transfers", "configured_mbps": bw, "achieved_mbps": goodput,
                  "utilisation": round(goodput / bw, 3) if goodput is not None and bw else None}}
     common = {k: result[k] for k in ("emulated_cost", "partition_mb", "compute_ms", "model_speedup", "speedup",
+                                     "planned_iteration_ms",
                                      "trace", "timeline", "scale", "shrink", "dilation") if k in result}
     out = {}
     iteration = result.get("iteration_ms") if isinstance(result.get("iteration_ms"), dict) else {}
