@@ -16,7 +16,7 @@ import yaml
 from emulation.fidelity import _Direction, bottleneck, verdict
 from experiments import cli
 from experiments.analysis import judge
-from experiments.definition import ConfigError, parse_definition, ring_vs_innet
+from experiments.definition import ConfigError, load_definition, parse_definition, ring_vs_innet
 from experiments.runner import load_rows, load_suite, plan, run_suite
 from experiments.units import Scale, UnitError, parse_rate, parse_size, parse_time
 from ground.paths import REPO
@@ -491,3 +491,25 @@ def test_the_wide_variant_keeps_its_runs_apart():
     assert cli.results_name("default", 64) == "default"
     assert cli.results_name("default", 256) == "default-k256"
     assert cli.results_name("quick", 256) != cli.results_name("quick", 64)
+
+
+def test_packing_shares_plot_shows_the_slow_links_case(tmp_path, monkeypatch):
+    """The shares plot draws the packed trees where the slow links are (slow_fraction 0.25),
+    not the homogeneous case: with one of the 8 rack uplinks at 1/4 rate, the packing is
+    more than one tree and the plot's subject is that run's topology."""
+    from experiments import plots
+
+    d = load_definition(TRENDS / "packing.yaml")
+    points = d.points(5.0, tmp_path / "topologies")
+    rows = [{"definition": d.name, "series": p.series, "values": p.values, "spec": p.spec.to_dict(),
+             "key": p.key, "ok": True} for p in points if p.spec and p.series == "packing"]
+    assert {r["values"]["slow_fraction"] for r in rows} == {0.0, 0.25, 0.5}
+    seen = []
+    real = plots._packed
+    monkeypatch.setattr(plots, "_packed", lambda spec: seen.append(spec) or real(spec))
+    out = plots.shares_plot(rows, d, tmp_path / "shares.png")
+    assert out and out.stat().st_size > 0
+    fractions = [next(r["values"]["slow_fraction"] for r in rows if r["spec"] == s) for s in seen]
+    assert fractions == [0.25, 0.5]                      # the homogeneous case is not drawn
+    g, ts, slow = real(seen[0])
+    assert len(slow) == 2 and len(ts.trees) > 1          # slow uplinks, and a packing around them
