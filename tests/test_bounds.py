@@ -1,4 +1,5 @@
-"""The analytic bounds of experiments/bounds.py on small networks worked by hand.
+"""The wire model (emulation/wire_model.py) and the claims' bounds (experiments/bounds.py) on
+small networks worked by hand.
 
 Every expected value is arithmetic written out in the comments, from the frame sizes of
 the default program variant (K = 64: a 314 B aggregation frame carrying 256 B of values;
@@ -12,7 +13,8 @@ from __future__ import annotations
 import pytest
 
 from controller import topologies
-from experiments import bounds
+from emulation import wire_model as bounds
+from experiments import bounds as claim_bounds
 from experiments.analysis import Verdict
 from experiments.definition import Claim
 from ground import wire
@@ -170,7 +172,7 @@ def test_ps_across_a_fat_tree_follows_the_installed_routes():
     (float("nan"), 5.0, "–"), (5.0, float("nan"), "–"),
 ])
 def test_compare(ours, bound, want):
-    assert bounds.compare(ours, bound) == want
+    assert claim_bounds.compare(ours, bound) == want
 
 
 def test_a_verdict_says_how_far_it_is_from_its_bound():
