@@ -11,7 +11,7 @@ run uses, not typed in:
 
 * in-network (switchml) on the controller's trees (`controller.trees.compute`, with their
   weights): each tree edge carries its share of the aggregation frames up and the results
-  down; every call adds one lead frame per slot;
+  down; every call adds its lead frames (float32: one per slot; int32: one);
 * block-sparse (omnireduce): the same, with each worker's own non-zero K-blocks going up
   and the union of its subtree's coming down (`hosts.sparse_workload`, the run's seed);
 * ring: rank r sends 2(n-1)/n of the gradient to rank r+1 over the installed IP routes
@@ -116,9 +116,16 @@ def tcp_bytes(payload: float) -> float:
 
 
 # -- per algorithm: the wire time of one allreduce on one graph ----------------------
+def leads(spec: RunSpec, blocks: int) -> int:
+    """Lead frames of a dense call of `blocks` K-blocks (hosts/agent.py): float32 leads on
+    every slot (the first exponents), int32 on slot 0 only (the consistency lanes)."""
+    return min(spec.default_window(), blocks) if spec.dtype == "float32" else 1
+
+
 def frames(spec: RunSpec) -> int:
-    """Aggregation frames a dense call sends per worker: its K-blocks and one lead per slot."""
-    return -(-spec.elements // wire.K) + spec.default_window()
+    """Aggregation frames a dense call sends per worker: its K-blocks and its lead frames."""
+    blocks = -(-spec.elements // wire.K)
+    return blocks + leads(spec, blocks)
 
 
 def innet_seconds(spec: RunSpec, g: nx.Graph) -> float:
@@ -193,7 +200,8 @@ def bml_seconds(spec: RunSpec, g: nx.Graph) -> float:
                 _add(loads, t.via, t.dst, piece)
             total += link_seconds(g, loads)
         return total
-    part = (-(-spec.elements // parts // wire.K) + spec.default_window()) * wire.FRAME_BYTES
+    blocks = -(-spec.elements // parts // wire.K)
+    part = (blocks + leads(spec, blocks)) * wire.FRAME_BYTES
     total = 0.0
     for stage in sched.in_network:
         loads = {}

@@ -5,7 +5,8 @@ Every expected value is arithmetic written out in the comments, from the frame s
 the default program variant (K = 64: a 314 B aggregation frame carrying 256 B of values;
 TCP: 1448 B of payload in a 1514 B frame), never a call to the code under test.
 Common to all: 6,400 int32 = 100 K-blocks = 25,600 B per worker, window 4, so a dense
-call sends 100 + 4 (lead) = 104 frames = 32,656 B each way on a tree edge.
+call sends 100 + 1 (int32: slot 0's lead) = 101 frames = 31,714 B each way on a tree edge;
+a sparse call leads on every slot: its blocks + 4.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.skipif(wire.K != 64, reason="hand-worked for the 64-val
 
 ELEMENTS, WINDOW = 6400, 4
 G = 25_600                    # gradient bytes per worker
-DENSE = 104 * 314             # 32,656 B: a dense call's frames each way on a tree edge
+DENSE = 101 * 314             # 31,714 B: a dense call's frames each way on a tree edge
 TCP = 1514 / 1448             # wire bytes per TCP payload byte
 
 
@@ -38,15 +39,15 @@ def seconds(nbytes: float, mbps: float) -> float:
 
 
 def test_in_network_and_ring_on_one_switch():
-    """4 workers on one 10 Mb/s switch. In-network: every host link carries 32,656 B each
+    """4 workers on one 10 Mb/s switch. In-network: every host link carries 31,714 B each
     way. Ring: each host sends 2(n-1)/n = 1.5 x 25,600 = 38,400 B of payload to its right
     neighbour, 38,400 x 1514/1448 = 40,150.3 B on the wire, one flow per link direction."""
     g = topologies.single_switch(4, bw=10)
     innet = bounds.wire_seconds(spec(workers=4, bw=10), g)
     ring = bounds.wire_seconds(spec(workers=4, bw=10, algorithm="ring"), g)
-    assert innet == pytest.approx(seconds(32_656, 10))              # 0.0261 s
+    assert innet == pytest.approx(seconds(31_714, 10))              # 0.0254 s
     assert ring == pytest.approx(seconds(38_400 * TCP, 10))          # 0.0321 s
-    assert ring / innet == pytest.approx(40_150.3 / 32_656, rel=1e-5)   # 1.2295
+    assert ring / innet == pytest.approx(40_150.3 / 31_714, rel=1e-5)   # 1.2660
 
 
 def test_sharded_ps_on_one_switch_moves_what_ring_moves():
@@ -58,7 +59,7 @@ def test_sharded_ps_on_one_switch_moves_what_ring_moves():
 
 
 def test_in_network_time_does_not_grow_with_workers():
-    """2 or 16 workers on one switch: the same 32,656 B per host link -> t16/t2 = 1."""
+    """2 or 16 workers on one switch: the same 31,714 B per host link -> t16/t2 = 1."""
     t2 = bounds.wire_seconds(spec(workers=2, bw=10), topologies.single_switch(2, bw=10))
     t16 = bounds.wire_seconds(spec(workers=16, bw=10), topologies.single_switch(16, bw=10))
     assert t16 / t2 == pytest.approx(1.0)
@@ -69,47 +70,47 @@ def test_rat_vs_ps_on_an_oversubscribed_leaf_spine():
     two hosts send 2G/4 = 12,800 B to each of the 2 remote hosts: 4 x 12,800 = 51,200 B
     of payload up l1->s1, 53,535 B on the wire at 50 Mb/s = 8.566 ms (a host link carries
     3 x 12,800 = 38,400 B at 100: less). RAT: the rack's uplink carries the whole
-    aggregation once, 32,656 B at 50 Mb/s = 5.225 ms. PS/RAT = 53,535 / 32,656 = 1.639."""
+    aggregation once, 31,714 B at 50 Mb/s = 5.074 ms. PS/RAT = 53,535 / 31,714 = 1.688."""
     g = topologies.leaf_spine(2, 2, 1, host_bw=100, uplink_bw=50, workers=4)
     ps = bounds.wire_seconds(spec(workers=4, algorithm="ps"), g)
     rat = bounds.wire_seconds(spec(workers=4, tree="rat"), g)
     assert ps == pytest.approx(seconds(51_200 * TCP, 50))
-    assert rat == pytest.approx(seconds(32_656, 50))
-    assert ps / rat == pytest.approx(1.6394, rel=1e-3)
+    assert rat == pytest.approx(seconds(31_714, 50))
+    assert ps / rat == pytest.approx(1.6880, rel=1e-3)
 
 
 def test_packing_vs_one_tree_with_a_slow_uplink():
     """One host per rack (h1 on l1, h2 on l2), spines s1 and s2, every link 100 Mb/s but
     l1-s1 at 25. One shortest-path tree is rooted at the central switch s1 (ties go to
-    the first name) and crosses l1-s1: 32,656 B at 25 Mb/s = 10.45 ms. Packed trees split
+    the first name) and crosses l1-s1: 31,714 B at 25 Mb/s = 10.15 ms. Packed trees split
     the gradient between the spines in proportion to their rates (25 : 100): the s1 tree's
-    share 0.2 x 32,656 at 25 = 2.09 ms, the s2 tree's 0.8 x 32,656 at 100 = 2.61 ms, and
-    every host link carries all of it, 32,656 B at 100 = 2.61 ms: the host links bind.
+    share 0.2 x 31,714 at 25 = 2.03 ms, the s2 tree's 0.8 x 31,714 at 100 = 2.03 ms, and
+    every host link carries all of it, 31,714 B at 100 = 2.54 ms: the host links bind.
     one tree / packed = 100 / 25 = 4."""
     g = topologies.leaf_spine(2, 1, 2, host_bw=100, uplink_bw=100, workers=2)
     g.edges["l1", "s1"]["bw"] = 25
     one = bounds.wire_seconds(spec(workers=2, tree="spt"), g)
     packed = bounds.wire_seconds(spec(workers=2, tree="packing"), g)
-    assert one == pytest.approx(seconds(32_656, 25))
+    assert one == pytest.approx(seconds(31_714, 25))
     # Garg-Koenemann packs to within its epsilon (0.1) of the best rates
-    assert packed == pytest.approx(seconds(32_656, 100), rel=0.1)
+    assert packed == pytest.approx(seconds(31_714, 100), rel=0.1)
     assert one / packed == pytest.approx(4.0, rel=0.1)
 
 
 def test_ring_vs_rat_with_an_uplink_failing_half_way():
     """2 racks x 2 hosts, 2 spines, host links 100, uplinks 50 (1:2); l1-s1 fails at half
     the blocks. RAT: with both spines, its LP halves the gradient over them: an uplink
-    carries 0.5 x 32,656 at 50 = a host link's 32,656 at 100 = 2.612 ms; after the failure
-    l1-s2 carries all of it at 50 = 5.225 ms; half of each: 3.919 ms. Ring: the one flow
+    carries 0.5 x 31,714 at 50 = a host link's 31,714 at 100 = 2.537 ms; after the failure
+    l1-s2 carries all of it at 50 = 5.074 ms; half of each: 3.806 ms. Ring: the one flow
     leaving each rack (h2->h3, h4->h1) is 38,400 x 1514/1448 = 40,150.3 B on a 50 Mb/s
-    uplink, 6.424 ms, before and after (the other spine takes it). Ring/RAT = 1.639."""
+    uplink, 6.424 ms, before and after (the other spine takes it). Ring/RAT = 1.688."""
     g = topologies.leaf_spine(2, 2, 2, host_bw=100, uplink_bw=50, workers=4)
     fail = ["l1-s1@0.5"]
     rat = bounds.wire_seconds(spec(workers=4, tree="rat", fail=fail), g)
     ring = bounds.wire_seconds(spec(workers=4, algorithm="ring", fail=fail), g)
-    assert rat == pytest.approx(0.5 * seconds(32_656, 100) + 0.5 * seconds(32_656, 50))
+    assert rat == pytest.approx(0.5 * seconds(31_714, 100) + 0.5 * seconds(31_714, 50))
     assert ring == pytest.approx(seconds(38_400 * TCP, 50))
-    assert ring / rat == pytest.approx(1.6393, rel=1e-3)
+    assert ring / rat == pytest.approx(1.6880, rel=1e-3)
     assert g.edges["l1", "s1"].get("up", True)         # the caller's graph is left as it was
 
 
@@ -121,13 +122,13 @@ def test_a_failure_picked_at_run_time_has_no_bound():
 
 def test_sparse_ceiling_is_one_over_density_plus_the_lead():
     """2 workers, overlapping blocks at density 0.1: both have the same round(0.1 x 100) =
-    10 non-zero K-blocks, so a host link carries 10 + 4 (lead) = 14 frames each way against
-    the dense 104: speed-up bound 104 / 14 = 7.43 (not 10: the lead frames)."""
+    10 non-zero K-blocks, so a host link carries 10 + 4 (a lead per slot) = 14 frames each
+    way against the dense 101: speed-up bound 101 / 14 = 7.21 (not 10: the lead frames)."""
     g = topologies.single_switch(2, bw=10)
     dense = bounds.wire_seconds(spec(workers=2), g)
     sparse = bounds.wire_seconds(spec(workers=2, algorithm="omnireduce", density=0.1, pattern="overlap"), g)
     assert sparse == pytest.approx(seconds(14 * 314, 10))
-    assert dense / sparse == pytest.approx(104 / 14)
+    assert dense / sparse == pytest.approx(101 / 14)
 
 
 def test_sparse_random_blocks_come_back_as_their_union():
@@ -145,13 +146,13 @@ def test_bml_stages_on_bcube_2_1():
     3,200 B. Per NIC and stage a server sends: reduce-scatter 2 pieces then 1, all-gather 1
     then 2: 6 pieces = 19,200 B of payload over the 4 stages, each stage as long as one
     NIC's share: 19,200 x 1514/1448 B at 10 Mb/s = 16.06 ms. In-network: 2 stages, each
-    member sends its half (50 blocks + 4 lead = 54 frames = 16,956 B) to the level switch
-    and gets the sum back: 2 x 16,956 B at 10 Mb/s = 27.13 ms."""
+    member sends its half (50 blocks + 1 lead = 51 frames = 16,014 B) to the level switch
+    and gets the sum back: 2 x 16,014 B at 10 Mb/s = 25.62 ms."""
     g = topologies.bcube(2, 1, bw=10, workers=4)
     host = bounds.wire_seconds(spec(workers=4, topology="bcube", tree="bml", bml_variant="host"), g)
     innet = bounds.wire_seconds(spec(workers=4, topology="bcube", tree="bml"), g)
     assert host == pytest.approx(seconds(19_200 * TCP, 10))
-    assert innet == pytest.approx(seconds(2 * 54 * 314, 10))
+    assert innet == pytest.approx(seconds(2 * 51 * 314, 10))
 
 
 def test_ps_across_a_fat_tree_follows_the_installed_routes():

@@ -234,8 +234,10 @@ def test_report_from_synthetic_runs(tmp_path):
     # the 'big' series times equal the in-network ones: 1x, not 3x -> does not hold, and flagged
     assert "big is 3x slower" in report and "does not hold — 2 CPU-bound run(s) involved" in report
     # why, for a claim that does not hold: its CPU-bound runs and the definition's reason (one line)
-    # float32 and int32 are the same bytes: the bound is 1, and the measured 1 matches it
-    assert ("| does not hold — 2 CPU-bound run(s) involved | matches its bound | 2 of its runs CPU-bound: those "
+    # 64 KiB = 256 blocks; float32 leads on all 128 slots (the first exponents), int32 on slot 0
+    # only: bound (256 + 128) / (256 + 1) = 1.494, and the measured 1 is 1 - 1/1.494 = 33% below
+    assert "| 1.49 | 1 (1–1) |" in report
+    assert ("| does not hold — 2 CPU-bound run(s) involved | 33% below its bound | 2 of its runs CPU-bound: those "
             "times measure the emulator; float32 costs the same bytes |") in report
     assert "| holds | matches its bound |  |" in report                            # no reason shown for a claim that holds
     assert "real time = emulated time x 0.07629" in report     # (100 MB / 64 KiB) / (100 Gb/s / 5 Mb/s)
