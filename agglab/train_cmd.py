@@ -141,13 +141,15 @@ def _print_human(r: dict) -> None:
         print(f"{r['profile']}, {r['workers']} workers, {r['algorithm']} on a {r['link_gbps']} Gb/s network, "
               f"{where}: compute {r['compute_ms']} ms")
         if r["emulated"]:
-            c = r["emulated_cost"]
-            print(f"  emulated network measured at alpha {c['alpha_ms']} ms + {c['ms_per_mb']} ms/MB "
-                  f"(real-network units; modelled alpha {r['alpha_us'] / 1e3} ms); schedules planned "
-                  f"with the {r['plan_cost']} cost; {r['retransmissions']} retransmissions")
+            c, m = r["emulated_cost"], r["model_cost"]
+            print(f"  cost per allreduce, real-network units: measured alpha {c['alpha_ms']} ms + beta "
+                  f"{c['ms_per_mb']} ms/MB; model alpha {m['alpha_ms']} ms + beta {m['ms_per_mb']} ms/MB; "
+                  f"schedules planned with the {r['plan_cost']} cost; {r['retransmissions']} retransmissions")
         print(f"  iteration ms: {r['iteration_ms']} (pure model {r['model_iteration_ms']})")
         if "speedup" in r:
-            print(f"  PACE speed-up over FIFO: {r['speedup']}x (model {r['model_speedup']}x)")
+            with_measured = (f", {r['measured_cost_speedup']}x with the measured cost"
+                             if "measured_cost_speedup" in r else "")
+            print(f"  PACE speed-up over FIFO: {r['speedup']}x (model {r['model_speedup']}x{with_measured})")
         print(f"  timeline {r['timeline']}, trace {r['trace']} (Perfetto / chrome://tracing)")
         return
     verdict = "identical to" if r["max_abs_param_diff"] == 0 else "differs from"

@@ -193,12 +193,13 @@ def _pace_table(outcome: "Outcome", d) -> list[str]:
         med = {s: statistics.median(real_seconds(r) * 1e3 for r in rs) for s, rs in by.items()}
         p = by["fifo"][0]["pace"]
         pure = {s: by[s][0]["pace"].get("model_iteration_ms") for s in by}
-        cost = p.get("emulated_cost") or {}
+        cost, model_cost = p.get("emulated_cost") or {}, p.get("model_cost") or {}
         bound = sum(1 for r in rows if (r.get("fidelity") or {}).get("link_bound"))
         lines.append(f"| {model} | {p.get('compute_ms')} | {med['fifo']:.1f} | {med['pace']:.1f} | "
                      f"{med['fifo'] / med['pace']:.3f} | {pure['fifo']} / {pure['pace']} | {p.get('model_speedup')} | "
                      f"{p.get('scale')} | {p.get('shrink')} | alpha {cost.get('alpha_ms')} ms + "
-                     f"{cost.get('ms_per_mb')} ms/MB | {bound}/{len(rows)} |")
+                     f"{cost.get('ms_per_mb')} ms/MB (model: {model_cost.get('alpha_ms', '–')} ms + "
+                     f"{model_cost.get('ms_per_mb', '–')} ms/MB) | {bound}/{len(rows)} |")
     return lines + [""]
 
 
