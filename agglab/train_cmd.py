@@ -158,6 +158,12 @@ def _print_human(r: dict) -> None:
           f"{r['retransmissions']} retransmissions")
     print(f"  test accuracy {r['final_accuracy']:.4f} through the switches vs {r['single_process_accuracy']:.4f} "
           f"in one process; parameters {verdict} the one-process run (max |diff| {r['max_abs_param_diff']:.3g})")
+    c = r.get("cost") or {}
+    if "alpha_ms" in c:
+        model = (f"; link model alpha {c['model_alpha_ms']} ms + beta {c['model_ms_per_mb']} ms/MB"
+                 if "model_ms_per_mb" in c else "")
+        print(f"  per allreduce call ({c['calls']} calls, emulated network's units): alpha {c['alpha_ms']} ms + "
+              f"beta {c['ms_per_mb']} ms/MB (fitted: {c['fitted']}){model}")
     for f in r.get("failures", []):
         print(f"  link {f['link']} failed at {f['at']:.0%} of the steps: detected in {f['detect_ms']} ms")
     print(f"  plot {r['plot']}")

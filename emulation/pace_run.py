@@ -31,7 +31,6 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-import numpy as np
 
 from emulation.session import Session
 from hosts.replay_worker import answer_path
@@ -210,14 +209,8 @@ def calibrate(replayers: Replayers, elements: list[int], sc: Scale, bw_mbps: flo
                                         120 + give_up * 3 + 40 * sum(sizes) * 32 / (bw_mbps * 1e6))
     if errors:
         raise RuntimeError("; ".join(errors))
-    return fit_cost([n * 4 * sc.shrink for n in sizes] * len(spans),
+    return CostModel.fit([n * 4 * sc.shrink for n in sizes] * len(spans),
                     [(end - start) * 1e3 / sc.dilation for rank in spans for start, end in rank])
-
-
-def fit_cost(real_bytes: list[float], real_ms: list[float]) -> CostModel:
-    """alpha + beta*s through (bytes, ms) by least squares (alpha >= 0, beta > 0)."""
-    beta, alpha = np.polyfit(np.asarray(real_bytes, float), np.asarray(real_ms, float), 1)
-    return CostModel(max(alpha, 0.0), max(beta, 1e-15))
 
 
 def _emulate(spec: RunSpec, profile, pure: dict, sc: Scale, opts: PaceOptions, quiet: bool):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 import traceback
 from typing import Callable
 
@@ -60,6 +61,7 @@ class Communicator:
         self._route = (self._watcher.poll() if self._watcher else None) or {}
         self._progress = ProgressFile(self.seat.progress) if self.seat.progress else None
         self.calls, self.last_stats = 0, None
+        self.call_log: list[tuple[int, float]] = []     # (bytes, seconds) of every call: its cost
 
     @classmethod
     def from_env(cls, transport=None) -> "Communicator":
@@ -74,7 +76,10 @@ class Communicator:
 
     def allreduce(self, array) -> np.ndarray:
         """Sum of `array` (int32 or float32, same shape on every rank) over the job's workers."""
-        result, self.last_stats = ALGORITHMS[self.spec.algorithm](self, np.asarray(array))
+        array = np.asarray(array)
+        started = time.monotonic()
+        result, self.last_stats = ALGORITHMS[self.spec.algorithm](self, array)
+        self.call_log.append((array.nbytes, time.monotonic() - started))
         self.calls += 1
         return result
 
