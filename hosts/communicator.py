@@ -29,7 +29,9 @@ from typing import Callable
 
 import numpy as np
 
+from ground.priority import as_batch_work
 from ground.runspec import RunPlan
+from ground.timerslack import set_timer_slack
 
 ALGORITHMS: dict[str, Callable] = {}
 
@@ -114,6 +116,8 @@ def rank_program(description: str, input_help: str, body, argv: list[str] | None
     ap.add_argument("rank", type=int)
     ap.add_argument("input", help=input_help)
     args = ap.parse_args(argv)
+    as_batch_work()             # as hosts/worker.py: a woken rank never preempts a switch,
+    set_timer_slack()           # and its pacer wakes on time (ground/timerslack.py)
     plan = RunPlan.read(args.plan)
     report: dict = {"rank": args.rank, "ok": False}
     try:

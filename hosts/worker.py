@@ -17,6 +17,7 @@ import traceback
 import numpy as np
 
 from ground.priority import as_batch_work
+from ground.timerslack import set_timer_slack
 from ground.progress import ProgressFile
 from ground.runspec import RunPlan, WorkerSeat
 from ground.start_gate import wait_to_start
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("rank", type=int)
     args = ap.parse_args(argv)
     as_batch_work()                 # a woken worker never preempts a switch (ground/priority.py)
+    set_timer_slack()               # its pacer wakes on time on any machine (ground/timerslack.py)
     plan = RunPlan.read(args.plan)
     return run_seat(plan, plan.seats[args.rank])
 
