@@ -9,6 +9,10 @@ BACKEND ?= soft
 CONFIG  ?= default
 # CONFIG: a suite name under experiments/configs (default, quick) or any definition/suite file
 PYTEST_ARGS ?=
+# make bench: ONLY=sections (comma-separated), COMPARE=results/bench/X.json, BENCH_ARGS=any other option
+ONLY       ?=
+COMPARE    ?=
+BENCH_ARGS ?=
 # K: the program variant, values per packet (64, or the wide 256); passed on as AGGLAB_K
 K       ?=
 RUNENV  := $(if $(K),env AGGLAB_K=$(K),)
@@ -23,7 +27,8 @@ help:
 	@echo "                [K=256]                             any target: the wide program variant (256 int32 per packet)"
 	@echo "make calibrate                                      measure this machine's fidelity ceiling"
 	@echo "make test                                           run the tests"
-	@echo "make bench                                          speed figures vs targets, JSON in results/bench/"
+	@echo "make bench [ONLY=daemon,wire] [COMPARE=results/bench/X.json] [BENCH_ARGS=...]"
+	@echo "                                                    speed figures vs targets, JSON in results/bench/"
 	@echo "make clean                                          remove leftovers of crashed runs"
 	@echo "make p4                                             compile p4src/ for BMv2 (p4c on PATH or /opt/*/bin) into build/p4/kK"
 	@echo "make p4gen                                          regenerate p4src/include/values.p4 after changing AGG_K(_WIDE)"
@@ -46,7 +51,7 @@ calibrate: setup
 	$(SUDO) $(RUNENV) $(PY) -m agglab calibrate
 
 bench: setup
-	$(SUDO) $(RUNENV) $(PY) -m agglab.bench
+	$(SUDO) $(RUNENV) $(PY) -m agglab.bench $(if $(ONLY),--only $(ONLY)) $(if $(COMPARE),--compare $(COMPARE)) $(BENCH_ARGS)
 
 clean:
 	$(SUDO) $(PY) -m agglab clean

@@ -1,4 +1,4 @@
-"""`make bench`: every speed figure of issue 10 beside its target, printed and saved as JSON.
+"""`make bench`: every speed figure the project has a target for, beside that target, printed and saved as JSON.
 
 Figures (each says its link rate, its scale and whether the run was link-bound, because
 an emulation is only faithful while the links, not the CPU, are the bottleneck):
@@ -47,8 +47,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ground import wire
-from ground.paths import REPO
+from ground import lifeline, schemes, wire
+from ground.paths import REPO, RESULTS
 
 SECTIONS = ("pipeline", "daemon", "wire", "wide", "reroute", "switchfail", "build", "sparse", "trees", "bmv2",
             "bmv2-reroute")
@@ -93,7 +93,7 @@ def bench_daemon(a) -> list[dict]:
         main = sched == "batch"       # the target's figure: senders that never preempt the daemon
         out.append(figure("daemon frames/s in, 8-way aggregation" + ("" if main else ", senders SCHED_OTHER"),
                           r["rx_pps"], "frames/s",
-                          target=">= 150,000 (3x the issue's ~50,000)" if main else None,
+                          target=">= 150,000 (3x the ~50,000 measured at the start)" if main else None,
                           met=r["rx_pps"] >= 150_000 if main else None,
                           link_mbps=None, scale=f"8 workers x window {opts.window} on unshaped veths",
                           link_bound=False, frames_out_per_s=round(r["tx_pps"]),
@@ -154,7 +154,8 @@ def bench_wide(a) -> list[dict]:
         proc = subprocess.run([sys.executable, "-m", "agglab.bench", "--only", "wire", "--rates", rates,
                                "--elements", str(a.elements), "--out", str(out)], cwd=REPO,
                               env={**os.environ, "AGGLAB_K": str(wire.WIDE_K)},
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              preexec_fn=lifeline.preexec(bound_to_thread=True))
         if proc.returncode != 0 or not out.exists():
             raise RuntimeError(f"the AGGLAB_K={wire.WIDE_K} bench failed: {proc.stdout[-1500:]}")
         report = json.loads(out.read_text())
@@ -164,8 +165,8 @@ def bench_wide(a) -> list[dict]:
 
 
 def _phases() -> tuple[str, ...]:
-    """The figures of a reroute: its total's parts, then controller.job.REROUTE_PHASES."""
-    from controller.job import REROUTE_PHASES
+    """The figures of a reroute: its total's parts, then controller.tree_job.REROUTE_PHASES."""
+    from controller.tree_job import REROUTE_PHASES
 
     return ("detect_ms", "recompute_ms", "install_ms") + REROUTE_PHASES
 
@@ -185,13 +186,13 @@ def bench_reroute(a) -> list[dict]:
     from emulation.session import run_allreduce
 
     out, totals = [], []
-    for algorithm in ("switchml", "omnireduce"):
+    for algorithm in schemes.ON_TREES:
         for tree in ("spt", "rat", "packing"):
-            extra = {"density": 0.2, "pattern": "random"} if algorithm == "omnireduce" else {}
+            extra = {"density": 0.2, "pattern": "random"} if schemes.SCHEMES[algorithm].sparse else {}
             r = run_allreduce(topology="fattree", k=4, workers=8, elements=a.reroute_elements,
                               tree=tree, algorithm=algorithm, fail=["tree@0.5"], **extra)
             for f in r["failures"]:
-                total, fig = _reroute_figure(f"reroute {tree} {'dense' if algorithm == 'switchml' else 'sparse'}",
+                total, fig = _reroute_figure(f"reroute {tree} {schemes.kind(algorithm)}",
                                              r, f, f"fat-tree k=4, 8 workers x {a.reroute_elements:,}")
                 totals.append(total)
                 out.append(fig)
@@ -204,7 +205,7 @@ def bench_reroute(a) -> list[dict]:
 
 
 def bench_bmv2_reroute(a) -> list[dict]:
-    """Issue 13: a rat tree link fails mid-run on a k=4 fat-tree of BMv2 switches, dense and
+    """BMv2's reroute: a rat tree link fails mid-run on a k=4 fat-tree of BMv2 switches, dense and
     sparse, `--bmv2-reroute-runs` times each; every run must be exact, and the install (freeze,
     snapshot, entries, preload) should stay well under a second."""
     from controller.switch_client import find_bmv2_tool
@@ -214,9 +215,9 @@ def bench_bmv2_reroute(a) -> list[dict]:
         raise RuntimeError("simple_switch or p4c not found (scripts/provision-vm.sh builds them)")
     out = []
     scale = "BMv2 fat-tree k=4, 8 workers x 20,000 int32, rat"
-    for algorithm in ("switchml", "omnireduce"):
-        kind = "dense" if algorithm == "switchml" else "sparse"
-        extra = {"density": 0.2} if algorithm == "omnireduce" else {}
+    for algorithm in schemes.ON_TREES:
+        kind = schemes.kind(algorithm)
+        extra = {"density": 0.2} if schemes.SCHEMES[algorithm].sparse else {}
         installs, exact = [], 0
         for run in range(a.bmv2_reroute_runs):
             r = run_allreduce(backend="bmv2", topology="fattree", k=4, workers=8, elements=20_000, tree="rat",
@@ -250,13 +251,13 @@ def bench_switchfail(a) -> list[dict]:
     spec = RunSpec(topology="fattree", k=4, workers=8, elements=a.reroute_elements, bw=a.switchfail_bw)
     with Session(spec) as s:
         for i in range(a.switchfail_kills):
-            for algorithm in ("switchml", "omnireduce"):
-                extra = {"density": 0.2} if algorithm == "omnireduce" else {}
+            for algorithm in schemes.ON_TREES:
+                extra = {"density": 0.2} if schemes.SCHEMES[algorithm].sparse else {}
                 r = s.allreduce(algorithm=algorithm, fail_switch=["tree@0.5"], seed=i, **extra)
                 for f in r["failures"]:
                     total = sum(f.get(k) or 0 for k in ("detect_ms", "recompute_ms", "install_ms"))
                     totals.append(total)
-                    out.append(figure(f"switch {f['switch']} killed, {'dense' if algorithm == 'switchml' else 'sparse'}",
+                    out.append(figure(f"switch {f['switch']} killed, {schemes.kind(algorithm)}",
                                       total, "ms", link_mbps=a.switchfail_bw,
                                       scale=f"fat-tree k=4, 8 workers x {a.reroute_elements:,} int32",
                                       link_bound=None, exact=r["exact"],
@@ -356,7 +357,8 @@ def bench_sparse(a) -> list[dict]:
 
 def bench_trees(_a) -> list[dict]:
     res = subprocess.run([sys.executable, "-m", "controller.trees.bench"], cwd=REPO,
-                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                         preexec_fn=lifeline.preexec(bound_to_thread=True))
     print(res.stdout.rstrip(), flush=True)
     return []                               # printed only: its own table
 
@@ -431,7 +433,7 @@ def cpu_reference_seconds() -> float:
     return round(best, 4)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m agglab.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--only", default=",".join(SECTIONS),
                     help=f"comma-separated sections (default all): {', '.join(SECTIONS)}")
@@ -449,6 +451,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "is a column whose lead round is sent whatever the density")
     ap.add_argument("--out", type=Path, help="JSON file (default results/bench/<time>.json)")
     ap.add_argument("--compare", type=Path, metavar="PREV.json", help="print each figure's change since PREV")
+    return ap
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = build_parser()
     a = ap.parse_args(argv)
     a.sections = [s.strip() for s in a.only.split(",") if s.strip()]
     unknown = [s for s in a.sections if s not in SECTIONS]
@@ -500,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
         report["figures"] += figures
         print(f"({section}: {time.monotonic() - t0:.0f} s)", flush=True)
     report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    out = a.out or REPO / "results" / "bench" / f"{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out = a.out or RESULTS / "bench" / f"{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n")
     targets = [f for f in report["figures"] if f["target"]]

@@ -1,7 +1,7 @@
 """`agglab calibrate`: this machine's fidelity ceiling, the fastest faithful link rate.
 
 Why: the emulator is faithful only while the links, not Python, are the bottleneck
-(issue 9 measured 8 workers x 1M int32 at 94% of the wire-time ideal at 5 Mb/s, 61% at
+(measured on a 2-core machine before hosts were paced: 8 workers x 1M int32 at 94% of the wire-time ideal at 5 Mb/s, 61% at
 10 Mb/s, 14% at 40 Mb/s). The ceiling is the highest per-link rate at which an N-worker
 dense allreduce on one switch finishes within `tolerance` of its analytic wire time
 (emulation.fidelity.switchml_wire_seconds) with its bottleneck link at least 90% busy.

@@ -23,7 +23,9 @@ import dataclasses
 from dataclasses import fields
 
 from ground import wire
-from ground.runspec import ALGORITHMS, BACKENDS, DTYPES, PATTERNS, TREES, RunSpec
+from ground import schemes
+from controller.trees import TREE_ALGORITHMS as TREES, SWITCH_TREES
+from ground.runspec import BACKENDS, DTYPES, PATTERNS, RunSpec
 
 
 def spec_from_args(args: argparse.Namespace) -> RunSpec:
@@ -33,14 +35,13 @@ def spec_from_args(args: argparse.Namespace) -> RunSpec:
     return RunSpec(**{k: v for k, v in vars(args).items() if k in names and v is not None})
 
 
-def _checked_spec(cmd: str, args) -> RunSpec:
+def _checked_spec(cmd: str, args):
     """Validate the options and build the topology graph (no root needed): bad input fails
-    here with one line, before any network exists."""
-    from emulation.session import graph_for
+    here with one line, before any network exists. Returns the CheckedRun the session takes
+    (controller/run_check.py: checked once)."""
+    from controller.run_check import check_run
 
-    spec = spec_from_args(args)
-    graph_for(spec)
-    return spec
+    return check_run(spec_from_args(args))
 
 
 def _bad_input(cmd: str, exc: Exception) -> int:
@@ -56,6 +57,7 @@ def _needs_root(cmd: str) -> bool:
 
 
 def _allreduce(args) -> int:
+    from controller.switch_client import SwitchCommandError
     from controller.trees.base import TreeError
     from emulation.session import run_spec
 
@@ -66,6 +68,10 @@ def _allreduce(args) -> int:
         result = run_spec(spec, quiet=args.json, progress=args.progress or sys.stderr.isatty())
     except (ValueError, TreeError) as exc:       # TopologyError is a ValueError
         return _bad_input("allreduce", exc)
+    except SwitchCommandError as exc:            # a switch's control channel failed outside a handled failure
+        print(f"agglab allreduce: a switch stopped answering its controller: {str(exc).splitlines()[0]}",
+              file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:
@@ -163,9 +169,8 @@ def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
     opt("--k", type=int, default=d["k"], help="fat-tree k (default 4) or BCube level count k")
     opt("--tree", default=d["tree"], choices=TREES,
         help=f"aggregation tree algorithm (default {d['tree']}; bml goes with bcube)")
-    opt("--algorithm", choices=ALGORITHMS, default=d["algorithm"],
-        help="in the switches: dense SwitchML pipeline (default) or block-sparse OmniReduce pipeline; "
-             "on the hosts over TCP (switches only forward): ring or ps (sharded parameter server)")
+    opt("--algorithm", choices=schemes.NAMES, default=d["algorithm"],
+        help=f"aggregation scheme (default {d['algorithm']}): {schemes.help_text()}")
     opt("--density", type=float, default=d["density"], help="fraction of non-zero blocks (block-sparse data)")
     opt("--pattern", choices=PATTERNS, default=d["pattern"],
         help="block-sparse data: where the non-zero blocks are across workers")
@@ -187,6 +192,10 @@ def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
         help="kill switch NAME's process (kill -9) when FRACTION of the blocks are done: all its links "
              "fail, the controller reroutes around it; 'tree@0.5' picks an aggregating switch of the "
              "active tree that is not some worker's only edge switch; may repeat")
+    opt("--hang-switch", action="append", metavar="NAME@FRACTION",
+        help="stop switch NAME's process (SIGSTOP: hung, not dead) when FRACTION of the blocks are done; "
+             "the liveness probe declares it hung within 0.6 s and it is fenced and rerouted around like "
+             "a killed switch; 'tree@0.5' as for --fail-switch; may repeat")
     opt("--keep", metavar="DIR", default=d["keep"],
         help="when the run ends, keep its directory in DIR (new or empty): per-switch logs, the "
              "control commands sent, events, worker logs and reports, the JSON result")
@@ -213,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from agglab.train_cmd import add_train_parser
     add_train_parser(sub)
-    # issue 9: experiments (layer 4, run as its own program: no sideways import) and calibration
+    # experiments (layer 4, run as its own program: no sideways import) and calibration
     e = sub.add_parser("experiment", add_help=False, prefix_chars="+",    # every argument passes through
                        help="run a trend definition or suite (python -m experiments; see `agglab experiment --help`)")
     e.add_argument("rest", nargs="*")
@@ -234,17 +243,17 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("topology", help="single, leafspine, fattree, bcube or a YAML file")
     x.add_argument("--k", type=int, default=None, help="fat-tree k (default 4) or BCube level count k")
     x.add_argument("--workers", type=int, default=8)
-    x.add_argument("--tree", default="rat", choices=["spt", "rat", "packing"])
+    x.add_argument("--tree", default="rat", choices=SWITCH_TREES, help="tree algorithm (controller/trees/)")
     x.add_argument("--bw", type=float, default=None, help="link rate in Mb/s written on every link")
     x.add_argument("--out", default="p4app", help="output directory (default ./p4app)")
     x.set_defaults(func=lambda args: __import__("agglab.export_p4app", fromlist=["main"]).main(args))
-    from agglab.exercise import add_parser as add_exercise_parser   # teaching labs (issue 14)
+    from agglab.exercise import add_parser as add_exercise_parser   # teaching labs
     add_exercise_parser(sub)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    from agglab.interrupts import run_interruptible
+    from ground.interrupts import run_interruptible
 
     args = build_parser().parse_args(argv)
     return run_interruptible(args.cmd, lambda: args.func(args))

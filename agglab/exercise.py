@@ -25,9 +25,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ground.paths import REPO
+from ground import lifeline
+from ground.paths import EXERCISES as EXERCISE_DIR, REPO
 
-EXERCISE_DIR = REPO / "exercises"
 _BEGIN = re.compile(r"^(?P<indent>[ \t]*)(?P<c>#|//) EXERCISE (?P<name>[\w-]+) BEGIN hint: (?P<hint>.*)$")
 _END = re.compile(r"^[ \t]*(#|//) EXERCISE END$")
 TODO = "TODO(exercise"
@@ -221,7 +221,8 @@ def check(ex: Exercise, work: Path, bmv2: str = "auto", timeout: float = 600) ->
                "--work", str(work), "--bmv2", bmv2]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env,
+                                  preexec_fn=lifeline.preexec(bound_to_thread=True))   # run() waits for it
         except subprocess.TimeoutExpired:
             return grade(ex, [{"name": "runs", "ok": False,
                                "detail": f"the checks did not finish in {timeout:.0f} s (an endless loop?)"}])

@@ -8,8 +8,8 @@ so nothing in the repo is modified and a crash or endless loop in student code c
 the CLI down. Prints one JSON list of {name, ok, detail} as its last line.
 
 What runs: the regions are filled in (no TODO left); the conformance vectors of
-tests/conformance that exercise the regions, on the software switch (in process); an
-end-to-end allreduce through the software switch with real agents (tests/fakenet.py: the
+p4src/vectors that exercise the regions, on the software switch (in process); an
+end-to-end allreduce through the software switch with real agents (agglab/testkit/fakenet.py: the
 same frames as Mininet, in-process wires); for P4 exercises, the same vectors on BMv2 with
 the student's P4 compiled from an overlay p4src (needs simple_switch, p4c and root), then an
 allreduce in Mininet through simple_switch running it. The tree and link-failure exercises
@@ -103,7 +103,7 @@ def bmv2_plan(ex, mode: str) -> tuple[bool, str]:
     """(run the BMv2 checks?, why not)."""
     if not ex.p4 or mode == "no":
         return False, "--bmv2 no" if ex.p4 else ""
-    from tests.conformance.bmv2_target import find_tools
+    from agglab.testkit.bmv2_target import find_tools
 
     if find_tools() is None:
         return False, "BMv2 simple_switch/p4c not found (PATH or /opt/p4/bin)"
@@ -114,8 +114,8 @@ def bmv2_plan(ex, mode: str) -> tuple[bool, str]:
 
 def conformance(target, names, ordered: bool, label: str) -> list[dict]:
     """Each named vector on `target`; the first differing packet or register on failure."""
-    from tests.conformance.test_conformance import run_vector
-    from tests.conformance.vectors import VECTOR_DIR, load
+    from agglab.testkit.conformance import run_vector
+    from agglab.testkit.vectors import VECTOR_DIR, load
 
     out = []
     for name in names:
@@ -128,7 +128,7 @@ def conformance(target, names, ordered: bool, label: str) -> list[dict]:
             first, _, packets = str(exc).partition("\n  sent:\n")
             check = result(f"conformance {name} ({label})", False,
                            f"{first}\n{wrap('what this vector checks: ' + about)}\n"
-                           f"  (the whole vector: tests/conformance/vectors/{name}.yaml)")
+                           f"  (the whole vector: p4src/vectors/{name}.yaml)")
             if packets:             # the frames in full: `check --verbose` and the JSON grade show them
                 check["packets"] = "  sent:\n" + packets
             out.append(check)
@@ -138,10 +138,10 @@ def conformance(target, names, ordered: bool, label: str) -> list[dict]:
 
 
 def allreduce_soft(name: str, n: int, arrays, expected, **kw) -> dict:
-    """One allreduce by n real agents through the software switch (tests/fakenet.py)."""
+    """One allreduce by n real agents through the software switch (agglab/testkit/fakenet.py)."""
     import numpy as np
 
-    from tests.fakenet import FakeNet
+    from agglab.testkit.fakenet import FakeNet
 
     loss, seed = kw.pop("loss", 0.0), kw.pop("seed", 0)
     try:
@@ -185,7 +185,7 @@ def two_allreduces(name: str) -> dict:
     import numpy as np
 
     from ground.wire import K
-    from tests.fakenet import FakeNet
+    from agglab.testkit.fakenet import FakeNet
 
     n, window = 3, 16
     net = FakeNet(n, backend="pipeline")
@@ -204,7 +204,7 @@ def two_allreduces(name: str) -> dict:
 
 def bmv2_checks(ex, overlay: Path) -> list[dict]:
     """The exercise's vectors on BMv2, compiled from the repo's p4src with the student's files."""
-    import tests.conformance.bmv2_target as bt
+    import agglab.testkit.bmv2_target as bt
 
     tools = bt.find_tools()
     src = overlay / "bmv2-p4src"
@@ -215,7 +215,7 @@ def bmv2_checks(ex, overlay: Path) -> list[dict]:
     bt.P4SRC = src                     # compile_p4 reads it at call time: the include override
     work = overlay / "bmv2"
     work.mkdir()
-    from tests.conformance.vectors import VECTOR_DIR, load
+    from agglab.testkit.vectors import VECTOR_DIR, load
 
     ports = set()
     for name in VECTORS[ex.number]:
@@ -461,7 +461,7 @@ def run(number: int, overlay: Path, work: Path, bmv2: str) -> list[dict]:
     use_bmv2, why = bmv2_plan(ex, bmv2)
     checks = regions_filled(ex, overlay, use_bmv2, why)
     if number in VECTORS:
-        from tests.conformance.soft_target import SoftTarget
+        from agglab.testkit.soft_target import SoftTarget
 
         checks += conformance(SoftTarget(), VECTORS[number], True, "software switch")
     if number == 1:
@@ -490,9 +490,8 @@ def main(argv=None) -> int:
     ap.add_argument("--work", required=True)
     ap.add_argument("--bmv2", choices=["auto", "yes", "no"], default="auto")
     args = ap.parse_args(argv)
-    for extra in (REPO, REPO / "tests"):        # the vectors and harnesses live under tests/
-        if str(extra) not in sys.path:
-            sys.path.insert(0, str(extra))
+    if str(REPO) not in sys.path:               # the project's modules, the overlay's originals
+        sys.path.insert(0, str(REPO))
     checks = run(args.number, Path(args.overlay), Path(args.work), args.bmv2)
     print(json.dumps(checks))
     return 0

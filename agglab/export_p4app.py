@@ -16,7 +16,7 @@ from pathlib import Path
 
 from controller import forward
 from controller.addressing import assign_addresses
-from controller.job import TreeJob
+from controller.tree_job import TreeJob
 from controller.switch_client import SwitchClient
 from controller.topologies import for_run
 from controller.topology import hosts, switches, workers as worker_hosts

@@ -16,7 +16,7 @@ import threading
 from mininet.cli import CLI
 
 from agglab.cli import add_run_options
-from agglab.interrupts import Interrupted, arm
+from ground.interrupts import Interrupted, arm
 from ground import wire
 from emulation.session import Session
 from ground.runspec import RunSpec
@@ -206,8 +206,8 @@ class LabCLI(CLI):
 
     # -- traffic -----------------------------------------------------------------
     def do_allreduce(self, line):
-        """allreduce [ELEMENTS] [--tree spt|rat|packing] [--dtype int32|float32] [--loss P]
-        [--algorithm switchml|omnireduce] [--density D] [--fail A-B@F] [--fail-switch NAME@F] ... (any `agglab allreduce`
+        """allreduce [ELEMENTS] [--tree TREE] [--dtype int32|float32] [--loss P]
+        [--algorithm SCHEME] [--density D] [--fail A-B@F] [--fail-switch NAME@F] ... (any `agglab allreduce`
         option that does not reshape the network): run one allreduce in the background (fail
         links meanwhile); prints the outcome when done."""
         if self.running and self.running.is_alive():
@@ -288,8 +288,9 @@ def _parse_allreduce(args: list[str]) -> dict:
     return opts
 
 
-def run_lab(spec: RunSpec, script: str | None = None) -> int:
-    """Open the lab; with `script` (a file of commands) run them and return at its end."""
+def run_lab(spec, script: str | None = None) -> int:
+    """Open the lab on `spec` (a RunSpec or the CLI's CheckedRun); with `script` (a file of
+    commands) run them and return at its end."""
     with Session(spec, quiet=False) as session:
         background: list[threading.Thread] = []
         print("agglab lab: type 'help' for commands; 'fail A B', 'kill S', 'allreduce', 'trees', 'events'; 'exit' to quit")

@@ -1,7 +1,7 @@
 """`agglab train`: a real model trained through the emulated network, or a layer profile's
 iteration under FIFO and PACE (`--profile-only`).
 
-    agglab train --workers 4 --model mlp --dataset digits [--algorithm switchml|omnireduce|ring|ps]
+    agglab train --workers 4 --model mlp --dataset digits [--algorithm SCHEME]
                  [--loss P] [--fail tree@0.5] [--topk F] [--dtype int32|float32] [--json]
     agglab train --model resnet50 --profile-only --scheduler fifo|pace|both --workers 8 [--json]
     agglab train --model vgg16 --profile-only --no-network      # the pure model only
@@ -14,6 +14,9 @@ import os
 import sys
 from pathlib import Path
 
+from controller.trees import SWITCH_TREES
+from ground import schemes
+
 PROFILE_MODELS = ("resnet50", "vgg16", "bert-base")
 
 
@@ -24,9 +27,9 @@ def add_train_parser(sub) -> None:
                    f"{', '.join(PROFILE_MODELS)} or a profile .yaml")
     t.add_argument("--dataset", default="digits", choices=["digits"], help="scikit-learn's digits (shipped)")
     t.add_argument("--workers", type=int, default=4)
-    t.add_argument("--algorithm", default="switchml", help="switchml (dense, in-network), omnireduce "
-                   "(block-sparse, in-network; with --topk F only the top F of the blocks travel), ring or ps "
-                   "(the hosts' baselines over TCP; the switches only forward)")
+    t.add_argument("--algorithm", default="switchml",
+                   help=f"aggregation scheme: {schemes.help_text()} (with --topk F only the top F of the "
+                   "blocks travel)")
     t.add_argument("--dtype", choices=["int32", "float32"], default="int32",
                    help="int32: fixed-point gradients, exact aggregation, identical to one process "
                         "(default); float32: the switch's float path")
@@ -41,7 +44,8 @@ def add_train_parser(sub) -> None:
                    help="take link A-B down at FRACTION of the training steps ('tree@0.5': a tree link)")
     t.add_argument("--topology", default="single")
     t.add_argument("--k", type=int, default=None)
-    t.add_argument("--tree", default="spt", choices=["spt", "rat", "packing"])
+    t.add_argument("--tree", default="spt", choices=SWITCH_TREES,
+                   help="aggregation tree algorithm (a module of controller/trees/)")
     t.add_argument("--bw", type=float, default=None, help="emulated link rate in Mb/s (tc htb); "
                    "--profile-only defaults to 5")
     t.add_argument("--backend", choices=["soft", "bmv2"], default="soft")

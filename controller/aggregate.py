@@ -7,7 +7,7 @@ its format is written. It lives with the data plane's own description of that ta
 (softswitch/roles.py, one layer down, so the star and test harnesses of the software
 switch use the same function) and is re-exported here for the controller. This module
 also holds what every job reads: the aggregation counters (registers are reset and
-preloaded by controller/failover.py and controller/carry.py).
+preloaded by controller/reroute/failover.py and controller/reroute/carry.py).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from ground.addresses import SERVICE_IP, SERVICE_MAC
 from controller.addressing import interface_address
 from controller.aggregate import job_entry
 from controller.events import EventLog
-from controller.jobs import Job
+from controller.job_protocol import Job
 from controller.switch_client import SwitchClient
 from controller.topology import port, workers as worker_hosts
 from controller.tree_install import tree_group
@@ -114,7 +114,7 @@ class BmlJob(Job):
 
     def prepare(self, window: int, algorithm: str = "switchml") -> None:
         """Fresh registers; `algorithm` as TreeJob.prepare (BML runs switchml and reroutes nothing)."""
-        from controller import failover
+        from controller.reroute import failover
 
         failover.reset(self.clients, list(self.clients))
 

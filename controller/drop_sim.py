@@ -16,11 +16,6 @@ def threshold(probability: float) -> int:
     return min(0xFFFFFFFF, round(probability * 2**32))
 
 
-def set_loss(client: SwitchClient, ports: list[int], probability: float) -> None:
-    """Drop `probability` of the packets entering and, independently, leaving each port."""
-    set_losses(client, {p: probability for p in ports})
-
-
 def set_losses(client: SwitchClient, losses: dict[int, float]) -> None:
     """Per port its own drop probability, both ways (ports not named: no loss). Replaces
     every earlier setting of the switch."""

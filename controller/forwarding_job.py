@@ -10,7 +10,7 @@ rewrites only the ipv4_lpm entries whose next hop changed (table_modify by handl
 routes that did not change never disappear, not even for a moment); TCP's next
 retransmission takes the new path.
 
-It is a `controller.jobs.Job` (start, prepare, link_changed, stop, locked, running,
+It is a `controller.job_protocol.Job` (start, prepare, link_changed, stop, locked, running,
 trees, failure_records, pick_tree_link, stats; the epoch file's path only, as no
 baseline worker watches one); its `treeset` is the `Routes` the algorithm's traffic crosses (ring: each rank to
 its neighbours; ps: every pair), so `--fail tree@0.5` picks a link that traffic uses.
@@ -27,7 +27,7 @@ import networkx as nx
 
 from controller.events import EventLog
 from controller.forward import ipv4_routes, next_hops
-from controller.jobs import Job
+from controller.job_protocol import Job
 from controller.switch_client import SwitchClient
 from controller.topology import mark_link, switches
 from controller.trees.base import edge_key, live_graph
@@ -92,7 +92,7 @@ def worker_paths(g: nx.Graph, pairs: list[tuple[str, str]], hops: dict[str, dict
 
 
 class ForwardingJob(Job):
-    """The host baselines' job (controller/jobs.py interface): IP routes, no trees, no slots."""
+    """The host baselines' job (controller/job_protocol.py interface): IP routes, no trees, no slots."""
 
     def __init__(self, graph: nx.Graph, clients: dict[str, SwitchClient], workers: list[str], window: int,
                  epoch_file: Path, job: int = 0, events: EventLog | None = None, algorithm: str = "ps"):

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 
+from ground import lifeline
 from ground.paths import REPO
 
 _LEN = struct.Struct("!I")
@@ -70,7 +71,7 @@ class StandbyWorker:
     def __init__(self) -> None:
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self.proc = subprocess.Popen([sys.executable, "-m", "controller.standby"], cwd=REPO, env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, preexec_fn=_nice,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, preexec_fn=lifeline.preexec(then=_nice),
                                      start_new_session=True)
         self.gen, self.store = 0, None
         self._send = threading.Lock()
@@ -131,7 +132,7 @@ def warm_up() -> None:
     from controller.topology import workers
 
     g = topologies.build("leafspine", racks=2, hosts_per_rack=2, spines=2)
-    for name in trees.ALGORITHMS:
+    for name in trees.TREE_ALGORITHMS:
         try:
             trees.compute(name, g, workers(g))
         except Exception:                            # an algorithm that does not fit this graph

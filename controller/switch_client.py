@@ -32,10 +32,10 @@ class SwitchClient(ABC):
     # True when a commands() batch runs between two packets (no packet sees half of it) and
     # text table_add/mc_node_create lines answer with their handles: the software switch's
     # one event loop. A reroute then needs no drain and goes out as bulk batches
-    # (controller/job.py); BMv2's pipeline threads do not give that.
+    # (controller/tree_job.py); BMv2's pipeline threads do not give that.
     atomic_batches: bool = False
     # True when send_commands() really sends before it reads (software switch; BMv2 over
-    # Thrift), so that a reroute's rounds reach every switch at once (controller/job.py)
+    # Thrift), so that a reroute's rounds reach every switch at once (controller/tree_job.py)
     pipelined_batches: bool = False
     # True when a whole-register reset costs next to nothing (the software switch's numpy
     # arrays); BMv2 clears every cell of a register, so a job resets only its window there

@@ -16,7 +16,7 @@ from pathlib import Path
 from ground import progress
 from ground.priority import urgent
 from ground.runspec import FailSpec, SwitchFailSpec
-from controller.job import REROUTE_PHASES
+from controller.tree_job import REROUTE_PHASES
 
 
 def read_progress(files: list[Path]) -> float:
@@ -51,7 +51,11 @@ class FailureInjector(threading.Thread):
             at = round(read_progress(self.progress_files), 3)
             if isinstance(spec, SwitchFailSpec):
                 name = spec.switch or self.job.pick_tree_switch(self.seed + i)
-                self.injected.append({"switch": name, "t_fail": self.net.kill_switch(name), "at": at})
+                if spec.hang:
+                    self.injected.append({"switch": name, "t_fail": self.net.hang_switch(name), "at": at,
+                                          "hung": True})
+                else:
+                    self.injected.append({"switch": name, "t_fail": self.net.kill_switch(name), "at": at})
                 continue
             a, b = spec.link or self.job.pick_tree_link(self.seed + i)
             with urgent([*self._shells(a, b), os.getpid()], own=False):
@@ -119,12 +123,13 @@ class FailureInjector(threading.Thread):
 
     def _switch_row(self, inj: dict) -> dict:
         """A killed switch: when the controller saw the process exit (detect), how long the
-        trees took to recompute and install (None when no active tree used it)."""
+        trees took to recompute and install (None when no active tree used it). A hung one
+        (`hung`): detect is when the liveness probe declared it hung, from the SIGSTOP."""
         name = inj["switch"]
         rec = next((f for f in self.job.failure_records()
                     if f.get("switch") == name and f["t_detect"] >= inj["t_fail"]), None)
         row = {"switch": name, "at": inj["at"], "on_tree": rec is not None, "detect_ms": None,
-               "recompute_ms": None, "install_ms": None}
+               "recompute_ms": None, "install_ms": None, **({"hung": True} if inj.get("hung") else {})}
         seen = [t for t, info in self.job.events.of_kind("switch_down")
                 if info.get("switch") == name and t >= inj["t_fail"]]
         if seen:
@@ -134,3 +139,18 @@ class FailureInjector(threading.Thread):
                        epoch=rec.get("epoch"), partitioned=rec.get("partitioned", False),
                        **{k: rec[k] for k in REROUTE_PHASES + ("entries_changed",) if k in rec})
         return row
+
+
+def hang_rows(net, job) -> list[dict]:
+    """Every switch the liveness probe declared hung during the run, scripted or not: how
+    long it had been silent when declared (`silent_ms`, at most the probe's bound plus its
+    interval after it stopped) and the reroute's recompute and install times."""
+    rows = []
+    for h in net.hang_log:
+        rec = next((f for f in job.failure_records()
+                    if f.get("switch") == h["switch"] and f["t_detect"] >= h["t_detect"] - 1e-6), None)
+        rows.append({"switch": h["switch"], "silent_ms": round((h["t_detect"] - h["t_last_answer"]) * 1e3, 1),
+                     "on_tree": rec is not None, "recompute_ms": rec.get("recompute_ms") if rec else None,
+                     "install_ms": rec.get("install_ms") if rec else None,
+                     "partitioned": rec.get("partitioned", False) if rec else False})
+    return rows

@@ -33,14 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ground import wire
-from ground.paths import REPO
+from ground.paths import RESULTS
 
 BUSY_MIN = 0.90          # bottleneck link must be at least this busy while it carries data
 CORE_MAX = 0.90          # a process this busy is saturated
 MACHINE_MAX = 0.80       # all cores this busy: saturated (the kernel's softirq work for veths and
                          # htb is nobody's utime, and 0.1 s samples of a 2-core box are coarse)
 SAMPLE_SECONDS = 0.1
-DEFAULT_CEILING_MBPS = 5.0   # issue 9: 94% of the wire-time ideal at 5 Mb/s on a 2-core machine
+DEFAULT_CEILING_MBPS = 5.0   # measured at 94% of the wire-time ideal at 5 Mb/s on a 2-core machine
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -49,7 +49,7 @@ def calibration_path() -> Path:
     results/calibration.json in the checkout (per machine: results/ is not committed),
     calibration-k256.json for the wide program variant (4x fewer frames per byte: its own
     ceiling)."""
-    return Path(os.environ.get("AGGLAB_CALIBRATION") or REPO / "results" / f"calibration{wire.variant_suffix()}.json")
+    return Path(os.environ.get("AGGLAB_CALIBRATION") or RESULTS / f"calibration{wire.variant_suffix()}.json")
 
 
 def load_calibration() -> dict | None:

@@ -1,4 +1,4 @@
-"""Hostile frames at a running switch while a job aggregates through it (issue 12, item 4).
+"""Hostile frames at a running switch while a job aggregates through it: the switch must reject each by its reason and the job stay exact.
 
     python -m emulation.fuzzing --frames 100000 [--rate 5000] [--workers 4] [--elements 200000]
                                 [--bw MBPS] [--json]
@@ -26,6 +26,7 @@ from pathlib import Path
 from controller.aggregate import read_rejects
 from controller.switch_client import SoftSwitchClient
 from emulation.session import Session
+from ground import lifeline
 from ground.paths import REPO
 from ground.runspec import RunSpec
 
@@ -90,7 +91,8 @@ def _measure(session: Session, fuzz_host: str, frames: int, rate, baseline: int,
             "--json"] + (["--rate", str(rate)] if rate else [])
     log = open(out, "wb")
     proc = session.net.host(fuzz_host).popen(argv, stdout=log, stderr=log, cwd=str(REPO),
-                                             env=dict(os.environ, PYTHONPATH=str(REPO)))
+                                             env=dict(os.environ, PYTHONPATH=str(REPO)),
+                                             preexec_fn=lifeline.preexec(bound_to_thread=True))   # waited for here
     session.net.run.add_pid(proc.pid, f"fuzzer on {fuzz_host}")
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()

@@ -8,6 +8,7 @@ is recorded in a RunRecord so `agglab clean` can undo a crashed run.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import threading
 import time
@@ -18,6 +19,8 @@ from pathlib import Path
 import networkx as nx
 
 from ground.phases import Phases
+from ground import netlease
+from ground import rundir
 from ground.rundir import RunRecord, clean
 from controller import addressing
 from ground import addresses
@@ -96,10 +99,14 @@ class EmulatedNetwork:
         self.run: RunRecord | None = None
         self.clients: dict[str, SwitchClient] = {}
         self.watcher = None                      # emulation/switch_watch.py, once watch_switches()
+        self.probe = None                        # emulation/switch_probe.py: pings, once watch_switches()
+        self.hung: dict[str, dict] = {}          # switch -> {"t_detect", "t_last_answer"} of its hang
+        self.hang_log: list[dict] = []           # every hang seen: {"switch", "t_detect", "t_last_answer"}
         self.dead: dict[str, str] = {}           # switch -> why its process is gone (exit code, log tail)
         self.incarnation: dict[str, int] = {}    # switch -> restarts so far (counters start again at 0)
         self._downed: dict[str, list[str]] = {}  # dead switch -> its ports taken down with it
         self._handled: dict[str, threading.Event] = {}   # switch -> set once its death was handled
+        self._leased = False                     # holds the machine's network lease (ground/netlease.py)
 
     # -- lifecycle ----------------------------------------------------------------
     def start(self) -> "EmulatedNetwork":
@@ -108,11 +115,14 @@ class EmulatedNetwork:
         from mininet.net import Mininet
 
         setLogLevel("error")
-        with self.phases.timed("old runs cleaned"):
-            clean(verbose=False)                 # leftovers of dead runs would collide
         try:                                     # a signal at any moment still cleans up
             with self.phases.timed("launcher"):
                 self.run = RunRecord.create("net")
+                netlease.acquire(self.run.path)  # one network per machine: ground/netlease.py says why
+                self._leased = True
+            with self.phases.timed("old runs cleaned"):
+                clean(verbose=False)             # leftovers of dead runs would collide
+            with self.phases.timed("launcher"):
                 if self.backend == "soft":
                     from emulation.switch_nodes import start_launcher
 
@@ -199,8 +209,12 @@ class EmulatedNetwork:
             ends = sorted((u, v), key=lambda n: g.nodes[n]["kind"] == "host")   # root end first
             pid = self.net.get(ends[1]).pid if g.nodes[ends[1]]["kind"] == "host" else None
             pairs.append((e["intfs"][ends[0]], e["intfs"][ends[1]], pid))
-        self.run.add_interfaces(sorted(i for e in g.edges.values() for i in e["intfs"].values()))
-        create_veths(pairs, self.run.link_group(), offloads_off=self.backend == "soft")
+        group = self.run.link_group()
+        try:
+            create_veths(pairs, group, offloads_off=self.backend == "soft")
+        finally:       # recorded once the kernel made them, and only those in this run's group
+            self.run.add_interfaces(sorted(i for e in g.edges.values() for i in e["intfs"].values()
+                                           if rundir.group_of(i) == group))
         shape({e["intfs"][n]: e["bw"] for u, v, e in g.edges(data=True) if e.get("bw")
                for n in (u, v) if g.nodes[n]["kind"] == "switch"})     # host ends: in their set-up
         for u, v, e in g.edges(data=True):
@@ -265,7 +279,10 @@ class EmulatedNetwork:
         return client
 
     def stop(self) -> None:
-        if self.watcher is not None:             # teardown stops switches on purpose
+        if self.probe is not None:               # teardown stops switches on purpose
+            self.probe.stop()
+            self.probe = None
+        if self.watcher is not None:
             self.watcher.stop()
             self.watcher = None
         for client in self.clients.values():
@@ -289,13 +306,16 @@ class EmulatedNetwork:
             import shutil
 
             kill_pids(self.run.pids())
-            delete_interfaces(self.run.interfaces())
+            delete_interfaces(self.run.interfaces(), group=self.run.recorded_link_group() or -1)
             try:
                 if self.keep:
                     self.run.keep(self.keep)
             finally:
                 shutil.rmtree(self.run.path, ignore_errors=True)
                 self.run = None
+        if self._leased:
+            self._leased = False
+            netlease.release()
 
     def _stop_data_planes(self) -> None:
         """SIGTERM every switch process at once, then wait for each (Mininet's stop() would
@@ -367,27 +387,66 @@ class EmulatedNetwork:
         return self.clients[switch]
 
     # -- switch failures -------------------------------------------------------------
-    def watch_switches(self, on_exit) -> None:
+    def watch_switches(self, on_exit, on_hang=None) -> None:
         """Call `on_exit(switch, code, t)` (its own thread) the moment a switch process exits
         (pidfd: emulation/switch_watch.py), then take the dead switch's ports down, as a dead
         box's ports lose their link: netlink then reports its links down (the controller has
         already marked them). Stopped by stop(). BMv2: the ports are left alone, because an
         administratively down port stalls a neighbour simple_switch's receive thread (see
-        set_link); the neighbours' packets into the dead switch are lost either way."""
+        set_link); the neighbours' packets into the dead switch are lost either way.
+
+        A switch that stops answering the liveness probe (emulation/switch_probe.py) is hung:
+        `on_hang(switch, t)` is called, then it is fenced with SIGKILL, which a stopped or
+        wedged process cannot block or outlive, so a late SIGCONT finds nothing to wake and
+        no stale frame or register can come back. Its death then takes exactly the path of a
+        killed switch (on_exit with t = when the hang was declared, ports down, restartable
+        with restart_switch). Why kill rather than only take its ports down: a hung process
+        still holds its control socket and would answer the controller's next command with
+        state from before the reroute; a dead one is the case everything already handles."""
+        from emulation.switch_probe import SwitchProbe
         from emulation.switch_watch import SwitchWatcher
 
         def exited(name: str, code: int, t: float) -> None:
-            self.dead[name] = self.net.get(name).died() or f"switch {name} exited with code {code}"
+            hang = self.hung.get(name)
+            self.dead[name] = (f"switch {name} stopped answering (no reply to a ping for "
+                               f"{(hang['t_detect'] - hang['t_last_answer']) * 1e3:.0f} ms): fenced (killed)"
+                               if hang else self.net.get(name).died() or f"switch {name} exited with code {code}")
             try:
-                on_exit(name, code, t)
+                on_exit(name, code, hang["t_detect"] if hang else t)
             finally:
                 if self.backend == "soft":
                     self._ports(name, up=False)
                 self._handled.setdefault(name, threading.Event()).set()
 
+        def hung(name: str, last_answer: float, t: float) -> None:
+            import os
+            import signal
+
+            proc = self.net.get(name).proc
+            if self.probe is None or name in self.dead or proc is None or proc.poll() is not None:
+                return                              # gone already (the exit watcher reports it) or torn down
+            self.hung[name] = {"t_detect": t, "t_last_answer": last_answer}
+            self.hang_log.append({"switch": name, **self.hung[name]})
+            if on_hang is not None:
+                on_hang(name, t)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+
         self.watcher = SwitchWatcher(exited).start()
+        self.probe = SwitchProbe(hung).start()
         for s in switches(self.graph):
             self.watcher.add(s, self.net.get(s).proc)
+            self._probe(s)
+
+    def _probe(self, name: str) -> None:
+        """Ping switch `name` from now on (after it answered its client: started or restarted)."""
+        from emulation.switch_probe import ping_channel
+
+        if self.probe is not None:
+            try:
+                self.probe.add(name, ping_channel(self.backend, self.net.get(name)))
+            except OSError:                          # gone before it could be pinged: the watcher's case
+                pass
 
     def kill_switch(self, name: str, wait: float | None = None) -> float:
         """`kill -9` switch `name`'s data-plane process (a switch failure); returns the
@@ -404,6 +463,19 @@ class EmulatedNetwork:
         os.kill(proc.pid, signal.SIGKILL)
         if wait and self.watcher is not None and not done.wait(wait):
             raise RuntimeError(f"switch {name} was killed but its exit was not handled within {wait} s")
+        return t
+
+    def hang_switch(self, name: str) -> float:
+        """SIGSTOP switch `name`'s process (a hung switch: alive, silent); returns the
+        monotonic time. The liveness probe (watch_switches) declares it hung and fences it."""
+        import os
+        import signal
+
+        proc = self._switch_proc(name)
+        if proc.poll() is not None or name in self.dead:
+            raise ValueError(f"switch {name} is not running")
+        t = time.monotonic()
+        os.kill(proc.pid, signal.SIGSTOP)
         return t
 
     def restart_switch(self, name: str) -> float:
@@ -426,10 +498,12 @@ class EmulatedNetwork:
             old.close()
         self.clients[name] = self._connect(name)
         self.dead.pop(name, None)
+        self.hung.pop(name, None)
         self._handled.pop(name, None)
         self.incarnation[name] = self.incarnation.get(name, 0) + 1
         if self.watcher is not None:
             self.watcher.add(name, node.proc)
+            self._probe(name)
         return time.monotonic()
 
     def _switch_proc(self, name: str):

@@ -1,8 +1,8 @@
 """`agglab train --profile-only`: a model's iteration under FIFO and PACE, in the pure model
 and with its communication run for real through the emulated network.
 
-Scale (TODO: merge with h-experiments' scale/fidelity module when both branches land;
-this is the minimal arithmetic, kept here until then):
+Scale (the same mapping as experiments/units.py's Scale, with rate = scale and size = shrink;
+it is written out here because emulation, layer 3, cannot import experiments, layer 4):
   scale    = real-network link rate / emulated link rate (--link-gbps / --bw)
   shrink   = gradient bytes per iteration / bytes sent per worker through the emulator
              (--emulated-mb): every transfer carries 1/shrink of its bytes
@@ -97,8 +97,6 @@ def run_profile(spec: RunSpec, model: str, schedulers: list[str], opts: PaceOpti
     if bad:
         raise ValueError(f"--scheduler must be fifo, pace or both, got {bad[0]!r}")
     profile = load_profile(model)
-    if spec.algorithm not in ("switchml", "omnireduce", "ring", "ps"):
-        raise ValueError(f"--algorithm {spec.algorithm!r} has no cost model")
     cost = CostModel.for_network(spec.algorithm, spec.workers, opts.link_gbps, opts.alpha_us)
     pure = model_runs(profile, schedulers, cost, opts)
     result = {"ok": True, "profile": profile.model, "workers": spec.workers, "algorithm": spec.algorithm,

@@ -18,20 +18,20 @@ from pathlib import Path
 
 import numpy as np
 
-from controller import drop_sim, forward, topologies, tree_install, trees
-from controller.bml_job import BmlJob
+from controller import drop_sim, forward
 from controller.events import EventLog
-from controller.forwarding_job import ForwardingJob
-from controller.job import TreeJob
-from controller.jobs import Job, partitions
+from controller.installers import JobSeat, job_for
+from controller.job_protocol import Job
+from controller.run_check import CheckedRun, check_override, check_run
 from controller.standby import StandbyWorker
 from controller.switch_client import run_batches
 from controller.topology import switches, workers as worker_hosts
-from emulation.failures import FailureInjector
+from emulation.failures import FailureInjector, hang_rows
 from emulation.fidelity import FidelityProbe
 from emulation.network import EmulatedNetwork
 from ground.addresses import SERVICE_IP
 from ground import progress as progress_file, wire
+from ground import lifeline, netlease
 from ground.phases import Phases
 from ground.paths import REPO
 from ground.runspec import RunPlan, RunSpec, WorkerSeat
@@ -49,7 +49,7 @@ def run_allreduce(quiet: bool = True, **kwargs) -> dict:
     return run_spec(RunSpec(**kwargs), quiet=quiet)
 
 
-def run_spec(spec: RunSpec, quiet: bool = True, progress: bool = False) -> dict:
+def run_spec(spec: RunSpec | CheckedRun, quiet: bool = True, progress: bool = False) -> dict:
     """Run one allreduce described by `spec` in a fresh network and return the result
     (`progress`: a bar of blocks done and their rate on stderr)."""
     with Session(spec, quiet=quiet, progress=progress) as session:
@@ -59,67 +59,23 @@ def run_spec(spec: RunSpec, quiet: bool = True, progress: bool = False) -> dict:
 
 
 def graph_for(spec: RunSpec):
-    """The spec's topology graph, checked: every named --fail link exists, the first trees
-    fit the data plane (fan-in, trees, ports) and `--fail tree@F` has a link to reroute
-    around. Needs no root and builds nothing: bad input (ValueError, TopologyError,
-    TreeError) surfaces before Mininet."""
-    spec.validate()
-    g = topologies.for_run(spec)
-    for f in spec.fail_specs:
-        f.check(g)
-    for f in spec.fail_switch_specs:
-        f.check(g)
-    busiest = max(switches(g), key=g.degree)
-    if g.degree(busiest) > tree_install.MAX_PORT:
-        raise ValueError(f"switch {busiest} has {g.degree(busiest)} links, but P4 ports are bit<9> "
-                         f"(at most {tree_install.MAX_PORT} usable)")
-    if spec.tree == "bml":
-        BmlJob.check(g)
-    else:
-        check_failures(spec, g, _first_trees(spec, g))
-    if spec.keep:
-        keep = Path(spec.keep)
-        if keep.exists() and (not keep.is_dir() or any(keep.iterdir())):
-            raise ValueError(f"--keep {spec.keep}: exists and is not an empty directory (a kept run is never "
-                             "written over)")
-    return g
-
-
-def _first_trees(spec: RunSpec, g) -> set[tuple[str, str]]:
-    """The links the job's traffic uses at first: the trees' (checked against the data
-    plane's limits), or for the host baselines every switch-switch link (IP routes)."""
-    if spec.host_baseline:
-        return {(u, v) for u, v in g.edges if g.nodes[u]["kind"] == g.nodes[v]["kind"] == "switch"}
-    treeset = trees.compute(spec.tree, g, worker_hosts(g))
-    tree_install.check_fits(g, treeset)
-    return {e for t in treeset.trees for e in t.edges}
-
-
-def check_failures(spec: RunSpec, g, used: set[tuple[str, str]]) -> None:
-    """Refuse `--fail tree@F` when no switch-switch link the job uses can fail without
-    cutting a worker off: the run could only end partitioned, never reroute."""
-    for f in spec.fail_specs:
-        if f.link is not None:
-            continue
-        inner = [e for e in used if g.nodes[e[0]]["kind"] == g.nodes[e[1]]["kind"] == "switch"]
-        if not any(not partitions(g, e, worker_hosts(g)) for e in inner):
-            why = ("it has no link between switches" if not inner else
-                   "every link between its switches is the only path to some worker")
-            raise ValueError(f"--fail tree@{f.at:g}: nothing to reroute around on this topology ({why}); "
-                             "name a link (A-B@F) to fail one anyway")
+    """The spec's checked topology graph (controller/run_check.py, the one validation entry point)."""
+    return check_run(spec).graph
 
 
 class Session:
-    """A running network with forwarding, loss and one aggregation job (controller/jobs.py).
+    """A running network with forwarding, loss and one aggregation job (controller/job_protocol.py).
 
     `agglab allreduce` uses one per run; the interactive lab keeps one open and runs
     many allreduces on it while links fail and recover.
     """
 
-    def __init__(self, spec: RunSpec, quiet: bool = True, echo=None, progress: bool = False):
-        self.spec, self.quiet, self.progress = spec, quiet, progress
+    def __init__(self, spec: RunSpec | CheckedRun, quiet: bool = True, echo=None, progress: bool = False):
+        checked = check_run(spec)              # once: a CheckedRun (from the CLI) is not checked again
+        self.spec, self.quiet, self.progress = checked.spec, quiet, progress
+        spec = checked.spec
         self.cancelled = threading.Event()     # cancel(): a running allreduce's workers are stopped
-        self.g = graph_for(spec)
+        self.g = checked.graph
         self.events = EventLog(echo=echo or (None if quiet else (lambda line: _log(line, False))))
         self.net = EmulatedNetwork(self.g, backend=spec.backend, seed=spec.seed, pcap=spec.pcap,
                                    keep=spec.keep, t0=self.events.t0)
@@ -138,11 +94,12 @@ class Session:
             # would take the first one down under its running link monitor
             raise RuntimeError("this Session is already started (use `with Session(spec) as s:` or start())")
         spec, g = self.spec, self.g
+        netlease.refuse_if_busy()       # one line naming the other run, before anything is built
         n_sw = len(switches(g))
         _log(f"building network: {spec.topology} ({n_sw} switch{'es' if n_sw > 1 else ''}, {spec.backend}), "
              f"{spec.workers} workers", self.quiet)
         try:
-            if not (spec.host_baseline or spec.tree == "bml"):
+            if spec.on_trees:
                 with self.phases.timed("standby"):
                     StandbyWorker.get()      # the standby's child imports while the network starts
             self.net.start()
@@ -154,7 +111,8 @@ class Session:
                 self._start_jobs(spec, g)
             with self.phases.timed("watchers"):
                 self.monitor = self.net.watch_links(self.job.link_changed)
-                self.net.watch_switches(self._switch_exited)
+                self.net.watch_switches(self._switch_exited, on_hang=lambda sw, t: self.events.add(
+                    "switch_hung", t=t, switch=sw))
         except BaseException:
             self.stop()
             raise
@@ -163,31 +121,22 @@ class Session:
     def _start_jobs(self, spec: RunSpec, g) -> None:
         """The aggregation job (or the tenants' jobs, or the host baselines' routes): its
         trees computed and installed."""
-        if spec.jobs > 1:         # tenants: hosts of their own, shared switches, disjoint slot ranges
+        if spec.jobs > 1:         # tenants: hosts of their own, shared switches (controller/installers.py)
             self.jobs = self._tenant_jobs(spec, g)
             self.job = self.jobs[0]
-        elif spec.host_baseline:    # ring, ps: hosts sum over TCP; the job keeps IP routes on live links
-            self.job = ForwardingJob(g, self.net.clients, worker_hosts(g), spec.default_window(),
-                                     self.net.run.path / "epoch.json", job=spec.job, events=self.events,
-                                     algorithm=spec.algorithm).start()
-        elif spec.tree == "bml":
-            self.job = BmlJob(g, self.net.clients, spec.default_window(), self.net.run.path / "epoch.json",
-                              job=spec.job, events=self.events, variant=spec.bml_variant).start()
-        else:
-            self.job = TreeJob(g, self.net.clients, spec.tree, worker_hosts(g), spec.default_window(),
-                               self.net.run.path / "epoch.json", job=spec.job, events=self.events).start()
+        else:                       # the scheme's installer (BML's on BCube)
+            self.job = job_for(JobSeat(spec, g, self.net.clients, worker_hosts(g), self.net.run.path / "epoch.json",
+                                       self.events, job=spec.job))
         self.jobs = self.jobs or [self.job]
 
     def _tenant_jobs(self, spec: RunSpec, g) -> list[Job]:
-        """--jobs J: job j (id spec.job + j) aggregates the worker hosts tenant_hosts gives it in
-        slots j*S .. (j+1)*S - 1, S = AGG_SLOTS // J."""
+        """--jobs J: job j (id spec.job + j) aggregates the worker hosts tenant_hosts gives it;
+        a partitioned scheme in slots j*S .. (j+1)*S - 1, S = AGG_SLOTS // J, a pool-sharing
+        one (ATP) anywhere in the pool."""
         size, replies = spec.slots_per_job, {}
-        jobs = []
-        for j, hosts in enumerate(tenant_hosts(g, spec.jobs)):
-            jobs.append(TreeJob(g, self.net.clients, spec.tree, hosts, spec.default_window(),
-                                self.net.run.path / f"epoch{j}.json", job=spec.job + j, events=self.events,
-                                slot_base=j * size, slots=size, reply_ports=replies).start())
-        return jobs
+        return [job_for(JobSeat(spec, g, self.net.clients, hosts, self.net.run.path / f"epoch{j}.json", self.events,
+                                job=spec.job + j, tenant=j, slot_base=j * size, slots=size, reply_ports=replies))
+                for j, hosts in enumerate(tenant_hosts(g, spec.jobs))]
 
     def _set_loss(self, spec: RunSpec) -> None:
         """Drop simulators: a job's worker links at its loss (--job-loss), every other port at --loss."""
@@ -247,13 +196,9 @@ class Session:
 
     def allreduce(self, **overrides) -> dict:
         spec = replace(self.spec, **overrides) if overrides else self.spec
-        spec.validate()
-        for f in spec.fail_specs:
-            f.check(self.g)
-        for f in spec.fail_switch_specs:
-            f.check(self.g)
-        if not spec.host_baseline and spec.tree != "bml":     # the lab's `allreduce --fail tree@F`
-            check_failures(spec, self.g, {e for t in self.job.trees().trees for e in t.edges})
+        if overrides:                                         # the lab's `allreduce --loss P --fail tree@F`
+            check_override(spec, self.g, {e for t in self.job.trees().trees for e in t.edges}
+                           if spec.on_trees else None)
         if (spec.loss, tuple(spec.job_loss)) != self.loss:     # the lab's `allreduce --loss P`
             with self.job.locked():
                 self._set_loss(spec)
@@ -262,6 +207,7 @@ class Session:
         self.job.prepare(spec.default_window(), spec.algorithm)
         self.runs += 1
         before = self._switch_counters()
+        hangs_before = len(self.net.hang_log)
         _log(f"allreduce of {spec.elements} {spec.dtype} per worker on {len(self.job.trees().trees)} "
              f"{spec.tree} tree(s), loss {spec.loss}", self.quiet)
         probe = FidelityProbe(self.net.graph, self.net.run.path / "pids").start()
@@ -281,7 +227,8 @@ class Session:
         treeset = self.job.trees()
         result.update(topology=spec.topology, tree=spec.tree, trees=len(treeset.trees),
                       epoch=treeset.epoch, failures=injector.report() if injector else [],
-                      switches_down={sw: why.splitlines()[0] for sw, why in sorted(dead.items())})
+                      switches_down={sw: why.splitlines()[0] for sw, why in sorted(dead.items())},
+                      hangs=hang_rows(self.net, self.job)[hangs_before:])
         result["fidelity"] = fidelity       # link-bound or CPU-bound? (emulation/fidelity.py)
         result["jobs"] = [_job_figures(result, self.job, spec)]
         return self._finish(spec, result)
@@ -309,8 +256,8 @@ class Session:
             with contextlib.ExitStack() as running:
                 for _, job in tenants:
                     running.enter_context(job.running())
-                reports = _run_tenants(self.net, tenants, self.quiet, f"run{self.runs}",
-                                       progress=self.progress, cancel=self.cancelled)
+                reports, injector = _run_tenants(self.net, tenants, self.quiet, f"run{self.runs}",
+                                                 progress=self.progress, cancel=self.cancelled)
         finally:
             fidelity = probe.stop()
         self.net.check_switches()
@@ -333,7 +280,8 @@ class Session:
             "max_abs_error": max((j["max_abs_error"] for j in done), default=None),
             "error_bound": max((j["error_bound"] or 0 for j in per_job), default=0.0),
             "switch": stats, "topology": spec.topology, "tree": spec.tree,
-            "trees": len(self.job.trees().trees), "epoch": self.job.trees().epoch, "failures": [],
+            "trees": len(self.job.trees().trees), "epoch": self.job.trees().epoch,
+            "failures": injector.report() if injector else [],
             "fidelity": fidelity, "jobs": per_job,
         }
         errors = [f"job {j['job']}: {e}" for j in per_job for e in j.get("errors", [])]
@@ -402,9 +350,9 @@ def _job_figures(result: dict, job: Job, spec: RunSpec) -> dict:
 
 
 def _run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, progress: bool = False,
-                 cancel: threading.Event | None = None) -> list[list[dict]]:
+                 cancel: threading.Event | None = None):
     """Start every job's workers at once (one start gate for all), wait for all; per job its
-    reports by rank."""
+    reports by rank, and the failure injector (the spec's --fail, on the first job) or None."""
     out_dir = net.run.path / name
     out_dir.mkdir()
     gate = StartGate()
@@ -418,12 +366,20 @@ def _run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, pr
     deadline = time.monotonic() + tenants[0][0].give_up * 3 + 30 + sum(
         s.elements * s.workers for s, _ in tenants) / 50_000
     files = [out_dir / f"job{t}-rank{r}.progress" for t, procs in enumerate(started) for r, _, _ in procs]
+    spec, first = tenants[0]
+    injector = None
+    if spec.fail_specs:             # the tenants' shared links: the first job (it owns the routes) reroutes
+        injector = FailureInjector(net, first, spec.fail_specs, files, spec.seed)
+        injector.start()
     _wait([p for procs in started for p in procs], deadline, quiet, files if progress else None, cancel)
-    return [_collect(out_dir, procs, f"job{t}-") for t, procs in enumerate(started)]
+    if injector:
+        injector.stop()
+        injector.join(1)
+    return [_collect(out_dir, procs, f"job{t}-") for t, procs in enumerate(started)], injector
 
 
 # How long workers wait at most, before an allreduce, for the standby trees of the job's
-# current trees (controller/job.py wait_standby): a k=4 fat-tree's 40 took 0.9-3 s here.
+# current trees (controller/tree_job.py wait_standby): a k=4 fat-tree's 40 took 0.9-3 s here.
 STANDBY_WAIT = 10.0
 
 
@@ -466,6 +422,7 @@ def _start_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, out_dir: Path,
         argv = [sys.executable, "-m", module, str(plan), str(rank), *extra_args]
         log = open(out_dir / f"{prefix}rank{rank}.log", "wb")
         proc = net.host(h).popen(argv, stdout=log, stderr=log, cwd=str(REPO), pass_fds=gate.fds if gate else (),
+                                 preexec_fn=lifeline.preexec(bound_to_thread=True),    # _wait reaps them
                                  env=dict(env, AGGLAB_PLAN=str(plan), AGGLAB_RANK=str(rank)))
         net.run.add_pid(proc.pid, f"worker {rank}" + (f" of job {job.job}" if prefix else "") + f" on {h}")
         procs.append((rank, proc, log))

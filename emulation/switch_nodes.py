@@ -15,6 +15,7 @@ from pathlib import Path
 
 from mininet.node import Switch
 
+from ground import lifeline
 from ground.paths import REPO
 from ground.rundir import RunRecord
 
@@ -43,7 +44,7 @@ class _ProcessSwitch(Switch):
     def _spawn(self, argv: list[str]) -> None:
         with open(self.log_path.with_suffix(".out"), "ab") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=_env(),
-                                         start_new_session=True, cwd=REPO)
+                                         start_new_session=True, cwd=REPO, preexec_fn=lifeline.preexec())
         self._started()
 
     def _started(self) -> None:

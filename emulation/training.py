@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from controller.trees import SWITCH_TREES
 from emulation.session import Session
 from ground.runspec import RunSpec
 from hosts import communicator
@@ -28,11 +29,11 @@ FLOAT_ACCURACY_POINTS = 0.02
 
 def check_train_spec(spec: RunSpec, cfg: Config) -> None:
     """One clear line for what `agglab train` cannot run."""
-    if spec.algorithm not in communicator.ALGORITHMS:
+    if spec.algorithm not in communicator.RUNNERS:
         raise ValueError(f"--algorithm {spec.algorithm} has no allreduce in this build "
-                         f"(have: {', '.join(sorted(communicator.ALGORITHMS))})")
-    if spec.tree == "bml":
-        raise ValueError("agglab train runs on switch trees (spt, rat, packing), not --tree bml")
+                         f"(have: {', '.join(sorted(communicator.RUNNERS))})")
+    if spec.tree not in SWITCH_TREES:
+        raise ValueError(f"agglab train runs on switch trees ({', '.join(SWITCH_TREES)}), not --tree {spec.tree}")
     if cfg.steps < 1 or cfg.batch < 1 or cfg.lr <= 0:
         raise ValueError("--steps, --batch and --lr must be positive")
     if not 0 < cfg.topk <= 1:

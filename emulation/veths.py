@@ -23,7 +23,7 @@ from pathlib import Path
 from mininet.link import Intf, Link
 
 from ground import links
-from ground.rundir import delete_link_group
+from ground.rundir import Refused, delete_link_group, group_of
 
 
 class QuietIntf(Intf):
@@ -68,7 +68,12 @@ def create_veths(pairs: list[tuple[str, str, int | None]], group: int, offloads_
     root_end is in interface group `group` (delete_veths); every root-namespace end is
     quieted (quiet_ends, offloads off or not), then brought up (a host's end comes up in the
     host's set-up)."""
-    run_batch([f"link add name {a} group {group} type veth peer name {b}" + (f" netns {pid}" if pid else "")
+    root_names = {a for a, _b, _pid in pairs} | {b for _a, b, pid in pairs if not pid}
+    taken = sorted(root_names & {p.name for p in Path("/sys/class/net").iterdir()})
+    if taken:      # not ours (the run holds the machine's lease): never create over, never delete them
+        raise Refused(f"interface {taken[0]} already exists ({len(taken)} of this network's names are taken "
+                           "by something that is not an agglab run: `agglab clean` removes a crashed run's)")
+    run_batch([f"link add name {a} group {group} type veth peer name {b} group {group}" + (f" netns {pid}" if pid else "")
                for a, b, pid in pairs], "creating the network's veth pairs")
     root_ends = [a for a, _b, _pid in pairs] + [b for _a, b, pid in pairs if not pid]
     quiet_ends(root_ends, offloads_off)
@@ -115,12 +120,12 @@ def quiet_ends(names: list[str], offloads_off: bool = True) -> None:
 
 
 def delete_veths(group: int, names: list[str]) -> None:
-    """Delete interface group `group` (each pair's root end, so every pair), then those of
-    `names` still in the root namespace with one `ip -force -batch` (-force: a pair whose
-    other end was deleted first is already gone; that is no error)."""
+    """Delete interface group `group` (both ends of every pair are in it), then those of
+    `names` still in the root namespace and still in that group with one `ip -force -batch`
+    (-force: a pair whose other end was deleted first is already gone; that is no error).
+    Never an interface outside the group: a name this run recorded may be another's now."""
     delete_link_group(group)
-    present = {p.name for p in Path("/sys/class/net").iterdir()}
-    lines = [f"link delete dev {name}" for name in names if name in present]
+    lines = [f"link delete dev {name}" for name in names if group and group_of(name) == group]
     if lines:
         subprocess.run(["ip", "-force", "-batch", "-"], input="\n".join(lines) + "\n",
                        capture_output=True, text=True, timeout=120)

@@ -30,7 +30,7 @@ def resolve(config: str) -> Path:
     return path
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="agglab experiment", description=(
         "Run trend definitions (experiments/*.yaml) or a suite of them (experiments/configs/*.yaml) "
         "on the emulator at a scale under this machine's fidelity ceiling, and write "
@@ -45,7 +45,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--backend", choices=["soft", "bmv2"], help="data plane of every run (default: each definition's)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its time estimate, run nothing")
     p.add_argument("--fresh", action="store_true", help="discard OUT/NAME/runs.jsonl instead of resuming")
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def _print_bounds(suite, log: TextIO) -> None:

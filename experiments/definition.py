@@ -66,7 +66,7 @@ import yaml
 from controller import topologies
 from emulation.fidelity import DEFAULT_CEILING_MBPS
 from ground import wire
-from ground.runspec import ALGORITHMS, RunSpec
+from ground.runspec import RunSpec
 from experiments.units import Scale, UnitError, parse_rate, parse_size, parse_time
 
 RUN_FIELDS = tuple(f.name for f in fields(RunSpec) if f.name not in ("length_override", "job"))
@@ -85,7 +85,6 @@ CLAIM_KEYS = ("text", "ratio", "paper", "expect", "tolerance", "for_each", "why"
 BOUND_KINDS = ("wire_time", "pace_model")
 PLOTS = ("time", "speedup", "failures", "shares")
 EXPECTS = ("about", "at_least", "at_most")
-BASELINES = ("ring", "ps")          # host baselines another branch adds to RunSpec ALGORITHMS
 DTYPE_BYTES = 4
 
 
@@ -303,9 +302,6 @@ class Definition:
             run.update(_network_for(run, net, scale.link_mbps(link), topo_dir))
             spec = RunSpec(**run).validate()
         except (ValueError, TypeError, topologies.TopologyError) as exc:
-            if run.get("algorithm") in BASELINES and run["algorithm"] not in ALGORITHMS:
-                return Point(label, combo, None, f"algorithm {run['algorithm']!r} is not available in this "
-                             f"build (ground/runspec.py ALGORITHMS = {', '.join(ALGORITHMS)})", scale, net)
             raise ConfigError(self.source, f"point {label} {combo}", str(exc)) from exc
         return Point(label, combo, spec, "", scale, net)
 

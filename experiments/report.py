@@ -239,7 +239,7 @@ def _trend_section(outcome: "Outcome", d, plots: list[Path]) -> list[str]:
 def _ring_check(outcome: "Outcome") -> list[str]:
     """Measured ring / in-network at 8 workers beside 2(n-1)/n x the wire-efficiency ratio:
     over every run, and over the runs not flagged CPU-bound (the ones that measure the
-    network; issue 9 asks those to be within 10% of the analytic value)."""
+    network; those should be within 10% of the analytic value, or the emulator is not faithful)."""
     from experiments.analysis import select
 
     out = []

@@ -23,6 +23,7 @@ from controller import topologies
 from controller.topology import switches
 from emulation.fidelity import DEFAULT_CEILING_MBPS, calibration_path, load_calibration
 from ground.runspec import RunSpec
+from ground.schemes import IN_NETWORK
 from experiments.definition import (ConfigError, Definition, Point, ProgramRun, load_definition, parse_definition,
                                     read_yaml)
 
@@ -110,7 +111,7 @@ def load_suite(path: str | Path, repeats: int | None = None) -> Suite:
 
 # Algorithms whose repeats may share one network (Session.allreduce runs them again on the
 # same job). The hosts' baselines run in a fresh network per run until that is known to hold.
-REUSABLE = ("switchml", "omnireduce")
+REUSABLE = IN_NETWORK
 
 
 def default_run_fn(out_dir: Path | None = None) -> RunFn:
@@ -121,7 +122,7 @@ def default_run_fn(out_dir: Path | None = None) -> RunFn:
     `agglab train --profile-only` for both schedulers in one network against one calibration
     (a paired comparison); the other scheduler's result waits for its own point."""
     try:
-        from emulation.session import Session, run_allreduce
+        from emulation.session import Session, run_spec
     except ImportError as exc:
         raise SetupError(f"cannot import emulation.session ({exc}): run `make setup` in the repository") from exc
     pending: dict[str, dict] = {}        # the other scheduler of a PACE pair, by the pair's identity
@@ -143,9 +144,7 @@ def default_run_fn(out_dir: Path | None = None) -> RunFn:
         return mine
 
     def fresh(spec: RunSpec) -> dict:
-        d = spec.to_dict()
-        d.pop("length_override")
-        return run_allreduce(**d)
+        return run_spec(spec)             # the RunSpec itself: checked once, in the Session
 
     def run(specs: list) -> Iterator[dict]:
         if isinstance(specs[0], ProgramRun):

@@ -51,9 +51,14 @@ def interrupted_line(command: str, signum: int, what: str = "everything it start
 def run_interruptible(command: str, func: Callable[[], int]) -> int:
     """Run `func` with the stop signals turned into Interrupted; on one, say what was
     interrupted in one line (after the clean-up ran) and return 128 + the signal number."""
+    from ground.rundir import Refused
+
     previous = arm()
     try:
         return func()
+    except Refused as exc:          # another network holds the machine, an unsafe run directory
+        print(f"agglab {command}: {exc}", file=sys.stderr, flush=True)
+        return exc.exit_code
     except KeyboardInterrupt as exc:
         signum = signum_of(exc)
         print(interrupted_line(command, signum), file=sys.stderr, flush=True)

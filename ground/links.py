@@ -5,7 +5,7 @@ Why one place: a link is an htb class with ceil equal to rate, so what a frame w
 the class's cburst bucket. A host that paces its sends must hand the link bursts that fit
 in that bucket, or htb holds the rest back and releases them one by one from its timer: a
 timer interrupt, softirq and wake-up per frame and link, the cost that made 8 workers at
-20 Mb/s CPU-bound (issue 10). The two numbers only work together, so they live together.
+20 Mb/s CPU-bound (measured: 1.61x the wire time before pacing, 1.04x after). The two numbers only work together, so they live together.
 
 The bucket is LINK_BURST_S of link time, at least LINK_BURST_MIN bytes (four full-size
 frames): tc's default cburst is one MTU. A transfer we time (megabytes) is thousands of

@@ -155,7 +155,3 @@ class MsgBatch:
             return 0
         return n
 
-    def reset_lengths(self) -> None:
-        """Every iov_len back to the full slot (after sending, before receiving into it again)."""
-        for i in range(self.count):
-            self.iov_len[2 * i + 1] = self.slot

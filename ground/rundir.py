@@ -3,7 +3,13 @@
 Why: the classic Mininet/P4 pain is leftover state ("RTNETLINK answers: File exists",
 stray simple_switch processes) after a run is killed. Each run writes what it starts
 into its own directory under RUN_ROOT; `agglab clean` removes whatever belongs to a
-run whose owner process is gone. It is idempotent: a second call finds nothing.
+run whose owner process is gone. It is idempotent: a second call finds nothing, and it never touches a live run's
+processes, interfaces or directory (nor, without --all, anything while another network holds
+the machine's lease, ground/netlease.py).
+
+The run root is checked before every use (`secure_dir`): owned by us, not group- or
+world-writable, not a symlink; otherwise the run is refused with one line (`Refused`).
+Cleaning walks it with lstat and never follows a symlink.
 """
 
 from __future__ import annotations
@@ -13,12 +19,52 @@ import random
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import time
 import uuid
 from pathlib import Path
 
 from ground.paths import RUN_ROOT
+
+class Refused(Exception):
+    """A run that must not go ahead, said in one line (the CLI prints it, no traceback):
+    an unsafe run directory, another network holding the machine (ground/netlease.py)."""
+
+    exit_code = 1
+
+
+class UnsafeRunDir(Refused):
+    """The run root is not ours alone: another user's, writable by others, or a symlink."""
+
+
+def secure_dir(path: Path) -> Path:
+    """Create `path` (mode 0700) if missing, then check it is a real directory (not a
+    symlink), owned by this user and not group- or world-writable; raise UnsafeRunDir with
+    one line otherwise. Why: root writes into and deletes from its run directories; a
+    directory another user planted (or a symlink to elsewhere) would let them own or steer
+    what root writes and deletes."""
+    path = Path(path)
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, mode=0o755, exist_ok=True)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafeRunDir(f"run directory {path} is a symlink: refusing to use it (remove it, "
+                           "or set AGGLAB_RUN_ROOT to a directory of your own)")
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeRunDir(f"run directory {path} is not a directory: refusing to use it")
+    if st.st_uid != os.geteuid():
+        raise UnsafeRunDir(f"run directory {path} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}): "
+                           "refusing to use it (another user may have planted it; remove it)")
+    if st.st_mode & 0o022:
+        raise UnsafeRunDir(f"run directory {path} is group- or world-writable (mode {stat.S_IMODE(st.st_mode):o}): "
+                           f"refusing to use it (chmod 700 {path})")
+    return path
+
 
 # Interfaces our networks create: s1-eth1, h3-eth0, (any node name)-ethN.
 _OUR_INTF = re.compile(r"^[a-z]+\d+-eth\d+$")
@@ -32,9 +78,9 @@ class RunRecord:
 
     @classmethod
     def create(cls, prefix: str = "run") -> "RunRecord":
-        RUN_ROOT.mkdir(parents=True, exist_ok=True)
+        secure_dir(RUN_ROOT)
         path = RUN_ROOT / f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-        path.mkdir()
+        path.mkdir(mode=0o700)
         (path / "owner.pid").write_text(str(os.getpid()))
         return cls(path)
 
@@ -43,6 +89,8 @@ class RunRecord:
             f.write(f"{pid} {what}\n")
 
     def add_interfaces(self, names: list[str]) -> None:
+        """Record interfaces this run created; call it only once the kernel has made them
+        (`agglab clean` and the run's teardown delete what is recorded here)."""
         with open(self.path / "interfaces", "a") as f:
             f.writelines(f"{n}\n" for n in names)
 
@@ -161,11 +209,21 @@ def _present() -> set[str]:
     return {p.name for p in net.iterdir()} if net.exists() else set()
 
 
-def delete_interfaces(names: list[str]) -> int:
+def group_of(name: str) -> int | None:
+    """The interface group of root-namespace interface `name` (None: no such interface)."""
+    try:
+        return int(Path(f"/sys/class/net/{name}/netdev_group").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def delete_interfaces(names: list[str], group: int | None = None) -> int:
+    """Delete the root-namespace interfaces `names` that exist; with `group`, only those in
+    that interface group (a run's own: a name it recorded may since belong to another run)."""
     present = _present()
     count = 0
     for name in names:
-        if name in present:
+        if name in present and (group is None or group_of(name) == group):
             subprocess.run(["ip", "link", "delete", name], capture_output=True)
             count += 1
     return count
@@ -178,28 +236,41 @@ def stray_interfaces() -> list[str]:
 
 
 def clean(everything: bool = False, verbose: bool = True) -> dict[str, int]:
-    """Remove what dead runs left (all runs with everything=True). Idempotent."""
+    """Remove what dead runs left (all runs with everything=True). Idempotent.
+
+    A live run (its owner process alive) is left alone, and so are interfaces merely named
+    like ours while any run is live here or another process holds the machine's network
+    lease (ground/netlease.py): they may be that network's. The run root is checked first
+    (secure_dir) and walked without following symlinks; rmtree removes a verified real
+    directory (Python's rmtree works on directory fds and does not follow symlinks in it)."""
+    from ground.netlease import holder_elsewhere
+
     done = {"runs": 0, "processes": 0, "interfaces": 0}
     live_runs = 0
-    if RUN_ROOT.exists():
-        for path in sorted(RUN_ROOT.iterdir()):
-            if not path.is_dir():
-                continue
+    if os.path.lexists(RUN_ROOT):
+        secure_dir(RUN_ROOT)
+        with os.scandir(RUN_ROOT) as entries:
+            paths = sorted(Path(e.path) for e in entries if e.is_dir(follow_symlinks=False))
+        for path in paths:
             run = RunRecord(path)
             if run.owner_alive() and not everything:
                 live_runs += 1
                 continue
             done["processes"] += kill_pids(run.pids())
             names = run.interfaces()
-            present = len(_present() & set(names))
-            delete_link_group(run.recorded_link_group() or 0)    # most at once, the rest by name
-            delete_interfaces(names)
+            group = run.recorded_link_group()
+            present = sum(1 for n in names if group and group_of(n) == group)
+            delete_link_group(group or 0)    # all at once; by name only what is still in the run's group
+            delete_interfaces(names, group=group or -1)
             done["interfaces"] += present
-            shutil.rmtree(path, ignore_errors=True)
+            if not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
             done["runs"] += 1
-    if live_runs == 0:    # nothing of ours is running: any interface named like ours is stale
+    other = None if everything else holder_elsewhere()
+    if live_runs == 0 and other is None:   # nothing of ours is running: any interface named like ours is stale
         done["interfaces"] += delete_interfaces(stray_interfaces())
     if verbose:
         print(f"agglab clean: removed {done['runs']} run(s), stopped {done['processes']} process(es), "
-              f"deleted {done['interfaces']} interface(s)" + (f"; {live_runs} live run(s) left alone" if live_runs else ""))
+              f"deleted {done['interfaces']} interface(s)" + (f"; {live_runs} live run(s) left alone" if live_runs else "")
+              + (f"; the network of {other} left alone" if other else ""))
     return done

@@ -15,12 +15,24 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from ground import wire
+from ground.schemes import DEFAULT_WINDOW, HOST_BASELINES, IN_NETWORK, SPARSE_WINDOW, SCHEMES, scheme
 
 TOPOLOGIES = ("single", "leafspine", "fattree", "bcube")      # or a YAML file
-TREES = ("spt", "rat", "packing", "bml")
-IN_NETWORK = ("switchml", "omnireduce")                  # the switches aggregate
-HOST_BASELINES = ("ring", "ps")                          # hosts sum over TCP, switches only forward
-ALGORITHMS = IN_NETWORK + HOST_BASELINES
+# The tree algorithms. The controller discovers them (one module per algorithm in
+# controller/trees/) and registers their names here with `register_trees`, because the
+# ground layer cannot import the controller; until then any identifier passes the check.
+TREES: list[str] = []
+BCUBE_TREE = "bml"                       # BCube's stage schedule: the one tree for --topology bcube
+
+
+def register_trees(names) -> None:
+    """The controller's discovered tree algorithms (controller/trees/__init__.py)."""
+    TREES[:] = list(names)
+
+
+def switch_trees() -> str:
+    """The tree algorithms that span switches, for messages: 'spt, rat, packing'."""
+    return ", ".join(t for t in TREES if t != BCUBE_TREE) or "spt"
 PATTERNS = ("random", "overlap", "disjoint")
 DTYPES = ("int32", "float32")
 BACKENDS = ("soft", "bmv2")
@@ -68,16 +80,18 @@ class SwitchFailSpec:
     worker's only edge switch, so the allreduce can go on around it)."""
     at: float                      # fraction of blocks done, 0..1
     switch: str | None             # None: picked on the active tree
+    hang: bool = False             # --hang-switch: SIGSTOP the process instead (the liveness probe's case)
 
     @classmethod
-    def parse(cls, text: str) -> "SwitchFailSpec":
+    def parse(cls, text: str, hang: bool = False) -> "SwitchFailSpec":
+        opt = "--hang-switch" if hang else "--fail-switch"
         m = _FAIL_SWITCH.match(text.strip())
         if not m:
-            raise ValueError(f"--fail-switch {text!r}: expected NAME@FRACTION or tree@FRACTION, e.g. a1@0.5")
+            raise ValueError(f"{opt} {text!r}: expected NAME@FRACTION or tree@FRACTION, e.g. a1@0.5")
         at = float(m["at"])
         if not 0 <= at <= 1:
-            raise ValueError(f"--fail-switch {text!r}: the fraction must be within 0..1, got {m['at']}")
-        return cls(at, None if m["name"] == "tree" else m["name"])
+            raise ValueError(f"{opt} {text!r}: the fraction must be within 0..1, got {m['at']}")
+        return cls(at, None if m["name"] == "tree" else m["name"], hang)
 
     def check(self, g) -> None:
         """Refuse a name that is not a switch of the topology, and `tree@F` where every
@@ -86,7 +100,8 @@ class SwitchFailSpec:
             if self.switch not in g or g.nodes[self.switch].get("kind") != "switch":
                 names = sorted((n for n, d in g.nodes(data=True) if d.get("kind") == "switch"),
                                key=lambda n: (len(n), n))
-                raise ValueError(f"--fail-switch: there is no switch {self.switch!r} in this topology "
+                raise ValueError(f"{'--hang-switch' if self.hang else '--fail-switch'}: there is no switch "
+                                 f"{self.switch!r} in this topology "
                                  f"(switches: {', '.join(names[:12])}{' ...' if len(names) > 12 else ''})")
             return
         edge_only = only_edge_switches(g)
@@ -96,15 +111,8 @@ class SwitchFailSpec:
                              "(NAME@F) to test the partition")
 
 
-# Outstanding slots per worker when a run does not say (hosts/slots.py uses the same).
-# Dense: 128 keeps a 20 Mb/s link busy through the emulator's millisecond round trips.
-# Sparse: every call starts each slot with a dense lead frame, so the window is a per-call
-# cost in frames; 32 slots still keep the link busy (only columns with data send), and the
-# lead overhead drops 4x. Measured (8 workers x 1M int32, overlap, 5 Mb/s, one switch):
-# speed-up over dense 8.6x / 33x at window 128, 9.0x / 41x at 64, 9.3x / 64x at 32,
-# 9.8x / 74x at 16 (density 0.1 / 0.01); at 20 Mb/s 32 beats 16 and 64 (4.1x / 21x, sparse CPU-bound).
-DEFAULT_WINDOW = 128
-SPARSE_WINDOW = 32
+__all__ = ["DEFAULT_WINDOW", "HOST_BASELINES", "IN_NETWORK", "SPARSE_WINDOW", "RunPlan",
+           "RunSpec", "FailSpec", "SwitchFailSpec", "WorkerSeat"]
 
 
 @dataclass
@@ -123,13 +131,14 @@ class RunSpec:
     k: int | None = None               # fat-tree k / BCube k
     tree: str = "spt"                  # spt | rat | packing | bml (BCube only)
     bml_variant: str = "in-network"    # in-network | host
-    algorithm: str = "switchml"        # switchml (dense) | omnireduce (block-sparse) | ring | ps (host baselines)
+    algorithm: str = "switchml"        # a scheme of ground/schemes.py
     density: float = 1.0               # fraction of non-zero blocks (block-sparse data)
     pattern: str = "random"            # block-sparse data: random | overlap | disjoint
     block_size: int | None = None      # omnireduce: values per block (multiple of K)
     zero_workers: int = 0              # block-sparse data: ranks 0..Z-1 have no non-zero block
     fail: list[str] = field(default_factory=list)    # ["A-B@0.5", "tree@0.5", ...]
     fail_switch: list[str] = field(default_factory=list)   # ["a1@0.5", "tree@0.5", ...]: kill switches
+    hang_switch: list[str] = field(default_factory=list)   # the same syntax: SIGSTOP switches (hung, not dead)
     length_override: dict[int, int] = field(default_factory=dict)   # rank -> length (tests)
     jobs: int = 1                      # concurrent allreduces (tenants) of `workers` each, ids job, job+1, ...
     job_loss: list[float] = field(default_factory=list)   # per job: loss on its workers' links (else `loss`)
@@ -140,7 +149,15 @@ class RunSpec:
     @property
     def sparse_data(self) -> bool:
         """Block-sparse inputs: for omnireduce, or for the dense pipeline on the same data."""
-        return self.algorithm == "omnireduce" or self.density < 1.0
+        known = SCHEMES.get(self.algorithm)
+        return bool(known and known.sparse) or self.density < 1.0
+
+    @property
+    def on_trees(self) -> bool:
+        """The switches aggregate along the controller's trees (not the hosts, not BML's
+        schedule, not a pool shared best-effort along IP routes)."""
+        known = SCHEMES.get(self.algorithm)
+        return bool(known and known.in_network and not known.shares_pool) and self.tree != BCUBE_TREE
 
     @property
     def host_baseline(self) -> bool:
@@ -157,7 +174,9 @@ class RunSpec:
 
     @property
     def fail_switch_specs(self) -> list[SwitchFailSpec]:
-        return [SwitchFailSpec.parse(f) for f in self.fail_switch]
+        """Every scripted switch failure: kills (--fail-switch), then hangs (--hang-switch)."""
+        return ([SwitchFailSpec.parse(f) for f in self.fail_switch]
+                + [SwitchFailSpec.parse(f, hang=True) for f in self.hang_switch])
 
     @property
     def hosts(self) -> int:
@@ -174,10 +193,10 @@ class RunSpec:
         return self.job_loss[job] if self.job_loss else self.loss
 
     def default_window(self) -> int:
-        """Outstanding slots per worker: the asked window (else the algorithm's default,
-        DEFAULT_WINDOW or SPARSE_WINDOW), at most the blocks and the job's slots."""
+        """Outstanding slots per worker: the asked window (else the scheme's default,
+        ground/schemes.py), at most the blocks and the job's slots."""
         blocks = -(-self.elements // wire.K)
-        default = SPARSE_WINDOW if self.algorithm == "omnireduce" else DEFAULT_WINDOW
+        default = SCHEMES[self.algorithm].window
         return max(1, min(self.window or default, blocks, self.slots_per_job))
 
     def elements_of(self, rank: int) -> int:
@@ -205,16 +224,15 @@ class RunSpec:
         if self.topology not in TOPOLOGIES and not self.topology.endswith((".yaml", ".yml")):
             raise ValueError(f"--topology must be one of {', '.join(TOPOLOGIES)} or a .yaml file, "
                              f"got {self.topology!r}")
-        if self.tree not in TREES:
-            raise ValueError(f"--tree must be spt, rat, packing or bml, got {self.tree!r}")
+        if not re.fullmatch(r"[a-z_][a-z0-9_]*", self.tree) or (TREES and self.tree not in TREES):
+            raise ValueError(f"--tree must be one of {', '.join(TREES) or 'the tree algorithms'}, got {self.tree!r}")
         if self.host_baseline and self.topology == "bcube":
             raise ValueError(f"--algorithm {self.algorithm} runs between single-NIC hosts over IP routes; "
                              "BCube's servers have several NICs and relay: use --tree bml --bml-variant host")
         if (self.tree == "bml") != (self.topology == "bcube"):
             raise ValueError("--tree bml goes with --topology bcube (and BCube needs --tree bml: "
                              "its servers relay, so no switch tree spans it)")
-        if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"--algorithm must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
+        scheme(self.algorithm)           # ValueError naming the schemes
         if not 0.0 <= self.density <= 1.0:
             raise ValueError(f"--density must be within [0, 1], got {self.density}")
         if self.pattern not in PATTERNS:
@@ -224,15 +242,20 @@ class RunSpec:
         if not 0 <= self.zero_workers <= self.workers:
             raise ValueError(f"--zero-workers must be within 0..{self.workers} (the workers), got {self.zero_workers}")
         if self.zero_workers and not self.sparse_data:
-            raise ValueError("--zero-workers goes with block-sparse data (--algorithm omnireduce or --density < 1)")
-        if self.algorithm == "omnireduce" and self.tree == "bml":
-            raise ValueError("--algorithm omnireduce runs on switch trees (spt, rat, packing), not BML")
+            sparse = [n for n, s in SCHEMES.items() if s.sparse]
+            raise ValueError(f"--zero-workers goes with block-sparse data (--algorithm {' or '.join(sparse)} "
+                             "or --density < 1)")
+        if self.algorithm in SCHEMES and SCHEMES[self.algorithm].sparse and self.tree == "bml":
+            raise ValueError(f"--algorithm {self.algorithm} runs on switch trees ({switch_trees()}), not BML")
         if self.fail and self.tree == "bml":
             raise ValueError("--fail: BML on BCube cannot reroute (its schedule needs every server NIC); "
-                             "fail links on a switch tree (spt, rat, packing) instead")
+                             f"fail links on a switch tree ({switch_trees()}) instead")
         if self.fail_switch and self.tree == "bml":
             raise ValueError("--fail-switch: BML on BCube cannot reroute (its schedule needs every server NIC); "
-                             "fail switches on a switch tree (spt, rat, packing) instead")
+                             f"fail switches on a switch tree ({switch_trees()}) instead")
+        if self.hang_switch and (self.tree == "bml" or self.jobs > 1):
+            raise ValueError("--hang-switch: a hung switch is rerouted around like a killed one, which needs "
+                             f"one job on a switch tree ({switch_trees()})")
         if self.host_baseline and self.tree != "spt":
             raise ValueError(f"--algorithm {self.algorithm} sums on the hosts over IP shortest paths: "
                              f"--tree {self.tree} (aggregation trees"
@@ -244,7 +267,8 @@ class RunSpec:
         if self.jobs > 1:
             if self.algorithm not in IN_NETWORK or self.tree == "bml":
                 raise ValueError(f"--jobs {self.jobs}: concurrent jobs share the switches' slots; they run the "
-                                 "in-network pipelines on switch trees (switchml or omnireduce, spt/rat/packing)")
+                                 f"in-network pipelines on switch trees ({' or '.join(IN_NETWORK)}, "
+                                 f"{switch_trees()})")
             if self.fail:
                 raise ValueError(f"--jobs {self.jobs}: --fail with several jobs is not supported yet (each job "
                                  "would reroute on its own); run one job to fail links")
@@ -284,6 +308,7 @@ class RunSpec:
         d["length_override"] = {int(r): int(n) for r, n in d.get("length_override", {}).items()}
         d["fail"] = list(d.get("fail", []))
         d["fail_switch"] = list(d.get("fail_switch", []))
+        d["hang_switch"] = list(d.get("hang_switch", []))
         d["job_loss"] = [float(p) for p in d.get("job_loss", [])]
         return cls(**d)
 

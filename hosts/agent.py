@@ -27,7 +27,7 @@ header is read in place from the receive arena with one struct call, the accepte
 results' lanes are copied into the sums with one numpy call per batch, the next rounds'
 packets are staged and leave with one system call. Why: eight agents share two cores with
 the switch, and per-packet objects, dict lookups and small numpy calls made them, not the
-links, the bottleneck (issue 10). Doing the whole batch in numpy was measured and is
+links, the bottleneck (1,500 resends and 1.91x the wire time at 20 Mb/s). Doing the whole batch in numpy was measured and is
 slower: a batch holds ~20 results at 20 Mb/s, too few to pay for thirty numpy calls.
 
 Loss: one timer per slot (RTO from hosts/rto.py, which also explains which

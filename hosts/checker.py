@@ -10,6 +10,7 @@ import numpy as np
 
 from ground import wire
 from ground.runspec import RunSpec
+from ground.schemes import HOST_BASELINES, SCHEMES
 from hosts.gradients import exact_sum, inputs_for
 from hosts.quantization import biased_exponents, error_bound
 
@@ -40,7 +41,7 @@ def summation_error_bound(inputs: list[np.ndarray]) -> np.ndarray:
 
 
 # spec.algorithm -> its float32 error bound; the in-network pipelines quantize (float32_error_bound)
-FLOAT32_BOUNDS = {"ring": summation_error_bound, "ps": summation_error_bound}
+FLOAT32_BOUNDS = {name: summation_error_bound for name in HOST_BASELINES}
 
 
 def check(spec: RunSpec, reports: list[dict], switch_stats: dict) -> dict:
@@ -87,7 +88,7 @@ def check(spec: RunSpec, reports: list[dict], switch_stats: dict) -> dict:
         worker_cpu_s=round(sum(r.get("cpu_user_s", 0) + r.get("cpu_sys_s", 0) for r in reports), 3),
         algorithm=spec.algorithm,
         **({"density": spec.density, "pattern": spec.pattern, "zero_workers": spec.zero_workers,
-            "blocks_sent": sum(r.get("blocks_sent", 0) for r in reports)} if spec.algorithm == "omnireduce" else {}),
+            "blocks_sent": sum(r.get("blocks_sent", 0) for r in reports)} if SCHEMES[spec.algorithm].sparse else {}),
         max_abs_error=worst, error_bound=bound,
     )
     return result

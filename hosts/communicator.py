@@ -13,9 +13,10 @@ so this object holds that wiring once:
         model.step(grad)
         comm.progress(step + 1, steps)      # lets --fail tree@0.5 land mid-training
 
-The algorithm comes from the run's spec (`--algorithm`); each one is an entry of
-`ALGORITHMS` (name -> function(comm, array) -> (sum, stats)), so the host-based
-baselines plug in behind the same call with `register`.
+The scheme comes from the run's spec (`--algorithm`, ground/schemes.py); each one is an
+entry of `RUNNERS` (scheme name -> function(comm, array) -> (sum, stats)), the hosts'
+one registry: hosts/worker.py runs the synthetic allreduce through it too, so a new scheme
+plugs in behind both with one `register`.
 """
 
 from __future__ import annotations
@@ -31,15 +32,16 @@ import numpy as np
 
 from ground.priority import as_batch_work
 from ground.runspec import RunPlan
+from ground.schemes import SCHEMES
 from ground.timerslack import set_timer_slack
 
-ALGORITHMS: dict[str, Callable] = {}
+RUNNERS: dict[str, Callable] = {}
 
 
 def register(name: str):
-    """Add an allreduce implementation: fn(comm: Communicator, array) -> (sum, stats)."""
+    """Add a scheme's allreduce on the hosts: fn(comm: Communicator, array) -> (sum, stats)."""
     def add(fn):
-        ALGORITHMS[name] = fn
+        RUNNERS[name] = fn
         return fn
     return add
 
@@ -47,23 +49,37 @@ def register(name: str):
 class Communicator:
     """One rank of a job: `allreduce(array)` returns the sum over all workers."""
 
-    def __init__(self, plan: RunPlan, rank: int, transport=None):
-        from hosts.transport import UdpTransport
+    def __init__(self, plan: RunPlan, rank: int, transport=None, block_progress: bool = False):
+        """block_progress: the progress file counts blocks (hosts/worker.py's synthetic
+        allreduce, where `--fail tree@F` triggers on the blocks done), not training steps."""
+        from ground.epoch_file import EpochFile
         from ground.progress import ProgressFile
-        from hosts.worker import EpochFile
 
         self.plan, self.spec, self.rank = plan, plan.spec, rank
         self.seat = plan.seats[rank]
         self.workers = self.spec.workers
-        if self.spec.algorithm not in ALGORITHMS:
+        if self.spec.algorithm not in RUNNERS:
             raise ValueError(f"no allreduce registered for algorithm {self.spec.algorithm!r} "
-                             f"(have: {', '.join(sorted(ALGORITHMS))})")
-        self.transport = transport or UdpTransport(self.seat.local_ip, plan.service_ip)
+                             f"(have: {', '.join(sorted(RUNNERS))})")
+        self._transport = transport
         self._watcher = EpochFile(plan.epoch_file) if plan.epoch_file else None
         self._route = (self._watcher.poll() if self._watcher else None) or {}
         self._progress = ProgressFile(self.seat.progress) if self.seat.progress else None
+        self.block_progress = self._progress if block_progress else None
         self.calls, self.last_stats = 0, None
         self.call_log: list[tuple[int, float]] = []     # (bytes, seconds) of every call: its cost
+        if SCHEMES[self.spec.algorithm].in_network:
+            self.transport         # its socket open before the first call (and the start gate)
+
+    @property
+    def transport(self):
+        """The agents' UDP transport to the service address, opened on first use (the host
+        baselines open TCP connections of their own)."""
+        if self._transport is None:
+            from hosts.transport import UdpTransport
+
+            self._transport = UdpTransport(self.seat.local_ip, self.plan.service_ip)
+        return self._transport
 
     @classmethod
     def from_env(cls, transport=None) -> "Communicator":
@@ -78,12 +94,16 @@ class Communicator:
 
     def allreduce(self, array) -> np.ndarray:
         """Sum of `array` (int32 or float32, same shape on every rank) over the job's workers."""
+        return self.allreduce_with_stats(array)[0]
+
+    def allreduce_with_stats(self, array):
+        """(sum, stats): the scheme's runner from `RUNNERS`."""
         array = np.asarray(array)
         started = time.monotonic()
-        result, self.last_stats = ALGORITHMS[self.spec.algorithm](self, array)
+        result, self.last_stats = RUNNERS[self.spec.algorithm](self, array)
         self.call_log.append((array.nbytes, time.monotonic() - started))
         self.calls += 1
-        return result
+        return result, self.last_stats
 
     def progress(self, done: int, total: int) -> None:
         """Report training progress (the session's scripted failures trigger on it)."""
@@ -104,7 +124,7 @@ class Communicator:
                 "job": self.spec.job, "window": self.plan.window, "give_up": self.spec.give_up,
                 "epoch": self._route.get("epoch", 0), "tree_of_slot": self._route.get("tree_of_slot"),
                 "control": self.poll_route if self._watcher else None, "return_stats": True,
-                "link_mbps": self.seat.link_mbps}
+                "link_mbps": self.seat.link_mbps, "on_progress": self.block_progress}
 
 
 def rank_program(description: str, input_help: str, body, argv: list[str] | None = None) -> int:
@@ -155,7 +175,7 @@ def _host_baseline(module_name: str):
 
         return import_module(module_name).allreduce(array, rank=comm.rank, peers=comm.plan.peers(),
                                                     port=BASE_PORT + comm.spec.job, give_up=comm.spec.give_up,
-                                                    return_stats=True)
+                                                    return_stats=True, on_progress=comm.block_progress)
     return run
 
 

@@ -34,7 +34,7 @@ import weakref
 
 import numpy as np
 
-from ground import links, wire
+from ground import epoch_file, links, wire
 from ground.runspec import DEFAULT_WINDOW
 from hosts import quantization as qz
 from hosts.consistency import DTYPES, lead_lanes
@@ -258,9 +258,9 @@ class SlotRun:
         msg = self.control()
         if not msg:
             return False
-        if msg.get("status") == "partitioned":
+        if msg.get("status") == epoch_file.PARTITIONED:
             raise NetworkPartitionError(msg.get("reason") or "the controller reports the workers are partitioned")
-        if msg.get("status") == "rerouting":
+        if msg.get("status") == epoch_file.REROUTING:
             self.hold = True               # resends wait for the new epoch (which resends everything)
             return True                    # the controller is alive and working: not a stall
         self.hold = False

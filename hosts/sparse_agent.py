@@ -10,7 +10,7 @@ K-blocks s, s+S, s+2S, ... in increasing order:
    block s is non-zero, else its announcement after s) and `exp` that block's
    exponent: the switch registers them as the worker's sparse announcement, and the
    lead result names the column's first sparse round (the minimum) and its exponent
-   (no forced round of block s: issue 10, item 4).
+   (no forced round of block s: forced zero rounds cost frames that carry nothing).
 2. Sparse rounds (flags |= AGG_FLAG_SPARSE).
    A result for block m (or the lead) names the column's next round m' (`next_block`, the
    minimum of everyone's announcements) and its agreed exponent (`exp`).  A worker
@@ -46,7 +46,7 @@ Versions: the lead round takes the dense agent's next version of the slot
 Why SparseRoundLostError still exists: before the acknowledgements, a worker that sat
 out round m+1 did not hold the column back and round m+2 could reuse m's version while
 it still lacked m's result. The switch now holds m+2 back until every child is done with
-m (and a reroute keeps that custody, controller/sparse_failover.py), so seeing its version
+m (and a reroute keeps that custody, controller/reroute/sparse_failover.py), so seeing its version
 reused means a broken switch or controller; the agent says so instead of summing wrong.
 `every_round=True` (every worker sends in every round, non-participants a zero probe at
 once) remains for a switch that completes a round only when every child sent.
@@ -74,7 +74,7 @@ FLAG_ACK = wire.CONST["AGG_FLAG_ACK"]
 FLAG_LEAD = wire.CONST["AGG_FLAG_LEAD"]
 # Rounds of a column a worker may announce ahead. Effectively unbounded: a worker announces
 # its own next non-zero block. (It was 64: at 1M int32, window 128 and density 0.01 that
-# forced ~100 zero rounds per worker on top of ~284 - issue 10, item 4.) A smaller bound
+# forced ~100 zero rounds per worker on top of ~284, a third of the sparse run's frames.) A smaller bound
 # remains an option (`lookahead=`): a long zero run then sends a zero block every L rounds.
 DEFAULT_LOOKAHEAD = 1 << 24
 SPARSE_LANE = LANES_USED            # slot-0 lead lane: 1 per worker running sparse

@@ -1,7 +1,7 @@
 """How an agent moves UDP payloads: the `Transport` protocol and its UDP implementation.
 
 Why an abstraction: the same worker code must run over a real socket inside a
-Mininet host, and over an in-process harness (tests/fakenet.py) that feeds the
+Mininet host, and over an in-process harness (agglab/testkit/fakenet.py) that feeds the
 software switch directly.  The agent only ever sends and receives whole UDP
 payloads (agg_h + values), so that is all a transport has to do.
 """
@@ -182,7 +182,7 @@ class UdpTransport:
         Why: the host's link is a tc htb class. A sender that hands it a whole window at
         once keeps a standing queue there, and htb then releases every frame from its own
         timer: one timer interrupt, softirq and wake-up per frame and link, which at 20 Mb/s
-        made the CPU, not the links, the bottleneck (issue 10). Paced a little under the
+        made the CPU, not the links, the bottleneck (1.61x the wire time, bottleneck link 64% busy). Paced a little under the
         link rate, frames find htb's bucket full and pass straight through in the sending
         call; they wait here instead, and leave in bursts that fit the bucket."""
         if mbps:

@@ -18,12 +18,10 @@ import numpy as np
 
 from ground.priority import as_batch_work
 from ground.timerslack import set_timer_slack
-from ground.progress import ProgressFile
 from ground.runspec import RunPlan, WorkerSeat
 from ground.start_gate import wait_to_start
-from hosts import ps, ring
+from ground.epoch_file import EpochFile  # noqa: F401 (the agents' reader, imported from here by harnesses)
 from hosts.gradients import gradient_for
-from hosts.tcp_mesh import BASE_PORT
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,7 +45,7 @@ def run_seat(plan: RunPlan, seat: WorkerSeat) -> int:
     report: dict = {"rank": seat.rank, "ok": False}
     try:
         data = gradient_for(spec, seat.rank)
-        prepare = _prepare_bml if seat.bml_plan else RUNNERS[spec.algorithm]
+        prepare = _prepare_bml if seat.bml_plan else _prepare_scheme
         go = prepare(plan, seat, data)
         report["gate_wait_s"] = round(wait_to_start(spec.give_up * 3), 4)
         started, cpu = time.monotonic(), os.times()
@@ -70,40 +68,17 @@ def run_seat(plan: RunPlan, seat: WorkerSeat) -> int:
     return 0 if report["ok"] else 1
 
 
-def _prepare_in_network(plan: RunPlan, seat: WorkerSeat, data):
-    """switchml / omnireduce: the agent sends blocks to the service address; switches sum."""
-    from hosts.agent import UdpTransport, allreduce
+def _prepare_scheme(plan: RunPlan, seat: WorkerSeat, data):
+    """Any scheme of ground/schemes.py: its runner in the hosts' one registry
+    (hosts/communicator.py RUNNERS), with the progress file counting blocks."""
+    from hosts.communicator import Communicator
 
-    spec = plan.spec
-    options = {"sparse": True, "block_size": spec.blocks} if spec.algorithm == "omnireduce" else {}
-    transport = UdpTransport(seat.local_ip, plan.service_ip)
-    watcher = EpochFile(plan.epoch_file) if plan.epoch_file else None
-    progress = ProgressFile(seat.progress) if seat.progress else None
+    comm = Communicator(plan, seat.rank, block_progress=True)
 
     def go():
-        first = watcher.poll() if watcher else None
-        result, stats = allreduce(data, transport=transport, rank=seat.rank, workers=spec.workers,
-                                  job=spec.job, window=plan.window, give_up=spec.give_up,
-                                  epoch=first["epoch"] if first else 0,
-                                  tree_of_slot=first["tree_of_slot"] if first else None,
-                                  control=watcher.poll if watcher else None,
-                                  on_progress=progress, link_mbps=seat.link_mbps, return_stats=True,
-                                  **options)
+        result, stats = comm.allreduce_with_stats(data)
         return result, _stats_dict(stats)
     return go
-
-
-def _host_baseline(allreduce):
-    """ring / ps: the hosts sum over TCP to their peers' addresses; switches only forward."""
-    def prepare(plan: RunPlan, seat: WorkerSeat, data):
-        progress = ProgressFile(seat.progress) if seat.progress else None
-
-        def go():
-            result, stats = allreduce(data, rank=seat.rank, peers=plan.peers(), port=BASE_PORT + plan.spec.job,
-                                      give_up=plan.spec.give_up, return_stats=True, on_progress=progress)
-            return result, _stats_dict(stats)
-        return go
-    return prepare
 
 
 def _prepare_bml(run_plan: RunPlan, seat: WorkerSeat, data):
@@ -132,39 +107,6 @@ def _prepare_bml(run_plan: RunPlan, seat: WorkerSeat, data):
         stats["seconds"] = time.monotonic() - started
         return result, stats
     return go
-
-
-# spec.algorithm -> how one rank prepares its allreduce (BML seats, which carry a plan, go to
-# _prepare_bml): a call returning the zero-argument function that runs it
-RUNNERS = {"switchml": _prepare_in_network, "omnireduce": _prepare_in_network,
-           "ring": _host_baseline(ring.allreduce), "ps": _host_baseline(ps.allreduce)}
-
-
-class EpochFile:
-    """The controller's epoch file: poll() returns its content when it changed, else None.
-
-    Why a file: agents run in other network namespaces but share the filesystem; the
-    controller replaces it atomically. Why compare the bytes, not the mtime: a reroute
-    writes it several times within milliseconds ("rerouting", then the new epoch), and a
-    filesystem's timestamp granularity (a jiffy on some) can give two versions the same
-    mtime, so an agent that saw the first would never see the second. Reading ~200 bytes
-    every poll (5 ms) costs microseconds.
-    """
-
-    def __init__(self, path: str):
-        self.path = path
-        self.seen: bytes | None = None
-
-    def poll(self) -> dict | None:
-        try:
-            with open(self.path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            return None
-        if data == self.seen:
-            return None
-        self.seen = data
-        return json.loads(data)
 
 
 def _get(stats, key):

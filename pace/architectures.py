@@ -2,7 +2,7 @@
 
 Why derive instead of copying a table: every parameter count then follows from the
 published architecture (shapes below), and the totals can be checked against the
-published totals (tests/test_pace_profiles.py). Forward time per layer is a stated
+published totals (tests/test_pace.py, test_profiles_match_the_published_parameter_counts). Forward time per layer is a stated
 formula, not a measurement: forward FLOPs x batch / an effective device throughput;
 backward = 2 x forward (gradients w.r.t. inputs and weights each cost about one forward,
 Kaplan et al. 2020, "Scaling laws", section 2.1). BatchNorm, ReLU, pooling, softmax and

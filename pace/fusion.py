@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import combinations
 
+from ground.schemes import scheme
+
 
 @dataclass(frozen=True)
 class CostModel:
@@ -45,14 +47,13 @@ class CostModel:
 
     @classmethod
     def for_network(cls, algorithm: str, workers: int, link_gbps: float, alpha_us: float) -> "CostModel":
-        """In-network aggregation (switchml, omnireduce) moves every byte once up and once down
+        """Each scheme's factors are its row of ground/schemes.py. In-network aggregation moves every byte once up and once down
         a worker's link (full duplex, pipelined): s / rate, one start-up. A ring moves
         2(n-1)/n of the bytes and pays 2(n-1) start-ups; a colocated parameter server 2(n-1)/n
         of the bytes with two start-ups (push, pull)."""
         per_byte = 8.0 / (link_gbps * 1e9) * 1e3          # ms per byte at the link rate
         n = max(workers, 2)
-        factor, startups = {"switchml": (1.0, 1), "omnireduce": (1.0, 1),
-                            "ring": (2 * (n - 1) / n, 2 * (n - 1)), "ps": (2 * (n - 1) / n, 2)}[algorithm]
+        factor, startups = scheme(algorithm).cost(n)     # ground/schemes.py
         return cls(alpha_us * 1e-3 * startups, per_byte * factor)
 
 

@@ -102,10 +102,6 @@ class Iteration:
     transfers: list[Transfer]
     preemptions: list[tuple[float, str, str]] = field(default_factory=list)   # (time, preempted, by)
 
-    @property
-    def comm_ms(self) -> float:
-        return sum(t.end - t.start for t in self.transfers)
-
 
 def backward_releases(profile: Profile) -> tuple[list[float], list[tuple[str, float, float]], float]:
     """Release time of each layer's gradient, the compute intervals, and the backward's end."""

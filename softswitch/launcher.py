@@ -27,6 +27,7 @@ import sys
 import threading
 import traceback
 
+from ground import lifeline
 from softswitch import __main__ as switch_main
 from softswitch import daemon as _daemon, pipeline as _pipeline  # noqa: F401 - imported once, for the children
 
@@ -40,6 +41,7 @@ def serve(sock: socket.socket) -> int:
     poll = select.poll()
     poll.register(sock.fileno(), select.POLLIN)
     children: dict[int, int] = {}             # pidfd -> pid
+    launcher = os.getpid()
     while True:
         for fd, _events in poll.poll():
             if fd != sock.fileno():
@@ -63,7 +65,7 @@ def serve(sock: socket.socket) -> int:
                     return 0
                 continue
             if pid == 0:
-                _child(request, [sock.fileno(), *children])
+                _child(request, [sock.fileno(), *children], launcher)
             pidfd = os.pidfd_open(pid)        # before it can be reaped: always this child
             children[pidfd] = pid
             poll.register(pidfd, select.POLLIN)
@@ -81,10 +83,12 @@ def _send(sock: socket.socket, message: dict) -> bool:
         return False
 
 
-def _child(request: dict, inherited: list[int]) -> None:
-    """Become switch `request["argv"]`, as `python -m softswitch ARGV` would; never returns."""
+def _child(request: dict, inherited: list[int], launcher: int) -> None:
+    """Become switch `request["argv"]`, as `python -m softswitch ARGV` would; never returns.
+    It dies with the launcher, which dies with the network's process (ground/lifeline.py)."""
     code = 1
     try:
+        lifeline.die_with_parent(launcher)
         os.setsid()                           # as Popen(start_new_session=True): no terminal's signals
         for fd in inherited:
             os.close(fd)
@@ -140,7 +144,8 @@ class Launcher:
         with open(out_path, "ab") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "softswitch.launcher", str(theirs.fileno())],
                                          pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True)
+                                         stderr=subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True,
+                                         preexec_fn=lifeline.preexec())
         theirs.close()
         self.out_path = out_path
         self._sock = mine

@@ -27,6 +27,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from ground import lifeline
 from ground.paths import REPO
 
 CLONE_NEWNET = 0x40000000
@@ -203,14 +204,15 @@ class Lab:
         for h in self.hosts:
             argv += ["--port", f"{h.port}={h.switch_if}"]
         with open(workdir / f"{name}.out", "ab") as out:
-            proc = subprocess.Popen(argv, cwd=REPO, env=_env(), stdout=out, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(argv, cwd=REPO, env=_env(), stdout=out, stderr=subprocess.STDOUT,
+                                    preexec_fn=lifeline.preexec())
         self.procs.append(proc)
         return proc, paths
 
     def spawn(self, argv: list[str], ns: str | None = None, **kw) -> subprocess.Popen:
         """Start a helper process (inside `ns` if given) that close() will stop."""
         full = (["ip", "netns", "exec", ns] if ns else []) + argv
-        proc = subprocess.Popen(full, cwd=REPO, env=_env(), **kw)
+        proc = subprocess.Popen(full, cwd=REPO, env=_env(), **{"preexec_fn": lifeline.preexec(), **kw})
         self.procs.append(proc)
         return proc
 

@@ -4,7 +4,7 @@ Why a second implementation of the P4 program: BMv2 manages a few thousand
 aggregation packets per second, too few for multi-switch experiments; this
 pipeline has the same tables, actions, registers and counters (same names,
 same control commands) and emits byte-identical frames, which the conformance
-vectors in tests/conformance check against BMv2 itself.
+vectors in p4src/vectors check against BMv2 itself.
 
     p = Pipeline(seed=1)
     p.command("table_add agg_job agg_child 1 0 0 1 => 0 2 1 0 1024 65535")
@@ -37,7 +37,18 @@ from softswitch.roles import REJ_MALFORMED, job_table, lookup_role
 
 DROP_PORT = 511          # simple_switch's default drop port (egress_spec after mark_to_drop)
 _AGG, _IPV4, _ERROR, _L2 = parser.AGG, parser.IPV4, parser.ERROR, parser.L2
-_SPARSE = sparse.FLAG_SPARSE
+
+# The software switch's registry of P4 schemes (ground/schemes.py rows with p4=True): scheme
+# -> (the agg_h flag that selects its control, the Pipeline attribute holding that control).
+# p4src/agglab.p4 branches on the same flags; tests/test_schemes.py checks every P4 scheme
+# has its branch here.
+BRANCHES: dict[str, tuple[int, str]] = {
+    "switchml": (0, "aggregate"),
+    "omnireduce": (sparse.FLAG_SPARSE, "sparse"),
+}
+_BRANCH_FLAGS = 0
+for _flag, _ in BRANCHES.values():
+    _BRANCH_FLAGS |= _flag
 
 
 class Pipeline:
@@ -60,6 +71,8 @@ class Pipeline:
         self.counters = {name: c.packets for name, c in self.counter_arrays.items()}
         self._cli = cli.Cli(self)
         self._batch = DenseBatch(self)
+        # flags & _BRANCH_FLAGS -> the branch's ingress(port, frame, role)
+        self._branch = {flag: getattr(self, attr).ingress for flag, attr in BRANCHES.values()}
 
     def process_batch(self, ingress_port: int, rows, lens):
         """A whole receive batch at once where that is exactly `process` frame after frame
@@ -93,10 +106,7 @@ class Pipeline:
                 self.stats.count(STAT_REJECT, len(frame))
                 self.rejects.count(role, len(frame))
                 return []
-            if role[-1] & _SPARSE:
-                decision = self.sparse.ingress(ingress_port, frame, role)
-            else:
-                decision = self.aggregate.ingress(ingress_port, frame, role)
+            decision = self._branch[role[-1] & _BRANCH_FLAGS](ingress_port, frame, role)
         elif ptype == _IPV4:
             decision = self.forward.ipv4(frame)
         elif ptype == _ERROR:

@@ -25,7 +25,7 @@ def ours(namespace: str) -> bool:
     (daemon tests, `make bench`'s daemon section) run outside the network lock, so another
     checkout's may exist while this one runs. Ours are still counted."""
     from softswitch import netlab
-    from tests.conformance import netns
+    from agglab.testkit import netns
 
     if not namespace.startswith("agglab"):
         return False

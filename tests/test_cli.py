@@ -25,7 +25,7 @@ GIVEN = {"workers": ("7", 7), "elements": ("123", 123), "dtype": ("float32", "fl
          "tree": ("packing", "packing"), "bml_variant": ("host", "host"),
          "algorithm": ("omnireduce", "omnireduce"), "density": ("0.5", 0.5), "pattern": ("overlap", "overlap"),
          "block_size": ("512", 512), "zero_workers": ("2", 2), "fail": ("tree@0.5", ["tree@0.5"]),
-         "fail_switch": ("a1@0.5", ["a1@0.5"]),
+         "fail_switch": ("a1@0.5", ["a1@0.5"]), "hang_switch": ("a2@0.5", ["a2@0.5"]),
          "jobs": ("3", 3), "job_loss": ("0.1,0,0.2", [0.1, 0.0, 0.2]),
          "keep": ("kept-run", "kept-run"), "pcap": (None, True)}      # None: a flag without a value
 

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from fakenet import FakeNet, sparse_net
+from agglab.testkit.fakenet import FakeNet, sparse_net
 from ground import wire
 from threads import on_threads
 from ground.runspec import RunPlan, RunSpec, WorkerSeat

@@ -1,5 +1,5 @@
 """End to end on one switch in Mininet: real namespaces, the software switch process,
-worker processes, the checker. These are the issue's acceptance scenarios."""
+worker processes, the checker. These are the project's first acceptance scenarios: exact sums, loss, clean teardown."""
 
 from __future__ import annotations
 

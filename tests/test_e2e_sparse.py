@@ -3,7 +3,7 @@
 One switch, 8 workers: every non-zero pattern at several densities, an all-zero input, 5%
 loss; a k=4 fat-tree with an active tree link failing mid-run at three different moments
 (the reroute must carry every completed round a worker may still ask for, see
-controller/sparse_failover.py). Every run is exact and leaves nothing behind, and the
+controller/reroute/sparse_failover.py). Every run is exact and leaves nothing behind, and the
 workers send about density x blocks data blocks, not all of them.
 """
 

@@ -1,4 +1,4 @@
-"""Tenant jobs and hostile frames through Mininet and the software switch (issue 12, items 3, 4).
+"""Tenant jobs and hostile frames through Mininet and the software switch.
 
 Each run is checked against numpy by the session (per job: its own seed, so no two jobs sum
 the same arrays); these tests assert every job's exactness, that the lossy job really lost

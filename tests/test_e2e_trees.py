@@ -1,4 +1,4 @@
-"""Multi-switch aggregation trees in Mininet, with live link failures (issue: trees + reroute).
+"""Multi-switch aggregation trees in Mininet, with live link failures.
 
 Every run is checked against numpy by the runner; these tests assert exactness, the
 controller's reaction (reroute or not), the failure timings and that nothing is left.

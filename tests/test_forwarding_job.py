@@ -18,7 +18,7 @@ from controller import forward, topologies
 from controller.addressing import assign_addresses
 from controller.forwarding_job import ForwardingJob
 from controller.topology import neighbor_on_port, port, switches, workers as worker_hosts
-from treenet import PipeClient
+from agglab.testkit.treenet import PipeClient
 
 
 def build(tmp_path):

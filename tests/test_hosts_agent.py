@@ -1,4 +1,4 @@
-"""The worker protocol against the model switch of tests/fakenet.py (no softswitch needed).
+"""The worker protocol against the model switch of agglab/testkit/fakenet.py (no softswitch needed).
 
 Why a model: it isolates the agent (windows, versions, duplicates, loss,
 consistency check, give-up) from the switch implementation; the same
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ground import wire
-from fakenet import FakeNet, ModelSwitch, _get
+from agglab.testkit.fakenet import FakeNet, ModelSwitch, _get
 import hosts.slots as slots_module           # the per-slot timers read slots.time
 from hosts import quantization as qz
 from hosts.agent import (AllreduceTimeout, DtypeMismatchError, LengthMismatchError,

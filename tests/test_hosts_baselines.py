@@ -193,7 +193,9 @@ def test_worker_entry_point_and_checker(algorithm, dtype, tmp_path, monkeypatch)
     from hosts.checker import check
 
     n = 4
-    monkeypatch.setattr(worker, "BASE_PORT", next(_ports))
+    from hosts import tcp_mesh
+
+    monkeypatch.setattr(tcp_mesh, "BASE_PORT", next(_ports))     # read by the hosts' runner at call time
     spec = RunSpec(workers=n, elements=5_003, dtype=dtype, seed=9, algorithm=algorithm, density=0.3).validate()
     seats = [WorkerSeat(rank=r, local_ip=f"127.0.0.{r + 1}", out=str(tmp_path / f"rank{r}"),
                         progress=str(tmp_path / f"rank{r}.progress")) for r in range(n)]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ground import wire
-from fakenet import FakeNet
+from agglab.testkit.fakenet import FakeNet
 from softswitch.star import star_commands
 from hosts import quantization as qz
 from hosts.agent import AllreduceTimeout, LengthMismatchError

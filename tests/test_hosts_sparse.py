@@ -12,13 +12,13 @@ import pytest
 
 from ground import wire
 from hosts import quantization as qz
-from fakenet import _get
+from agglab.testkit.fakenet import _get
 from hosts.agent import allreduce
 from hosts.protocol import LAYOUT
 from hosts.sparse_agent import DEFAULT_LOOKAHEAD, SparseMismatchError, SparseProtocolError
 from hosts.sparse_blocks import announcements, nonzero_kblocks, sent_blocks
 from hosts.sparse_workload import expected_sparse_sum, sparse_gradient
-from fakenet import FakeNet, make_frame, sparse_net
+from agglab.testkit.fakenet import FakeNet, make_frame, sparse_net
 from softswitch.pipeline import Pipeline
 from softswitch.star import star_commands
 
@@ -244,7 +244,7 @@ def test_progress_and_trees():
     arrays = [sparse_gradient(r, length, "int32", 0.2, "random", K, seed=2) for r in range(n)]
     from softswitch.pipeline import Pipeline
     from softswitch.star import star_commands
-    from tests.fakenet import FakeNet
+    from agglab.testkit.fakenet import FakeNet
 
     pipeline = Pipeline(seed=0)
     for cmd in star_commands(n, tree=1) + [

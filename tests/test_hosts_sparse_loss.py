@@ -15,7 +15,7 @@ import pytest
 from ground import wire
 from softswitch.pipeline import Pipeline
 from softswitch.star import star_commands
-from tests.fakenet import FakeNet
+from agglab.testkit.fakenet import FakeNet
 
 K = wire.K
 

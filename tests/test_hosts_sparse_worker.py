@@ -17,11 +17,12 @@ from ground import wire
 import pytest
 
 import hosts.agent
+import hosts.transport
 from hosts import worker
 from hosts.sparse_workload import expected_sparse_sum, sparse_gradient
 from hosts.workload import expected_sum
 from ground.runspec import RunPlan, RunSpec, WorkerSeat
-from fakenet import make_frame
+from agglab.testkit.fakenet import make_frame
 from softswitch.star import star_commands
 from test_hosts_sparse import expected_blocks_sent
 from test_hosts_transport import SERVICE, free_port
@@ -48,8 +49,8 @@ def serve(sock, n, stop):
 @pytest.mark.parametrize("algorithm", ["omnireduce", "switchml"])
 def test_worker_entry_point_reports_blocks_sent(algorithm, tmp_path, monkeypatch):
     n, elements, port = 3, 64 * 120 + 9, free_port()
-    monkeypatch.setattr(hosts.agent, "UdpTransport",
-                        functools.partial(hosts.agent.UdpTransport, port=port))
+    monkeypatch.setattr(hosts.transport, "UdpTransport",      # the communicator's transport
+                        functools.partial(hosts.transport.UdpTransport, port=port))
     svc = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     svc.bind((SERVICE, port))
     stop = threading.Event()

@@ -13,7 +13,7 @@ import threading
 import numpy as np
 import pytest
 
-from fakenet import ModelSwitch
+from agglab.testkit.fakenet import ModelSwitch
 from hosts.agent import allreduce
 from hosts.rto import MAX_RTO, MIN_RTO, PEAK_HALF_LIFE, RtoEstimator
 from hosts.transport import Transport, UdpTransport

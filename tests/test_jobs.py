@@ -1,4 +1,4 @@
-"""The job interface (controller/jobs.py) on the in-process network of tests/treenet.py:
+"""The job interface (controller/job_protocol.py) on the in-process network of agglab/testkit/treenet.py:
 what the session, the failure injector and the lab rely on instead of the job's attributes."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 from controller import topologies
 from controller.addressing import assign_addresses
 from controller.bml_job import BmlJob
-from controller.jobs import Job
+from controller.job_protocol import Job
 from controller.topologies import bcube
-from treenet import TreeNet
+from agglab.testkit.treenet import TreeNet
 
 
 @pytest.fixture

@@ -75,6 +75,29 @@ def test_no_import_cycles_between_packages():
     assert list(nx.simple_cycles(g)) == []
 
 
+def product_files_importing_tests(repo: Path = REPO) -> list[str]:
+    """Product files that import the tests package: it is not installed (`pip install .`), so
+    such an import works in the checkout and fails for users; shared harnesses live in
+    agglab/testkit/."""
+    bad = []
+    for pkg in LAYERS:
+        for f in sorted((repo / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(f.read_text(), filename=str(f))):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                         [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                         else [])
+                if any(n == "tests" or n.startswith("tests.") for n in names):
+                    bad.append(str(f.relative_to(repo)))
+    return sorted(set(bad))
+
+
+def test_the_product_never_imports_tests(tmp_path):
+    assert product_files_importing_tests() == []
+    (tmp_path / "agglab").mkdir()
+    (tmp_path / "agglab" / "grader.py").write_text("def f():\n    from tests.fakenet import FakeNet\n")
+    assert product_files_importing_tests(tmp_path) == ["agglab/grader.py"]
+
+
 def test_the_checker_catches_an_upward_import(tmp_path):
     """The test above would be vacuous if it could not see a violation: plant one."""
     for pkg in LAYERS:

@@ -38,8 +38,9 @@ def test_hosts_and_switch_ports_are_set_up_and_all_links_are_one_group():
         ends = [i.name for s in switches(g) for i in net.net.get(s).intfList() if i.name != "lo"]
         in_group = {p.name for p in Path("/sys/class/net").iterdir()
                     if (p / "netdev_group").read_text().strip() == str(group)}
-        for e in g.edges.values():                 # one end of every pair in the run's group
-            assert len(in_group & set(e["intfs"].values())) == 1
+        for u, v, e in g.edges(data=True):         # every root-namespace end (the switches') in the run's group
+            assert in_group & set(e["intfs"].values()) == {e["intfs"][n] for n in (u, v)
+                                                           if g.nodes[n]["kind"] == "switch"}
         for name in ends:
             assert Path(f"/proc/sys/net/ipv6/conf/{name}/disable_ipv6").read_text().strip() == "1"
             off = _offloads(name)

@@ -1,4 +1,4 @@
-"""Live reroute on an in-process k=4 fat-tree (tests/treenet.py): no contribution is lost.
+"""Live reroute on an in-process k=4 fat-tree (agglab/testkit/treenet.py): no contribution is lost.
 
 Why in-process as well as in Mininet (test_e2e_trees.py, test_e2e_sparse.py): whether a
 reroute loses a round depends on what was in flight or lost at the freeze, and with loss on
@@ -17,7 +17,7 @@ from controller import topologies
 from controller.addressing import assign_addresses
 from hosts.sparse_workload import sparse_gradient
 from hosts.workload import make_gradient
-from treenet import TreeNet
+from agglab.testkit.treenet import TreeNet
 
 ELEMENTS = 32_768          # 512 K-blocks, 64 columns of 8 blocks
 GIVE_UP = 60.0             # an agent's no-progress limit: only a lost contribution reaches it, not load

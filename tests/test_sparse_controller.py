@@ -13,11 +13,12 @@ import pytest
 
 from ground import wire
 from ground.runspec import IN_NETWORK
-from controller import carry, failover, sparse_failover, topologies, tree_install, trees
+from controller import topologies, tree_install, trees
+from controller.reroute import carry, failover, sparse_failover
 from controller.addressing import assign_addresses
 from controller.topology import neighbor_on_port, port
-from tests.conformance.frames import build
-from treenet import PipeClient
+from agglab.testkit.frames import build
+from agglab.testkit.treenet import PipeClient
 
 SPARSE = wire.CONST["AGG_FLAG_SPARSE"]
 NONE = wire.NEXT_NONE

@@ -1,4 +1,4 @@
-"""Standby trees (controller/standby.py) and the bulk reroute's helpers (issue 10, item 2).
+"""Standby trees (controller/standby.py) and the bulk reroute's helpers: a reroute installs trees computed before the failure.
 
 The standby process must hand back, per failed link, the trees the controller would have
 computed itself with that link down; a reroute must then take them instead of computing.
@@ -11,12 +11,13 @@ import time
 
 import numpy as np
 
-from controller import failover, topologies, trees
+from controller import topologies, trees
+from controller.reroute import failover
 from controller.addressing import assign_addresses
 from controller.standby import StandbyWorker
 from controller.topology import workers as ranked_workers
 from hosts.workload import make_gradient
-from treenet import PipeClient, TreeNet
+from agglab.testkit.treenet import PipeClient, TreeNet
 
 
 def fat_tree(workers: int = 8):

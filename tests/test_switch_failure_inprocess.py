@@ -1,4 +1,4 @@
-"""Switch failures on an in-process k=4 fat-tree (tests/treenet.py): a switch that dies
+"""Switch failures on an in-process k=4 fat-tree (agglab/testkit/treenet.py): a switch that dies
 mid-allreduce takes its tables, registers and every packet in it along; the controller
 reroutes around it once and the allreduce stays exact, dense and sparse, whether the
 dead switch was an inner switch or the root of the tree (whose registers held the
@@ -19,7 +19,7 @@ from controller.addressing import assign_addresses
 from hosts.diagnostics import NetworkPartitionError
 from hosts.sparse_workload import sparse_gradient
 from hosts.workload import make_gradient
-from treenet import TreeNet
+from agglab.testkit.treenet import TreeNet
 
 ELEMENTS = 16_384          # 256 K-blocks
 GIVE_UP = 60.0

@@ -1,4 +1,4 @@
-"""Tenant jobs sharing switches (issue 12, item 3) and hostile frames (item 4), in process.
+"""Tenant jobs sharing switches and hostile frames, in process.
 
 The controller's side of isolation: jobs on one switch get disjoint slot ranges, a job's
 register reset never writes another job's slots, and every worker's port admits only its
@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 
 from controller.addressing import assign_addresses
-from controller.job import TreeJob
+from controller.tree_job import TreeJob
 from controller.topology import single_switch
 from ground import wire
 from ground.runspec import RunSpec
 from hosts.fuzz import KINDS, Fuzzer
 from softswitch.pipeline import Pipeline
 from softswitch.roles import ANY_WORKER, REJECTS
-from tests.treenet import PipeClient
+from agglab.testkit.treenet import PipeClient
 
 
 def two_tenants(tmp_path, window=4):

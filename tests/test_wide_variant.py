@@ -57,7 +57,7 @@ def test_wide_vectors_pass_on_the_software_switch():
     """vectors/k256/: 256 lanes summed, r * 256 register layout, the 1048-byte UDP length."""
     out = _conformance("test_soft or test_vectors_exist")
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
-    wide = sorted(p.stem for p in (REPO / "tests/conformance/vectors/k256").glob("*.yaml"))
+    wide = sorted(p.stem for p in (REPO / "p4src/vectors/k256").glob("*.yaml"))
     assert len(wide) >= 4
     for name in wide:
         assert f"test_soft[{name}] PASSED" in out.stdout and f"test_soft_batch[{name}] PASSED" in out.stdout
@@ -71,7 +71,7 @@ def test_wide_vectors_pass_on_bmv2():
     """The same vectors on simple_switch running agglab.p4 compiled with -DAGG_K=256."""
     out = _conformance("test_bmv2")
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
-    wide = sorted(p.stem for p in (REPO / "tests/conformance/vectors/k256").glob("*.yaml"))
+    wide = sorted(p.stem for p in (REPO / "p4src/vectors/k256").glob("*.yaml"))
     for name in wide:
         assert f"test_bmv2[{name}] PASSED" in out.stdout
     assert _passed(out) == len(wide)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conformance.soft_target import SoftTarget
-from tests.conformance.vectors import all_vectors
+from agglab.testkit.soft_target import SoftTarget
+from agglab.testkit.vectors import all_vectors
 
 
 def pytest_configure(config):
@@ -32,7 +32,7 @@ def soft_batch_target():
 
 @pytest.fixture(scope="module")
 def bmv2_target(tmp_path_factory):
-    from tests.conformance.bmv2_target import Bmv2Target, find_tools
+    from agglab.testkit.bmv2_target import Bmv2Target, find_tools
 
     tools = find_tools()
     if tools is None:

@@ -12,72 +12,13 @@ threads do not promise an order, so its outputs are compared sorted.
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from ground import wire
-from tests.conformance.frames import describe, first_difference
-from tests.conformance.vectors import Vector, all_vectors
+from agglab.testkit.conformance import run_vector
+from agglab.testkit.vectors import all_vectors
 
 VECTORS = all_vectors()
-_REG = re.compile(r"(\w+)\[(\d+)\]=\s*(\d+)")
-_CTR = re.compile(r"(\w+)\[(\d+)\]=\s*(?:BmCounterValue\(packets=(\d+)|\((\d+) bytes, (\d+) packets\))")
-
-
-def _show(frames: list[tuple[int, bytes]]) -> str:
-    return "\n".join(f"    port {p}: {describe(f)}" for p, f in frames) or "    (nothing)"
-
-
-_STAT_NAMES = {v: k for k, v in wire.CONST.items() if k.startswith("STAT_")}
-
-
-def _cells(bad: dict) -> str:
-    """The differing cells in words: `agg_exp[5] expected 140, got 135`; agg_stats by STAT_ name."""
-    def cell(name, i):
-        stat = f" ({_STAT_NAMES[i]})" if name == "agg_stats" and i in _STAT_NAMES else ""
-        return f"{name}[{i}]{stat}"
-    shown = "; ".join(f"{cell(*k)} expected {v}, got {g}" for k, (v, g) in list(bad.items())[:4])
-    return shown + (f"; and {len(bad) - 4} more" if len(bad) > 4 else "")
-
-
-def read_state(target, cells: list[tuple[str, int]], counter: bool) -> dict[tuple[str, int], int]:
-    """Registers (or counters' packet counts) read with register_read / counter_read."""
-    verb = "counter_read" if counter else "register_read"
-    answers = target.commands([f"{verb} {name} {i}" for name, i in cells])
-    found = {}
-    for answer in answers:
-        for m in (_CTR if counter else _REG).finditer(answer):
-            value = (m.group(3) or m.group(5)) if counter else m.group(3)
-            found[(m.group(1), int(m.group(2)))] = int(value)
-    missing = [c for c in cells if c not in found]
-    assert not missing, f"{verb} gave no value for {missing}: {answers}"
-    return found
-
-
-def run_vector(target, vector: Vector, ordered: bool) -> None:
-    target.reset(vector.ports)
-    lines = [line for line, _ in vector.commands]
-    for (line, pattern), answer in zip(vector.commands, target.commands(lines)):
-        if pattern:
-            assert re.search(pattern, answer), f"{line!r} answered {answer!r}, expected /{pattern}/"
-    for n, step in enumerate(vector.steps, start=1):
-        got = target.inject(step.port, step.frame, len(step.expect))
-        want = step.expect
-        if not ordered:
-            got, want = sorted(got), sorted(want)
-        assert got == want, (f"{vector.name}: packet {n} on port {step.port}: "
-                             f"{first_difference(want, got)}\n  sent:\n"
-                             f"{_show([(step.port, step.frame)])}\n  expected:\n{_show(want)}\n"
-                             f"  got:\n{_show(got)}")
-    if vector.registers:
-        regs = read_state(target, list(vector.registers), counter=False)
-        bad = {k: (v, regs[k]) for k, v in vector.registers.items() if regs[k] != v}
-        assert not bad, f"{vector.name}: registers (expected, got): {bad}\n  {_cells(bad)}"
-    if vector.counters:
-        ctrs = read_state(target, list(vector.counters), counter=True)
-        bad = {k: (v, ctrs[k]) for k, v in vector.counters.items() if ctrs[k] != v}
-        assert not bad, f"{vector.name}: counters (expected, got): {bad}\n  {_cells(bad)}"
 
 
 def test_vectors_exist():

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from ground import wire
 from softswitch.pipeline import Pipeline
-from tests.conformance.frames import build
+from agglab.testkit.frames import build
 
 K, MGRP = wire.K, 1
 

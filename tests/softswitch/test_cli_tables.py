@@ -14,7 +14,7 @@ import pytest
 
 from softswitch.cli import CommandError
 from softswitch.pipeline import Pipeline
-from tests.conformance.frames import build
+from agglab.testkit.frames import build
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from ground import wire
 from softswitch.pipeline import Pipeline
-from tests.conformance.frames import build
+from agglab.testkit.frames import build
 
 SPARSE, RETX, NONE, K = wire.CONST["AGG_FLAG_SPARSE"], wire.FLAG_RETX, wire.NEXT_NONE, wire.K
 ACK = wire.CONST["AGG_FLAG_ACK"]

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from ground import wire
 from softswitch.pipeline import Pipeline
-from tests.conformance.frames import build
+from agglab.testkit.frames import build
 
 PARENT_PORT = 9
 SVC = "02:a6:67:ff:ff:fe 10.255.255.254"

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from softswitch.pipeline import Pipeline
-from tests.conformance.frames import build, checksum16
+from agglab.testkit.frames import build, checksum16
 
 ips = st.tuples(*[st.integers(0, 255)] * 4).map(lambda t: ".".join(map(str, t)))
 

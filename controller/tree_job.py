@@ -4,7 +4,7 @@ The job owns its trees (computed on the shared graph), their installation under 
 epoch, and the epoch file that tells its agents which epoch and which tree each slot
 uses. Told of a link-down (by the emulated network's netlink monitor, or a test's
 in-process network) for a link an active tree uses, it reroutes with
-the protocol in controller/failover.py; a failure elsewhere changes nothing; a
+the protocol in controller/reroute/ (a Carry per scheme); a failure elsewhere changes nothing; a
 failure that partitions the workers is announced to the agents so they stop with a
 clear error instead of hanging.
 """
@@ -12,8 +12,6 @@ clear error instead of hanging.
 from __future__ import annotations
 
 import gc
-import json
-import os
 import threading
 import time
 from contextlib import ExitStack
@@ -22,11 +20,12 @@ from pathlib import Path
 import networkx as nx
 
 from ground import wire
+from ground.epoch_file import publish as publish_epoch
 from ground.priority import HOLD_RT, urgent
-from controller import failover, tree_install, trees
-from controller.carry import carry_for
+from controller import tree_install, trees
+from controller.reroute import carry_for, reset_lines
 from controller.events import EventLog
-from controller.jobs import Job
+from controller.job_protocol import Job
 from controller.standby import StandbyWorker
 from controller.switch_client import SwitchClient, collect_batches, run_batches, run_built, send_batches
 from controller.topology import switches
@@ -140,7 +139,7 @@ class TreeJob(Job):
 
     def prepare(self, window: int, algorithm: str = "switchml") -> None:
         """Before each allreduce: fresh registers, slots partitioned for this window, the
-        reroute carry of the allreduce `algorithm` (controller/carry.py)."""
+        reroute carry of the allreduce `algorithm` (controller/reroute/carry.py)."""
         with self.locked():
             if self.pending_reinstall:         # a restarted switch rejoins before the next run
                 why, self.pending_reinstall = self.pending_reinstall, None
@@ -172,20 +171,16 @@ class TreeJob(Job):
         clears a 16,384-cell window of agg_values in one call instead of all 131,072 cells)."""
         client = self.clients[sw]
         whole = not self._shared and client.cheap_register_reset
-        return failover.reset_lines(client, None if whole else (self.slot_base, self.window))
+        return reset_lines(client, None if whole else (self.slot_base, self.window))
 
     def _reset(self, on: list[str]) -> None:
         for sw in on:
             self.clients[sw].commands(self._reset_lines(sw))
 
     def _publish(self, status: str = "ok", reason: str = "") -> None:
-        """Atomically replace the epoch file the agents watch."""
-        # the header's epoch field is 8 bits
-        data = {"epoch": (self.treeset.epoch if self.treeset else 0) & 0xFF, "tree_of_slot": self.tree_of_slot,
-                "status": status, "reason": reason}
-        tmp = self.epoch_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, self.epoch_file)
+        """Atomically replace the epoch file the agents watch (ground/epoch_file.py)."""
+        publish_epoch(self.epoch_file, self.treeset.epoch if self.treeset else 0, self.tree_of_slot,
+                           status, reason)
 
     # -- link events -----------------------------------------------------------------
     def link_changed(self, u: str, v: str, up: bool, t: float, intf: str = "") -> None:
@@ -260,7 +255,7 @@ class TreeJob(Job):
         return got.with_epoch(epoch)
 
     def _precompute(self) -> None:
-        """The trees for each single-link failure of the active trees (item 2 of issue 10),
+        """The trees for each single-link failure of the active trees (so a reroute only installs, never computes),
         computed while the job runs by a separate, niced process (controller/standby.py): a
         thread here would hold the GIL the reroute and the link monitor need. Switch-switch links
         first (a worker's own link partitions it)."""
@@ -398,7 +393,7 @@ class TreeJob(Job):
         for sw, want in reads.items():             # after the switch's freeze: its state is final
             batch = first if self.atomic else second
             at[sw] = len(batch.setdefault(sw, []))
-            batch[sw] += failover.read_runs_lines(self.clients[sw], want)
+            batch[sw] += self.carry.read_lines(self.clients[sw], want)
         held = set(frozen)
         pending = send_batches(self.clients, first)
         try:
@@ -437,7 +432,7 @@ class TreeJob(Job):
             regs, values = {}, {}
 
             def parse(sw: str, out: list[str]) -> None:     # while slower switches still work
-                failover.parse_first_reads(self.clients[sw], reads[sw], out[at[sw]:], regs, values, sw)
+                self.carry.parse_reads(self.clients[sw], reads[sw], out[at[sw]:], regs, values, sw)
 
             outs = collect_batches(pending, {sw: parse for sw in first if sw in reads})
             outs2 = collect_batches(pending2, {sw: parse for sw in second if sw in reads and sw not in first})

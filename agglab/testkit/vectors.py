@@ -1,4 +1,4 @@
-"""Load conformance vectors (vectors/*.yaml) into plain data both targets can run.
+"""Load conformance vectors (p4src/vectors/*.yaml) into plain data both targets can run.
 
 Why YAML with fields rather than pcaps: a reader must see *why* an output is
 right (values summed, exponent maxed, addresses rewritten), and a reviewer must
@@ -23,9 +23,9 @@ from pathlib import Path
 import yaml
 
 from ground import wire
-from tests.conformance.frames import build
+from agglab.testkit.frames import build
+from ground.paths import VECTORS as VECTOR_ROOT
 
-VECTOR_ROOT = Path(__file__).parent / "vectors"
 # The program variant's own vectors: register indices are r * K, frame sizes 4 * K,
 # so each K has its set (vectors/ for AGG_K, vectors/k<K>/ for the wide variant).
 VECTOR_DIR = VECTOR_ROOT / f"k{wire.K}" if wire.WIDE else VECTOR_ROOT

@@ -7,8 +7,8 @@ worker's retransmission is then answered (by the root, through the tree) with th
 result it missed; everything incomplete is rebuilt from the workers' retransmissions
 under the new epoch.
 
-The job calls this through controller/carry.py (DenseCarry), which picks it or the
-sparse pipeline's carry (controller/sparse_failover.py) by the allreduce algorithm;
+The job calls this through controller/reroute/carry.py (DenseCarry), which picks it or the
+sparse pipeline's carry (controller/reroute/sparse_failover.py) by the allreduce algorithm;
 `reset` and `write_preload` here serve both.
 """
 
@@ -63,27 +63,6 @@ def snapshot_reads(inst: Installation, tree_of_slot: list[int], down=frozenset()
             if t == tree and sw not in down:
                 out[sw] = DEAD_ROOT_SCALARS
     return out
-
-
-def root_switches(inst: Installation, tree_of_slot: list[int]) -> set[str]:
-    """The old roots a snapshot reads (those of the trees some slot uses)."""
-    roots = {tree: role.switch for (_sw, tree), role in inst.roles.items() if role.root}
-    return {roots[tree] for tree in set(tree_of_slot)}
-
-
-def old_roots(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
-              names: tuple[str, ...], regs: dict | None = None):
-    """(slot, root role, that root's registers `names`) per slot; each root is read once
-    (all roots at once where the switches allow: switch_client.on_each), unless `regs`
-    (switch -> name -> values) already holds them."""
-    roots = {tree: role for (_sw, tree), role in inst.roles.items() if role.root}
-    used = root_switches(inst, tree_of_slot)
-    cache = dict(regs or {})
-    missing = [sw for sw in used if not all(n in cache.get(sw, {}) for n in names)]
-    cache.update(on_each(clients, missing, lambda sw: read_registers(clients[sw], names)))
-    for slot, tree in enumerate(tree_of_slot):
-        role = roots[tree]
-        yield slot, role, cache[role.switch]
 
 
 def read_registers(client: SwitchClient, names) -> dict[str, np.ndarray]:

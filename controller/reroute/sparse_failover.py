@@ -1,6 +1,6 @@
 """Carry the sparse pipeline's rounds across a tree change (docs/design.md, "Sparse reroute").
 
-Why not controller/failover.py's snapshot: in the sparse pipeline the result a lagging
+Why not controller/reroute/failover.py's snapshot: in the sparse pipeline the result a lagging
 worker still needs is not always at the root. A switch keeps a completed round ("custody")
 until every child acknowledged it, and a child switch acknowledges at its parent as soon
 as it sends a later block up, even while a worker below it still lacks the round: the
@@ -29,7 +29,7 @@ again. Rounds still in progress at the freeze are not carried: their participant
 
 Call order as for the dense pipeline: freeze, sparse_snapshot(old installation), reset
 (failover.reset zeroes the sp_ registers too), install, sparse_preload(new installation);
-the job does it through controller/carry.py (SparseCarry), for omnireduce allreduces.
+the job does it through controller/reroute/carry.py (SparseCarry), for omnireduce allreduces.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ground import wire
-from controller.failover import CellWrites, read_registers, slot_index, write_preload
+from controller.reroute.failover import CellWrites, read_registers, slot_index, write_preload
 from controller.switch_client import SwitchClient, on_each, read_ranges
 from controller.tree_install import Installation
 

@@ -9,7 +9,7 @@ to use the job's switch sockets without racing a reroute, `job.failure_records()
 `job.stats()`, `job.trees()`, `job.state()`.
 
 `Job` holds what both jobs share (lock, running flag, failure log, counters);
-`TreeJob` (controller/job.py) and `BmlJob` (controller/bml_job.py) fill in the rest.
+`TreeJob` (controller/tree_job.py) and `BmlJob` (controller/bml_job.py) fill in the rest.
 """
 
 from __future__ import annotations

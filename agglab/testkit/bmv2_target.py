@@ -21,9 +21,10 @@ import sys
 import time
 from pathlib import Path
 
+from ground import lifeline
 from ground.paths import P4SRC
 from controller.switch_client import find_bmv2_tool
-from tests.conformance.netns import Namespace, inside
+from agglab.testkit.netns import Namespace, inside
 
 THRIFT_PORT = 9090                # inside our own namespace, so never in conflict
 ETH_P_ALL = 0x0003
@@ -103,7 +104,8 @@ class Bmv2Target:
                                 "--notifications-addr", ipc, "--log-console", "-L", "debug",
                                 *ifaces, str(self.json))
         with open(log, "w") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                         preexec_fn=lifeline.preexec())      # dies with an interrupted checker
         self.log = log
         self._wait_thrift()
         self._drain()

@@ -1,15 +1,15 @@
 """The reroute carry: what a job keeps of a running allreduce across a tree change.
 
-Why one interface: a reroute (controller/job.py) always runs freeze, snapshot of the
+Why one interface: a reroute (controller/tree_job.py) always runs freeze, snapshot of the
 old tree, reset, install, preload of the new tree; only what the snapshot looks for
 and where the preload puts it depends on the pipeline the allreduce uses. So the job
 holds one Carry, chosen by the allreduce algorithm with `carry_for`, and calls
 snapshot/preload without knowing which:
 
 - DenseCarry (switchml): per slot the version the old root completed
-  (controller/failover.py).
+  (controller/reroute/failover.py).
 - SparseCarry (omnireduce): every round some worker may still need, wherever in the
-  old tree it is held (controller/sparse_failover.py), plus the dense carry, because
+  old tree it is held (controller/reroute/sparse_failover.py), plus the dense carry, because
   the sparse agent's lead round runs on the dense pipeline (hosts/sparse_agent.py)
   and a reroute may land while some slots are still in it.
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ground import wire
-from controller import failover, sparse_failover
+from controller.reroute import failover, sparse_failover
 from controller.switch_client import SwitchClient
 from controller.tree_install import Installation
 
@@ -51,7 +51,7 @@ class Carry(Protocol):
     # the first round's reads give the snapshot everything it needs when no switch is dead: a
     # bulk reroute then resets in the freeze's batch and preloads in the next (two rounds, not
     # three). Not with a dead switch: a dead root's results are read from the live switches
-    # below it, which the first reads do not cover (controller/job.py falls back to three
+    # below it, which the first reads do not cover (controller/tree_job.py falls back to three
     # rounds); nor for the sparse carry, which reads the holders' values in a second round
     complete_ahead: bool
 
@@ -78,7 +78,14 @@ class Carry(Protocol):
     def first_reads(self, old: Installation, tree_of_slot: list[int], down=frozenset()) -> dict[str, dict[str, list]]:
         """Per switch, register -> cell runs the snapshot reads; a bulk caller reads them in
         the freeze's batch (a switch's state is final once it answered its freeze) and passes
-        them to snapshot(..., regs=, values=) (failover.parse_first_reads)."""
+        them to snapshot(..., regs=, values=) (parse_reads)."""
+
+    def read_lines(self, client: SwitchClient, want: dict[str, list]) -> list[str]:
+        """One switch's command lines reading `want` (register -> cell runs, first_reads)."""
+
+    def parse_reads(self, client: SwitchClient, want: dict[str, list], answers: list, regs: dict,
+                    values: dict, sw: str) -> None:
+        """Parse a switch's answers to read_lines(want) into regs / values for snapshot()."""
 
 
 class DenseCarry:
@@ -95,6 +102,15 @@ class DenseCarry:
 
     def first_reads(self, old, tree_of_slot, down=frozenset()) -> dict[str, dict[str, list]]:
         return failover.first_reads(old, tree_of_slot, self.slot_base, down)
+
+    def read_lines(self, client, want: dict[str, list]) -> list[str]:
+        """One switch's lines reading `want` (register -> cell runs, from first_reads)."""
+        return failover.read_runs_lines(client, want)
+
+    def parse_reads(self, client, want: dict[str, list], answers: list, regs: dict, values: dict,
+                    sw: str) -> None:
+        """Parse a switch's answers to read_lines(want) into regs / values for snapshot()."""
+        failover.parse_first_reads(client, want, answers, regs, values, sw)
 
     def preload(self, clients, new, tree_of_slot, carried: Carried) -> int:
         lines, writes = self.preload_lines(clients, new, tree_of_slot, carried)
@@ -120,7 +136,7 @@ class SparseCarry(DenseCarry):
     # waits for the last round. Reading every live switch's whole sp_values window in the
     # first round instead (16,384 cells each at window 128) took the software switches and
     # the controller longer than the extra round does now that a held switch answers at once
-    # (controller/job.py): first round 25-35 ms against 8-14 ms, on the loaded 2-core machine
+    # (controller/tree_job.py): first round 25-35 ms against 8-14 ms, on the loaded 2-core machine
     complete_ahead = False
 
     def snapshot(self, clients, old, tree_of_slot, regs: dict | None = None,
@@ -149,7 +165,7 @@ CARRIES = {c.algorithm: c for c in (DenseCarry, SparseCarry)}
 
 
 def carry_for(algorithm: str, slot_base: int = 0) -> Carry:
-    """The carry of an allreduce algorithm (ground.runspec.ALGORITHMS) for a job whose slot
+    """The carry of an allreduce algorithm (ground/schemes.py) for a job whose slot
     range starts at `slot_base`."""
     try:
         return CARRIES[algorithm](slot_base)

@@ -1,0 +1,182 @@
+"""Learn that a switch hangs: a liveness ping to every switch, on connections of its own.
+
+Why: a switch process that stops (SIGSTOP, a wedged BMv2, a deadlock) never exits, so the
+pidfd watcher (emulation/switch_watch.py) says nothing; its links stay up, so netlink says
+nothing; the workers only resend, and the controller learns of it when one of its commands
+times out (30 s) and the run ends in a traceback. A switch that does not answer a ping
+within HANG_BOUND is declared hung, and the network then treats it exactly as a dead one
+(EmulatedNetwork.watch_switches: fenced, rerouted around, restartable).
+
+The bound. One ping is outstanding per switch; the next goes PING_INTERVAL after the
+reply. A switch is hung when its ping has had no reply for HANG_BOUND, so a hang is seen
+within HANG_BOUND + PING_INTERVAL = 0.6 s of the switch's last answer. The daemon answers
+between receive batches (softswitch/daemon.py: a command waits for one batch at most) and
+during `ports_hold`, so a live switch answers in well under a millisecond on an idle
+machine; 0.5 s leaves room for a 2-core machine at a load of 50, where a runnable process
+waits tens of ms for a CPU. The prober only judges after reading whatever is already in its
+sockets, so a prober that was itself starved of CPU never declares a switch hung whose
+answer was waiting: starvation delays detection, it does not invent hangs.
+
+Pings: the software switch's `ping` daemon command on its control socket (a second
+connection: the controller's may be busy with a long command); BMv2's Thrift server, one
+`bm_get_config_md5` call hand-encoded in Thrift's binary protocol (any answer proves the
+server alive; no Thrift library in the prober's loop).
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import struct
+import threading
+import time
+from typing import Callable
+
+HANG_BOUND = 0.5          # seconds without an answer to a ping: hung
+PING_INTERVAL = 0.1       # seconds between an answer and the next ping
+
+HangCallback = Callable[[str, float, float], None]    # (switch, last answer, time declared hung)
+
+
+class SoftPing:
+    """`ping` on a software switch's control socket; each reply is one JSON line."""
+
+    def __init__(self, path: str):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(2)
+        self.sock.connect(path)
+        self.sock.setblocking(False)
+
+    def send(self) -> None:
+        self.sock.send(b"ping\n")
+
+    def answered(self, data: bytes) -> int:
+        return data.count(b"\n")
+
+
+class ThriftPing:
+    """One Thrift call to simple_switch (TMultiplexedProtocol "standard", binary protocol,
+    buffered transport): any bytes back are an answer (one call outstanding at a time)."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1"):
+        self.sock = socket.create_connection((host, port), timeout=2)
+        self.sock.setblocking(False)
+        self.seq = 0
+
+    def send(self) -> None:
+        self.seq += 1
+        name = b"standard:bm_get_config_md5"
+        self.sock.send(struct.pack(">iI", -2147418111, len(name)) + name + struct.pack(">i", self.seq) + b"\x00")
+
+    def answered(self, data: bytes) -> int:
+        return 1 if data else 0
+
+
+class SwitchProbe:
+    """Pings every added switch (one thread); calls `on_hang(name, last_answer, t)` in a
+    thread of its own when one has not answered for `bound` seconds, and stops pinging it."""
+
+    def __init__(self, on_hang: HangCallback, bound: float = HANG_BOUND, interval: float = PING_INTERVAL):
+        self.on_hang, self.bound, self.interval = on_hang, bound, interval
+        self._lock = threading.Lock()
+        self._chans: dict[str, object] = {}
+        self._sent: dict[str, float | None] = {}       # outstanding ping's send time (None: none)
+        self._due: dict[str, float] = {}               # when the next ping goes
+        self._seen: dict[str, float] = {}              # last answer
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="switch-probe", daemon=True)
+
+    def start(self) -> "SwitchProbe":
+        self._thread.start()
+        return self
+
+    def add(self, name: str, channel) -> None:
+        """Ping switch `name` over `channel` (SoftPing, ThriftPing) from now on."""
+        now = time.monotonic()
+        with self._lock:
+            self._drop(name)
+            self._chans[name], self._sent[name], self._due[name], self._seen[name] = channel, None, now, now
+
+    def remove(self, name: str) -> None:
+        with self._lock:
+            self._drop(name)
+
+    def _drop(self, name: str) -> None:
+        chan = self._chans.pop(name, None)
+        if chan is not None:
+            chan.sock.close()
+        for d in (self._sent, self._due, self._seen):
+            d.pop(name, None)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                now = time.monotonic()
+                for name, chan in list(self._chans.items()):
+                    if self._sent[name] is None and self._due[name] <= now:
+                        try:
+                            chan.send()
+                            self._sent[name] = now
+                        except OSError:          # the process is gone: the exit watcher's to report
+                            self._drop(name)
+                fds = {chan.sock.fileno(): name for name, chan in self._chans.items()}
+                waits = [self._sent[n] + self.bound - now for n in fds.values() if self._sent[n] is not None]
+                waits += [self._due[n] - now for n in fds.values() if self._sent[n] is None]
+            timeout = max(0.0, min(waits, default=self.interval))
+            try:
+                readable = select.select(list(fds), [], [], timeout)[0] if fds else []
+            except (OSError, ValueError):            # a socket closed under us (remove): next turn
+                readable = []
+            if not fds:
+                self._stop.wait(self.interval)
+                continue
+            hung = []
+            with self._lock:
+                self._read(readable)
+                now = time.monotonic()
+                late = [n for n, sent in self._sent.items() if sent is not None and now - sent > self.bound]
+                if late:                             # read what already arrived before judging
+                    self._read(select.select([self._chans[n].sock for n in late], [], [], 0)[0])
+                for name in late:
+                    if name in self._chans and self._sent[name] is not None:
+                        hung.append((name, self._seen[name], now))
+                        self._drop(name)
+            for name, seen, t in hung:
+                threading.Thread(target=self.on_hang, args=(name, seen, t), name=f"hung-{name}", daemon=True).start()
+
+    def _read(self, ready) -> None:
+        """Take the answers waiting on the sockets (or fds) in `ready` (under the lock)."""
+        by_fd = {chan.sock.fileno(): name for name, chan in self._chans.items()}
+        for r in ready:
+            name = by_fd.get(r if isinstance(r, int) else r.fileno())
+            if name is None:
+                continue
+            chan = self._chans[name]
+            try:
+                data = chan.sock.recv(1 << 16)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b""
+            if not data:                         # closed: the process is gone (the exit watcher's)
+                self._drop(name)
+                continue
+            if chan.answered(data):
+                now = time.monotonic()
+                self._sent[name], self._seen[name], self._due[name] = None, now, now + self.interval
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        with self._lock:
+            for name in list(self._chans):
+                self._drop(name)
+
+
+def ping_channel(backend: str, node) -> object:
+    """The ping channel of a switch node (emulation/switch_nodes.py) of `backend`."""
+    if backend == "soft":
+        return SoftPing(str(node.control_path))
+    return ThriftPing(node.thrift_port)
+
+

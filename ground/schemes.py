@@ -1,0 +1,91 @@
+"""The aggregation schemes: one row per `--algorithm`, read by every layer.
+
+Why one table: a scheme's facts (does the network or do the hosts sum, does it need the
+P4 pipeline, is its data block-sparse, its default window, what it costs in the PACE model)
+used to be restated as string literals in about twenty files. Every choice list, validation
+message, help text, cost model, experiment and benchmark derives from `SCHEMES`; each layer
+keeps one registry keyed by the same names (softswitch/pipeline.py BRANCHES, hosts/schemes.py
+RUNNERS, controller/reroute CARRIES) and tests/test_schemes.py checks every layer registers
+every row. Adding a scheme = one row here + one entry per registry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+# Outstanding slots per worker when a run does not say (hosts/slots.py uses the same).
+# Dense: 128 keeps a 20 Mb/s link busy through the emulator's millisecond round trips.
+# Sparse: every call starts each slot with a dense lead frame, so the window is a per-call
+# cost in frames; 32 slots still keep the link busy (only columns with data send), and the
+# lead overhead drops 4x. Measured (8 workers x 1M int32, overlap, 5 Mb/s, one switch):
+# speed-up over dense 8.6x / 33x at window 128, 9.0x / 41x at 64, 9.3x / 64x at 32,
+# 9.8x / 74x at 16 (density 0.1 / 0.01); at 20 Mb/s 32 beats 16 and 64 (4.1x / 21x, sparse CPU-bound).
+DEFAULT_WINDOW = 128
+SPARSE_WINDOW = 32
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """One aggregation scheme.
+
+    in_network: the switches sum (the P4 pipeline runs); else the hosts sum over TCP and the
+    switches only forward IP. p4: the scheme has a branch of its own in the P4 program and its
+    software-switch twin. sparse: its inputs are block-sparse. window: outstanding blocks per
+    worker by default. cost: the PACE model's (bytes factor, start-ups) as functions of the
+    worker count n (pace/fusion.py CostModel). shares_pool: tenants share one aggregator pool
+    best-effort instead of disjoint slot ranges. summary: the help text's words."""
+    name: str
+    in_network: bool
+    p4: bool
+    sparse: bool
+    window: int
+    summary: str
+    bytes_factor: Callable[[int], float] = lambda n: 1.0   # bytes per gradient byte on a worker's link
+    startups: Callable[[int], float] = lambda n: 1.0       # latency start-ups per allreduce
+    shares_pool: bool = False
+    dtypes: tuple[str, ...] = ("int32", "float32")
+
+    def cost(self, workers: int) -> tuple[float, float]:
+        """(bytes factor, start-ups) of the PACE cost model for `workers` ranks."""
+        n = max(workers, 2)
+        return float(self.bytes_factor(n)), float(self.startups(n))
+
+
+SCHEMES: dict[str, Scheme] = {s.name: s for s in (
+    Scheme("switchml", in_network=True, p4=True, sparse=False, window=DEFAULT_WINDOW,
+           summary="dense, the switches sum (SwitchML)"),
+    Scheme("omnireduce", in_network=True, p4=True, sparse=True, window=SPARSE_WINDOW,
+           summary="block-sparse, the switches sum (OmniReduce)"),
+    Scheme("ring", in_network=False, p4=False, sparse=False, window=DEFAULT_WINDOW,
+           summary="ring allreduce between the hosts over TCP",
+           bytes_factor=lambda n: 2 * (n - 1) / n, startups=lambda n: 2 * (n - 1)),
+    Scheme("ps", in_network=False, p4=False, sparse=False, window=DEFAULT_WINDOW,
+           summary="a colocated parameter server over TCP", bytes_factor=lambda n: 2 * (n - 1) / n,
+           startups=lambda n: 2),
+)}
+
+NAMES: tuple[str, ...] = tuple(SCHEMES)
+IN_NETWORK: tuple[str, ...] = tuple(n for n, s in SCHEMES.items() if s.in_network)
+HOST_BASELINES: tuple[str, ...] = tuple(n for n, s in SCHEMES.items() if not s.in_network)
+P4_SCHEMES: tuple[str, ...] = tuple(n for n, s in SCHEMES.items() if s.p4)
+# in-network schemes aggregated along the controller's trees (rerouted with a carry)
+ON_TREES: tuple[str, ...] = tuple(n for n, s in SCHEMES.items() if s.in_network and not s.shares_pool)
+
+
+def kind(name: str) -> str:
+    """'sparse' or 'dense': how figures and logs name a scheme's data."""
+    return "sparse" if SCHEMES[name].sparse else "dense"
+
+
+def scheme(name: str) -> Scheme:
+    """The row of `name`, or ValueError naming the choices (the CLI's one line)."""
+    try:
+        return SCHEMES[name]
+    except KeyError:
+        raise ValueError(f"--algorithm must be one of {', '.join(NAMES)}, got {name!r}") from None
+
+
+def help_text() -> str:
+    """`--algorithm`'s help: every scheme with its summary."""
+    return "; ".join(f"{s.name}: {s.summary}" for s in SCHEMES.values())

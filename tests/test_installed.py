@@ -1,0 +1,105 @@
+"""agglab installed as a Python user installs it, not only run from the checkout.
+
+Why: the packet format is read from the P4 source, the exercise checker grades with the
+conformance vectors and the in-process harnesses, and the experiments read their YAML
+definitions: an install that lacks any of them (a file not declared as package data, or a
+product module importing tests/, which is not installed) fails only for users. So this test
+copies the project's files (those git tracks or would track, as a fresh clone has them),
+`pip install`s that copy (not editable) into a fresh venv, and runs agglab from another
+directory, with no PYTHONPATH, so nothing can come from the checkout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.slow
+
+
+def _clean_env() -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    return env
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """(the installed `agglab` script, a working directory outside the checkout)."""
+    root = tmp_path_factory.mktemp("installed")
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                           capture_output=True, check=True).stdout.decode().split("\0")
+    src = root / "src"
+    for rel in filter(None, files):
+        if (REPO / rel).is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, src / rel)
+    venv = root / "venv"
+    python = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
+    subprocess.run([python, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(src)], cwd=root,
+                         capture_output=True, text=True, env=_clean_env())
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    shutil.rmtree(src)                       # nothing may be read from the copy either
+    work = root / "elsewhere"
+    work.mkdir()
+    return venv / "bin" / "agglab", work
+
+
+def _run(installed, *args, timeout=600) -> subprocess.CompletedProcess:
+    agglab, work = installed
+    return subprocess.run([str(agglab), *args], cwd=work, capture_output=True, text=True, timeout=timeout,
+                          env=_clean_env())
+
+
+def test_the_installed_agglab_is_not_the_checkout(installed):
+    agglab, work = installed
+    out = subprocess.run([str(agglab.parent / "python"), "-c",
+                          "import agglab, ground.paths as p; print(agglab.__file__); print(p.P4SRC)"],
+                         cwd=work, capture_output=True, text=True, env=_clean_env(), check=True).stdout.split()
+    assert all("site-packages" in line and str(REPO) not in line for line in out), out
+
+
+def test_exercise_start_and_check_outside_the_checkout(installed):
+    start = _run(installed, "exercise", "start", "1", "--dir", "ex1")
+    assert start.returncode == 0, start.stderr
+    assert (installed[1] / "ex1" / "softswitch" / "aggregate.py").is_file()
+    assert (installed[1] / "ex1" / "README.md").is_file()
+    skeleton = _run(installed, "exercise", "check", "1", "--dir", "ex1")
+    assert skeleton.returncode == 1, skeleton.stdout + skeleton.stderr       # graded, not crashed
+    assert "FAIL  region aggregate-add" in skeleton.stdout and "crashed" not in skeleton.stdout
+    assert _run(installed, "exercise", "solution", "1", "--dir", "sol1").returncode == 0
+    solved = _run(installed, "exercise", "check", "1", "--dir", "sol1", "--json")
+    assert solved.returncode == 0, solved.stdout[-3000:] + solved.stderr[-3000:]
+    grade = json.loads(solved.stdout)
+    names = [c["name"] for c in grade["checks"]]
+    assert any(n.startswith("conformance first_contribution") for n in names), names
+    assert any(n.startswith("allreduce 4 workers") for n in names), names
+
+
+def test_experiment_dry_run_outside_the_checkout(installed):
+    out = _run(installed, "experiment", "quick", "--dry-run")
+    assert out.returncode == 0, out.stderr
+    plan = out.stdout + out.stderr
+    assert "quick:" in plan and "trend(s)" in plan and "switchml:" in plan, plan
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+@pytest.mark.net_timeout(600)
+def test_allreduce_outside_the_checkout(installed):
+    from tests.leftovers import leftovers, new_leftovers
+
+    before = leftovers()
+    out = _run(installed, "allreduce", "--workers", "2", "--elements", "1000", "--json", timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout)
+    assert result["ok"] and result["exact"] and result["workers"] == 2 and result["elements"] == 1000
+    assert not any(new_leftovers(before).values()), new_leftovers(before)

@@ -1,0 +1,124 @@
+"""A hung switch is a failed switch: the liveness probe (emulation/switch_probe.py) declares a
+switch that stops answering hung, and the network fences it and reroutes around it as if it
+had been killed; a late SIGCONT changes nothing."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import threading
+
+import pytest
+
+from emulation.switch_probe import SwitchProbe
+
+
+class _PairPing:
+    """A ping channel over a socketpair whose far end a test thread answers (or not)."""
+
+    def __init__(self):
+        self.sock, self.peer = socket.socketpair()
+        self.sock.setblocking(False)
+        self.answering = threading.Event()
+        self.answering.set()
+        self.pings = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def send(self) -> None:
+        self.sock.send(b"ping\n")
+
+    def answered(self, data: bytes) -> int:
+        return data.count(b"\n")
+
+    def _serve(self) -> None:
+        try:
+            while data := self.peer.recv(4096):
+                self.pings += data.count(b"\n")
+                if self.answering.is_set():
+                    self.peer.send(b'{"ok": true, "output": "pong"}\n' * data.count(b"\n"))
+        except OSError:
+            pass
+
+
+def test_the_probe_declares_only_the_silent_switch_hung():
+    hung = []
+    seen = threading.Event()
+    probe = SwitchProbe(lambda name, last, t: (hung.append((name, last, t)), seen.set()),
+                        bound=0.3, interval=0.02).start()
+    try:
+        live, silent = _PairPing(), _PairPing()
+        probe.add("s1", live)
+        probe.add("s2", silent)
+        while silent.pings < 3:                 # both answer for a while
+            threading.Event().wait(0.02)
+        silent.answering.clear()
+        assert seen.wait(30), "the silent switch was never declared hung"
+        assert [h[0] for h in hung] == ["s2"]
+        name, last, t = hung[0]
+        assert t - last >= 0.3                  # silent for at least the bound
+        count = live.pings
+        threading.Event().wait(0.5)
+        assert live.pings > count and [h[0] for h in hung] == ["s2"]   # s1 is still pinged, still live
+    finally:
+        probe.stop()
+
+
+def test_a_closed_channel_is_left_to_the_exit_watcher():
+    hung = []
+    probe = SwitchProbe(lambda *a: hung.append(a), bound=0.2, interval=0.02).start()
+    try:
+        chan = _PairPing()
+        probe.add("s1", chan)
+        chan.peer.close()                       # the process died: its socket closed
+        threading.Event().wait(1.0)
+        assert hung == []
+    finally:
+        probe.stop()
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+@pytest.mark.net_timeout(300)
+def test_a_stopped_aggregating_switch_is_fenced_and_rerouted_around_exactly():
+    """k=4 fat-tree, 8 workers, 2M int32: SIGSTOP of an aggregating switch of the active tree
+    at half the blocks; the result is exact and lists the hung switch with its detect and
+    install times; SIGCONT afterwards wakes nothing, the next allreduce is exact, and the
+    switch restarts like a killed one."""
+    from emulation.session import Session
+    from ground.runspec import RunSpec
+
+    spec = RunSpec(topology="fattree", k=4, workers=8, elements=2_000_000, seed=1, hang_switch=["tree@0.5"])
+    with Session(spec) as session:
+        r = session.allreduce()
+        assert r["exact"] and r["ok"], r.get("errors")
+        rows = [f for f in r["failures"] if f.get("hung")]
+        assert len(rows) == 1, r["failures"]
+        row = rows[0]
+        assert row["on_tree"] and row["detect_ms"] is not None and row["install_ms"] is not None, row
+        assert [h["switch"] for h in r["hangs"]] == [row["switch"]] and r["hangs"][0]["install_ms"] is not None
+        assert "stopped answering" in r["switches_down"][row["switch"]]
+        assert any("switch_hung" in e and row["switch"] in e for e in session.events.lines())
+        proc = session.net.host(row["switch"]).proc
+        assert proc.poll() is not None                   # fenced: the stopped process is gone
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGCONT)              # a late wake-up finds nothing
+        again = session.allreduce(hang_switch=[], elements=200_000)
+        assert again["exact"] and again["hangs"] == [], again.get("errors")
+        session.restart_switch(row["switch"])
+        back = session.allreduce(hang_switch=[], elements=200_000)
+        assert back["exact"] and back["hangs"] == [], back.get("errors")
+
+
+def test_a_bad_hang_switch_is_one_line_and_exit_2():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    res = subprocess.run([sys.executable, "-m", "agglab", "allreduce", "--topology", "fattree", "--k", "4",
+                          "--hang-switch", "zz9@0.5"], cwd=repo, capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=str(repo)))
+    assert res.returncode == 2
+    assert res.stderr.strip().count("\n") == 0 and "--hang-switch: there is no switch 'zz9'" in res.stderr, res.stderr
