@@ -128,7 +128,7 @@ def _bound(v) -> str:
 
 BOUND_NOTE = (
     "*Bound (this network)*: the ratio this network allows on its own topology, link rates and bytes "
-    "(experiments/bounds.py: every link direction's wire bytes over its rate, the busiest deciding; trees, "
+    "(emulation/wire_model.py: every link direction's wire bytes over its rate, the busiest deciding; trees, "
     "routes and sparse blocks recomputed as the run uses them; PACE: the iteration model with the measured "
     "alpha and beta). *Ours vs bound*: \"matches its bound\" within 10%, else by how much it misses it.")
 
