@@ -29,7 +29,7 @@ def wire_time_bound(num: list, den: list) -> float:
     """Numerator's wire time over the denominator's (each a list of RunSpecs that share a
     time; the first is used)."""
     if not num or not den:
-        raise BoundError("no planned point for this claim")
+        raise BoundError("a point of this claim is not in this run's sweep")
     return wire_seconds(num[0]) / wire_seconds(den[0])
 
 

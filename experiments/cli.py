@@ -61,7 +61,7 @@ def _print_bounds(suite, log: TextIO) -> None:
     for d in suite.definitions:
         for c, _ in d.claims():
             value, why = claim_bound([], d, c)
-            shown = f"{value:.3g}" if value == value else f"after the runs ({why})"
+            shown = f"{value:.3g}" if value == value else f"– ({why})"
             print(f"  {d.name}: {c.text}: paper {c.paper:.3g}, bound {shown}", file=log)
 
 
