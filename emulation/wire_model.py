@@ -1,11 +1,12 @@
 """A run's wire time: what its network allows, from its own topology, link rates and bytes.
 
 Why: a measured time (or a ratio of two) is only informative beside what *this* network can
-reach; experiments/bounds.py puts each claim's bound beside the paper's figure, and any run
-can be set against it (a run within 10% of its wire time is link-bound).
+reach; experiments/bounds.py puts each claim's bound beside the paper's figure, and every
+allreduce result carries its run's wire time (a run far slower than it was decided by
+something other than its links).
 
-A run's **wire time** is every link direction's bytes on the wire
-divided by its rate, the busiest one deciding (a fluid model: links work in parallel, no
+A run's **wire time** is every link direction's bytes on the wire divided by its rate, the
+busiest one deciding (a fluid model: links work in parallel, no
 start-up, no queueing). Bytes follow what the run does, recomputed here by the code the
 run uses, not typed in:
 
