@@ -15,6 +15,9 @@ an emulation is only faithful while the links, not the CPU, are the bottleneck):
   switchfail k=4 fat-tree, an aggregating tree switch killed (kill -9) mid-run: exit
              seen (detect), recompute, install; dense and sparse, one network,
              the switch restarted between kills                               (informational)
+  policer    a host in no job floods one switch with 100,000 unpaced frames while a job
+             of 4 workers at 20 Mb/s runs: the job's rate under the flood over its rate
+             alone, in one run, policer on and off                           (on: >= 0.9)
   build      k=8 fat-tree (80 switches, 16 workers) built and programmed         (< 15 s)
   sparse     8 workers x 1M int32 at 5 Mb/s, overlapping blocks: dense time over
              sparse time at density 0.1 and 0.01                                 (>= 9x, >= 50x)
@@ -47,12 +50,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ground import lifeline, schemes, wire
+from ground import lifeline, netlease, schemes, wire
 from ground.paths import REPO, RESULTS
 
-SECTIONS = ("pipeline", "daemon", "wire", "wide", "reroute", "switchfail", "build", "sparse", "trees", "bmv2",
-            "bmv2-reroute")
-ROOT_SECTIONS = {"daemon", "wire", "wide", "reroute", "switchfail", "build", "sparse", "bmv2", "bmv2-reroute"}
+SECTIONS = ("pipeline", "daemon", "wire", "wide", "reroute", "switchfail", "policer", "build", "sparse", "trees",
+            "bmv2", "bmv2-reroute")
+ROOT_SECTIONS = {"daemon", "wire", "wide", "reroute", "switchfail", "policer", "build", "sparse", "bmv2",
+                 "bmv2-reroute"}
 LINK_BOUND = 1.10          # a run within 10% of its analytic wire time is link-bound
 
 
@@ -270,6 +274,31 @@ def bench_switchfail(a) -> list[dict]:
     return out
 
 
+def bench_policer(a) -> list[dict]:
+    """The port policer (controller/policer.py): a host in no job, on an unshaped link, sends
+    100,000 frames as fast as it can at one software switch while a job of 4 workers at
+    20 Mb/s runs allreduce after allreduce; the job's rate under the flood over its rate
+    alone, both in the same run (emulation/fuzzing.py), with the policer and without."""
+    from emulation.fuzzing import run
+
+    out = []
+    for police in (True, False):
+        runs = [run(a.policer_frames, None, workers=4, elements=200_000, bw=20.0, baseline=3, seed=i, police=police)
+                for i in range(a.policer_runs)]
+        ratios = [r["during_vs_alone"] or 0.0 for r in runs]
+        ratio, r = statistics.median(ratios), runs[0]
+        out.append(figure(f"job rate under a flood / alone, policer {'on' if police else 'off'} "
+                          f"(median of {len(runs)})", ratio, "x", runs=ratios,
+                          target=">= 0.9" if police else None, met=ratio >= 0.9 if police else None,
+                          link_mbps=20.0, scale=f"1 switch, 4 workers x 200,000 int32, {r['fuzzer']['sent']:,} "
+                          f"frames at {r['fuzzer']['rate_fps']:,} frames/s from a host in no job (unshaped)",
+                          link_bound=None, exact=all(x["alone"]["exact"] and x["during"]["exact"] for x in runs),
+                          policed=r["policed"], rejects=r["rejects"], rejects_match=all(x["rejects_match"] for x in runs),
+                          detail=f"alone {r['alone']['job_frames_per_s']:,} job frames/s at best; "
+                          f"{r['during']['allreduces']} allreduces under the flood"))
+    return out
+
+
 def bench_build(_a) -> list[dict]:
     """The k=8 fat-tree built and programmed, with its steps: the network's (node shells,
     links, switch processes, host set-up, switches answering) and the controller's
@@ -356,11 +385,14 @@ def bench_sparse(a) -> list[dict]:
 
 
 def bench_trees(_a) -> list[dict]:
-    res = subprocess.run([sys.executable, "-m", "controller.trees.bench"], cwd=REPO,
+    """Tree computation time per topology and algorithm (controller/trees/bench.py), each a
+    figure in the JSON (informational: no target)."""
+    res = subprocess.run([sys.executable, "-m", "controller.trees.bench", "--json"], cwd=REPO, check=True,
                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)),
                          preexec_fn=lifeline.preexec(bound_to_thread=True))
-    print(res.stdout.rstrip(), flush=True)
-    return []                               # printed only: its own table
+    rows = [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
+    return [figure(f"trees {r['algorithm']} on {r['topology']}, {r['workers']} workers", r["ms"], "ms",
+                   scale=f"{r['trees']} tree(s), median of the repeats", trees=r["trees"]) for r in rows]
 
 
 def bench_bmv2(a) -> list[dict]:
@@ -385,7 +417,7 @@ def bench_bmv2(a) -> list[dict]:
 
 
 BENCHES = {"pipeline": bench_pipeline, "daemon": bench_daemon, "wire": bench_wire, "wide": bench_wide,
-           "reroute": bench_reroute, "switchfail": bench_switchfail, "build": bench_build, "sparse": bench_sparse, "trees": bench_trees,
+           "reroute": bench_reroute, "switchfail": bench_switchfail, "policer": bench_policer, "build": bench_build, "sparse": bench_sparse, "trees": bench_trees,
            "bmv2": bench_bmv2, "bmv2-reroute": bench_bmv2_reroute}
 
 
@@ -440,11 +472,15 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--elements", type=int, default=1_000_000, help="int32 per worker (wire, sparse)")
     ap.add_argument("--rates", default="5,10,20,40", help="link rates of the wire section, Mb/s")
     ap.add_argument("--wide-rates", default="20,40,80", help="link rates of the wide section, Mb/s")
-    ap.add_argument("--reroute-elements", type=int, default=200_000)
+    ap.add_argument("--reroute-elements", type=int, default=200_000,
+                    help="int32 per worker of the reroute and switchfail runs (default 200000)")
     ap.add_argument("--bmv2-reroute-runs", type=int, default=3, help="runs per pipeline (bmv2-reroute)")
     ap.add_argument("--switchfail-kills", type=int, default=3, help="kills per pipeline (switchfail)")
     ap.add_argument("--switchfail-bw", type=float, default=None, help="link Mb/s (switchfail; default unshaped)")
-    ap.add_argument("--daemon-seconds", type=float, default=5.0)
+    ap.add_argument("--daemon-seconds", type=float, default=5.0,
+                    help="seconds the daemon section's senders run (default 5)")
+    ap.add_argument("--policer-frames", type=int, default=100_000, help="flood frames (policer)")
+    ap.add_argument("--policer-runs", type=int, default=3, help="runs with and without the policer (policer)")
     ap.add_argument("--sparse-window", type=int, default=None,
                     help="slots per worker of the sparse runs (default the run default, ground/runspec.py "
                          "SPARSE_WINDOW): each slot "
@@ -485,6 +521,12 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, KeyError, TypeError) as exc:
             print(f"agglab bench: --compare {a.compare} is not a bench result ({exc})", file=sys.stderr)
             return 2
+    if os.geteuid() == 0 and any(s in ROOT_SECTIONS for s in a.sections):
+        try:                                         # its network sections would each be refused
+            netlease.refuse_if_busy()
+        except netlease.NetworkBusy as exc:
+            print(f"agglab bench: {exc}", file=sys.stderr)
+            return exc.exit_code
     report = {**environment(), "figures": [], "skipped": []}
     for section in a.sections:
         if section in ROOT_SECTIONS and os.geteuid() != 0:

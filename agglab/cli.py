@@ -3,6 +3,7 @@
     agglab allreduce [RUN OPTIONS] [--json]   one allreduce in a fresh network, checked against numpy
     agglab lab [RUN OPTIONS] [--script FILE]  the Mininet CLI with fail/recover/trees/allreduce/...
     agglab train [RUN OPTIONS] ...    a model trained through the switches; FIFO vs PACE (--profile-only)
+    agglab draw TOPOLOGY [RUN OPTIONS] -o FILE.svg   the topology and its trees (--fail A-B: rerouted)
     agglab experiment [FILE.yaml|default|quick]   run paper trends, write results/<name>/report.md
     agglab calibrate    measure this machine's fidelity ceiling (fastest faithful link rate)
     agglab clean        remove what a crashed run left (namespaces, interfaces, processes)
@@ -65,7 +66,15 @@ def _allreduce(args) -> int:
         spec = _checked_spec("allreduce", args)
         if _needs_root("allreduce"):
             return 2
-        result = run_spec(spec, quiet=args.json, progress=args.progress or sys.stderr.isatty())
+        from agglab.web import web_options
+
+        web = web_options(args)
+        if web:
+            from agglab.web.server import run_with_page
+
+            result = run_with_page(spec, web, quiet=args.json, progress=args.progress or sys.stderr.isatty())
+        else:
+            result = run_spec(spec, quiet=args.json, progress=args.progress or sys.stderr.isatty())
     except (ValueError, TreeError) as exc:       # TopologyError is a ValueError
         return _bad_input("allreduce", exc)
     except SwitchCommandError as exc:            # a switch's control channel failed outside a handled failure
@@ -119,7 +128,9 @@ def _lab(args) -> int:
         spec = _checked_spec("lab", args)
         if _needs_root("lab"):
             return 2
-        return run_lab(spec, script=args.script)
+        from agglab.web import web_options
+
+        return run_lab(spec, script=args.script, web=web_options(args))
     except (ValueError, TreeError) as exc:
         return _bad_input("lab", exc)
 
@@ -156,12 +167,15 @@ def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
     opt = parser.add_argument
     opt("--workers", type=int, default=d["workers"], help=f"number of worker hosts (default {d['workers']})")
     opt("--elements", type=int, default=d["elements"], help=f"array length per worker (default {d['elements']})")
-    opt("--dtype", choices=DTYPES, default=d["dtype"])
+    opt("--dtype", choices=DTYPES, default=d["dtype"], help=f"gradient type: int32 sums exactly, float32 "
+        f"travels as SwitchML fixed point (default {d['dtype']})")
     opt("--loss", type=float, default=d["loss"], help="drop probability per packet and direction, "
         "applied by the switch's drop simulator (default 0)")
-    opt("--backend", choices=BACKENDS, default=d["backend"])
-    opt("--window", type=int, default=d["window"], help="outstanding slots per worker")
-    opt("--seed", type=int, default=d["seed"])
+    opt("--backend", choices=BACKENDS, default=d["backend"], help="data plane: the software switch or BMv2 "
+        f"simple_switch (default {d['backend']})")
+    opt("--window", type=int, default=d["window"], help="outstanding slots per worker (default: "
+        + (f"{d['window']}" if d["window"] is not None else "the algorithm's own, ground/runspec.py") + ")")
+    opt("--seed", type=int, default=d["seed"], help=f"seed of the workers' input arrays (default {d['seed']})")
     opt("--give-up", type=float, default=d["give_up"], help="seconds without progress before a worker "
         "gives up with an error")
     opt("--bw", type=float, default=d["bw"], help="link rate in Mb/s (tc htb); default unlimited")
@@ -200,6 +214,9 @@ def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
     opt("--keep", metavar="DIR", default=d["keep"],
         help="when the run ends, keep its directory in DIR (new or empty): per-switch logs, the "
              "control commands sent, events, worker logs and reports, the JSON result")
+    opt("--cluster", metavar="FILE", default=d["cluster"],
+        help="run the network on the servers of this cluster file (YAML list of servers: address, user, "
+             "cores; `agglab cluster local up` makes a practice one); see docs/guide/cluster.md")
     opt("--pcap", action="store_true", default=d["pcap"] or None,
         help="the switches write per-port pcaps (DIR/pcaps/IFNAME_in.pcap, _out.pcap; with --keep)")
 
@@ -214,15 +231,20 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--json", action="store_true", help="print one JSON object")
     a.add_argument("--progress", action="store_true", help="a bar of blocks done and their rate on stderr "
                    "(default when stderr is a terminal; never on stdout)")
+    from agglab.web import add_web_options
+    add_web_options(a)
     a.set_defaults(func=_allreduce)
 
     lab = sub.add_parser("lab", help="interactive Mininet CLI with fail/recover/trees/allreduce/slots/stats/events")
     add_run_options(lab, topology="fattree", workers=8, tree="rat", elements=200_000)
     lab.add_argument("--script", default=None, help="run the lab commands in this file, then exit")
+    add_web_options(lab)
     lab.set_defaults(func=_lab)
 
     from agglab.train_cmd import add_train_parser
     add_train_parser(sub)
+    from agglab.draw_cmd import add_parser as add_draw_parser
+    add_draw_parser(sub)
     # experiments (layer 4, run as its own program: no sideways import) and calibration
     e = sub.add_parser("experiment", add_help=False, prefix_chars="+",    # every argument passes through
                        help="run a trend definition or suite (python -m experiments; see `agglab experiment --help`)")
@@ -232,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_calibrate(sub)
 
     c = sub.add_parser("clean", help="remove what crashed runs left behind (idempotent)")
-    c.add_argument("--all", action="store_true", help="also stop runs whose owner is still alive")
+    c.add_argument("--all", action="store_true", help="also stop runs whose owner is still alive, and delete interfaces named like agglab's that no run records (not while another network holds the machine)")
     c.set_defaults(func=_clean)
 
     d = sub.add_parser("doctor", help="check the installation")
@@ -243,13 +265,16 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("format", choices=["p4app"])
     x.add_argument("topology", help="single, leafspine, fattree, bcube or a YAML file")
     x.add_argument("--k", type=int, default=None, help="fat-tree k (default 4) or BCube level count k")
-    x.add_argument("--workers", type=int, default=8)
-    x.add_argument("--tree", default="rat", choices=SWITCH_TREES, help="tree algorithm (controller/trees/)")
+    x.add_argument("--workers", type=int, default=8, help="worker hosts the trees aggregate (default 8)")
+    x.add_argument("--tree", default="rat", choices=SWITCH_TREES,
+                   help="aggregation tree algorithm, a module of controller/trees/ (default rat)")
     x.add_argument("--bw", type=float, default=None, help="link rate in Mb/s written on every link")
     x.add_argument("--out", default="p4app", help="output directory (default ./p4app)")
     x.set_defaults(func=lambda args: __import__("agglab.export_p4app", fromlist=["main"]).main(args))
     from agglab.exercise import add_parser as add_exercise_parser   # teaching labs
     add_exercise_parser(sub)
+    from agglab.cluster_cmd import add_cluster_parser   # cluster mode (Mininet's cluster edition)
+    add_cluster_parser(sub)
     return ap
 
 

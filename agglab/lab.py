@@ -11,10 +11,12 @@ import argparse
 import os
 import shlex
 import signal
+import sys
 import threading
 
 from mininet.cli import CLI
 
+from agglab.actions import Actions
 from agglab.cli import add_run_options
 from ground.interrupts import Interrupted, arm
 from ground import wire
@@ -27,9 +29,9 @@ from controller.topology import switches
 class LabCLI(CLI):
     prompt = "agglab> "
 
-    def __init__(self, session: Session, background: list | None = None, **kw):
+    def __init__(self, session: Session, background: list | None = None, actions: Actions | None = None, **kw):
         self.session = session
-        self.running: threading.Thread | None = None
+        self.actions = actions or Actions(session, say=say)
         self.background = [] if background is None else background   # for run_lab to stop
         CLI.__init__(self, session.net.net, **kw)
 
@@ -56,7 +58,33 @@ class LabCLI(CLI):
             from mininet.util import quietRun
 
             quietRun("stty echo sane intr ^C")
-        self.cmdloop()
+        while True:
+            try:
+                self.cmdloop()
+                return
+            except Interrupted as exc:
+                # Ctrl-C while an allreduce runs stops that allreduce only; otherwise (or
+                # SIGTERM/SIGHUP, or a script) the lab stops and run_lab cleans everything up
+                if exc.signum != signal.SIGINT or self.inputFile or not self.actions.running:
+                    raise
+                arm()
+                print("\n" + (self.actions.cancel() or "allreduce cancelled"))
+
+    def preloop(self):
+        AT_PROMPT.set()
+
+    def precmd(self, line):
+        AT_PROMPT.clear()                  # a command's own output follows: no prompt redrawn
+        self.actions.note_trees()          # `show` says what changed since the epoch before
+        return CLI.precmd(self, line)
+
+    def postcmd(self, stop, line):
+        if not stop:
+            AT_PROMPT.set()
+        return CLI.postcmd(self, stop, line)
+
+    def emptyline(self):
+        """An empty line does nothing (Mininet's repeats nothing either; cmd's would repeat)."""
 
     def waitForNode(self, node):
         try:
@@ -72,15 +100,14 @@ class LabCLI(CLI):
     # -- links -------------------------------------------------------------------
     def _link(self, line: str, status: str) -> None:
         args = line.split()
-        if len(self.session.jobs) > 1:
-            print("fail/recover with several jobs is not supported yet (each job would have to reroute); "
-                  "open the lab with one job to fail links")
-            return
-        if len(args) != 2 or not self.session.g.has_edge(*args):
+        if len(args) != 2:
             print(f"usage: {'fail' if status == 'down' else 'recover'} A B   (a link of the topology, "
                   f"e.g. {' '.join(next(iter(self.session.g.edges)))})")
             return
-        self.session.net.set_link(args[0], args[1], status == "up")
+        try:
+            self.actions.link(args[0], args[1], status == "up")
+        except ValueError as exc:
+            print(exc)
 
     def do_fail(self, line):
         """fail A B: take link A-B down (both ends). The controller sees it on netlink and, if an
@@ -115,10 +142,9 @@ class LabCLI(CLI):
         sw = self._switch_arg(line, verb)
         if sw:
             try:
-                action(sw)
-                print(f"{done} {sw}")
-            except (ValueError, RuntimeError) as exc:
-                print(str(exc).splitlines()[0])
+                print(self.actions.switch(sw, up=verb == "restart"))
+            except ValueError as exc:
+                print(exc)
 
     # -- state -------------------------------------------------------------------
     def do_trees(self, line):
@@ -170,11 +196,17 @@ class LabCLI(CLI):
         return next((j for j in self.session.jobs if j.slot_base <= slot < j.slot_base + j.slots), None)
 
     def do_stats(self, line):
-        """stats: per switch aggregation counters (contributions, completions, duplicates, drops;
-        rejected packets by reason: malformed, length, no_entry, slot, worker, from_parent, entry)."""
-        for sw, stats in self.session.job.switch_stats().items():
-            print(f"  {sw}: " + ", ".join(f"{k} {v}" for k, v in stats.items() if v or not k.startswith("rejected_")))
-
+        """stats [session]: per switch aggregation counters of the last (or running) allreduce, in
+        an aligned table, each counter explained below it; `stats session`: since the lab opened."""
+        now = self.session.job.switch_stats()
+        whole = line.strip() == "session" or not self.actions.run.started
+        before = {} if whole else self.actions.run.counters
+        rows = {}
+        for sw, counters in now.items():
+            old = before.get(sw, {})
+            # a switch restarted since counts from 0 again: its counter is below the old one
+            rows[sw] = {k: v - old.get(k, 0) if v >= old.get(k, 0) else v for k, v in counters.items()}
+        print(stats_table(rows, "since the lab opened" if whole else "of the last allreduce"))
     def do_jobs(self, line):
         """jobs: every job (tenant) on the network: id, worker hosts, slot range, window, trees and
         epoch, loss on its links, slot-versions it holds per switch now, and its last allreduce."""
@@ -209,55 +241,137 @@ class LabCLI(CLI):
         """allreduce [ELEMENTS] [--tree TREE] [--dtype int32|float32] [--loss P]
         [--algorithm SCHEME] [--density D] [--fail A-B@F] [--fail-switch NAME@F] ... (any `agglab allreduce`
         option that does not reshape the network): run one allreduce in the background (fail
-        links meanwhile); prints the outcome when done."""
-        if self.running and self.running.is_alive():
-            print("an allreduce is already running")
-            return
+        links meanwhile); prints the outcome when done. `progress` shows how far it is, `wait`
+        waits for it, Ctrl-C or `cancel` stops it (the network stays as it is)."""
         try:
-            opts = _parse_allreduce(shlex.split(line))
-            self.session.spec.with_(**opts)        # validated before any tree changes
+            print(self.actions.allreduce(_parse_allreduce(shlex.split(line)), summary))
         except ValueError as exc:
             print(exc)
             return
-        tree = opts.pop("tree", None)
-        if tree and tree != self.session.job.state().algorithm:
-            try:
-                for job in self.session.jobs:
-                    job.reinstall(tree, why="requested by allreduce --tree")
-            except ValueError as exc:
-                print(exc)
-                return
-            opts["tree"] = tree
-
-        def work():
-            try:
-                r = self.session.allreduce(**opts)
-                if self.session.cancelled.is_set():      # the lab is stopping: say nothing
-                    return
-                verdict = "exact" if r["exact"] else "NOT EXACT"
-                jobs = r.get("jobs", [])
-                print(f"\nallreduce: {verdict}, {r['elements']} {r['dtype']} x {r['workers']} workers"
-                      + (f" x {len(jobs)} jobs" if len(jobs) > 1 else "") + f" in "
-                      f"{r['seconds']} s, {r['retransmissions']} retransmissions, epoch {r['epoch']}"
-                      + (f", switches down: {' '.join(r['switches_down'])}" if r.get("switches_down") else "")
-                      + "".join(f"\n  job {j['job']}: {'exact' if j['exact'] else 'NOT EXACT'} in {j['seconds']} s, "
-                                f"{j['retransmissions']} retransmissions" for j in jobs if len(jobs) > 1)
-                      + ("".join(f"\n  {e.splitlines()[0]}" for e in r.get("errors", []))))
-            except Exception as exc:
-                if not self.session.cancelled.is_set():
-                    print(f"\nallreduce failed: {exc}")
-
-        self.running = threading.Thread(target=work, daemon=True)
-        self.background.append(self.running)
-        self.running.start()
-        print("allreduce started in the background")
-
+        self.background.append(self.actions.thread)
 
     def do_wait(self, line):
-        """wait: block until the background allreduce has finished (for scripted labs)."""
-        if self.running:
-            self.running.join()
+        """wait: block until the background allreduce has finished, with a progress line
+        (blocks done, %, rate, ETA); Ctrl-C stops the allreduce."""
+        # not Thread.join: a join that Ctrl-C interrupts marks the thread stopped (Python 3.11)
+        while self.actions.running and not self.actions.run.finished.wait(0.5):
+            if sys.stdout.isatty():
+                sys.stdout.write("\r\x1b[K" + progress_line(self.session, self.actions))
+                sys.stdout.flush()
+        if sys.stdout.isatty():
+            sys.stdout.write("\r\x1b[K")
 
+    def do_progress(self, line):
+        """progress: how far the running allreduce is: blocks done of all workers, %, blocks/s, ETA."""
+        print(progress_line(self.session, self.actions))
+
+    def do_cancel(self, line):
+        """cancel: stop the running allreduce (its workers are killed). The network, failed links,
+        dead switches, trees and epoch stay as they are (Ctrl-C does the same while one runs)."""
+        print(self.actions.cancel() or "allreduce cancelled")
+
+    def do_show(self, line):
+        """show [FILE.svg|.png|.dot]: the trees as text (root, children, links down marked DOWN,
+        what changed since the epoch before), and the drawing of the topology
+        with the trees (agglab draw's) written to FILE (default agglab-trees-epochN.svg)."""
+        from controller import drawing
+
+        job = self.session.job
+        ts = self.actions.note_trees()
+        print(drawing.as_text(self.session.g, ts, self.actions.previous_trees(ts.epoch)))
+        path = line.strip() or f"agglab-trees-epoch{ts.epoch}.svg"
+        try:
+            drawing.write(drawing.to_dot(self.session.g, ts, workers=job.workers,
+                                         title=f"{self.session.spec.topology}: {ts.algorithm} trees, epoch {ts.epoch}"),
+                          path)
+            print(f"drawing written to {path}")
+        except (ValueError, OSError) as exc:
+            print(str(exc).splitlines()[0])
+        self.shown = ts
+
+
+# What each aggregation counter counts (agg_stats and agg_rejects, docs/design.md)
+COUNTERS = {
+    "contributions": "first copies of a packet added into a slot",
+    "completions": "slots that completed (all children in): the result went down (or the partial up)",
+    "dup_dropped": "duplicates of a packet whose slot had not completed yet (dropped: nothing to answer)",
+    "dup_answered": "duplicates after completion, answered with the stored result (a lost result)",
+    "rejected": "packets dropped by the job checks; by reason in the rejected_* counters",
+    "sim_dropped": "packets dropped on purpose by the loss simulator (--loss)",
+    "dup_up": "duplicates at a non-root switch whose partial was sent up again (no final result yet)",
+    "rejected_malformed": "cut short: the parser ended in an error",
+    "rejected_length": "IPv4/UDP length fields disagree",
+    "rejected_no_entry": "no agg_job entry: another job's id, or an OLD EPOCH (packets in flight "
+                         "when a reroute froze the trees: expected after a failure)",
+    "rejected_slot": "slot outside the job's slot range",
+    "rejected_worker": "worker field is not the port's rank",
+    "rejected_from_parent": "not a result, on the parent port",
+    "rejected_entry": "the entry's child index does not fit the bitmap",
+}
+
+
+def stats_table(rows: dict[str, dict[str, int]], what: str) -> str:
+    """Switches as rows, the counters any switch has non-zero (and the main ones) as aligned
+    columns, a total row, then one line per shown counter saying what it counts."""
+    keys = [k for k in COUNTERS if k in ("contributions", "completions") or any(r.get(k) for r in rows.values())]
+    keys += sorted({k for r in rows.values() for k, v in r.items() if v and k not in keys})
+    total = {k: sum(r.get(k, 0) for r in rows.values()) for k in keys}
+    table = [["switch", *keys], *([sw, *(str(r.get(k, 0)) for k in keys)] for sw, r in rows.items()),
+             ["total", *(str(total[k]) for k in keys)]]
+    widths = [max(len(row[i]) for row in table) for i in range(len(keys) + 1)]
+    lines = [f"aggregation counters {what}:"]
+    lines += ["  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+              for row in table]
+    lines += [f"  {k:<{max(map(len, keys))}}  {COUNTERS.get(k, '')}" for k in keys]
+    return "\n".join(lines)
+
+
+def summary(r: dict) -> str:
+    """One allreduce's outcome, as the lab prints it."""
+    verdict = "exact" if r["exact"] else "NOT EXACT"
+    jobs = r.get("jobs", [])
+    return (f"allreduce: {verdict}, {r['elements']} {r['dtype']} x {r['workers']} workers"
+            + (f" x {len(jobs)} jobs" if len(jobs) > 1 else "") + " in "
+            f"{r['seconds']} s, {r['retransmissions']} retransmissions, epoch {r['epoch']}"
+            + (f", switches down: {' '.join(r['switches_down'])}" if r.get("switches_down") else "")
+            + "".join(f"\n  job {j['job']}: {'exact' if j['exact'] else 'NOT EXACT'} in {j['seconds']} s, "
+                      f"{j['retransmissions']} retransmissions" for j in jobs if len(jobs) > 1)
+            + "".join(f"\n  {e.splitlines()[0]}" for e in r.get("errors", [])))
+
+
+def progress_line(session: Session, actions: Actions) -> str:
+    """`done/total blocks (P%), R blocks/s, ETA S s` of the running allreduce."""
+    from agglab.actions import progress
+
+    if not actions.running:
+        return "no allreduce is running" + (f"; the last one: {actions.run.outcome.splitlines()[0]}"
+                                            if actions.run.outcome else "")
+    p = progress(session, actions)
+    if p.total == 0:
+        return f"allreduce starting: {p.reporting}/{p.workers} workers have reported"
+    eta = f"ETA {p.eta:.1f} s" if p.eta is not None else "ETA -"
+    return f"{p.done}/{p.total} blocks ({p.done / p.total:.0%}), {p.rate:.0f} blocks/s, {eta}"
+
+
+# set while the lab waits at its prompt (say() then redraws it under what it prints)
+AT_PROMPT = threading.Event()
+
+
+def say(line: str) -> None:
+    """Print above the prompt without mixing into what the person is typing: clear the input
+    line, print, then redraw the prompt and the half-typed line (readline's buffer); while a
+    command runs (or before the prompt first shows), just print the line."""
+    try:
+        import readline
+
+        typed = readline.get_line_buffer()
+    except (ImportError, AttributeError):
+        typed = ""
+    if sys.stdout.isatty() and AT_PROMPT.is_set():
+        sys.stdout.write(f"\r\x1b[K{line}\n{LabCLI.prompt}{typed}")
+    else:
+        sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 # RunSpec fields one allreduce of an open lab may change; the rest shape the network.
@@ -288,20 +402,37 @@ def _parse_allreduce(args: list[str]) -> dict:
     return opts
 
 
-def run_lab(spec, script: str | None = None) -> int:
+def run_lab(spec, script: str | None = None, web: dict | None = None) -> int:
     """Open the lab on `spec` (a RunSpec or the CLI's CheckedRun); with `script` (a file of
-    commands) run them and return at its end."""
-    with Session(spec, quiet=False) as session:
+    commands) run them and return at its end; with `web` ({"host", "port"}) also serve the live
+    page (agglab/web) until the lab closes."""
+    from mininet.log import setLogLevel
+
+    with Session(spec, quiet=False, echo=lambda line: say(f"[event] {line}")) as session:
+        setLogLevel("output")               # Mininet's own commands (nodes, net, dump, ...) print
+        session.quiet = True                # progress is `progress`/`wait`, not a line every 5 s
         background: list[threading.Thread] = []
-        print("agglab lab: type 'help' for commands; 'fail A B', 'kill S', 'allreduce', 'trees', 'events'; 'exit' to quit")
+        actions = Actions(session, say=say)
+        server = None
         try:
+            if web is not None:
+                from agglab.web.server import serve
+
+                server = serve(session, actions, lab=True, **web)
+                print(f"live page: {server.url}")
+            print("agglab lab: type 'help' for commands; 'fail A B', 'kill S', 'allreduce', 'show', 'progress', "
+                  "'cancel', 'events'; Mininet's ('nodes', 'net', 'h1 ping -c1 h2'); 'exit' to quit")
             if script:                      # Mininet polls stdin even in batch mode: give it a real file
                 with open(os.devnull) as quiet_stdin:
-                    LabCLI(session, background, stdin=quiet_stdin, script=script)
+                    LabCLI(session, background, actions, stdin=quiet_stdin, script=script)
             else:
-                LabCLI(session, background)
+                LabCLI(session, background, actions)
         finally:                            # exit, end of script, or a stop signal
+            if server is not None:
+                server.stop()
             session.cancel()
             for thread in background:
                 thread.join(timeout=15)
+            AT_PROMPT.clear()
+            setLogLevel("error")
     return 0

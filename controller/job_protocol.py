@@ -93,23 +93,20 @@ class Job(ABC):
         with self._lock:
             if getattr(self, "stopped", False):        # teardown stops switches: not failures
                 return
-            node = self.g.nodes[sw]
-            if node.get("up", True) == up:
-                return
-            node["up"] = up
-            links = mark_switch_links(self.g, sw, up)
-            if up and program is not None:
-                try:
-                    program()                           # routes are computed over live nodes and links
-                except BaseException:
-                    node["up"] = False
-                    mark_switch_links(self.g, sw, False)
-                    raise
-            self.events.add("switch_up" if up else "switch_down", t=t, switch=sw, links=len(links))
-            if up:
-                self.switch_back(sw)
-            else:
-                self.switch_failed(sw, t)
+            if mark_switch(self.g, sw, up, program, self.events, t):
+                self.switch_marked(sw, up, t)
+
+    def switch_marked(self, sw: str, up: bool, t: float) -> None:
+        """React to a switch already marked dead or alive in the shared graph (by this job,
+        or by the JobGroup that tells every job of one network)."""
+        if up:
+            self.switch_back(sw)
+        else:
+            self.switch_failed(sw, t)
+
+    def link_marked(self, u: str, v: str, up: bool, t: float) -> None:
+        """React to link u-v already marked down or up in the shared graph (JobGroup: one
+        failure event, every job of the network told). Nothing by default."""
 
     def switch_failed(self, sw: str, t: float) -> None:
         """A switch died (its links are already marked down): reroute around it."""
@@ -213,10 +210,36 @@ class Job(ABC):
         preferring one whose failure leaves every worker reachable over live links, so
         `tree@x` asks for a reroute, not a partition; else any tree link. Deterministic in seed."""
         with self._lock:
-            edges = sorted({e for t in self.treeset.trees for e in t.edges})
-            inner = [e for e in edges if all(self.g.nodes[n]["kind"] == "switch" for n in e)]
-            safe = [e for e in inner if not partitions(self.g, e, self.workers)]
-            return random.Random(seed).choice(safe or inner or edges)
+            return pick_link(self.g, self.treeset, self.workers, seed)
+
+
+def pick_link(g: nx.Graph, treeset: TreeSet, workers: list[str], seed: int) -> tuple[str, str]:
+    """Job.pick_tree_link's choice on a given graph and trees (also what `agglab draw --fail
+    tree` draws)."""
+    edges = sorted({e for t in treeset.trees for e in t.edges})
+    inner = [e for e in edges if all(g.nodes[n]["kind"] == "switch" for n in e)]
+    safe = [e for e in inner if not partitions(g, e, workers)]
+    return random.Random(seed).choice(safe or inner or edges)
+
+
+def mark_switch(g: nx.Graph, sw: str, up: bool, program, events: EventLog, t: float) -> bool:
+    """Mark switch `sw` and its links (mark_switch_links) dead or alive in the shared graph,
+    once for every job of the network; on a restart run `program()` first thing (a failure
+    marks it dead again and raises). False when it already was (nothing to react to)."""
+    node = g.nodes[sw]
+    if node.get("up", True) == up:
+        return False
+    node["up"] = up
+    links = mark_switch_links(g, sw, up)
+    if up and program is not None:
+        try:
+            program()                           # routes are computed over live nodes and links
+        except BaseException:
+            node["up"] = False
+            mark_switch_links(g, sw, False)
+            raise
+    events.add("switch_up" if up else "switch_down", t=t, switch=sw, links=len(links))
+    return True
 
 
 def partitions(g: nx.Graph, edge: tuple[str, str], workers: list[str]) -> bool:

@@ -48,6 +48,13 @@ def check_run(spec: RunSpec | CheckedRun) -> CheckedRun:
         BmlJob.check(g)
     else:
         check_failures(spec, g, first_links(spec, g))
+    if spec.cluster:                           # a bad cluster file fails before anything is built
+        from ground.cluster_file import load
+
+        load(spec.cluster)
+        if spec.backend != "soft":
+            raise ValueError("--cluster runs the software switch (--backend soft); BMv2 on a cluster is not "
+                             "wired up yet")
     if spec.keep:
         keep = Path(spec.keep)
         if keep.exists() and (not keep.is_dir() or any(keep.iterdir())):

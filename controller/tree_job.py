@@ -196,10 +196,16 @@ class TreeJob(Job):
                 return                           # a dead switch's port: it comes back with the switch
             edge["up"] = up
             self.events.add("link_up" if up else "link_down", t=t, link=f"{u}-{v}", intf=intf)
+            self.link_marked(u, v, up, t)
+
+    def link_marked(self, u: str, v: str, up: bool, t: float) -> None:
+        """Link u-v is marked down or up in the shared graph (by link_changed, or by the
+        JobGroup for every job of a network): reroute if an active tree uses it."""
+        with self.locked():
             if not up and self.treeset.uses(u, v):
                 self.reroute(f"{u}-{v}", t)
             elif not up:
-                self.events.add("no_reinstall", link=f"{u}-{v}", why="not on an active tree")
+                self.events.add("no_reinstall", link=f"{u}-{v}", job=self.job, why="not on an active tree")
             elif up and not self.is_running:
                 self.partitioned = None
                 self.reinstall(why=f"link {u}-{v} recovered")
@@ -217,17 +223,19 @@ class TreeJob(Job):
     def switch_back(self, sw: str) -> None:
         """A restarted switch rejoins: the trees are recomputed with it under a new epoch
         (installing them programs its agg_job, groups and agg_reply), now if no allreduce
-        runs, else before the next one (prepare)."""
-        self._forget(sw)
+        runs, else before the next one (prepare). Its agg_reply ports were forgotten when it
+        died (they are shared by the jobs of a network: the first job to reinstall adds them)."""
+        self._forget(sw, replies=False)
         if self.is_running:
             self.pending_reinstall = f"switch {sw} restarted"
         else:
             self.partitioned = None
             self.reinstall(why=f"switch {sw} restarted")
 
-    def _forget(self, sw: str) -> None:
+    def _forget(self, sw: str, replies: bool = True) -> None:
         """Handles, groups and agg_reply entries in `sw` no longer exist (it died or restarted)."""
-        self.reply_ports.pop(sw, None)
+        if replies:
+            self.reply_ports.pop(sw, None)
         if self.inst is not None:
             self.inst.job_handles.pop(sw, None)
             self.inst.groups.pop(sw, None)
@@ -473,8 +481,9 @@ class TreeJob(Job):
     def _partitioned(self, what: str, exc: TreeError, record: dict, t: float) -> None:
         self.partitioned = str(exc)
         self._publish("partitioned", f"{what} failed and the workers are partitioned: {exc}")
-        self.events.add("partitioned", **_cause_key(record), reason=str(exc))
-        record.update(partitioned=True, recompute_ms=round((time.monotonic() - t) * 1e3, 2))
+        self.events.add("partitioned", **_cause_key(record), job=self.job, reason=str(exc))
+        record.update(partitioned=True, recompute_ms=round((time.monotonic() - t) * 1e3, 2),
+                      t_recovered=time.monotonic())
         self.record_failure(record)
 
     def _rerouted(self, record: dict, new, carried, writes: int, phases: dict) -> dict:
@@ -483,9 +492,10 @@ class TreeJob(Job):
                             switches=",".join(sorted({sw for *_, sw in carried.conflicts})),
                             why="workers and child switches below one switch need different rounds")
         record.update(epoch=new.epoch, preloaded_slots=carried.slots, register_writes=writes,
+                      t_recovered=time.monotonic(),       # the agents were told the new epoch
                       **{k: round(v * 1e3, 2) for k, v in phases.items()})
         self.record_failure(record)
-        self.events.add("rerouted", **_cause_key(record), epoch=new.epoch, trees=len(new.trees),
+        self.events.add("rerouted", **_cause_key(record), job=self.job, epoch=new.epoch, trees=len(new.trees),
                         recompute_ms=record["recompute_ms"], install_ms=record["install_ms"],
                         preloaded=carried.slots,
                         **{k: record[k] for k in ("freeze_ms", "snapshot_ms", "entries_ms", "preload_ms")})

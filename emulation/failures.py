@@ -104,8 +104,9 @@ class FailureInjector(threading.Thread):
                 out.append(self._switch_row(inj))
                 continue
             a, b = inj["link"].split("-")
-            rec = next((f for f in self.job.failure_records()
-                        if "link" in f and set(f["link"].split("-")) == {a, b}), None)
+            recs = [f for f in self.job.failure_records()
+                    if "link" in f and set(f["link"].split("-")) == {a, b} and f["t_detect"] >= inj["t_fail"]]
+            rec = recs[0] if recs else None
             row = {"link": inj["link"], "at": inj["at"], "on_tree": rec is not None,
                    "detect_ms": None, "recompute_ms": None, "install_ms": None}
             if rec:
@@ -113,6 +114,7 @@ class FailureInjector(threading.Thread):
                            recompute_ms=rec.get("recompute_ms"), install_ms=rec.get("install_ms"),
                            epoch=rec.get("epoch"), partitioned=rec.get("partitioned", False),
                            **{k: rec[k] for k in REROUTE_PHASES if k in rec})
+                _per_job(row, recs, inj["t_fail"])
             else:
                 seen = [t for t, info in self.job.events.of_kind("link_down")
                         if set(info["link"].split("-")) == {a, b}]
@@ -126,8 +128,8 @@ class FailureInjector(threading.Thread):
         trees took to recompute and install (None when no active tree used it). A hung one
         (`hung`): detect is when the liveness probe declared it hung, from the SIGSTOP."""
         name = inj["switch"]
-        rec = next((f for f in self.job.failure_records()
-                    if f.get("switch") == name and f["t_detect"] >= inj["t_fail"]), None)
+        recs = [f for f in self.job.failure_records() if f.get("switch") == name and f["t_detect"] >= inj["t_fail"]]
+        rec = recs[0] if recs else None
         row = {"switch": name, "at": inj["at"], "on_tree": rec is not None, "detect_ms": None,
                "recompute_ms": None, "install_ms": None, **({"hung": True} if inj.get("hung") else {})}
         seen = [t for t, info in self.job.events.of_kind("switch_down")
@@ -138,7 +140,23 @@ class FailureInjector(threading.Thread):
             row.update(recompute_ms=rec.get("recompute_ms"), install_ms=rec.get("install_ms"),
                        epoch=rec.get("epoch"), partitioned=rec.get("partitioned", False),
                        **{k: rec[k] for k in REROUTE_PHASES + ("entries_changed",) if k in rec})
+            _per_job(row, recs, inj["t_fail"])
         return row
+
+
+def _per_job(row: dict, recs: list[dict], t_fail: float) -> None:
+    """With several jobs (their records name their `job`): each rerouted job's own figures under
+    `jobs` (one failure, every job whose trees used the link or switch), and the row's times
+    the slowest job's: the failure is over when the last job has rerouted."""
+    if not any("job" in r for r in recs):
+        return
+    row["jobs"] = [{"job": r["job"], "epoch": r.get("epoch"), "partitioned": r.get("partitioned", False),
+                    "detect_ms": round((r["t_detect"] - t_fail) * 1e3, 2), "recompute_ms": r.get("recompute_ms"),
+                    "install_ms": r.get("install_ms"),
+                    # from the failure to this job's new epoch published: the jobs reroute one after another
+                    "recovered_ms": round((r["t_recovered"] - t_fail) * 1e3, 2) if "t_recovered" in r else None}
+                   for r in recs]
+    row["partitioned"] = any(j["partitioned"] for j in row["jobs"])
 
 
 def hang_rows(net, job) -> list[dict]:

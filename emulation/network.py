@@ -369,6 +369,23 @@ class EmulatedNetwork:
                     self.clients[n].command(f"port_add {intf} {number}")
         return changed
 
+    # -- workers ------------------------------------------------------------------
+    def start_worker(self, h: str, argv: list[str], log, cwd: str, env: dict[str, str], gate=None,
+                     preexec_fn=None):
+        """Start worker `argv` on host h (output to the open file `log`; with a start `gate`
+        it inherits the gate's pipes). A cluster's network starts it on h's server."""
+        return self.net.get(h).popen(argv, stdout=log, stderr=log, cwd=cwd, pass_fds=gate.fds if gate else (),
+                                     preexec_fn=preexec_fn, env=env)
+
+    def worker_outputs(self, out_dir: Path) -> None:
+        """The workers' files are in `out_dir` once they exited (on one machine they are already)."""
+
+    def fidelity_probe(self):
+        """A started FidelityProbe over this network's links and processes (emulation/fidelity.py)."""
+        from emulation.fidelity import FidelityProbe
+
+        return FidelityProbe(self.graph, self.run.path / "pids").start()
+
     # -- access -------------------------------------------------------------------
     def watch_links(self, on_change) -> LinkMonitor:
         """Call `on_change(u, v, up, t, ifname)` whenever an interface of a graph link goes

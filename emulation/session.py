@@ -18,16 +18,16 @@ from pathlib import Path
 
 import numpy as np
 
-from controller import drop_sim, forward, trees
+from controller import drop_sim, forward, policer, trees
 from controller.events import EventLog
 from controller.installers import JobSeat, job_for
+from controller.job_group import JobGroup
 from controller.job_protocol import Job
 from controller.run_check import CheckedRun, check_override, check_run
 from controller.standby import StandbyWorker
 from controller.switch_client import run_batches
 from controller.topology import switches, workers as worker_hosts
 from emulation.failures import FailureInjector, hang_rows
-from emulation.fidelity import FidelityProbe
 from emulation.network import EmulatedNetwork
 from ground.addresses import SERVICE_IP
 from ground import progress as progress_file, wire
@@ -91,14 +91,22 @@ class Session:
         self.cancelled = threading.Event()     # cancel(): a running allreduce's workers are stopped
         self.g = checked.graph
         self.events = EventLog(echo=echo or (None if quiet else (lambda line: _log(line, False))))
-        self.net = EmulatedNetwork(self.g, backend=spec.backend, seed=spec.seed, pcap=spec.pcap,
-                                   keep=spec.keep, t0=self.events.t0)
+        if spec.cluster:                     # on the servers of a cluster (emulation/cluster/)
+            from emulation.cluster.network import ClusterNetwork
+            from ground.cluster_file import load
+
+            self.net = ClusterNetwork(self.g, load(spec.cluster), backend=spec.backend, seed=spec.seed,
+                                      pcap=spec.pcap, keep=spec.keep, t0=self.events.t0)
+        else:
+            self.net = EmulatedNetwork(self.g, backend=spec.backend, seed=spec.seed, pcap=spec.pcap,
+                                       keep=spec.keep, t0=self.events.t0)
         self.job: Job | None = None
         self.monitor = None
         self.runs = 0
         self.loss: tuple | None = None      # what the switches' drop simulators are set to
         self._losses: dict[str, dict[int, float]] = {}   # switch -> port -> drop probability
         self.jobs: list[Job] = []           # one per tenant (--jobs); self.job is the first
+        self.group: JobGroup | None = None  # every job, told of each failure once
         self.last_result: dict | None = None
         self.phases = Phases()              # the controller's steps of start() (the network's: net.phases)
 
@@ -123,8 +131,13 @@ class Session:
                 self._set_loss(spec)
             with self.phases.timed("job"):
                 self._start_jobs(spec, g)
+                self.group = JobGroup(self.jobs)
+            with self.phases.timed("policer"):          # ports to hosts in no job (controller/policer.py)
+                members = {h for job in self.jobs for h in job.workers}
+                run_batches(self.net.clients, {sw: policer.policer_lines(policer.policed_ports(g, sw, members))
+                                               for sw in switches(g) if sw not in self.net.dead})
             with self.phases.timed("watchers"):
-                self.monitor = self.net.watch_links(self.job.link_changed)
+                self.monitor = self.net.watch_links(self.group.link_changed)
                 self.net.watch_switches(self._switch_exited, on_hang=lambda sw, t: self.events.add(
                     "switch_hung", t=t, switch=sw))
         except BaseException:
@@ -176,33 +189,28 @@ class Session:
         links; the job reroutes around it. Never raises into the watcher."""
         self.events.add("switch_exited", t=t, switch=name, code=code)
         try:
-            self.job.switch_changed(name, False, t)
+            self.group.switch_changed(name, False, t)
         except Exception as exc:  # noqa: BLE001 - logged: the watcher must keep watching
             self.events.add("switch_failure_error", switch=name, error=str(exc).splitlines()[0][:200])
 
     def kill_switch(self, name: str, wait: float | None = 10.0) -> float:
         """`kill -9` a switch's process (the lab's `kill`); the watcher reports it to the job.
         Returns once the job has handled it (rerouted), or at once with `wait=None`."""
-        self._one_job("kill")
         return self.net.kill_switch(name, wait=wait)
 
     def restart_switch(self, name: str) -> float:
         """Start a dead switch again and re-program it: forwarding and the drop simulator here,
         then the job puts it back on its trees (now, or before the next allreduce if one runs)."""
-        self._one_job("restart")
         t = self.net.restart_switch(name)
 
         def program() -> None:
             forward.install_forwarding(self.net.client(name), self.g, name)
             self._set_switch_loss(name)
+            members = {h for job in self.jobs for h in job.workers}
+            self.net.client(name).commands(policer.policer_lines(policer.policed_ports(self.g, name, members)))
 
-        self.job.switch_changed(name, True, t, program=program)
+        self.group.switch_changed(name, True, t, program=program)
         return t
-
-    def _one_job(self, verb: str) -> None:
-        if len(self.jobs) > 1:
-            raise ValueError(f"{verb}: switch failures with several jobs are not supported yet "
-                             "(each job would reroute on its own); open a lab with one job")
 
     def _switch_counters(self) -> dict[tuple[str, int], dict[str, int]]:
         """agg_stats per (live switch, incarnation): a restarted switch counts from 0 again."""
@@ -224,7 +232,7 @@ class Session:
         hangs_before = len(self.net.hang_log)
         _log(f"allreduce of {spec.elements} {spec.dtype} per worker on {len(self.job.trees().trees)} "
              f"{spec.tree} tree(s), loss {spec.loss}", self.quiet)
-        probe = FidelityProbe(self.net.graph, self.net.run.path / "pids").start()
+        probe = self.net.fidelity_probe()
         try:
             with self.job.running():
                 reports, injector = _run_workers(self.net, spec, self.job, self.quiet, f"run{self.runs}",
@@ -245,6 +253,8 @@ class Session:
                       hangs=hang_rows(self.net, self.job)[hangs_before:])
         result["fidelity"] = fidelity       # link-bound or CPU-bound? (emulation/fidelity.py)
         result["jobs"] = [_job_figures(result, self.job, spec)]
+        if spec.cluster:
+            result["cluster"] = self.net.servers_of()
         return self._finish(spec, result)
 
     def _finish(self, spec: RunSpec, result: dict) -> dict:
@@ -267,16 +277,16 @@ class Session:
         before = self.job.stats()
         _log(f"{len(tenants)} concurrent allreduces of {spec.elements} {spec.dtype} x {spec.workers} workers "
              f"(jobs {spec.job}..{spec.job + spec.jobs - 1}), {spec.slots_per_job} slots each", self.quiet)
-        probe = FidelityProbe(self.net.graph, self.net.run.path / "pids").start()
+        probe = self.net.fidelity_probe()
         try:
             with contextlib.ExitStack() as running:
                 for _, job in tenants:
                     running.enter_context(job.running())
                 reports, injector = _run_tenants(self.net, tenants, self.quiet, f"run{self.runs}",
-                                                 progress=self.progress, cancel=self.cancelled)
+                                                 progress=self.progress, cancel=self.cancelled, group=self.group)
         finally:
             fidelity = probe.stop()
-        self.net.check_switches()
+        dead = self.net.check_switches()
         after = self.job.stats()
         stats = {k: after[k] - before.get(k, 0) for k in after}
         per_job = []
@@ -298,6 +308,7 @@ class Session:
             "switch": stats, "topology": spec.topology, "tree": spec.tree,
             "trees": len(self.job.trees().trees), "epoch": self.job.trees().epoch,
             "failures": injector.report() if injector else [],
+            "switches_down": {sw: why.splitlines()[0] for sw, why in sorted(dead.items())},
             "fidelity": fidelity, "jobs": per_job,
         }
         errors = [f"job {j['job']}: {e}" for j in per_job for e in j.get("errors", [])]
@@ -366,9 +377,10 @@ def _job_figures(result: dict, job: Job, spec: RunSpec) -> dict:
 
 
 def _run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, progress: bool = False,
-                 cancel: threading.Event | None = None):
-    """Start every job's workers at once (one start gate for all), wait for all; per job its
-    reports by rank, and the failure injector (the spec's --fail, on the first job) or None."""
+                 cancel: threading.Event | None = None, group: JobGroup | None = None):
+    """Start every job's workers at once (one start gate for all), with the spec's scripted
+    failures (each one event for every job: `group`), wait for all; per job its reports by
+    rank, and the failure injector (None without failures)."""
     out_dir = net.run.path / name
     out_dir.mkdir()
     gate = StartGate()
@@ -382,16 +394,19 @@ def _run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, pr
     deadline = time.monotonic() + tenants[0][0].give_up * 3 + 30 + sum(
         s.elements * s.workers for s, _ in tenants) / 50_000
     files = [out_dir / f"job{t}-rank{r}.progress" for t, procs in enumerate(started) for r, _, _ in procs]
-    spec, first = tenants[0]
+    spec = tenants[0][0]
     injector = None
-    if spec.fail_specs:             # the tenants' shared links: the first job (it owns the routes) reroutes
-        injector = FailureInjector(net, first, spec.fail_specs, files, spec.seed)
+    if spec.fail_specs or spec.fail_switch_specs:     # progress: the slowest worker of any job
+        injector = FailureInjector(net, group or JobGroup([job for _, job in tenants]),
+                                   [*spec.fail_specs, *spec.fail_switch_specs], files, spec.seed)
         injector.start()
     _wait([p for procs in started for p in procs], deadline, quiet, files if progress else None, cancel)
+    net.worker_outputs(out_dir)
+    reports = [_collect(out_dir, procs, f"job{t}-") for t, procs in enumerate(started)]
     if injector:
         injector.stop()
         injector.join(1)
-    return [_collect(out_dir, procs, f"job{t}-") for t, procs in enumerate(started)], injector
+    return reports, injector
 
 
 # How long workers wait at most, before an allreduce, for the standby trees of the job's
@@ -437,9 +452,9 @@ def _start_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, out_dir: Path,
     for rank, h in enumerate(job.workers):
         argv = [sys.executable, "-m", module, str(plan), str(rank), *extra_args]
         log = open(out_dir / f"{prefix}rank{rank}.log", "wb")
-        proc = net.host(h).popen(argv, stdout=log, stderr=log, cwd=str(REPO), pass_fds=gate.fds if gate else (),
-                                 preexec_fn=lifeline.preexec(bound_to_thread=True),    # _wait reaps them
-                                 env=dict(env, AGGLAB_PLAN=str(plan), AGGLAB_RANK=str(rank)))
+        proc = net.start_worker(h, argv, log, cwd=str(REPO), gate=gate,
+                                preexec_fn=lifeline.preexec(bound_to_thread=True),    # _wait reaps them
+                                env=dict(env, AGGLAB_PLAN=str(plan), AGGLAB_RANK=str(rank)))
         net.run.add_pid(proc.pid, f"worker {rank}" + (f" of job {job.job}" if prefix else "") + f" on {h}")
         procs.append((rank, proc, log))
     return procs
@@ -507,6 +522,7 @@ def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, nam
     deadline = time.monotonic() + (deadline_s or spec.give_up * 3 + 30 + spec.elements * spec.workers / 50_000)
     files = [out_dir / f"rank{r}.progress" for r in range(len(job.workers))]
     _wait(procs, deadline, quiet, files if progress else None, cancel)
+    net.worker_outputs(out_dir)
     reports = _collect(out_dir, procs)
     if injector:
         injector.stop()

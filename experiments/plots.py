@@ -200,4 +200,6 @@ def write_plots(rows: list[dict], d: Definition, out_dir: Path) -> list[Path]:
         shares = shares_plot(rows, d, out_dir / f"{d.name}-shares.png")
         if shares:
             out.append(shares)
+    from experiments.tree_drawings import write_tree_drawings     # the trees the numbers are about
+    out += write_tree_drawings(rows, d, out_dir)
     return out

@@ -144,6 +144,7 @@ class RunSpec:
     job_loss: list[float] = field(default_factory=list)   # per job: loss on its workers' links (else `loss`)
     keep: str | None = None            # copy the run directory here when the run ends (logs, commands, pcaps)
     pcap: bool = False                 # the switches write per-port pcaps into the kept directory
+    cluster: str | None = None         # a cluster file: the network runs on its servers (emulation/cluster)
 
     # -- derived -------------------------------------------------------------------
     @property
@@ -247,15 +248,12 @@ class RunSpec:
                              "or --density < 1)")
         if self.algorithm in SCHEMES and SCHEMES[self.algorithm].sparse and self.tree == "bml":
             raise ValueError(f"--algorithm {self.algorithm} runs on switch trees ({switch_trees()}), not BML")
-        if self.fail and self.tree == "bml":
-            raise ValueError("--fail: BML on BCube cannot reroute (its schedule needs every server NIC); "
-                             f"fail links on a switch tree ({switch_trees()}) instead")
-        if self.fail_switch and self.tree == "bml":
-            raise ValueError("--fail-switch: BML on BCube cannot reroute (its schedule needs every server NIC); "
-                             f"fail switches on a switch tree ({switch_trees()}) instead")
-        if self.hang_switch and (self.tree == "bml" or self.jobs > 1):
+        if (self.fail or self.fail_switch) and self.tree == "bml" and self.bml_variant == "host":
+            raise ValueError("--fail/--fail-switch: BML's host variant does not re-plan its schedule; "
+                             "fail links or switches with --bml-variant in-network")
+        if self.hang_switch and self.tree == "bml":
             raise ValueError("--hang-switch: a hung switch is rerouted around like a killed one, which needs "
-                             f"one job on a switch tree ({switch_trees()})")
+                             f"jobs on a switch tree ({switch_trees()})")
         if self.host_baseline and self.tree != "spt":
             raise ValueError(f"--algorithm {self.algorithm} sums on the hosts over IP shortest paths: "
                              f"--tree {self.tree} (aggregation trees"
@@ -269,12 +267,6 @@ class RunSpec:
                 raise ValueError(f"--jobs {self.jobs}: concurrent jobs share the switches' slots; they run the "
                                  f"in-network pipelines on switch trees ({' or '.join(IN_NETWORK)}, "
                                  f"{switch_trees()})")
-            if self.fail:
-                raise ValueError(f"--jobs {self.jobs}: --fail with several jobs is not supported yet (each job "
-                                 "would reroute on its own); run one job to fail links")
-            if self.fail_switch:
-                raise ValueError(f"--jobs {self.jobs}: --fail-switch with several jobs is not supported yet "
-                                 "(each job would reroute on its own); run one job to fail switches")
             if self.window is not None and self.window > self.slots_per_job:
                 raise ValueError(f"--window {self.window}: with --jobs {self.jobs} each job owns "
                                  f"{self.slots_per_job} slots; use --window <= {self.slots_per_job}")

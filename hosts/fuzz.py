@@ -200,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.frames < 1 or (args.rate is not None and args.rate <= 0):
         print("hosts.fuzz: --frames and --rate must be positive", file=sys.stderr)
         return 2
+    from ground.priority import as_batch_work
+
+    as_batch_work()          # a program of an emulated host, as the workers: it never preempts a switch
     try:
         report = run(args.iface, args.frames, args.rate, args.seed, args.job, args.tree, args.epoch,
                      on_progress=None if args.json else

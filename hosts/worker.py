@@ -96,10 +96,34 @@ def _prepare_bml(run_plan: RunPlan, seat: WorkerSeat, data):
                                          return_stats=True)
             return result, {"packets_sent": 0, "retransmissions": 0, "bytes_sent": _get(stats, "bytes_sent")}
     else:
-        from hosts.bml import allreduce_bml
+        from hosts.bml import ScheduleChanged, allreduce_bml, allreduce_relay
+
+        progress = ProgressFile(seat.progress) if seat.progress else None
+        options = dict(give_up=give_up, link_mbps=seat.link_mbps, epoch_file=run_plan.epoch_file,
+                       on_progress=progress)
+
+        from hosts.bml import finished, linger
+
+        markers = [s.out + ".done" for s in run_plan.seats]
 
         def run():
-            return allreduce_bml(data, plan, run_plan.service_ip, give_up=give_up, link_mbps=seat.link_mbps)
+            """BML's schedule, or the relay schedule the controller re-planned after a failure
+            (from this server's own input again, as often as it re-plans); then wait until
+            no server can need this one any more (hosts/bml.py linger)."""
+            current = plan
+            while True:
+                try:
+                    epoch = current.get("epoch", 0)
+                    if current["variant"] == "relay":
+                        out = allreduce_relay(data, current, run_plan.service_ip, **options)
+                    else:
+                        out = allreduce_bml(data, current, run_plan.service_ip, **options)
+                    finished(seat.out + ".done", epoch)
+                    linger(markers, epoch, run_plan.epoch_file, give_up * 3)
+                    return out
+                except ScheduleChanged as change:
+                    with open(seat.bml_plan.replace(".bml.json", f".e{change.epoch}.bml.json")) as f:
+                        current = json.load(f)
 
     def go():
         started = time.monotonic()

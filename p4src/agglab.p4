@@ -29,10 +29,13 @@ struct meta_t {
     bit<32> o;          /* ... and of the other version of the slot  */
     bit<3>  verdict;    /* the pipeline's verdict for AggOut (OUT_*) */
     bit<8>  fin;        /* OUT_DUP: the stored sum is the tree's result */
+    bit<32> color;      /* port_meter's colour for a policed port (policer.p4) */
+    bit<1>  policed;    /* red: dropped before anything else */
 }
 
 #include "include/parser.p4"
 #include "include/job.p4"         /* agg_job, agg_stats, AggOut: both pipelines */
+#include "include/policer.p4"     /* ports in no job, metered */
 #include "include/sparse.p4"      /* AGG_FLAG_SPARSE packets (OmniReduce) */
 #include "include/aggregate.p4"   /* dense (SwitchML); a sparse lead also registers sp_next */
 #include "include/drop_sim.p4"
@@ -41,6 +44,7 @@ struct meta_t {
 
 control AgglabIngress(inout headers_t hdr, inout meta_t meta,
                       inout standard_metadata_t standard_metadata) {
+    PortPolicer() policer;
     DropSimIngress() drop_sim_in;
     JobRole() job_role;
     Aggregate() aggregate;
@@ -50,29 +54,32 @@ control AgglabIngress(inout headers_t hdr, inout meta_t meta,
     Forward() forward;
 
     apply {
-        drop_sim_in.apply(hdr, meta, standard_metadata);
-        if (meta.sim_drop == 0) {
-            if (standard_metadata.parser_error != error.NoError) {
-                /* Truncated packets must not reach the registers. */
-                mark_to_drop(standard_metadata);
-                agg_stats.count(STAT_REJECT);
-                agg_rejects.count(REJ_MALFORMED);
-            } else if (hdr.agg.isValid()) {
-                job_role.apply(hdr, meta, standard_metadata);   /* one lookup for both */
-                if (meta.role != ROLE_NONE) {
-                    if ((hdr.agg.flags & AGG_FLAG_SPARSE) != 0) {
-                        sparse.apply(hdr, meta, standard_metadata);
-                    } else {
-                        aggregate.apply(hdr, meta, standard_metadata);
-                        if (meta.verdict == OUT_DONE) {
-                            /* a dense round (a sparse call's lead round) completed */
-                            sparse_rearm.apply(hdr, meta, standard_metadata);
+        policer.apply(hdr, meta, standard_metadata);
+        if (meta.policed == 0) {              /* a red frame from a port in no job: dropped */
+            drop_sim_in.apply(hdr, meta, standard_metadata);
+            if (meta.sim_drop == 0) {
+                if (standard_metadata.parser_error != error.NoError) {
+                    /* Truncated packets must not reach the registers. */
+                    mark_to_drop(standard_metadata);
+                    agg_stats.count(STAT_REJECT);
+                    agg_rejects.count(REJ_MALFORMED);
+                } else if (hdr.agg.isValid()) {
+                    job_role.apply(hdr, meta, standard_metadata);   /* one lookup for both */
+                    if (meta.role != ROLE_NONE) {
+                        if ((hdr.agg.flags & AGG_FLAG_SPARSE) != 0) {
+                            sparse.apply(hdr, meta, standard_metadata);
+                        } else {
+                            aggregate.apply(hdr, meta, standard_metadata);
+                            if (meta.verdict == OUT_DONE) {
+                                /* a dense round (a sparse call's lead round) completed */
+                                sparse_rearm.apply(hdr, meta, standard_metadata);
+                            }
                         }
+                        agg_out.apply(hdr, meta, standard_metadata);
                     }
-                    agg_out.apply(hdr, meta, standard_metadata);
+                } else {
+                    forward.apply(hdr, meta, standard_metadata);
                 }
-            } else {
-                forward.apply(hdr, meta, standard_metadata);
             }
         }
     }

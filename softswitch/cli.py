@@ -313,6 +313,28 @@ class Cli:
             reg.reset()
         return ""
 
+    # ---- meters (policer.py) ----------------------------------------------------------
+    def do_meter_set_rates(self, args):
+        """meter_set_rates NAME INDEX cir:cbs pir:pbs (rates per microsecond), as BMv2's CLI."""
+        self._nargs(args, 4)
+        meter = self._res("meter", args[0], self.p.meters)
+        index = _int(args[1], "meter index")
+        try:
+            (cir, cbs), (pir, pbs) = ((float(r), int(b)) for r, b in (a.split(":") for a in args[2:]))
+            meter.set_rates(index, cir, cbs, pir, pbs)
+        except (ValueError, IndexError) as exc:
+            raise CommandError(f"Invalid meter operation ({exc})") from None
+        return ""
+
+    def do_meter_get_rates(self, args):
+        self._nargs(args, 2)
+        meter = self._res("meter", args[0], self.p.meters)
+        index = _int(args[1], "meter index")
+        rates = meter.get_rates(index)
+        if rates is None:
+            return f"{args[0]}[{index}]: not configured"
+        return "\n".join(f"{i}: info rate = {r}, burst size = {b}" for i, (r, b) in enumerate(rates))
+
     def do_counter_read(self, args):
         self._nargs(args, 2)
         counter = self._res("counter", args[0], self.p.counter_arrays)

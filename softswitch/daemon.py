@@ -264,7 +264,10 @@ class Daemon:
         with one sendmmsg once all ready ports of its turn are drained (`_flush_tx`)."""
         rx, fd, recv, iport = self._rx, port.fileno(), port.recv_batch, port.port
         view, words, slot, count = rx.view, rx.words, rx.slot, self.batch
-        process, queues = self.pipeline.process, self._tx
+        policer = getattr(self.pipeline, "policer", None)      # ports in no job (policer.py)
+        process = getattr(self.pipeline, "process_admitted", self.pipeline.process) if policer \
+            else self.pipeline.process
+        queues = self._tx
         c = self.counters
         rx_c, rxb, drop, batched_c = c["rx"], c["rx_bytes"], c["drop"], c["batched"]
         pcap_in, pcap_out = self._pcap_in.get(iport), self._pcap_out
@@ -279,6 +282,17 @@ class Daemon:
             except OSError as exc:
                 self._rx_error(port, exc)
             try:
+                if policer is not None and policer.polices(iport) and n:
+                    # the whole batch metered at once; the red tail is dropped uncopied
+                    total = int(lens[:n].sum())
+                    k = policer.admit(iport, n, total)
+                    if k < n:                 # counted here: n is what the pipeline sees
+                        rx_c[iport] += n - k
+                        rxb[iport] += total - int(lens[:k].sum())
+                        drop[iport] += n - k
+                        n = k
+                    if not n:
+                        return
                 if n >= BATCH_MIN and batched is not None:
                     try:
                         got = batched(iport, rows[:n], lens[:n])

@@ -14,7 +14,8 @@ vectors in p4src/vectors check against BMv2 itself.
     p.counters["agg_rejects"]          # ... of rejected packets, by reason (REJ_*)
     p.tables["agg_job"]                # softswitch.tables.Table
 
-`process` follows AgglabIngress/AgglabEgress: ingress drop simulator, parser
+`process` follows AgglabIngress/AgglabEgress: the port policer (policer.py: a port in no
+job, over its meter, is dropped first), ingress drop simulator, parser
 error check, the agg_job lookup (roles.py, JobRole) then aggregation (dense,
 or sparse.py for AGG_FLAG_SPARSE; a dense completion re-arms the slot's sparse
 state, SparseRearm) or forwarding, replication (ascending port order), then per
@@ -32,6 +33,7 @@ from softswitch.deparser import update_ipv4_checksum
 from softswitch.drop_sim import DropSim
 from softswitch.forward import RESULT, Forward, flood_prune
 from softswitch.multicast import Multicast
+from softswitch.policer import PortPolicer
 from softswitch.registers import CounterArray
 from softswitch.roles import REJ_MALFORMED, job_table, lookup_role
 
@@ -52,10 +54,12 @@ for _flag, _ in BRANCHES.values():
 
 
 class Pipeline:
-    def __init__(self, seed: int | None = None):
+    def __init__(self, seed: int | None = None, clock=None):
         self.register_arrays, self.stats = make_state()
         self.register_arrays.update(sparse.make_state())
         self.rejects = CounterArray("agg_rejects", wire.CONST["AGG_REJECTS_SIZE"])
+        self.policer = PortPolicer(self.stats, self.rejects, **({"clock": clock} if clock else {}))
+        self.meters = {"port_meter": self.policer}
         self.counter_arrays = {self.stats.name: self.stats, self.rejects.name: self.rejects}
         self.drop_sim = DropSim(self.stats, seed)
         self.agg_job = job_table()               # JobRole: one lookup for both pipelines
@@ -65,7 +69,7 @@ class Pipeline:
         self.forward = Forward()
         self.mc = Multicast()
         self.tables = {t.name: t for t in (
-            self.drop_sim.ingress_table, self.agg_job, self.forward.ipv4_lpm,
+            self.policer.table, self.drop_sim.ingress_table, self.agg_job, self.forward.ipv4_lpm,
             self.forward.l2_exact, self.drop_sim.egress_table, self.aggregate.agg_reply)}
         self.registers = {name: reg.data for name, reg in self.register_arrays.items()}
         self.counters = {name: c.packets for name, c in self.counter_arrays.items()}
@@ -92,10 +96,18 @@ class Pipeline:
             reg.reset()
         for counter in self.counter_arrays.values():
             counter.reset()
+        self.policer.reset()
         self.mc.reset()
 
     def process(self, ingress_port: int, frame: bytes) -> list[tuple[int, bytes]]:
         """Frames emitted for `frame` arriving on `ingress_port`, as (egress_port, bytes)."""
+        if self.policer.table.exact and self.policer.red(ingress_port, len(frame)):
+            return []
+        return self.process_admitted(ingress_port, frame)
+
+    def process_admitted(self, ingress_port: int, frame: bytes) -> list[tuple[int, bytes]]:
+        """`process` for a frame the port policer already let through (the daemon meters
+        whole receive batches at once: PortPolicer.admit)."""
         drop_sim = self.drop_sim
         if drop_sim.ingress(ingress_port, len(frame)):
             return []

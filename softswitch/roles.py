@@ -22,11 +22,11 @@ AGG_JOB = "agg_job"
 AGG_CHILD, AGG_CHILD_OF, AGG_FROM_PARENT, AGG_REJECT = "agg_child", "agg_child_of", "agg_from_parent", "agg_reject"
 
 # Why a packet was rejected: the agg_rejects counter's indices (REJ_* in constants.p4), by name.
-REJECTS = ("malformed", "length", "no_entry", "slot", "worker", "from_parent", "entry")
-REJ_MALFORMED, REJ_LENGTH, REJ_NO_ENTRY, REJ_SLOT, REJ_WORKER, REJ_FROM_PARENT, REJ_ENTRY = (
+REJECTS = ("malformed", "length", "no_entry", "slot", "worker", "from_parent", "entry", "policed")
+REJ_MALFORMED, REJ_LENGTH, REJ_NO_ENTRY, REJ_SLOT, REJ_WORKER, REJ_FROM_PARENT, REJ_ENTRY, REJ_POLICED = (
     wire.CONST["REJ_" + name.upper()] for name in REJECTS)
 assert list(range(len(REJECTS))) == [REJ_MALFORMED, REJ_LENGTH, REJ_NO_ENTRY, REJ_SLOT, REJ_WORKER,
-                                     REJ_FROM_PARENT, REJ_ENTRY]
+                                     REJ_FROM_PARENT, REJ_ENTRY, REJ_POLICED]
 
 JOB_KEYS = [KeySpec("hdr.agg.job", "exact", 8), KeySpec("hdr.agg.tree", "exact", 8),
             KeySpec("hdr.agg.epoch", "exact", 8), KeySpec("standard_metadata.ingress_port", "exact", 9)]

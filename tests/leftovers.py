@@ -40,8 +40,13 @@ def leftovers() -> dict[str, list[str]]:
             "namespaces": [n for n in named_namespaces() if ours(n)]}
 
 
+# What existed when the running network test began (tests/conftest.py sets it): assert_clean
+# then counts only what appeared since, not another checkout's namespaces or networks.
+BASELINE: dict[str, list[str]] | None = None
+
+
 def assert_clean() -> None:
-    left = leftovers()
+    left = new_leftovers(BASELINE) if BASELINE is not None else leftovers()
     assert not any(left.values()), f"left behind: {left}"
 
 

@@ -196,6 +196,10 @@ def test_every_shipped_allreduce_claim_has_a_bound(tmp_path):
             if d.program == "pace":
                 assert c.bound == "pace_model" and value != value and "measured cost" in why
                 continue
+            if any(f.startswith("tree@") for sel in (c.num, c.den) for p in d.built
+                   if p.series == sel.get("series") for f in p.spec.fail):
+                assert value != value and "tree@F" in why      # the link is picked at run time
+                continue
             assert c.bound == "wire_time" and value > 0, (d.name, c.text, why)
             seen += 1
     assert seen >= 15

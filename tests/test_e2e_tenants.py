@@ -55,7 +55,7 @@ def test_four_tenant_jobs_on_one_switch_exact_with_one_at_10_percent_loss():
 def test_fuzzing_a_switch_while_a_job_runs_keeps_it_exact_and_counts_every_reject():
     from emulation.fuzzing import run
 
-    r = run(frames=20_000, rate=4_000, workers=3, elements=60_000, baseline=1, seed=7)
+    r = run(frames=20_000, rate=4_000, workers=3, elements=60_000, baseline=1, seed=7, police=False)
     assert r["switch_alive"]
     assert r["alone"]["exact"] and r["during"]["exact"], r["errors"]
     assert r["fuzzer"]["sent"] == 20_000 and r["fuzzer"]["send_errors"] == 0
@@ -63,4 +63,70 @@ def test_fuzzing_a_switch_while_a_job_runs_keeps_it_exact_and_counts_every_rejec
     assert r["rejects"] == r["expected_rejects"], (r["rejects"], r["expected_rejects"])   # ... and was counted
     assert sum(r["rejects"].values()) == 20_000
     assert {"rejected_malformed", "rejected_length", "rejected_no_entry"} <= set(r["rejects"])
+    assert_clean()
+
+
+def _rerouted_both(f: dict) -> None:
+    """One failure, both jobs rerouted around it (their own epochs), none partitioned."""
+    assert f["on_tree"] and not f["partitioned"], f
+    assert sorted(j["job"] for j in f["jobs"]) == [0, 1], f
+    assert all(j["epoch"] == 1 and j["recovered_ms"] >= j["detect_ms"] >= 0 for j in f["jobs"]), f
+
+
+@pytest.mark.net_timeout(300)
+@pytest.mark.parametrize("option", ["fail", "fail_switch"])
+def test_one_failure_reroutes_both_tenant_jobs_each_exact(option):
+    """`--jobs 2 --fail tree@0.5` / `--fail-switch tree@0.5`: the link or switch is picked on both
+    jobs' trees; one failure event makes both reroute, and both sums are exact."""
+    spec = RunSpec(topology="fattree", k=4, workers=4, jobs=2, elements=40_000, seed=4, **{option: ["tree@0.5"]})
+    r = run_spec(spec)
+    assert r["exact"] and all(j["exact"] for j in r["jobs"]), (r.get("errors"), r["jobs"])
+    (f,) = r["failures"]
+    _rerouted_both(f)
+    if option == "fail_switch":
+        assert f["switch"] in r["switches_down"]
+    kinds = [line.split()[1] for line in r["events"]]
+    assert kinds.count("rerouted") == 2
+    assert_clean()
+
+
+@pytest.mark.net_timeout(300)
+def test_the_labs_kill_and_restart_with_two_jobs_keep_both_exact():
+    """The lab's `kill`/`restart` with jobs (Session.kill_switch, restart_switch): both jobs
+    reroute around the dead switch and take it back, and every allreduce is exact."""
+    from emulation.session import Session
+
+    spec = RunSpec(topology="fattree", k=4, workers=4, jobs=2, elements=20_000, seed=6)
+    with Session(spec) as s:
+        sw = s.group.pick_tree_switch(0)
+        s.kill_switch(sw)
+        assert [j.trees().epoch for j in s.jobs] == [1, 1]
+        r = s.allreduce()
+        assert r["exact"] and all(j["exact"] for j in r["jobs"]), r.get("errors")
+        s.restart_switch(sw)
+        assert [j.trees().epoch for j in s.jobs] == [2, 2] and sw in s.group.live_switches()
+        assert s.allreduce()["exact"]
+    assert_clean()
+
+
+@pytest.mark.net_timeout(420)
+def test_a_flood_from_a_host_in_no_job_is_policed_and_every_frame_counted():
+    """100,000 frames, unpaced, from a host in no job at a switch while a job runs: its port is
+    policed (controller/policer.py), so most frames are dropped at the meter and counted as
+    `policed`, the rest by the reason they were built for, every frame the port took counted
+    once, and every allreduce stays exact. The job's rate under the flood over its rate alone
+    (measured in the same run) is printed here and judged in `make bench` (policer section):
+    on this shared 2-core machine it swings with the load, so it is not asserted."""
+    from emulation.fuzzing import run
+
+    r = run(frames=100_000, workers=4, elements=200_000, bw=20.0, baseline=2, seed=3)
+    assert r["switch_alive"]
+    assert r["alone"]["exact"] and r["during"]["exact"], r["errors"]
+    assert r["fuzzer"]["sent"] == 100_000
+    assert r["rejects_match"], (r["rejects"], r["expected_rejects"], r["fuzz_port_rx"])
+    assert sum(r["rejects"].values()) == r["fuzz_port_rx"] > 0
+    # the meter lets POLICE_BURST through at once and POLICE_PPS a second after: a flood of
+    # 100,000 frames in well under a second is nearly all policed
+    assert r["policed"] >= 0.9 * r["fuzz_port_rx"], r["rejects"]
+    print(f"job rate under the flood / alone: {r['during_vs_alone']}")
     assert_clean()

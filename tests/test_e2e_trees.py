@@ -98,3 +98,20 @@ def test_bml_on_bcube_9_servers_exact(variant):
     else:
         assert r["switch"]["completions"] == 0       # servers summed; switches only forwarded
     assert_clean()
+
+
+@pytest.mark.net_timeout(300)
+@pytest.mark.parametrize("option", ["fail", "fail_switch"])
+def test_bml_re_plans_around_a_failed_server_link_or_level_switch_exact(option):
+    """`--tree bml --fail tree@0.5` / `--fail-switch tree@0.5`: half-way through, the schedule
+    is re-planned over what remains (controller/trees/bml_relay.py) and the servers run it
+    from their inputs again: exact, under the relay epoch, the level switches aggregating."""
+    r = run_allreduce(topology="bcube", workers=9, tree="bml", elements=30_001, seed=11, **{option: ["tree@0.5"]})
+    assert r["exact"], r.get("errors")
+    (f,) = r["failures"]
+    assert f["on_tree"] and f["epoch"] == 1 and not f["partitioned"], f
+    assert 0.5 <= f["at"] < 1
+    assert r["epoch"] == 1
+    assert "bml_replanned" in [line.split()[1] for line in r["events"]]
+    assert r["switch"]["completions"] > 0
+    assert_clean()

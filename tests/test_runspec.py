@@ -23,13 +23,14 @@ from ground.runspec import FailSpec, RunPlan, RunSpec, SwitchFailSpec, WorkerSea
     (dict(block_size=100), "--block-size"),
     (dict(zero_workers=2), "--zero-workers goes with block-sparse data"),
     (dict(fail=["s1-s2"]), "--fail 's1-s2'"),
-    (dict(topology="bcube", tree="bml", fail=["tree@0.5"]), "BML on BCube cannot reroute"),
+    (dict(topology="bcube", tree="bml", bml_variant="host", fail=["tree@0.5"]), "host variant does not re-plan"),
     (dict(fail_switch=["a1"]), "--fail-switch 'a1': expected NAME@FRACTION"),
     (dict(fail_switch=["a1@"]), "--fail-switch 'a1@': expected NAME@FRACTION"),
     (dict(fail_switch=["a1-c1@0.5"]), "expected NAME@FRACTION"),
     (dict(fail_switch=["a1@1.5"]), "the fraction must be within 0..1, got 1.5"),
     (dict(fail_switch=["a1@x"]), "expected NAME@FRACTION"),
-    (dict(topology="bcube", tree="bml", fail_switch=["tree@0.5"]), "--fail-switch: BML on BCube cannot reroute"),
+    (dict(topology="bcube", tree="bml", bml_variant="host", fail_switch=["tree@0.5"]),
+     "host variant does not re-plan"),
 ])
 def test_bad_fields_are_refused_with_one_line_naming_the_option(changes, words):
     with pytest.raises(ValueError) as info:

@@ -122,3 +122,42 @@ def test_a_bad_hang_switch_is_one_line_and_exit_2():
                          env=dict(os.environ, PYTHONPATH=str(repo)))
     assert res.returncode == 2
     assert res.stderr.strip().count("\n") == 0 and "--hang-switch: there is no switch 'zz9'" in res.stderr, res.stderr
+
+
+def test_a_channel_that_never_answered_is_never_declared_hung():
+    hung = []
+    probe = SwitchProbe(lambda *a: hung.append(a), bound=0.1, interval=0.02).start()
+    try:
+        mute = _PairPing()
+        mute.answering.clear()                  # e.g. a ping the target does not understand
+        probe.add("s1", mute)
+        threading.Event().wait(0.8)
+        assert mute.pings >= 1 and hung == []
+    finally:
+        probe.stop()
+
+
+def test_the_thrift_ping_is_the_call_thrifts_own_client_sends():
+    thrift = pytest.importorskip("thrift")      # noqa: F841 - BMv2 hosts have it
+    from thrift.protocol import TBinaryProtocol, TMultiplexedProtocol
+    from thrift.Thrift import TMessageType
+    from thrift.transport import TTransport
+
+    from emulation.switch_probe import ThriftPing
+
+    buf = TTransport.TMemoryBuffer()
+    proto = TMultiplexedProtocol.TMultiplexedProtocol(TBinaryProtocol.TBinaryProtocol(buf), "standard")
+    proto.writeMessageBegin("bm_get_config_md5", TMessageType.CALL, 1)
+    proto.writeStructBegin("bm_get_config_md5_args")
+    proto.writeFieldStop()
+    proto.writeStructEnd()
+    proto.writeMessageEnd()
+
+    class Sent:
+        def send(self, data):
+            self.data = data
+
+    ping = ThriftPing.__new__(ThriftPing)
+    ping.sock, ping.seq = Sent(), 0
+    ping.send()
+    assert ping.sock.data == buf.getvalue()

@@ -84,8 +84,6 @@ def test_a_job_alone_keeps_the_whole_register_reset(tmp_path):
     (dict(jobs=17), "--jobs must be within"),
     (dict(jobs=2, window=600), "each job owns 512 slots"),
     (dict(jobs=2, algorithm="ring"), "in-network pipelines"),
-    (dict(jobs=2, fail=["tree@0.5"]), "not supported"),
-    (dict(jobs=2, fail_switch=["tree@0.5"]), "--fail-switch with several jobs is not supported"),
     (dict(jobs=2, job_loss=[0.1]), "one probability per job"),
     (dict(jobs=2, job_loss=[0.1, 1.5]), "within [0, 1]"),
     (dict(jobs=2, job=255), "8 bits"),

@@ -50,5 +50,6 @@
 #define REJ_WORKER       4           /* worker field is not the port's rank (spoofed)      */
 #define REJ_FROM_PARENT  5           /* not a result, on the parent port                   */
 #define REJ_ENTRY        6           /* the entry's child index does not fit the bitmap    */
+#define REJ_POLICED      7           /* from a port in no job, over its meter (policer.p4)  */
 
 #endif

@@ -1,0 +1,112 @@
+"""`agglab draw`: the SVG names every node of the topology and draws each aggregation tree
+in a colour of its own, as a tree spanning the workers; `--fail` draws trees that avoid the
+failed link, which is dashed. The SVG is parsed (Graphviz's own output), and what it must
+show is derived from the fat-tree's definition and the tree algorithm, not from the drawing
+code."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+from controller import topologies, trees
+from controller.topology import workers as worker_hosts
+
+REPO = Path(__file__).resolve().parent.parent
+SVG = "{http://www.w3.org/2000/svg}"
+GREY = "#c8c8c8"
+BLACK = "#000000"
+
+
+def _draw(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "agglab", "draw", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+
+
+def _parse(path: Path) -> tuple[set[str], dict[tuple[str, str], tuple[set[str], bool]]]:
+    """(node names, {link: (stroke colours, dashed)}) of a Graphviz SVG."""
+    root = ET.parse(path).getroot()
+    nodes, edges = set(), {}
+    for g in root.iter(f"{SVG}g"):
+        title = g.find(f"{SVG}title")
+        if title is None:
+            continue
+        if g.get("class") == "node":
+            nodes.add(title.text)
+        elif g.get("class") == "edge":
+            a, b = title.text.split("--")
+            paths = list(g.iter(f"{SVG}path"))
+            edges[tuple(sorted((a, b)))] = ({p.get("stroke") for p in paths},
+                                            any(p.get("stroke-dasharray") for p in paths))
+    return nodes, edges
+
+
+def _fat_tree_names(k: int) -> set[str]:
+    """A k-ary fat-tree's nodes by its definition: (k/2)^2 cores, k^2/2 aggregation and edge
+    switches, k^3/4 hosts."""
+    half = k // 2
+    return ({f"c{i + 1}" for i in range(half * half)} | {f"a{i + 1}" for i in range(k * half)}
+            | {f"e{i + 1}" for i in range(k * half)} | {f"h{i + 1}" for i in range(k ** 3 // 4)})
+
+
+def _trees_by_colour(edges) -> dict[str, set[tuple[str, str]]]:
+    out: dict[str, set] = {}
+    for link, (colours, dashed) in edges.items():
+        for c in colours - {GREY, BLACK}:
+            out.setdefault(c, set()).add(link)
+    return out
+
+
+def _assert_spanning_trees(by_colour, workers, avoid=None):
+    for colour, links in by_colour.items():
+        t = nx.Graph(list(links))
+        assert nx.is_tree(t), f"{colour}: {sorted(links)} is not a tree"
+        assert set(workers) <= set(t.nodes), f"{colour} misses workers {set(workers) - set(t.nodes)}"
+        if avoid:
+            assert tuple(sorted(avoid)) not in links, f"{colour} still uses the failed link {avoid}"
+
+
+def test_fattree_svg_names_all_nodes_one_colour_per_tree(tmp_path):
+    out = tmp_path / "x.svg"
+    r = _draw(tmp_path, "fattree", "--k", "4", "--workers", "8", "--tree", "rat", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    nodes, edges = _parse(out)
+    assert _fat_tree_names(4) <= nodes
+    assert len(_fat_tree_names(4)) == 36
+    g = topologies.fat_tree(4, workers=8)
+    expected = trees.compute("rat", g)
+    by_colour = _trees_by_colour(edges)
+    assert len(by_colour) == len(expected.trees) > 1         # one colour per tree
+    _assert_spanning_trees(by_colour, worker_hosts(g))
+    assert {tuple(sorted(e)) for e in g.edges} == set(edges)  # every link drawn once
+
+
+def test_fail_draws_rerouted_trees_and_a_dashed_link(tmp_path):
+    g = topologies.fat_tree(4, workers=8)
+    used = sorted(e for t in trees.compute("rat", g).trees for e in t.edges
+                  if g.nodes[e[0]]["kind"] == g.nodes[e[1]]["kind"] == "switch")
+    link = used[0]
+    out = tmp_path / "f.svg"
+    r = _draw(tmp_path, "fattree", "--tree", "rat", "--fail", f"{link[0]}-{link[1]}", "--each", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    _, edges = _parse(out)
+    colours, dashed = edges[tuple(sorted(link))]
+    assert dashed and colours == {BLACK}, colours
+    _assert_spanning_trees(_trees_by_colour(edges), worker_hosts(g), avoid=link)
+    _, before = _parse(tmp_path / "f-step0.svg")             # --each: the trees before the failure
+    assert any(c != GREY for c in before[tuple(sorted(link))][0])
+
+
+@pytest.mark.parametrize("args, says", [
+    (["fattree", "--fail", "a1-h99", "-o", "x.svg"], "no link"),
+    (["fattree", "-o", "x.jpg"], ".svg, .png or .dot"),
+    (["nosuch", "-o", "x.svg"], "must be one of"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, says):
+    r = _draw(tmp_path, *args)
+    assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
