@@ -96,6 +96,7 @@ def _prepare_bml(run_plan: RunPlan, seat: WorkerSeat, data):
                                          return_stats=True)
             return result, {"packets_sent": 0, "retransmissions": 0, "bytes_sent": _get(stats, "bytes_sent")}
     else:
+        from ground.progress import ProgressFile
         from hosts.bml import ScheduleChanged, allreduce_bml, allreduce_relay
 
         progress = ProgressFile(seat.progress) if seat.progress else None
