@@ -54,10 +54,8 @@ class Actions:
 
     # -- links and switches -------------------------------------------------------------
     def link(self, a: str, b: str, up: bool) -> str:
-        """Take link a-b down (both ends) or bring it back; the controller learns it on netlink."""
-        if len(self.session.jobs) > 1:
-            raise ValueError("fail/recover with several jobs is not supported yet (each job would have to "
-                             "reroute); open the lab with one job to fail links")
+        """Take link a-b down (both ends) or bring it back; the controller learns it on netlink
+        and every job whose trees use it reroutes (controller/job_group.py)."""
         if not self.session.g.has_edge(a, b):
             raise ValueError(f"no link {a}-{b} (e.g. {' '.join(next(iter(self.session.g.edges)))})")
         self.changed[frozenset((a, b))] = self.session.net.set_link(a, b, up)

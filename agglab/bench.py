@@ -18,6 +18,9 @@ an emulation is only faithful while the links, not the CPU, are the bottleneck):
   policer    a host in no job floods one switch with 100,000 unpaced frames while a job
              of 4 workers at 20 Mb/s runs: the job's rate under the flood over its rate
              alone, in one run, policer on and off                           (on: >= 0.9)
+  chaos      k=4 fat-tree, 2 jobs x 4 workers, --chaos over 20 seeds: outcomes (exact /
+             cleanly partitioned / other), faults struck and what they cost, leftovers
+                                                                   (every seed exact or partitioned, 0 left)
   build      k=8 fat-tree (80 switches, 16 workers) built and programmed         (< 15 s)
   sparse     8 workers x 1M int32 at 5 Mb/s, overlapping blocks: dense time over
              sparse time at density 0.1 and 0.01                                 (>= 9x, >= 50x)
@@ -53,9 +56,9 @@ import numpy as np
 from ground import lifeline, netlease, schemes, wire
 from ground.paths import REPO, RESULTS
 
-SECTIONS = ("pipeline", "daemon", "wire", "wide", "reroute", "switchfail", "policer", "build", "sparse", "trees",
-            "bmv2", "bmv2-reroute")
-ROOT_SECTIONS = {"daemon", "wire", "wide", "reroute", "switchfail", "policer", "build", "sparse", "bmv2",
+SECTIONS = ("pipeline", "daemon", "wire", "wide", "reroute", "switchfail", "policer", "chaos", "build", "sparse",
+            "trees", "bmv2", "bmv2-reroute")
+ROOT_SECTIONS = {"daemon", "wire", "wide", "reroute", "switchfail", "policer", "chaos", "build", "sparse", "bmv2",
                  "bmv2-reroute"}
 LINK_BOUND = 1.10          # a run within 10% of its analytic wire time is link-bound
 
@@ -299,6 +302,68 @@ def bench_policer(a) -> list[dict]:
     return out
 
 
+def bench_chaos(a) -> list[dict]:
+    """The seeded fault schedule (emulation/chaos.py) over a.chaos_seeds seeds, one network:
+    two jobs of 4 workers on a k=4 fat-tree, each allreduce under its seed's faults. Prints
+    each seed's line and the distribution: how many seeds ended with every job exact, with a
+    clean partition error, or otherwise; the faults struck and skipped by kind; the time from a
+    fault to the last job's new epoch (recovered_ms) and to the probe's or watcher's detection;
+    and what was left down afterwards."""
+    from emulation.session import Session
+    from ground.runspec import RunSpec
+
+    spec = RunSpec(topology="fattree", k=4, workers=4, jobs=2, elements=a.chaos_elements, seed=2, give_up=20)
+    outcomes = {"exact": 0, "partitioned": 0, "other": 0}
+    struck: dict[str, int] = {}
+    skipped = 0
+    recovered, detect, left = [], {}, []
+    with Session(spec) as s:
+        for seed in range(a.chaos_seeds):
+            r = s.allreduce(chaos=seed)
+            kinds = []
+            for j in r["jobs"]:
+                errors = j.get("errors") or []
+                kinds.append("exact" if j["exact"] else "partitioned" if errors and all(
+                    "partition" in e.lower() for e in errors) else "other")
+            outcome = "other" if "other" in kinds else "partitioned" if "partitioned" in kinds else "exact"
+            outcomes[outcome] += 1
+            for f in r["failures"]:
+                if "skipped" in f:
+                    skipped += 1
+                    continue
+                struck[f["kind"]] = struck.get(f["kind"], 0) + 1
+                if f.get("detect_ms") is not None:
+                    detect.setdefault(f["kind"], []).append(f["detect_ms"])
+                recovered += [j["recovered_ms"] for j in f.get("jobs", []) if j.get("recovered_ms") is not None]
+            gone = {k: v for k, v in r["chaos"]["left"].items() if v}
+            if gone:
+                left.append({"seed": seed, **gone})
+            print(f"  seed {seed}: {outcome}; " + ", ".join(
+                f"{f['kind']} {f['target']}" + (" (skipped)" if "skipped" in f else "") for f in r["failures"])
+                + ("; " + " | ".join(e[:160] for j in r["jobs"] for e in (j.get("errors") or [])[:1])
+                   if outcome == "other" else ""), flush=True)
+    scale = f"k=4 fat-tree, 2 jobs x 4 workers x {a.chaos_elements:,} int32, unshaped, {a.chaos_seeds} seeds"
+    n = a.chaos_seeds
+    out = [figure("chaos seeds ending exact or cleanly partitioned", outcomes["exact"] + outcomes["partitioned"],
+                  f"of {n}", target=f"{n} of {n}", met=outcomes["other"] == 0, scale=scale, link_bound=None,
+                  outcomes=outcomes, detail=f"{outcomes['exact']} exact, {outcomes['partitioned']} partitioned, "
+                  f"{outcomes['other']} other"),
+           figure("chaos: what was left down after the runs", len(left), "seeds", target="0", met=not left,
+                  scale=scale, link_bound=None, left=left),
+           figure("chaos: faults struck", sum(struck.values()), "faults", scale=scale, link_bound=None,
+                  by_kind=struck, skipped=skipped,
+                  detail=", ".join(f"{k} {v}" for k, v in sorted(struck.items())) + f"; {skipped} skipped")]
+    if recovered:
+        q = np.percentile(recovered, [50, 90, 100])
+        out.append(figure("chaos: fault to the last job's new epoch", float(q[0]), "ms (median)", scale=scale,
+                          link_bound=None, detail=f"p90 {q[1]:.0f} ms, max {q[2]:.0f} ms over {len(recovered)} "
+                          "job reroutes"))
+    for kind, values in sorted(detect.items()):
+        out.append(figure(f"chaos: {kind} detected", statistics.median(values), "ms (median)", scale=scale,
+                          link_bound=None, detail=f"max {max(values):.0f} ms over {len(values)}"))
+    return out
+
+
 def bench_build(_a) -> list[dict]:
     """The k=8 fat-tree built and programmed, with its steps: the network's (node shells,
     links, switch processes, host set-up, switches answering) and the controller's
@@ -417,7 +482,8 @@ def bench_bmv2(a) -> list[dict]:
 
 
 BENCHES = {"pipeline": bench_pipeline, "daemon": bench_daemon, "wire": bench_wire, "wide": bench_wide,
-           "reroute": bench_reroute, "switchfail": bench_switchfail, "policer": bench_policer, "build": bench_build, "sparse": bench_sparse, "trees": bench_trees,
+           "reroute": bench_reroute, "switchfail": bench_switchfail, "policer": bench_policer, "chaos": bench_chaos,
+           "build": bench_build, "sparse": bench_sparse, "trees": bench_trees,
            "bmv2": bench_bmv2, "bmv2-reroute": bench_bmv2_reroute}
 
 
@@ -481,6 +547,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="seconds the daemon section's senders run (default 5)")
     ap.add_argument("--policer-frames", type=int, default=100_000, help="flood frames (policer)")
     ap.add_argument("--policer-runs", type=int, default=3, help="runs with and without the policer (policer)")
+    ap.add_argument("--chaos-seeds", type=int, default=20, help="seeds of the fault schedule (chaos)")
+    ap.add_argument("--chaos-elements", type=int, default=60_000, help="int32 per worker (chaos)")
     ap.add_argument("--sparse-window", type=int, default=None,
                     help="slots per worker of the sparse runs (default the run default, ground/runspec.py "
                          "SPARSE_WINDOW): each slot "

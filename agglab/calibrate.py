@@ -12,27 +12,30 @@ agent's default (128) a few-Mb/s link queues a whole window (160 ms at 2 Mb/s), 
 workers' timers fire and duplicates fill the link: measured here, 8 workers at 2 Mb/s ran at
 76% of the ideal with 3458 retransmissions at window 128 and at 92% with 96 at window 16.
 
-Search: rates are rungs of one ladder, `start` x 2^(k/4) (so two calibrations, on one machine
-or two, differ by whole steps of 19%); they step up by `factor` while runs stay faithful, then
-a bisection on the ladder between the last faithful and the first unfaithful rung (`--refine`
-steps; two resolve a doubling to one step). A rung is faithful when the majority of
-`--repeats` probes is (one run is at the mercy of whatever else ran in its 3 s). Each rate
-runs a gradient sized for `seconds` of wire time, so every probe costs about the same. The
-record keeps the machine's wake-up latency (ground/timerslack.py), what a pacer's margin must
-absorb, beside the ceiling.
+Search: rates step up by `factor` from `start` while runs stay faithful, or down from it
+(at most `--down` steps) while they do not; then a bisection between the faithful and the
+unfaithful rate next to it (`--refine` steps). Each rate runs a gradient sized for
+`seconds` of wire time, so every probe costs about the same.
 The result goes to emulation.fidelity.calibration_path() (results/calibration.json in the
 checkout, or $AGGLAB_CALIBRATION).
+
+Shape: by default 8 workers on one switch, the record the experiments scale every trend by.
+`--topology fattree --k 8 --workers 128 --tree rat` calibrates that run's own shape instead
+(stored under `shapes` in the same file, emulation.fidelity.ceiling_for): the CPU a shape
+needs per link-second grows with its workers and switches (every worker's agent, and about
+1.6 frames through switches per worker frame on a k=8 fat-tree), so a large shape is
+faithful only at lower rates. The analytic time is the same: in a tree every link carries
+one frame per block each way, as a worker's own link does.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import platform
 import sys
 import time
 
-from emulation.fidelity import save_calibration, switchml_wire_seconds
+from emulation.fidelity import save_calibration, save_shape_calibration, shape_key, switchml_wire_seconds
 from ground import wire
 
 
@@ -42,98 +45,95 @@ def elements_for(rate_mbps: float, seconds: float) -> int:
     return max(wire.K, int(frames) * wire.K)
 
 
-def probe(rate: float, workers: int, seconds: float, tolerance: float, log, window: int | None = None) -> dict:
-    """One allreduce at `rate`: its time against the analytic wire time, and its fidelity."""
+DEFAULT_SHAPE = {"topology": "single"}
+
+
+def probe(rate: float, workers: int, seconds: float, tolerance: float, log, window: int | None = None,
+          shape: dict | None = None) -> dict:
+    """One allreduce at `rate` on `shape` (RunSpec fields: topology, k, tree; default one
+    switch): its time against the analytic wire time, and its fidelity."""
     from emulation.session import run_allreduce
 
+    from ground.runspec import DEFAULT_WINDOW
+
     elements = elements_for(rate, seconds)
-    ideal = switchml_wire_seconds(elements, rate)
-    result = run_allreduce(workers=workers, elements=elements, bw=rate, window=window)
+    ideal = switchml_wire_seconds(elements, rate, window or DEFAULT_WINDOW)
+    result = run_allreduce(workers=workers, elements=elements, bw=rate, window=window,
+                           **(shape or DEFAULT_SHAPE))
     took = result.get("seconds") or float("inf")
     fid = result.get("fidelity") or {}
     faithful = bool(result.get("ok")) and took <= ideal * (1 + tolerance) and bool(fid.get("link_bound"))
     print(f"  {rate:g} Mb/s: {elements} int32 x {workers} workers in {took:.2f} s, analytic {ideal:.2f} s "
           f"({ideal / took:.0%} of ideal), {result.get('retransmissions')} retransmissions; "
           f"{fid.get('reason', 'no fidelity record')} -> "
-          f"{'faithful' if faithful else 'NOT faithful'}", file=log, flush=True)
+          f"{'faithful' if faithful else 'NOT faithful'}"
+          + ("" if result.get("ok") else f"; {(result.get('errors') or ['not ok'])[0].splitlines()[0][:200]}"),
+          file=log, flush=True)
     return {"rate_mbps": rate, "elements": elements, "seconds": took, "analytic_seconds": round(ideal, 4),
             "faithful": faithful, "fidelity": fid, "ok": bool(result.get("ok"))}
 
 
-STEPS_PER_DOUBLING = 4      # the ladder: start x 2^(k/4), so a ceiling is known to one step (19%)
-
-
-def ladder(start: float, k: int) -> float:
-    """The k-th rate of the ladder (3 significant digits, the same in every run)."""
-    return float(f"{start * 2 ** (k / STEPS_PER_DOUBLING):.3g}")
-
-
-def verdict(rate: float, repeats: int, run) -> tuple[bool, list[dict]]:
-    """Probe `rate` until a majority of `repeats` probes agrees: (faithful, probes). Why a
-    majority: one run is at the mercy of whatever else the machine did in its 3 s; the
-    majority of three is what this machine usually does at that rate."""
-    probes, need = [], repeats // 2 + 1
-    while True:
-        probes.append(run(rate))
-        yes = sum(p["faithful"] for p in probes)
-        if yes >= need or len(probes) - yes >= need:
-            return yes >= need, probes
+def search(try_rate, start: float, factor: float, limit: float, refine: int, down: int = 4):
+    """(good, bad, probes): the highest faithful rate found and the lowest unfaithful one above
+    it (None when there is none). `try_rate(rate)` runs one probe and returns its record.
+    Up by `factor` from `start` while faithful; if `start` is not, down while not (at most
+    `down` steps); then `refine` bisections between the two."""
+    probes, good, bad = [], None, None
+    rate = start
+    while rate <= limit:
+        p = try_rate(rate)
+        probes.append(p)
+        if not p["faithful"]:
+            bad = rate
+            break
+        good = rate
+        rate *= factor
+    if good is None:                       # the start was too fast for this shape: go down
+        for _ in range(down):
+            rate = round(rate / factor, 4)
+            p = try_rate(rate)
+            probes.append(p)
+            if p["faithful"]:
+                good = rate
+                break
+            bad = rate
+    for _ in range(refine if good and bad else 0):
+        mid = round((good + bad) / 2, 4)
+        p = try_rate(mid)
+        probes.append(p)
+        good, bad = (mid, bad) if p["faithful"] else (good, mid)
+    return good, bad, probes
 
 
 def calibrate(workers: int = 8, start: float = 2.0, factor: float = 2.0, limit: float = 200.0,
               refine: int = 2, seconds: float = 3.0, tolerance: float = 0.10, window: int | None = 16,
-              log=sys.stderr, repeats: int = 3, probe_fn=None) -> dict:
-    """Step up the ladder by `factor`, then bisect on it; returns (and stores) the record.
-    Rates are ladder rungs (`ladder`), so two calibrations differ by whole steps, and each
-    rung's verdict is the majority of `repeats` probes (`verdict`)."""
-    run = probe_fn or (lambda rate: probe(rate, workers, seconds, tolerance, log, window))
-    stride = max(1, round(STEPS_PER_DOUBLING * math.log2(factor)))
-    probes, good, bad = [], None, None
-    k, tried = 0, 0
-    while ladder(start, k) <= limit:
-        ok, ps = verdict(ladder(start, k), repeats, run)
-        probes += ps
-        tried += 1
-        if ok:
-            good, bad = k, None
-        else:
-            bad = k
-            if good is not None:
-                break
-            # unfaithful below any faithful rate: very slow links can lose to the workers'
-            # retransmission timers (a full window queued at the link); keep climbing a little
-            if tried >= 3:
-                break
-        k += stride
-    for _ in range(refine if good is not None and bad is not None else 0):
-        if bad - good <= 1:
-            break
-        mid = (good + bad) // 2
-        ok, ps = verdict(ladder(start, mid), repeats, run)
-        probes += ps
-        good, bad = (mid, bad) if ok else (good, mid)
-    ceiling = ladder(start, good) if good is not None else None
+              log=sys.stderr, shape: dict | None = None, down: int = 4) -> dict:
+    """Step up (or down), then bisect; returns (and stores) the calibration record. `shape`
+    (topology, k, tree) other than one switch is stored as that shape's ceiling."""
+    good, bad, probes = search(lambda rate: probe(rate, workers, seconds, tolerance, log, window, shape),
+                               start, factor, limit, refine, down)
+    shape = {**DEFAULT_SHAPE, **(shape or {})}
     from ground.timerslack import set_timer_slack, wakeup_latency
 
     set_timer_slack()                  # as the emulator's processes run (ground/timerslack.py)
-    record = {"ceiling_mbps": ceiling, "workers": workers, "window": window, "tolerance": tolerance,
-              "repeats": repeats, "step": f"x2^(1/{STEPS_PER_DOUBLING})",
+    record = {"ceiling_mbps": good, "workers": workers, "window": window, "tolerance": tolerance,
+              "shape": {**shape, "workers": workers},
+              # how late this machine wakes a pacer-sized wait: what a pacer's margin must absorb,
+              # so two machines' ceilings can be compared with what their kernels did
+              "wakeup_latency": wakeup_latency(),
               "when": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "host": platform.node(),
               "cores": os.cpu_count(), "load_average": list(os.getloadavg()), "probes": probes,
-              "wakeup_latency": wakeup_latency(),
               "note": ("no rate was faithful: the ceiling is unknown, experiments fall back to the default"
-                       if good is None else f"first unfaithful rate: {ladder(start, bad)} Mb/s" if bad is not None
-                       else f"faithful up to the search limit {limit} Mb/s")}
-    if probe_fn is not None:
-        return record                  # a dry search (tests): nothing stored
+                       if good is None else f"first unfaithful rate: {bad} Mb/s" if bad else
+                       f"faithful up to the search limit {limit} Mb/s")}
+    default = shape == DEFAULT_SHAPE
     if good is not None:
-        path = save_calibration(record)
-        print(f"fidelity ceiling: {ceiling:g} Mb/s per link ({workers} workers on one switch) -> {path}", file=log)
+        key = shape_key(shape["topology"], workers, shape.get("k"), shape.get("tree"))
+        path = save_calibration(record) if default else save_shape_calibration(key, record)
+        where = f"{workers} workers on one switch" if default else key
+        print(f"fidelity ceiling: {good:g} Mb/s per link ({where}) -> {path}", file=log)
     else:
         print("no rate was faithful (is the machine overloaded?); nothing stored", file=log)
-    w = record["wakeup_latency"]
-    print(f"wake-up latency of a {w['wait_us']:g} us wait: median {w['median_us']} us, p99 {w['p99_us']} us "
-          f"(timer slack {w['timer_slack_ns']} ns)", file=log)
     return record
 
 
@@ -141,32 +141,46 @@ def main(args) -> int:
     if os.geteuid() != 0:
         print("agglab calibrate needs root (Mininet): run it with sudo", file=sys.stderr)
         return 2
-    if (args.workers < 2 or args.start <= 0 or args.factor <= 1 or args.limit < args.start
-            or args.repeats < 1):
-        print("agglab calibrate: need --workers >= 2, --start > 0, --factor > 1, --limit >= --start, "
-              "--repeats >= 1", file=sys.stderr)
+    if args.workers < 2 or args.start <= 0 or args.factor <= 1 or args.limit < args.start:
+        print("agglab calibrate: need --workers >= 2, --start > 0, --factor > 1, --limit >= --start", file=sys.stderr)
         return 2
-    print(f"calibrating: {args.workers} workers on one switch, rates from {args.start:g} Mb/s x{args.factor:g} "
-          f"(at most {args.limit:g}), faithful = within {args.tolerance:.0%} of the analytic wire time and "
-          "bottleneck >= 90% busy", file=sys.stderr)
+    shape = {"topology": args.topology, **({"k": args.k} if args.k is not None else {}),
+             **({"tree": args.tree} if args.tree else {})}
+    try:                                     # bad shapes: one line before any network is built
+        from emulation.session import graph_for
+        from ground.runspec import RunSpec
+
+        graph_for(RunSpec(workers=args.workers, bw=args.start, **shape))
+    except ValueError as exc:
+        print(f"agglab calibrate: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    where = "on one switch" if args.topology == "single" else f"on {shape_key(args.topology, args.workers, args.k, args.tree)}"
+    print(f"calibrating: {args.workers} workers {where}, rates from {args.start:g} Mb/s x{args.factor:g} "
+          f"(at most {args.limit:g}, or down at most {args.down} steps), faithful = within {args.tolerance:.0%} "
+          "of the analytic wire time and bottleneck >= 90% busy", file=sys.stderr)
     record = calibrate(args.workers, args.start, args.factor, args.limit, args.refine, args.seconds, args.tolerance,
-                       args.window, repeats=args.repeats)
+                       args.window or None, shape=shape, down=args.down)
     return 0 if record["ceiling_mbps"] else 1
 
 
 def add_parser(sub) -> None:
     c = sub.add_parser("calibrate", help="measure this machine's fidelity ceiling (fastest faithful link rate) "
                        "and store it for the experiments")
-    c.add_argument("--workers", type=int, default=8, help="workers on one switch (default 8)")
+    c.add_argument("--workers", type=int, default=8, help="workers (default 8)")
+    c.add_argument("--topology", default="single", help="the shape to calibrate: single (default: 8 workers on one "
+                   "switch, the record experiments scale by), leafspine, fattree, bcube; other shapes are stored "
+                   "as that shape's own ceiling")
+    c.add_argument("--k", type=int, default=None, help="fat-tree / BCube parameter of --topology")
+    c.add_argument("--tree", default=None, help="aggregation tree of the runs (default spt)")
+    c.add_argument("--down", type=int, default=4, help="steps down from --start when it is not faithful (default 4)")
     c.add_argument("--start", type=float, default=2.0, help="first rate in Mb/s (default 2)")
     c.add_argument("--factor", type=float, default=2.0, help="step-up factor (default 2)")
     c.add_argument("--limit", type=float, default=200.0, help="highest rate tried, Mb/s (default 200)")
     c.add_argument("--refine", type=int, default=2, help="bisection steps after the step-up (default 2)")
     c.add_argument("--seconds", type=float, default=3.0, help="wire time of each probe (default 3 s)")
-    c.add_argument("--window", type=int, default=16, help="outstanding slots per worker (default 16, as the "
+    c.add_argument("--window", type=int, default=16, help="outstanding slots per worker, 0 the agents' default "
+                   "(default 16, as the "
                    "trend definitions use: a full default window queued at a few-Mb/s link outlasts the "
                    "workers' retransmission timers, and the duplicates, not the data, fill the link)")
-    c.add_argument("--repeats", type=int, default=3, help="probes per rate; a rate is faithful when most of "
-                   "them are (default 3: stops after 2 that agree)")
     c.add_argument("--tolerance", type=float, default=0.10, help="allowed excess over the analytic time (default 0.10)")
     c.set_defaults(func=main)

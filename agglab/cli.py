@@ -58,7 +58,6 @@ def _needs_root(cmd: str) -> bool:
 
 
 def _allreduce(args) -> int:
-    from controller.switch_client import SwitchCommandError
     from controller.trees.base import TreeError
     from emulation.session import run_spec
 
@@ -77,10 +76,6 @@ def _allreduce(args) -> int:
             result = run_spec(spec, quiet=args.json, progress=args.progress or sys.stderr.isatty())
     except (ValueError, TreeError) as exc:       # TopologyError is a ValueError
         return _bad_input("allreduce", exc)
-    except SwitchCommandError as exc:            # a switch's control channel failed outside a handled failure
-        print(f"agglab allreduce: a switch stopped answering its controller: {str(exc).splitlines()[0]}",
-              file=sys.stderr)
-        return 1
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:
@@ -107,7 +102,7 @@ def _print_human(r: dict) -> None:
     if len(jobs) > 1:
         for j in jobs:
             print(f"  job {j['job']} ({len(j['hosts'])} workers on {','.join(j['hosts'])}, slots "
-                  f"{j['slot_base']}..{j['slot_base'] + j['slots'] - 1}, loss {j['loss']}): "
+                  f"{j['slot_base']}..{j['slot_base'] + j['slots'] - 1}, packet loss {j['loss'] * 100:g}%): "
                   f"{'exact' if j['exact'] else 'NOT EXACT'} in {j['seconds']:.3f} s, "
                   f"{j['retransmissions']} retransmissions")
     print(f"{'exact' if r['exact'] else 'NOT EXACT'}: "
@@ -211,6 +206,10 @@ def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
         help="stop switch NAME's process (SIGSTOP: hung, not dead) when FRACTION of the blocks are done; "
              "the liveness probe declares it hung within 0.6 s and it is fenced and rerouted around like "
              "a killed switch; 'tree@0.5' as for --fail-switch; may repeat")
+    opt("--chaos", type=int, metavar="SEED", default=d["chaos"],
+        help="a seeded fault schedule during the run: link flaps, switch kills and restarts, hangs and "
+             "loss bursts at random moments (emulation/chaos.py); every job ends exact or with a clean "
+             "partition error, and the JSON lists each fault with its recovery times")
     opt("--keep", metavar="DIR", default=d["keep"],
         help="when the run ends, keep its directory in DIR (new or empty): per-switch logs, the "
              "control commands sent, events, worker logs and reports, the JSON result")
@@ -282,7 +281,17 @@ def main(argv: list[str] | None = None) -> int:
     from ground.interrupts import run_interruptible
 
     args = build_parser().parse_args(argv)
-    return run_interruptible(args.cmd, lambda: args.func(args))
+    try:
+        return run_interruptible(args.cmd, lambda: args.func(args))
+    except Exception as exc:
+        # a switch's control channel failed outside a handled failure (a hang or death is
+        # handled by the switch watcher and probe): one line, not a traceback
+        client = sys.modules.get("controller.switch_client")
+        if client is None or not isinstance(exc, client.SwitchCommandError):
+            raise
+        print(f"agglab {args.cmd}: a switch stopped answering its controller: {str(exc).splitlines()[0]}",
+              file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

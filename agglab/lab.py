@@ -307,6 +307,7 @@ COUNTERS = {
     "rejected_worker": "worker field is not the port's rank",
     "rejected_from_parent": "not a result, on the parent port",
     "rejected_entry": "the entry's child index does not fit the bitmap",
+    "rejected_policed": "from a port in no job, over that port's meter (the policer)",
 }
 
 

@@ -27,7 +27,7 @@ def add_train_parser(sub) -> None:
                    f"{', '.join(PROFILE_MODELS)} or a profile .yaml")
     t.add_argument("--dataset", default="digits", choices=["digits"], help="scikit-learn's digits (shipped)")
     t.add_argument("--workers", type=int, default=4, help="worker hosts, each training its shard (default 4)")
-    t.add_argument("--algorithm", default="switchml",
+    t.add_argument("--algorithm", default=schemes.DEFAULT,
                    help=f"aggregation scheme: {schemes.help_text()} (with --topk F only the top F of the "
                    "blocks travel)")
     t.add_argument("--dtype", choices=["int32", "float32"], default="int32",
@@ -176,7 +176,7 @@ def _print_human(r: dict) -> None:
     verdict = "identical to" if r["max_abs_param_diff"] == 0 else "differs from"
     print(f"{'OK' if r['ok'] else 'MISMATCH'}: mlp on digits, {r['workers']} workers, {r['algorithm']} "
           f"({r['dtype']}, top-k {r['topk']}), {r['steps']} steps in {r['seconds']} s, "
-          f"packet loss {r['loss']:.0%} per link direction, {r['retransmissions']} retransmissions")
+          f"packet loss {r['loss'] * 100:g}% per link direction, {r['retransmissions']} retransmissions")
     print(f"  test accuracy {r['final_accuracy']:.4f} through the switches vs {r['single_process_accuracy']:.4f} "
           f"in one process; parameters {verdict} the one-process run (max |diff| {r['max_abs_param_diff']:.3g})")
     c = r.get("cost") or {}

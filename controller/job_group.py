@@ -48,9 +48,12 @@ class JobGroup:
         return any(getattr(job, "stopped", False) for job in self.jobs)
 
     def link_changed(self, u: str, v: str, up: bool, t: float, intf: str = "") -> None:
-        """The link monitor's callback: mark u-v once, then every job reacts to it."""
+        """The link monitor's callback: mark u-v once, then every job reacts to it. Never
+        raises into the monitor (its thread must keep watching): a reroute that fails, because
+        a switch it needed died meanwhile, is logged (`link_failure_error`); that switch's own
+        failure reroutes again."""
         if len(self.jobs) == 1:
-            self.jobs[0].link_changed(u, v, up, t, intf)
+            self._guarded(self.jobs[0], f"{u}-{v}", self.jobs[0].link_changed, u, v, up, t, intf)
             return
         with self.locked():
             if self._stopped():                    # teardown deletes interfaces: not failures
@@ -61,7 +64,13 @@ class JobGroup:
                 return                             # the other end of the same link
             self.events.add("link_up" if up else "link_down", t=t, link=f"{u}-{v}", intf=intf)
             for job in self.jobs:
-                job.link_marked(u, v, up, t)
+                self._guarded(job, f"{u}-{v}", job.link_marked, u, v, up, t)
+
+    def _guarded(self, job: Job, link: str, react, *args) -> None:
+        try:
+            react(*args)
+        except Exception as exc:  # noqa: BLE001 - logged; the link monitor must keep watching
+            self.events.add("link_failure_error", link=link, job=job.job, error=str(exc).splitlines()[0][:200])
 
     def switch_changed(self, sw: str, up: bool, t: float, program=None) -> None:
         """A switch died or was restarted: marked (and re-programmed, `program()`) once, then

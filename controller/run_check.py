@@ -18,6 +18,7 @@ import networkx as nx
 from controller import topologies, tree_install, trees
 from controller.job_protocol import partitions
 from controller.topology import switches, workers as worker_hosts
+from ground import wire
 from ground.runspec import BCUBE_TREE, RunSpec
 
 
@@ -36,6 +37,10 @@ def check_run(spec: RunSpec | CheckedRun) -> CheckedRun:
     if isinstance(spec, CheckedRun):
         return spec
     spec.validate()
+    if not spec.host_baseline and spec.workers > wire.MAX_RANKS:
+        raise ValueError(f"--workers {spec.workers}: a job's ranks travel in the aggregation header's "
+                         f"worker field, so at most {wire.MAX_RANKS} workers per job aggregate in the network "
+                         "(--algorithm ring or ps take more)")
     g = topologies.for_run(spec)
     _check_failure_names(spec, g)
     busiest = max(switches(g), key=g.degree)

@@ -145,12 +145,7 @@ class SwitchClient(ABC):
 
     def counter_read(self, name: str, index: int) -> int:
         """Packets counted at index."""
-        out = self.command(f"counter_read {name} {index}")
-        # software switch: "BmCounterValue(packets=P, bytes=B)"; BMv2: "C[i]= (B bytes, P packets)"
-        match = re.search(r"packets=(\d+)", out) or re.search(r"(\d+) packets", out)
-        if not match:
-            raise SwitchCommandError(f"{self.name}: cannot parse counter_read output {out!r}")
-        return int(match.group(1))
+        return parse_counter(self.name, self.command(f"counter_read {name} {index}"))
 
     def mc_group(self, group: int, ports: list[int], rid: int = 0) -> int:
         """Create multicast group `group` replicating to `ports`; returns the node handle."""
@@ -297,6 +292,15 @@ def table_add_line(table: str, action: str, keys: list, params: list) -> str:
     return f"table_add {table} {action} {_join(keys)} => {_join(params)}".rstrip()
 
 
+def parse_counter(name: str, out: str) -> int:
+    """The packets of a `counter_read` answer; software switch: "BmCounterValue(packets=P,
+    bytes=B)", BMv2: "C[i]= (B bytes, P packets)"."""
+    match = re.search(r"packets=(\d+)", out) or re.search(r"(\d+) packets", out)
+    if not match:
+        raise SwitchCommandError(f"{name}: cannot parse counter_read output {out!r}")
+    return int(match.group(1))
+
+
 def parse_handle(name: str, what: str, out: str) -> int:
     """The handle in a table_add or mc_node_create answer."""
     match = re.search(r"handle (\d+)", out)
@@ -337,8 +341,24 @@ def run_batches(clients: dict[str, SwitchClient], batches: dict[str, list[str]],
 
 def send_batches(clients: dict[str, SwitchClient], batches: dict[str, list[str]]) -> dict[str, Callable]:
     """run_batches' first half: every batch sent; collect_batches reads their answers (a
-    caller may send a switch more batches meanwhile: they are answered in order)."""
-    return {sw: clients[sw].send_commands(lines) for sw, lines in batches.items() if lines}
+    caller may send a switch more batches meanwhile: they are answered in order). A switch
+    that cannot be sent to (it died) does not stop the others: its collector raises the
+    error, after collect_batches has read every other switch's answers."""
+    pending = {}
+    for sw, lines in batches.items():
+        if not lines:
+            continue
+        try:
+            pending[sw] = clients[sw].send_commands(lines)
+        except SwitchCommandError as exc:
+            pending[sw] = _raiser(exc)
+    return pending
+
+
+def _raiser(exc: Exception) -> Callable[[], list[str]]:
+    def collect() -> list[str]:
+        raise exc
+    return collect
 
 
 def collect_batches(pending: dict[str, Callable[[], list[str]]],
@@ -399,8 +419,18 @@ class SoftSwitchClient(SwitchClient):
         from softswitch.control import ControlClient, wait_ready
 
         self.name = name
+        self._path = socket_path
         wait_ready(socket_path, timeout)
         self._client = ControlClient(socket_path)
+
+    def reconnect(self) -> None:
+        """A new control connection: answers still due on the old one (a batch someone sent
+        and never read, when a reroute failed half-way) go with it, instead of being taken
+        for the answers of the next command."""
+        from softswitch.control import ControlClient
+
+        old, self._client = self._client, ControlClient(self._path)
+        old.close()
 
     def command(self, line: str) -> str:
         from softswitch.control import SwitchCommandError as SoftError
@@ -409,6 +439,8 @@ class SoftSwitchClient(SwitchClient):
             return self._client.command(line)
         except SoftError as exc:
             raise SwitchCommandError(f"{self.name}: {line!r}: {exc}") from exc
+        except OSError as exc:                  # the switch died: its socket is gone
+            raise SwitchCommandError(f"{self.name}: {line!r}: control connection lost ({exc})") from exc
 
     def register_read_range(self, name: str, start: int, count: int) -> list[int]:
         return _cells(self.command(f"register_read_range {name} {start} {count}"), count)
@@ -449,7 +481,11 @@ class SoftSwitchClient(SwitchClient):
         outs = []
         for start in range(0, len(lines), 512):      # bounded socket buffers both ways
             chunk = lines[start:start + 512]
-            for line, (ok, out) in zip(chunk, self._client.request_many(chunk)):
+            try:
+                answers = self._client.request_many(chunk)
+            except OSError as exc:              # the switch died: its socket is gone
+                raise SwitchCommandError(f"{self.name}: control connection lost ({exc})") from exc
+            for line, (ok, out) in zip(chunk, answers):
                 if not ok:
                     raise SwitchCommandError(f"{self.name}: {line!r}: {out}")
                 outs.append(out)
@@ -458,11 +494,18 @@ class SoftSwitchClient(SwitchClient):
     def send_commands(self, lines: list[str]) -> Callable[[], list[str]]:
         if len(lines) > 4096:                   # the daemon buffers replies; keep it bounded
             return super().send_commands(lines)
-        self._client.send_many(lines)
+        try:
+            self._client.send_many(lines)
+        except OSError as exc:                  # the switch died: its socket is gone
+            raise SwitchCommandError(f"{self.name}: control connection lost ({exc})") from exc
 
         def collect() -> list[str]:
             outs, failed = [], None
-            for line, (ok, out) in zip(lines, self._client.read_many(lines)):
+            try:
+                answers = self._client.read_many(lines)
+            except OSError as exc:              # the switch died: its socket is gone
+                raise SwitchCommandError(f"{self.name}: control connection lost ({exc})") from exc
+            for line, (ok, out) in zip(lines, answers):
                 if not ok:
                     failed = failed or SwitchCommandError(f"{self.name}: {line!r}: {out}")
                 outs.append(out)

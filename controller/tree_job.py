@@ -22,12 +22,13 @@ import networkx as nx
 from ground import wire
 from ground.epoch_file import publish as publish_epoch
 from ground.priority import HOLD_RT, urgent
+from ground.schemes import DEFAULT as DEFAULT_SCHEME
 from controller import tree_install, trees
 from controller.reroute import carry_for, reset_lines
 from controller.events import EventLog
 from controller.job_protocol import Job
 from controller.standby import StandbyWorker
-from controller.switch_client import SwitchClient, collect_batches, run_batches, run_built, send_batches
+from controller.switch_client import SwitchClient, SwitchCommandError, collect_batches, run_batches, run_built, send_batches
 from controller.topology import switches
 from controller.trees.base import TreeError
 
@@ -93,9 +94,11 @@ class TreeJob(Job):
         self.partitioned: str | None = None
         self.slot_base = slot_base
         self.slots = wire.SLOTS - slot_base if slots is None else slots
-        self.carry = carry_for("switchml", slot_base)   # what a reroute keeps: set per allreduce by prepare()
+        self.carry = carry_for(DEFAULT_SCHEME, slot_base)   # what a reroute keeps: set per allreduce by prepare()
         self.stopped = False
         self.pending_reinstall: str | None = None   # a switch came back during an allreduce
+        self._spent_epoch = 0          # the last epoch a failed reroute may have left entries of
+        self._failed_reroute = False   # the last reroute failed half-way: the next failure reroutes
 
     # -- install ---------------------------------------------------------------------
     def start(self) -> "TreeJob":
@@ -119,7 +122,7 @@ class TreeJob(Job):
                 self.algorithm = algorithm
             t0 = time.monotonic()
             try:
-                new = self._compute(self._down_links(), self.treeset.epoch + 1)
+                new = self._compute(self._down_links(), self._next_epoch())
             except TreeError as exc:
                 self.partitioned = str(exc)
                 self.events.add("partitioned", reason=str(exc))
@@ -130,14 +133,18 @@ class TreeJob(Job):
             self.treeset = new
             self.tree_of_slot = partition_slots(new.weights, self.window)
             self.inst = self._install(new)
-            tree_install.remove_groups(self.clients, old)
+            try:
+                tree_install.remove_groups(self.clients, old)
+            except SwitchCommandError as exc:      # left by a reroute that failed half-way
+                self.events.add("remove_groups_error", error=str(exc).splitlines()[0][:200])
+            self._failed_reroute = False
             self._publish()
             self.events.add("trees_installed", epoch=new.epoch, trees=len(new.trees), algorithm=self.algorithm,
                             why=why, compute_ms=round((t1 - t0) * 1e3, 2),
                             install_ms=round((time.monotonic() - t1) * 1e3, 2))
             self._precompute()
 
-    def prepare(self, window: int, algorithm: str = "switchml") -> None:
+    def prepare(self, window: int, algorithm: str = DEFAULT_SCHEME) -> None:
         """Before each allreduce: fresh registers, slots partitioned for this window, the
         reroute carry of the allreduce `algorithm` (controller/reroute/carry.py)."""
         with self.locked():
@@ -202,7 +209,7 @@ class TreeJob(Job):
         """Link u-v is marked down or up in the shared graph (by link_changed, or by the
         JobGroup for every job of a network): reroute if an active tree uses it."""
         with self.locked():
-            if not up and self.treeset.uses(u, v):
+            if not up and (self.treeset.uses(u, v) or self._failed_reroute):
                 self.reroute(f"{u}-{v}", t)
             elif not up:
                 self.events.add("no_reinstall", link=f"{u}-{v}", job=self.job, why="not on an active tree")
@@ -215,7 +222,8 @@ class TreeJob(Job):
         """A dead switch: forget what was installed in it (its tables died with it), then
         reroute once around it if an active tree uses it (its links are marked down)."""
         self._forget(sw)
-        if any(sw in tree.parent for tree in self.treeset.trees):
+        if any(sw in tree.parent for tree in self.treeset.trees) or self._failed_reroute:
+            # (a reroute that failed, because this switch died under it, left the job frozen)
             self.reroute(f"switch {sw}", t, switch=sw)
         else:
             self.events.add("no_reinstall", switch=sw, why="not on an active tree")
@@ -250,6 +258,31 @@ class TreeJob(Job):
         may change rates; rat and packing weigh by them)."""
         return frozenset(frozenset((u, v)) for u, v, d in self.g.edges(data=True) if not d.get("up", True)) | \
             {("bw", tuple(d.get("bw") for _, _, d in self.g.edges(data=True)))}
+
+    def _after_failed_reroute(self, new) -> None:
+        """A reroute failed half-way (a switch it needed died under it): the old epoch is frozen
+        and the new one may be partly installed. Its multicast groups are destroyed where they
+        may exist, and the next trees skip to the epoch after it with the other parity: group
+        ids alternate with the epoch's parity (tree_install.tree_group), so that epoch's ids
+        are neither the installed trees' nor any left of the failed ones, and its agg_job keys
+        are new. The next failure event (usually the death that made this one fail) reroutes
+        whatever it hits (`_failed_reroute`), and so does the next link or switch change."""
+        self._failed_reroute = True
+        if new is not None:
+            groups = [tree_install.tree_group(self.job, t.id, new.epoch) for t in new.trees]
+            for sw in self.live_switches():
+                for g in groups:
+                    try:
+                        self.clients[sw].commands([f"mc_mgrp_destroy {g}"])
+                    except SwitchCommandError:
+                        pass                           # not created there
+            self._spent_epoch = max(self._spent_epoch, new.epoch + 1)
+
+    def _next_epoch(self) -> int:
+        """The epoch new trees go under: past the installed one and past any a failed reroute
+        may have left entries of (its round 1 installs the new epoch's entries before it knows
+        it will finish), which would otherwise collide (DUPLICATE_ENTRY) with the next install."""
+        return max(self.treeset.epoch, self._spent_epoch) + 1
 
     def _compute(self, down: frozenset, epoch: int):
         """The trees with links `down` failed: precomputed if the standby has them, else now.
@@ -341,7 +374,7 @@ class TreeJob(Job):
         t1 = time.monotonic()
         phases["snapshot_ms"] = t1 - ts
         try:
-            new = self._compute(self._down_links(), self.treeset.epoch + 1)
+            new = self._compute(self._down_links(), self._next_epoch())
         except TreeError as exc:
             self._partitioned(what, exc, record, t1)
             return record
@@ -404,6 +437,8 @@ class TreeJob(Job):
             batch[sw] += self.carry.read_lines(self.clients[sw], want)
         held = set(frozen)
         pending = send_batches(self.clients, first)
+        unread = [pending]                   # batches whose answers were not read yet
+        new = None
         try:
             if self.atomic:      # agents: a pause, not a stall, and no resends into the frozen epoch
                 self._publish("rerouting", f"{what} failed")
@@ -412,8 +447,9 @@ class TreeJob(Job):
             boost += time.monotonic() - tb
             standby = (self.algorithm, self._down_links()) in self._standby
             try:
-                new = self._compute(self._down_links(), self.treeset.epoch + 1)
+                new = self._compute(self._down_links(), self._next_epoch())
             except TreeError as exc:
+                unread.remove(pending)
                 collect_batches(pending)
                 _release(self.clients, held)
                 self._partitioned(what, exc, record, t0)
@@ -437,12 +473,15 @@ class TreeJob(Job):
                 second.setdefault(sw, []).extend(lines)
             t2 = time.monotonic()
             pending2 = send_batches(self.clients, second)
+            unread.append(pending2)
             regs, values = {}, {}
 
             def parse(sw: str, out: list[str]) -> None:     # while slower switches still work
                 self.carry.parse_reads(self.clients[sw], reads[sw], out[at[sw]:], regs, values, sw)
 
+            unread.remove(pending)
             outs = collect_batches(pending, {sw: parse for sw in first if sw in reads})
+            unread.remove(pending2)
             outs2 = collect_batches(pending2, {sw: parse for sw in second if sw in reads and sw not in first})
             t_r1 = time.monotonic()
             associate = plan.finish({sw: outs.get(sw, []) + outs2.get(sw, []) for sw in set(outs) | set(outs2)})
@@ -465,7 +504,9 @@ class TreeJob(Job):
             self._publish()
             t5 = time.monotonic()
         except BaseException:                     # the holds would end by themselves, later
+            _drain(unread)
             _release(self.clients, held)
+            self._after_failed_reroute(new)
             raise
         phases = {"freeze_ms": t3 - t_a, "snapshot_ms": t4 - t3, "entries_ms": t2 - t1, "preload_ms": t5 - t4,
                   "boost_ms": boost, "first_round_ms": t_r1 - t_a, "preload_build_ms": t_r3 - t4,
@@ -473,7 +514,11 @@ class TreeJob(Job):
         tidy = tree_install.remove_groups_lines(old)       # the agents were told: not urgent
         for sw in held:                                  # the ports are read again
             tidy.setdefault(sw, []).extend(self.clients[sw].release_lines())
-        run_batches(self.clients, tidy)
+        try:
+            run_batches(self.clients, tidy)
+        except (SwitchCommandError, OSError) as exc:     # a switch died since: its own failure follows
+            self.events.add("reroute_tidy_error", error=str(exc).splitlines()[0][:200])
+            _release(self.clients, list(tidy))
         record.update(recompute_ms=round((t1 - t0) * 1e3, 2), install_ms=round((t5 - t1) * 1e3, 2),
                       standby=standby)
         return self._rerouted(record, new, carried, writes, phases)
@@ -487,6 +532,7 @@ class TreeJob(Job):
         self.record_failure(record)
 
     def _rerouted(self, record: dict, new, carried, writes: int, phases: dict) -> dict:
+        self._failed_reroute = False
         if carried.conflicts:
             self.events.add("sparse_carry_conflict", columns=len(carried.conflicts),
                             switches=",".join(sorted({sw for *_, sw in carried.conflicts})),
@@ -526,12 +572,34 @@ REROUTE_PHASES = ("freeze_ms", "snapshot_ms", "entries_ms", "preload_ms", "boost
                   "preload_build_ms", "last_round_ms")
 
 
+def _drain(unread: list[dict]) -> None:
+    """Read (and drop) the answers of batches a failed reroute sent but never read: left in a
+    switch's socket, they would be taken for the answers of the next command anyone sends it
+    (a switch that died during another failure's reroute made the first collect raise)."""
+    for pending in unread:
+        for collect in pending.values():
+            try:
+                collect()
+            except Exception:  # noqa: BLE001 - the reroute is failing already; the dead switch's own
+                pass
+
+
 def _release(clients: dict[str, SwitchClient], switches) -> None:
-    """End the holds of a reroute that failed on the way (best effort: it is failing already)."""
+    """End the holds of a reroute that failed on the way (best effort: it is failing already).
+    Then every one of those switches gets a fresh control connection where its client can
+    (SoftSwitchClient.reconnect): a batch sent to a switch that died meanwhile raised before
+    the others' answers were read, and a stale answer must not reach the next command."""
     try:
         run_batches(clients, {sw: clients[sw].release_lines() for sw in switches})
     except Exception:
         pass
+    for sw in switches:
+        reconnect = getattr(clients.get(sw), "reconnect", None)
+        if reconnect is not None:
+            try:
+                reconnect()
+            except OSError:                 # a dead switch: its restart connects anew
+                pass
 
 
 def _cause(link: str, switch: str | None, t_detect: float) -> dict:

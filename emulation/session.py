@@ -178,15 +178,28 @@ class Session:
                                        if sw not in self.net.dead})      # every switch's at once
         self.loss = (spec.loss, tuple(spec.job_loss))
 
+    def loss_table(self, sw: str) -> dict[int, float]:
+        """One switch's drop probability per port, as _set_loss last set it (none before any run)."""
+        return self._losses.get(sw) or {e["ports"][sw]: 0.0 for _, _, e in self.g.edges(sw, data=True)}
+
     def _set_switch_loss(self, sw: str) -> None:
         """One switch's drop simulator as _set_loss last set it (no loss before any run)."""
-        losses = self._losses.get(sw) or {e["ports"][sw]: 0.0 for _, _, e in self.g.edges(sw, data=True)}
-        drop_sim.set_losses(self.net.client(sw), losses)
+        drop_sim.set_losses(self.net.client(sw), self.loss_table(sw))
+
+    def _chaos(self, spec: RunSpec):
+        """With --chaos SEED: the drawn fault schedule's injector, made once the progress files
+        are known (emulation/chaos.py); else None."""
+        if spec.chaos is None:
+            return None
+        from emulation.chaos import Chaos, draw
+
+        faults = draw(spec.chaos, self.g)
+        return lambda files: Chaos(self, faults, files, spec.chaos)
 
     # -- switch failures -------------------------------------------------------------
     def _switch_exited(self, name: str, code: int, t: float) -> None:
         """The switch watcher's callback (its thread): a dead switch is a failure of all its
-        links; the job reroutes around it. Never raises into the watcher."""
+        links; the jobs reroute around it. Never raises into the watcher."""
         self.events.add("switch_exited", t=t, switch=name, code=code)
         try:
             self.group.switch_changed(name, False, t)
@@ -231,12 +244,13 @@ class Session:
         before = self._switch_counters()
         hangs_before = len(self.net.hang_log)
         _log(f"allreduce of {spec.elements} {spec.dtype} per worker on {len(self.job.trees().trees)} "
-             f"{spec.tree} tree(s), loss {spec.loss}", self.quiet)
+             f"{spec.tree} tree(s), packet loss {spec.loss * 100:g}% per link direction", self.quiet)
         probe = self.net.fidelity_probe()
         try:
             with self.job.running():
                 reports, injector = _run_workers(self.net, spec, self.job, self.quiet, f"run{self.runs}",
-                                                 progress=self.progress, cancel=self.cancelled)
+                                                 progress=self.progress, cancel=self.cancelled,
+                                                 make_injector=self._chaos(spec))
         finally:
             fidelity = probe.stop()
         dead = self.net.check_switches()
@@ -251,6 +265,8 @@ class Session:
                       epoch=treeset.epoch, failures=injector.report() if injector else [],
                       switches_down={sw: why.splitlines()[0] for sw, why in sorted(dead.items())},
                       hangs=hang_rows(self.net, self.job)[hangs_before:])
+        if spec.chaos is not None:
+            result["chaos"] = injector.summary()
         result["fidelity"] = fidelity       # link-bound or CPU-bound? (emulation/fidelity.py)
         result["jobs"] = [_job_figures(result, self.job, spec)]
         if spec.cluster:
@@ -278,12 +294,14 @@ class Session:
         _log(f"{len(tenants)} concurrent allreduces of {spec.elements} {spec.dtype} x {spec.workers} workers "
              f"(jobs {spec.job}..{spec.job + spec.jobs - 1}), {spec.slots_per_job} slots each", self.quiet)
         probe = self.net.fidelity_probe()
+        hangs_before = len(self.net.hang_log)
         try:
             with contextlib.ExitStack() as running:
                 for _, job in tenants:
                     running.enter_context(job.running())
                 reports, injector = _run_tenants(self.net, tenants, self.quiet, f"run{self.runs}",
-                                                 progress=self.progress, cancel=self.cancelled, group=self.group)
+                                                 progress=self.progress, cancel=self.cancelled, group=self.group,
+                                                 make_injector=self._chaos(spec))
         finally:
             fidelity = probe.stop()
         dead = self.net.check_switches()
@@ -309,8 +327,11 @@ class Session:
             "trees": len(self.job.trees().trees), "epoch": self.job.trees().epoch,
             "failures": injector.report() if injector else [],
             "switches_down": {sw: why.splitlines()[0] for sw, why in sorted(dead.items())},
+            "hangs": hang_rows(self.net, self.group)[hangs_before:],
             "fidelity": fidelity, "jobs": per_job,
         }
+        if spec.chaos is not None:
+            result["chaos"] = injector.summary()
         errors = [f"job {j['job']}: {e}" for j in per_job for e in j.get("errors", [])]
         if errors:
             result["errors"] = errors
@@ -334,8 +355,8 @@ class Session:
 
     def stop(self) -> None:
         try:
-            if self.job:
-                self.job.stop()
+            for job in self.jobs or ([self.job] if self.job else []):
+                job.stop()              # every tenant: teardown's link events are not failures
             if self.monitor:
                 self.monitor.stop()
         finally:
@@ -377,7 +398,7 @@ def _job_figures(result: dict, job: Job, spec: RunSpec) -> dict:
 
 
 def _run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, progress: bool = False,
-                 cancel: threading.Event | None = None, group: JobGroup | None = None):
+                 cancel: threading.Event | None = None, group: JobGroup | None = None, make_injector=None):
     """Start every job's workers at once (one start gate for all), with the spec's scripted
     failures (each one event for every job: `group`), wait for all; per job its reports by
     rank, and the failure injector (None without failures)."""
@@ -396,7 +417,10 @@ def _run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, pr
     files = [out_dir / f"job{t}-rank{r}.progress" for t, procs in enumerate(started) for r, _, _ in procs]
     spec = tenants[0][0]
     injector = None
-    if spec.fail_specs or spec.fail_switch_specs:     # progress: the slowest worker of any job
+    if make_injector is not None:                     # --chaos (emulation/chaos.py)
+        injector = make_injector(files)
+        injector.start()
+    elif spec.fail_specs or spec.fail_switch_specs:   # progress: the slowest worker of any job
         injector = FailureInjector(net, group or JobGroup([job for _, job in tenants]),
                                    [*spec.fail_specs, *spec.fail_switch_specs], files, spec.seed)
         injector.start()
@@ -464,7 +488,7 @@ def _wait(procs: list, deadline: float, quiet: bool, progress_files: list[Path] 
           cancel: threading.Event | None = None) -> None:
     """Until every worker exits (killed at the deadline or on cancel); a progress bar over
     `progress_files`, else a line every 5 s."""
-    started, last = time.monotonic(), 0.0
+    started = last = time.monotonic()      # the first line after 5 s, not "0/N finished after 0 s"
     bar = ProgressBar(progress_files) if progress_files else None
     try:
         for rank, proc, log in procs:
@@ -503,7 +527,7 @@ def _collect(out_dir: Path, procs: list, prefix: str = "") -> list[dict]:
 
 def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, name: str,
                  module: str = "hosts.worker", extra_args: tuple = (), deadline_s: float | None = None,
-                 progress: bool = False, cancel: threading.Event | None = None):
+                 progress: bool = False, cancel: threading.Event | None = None, make_injector=None):
     out_dir = net.run.path / name
     out_dir.mkdir()
     gate = StartGate() if module == "hosts.worker" else None     # the programs that wait at it
@@ -515,7 +539,10 @@ def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, nam
         if gate:
             gate.close()
     injector = None
-    if spec.fail_specs or spec.fail_switch_specs:
+    if make_injector is not None:             # --chaos (emulation/chaos.py)
+        injector = make_injector([out_dir / f"rank{r}.progress" for r in range(len(job.workers))])
+        injector.start()
+    elif spec.fail_specs or spec.fail_switch_specs:
         injector = FailureInjector(net, job, [*spec.fail_specs, *spec.fail_switch_specs],
                                    [out_dir / f"rank{r}.progress" for r in range(len(job.workers))], spec.seed)
         injector.start()

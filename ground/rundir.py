@@ -3,9 +3,9 @@
 Why: the classic Mininet/P4 pain is leftover state ("RTNETLINK answers: File exists",
 stray simple_switch processes) after a run is killed. Each run writes what it starts
 into its own directory under RUN_ROOT; `agglab clean` removes whatever belongs to a
-run whose owner process is gone. It is idempotent: a second call finds nothing, and it never touches a live run's
-processes, interfaces or directory (nor, without --all, anything while another network holds
-the machine's lease, ground/netlease.py).
+run whose owner process is gone. It is idempotent: a second call finds nothing, and it
+never touches a live run's processes, interfaces or directory; interfaces that no run
+records are left to `agglab clean --all` (see clean()).
 
 The run root is checked before every use (`secure_dir`): owned by us, not group- or
 world-writable, not a symlink; otherwise the run is refused with one line (`Refused`).

@@ -41,7 +41,7 @@ class ScheduleWatch:
     BML agent's epoch and trees are the schedule's, not the file's)."""
 
     def __init__(self, path: str | None, epoch: int = 0):
-        from hosts.worker import EpochFile
+        from ground.epoch_file import EpochFile
 
         self.file = EpochFile(path) if path else None
         self.epoch = epoch

@@ -64,3 +64,36 @@ def test_link_lines_make_veths_inside_and_one_vxlan_per_crossing_link():
         assert any(sorted(found) == ends for found in vnis.values()), (u, v)
     host_ends = [line for ip, _, _ in lines.values() for line in ip if "netns" in line]
     assert len(host_ends) == sum(1 for n in g.nodes if g.nodes[n]["kind"] == "host")   # made in the host's netns
+
+
+def test_agent_writes_what_it_is_put_and_reports_progress_files(tmp_path):
+    """The per-server agent: `put PATH B64` replaces PATH atomically with those bytes, and a
+    `*.progress` file under a watched directory comes back as `file PATH B64` when it changes."""
+    import base64
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    agent = subprocess.Popen([sys.executable, "-m", "emulation.cluster.agent"], cwd=REPO, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE)
+    try:
+        epoch = tmp_path / "epoch.json"
+        payload = base64.b64encode(b'{"epoch": 3}').decode()
+        agent.stdin.write(f"put {epoch} {payload}\n".encode())
+        watched = tmp_path / "run1"
+        watched.mkdir()
+        (watched / "rank0.progress").write_bytes(b"           5           10\n")
+        agent.stdin.write(f"watch {watched}\n".encode())
+        agent.stdin.flush()
+        words = agent.stdout.readline().split()
+        assert words[:2] == [b"file", str(watched / "rank0.progress").encode()]
+        assert base64.b64decode(words[2]) == b"           5           10\n"
+        (watched / "rank0.progress").write_bytes(b"          10           10\n")
+        words = agent.stdout.readline().split()
+        assert base64.b64decode(words[2]) == b"          10           10\n"     # a change comes again
+        assert epoch.read_bytes() == b'{"epoch": 3}'
+        assert not list(tmp_path.glob(".*.tmp"))                          # written by rename
+    finally:
+        agent.stdin.close()
+        assert agent.wait(5) == 0                                         # the head hung up: it exits

@@ -321,3 +321,14 @@ def test_every_option_has_help_text():
                *_options_without_help(_experiment_parser(), "agglab experiment"),
                *_options_without_help(_bench_parser(), "python -m agglab.bench")]
     assert not missing, f"options without help text: {missing}"
+
+
+def test_relative_links_in_the_docs_resolve():
+    """A guide moved or renamed leaves no dangling link in the README or another guide."""
+    broken = []
+    for doc in DOCS:
+        for target in re.findall(r"\]\(([^)\s]+)\)", doc.read_text()):
+            path = target.split("#", 1)[0]
+            if path and not re.match(r"[a-z]+:", path) and not (doc.parent / path).exists():
+                broken.append(f"{doc.relative_to(REPO)}: {target}")
+    assert not broken, broken

@@ -361,8 +361,8 @@ def test_quick_suite_writes_a_report(tmp_path):
                          capture_output=True, text=True, cwd=REPO, timeout=300,
                          env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert out.returncode in (0, 1), out.stderr[-2000:]
-    report = (tmp_path / "quick" / "report.md").read_text()
-    rows = load_rows(tmp_path / "quick" / "runs.jsonl")
+    report = (tmp_path / cli.results_name("quick", wire.K) / "report.md").read_text()
+    rows = load_rows(tmp_path / cli.results_name("quick", wire.K) / "runs.jsonl")
     assert len(rows) == sum(len(reps) for _, _, reps in plan(load_suite(CONFIGS / "quick.yaml"), tmp_path))
     in_network = [r for r in rows if r["series"] == "in-network"]
     assert in_network and all(r["ok"] and "fidelity" in r for r in in_network)
@@ -529,10 +529,10 @@ def test_report_embeds_tree_drawings_for_failures_and_packing(tmp_path):
     out = tmp_path / "out"
     assert cli.main([str(suite), "--out", str(out), "--repeats", "1"],
                     run_fn=lambda specs: (fake_result(s) for s in specs)) == 0
-    report = (out / "d" / "report.md").read_text()
+    report = (out / cli.results_name("d", wire.K) / "report.md").read_text()
     failures = [f"rat_failures-trees-{i}.png" for i in range(3)]       # none, l1-s1, l1-s1 + l2-s2
     packing = [f"packing-trees-{i}.png" for i in range(3)]             # slow_fraction 0, 0.25, 0.5
     for name in failures + packing:
         assert f"![{name}]({name})" in report, name
-        assert (out / "d" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert not (out / "d" / "rat_failures-trees-3.png").exists()
+        assert (out / cli.results_name("d", wire.K) / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (out / cli.results_name("d", wire.K) / "rat_failures-trees-3.png").exists()

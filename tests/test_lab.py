@@ -79,3 +79,32 @@ def test_lab_kills_and_restarts_a_switch(capsys, tmp_path):
     assert "switch_exited" in out and "switch_down" in out and "switch_up" in out
     assert "kill -9 the switch's process" in out      # help text is the docstring
     assert_clean()
+
+
+def test_lab_fails_a_link_and_kills_a_switch_with_two_jobs(capsys, tmp_path):
+    """The lab's `fail` and `kill` with `--jobs 2`: one event, every job whose trees use the link
+    or switch reroutes (controller/job_group.py), and the next allreduce of both jobs is exact."""
+    from agglab.lab import run_lab
+
+    script = tmp_path / "lab.txt"
+    script.write_text("\n".join([
+        "trees",
+        "fail a1 c1",
+        "kill c2",
+        "trees",
+        "allreduce 20000",
+        "wait",
+        "restart c2",
+        "recover a1 c1",
+        "allreduce 20000",
+        "wait",
+        "events",
+    ]) + "\n")
+    run_lab(RunSpec(topology="fattree", k=4, workers=4, jobs=2, tree="spt", elements=20000), script=str(script))
+    out = capsys.readouterr().out
+    assert "not supported" not in out, out
+    assert "killed c2" in out and "restarted c2" in out
+    assert out.count("allreduce: exact") == 2, out
+    assert "job 0:" in out and "job 1:" in out                  # trees per job
+    assert "switch_down" in out and "link_down" in out
+    assert_clean()

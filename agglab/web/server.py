@@ -176,6 +176,16 @@ def serve(session, actions: Actions, host: str, port: int = 0, lab: bool = True)
     """Start sampling `session` and serving its page; returns the running server (stop() it)."""
     from agglab.lab import summary            # the lab's wording of an outcome
 
+    import ipaddress
+    import sys
+
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback:
+        print(f"warning: the live page listens on {host}: anyone who reaches it there with the token can fail "
+              "links and kill switches", file=sys.stderr)
     state = LiveState(session, actions, lab=lab).start()
     try:
         return WebServer(state, actions, host, port, summarise=summary).start()

@@ -294,6 +294,8 @@ class ClusterNetwork(EmulatedNetwork):
                         proc.kill()
             self.forwarders.clear()
             if self.run is not None and self.remotes:
+                if self.keep:                  # the switches' logs live on their servers
+                    self._each_server(lambda r: r.get(self.run.path, "*.log *.out"))
                 self._each_server(self._clean_server)
                 for remote in self.remotes.values():
                     remote.close()
