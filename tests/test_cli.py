@@ -28,7 +28,7 @@ GIVEN = {"workers": ("7", 7), "elements": ("123", 123), "dtype": ("float32", "fl
          "fail_switch": ("a1@0.5", ["a1@0.5"]), "hang_switch": ("a2@0.5", ["a2@0.5"]),
          "jobs": ("3", 3), "job_loss": ("0.1,0,0.2", [0.1, 0.0, 0.2]),
          "keep": ("kept-run", "kept-run"), "pcap": (None, True),      # None: a flag without a value
-         "cluster": ("cluster.yaml", "cluster.yaml")}
+         "cluster": ("cluster.yaml", "cluster.yaml"), "chaos": ("7", 7)}
 
 
 def test_defaults_are_runspec_defaults():
