@@ -113,8 +113,14 @@ def calibrate(workers: int = 8, start: float = 2.0, factor: float = 2.0, limit: 
     good, bad, probes = search(lambda rate: probe(rate, workers, seconds, tolerance, log, window, shape),
                                start, factor, limit, refine, down)
     shape = {**DEFAULT_SHAPE, **(shape or {})}
+    from ground.timerslack import set_timer_slack, wakeup_latency
+
+    set_timer_slack()                  # as the emulator's processes run (ground/timerslack.py)
     record = {"ceiling_mbps": good, "workers": workers, "window": window, "tolerance": tolerance,
               "shape": {**shape, "workers": workers},
+              # how late this machine wakes a pacer-sized wait: what a pacer's margin must absorb,
+              # so two machines' ceilings can be compared with what their kernels did
+              "wakeup_latency": wakeup_latency(),
               "when": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "host": platform.node(),
               "cores": os.cpu_count(), "load_average": list(os.getloadavg()), "probes": probes,
               "note": ("no rate was faithful: the ceiling is unknown, experiments fall back to the default"

@@ -54,6 +54,8 @@ def test_steps_up_then_bisects_to_the_ceiling(machine, tmp_path):
     assert [p["faithful"] for p in record["probes"]] == [True, True, True, False, True, False]
     stored = json.loads((tmp_path / "calibration.json").read_text())
     assert stored["ceiling_mbps"] == 12 and stored["workers"] == 4 and len(stored["probes"]) == 6
+    w = stored["wakeup_latency"]                     # recorded beside the ceiling (ground/timerslack.py)
+    assert w["samples"] > 0 and w["median_us"] <= w["p99_us"] and w["timer_slack_ns"] == 1
 
 
 def test_a_slow_link_below_the_floor_does_not_stop_the_climb(machine):
