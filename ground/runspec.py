@@ -237,7 +237,9 @@ class RunSpec:
             raise ValueError(f"--tree must be one of {', '.join(TREES) or 'the tree algorithms'}, got {self.tree!r}")
         if (self.host_baseline or self.shares_pool) and self.topology == "bcube":
             raise ValueError(f"--algorithm {self.algorithm} runs between single-NIC hosts over IP routes; "
-                             "BCube's servers have several NICs and relay: use --tree bml --bml-variant host")
+                             "BCube's servers have several NICs and relay: "
+                             + ("aggregate on a switch topology (fattree, leafspine, single)" if self.shares_pool
+                                else "use --tree bml --bml-variant host"))
         if (self.tree == "bml") != (self.topology == "bcube"):
             raise ValueError("--tree bml goes with --topology bcube (and BCube needs --tree bml: "
                              "its servers relay, so no switch tree spans it)")

@@ -21,6 +21,7 @@ int32 only: the difference of float sums would not be exact.
 
 from __future__ import annotations
 
+import atexit
 import select
 import socket
 import threading
@@ -109,6 +110,9 @@ class AtpEndpoint:
         self._linger: threading.Thread | None = None
         self._stop = threading.Event()
         self._answers: dict[int, bytes] = {}               # seq -> result payload (PS: the last call's)
+        # the PS keeps answering lost results after its last block; a worker process may end
+        # with os._exit (the fork server runs atexit first), which would kill that thread
+        atexit.register(self.close)
 
     # -- the worker side --------------------------------------------------------------
     def work(self, rows: np.ndarray, window: int, give_up: float, on_progress=None):
@@ -281,9 +285,12 @@ class AtpEndpoint:
                 return
 
     def close(self) -> None:
+        """Wait for the PS to fall quiet (its lingering answers), then close the socket."""
         if self._linger is not None:
             self._linger.join()
-        self.sock.close()
+            self._linger = None
+        if self.sock.fileno() >= 0:
+            self.sock.close()
 
 
 def allreduce(comm, array):

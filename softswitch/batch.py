@@ -52,9 +52,9 @@ _FIXED_COLS = np.array([12, 13, 16, 17, 23, 36, 37, 38, 39, AGG, AGG + 1, AGG + 
 _IP_LEN, _UDP_LEN = FRAME - wire.ETH_BYTES, FRAME - wire.ETH_BYTES - wire.IPV4_BYTES
 _FIXED = np.array([0x08, 0x00, _IP_LEN >> 8, _IP_LEN & 0xFF, 17, wire.UDP_PORT >> 8, wire.UDP_PORT & 0xFF,
                    _UDP_LEN >> 8, _UDP_LEN & 0xFF, 0, 0, 0], dtype=np.uint8)
-# ... and masked bytes: IHL 5 (the version nibble is not checked, as in parser.p4), not SPARSE nor ATP
+# ... and masked bytes: IHL 5 (the version nibble is not checked, as in parser.p4), and no
+# flag of another scheme's branch (the pipeline's BRANCHES: DenseBatch's `other_flags`)
 _MASK_COLS = np.array([IP, FLAGS_OFF])
-_MASKS = np.array([0x0F, FLAG_SPARSE | wire.CONST["AGG_FLAG_ATP"]], dtype=np.uint8)   # nor another branch's
 _MASKED = np.array([5, 0], dtype=np.uint8)
 
 
@@ -68,8 +68,11 @@ def _fold(s: np.ndarray) -> np.ndarray:
 class DenseBatch:
     """Pipeline.process_batch: `run(port, rows, lens)` or None (see the module doc)."""
 
-    def __init__(self, pipeline):
+    def __init__(self, pipeline, other_flags: int = FLAG_SPARSE):
+        """other_flags: the agg_h flags that select another branch than the dense one (the
+        pipeline's BRANCHES); a frame with any of them is declined."""
         p = pipeline
+        self._masks = np.array([0x0F, other_flags], dtype=np.uint8)
         self.agg_job, self.mc, self.drop_sim = p.agg_job, p.mc, p.drop_sim
         self.agg_reply = p.aggregate.agg_reply
         regs = p.register_arrays
@@ -131,7 +134,7 @@ class DenseBatch:
         hdr = rows[:, :DATA_OFF]
         fixed = _FIXED.copy()
         fixed[9:] = hdr[0, AGG:AGG + 3]
-        if not ((hdr[:, _FIXED_COLS] == fixed).all() and ((hdr[:, _MASK_COLS] & _MASKS) == _MASKED).all()):
+        if not ((hdr[:, _FIXED_COLS] == fixed).all() and ((hdr[:, _MASK_COLS] & self._masks) == _MASKED).all()):
             return None
         if (hdr[:, FLAGS_OFF] & FLAG_LEAD).any():
             return None                                   # a sparse lead registers the child's next

@@ -84,7 +84,7 @@ class Pipeline:
         self.registers = {name: reg.data for name, reg in self.register_arrays.items()}
         self.counters = {name: c.packets for name, c in self.counter_arrays.items()}
         self._cli = cli.Cli(self)
-        self._batch = DenseBatch(self)
+        self._batch = DenseBatch(self, other_flags=_ROLE_FLAGS | _OWN_FLAGS)   # every branch's flag but dense's 0
         # flags & _ROLE_FLAGS -> the branch's ingress(port, frame, role); flags & _OWN_FLAGS ->
         # ingress(port, frame) of a branch with its own table
         self._branch = {flag: getattr(self, attr).ingress for flag, attr, role in BRANCHES.values() if role}
