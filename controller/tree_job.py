@@ -503,9 +503,11 @@ class TreeJob(Job):
             self._publish()
             t5 = time.monotonic()
         except BaseException:                     # the holds would end by themselves, later
-            self._after_failed_reroute(new)
-            _drain(unread)
-            _release(self.clients, held)
+            _drain(unread)                         # first: the sockets answer in order
+            try:
+                self._after_failed_reroute(new)
+            finally:
+                _release(self.clients, held)
             raise
         phases = {"freeze_ms": t3 - t_a, "snapshot_ms": t4 - t3, "entries_ms": t2 - t1, "preload_ms": t5 - t4,
                   "boost_ms": boost, "first_round_ms": t_r1 - t_a, "preload_build_ms": t_r3 - t4,
