@@ -25,6 +25,7 @@ class RunState:
     outcome: str = ""
     cancelled: bool = False
     counters: dict = field(default_factory=dict)     # switch -> agg counters when it started
+    finished: threading.Event = field(default_factory=threading.Event)
 
 
 class Actions:
@@ -76,7 +77,9 @@ class Actions:
     # -- allreduce --------------------------------------------------------------------
     @property
     def running(self) -> bool:
-        return self._external or (self.thread is not None and self.thread.is_alive())
+        """An allreduce runs. Why not Thread.is_alive: a join that Ctrl-C interrupted leaves the
+        thread marked stopped while it runs on (Python 3.11's threading, bpo-45274's fix)."""
+        return self._external or (self.thread is not None and not self.run.finished.is_set())
 
     def run_here(self, fn):
         """Run `fn()` (the caller's own allreduce) in this thread, shown as running meanwhile."""
@@ -120,6 +123,7 @@ class Actions:
             if self._cancelling.is_set():
                 run.cancelled = True
                 run.outcome = "allreduce cancelled: its workers were stopped; network, failed links and epoch are as they were"
+            run.finished.set()
             if not (self.session.cancelled.is_set() and not self._cancelling.is_set()):   # the lab is closing: quiet
                 self.say(run.outcome)
 
@@ -136,9 +140,9 @@ class Actions:
             return "no allreduce is running"
         self._cancelling.set()
         self.session.cancel()
-        self.thread.join(timeout)
+        stopped = self.run.finished.wait(timeout)
         self.session.cancelled.clear()
-        return "" if not self.thread.is_alive() else "the allreduce is still stopping"
+        return "" if stopped else "the allreduce is still stopping"
 
 
 @dataclass

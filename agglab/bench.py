@@ -53,7 +53,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ground import lifeline, schemes, wire
+from ground import lifeline, netlease, schemes, wire
 from ground.paths import REPO, RESULTS
 
 SECTIONS = ("pipeline", "daemon", "wire", "wide", "reroute", "switchfail", "policer", "chaos", "build", "sparse",
@@ -450,11 +450,14 @@ def bench_sparse(a) -> list[dict]:
 
 
 def bench_trees(_a) -> list[dict]:
-    res = subprocess.run([sys.executable, "-m", "controller.trees.bench"], cwd=REPO,
+    """Tree computation time per topology and algorithm (controller/trees/bench.py), each a
+    figure in the JSON (informational: no target)."""
+    res = subprocess.run([sys.executable, "-m", "controller.trees.bench", "--json"], cwd=REPO, check=True,
                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)),
                          preexec_fn=lifeline.preexec(bound_to_thread=True))
-    print(res.stdout.rstrip(), flush=True)
-    return []                               # printed only: its own table
+    rows = [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
+    return [figure(f"trees {r['algorithm']} on {r['topology']}, {r['workers']} workers", r["ms"], "ms",
+                   scale=f"{r['trees']} tree(s), median of the repeats", trees=r["trees"]) for r in rows]
 
 
 def bench_bmv2(a) -> list[dict]:
@@ -535,11 +538,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--elements", type=int, default=1_000_000, help="int32 per worker (wire, sparse)")
     ap.add_argument("--rates", default="5,10,20,40", help="link rates of the wire section, Mb/s")
     ap.add_argument("--wide-rates", default="20,40,80", help="link rates of the wide section, Mb/s")
-    ap.add_argument("--reroute-elements", type=int, default=200_000)
+    ap.add_argument("--reroute-elements", type=int, default=200_000,
+                    help="int32 per worker of the reroute and switchfail runs (default 200000)")
     ap.add_argument("--bmv2-reroute-runs", type=int, default=3, help="runs per pipeline (bmv2-reroute)")
     ap.add_argument("--switchfail-kills", type=int, default=3, help="kills per pipeline (switchfail)")
     ap.add_argument("--switchfail-bw", type=float, default=None, help="link Mb/s (switchfail; default unshaped)")
-    ap.add_argument("--daemon-seconds", type=float, default=5.0)
+    ap.add_argument("--daemon-seconds", type=float, default=5.0,
+                    help="seconds the daemon section's senders run (default 5)")
     ap.add_argument("--policer-frames", type=int, default=100_000, help="flood frames (policer)")
     ap.add_argument("--policer-runs", type=int, default=3, help="runs with and without the policer (policer)")
     ap.add_argument("--chaos-seeds", type=int, default=20, help="seeds of the fault schedule (chaos)")
@@ -584,6 +589,12 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, KeyError, TypeError) as exc:
             print(f"agglab bench: --compare {a.compare} is not a bench result ({exc})", file=sys.stderr)
             return 2
+    if os.geteuid() == 0 and any(s in ROOT_SECTIONS for s in a.sections):
+        try:                                         # its network sections would each be refused
+            netlease.refuse_if_busy()
+        except netlease.NetworkBusy as exc:
+            print(f"agglab bench: {exc}", file=sys.stderr)
+            return exc.exit_code
     report = {**environment(), "figures": [], "skipped": []}
     for section in a.sections:
         if section in ROOT_SECTIONS and os.geteuid() != 0:

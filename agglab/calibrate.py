@@ -12,11 +12,20 @@ agent's default (128) a few-Mb/s link queues a whole window (160 ms at 2 Mb/s), 
 workers' timers fire and duplicates fill the link: measured here, 8 workers at 2 Mb/s ran at
 76% of the ideal with 3458 retransmissions at window 128 and at 92% with 96 at window 16.
 
-Search: rates step up by `factor` from `start` while runs stay faithful; then a bisection
-between the last faithful and the first unfaithful rate (`--refine` steps). Each rate
-runs a gradient sized for `seconds` of wire time, so every probe costs about the same.
+Search: rates step up by `factor` from `start` while runs stay faithful, or down from it
+(at most `--down` steps) while they do not; then a bisection between the faithful and the
+unfaithful rate next to it (`--refine` steps). Each rate runs a gradient sized for
+`seconds` of wire time, so every probe costs about the same.
 The result goes to emulation.fidelity.calibration_path() (results/calibration.json in the
 checkout, or $AGGLAB_CALIBRATION).
+
+Shape: by default 8 workers on one switch, the record the experiments scale every trend by.
+`--topology fattree --k 8 --workers 128 --tree rat` calibrates that run's own shape instead
+(stored under `shapes` in the same file, emulation.fidelity.ceiling_for): the CPU a shape
+needs per link-second grows with its workers and switches (every worker's agent, and about
+1.6 frames through switches per worker frame on a k=8 fat-tree), so a large shape is
+faithful only at lower rates. The analytic time is the same: in a tree every link carries
+one frame per block each way, as a worker's own link does.
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ import platform
 import sys
 import time
 
-from emulation.fidelity import save_calibration, switchml_wire_seconds
+from emulation.fidelity import save_calibration, save_shape_calibration, shape_key, switchml_wire_seconds
 from ground import wire
 
 
@@ -36,58 +45,87 @@ def elements_for(rate_mbps: float, seconds: float) -> int:
     return max(wire.K, int(frames) * wire.K)
 
 
-def probe(rate: float, workers: int, seconds: float, tolerance: float, log, window: int | None = None) -> dict:
-    """One allreduce at `rate`: its time against the analytic wire time, and its fidelity."""
+DEFAULT_SHAPE = {"topology": "single"}
+
+
+def probe(rate: float, workers: int, seconds: float, tolerance: float, log, window: int | None = None,
+          shape: dict | None = None) -> dict:
+    """One allreduce at `rate` on `shape` (RunSpec fields: topology, k, tree; default one
+    switch): its time against the analytic wire time, and its fidelity."""
     from emulation.session import run_allreduce
 
+    from ground.runspec import DEFAULT_WINDOW
+
     elements = elements_for(rate, seconds)
-    ideal = switchml_wire_seconds(elements, rate)
-    result = run_allreduce(workers=workers, elements=elements, bw=rate, window=window)
+    ideal = switchml_wire_seconds(elements, rate, window or DEFAULT_WINDOW)
+    result = run_allreduce(workers=workers, elements=elements, bw=rate, window=window,
+                           **(shape or DEFAULT_SHAPE))
     took = result.get("seconds") or float("inf")
     fid = result.get("fidelity") or {}
     faithful = bool(result.get("ok")) and took <= ideal * (1 + tolerance) and bool(fid.get("link_bound"))
     print(f"  {rate:g} Mb/s: {elements} int32 x {workers} workers in {took:.2f} s, analytic {ideal:.2f} s "
           f"({ideal / took:.0%} of ideal), {result.get('retransmissions')} retransmissions; "
           f"{fid.get('reason', 'no fidelity record')} -> "
-          f"{'faithful' if faithful else 'NOT faithful'}", file=log, flush=True)
+          f"{'faithful' if faithful else 'NOT faithful'}"
+          + ("" if result.get("ok") else f"; {(result.get('errors') or ['not ok'])[0].splitlines()[0][:200]}"),
+          file=log, flush=True)
     return {"rate_mbps": rate, "elements": elements, "seconds": took, "analytic_seconds": round(ideal, 4),
             "faithful": faithful, "fidelity": fid, "ok": bool(result.get("ok"))}
 
 
-def calibrate(workers: int = 8, start: float = 2.0, factor: float = 2.0, limit: float = 200.0,
-              refine: int = 2, seconds: float = 3.0, tolerance: float = 0.10, window: int | None = 16,
-              log=sys.stderr) -> dict:
-    """Step up, then bisect; returns (and stores) the calibration record."""
+def search(try_rate, start: float, factor: float, limit: float, refine: int, down: int = 4):
+    """(good, bad, probes): the highest faithful rate found and the lowest unfaithful one above
+    it (None when there is none). `try_rate(rate)` runs one probe and returns its record.
+    Up by `factor` from `start` while faithful; if `start` is not, down while not (at most
+    `down` steps); then `refine` bisections between the two."""
     probes, good, bad = [], None, None
     rate = start
     while rate <= limit:
-        p = probe(rate, workers, seconds, tolerance, log, window)
+        p = try_rate(rate)
         probes.append(p)
-        if p["faithful"]:
-            good, bad = rate, None
-        else:
+        if not p["faithful"]:
             bad = rate
-            if good is not None:
-                break
-            # unfaithful below any faithful rate: very slow links can lose to the workers'
-            # retransmission timers (a full window queued at the link); keep climbing a little
-            if len(probes) >= 3:
-                break
+            break
+        good = rate
         rate *= factor
+    if good is None:                       # the start was too fast for this shape: go down
+        for _ in range(down):
+            rate = round(rate / factor, 4)
+            p = try_rate(rate)
+            probes.append(p)
+            if p["faithful"]:
+                good = rate
+                break
+            bad = rate
     for _ in range(refine if good and bad else 0):
-        mid = round((good + bad) / 2, 3)
-        p = probe(mid, workers, seconds, tolerance, log, window)
+        mid = round((good + bad) / 2, 4)
+        p = try_rate(mid)
         probes.append(p)
         good, bad = (mid, bad) if p["faithful"] else (good, mid)
+    return good, bad, probes
+
+
+def calibrate(workers: int = 8, start: float = 2.0, factor: float = 2.0, limit: float = 200.0,
+              refine: int = 2, seconds: float = 3.0, tolerance: float = 0.10, window: int | None = 16,
+              log=sys.stderr, shape: dict | None = None, down: int = 4) -> dict:
+    """Step up (or down), then bisect; returns (and stores) the calibration record. `shape`
+    (topology, k, tree) other than one switch is stored as that shape's ceiling."""
+    good, bad, probes = search(lambda rate: probe(rate, workers, seconds, tolerance, log, window, shape),
+                               start, factor, limit, refine, down)
+    shape = {**DEFAULT_SHAPE, **(shape or {})}
     record = {"ceiling_mbps": good, "workers": workers, "window": window, "tolerance": tolerance,
+              "shape": {**shape, "workers": workers},
               "when": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "host": platform.node(),
               "cores": os.cpu_count(), "load_average": list(os.getloadavg()), "probes": probes,
               "note": ("no rate was faithful: the ceiling is unknown, experiments fall back to the default"
                        if good is None else f"first unfaithful rate: {bad} Mb/s" if bad else
                        f"faithful up to the search limit {limit} Mb/s")}
+    default = shape == DEFAULT_SHAPE
     if good is not None:
-        path = save_calibration(record)
-        print(f"fidelity ceiling: {good:g} Mb/s per link ({workers} workers on one switch) -> {path}", file=log)
+        key = shape_key(shape["topology"], workers, shape.get("k"), shape.get("tree"))
+        path = save_calibration(record) if default else save_shape_calibration(key, record)
+        where = f"{workers} workers on one switch" if default else key
+        print(f"fidelity ceiling: {good:g} Mb/s per link ({where}) -> {path}", file=log)
     else:
         print("no rate was faithful (is the machine overloaded?); nothing stored", file=log)
     return record
@@ -100,24 +138,42 @@ def main(args) -> int:
     if args.workers < 2 or args.start <= 0 or args.factor <= 1 or args.limit < args.start:
         print("agglab calibrate: need --workers >= 2, --start > 0, --factor > 1, --limit >= --start", file=sys.stderr)
         return 2
-    print(f"calibrating: {args.workers} workers on one switch, rates from {args.start:g} Mb/s x{args.factor:g} "
-          f"(at most {args.limit:g}), faithful = within {args.tolerance:.0%} of the analytic wire time and "
-          "bottleneck >= 90% busy", file=sys.stderr)
+    shape = {"topology": args.topology, **({"k": args.k} if args.k is not None else {}),
+             **({"tree": args.tree} if args.tree else {})}
+    try:                                     # bad shapes: one line before any network is built
+        from emulation.session import graph_for
+        from ground.runspec import RunSpec
+
+        graph_for(RunSpec(workers=args.workers, bw=args.start, **shape))
+    except ValueError as exc:
+        print(f"agglab calibrate: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    where = "on one switch" if args.topology == "single" else f"on {shape_key(args.topology, args.workers, args.k, args.tree)}"
+    print(f"calibrating: {args.workers} workers {where}, rates from {args.start:g} Mb/s x{args.factor:g} "
+          f"(at most {args.limit:g}, or down at most {args.down} steps), faithful = within {args.tolerance:.0%} "
+          "of the analytic wire time and bottleneck >= 90% busy", file=sys.stderr)
     record = calibrate(args.workers, args.start, args.factor, args.limit, args.refine, args.seconds, args.tolerance,
-                       args.window)
+                       args.window or None, shape=shape, down=args.down)
     return 0 if record["ceiling_mbps"] else 1
 
 
 def add_parser(sub) -> None:
     c = sub.add_parser("calibrate", help="measure this machine's fidelity ceiling (fastest faithful link rate) "
                        "and store it for the experiments")
-    c.add_argument("--workers", type=int, default=8, help="workers on one switch (default 8)")
+    c.add_argument("--workers", type=int, default=8, help="workers (default 8)")
+    c.add_argument("--topology", default="single", help="the shape to calibrate: single (default: 8 workers on one "
+                   "switch, the record experiments scale by), leafspine, fattree, bcube; other shapes are stored "
+                   "as that shape's own ceiling")
+    c.add_argument("--k", type=int, default=None, help="fat-tree / BCube parameter of --topology")
+    c.add_argument("--tree", default=None, help="aggregation tree of the runs (default spt)")
+    c.add_argument("--down", type=int, default=4, help="steps down from --start when it is not faithful (default 4)")
     c.add_argument("--start", type=float, default=2.0, help="first rate in Mb/s (default 2)")
     c.add_argument("--factor", type=float, default=2.0, help="step-up factor (default 2)")
     c.add_argument("--limit", type=float, default=200.0, help="highest rate tried, Mb/s (default 200)")
     c.add_argument("--refine", type=int, default=2, help="bisection steps after the step-up (default 2)")
     c.add_argument("--seconds", type=float, default=3.0, help="wire time of each probe (default 3 s)")
-    c.add_argument("--window", type=int, default=16, help="outstanding slots per worker (default 16, as the "
+    c.add_argument("--window", type=int, default=16, help="outstanding slots per worker, 0 the agents' default "
+                   "(default 16, as the "
                    "trend definitions use: a full default window queued at a few-Mb/s link outlasts the "
                    "workers' retransmission timers, and the duplicates, not the data, fill the link)")
     c.add_argument("--tolerance", type=float, default=0.10, help="allowed excess over the analytic time (default 0.10)")

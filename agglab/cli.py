@@ -58,7 +58,6 @@ def _needs_root(cmd: str) -> bool:
 
 
 def _allreduce(args) -> int:
-    from controller.switch_client import SwitchCommandError
     from controller.trees.base import TreeError
     from emulation.session import run_spec
 
@@ -77,10 +76,6 @@ def _allreduce(args) -> int:
             result = run_spec(spec, quiet=args.json, progress=args.progress or sys.stderr.isatty())
     except (ValueError, TreeError) as exc:       # TopologyError is a ValueError
         return _bad_input("allreduce", exc)
-    except SwitchCommandError as exc:            # a switch's control channel failed outside a handled failure
-        print(f"agglab allreduce: a switch stopped answering its controller: {str(exc).splitlines()[0]}",
-              file=sys.stderr)
-        return 1
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:
@@ -107,7 +102,7 @@ def _print_human(r: dict) -> None:
     if len(jobs) > 1:
         for j in jobs:
             print(f"  job {j['job']} ({len(j['hosts'])} workers on {','.join(j['hosts'])}, slots "
-                  f"{j['slot_base']}..{j['slot_base'] + j['slots'] - 1}, loss {j['loss']}): "
+                  f"{j['slot_base']}..{j['slot_base'] + j['slots'] - 1}, packet loss {j['loss'] * 100:g}%): "
                   f"{'exact' if j['exact'] else 'NOT EXACT'} in {j['seconds']:.3f} s, "
                   f"{j['retransmissions']} retransmissions")
     print(f"{'exact' if r['exact'] else 'NOT EXACT'}: "
@@ -166,12 +161,15 @@ def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
     opt = parser.add_argument
     opt("--workers", type=int, default=d["workers"], help=f"number of worker hosts (default {d['workers']})")
     opt("--elements", type=int, default=d["elements"], help=f"array length per worker (default {d['elements']})")
-    opt("--dtype", choices=DTYPES, default=d["dtype"])
+    opt("--dtype", choices=DTYPES, default=d["dtype"], help=f"gradient type: int32 sums exactly, float32 "
+        f"travels as SwitchML fixed point (default {d['dtype']})")
     opt("--loss", type=float, default=d["loss"], help="drop probability per packet and direction, "
         "applied by the switch's drop simulator (default 0)")
-    opt("--backend", choices=BACKENDS, default=d["backend"])
-    opt("--window", type=int, default=d["window"], help="outstanding slots per worker")
-    opt("--seed", type=int, default=d["seed"])
+    opt("--backend", choices=BACKENDS, default=d["backend"], help="data plane: the software switch or BMv2 "
+        f"simple_switch (default {d['backend']})")
+    opt("--window", type=int, default=d["window"], help="outstanding slots per worker (default: "
+        + (f"{d['window']}" if d["window"] is not None else "the algorithm's own, ground/runspec.py") + ")")
+    opt("--seed", type=int, default=d["seed"], help=f"seed of the workers' input arrays (default {d['seed']})")
     opt("--give-up", type=float, default=d["give_up"], help="seconds without progress before a worker "
         "gives up with an error")
     opt("--bw", type=float, default=d["bw"], help="link rate in Mb/s (tc htb); default unlimited")
@@ -214,6 +212,9 @@ def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
     opt("--keep", metavar="DIR", default=d["keep"],
         help="when the run ends, keep its directory in DIR (new or empty): per-switch logs, the "
              "control commands sent, events, worker logs and reports, the JSON result")
+    opt("--cluster", metavar="FILE", default=d["cluster"],
+        help="run the network on the servers of this cluster file (YAML list of servers: address, user, "
+             "cores; `agglab cluster local up` makes a practice one); see docs/guide/cluster.md")
     opt("--pcap", action="store_true", default=d["pcap"] or None,
         help="the switches write per-port pcaps (DIR/pcaps/IFNAME_in.pcap, _out.pcap; with --keep)")
 
@@ -251,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_calibrate(sub)
 
     c = sub.add_parser("clean", help="remove what crashed runs left behind (idempotent)")
-    c.add_argument("--all", action="store_true", help="also stop runs whose owner is still alive")
+    c.add_argument("--all", action="store_true", help="also stop runs whose owner is still alive, and delete interfaces named like agglab's that no run records (not while another network holds the machine)")
     c.set_defaults(func=_clean)
 
     d = sub.add_parser("doctor", help="check the installation")
@@ -262,13 +263,16 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("format", choices=["p4app"])
     x.add_argument("topology", help="single, leafspine, fattree, bcube or a YAML file")
     x.add_argument("--k", type=int, default=None, help="fat-tree k (default 4) or BCube level count k")
-    x.add_argument("--workers", type=int, default=8)
-    x.add_argument("--tree", default="rat", choices=SWITCH_TREES, help="tree algorithm (controller/trees/)")
+    x.add_argument("--workers", type=int, default=8, help="worker hosts the trees aggregate (default 8)")
+    x.add_argument("--tree", default="rat", choices=SWITCH_TREES,
+                   help="aggregation tree algorithm, a module of controller/trees/ (default rat)")
     x.add_argument("--bw", type=float, default=None, help="link rate in Mb/s written on every link")
     x.add_argument("--out", default="p4app", help="output directory (default ./p4app)")
     x.set_defaults(func=lambda args: __import__("agglab.export_p4app", fromlist=["main"]).main(args))
     from agglab.exercise import add_parser as add_exercise_parser   # teaching labs
     add_exercise_parser(sub)
+    from agglab.cluster_cmd import add_cluster_parser   # cluster mode (Mininet's cluster edition)
+    add_cluster_parser(sub)
     return ap
 
 
@@ -276,7 +280,17 @@ def main(argv: list[str] | None = None) -> int:
     from ground.interrupts import run_interruptible
 
     args = build_parser().parse_args(argv)
-    return run_interruptible(args.cmd, lambda: args.func(args))
+    try:
+        return run_interruptible(args.cmd, lambda: args.func(args))
+    except Exception as exc:
+        # a switch's control channel failed outside a handled failure (a hang or death is
+        # handled by the switch watcher and probe): one line, not a traceback
+        client = sys.modules.get("controller.switch_client")
+        if client is None or not isinstance(exc, client.SwitchCommandError):
+            raise
+        print(f"agglab {args.cmd}: a switch stopped answering its controller: {str(exc).splitlines()[0]}",
+              file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ def add_parser(sub) -> None:
 def failed_links(fails: list[str] | None, g, algorithm: str, workers: list[str], seed: int) -> list[tuple[str, str]]:
     """The links `--fail` names, in order: A-B (a fraction @F is accepted and ignored: a
     drawing has no progress), or tree[@F] for the link `--fail tree@F` would take down on
-    the trees in force at that point (jobs.pick_link, as the run picks it)."""
+    the trees in force at that point (job_protocol.pick_link, as the run picks it)."""
     from controller.drawing import after_failures
     from controller.job_protocol import pick_link
 

@@ -237,8 +237,10 @@ def check(ex: Exercise, work: Path, bmv2: str = "auto", timeout: float = 600) ->
 def grade(ex: Exercise, checks: list[dict]) -> dict:
     passed = sum(1 for c in checks if c["ok"] and not c.get("skipped"))
     skipped = sum(1 for c in checks if c.get("skipped"))
+    ungraded = [c["name"] for c in checks if c.get("skipped")]
     return {"exercise": ex.number, "slug": ex.slug, "passed": passed, "skipped": skipped, "total": len(checks),
-            "ok": bool(checks) and all(c["ok"] for c in checks), "checks": checks}
+            "ok": bool(checks) and all(c["ok"] for c in checks), "complete": not ungraded,
+            "ungraded": ungraded, "checks": checks}
 
 
 def show(result: dict, verbose: bool = False) -> str:
@@ -254,11 +256,19 @@ def show(result: dict, verbose: bool = False) -> str:
             lines.append("      " + c["detail"])
         elif c.get("detail") and not c.get("skipped"):
             lines.append("      " + c["detail"].splitlines()[0])
-    verdict = "all checks pass" if result["ok"] else "not yet"
-    skipped = f" ({result['skipped']} skipped)" if result.get("skipped") else ""
     if hidden and not verbose:
         lines.append(f"(the packets sent, expected and got: agglab exercise check {result['exercise']} --verbose)")
-    lines.append(f"exercise {result['exercise']}: {result['passed']}/{result['total']} checks pass{skipped}: {verdict}")
+    graded = result["total"] - result.get("skipped", 0)
+    head = f"exercise {result['exercise']}: {result['passed']} of {graded} graded checks pass"
+    if not result["ok"]:
+        lines.append(f"{head}: not yet")
+    elif result.get("skipped"):
+        # never "all pass" about code that was not run: say what was left out, and why
+        why = next(c["detail"] for c in result["checks"] if c.get("skipped")).split(" (still TODO)")[0]
+        lines.append(f"{head}; {result['skipped']} NOT graded here ({why}): the graded part passes, "
+                     "the SKIP lines above are unchecked")
+    else:
+        lines.append(f"{head}: all checks pass")
     return "\n".join(lines)
 
 

@@ -253,10 +253,9 @@ class LabCLI(CLI):
     def do_wait(self, line):
         """wait: block until the background allreduce has finished, with a progress line
         (blocks done, %, rate, ETA); Ctrl-C stops the allreduce."""
-        thread = self.actions.thread
-        while thread is not None and thread.is_alive():
-            thread.join(0.5)
-            if thread.is_alive() and sys.stdout.isatty():
+        # not Thread.join: a join that Ctrl-C interrupts marks the thread stopped (Python 3.11)
+        while self.actions.running and not self.actions.run.finished.wait(0.5):
+            if sys.stdout.isatty():
                 sys.stdout.write("\r\x1b[K" + progress_line(self.session, self.actions))
                 sys.stdout.flush()
         if sys.stdout.isatty():
@@ -308,6 +307,7 @@ COUNTERS = {
     "rejected_worker": "worker field is not the port's rank",
     "rejected_from_parent": "not a result, on the parent port",
     "rejected_entry": "the entry's child index does not fit the bitmap",
+    "rejected_policed": "from a port in no job, over that port's meter (the policer)",
 }
 
 

@@ -26,8 +26,8 @@ def add_train_parser(sub) -> None:
     t.add_argument("--model", default="mlp", help="mlp (trained on --dataset), or with --profile-only: "
                    f"{', '.join(PROFILE_MODELS)} or a profile .yaml")
     t.add_argument("--dataset", default="digits", choices=["digits"], help="scikit-learn's digits (shipped)")
-    t.add_argument("--workers", type=int, default=4)
-    t.add_argument("--algorithm", default="switchml",
+    t.add_argument("--workers", type=int, default=4, help="worker hosts, each training its shard (default 4)")
+    t.add_argument("--algorithm", default=schemes.DEFAULT,
                    help=f"aggregation scheme: {schemes.help_text()} (with --topk F only the top F of the "
                    "blocks travel)")
     t.add_argument("--dtype", choices=["int32", "float32"], default="int32",
@@ -35,27 +35,33 @@ def add_train_parser(sub) -> None:
                         "(default); float32: the switch's float path")
     t.add_argument("--topk", type=float, default=1.0, metavar="F",
                    help="send only the fraction F of gradient blocks with the largest norm (error feedback)")
-    t.add_argument("--steps", type=int, default=120)
+    t.add_argument("--steps", type=int, default=120, help="training steps, one allreduce each (default 120)")
     t.add_argument("--batch", type=int, default=32, help="samples per worker and step")
-    t.add_argument("--lr", type=float, default=0.5)
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--lr", type=float, default=0.5, help="learning rate of plain SGD (default 0.5)")
+    t.add_argument("--seed", type=int, default=0, help="seed of the data split and initial parameters (default 0)")
     t.add_argument("--loss", type=float, default=0.0, help="drop probability per packet and direction")
     t.add_argument("--fail", action="append", metavar="A-B@FRACTION",
                    help="take link A-B down at FRACTION of the training steps ('tree@0.5': a tree link)")
-    t.add_argument("--topology", default="single")
-    t.add_argument("--k", type=int, default=None)
+    t.add_argument("--topology", default="single", help="single, leafspine, fattree, bcube or a YAML file "
+                   "(default single)")
+    t.add_argument("--k", type=int, default=None, help="fat-tree k (default 4) or BCube level count k")
     t.add_argument("--tree", default="spt", choices=SWITCH_TREES,
-                   help="aggregation tree algorithm (a module of controller/trees/)")
+                   help="aggregation tree algorithm, a module of controller/trees/ (default spt)")
     t.add_argument("--bw", type=float, default=None, help="emulated link rate in Mb/s (tc htb); "
                    "--profile-only defaults to 5")
-    t.add_argument("--backend", choices=["soft", "bmv2"], default="soft")
-    t.add_argument("--give-up", type=float, default=10.0)
+    t.add_argument("--backend", choices=["soft", "bmv2"], default="soft",
+                   help="data plane: the software switch or BMv2 simple_switch (default soft)")
+    t.add_argument("--give-up", type=float, default=10.0,
+                   help="seconds without progress before a worker gives up with an error (default 10)")
     t.add_argument("--keep", metavar="DIR", default=None, help="keep the run directory in DIR (new or empty): "
                    "switch logs, SWITCH.commands, events.log, worker logs (as `agglab allreduce --keep`)")
     t.add_argument("--pcap", action="store_true", help="per-port pcaps into DIR/pcaps (with --keep)")
+    t.add_argument("--cluster", metavar="FILE", default=None, help="run the network on the servers of this "
+                   "cluster file (as `agglab allreduce --cluster`; docs/guide/cluster.md)")
     t.add_argument("--profile-only", action="store_true", help="simulate compute from the model's layer "
                    "profile; run only the gradient communication (through the network unless --no-network)")
-    t.add_argument("--scheduler", choices=["fifo", "pace", "both"], default="both")
+    t.add_argument("--scheduler", choices=["fifo", "pace", "both"], default="both",
+                   help="--profile-only: which gradient scheduler(s) to run (default both)")
     t.add_argument("--no-network", action="store_true", help="--profile-only: the pure model, no emulator")
     t.add_argument("--link-gbps", type=float, default=10.0, help="real-network link rate modelled (Gb/s)")
     t.add_argument("--alpha-us", type=float, default=50.0, help="start-up cost of one allreduce (us)")
@@ -67,9 +73,18 @@ def add_train_parser(sub) -> None:
     t.add_argument("--plan-cost", choices=["measured", "model"], default="measured",
                    help="plan the schedules with the emulated network's calibrated alpha+beta*s "
                         "(default) or with the modelled real network's")
-    t.add_argument("--out", default="results/train", help="directory for plots, traces and JSON")
-    t.add_argument("--json", action="store_true", help="print one JSON object")
+    t.add_argument("--out", default="results/train", help="directory the plot (train.png) or, with "
+                   "--profile-only, the PACE timeline and trace go to (default results/train); the "
+                   "result itself is printed, as one JSON object with --json")
+    t.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout")
     t.set_defaults(func=run_train)
+
+
+def _per_scheduler(ms) -> str:
+    """{'fifo': 126.656, 'pace': 105.14} -> 'FIFO 126.7 ms, PACE 105.1 ms' (a bare number as is)."""
+    if isinstance(ms, dict):
+        return ", ".join(f"{name.upper()} {value:.1f} ms" for name, value in ms.items())
+    return f"{ms:.1f} ms" if isinstance(ms, (int, float)) else str(ms)
 
 
 def _spec(args):
@@ -77,7 +92,8 @@ def _spec(args):
 
     return RunSpec(workers=args.workers, loss=args.loss, backend=args.backend, seed=args.seed,
                    give_up=args.give_up, bw=args.bw, topology=args.topology, k=args.k, tree=args.tree,
-                   algorithm=args.algorithm, fail=args.fail or [], keep=args.keep, pcap=args.pcap).validate()
+                   algorithm=args.algorithm, fail=args.fail or [], keep=args.keep, pcap=args.pcap,
+                   cluster=args.cluster).validate()
 
 
 def run_train(args) -> int:
@@ -149,15 +165,16 @@ def _print_human(r: dict) -> None:
             print(f"  emulated network measured at alpha {c['alpha_ms']} ms + {c['ms_per_mb']} ms/MB "
                   f"(real-network units; modelled alpha {r['alpha_us'] / 1e3} ms); schedules planned "
                   f"with the {r['plan_cost']} cost; {r['retransmissions']} retransmissions")
-        print(f"  iteration ms: {r['iteration_ms']} (pure model {r['model_iteration_ms']})")
+        print(f"  iteration time: {_per_scheduler(r['iteration_ms'])} "
+              f"(pure model: {_per_scheduler(r['model_iteration_ms'])})")
         if "speedup" in r:
             print(f"  PACE speed-up over FIFO: {r['speedup']}x (model {r['model_speedup']}x)")
         print(f"  timeline {r['timeline']}, trace {r['trace']} (Perfetto / chrome://tracing)")
         return
     verdict = "identical to" if r["max_abs_param_diff"] == 0 else "differs from"
     print(f"{'OK' if r['ok'] else 'MISMATCH'}: mlp on digits, {r['workers']} workers, {r['algorithm']} "
-          f"({r['dtype']}, top-k {r['topk']}), {r['steps']} steps in {r['seconds']} s, loss {r['loss']}, "
-          f"{r['retransmissions']} retransmissions")
+          f"({r['dtype']}, top-k {r['topk']}), {r['steps']} steps in {r['seconds']} s, "
+          f"packet loss {r['loss'] * 100:g}% per link direction, {r['retransmissions']} retransmissions")
     print(f"  test accuracy {r['final_accuracy']:.4f} through the switches vs {r['single_process_accuracy']:.4f} "
           f"in one process; parameters {verdict} the one-process run (max |diff| {r['max_abs_param_diff']:.3g})")
     for f in r.get("failures", []):

@@ -12,7 +12,7 @@ preloaded by controller/reroute/failover.py and controller/reroute/carry.py).
 
 from __future__ import annotations
 
-from controller.switch_client import SwitchClient
+from controller.switch_client import SwitchClient, parse_counter
 from softswitch.roles import REJECTS, JobEntry, job_entry  # noqa: F401 (the controller's name for them)
 
 STATS = ("contributions", "completions", "dup_dropped", "dup_answered", "rejected", "sim_dropped", "dup_up")
@@ -24,6 +24,19 @@ def read_stats(client: SwitchClient) -> dict[str, int]:
     stats = {name: client.counter_read("agg_stats", i) for i, name in enumerate(STATS)}
     stats.update(read_rejects(client))
     return stats
+
+
+def stats_lines() -> list[str]:
+    """read_stats as one batch of control lines (for a batch to many switches at once)."""
+    return ([f"counter_read agg_stats {i}" for i in range(len(STATS))]
+            + [f"counter_read agg_rejects {i}" for i in range(len(REJECTS))])
+
+
+def parse_stats(switch: str, outs: list[str]) -> dict[str, int]:
+    """The answers to stats_lines(), named as read_stats names them."""
+    values = [parse_counter(switch, out) for out in outs]
+    names = [*STATS, *(f"rejected_{name}" for name in REJECTS)]
+    return dict(zip(names, values))
 
 
 def read_rejects(client: SwitchClient) -> dict[str, int]:

@@ -26,6 +26,7 @@ import networkx as nx
 
 from ground import wire
 from ground.addresses import SERVICE_IP, SERVICE_MAC
+from ground.schemes import DEFAULT as DEFAULT_SCHEME
 from controller.addressing import interface_address
 from controller.aggregate import job_entry
 from controller.events import EventLog
@@ -143,7 +144,7 @@ class BmlJob(Job):
                 paths[h].write_text(json.dumps(self.relay_plan_for(h) if self.relay else self.plan_for(h)))
             return paths
 
-    def prepare(self, window: int, algorithm: str = "switchml") -> None:
+    def prepare(self, window: int, algorithm: str = DEFAULT_SCHEME) -> None:
         """Fresh registers on the live switches; `algorithm` as TreeJob.prepare (BML runs switchml)."""
         from controller.reroute import failover
 

@@ -38,18 +38,26 @@ PIPELINE_WINDOW = 256       # requests in flight per Thrift connection (answers 
 _ERROR = re.compile(r"Error|Invalid|exception|Traceback|\*\*\* Unknown")
 
 
+# Where simple_switch's Thrift server is: this machine, unless the switch runs on another
+# server (cluster mode passes that server's address, or a forwarded local port stays here)
+THRIFT_IP = "127.0.0.1"
+
+
 class Bmv2Client(SwitchClient):
     """One simple_switch's control plane; `via` says which of the three ways is in use."""
 
-    def __init__(self, name: str, thrift_port: int, timeout: float = 10.0, api=None, via: str | None = None):
-        """Connect to simple_switch on `thrift_port`, or use an `api` object already connected
-        (`via` "p4-utils" or "runtime_CLI", as returned by connect_api)."""
+    def __init__(self, name: str, thrift_port: int, timeout: float = 10.0, api=None, via: str | None = None,
+                 thrift_ip: str = THRIFT_IP):
+        """Connect to simple_switch on `thrift_ip:thrift_port`, or use an `api` object already
+        connected (`via` "p4-utils" or "runtime_CLI", as returned by connect_api). `thrift_ip`
+        is not 127.0.0.1 when the switch runs on another server (cluster mode)."""
         self.name = name
         self.thrift_port = thrift_port
+        self.thrift_ip = thrift_ip
         self._lock = threading.Lock()          # the controller and the lab may share a client
         if api is None:
-            _wait_for_port(name, thrift_port, timeout)
-            api, via = connect_api(name, thrift_port)
+            _wait_for_port(name, thrift_port, timeout, thrift_ip)
+            api, via = connect_api(name, thrift_port, thrift_ip)
         self.via = via or "runtime_CLI"
         self._api = api
         self._thrift = getattr(api, "client", None)     # the standard Thrift client under both APIs
@@ -120,7 +128,7 @@ class Bmv2Client(SwitchClient):
             return [_check(self.name, line, _p4utils_command(self._api, line)) for line in lines]
         if self.via == "runtime_CLI":
             return [_check(self.name, line, _captured(self._api.onecmd, line)[1]) for line in lines]
-        return _cli_session(self.name, self.thrift_port, lines)
+        return _cli_session(self.name, self.thrift_port, lines, self.thrift_ip)
 
     @contextlib.contextmanager
     def _corked(self):
@@ -289,12 +297,12 @@ class Bmv2Client(SwitchClient):
                 transport()
 
 
-def _wait_for_port(name: str, thrift_port: int, timeout: float) -> None:
+def _wait_for_port(name: str, thrift_port: int, timeout: float, thrift_ip: str = THRIFT_IP) -> None:
     """simple_switch opens its Thrift port once the program is loaded."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            socket.create_connection(("127.0.0.1", thrift_port), timeout=1).close()
+            socket.create_connection((thrift_ip, thrift_port), timeout=1).close()
             return
         except OSError:
             if time.monotonic() > deadline:
@@ -339,7 +347,7 @@ def add_bmv2_python_path() -> None:
             sys.path.append(path)
 
 
-def connect_api(name: str, thrift_port: int):
+def connect_api(name: str, thrift_port: int, thrift_ip: str = THRIFT_IP):
     """(api, via): p4-utils' SimpleSwitchThriftAPI, else BMv2's runtime_CLI, else (None, CLI program)."""
     add_bmv2_python_path()
     try:
@@ -350,16 +358,16 @@ def connect_api(name: str, thrift_port: int):
         if SimpleSwitchThriftAPI is not None:
             # p4-utils fixes the PRE to SimplePreLAG, which simple_switch serves; it reads the
             # program's JSON from the switch when json_path is not given
-            api, _ = _captured(SimpleSwitchThriftAPI, thrift_port, "127.0.0.1")
+            api, _ = _captured(SimpleSwitchThriftAPI, thrift_port, thrift_ip)
             return api, "p4-utils"
-        return _runtime_cli_api(thrift_port), "runtime_CLI"
+        return _runtime_cli_api(thrift_port, thrift_ip), "runtime_CLI"
     except ImportError:
         return None, "simple_switch_CLI"
     except SystemExit as exc:           # both exit on connection errors
         raise SwitchCommandError(f"{name}: Thrift connection to port {thrift_port} failed") from exc
 
 
-def _runtime_cli_api(thrift_port: int):
+def _runtime_cli_api(thrift_port: int, thrift_ip: str = THRIFT_IP):
     """BMv2's runtime_CLI API on a connection of our own: the same services as
     simple_switch_CLI, over Thrift's accelerated binary protocol (C encoding and decoding,
     where python3-thrift has it: a 131,072-cell register reads in ~40 ms instead of ~105)."""
@@ -370,7 +378,7 @@ def _runtime_cli_api(thrift_port: int):
 
     services = runtime_CLI.RuntimeAPI.get_thrift_services(runtime_CLI.PreType.SimplePreLAG)
     services.extend(SimpleSwitchAPI.get_thrift_services())
-    transport = TTransport.TBufferedTransport(TSocket.TSocket("127.0.0.1", thrift_port))
+    transport = TTransport.TBufferedTransport(TSocket.TSocket(thrift_ip, thrift_port))
     protocol = getattr(TBinaryProtocol, "TBinaryProtocolAccelerated", TBinaryProtocol.TBinaryProtocol)(transport)
     std, mc, ss = (cls(TMultiplexedProtocol.TMultiplexedProtocol(protocol, name)) for name, cls in services)
     try:
@@ -425,14 +433,14 @@ def _describe(verb: str, args: list[str], result) -> str:
     return ""
 
 
-def _cli_session(name: str, thrift_port: int, lines: list[str]) -> list[str]:
+def _cli_session(name: str, thrift_port: int, lines: list[str], thrift_ip: str = THRIFT_IP) -> list[str]:
     """All lines through one simple_switch_CLI process; answers split at its prompts."""
     if not lines:
         return []
     cli = find_bmv2_tool("simple_switch_CLI")
     if not cli:
         raise SwitchCommandError("simple_switch_CLI not found (is BMv2 installed?)")
-    proc = subprocess.run([cli, "--thrift-port", str(thrift_port)], input="\n".join(lines) + "\n",
+    proc = subprocess.run([cli, "--thrift-ip", thrift_ip, "--thrift-port", str(thrift_port)], input="\n".join(lines) + "\n",
                           capture_output=True, text=True, timeout=60 + len(lines) // 50)
     answers = [part.strip() for part in proc.stdout.split("RuntimeCmd: ")[1:1 + len(lines)]]
     if proc.returncode != 0 or len(answers) != len(lines):

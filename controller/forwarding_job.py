@@ -95,10 +95,13 @@ class ForwardingJob(Job):
     """The host baselines' job (controller/job_protocol.py interface): IP routes, no trees, no slots."""
 
     def __init__(self, graph: nx.Graph, clients: dict[str, SwitchClient], workers: list[str], window: int,
-                 epoch_file: Path, job: int = 0, events: EventLog | None = None, algorithm: str = "ps"):
+                 epoch_file: Path, job: int = 0, events: EventLog | None = None, algorithm: str = "ps",
+                 pairs: list[tuple[str, str]] | None = None):
+        """pairs: the host pairs the traffic flows between, when `algorithm` is not in TRAFFIC
+        (a subclass's own scheme)."""
         super().__init__(events)
         self.g, self.clients, self.workers = graph, clients, workers
-        self.algorithm, self.pairs = algorithm, TRAFFIC[algorithm](workers)
+        self.algorithm, self.pairs = algorithm, pairs if pairs is not None else TRAFFIC[algorithm](workers)
         self.window, self.job = window, job
         self.epoch_file = Path(epoch_file)    # never written: ring/ps workers have no epochs to watch
         self.handles: dict[str, dict[str, tuple[int, str, int]]] = {}    # switch -> prefix -> (handle, mac, port)

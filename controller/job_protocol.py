@@ -24,6 +24,7 @@ from typing import Iterator
 
 import networkx as nx
 
+from ground.schemes import DEFAULT as DEFAULT_SCHEME
 from controller import aggregate
 from ground.runspec import only_edge_switches
 from controller.events import EventLog
@@ -70,7 +71,7 @@ class Job(ABC):
         """Compute and install what the job needs in the switches; returns self."""
 
     @abstractmethod
-    def prepare(self, window: int, algorithm: str = "switchml") -> None:
+    def prepare(self, window: int, algorithm: str = DEFAULT_SCHEME) -> None:
         """Before each allreduce: fresh registers, `window` slots per worker (and, where the
         job reroutes, what a reroute carries for the allreduce `algorithm`)."""
 

@@ -18,6 +18,7 @@ import networkx as nx
 from controller import topologies, tree_install, trees
 from controller.job_protocol import partitions
 from controller.topology import switches, workers as worker_hosts
+from ground import wire
 from ground.runspec import BCUBE_TREE, RunSpec
 
 
@@ -36,6 +37,10 @@ def check_run(spec: RunSpec | CheckedRun) -> CheckedRun:
     if isinstance(spec, CheckedRun):
         return spec
     spec.validate()
+    if not spec.host_baseline and spec.workers > wire.MAX_RANKS:
+        raise ValueError(f"--workers {spec.workers}: a job's ranks travel in the aggregation header's "
+                         f"worker field, so at most {wire.MAX_RANKS} workers per job aggregate in the network "
+                         "(--algorithm ring or ps take more)")
     g = topologies.for_run(spec)
     _check_failure_names(spec, g)
     busiest = max(switches(g), key=g.degree)
@@ -48,6 +53,13 @@ def check_run(spec: RunSpec | CheckedRun) -> CheckedRun:
         BmlJob.check(g)
     else:
         check_failures(spec, g, first_links(spec, g))
+    if spec.cluster:                           # a bad cluster file fails before anything is built
+        from ground.cluster_file import load
+
+        load(spec.cluster)
+        if spec.backend != "soft":
+            raise ValueError("--cluster runs the software switch (--backend soft); BMv2 on a cluster is not "
+                             "wired up yet")
     if spec.keep:
         keep = Path(spec.keep)
         if keep.exists() and (not keep.is_dir() or any(keep.iterdir())):

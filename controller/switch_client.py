@@ -145,12 +145,7 @@ class SwitchClient(ABC):
 
     def counter_read(self, name: str, index: int) -> int:
         """Packets counted at index."""
-        out = self.command(f"counter_read {name} {index}")
-        # software switch: "BmCounterValue(packets=P, bytes=B)"; BMv2: "C[i]= (B bytes, P packets)"
-        match = re.search(r"packets=(\d+)", out) or re.search(r"(\d+) packets", out)
-        if not match:
-            raise SwitchCommandError(f"{self.name}: cannot parse counter_read output {out!r}")
-        return int(match.group(1))
+        return parse_counter(self.name, self.command(f"counter_read {name} {index}"))
 
     def mc_group(self, group: int, ports: list[int], rid: int = 0) -> int:
         """Create multicast group `group` replicating to `ports`; returns the node handle."""
@@ -295,6 +290,15 @@ def _join(items) -> str:
 
 def table_add_line(table: str, action: str, keys: list, params: list) -> str:
     return f"table_add {table} {action} {_join(keys)} => {_join(params)}".rstrip()
+
+
+def parse_counter(name: str, out: str) -> int:
+    """The packets of a `counter_read` answer; software switch: "BmCounterValue(packets=P,
+    bytes=B)", BMv2: "C[i]= (B bytes, P packets)"."""
+    match = re.search(r"packets=(\d+)", out) or re.search(r"(\d+) packets", out)
+    if not match:
+        raise SwitchCommandError(f"{name}: cannot parse counter_read output {out!r}")
+    return int(match.group(1))
 
 
 def parse_handle(name: str, what: str, out: str) -> int:

@@ -218,9 +218,12 @@ def for_run(spec) -> nx.Graph:
     """The topology graph a RunSpec asks for (its workers placed, links at its --bw)."""
     n = spec.workers * getattr(spec, "jobs", 1)     # every job's workers on hosts of their own
     if spec.topology == "single":
-        if n > MAX_WORKERS:
-            raise ValueError(f"one switch aggregates at most {MAX_WORKERS} workers"
-                             + (f" (--workers x --jobs = {n})" if n != spec.workers else ""))
+        if n > MAX_WORKERS:     # the fan-in of s1, refused before anything is built
+            raise ValueError(f"switch s1 would aggregate {n} workers"
+                             + (f" (--workers x --jobs = {n})" if n != spec.workers else "")
+                             + f", but one switch aggregates at most {MAX_WORKERS} workers (its contribution "
+                             "bitmap, AGG_MAX_WORKERS): a tree of switches (--topology leafspine or fattree) "
+                             "takes more")
         return single_switch(n, bw=spec.bw)
     if str(spec.topology).endswith((".yaml", ".yml")):      # the file places its own hosts
         try:

@@ -22,6 +22,7 @@ import networkx as nx
 from ground import wire
 from ground.epoch_file import publish as publish_epoch
 from ground.priority import HOLD_RT, urgent
+from ground.schemes import DEFAULT as DEFAULT_SCHEME
 from controller import tree_install, trees
 from controller.reroute import carry_for, reset_lines
 from controller.events import EventLog
@@ -93,7 +94,7 @@ class TreeJob(Job):
         self.partitioned: str | None = None
         self.slot_base = slot_base
         self.slots = wire.SLOTS - slot_base if slots is None else slots
-        self.carry = carry_for("switchml", slot_base)   # what a reroute keeps: set per allreduce by prepare()
+        self.carry = carry_for(DEFAULT_SCHEME, slot_base)   # what a reroute keeps: set per allreduce by prepare()
         self.stopped = False
         self.pending_reinstall: str | None = None   # a switch came back during an allreduce
         self._spent_epoch = 0          # the last epoch a failed reroute may have left entries of
@@ -143,7 +144,7 @@ class TreeJob(Job):
                             install_ms=round((time.monotonic() - t1) * 1e3, 2))
             self._precompute()
 
-    def prepare(self, window: int, algorithm: str = "switchml") -> None:
+    def prepare(self, window: int, algorithm: str = DEFAULT_SCHEME) -> None:
         """Before each allreduce: fresh registers, slots partitioned for this window, the
         reroute carry of the allreduce `algorithm` (controller/reroute/carry.py)."""
         with self.locked():

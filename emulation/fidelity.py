@@ -61,17 +61,63 @@ def load_calibration() -> dict | None:
 
 
 def save_calibration(data: dict) -> Path:
+    """Store the default shape's record (8 workers on one switch); the ceilings of other
+    shapes already in the file (`shapes`) are kept."""
+    old = load_calibration() or {}
+    if old.get("shapes") and "shapes" not in data:
+        data = {**data, "shapes": old["shapes"]}
+    return _write_calibration(data)
+
+
+def _write_calibration(data: dict) -> Path:
     path = calibration_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1, sort_keys=True))
     return path
 
 
-def switchml_wire_seconds(elements: int, rate_mbps: float) -> float:
-    """Analytic time of a dense in-network allreduce on one switch: every worker link carries
-    ceil(elements/K) aggregation frames each way (full duplex), so the wire time is one
-    direction's frames at the link rate."""
-    frames = -(-elements // wire.K)
+def shape_key(topology: str, workers: int, k: int | None = None, tree: str | None = None) -> str:
+    """The name a calibrated shape is stored under: fattree-k8-w128-rat, single-w8."""
+    parts = [str(topology)] + ([f"k{k}"] if k is not None and topology in ("fattree", "bcube") else [])
+    return "-".join(parts + [f"w{workers}"] + ([tree] if tree and topology != "single" else []))
+
+
+def save_shape_calibration(key: str, record: dict) -> Path:
+    """Store one shape's record under `shapes` (the default shape's record is left as it is).
+
+    Why per shape: the ceiling is where the emulator's CPU still keeps up with the links, and
+    what it must keep up with grows with the workers and switches: 8 workers on one switch are
+    faithful at rates 128 workers on 80 switches are not."""
+    data = load_calibration() or {}
+    data.setdefault("shapes", {})[key] = record
+    return _write_calibration(data)
+
+
+def ceiling_for(workers: int) -> tuple[float, str] | None:
+    """The calibrated ceiling (Mb/s) for a run of `workers`, and the shape it was measured on:
+    of the calibrated shapes with at least that many workers the smallest (its ceiling covers
+    a run this size), else None (no calibration that large: the caller keeps its default)."""
+    data = load_calibration() or {}
+    records = list((data.get("shapes") or {}).items())
+    if data.get("ceiling_mbps"):
+        records.append((shape_key("single", data.get("workers") or 8), data))
+    fits = sorted((r["workers"], key, r["ceiling_mbps"]) for key, r in records
+                  if r.get("ceiling_mbps") and (r.get("workers") or 0) >= workers)
+    return (float(fits[0][2]), fits[0][1]) if fits else None
+
+
+def switchml_wire_seconds(elements: int, rate_mbps: float, window: int | None = None) -> float:
+    """Analytic time of a dense in-network allreduce: every worker link carries
+    ceil(elements/K) aggregation frames each way (full duplex), plus with `window` the lead
+    round of each of its S = min(window, blocks) slots (hosts/agent.py: round 0 of a slot
+    carries no block), so the wire time is one direction's frames at the link rate. In a
+    tree every link carries one frame per block and round each way, as a worker's does.
+
+    Why the lead frames count: with as many slots as blocks (the agents' default window of
+    128 on a gradient of 128 blocks) they double the frames; a time measured against the
+    blocks alone would call a faithful run twice too slow."""
+    blocks = -(-elements // wire.K)
+    frames = blocks + (max(1, min(window, blocks)) if window else 0)
     return frames * wire.FRAME_BYTES * 8 / (rate_mbps * 1e6)
 
 

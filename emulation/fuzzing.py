@@ -166,6 +166,13 @@ def _measure(session: Session, fuzz_host: str, frames: int, rate, baseline: int,
     }
 
 
+def _counts(counts) -> str:
+    """{'rejected_length': 3, 'rejected_malformed': 2} -> 'length 3, malformed 2' (for people)."""
+    if not isinstance(counts, dict):
+        return str(counts)
+    return ", ".join(f"{k.removeprefix('rejected_')} {v:,}" for k, v in sorted(counts.items())) or "none"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m emulation.fuzzing", description=__doc__.splitlines()[0])
     ap.add_argument("--frames", type=int, default=100_000)
@@ -189,8 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         f = r["fuzzer"]
         print(f"fuzz: {f['sent']} frames in {f['seconds']} s ({f['rate_fps']} frames/s) from a host in no job; "
-              f"kinds {f['kinds']}")
-        print(f"switch rejects {r['rejects']} (expected {r['expected_rejects']}: "
+              f"kinds: {_counts(f['kinds'])}")
+        print(f"switch rejects: {_counts(r['rejects'])} (expected: {_counts(r['expected_rejects'])}: "
               f"{'match' if r['rejects_match'] else 'MISMATCH'}); fuzz port received {r['fuzz_port_rx']}")
         a, d = r["alone"], r["during"]
         print(f"job alone: {a['job_frames_per_s']} job frames/s, {r['alone_all_frames_per_s']} frames/s into the "

@@ -30,6 +30,27 @@ from controller.topology import hosts, port, switches
 from emulation.link_monitor import LinkMonitor
 
 BACKENDS = ("soft", "bmv2")
+# What every allreduce worker (hosts/worker.py) starts with imported: forked from one process
+# that imported them, a worker costs ~0.01 CPU-s to start instead of ~0.12 (tools/scale_costs.py;
+# 128 workers: 15 CPU-s less on two cores), and its PSS is what it adds to memory.
+FORKED_WORKERS = ("hosts.worker",)
+WORKER_PRELOAD = ("hosts.worker", "hosts.agent", "hosts.sparse_agent")
+
+
+def start_worker_launcher(run: RunRecord):
+    """The network's worker launcher (ground/forkserver.py), recorded in `run`; it imports
+    while the rest of the network is built and forks each worker into its host's namespace."""
+    import os
+
+    from ground.forkserver import Launcher
+    from ground.paths import REPO
+
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    launcher = Launcher(run.path / "worker-launcher.out", WORKER_PRELOAD, cwd=REPO, env=env, what="worker launcher")
+    run.add_pid(launcher.pid, "worker launcher")
+    return launcher
+
+
 THRIFT_BASE = 9090
 
 
@@ -95,6 +116,7 @@ class EmulatedNetwork:
         self.t0 = time.monotonic() if t0 is None else t0   # the command log's clock (the session's events')
         self.net = None
         self.launcher = None                     # forks the software switches (softswitch/launcher.py)
+        self.worker_launcher = None              # forks the allreduce workers (start_worker_launcher)
         self.phases = Phases()                   # start()'s steps -> seconds (bench.py prints them)
         self.run: RunRecord | None = None
         self.clients: dict[str, SwitchClient] = {}
@@ -127,6 +149,7 @@ class EmulatedNetwork:
                     from emulation.switch_nodes import start_launcher
 
                     self.launcher = start_launcher(self.run)
+                self.worker_launcher = start_worker_launcher(self.run)
                 self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
                                    autoStaticArp=False, link=TCLink)
             with self.phases.timed("node shells"):
@@ -298,9 +321,10 @@ class EmulatedNetwork:
                 self.net.stop()
             finally:
                 self.net = None
-        if self.launcher is not None:
-            self.launcher.close()
-            self.launcher = None
+        for launcher in (self.launcher, self.worker_launcher):
+            if launcher is not None:
+                launcher.close()
+        self.launcher = self.worker_launcher = None
         if self.run is not None:
             from ground.rundir import delete_interfaces, kill_pids
             import shutil
@@ -368,6 +392,29 @@ class EmulatedNetwork:
                 for n, intf, number in ends:
                     self.clients[n].command(f"port_add {intf} {number}")
         return changed
+
+    # -- workers ------------------------------------------------------------------
+    def start_worker(self, h: str, argv: list[str], log, cwd: str, env: dict[str, str], gate=None,
+                     preexec_fn=None):
+        """Start worker `argv` on host h (output to the open file `log`; with a start `gate`
+        it inherits the gate's pipes). A cluster's network starts it on h's server.
+        `python -m hosts.worker ...` is forked by the worker launcher into h's namespace (it
+        dies with the launcher, which dies with this process), other programs are started."""
+        if argv[1] == "-m" and argv[2] in FORKED_WORKERS and self.worker_launcher is not None:
+            return self.worker_launcher.spawn(argv[2], argv[3:], log.name, name=f"worker:{Path(log.name).stem}",
+                                              cwd=cwd, env=env, netns=self.net.get(h).pid,
+                                              pass_fds={fd: fd for fd in gate.fds} if gate else None)
+        return self.net.get(h).popen(argv, stdout=log, stderr=log, cwd=cwd, pass_fds=gate.fds if gate else (),
+                                     preexec_fn=preexec_fn, env=env)
+
+    def worker_outputs(self, out_dir: Path) -> None:
+        """The workers' files are in `out_dir` once they exited (on one machine they are already)."""
+
+    def fidelity_probe(self):
+        """A started FidelityProbe over this network's links and processes (emulation/fidelity.py)."""
+        from emulation.fidelity import FidelityProbe
+
+        return FidelityProbe(self.graph, self.run.path / "pids").start()
 
     # -- access -------------------------------------------------------------------
     def watch_links(self, on_change) -> LinkMonitor:

@@ -11,10 +11,11 @@ import subprocess
 from pathlib import Path
 
 from ground import wire
-from ground.paths import P4SRC, REPO
+from ground import paths
+from ground.paths import P4SRC
 from controller.switch_client import find_bmv2_tool
 
-BUILD = REPO / "build" / "p4"
+BUILD = paths.BUILD / "p4"
 
 
 def sources_digest() -> str:

@@ -1,8 +1,7 @@
 """`agglab train --profile-only`: a model's iteration under FIFO and PACE, in the pure model
 and with its communication run for real through the emulated network.
 
-Scale (the same mapping as experiments/units.py's Scale, with rate = scale and size = shrink;
-it is written out here because emulation, layer 3, cannot import experiments, layer 4):
+Scale (ground/scale.py, shared with the experiments; `rate` and `size` below):
   scale    = real-network link rate / emulated link rate (--link-gbps / --bw)
   shrink   = gradient bytes per iteration / bytes sent per worker through the emulator
              (--emulated-mb): every transfer carries 1/shrink of its bytes
@@ -34,6 +33,7 @@ from emulation.session import Session
 from ground import wire
 from ground.runspec import RunSpec
 from pace.fusion import CostModel
+from ground.scale import Scale
 from pace.schedule import MiB, SCHEDULERS, load_profile, replay, simulate
 from pace.timeline import plot, write_trace
 
@@ -69,19 +69,6 @@ class PaceOptions:
         return self
 
 
-@dataclass(frozen=True)
-class Scale:
-    scale: float          # real link rate / emulated link rate
-    shrink: float         # real bytes per emulated byte
-    dilation: float       # emulated seconds per real second
-
-    @classmethod
-    def of(cls, link_gbps: float, bw_mbps: float, total_bytes: int, emulated_mb: float) -> "Scale":
-        scale = link_gbps * 1e3 / bw_mbps
-        shrink = max(1.0, total_bytes / (emulated_mb * MiB))
-        return cls(scale, shrink, scale / shrink)
-
-
 def model_runs(profile, schedulers, cost: CostModel, opts: PaceOptions) -> dict:
     return {s: simulate(profile, s, cost, threshold=int(opts.threshold_mb * MiB), cycle_ms=opts.cycle_ms,
                         partition=int(opts.partition_mb * MiB)) for s in schedulers}
@@ -111,7 +98,7 @@ def run_profile(spec: RunSpec, model: str, schedulers: list[str], opts: PaceOpti
         per_worker, info = _emulate(spec, profile, pure, sc, opts, quiet)
         measured = {s: max(its, key=lambda it: it.iteration_ms) for s, its in per_worker.items()}
         runs.update({f"{s} (emulated)": its for s, its in per_worker.items()})
-        result.update(scale=round(sc.scale, 3), shrink=round(sc.shrink, 3), dilation=round(sc.dilation, 3),
+        result.update(scale=round(sc.rate, 3), shrink=round(sc.size, 3), dilation=round(sc.dilation, 3),
                       bw_mbps=spec.bw, **info)
         result["ok"] = info["ok"]
         if not info["ok"]:
@@ -153,7 +140,7 @@ def calibrate(session, elements: list[int], sc: Scale, give_up: float) -> tuple[
                                              120 + give_up * 3 + 40 * sum(sizes) * 32 / (session.spec.bw * 1e6))
     if errors:
         raise RuntimeError("; ".join(errors))
-    x = np.array([n * 4 * sc.shrink for n in sizes] * len(spans), float)
+    x = np.array([n * 4 * sc.size for n in sizes] * len(spans), float)
     y = np.array([(end - start) * 1e3 / sc.dilation for rank in spans for start, end in rank])
     beta, alpha = np.polyfit(x, y, 1)
     return CostModel(max(alpha, 0.0), max(beta, 1e-15)), failures
@@ -164,7 +151,7 @@ def _emulate(spec: RunSpec, profile, pure: dict, sc: Scale, opts: PaceOptions, q
     fusion and FIFO's cycles see the network they run on), replay the plans on every worker
     host; per-worker Iterations in real-network units."""
     biggest = max(max(tr.nbytes for tr in it.transfers) for it in pure.values())
-    spec = spec.with_(elements=max(1, round(biggest / 4 / sc.shrink)), dtype="int32",
+    spec = spec.with_(elements=max(1, round(biggest / 4 / sc.size)), dtype="int32",
                       window=spec.window or WINDOW)
     per_worker, errors, failures, goodput, retx = {}, [], [], [], 0
     with Session(spec, quiet=quiet) as session:
@@ -174,7 +161,7 @@ def _emulate(spec: RunSpec, profile, pure: dict, sc: Scale, opts: PaceOptions, q
             partition = max(opts.partition_mb, ALPHA_SHARE * cost.alpha_ms / cost.beta_ms_per_byte / MiB)
             plans = model_runs(profile, list(pure), cost, replace(opts, partition_mb=partition))
         for s, it in plans.items():
-            sizes = [max(1, round(tr.nbytes / 4 / sc.shrink)) for tr in it.transfers]
+            sizes = [max(1, round(tr.nbytes / 4 / sc.size)) for tr in it.transfers]
             emu_seconds = sum(sizes) * 32 / (spec.bw * 1e6) + it.iteration_ms * 1e-3 * sc.dilation
             spans, fails, errs, r = _replay_all(
                 session, f"pace-{s}", [{"ready_s": tr.ready * 1e-3 * sc.dilation, "elements": n}

@@ -28,7 +28,6 @@ from controller.standby import StandbyWorker
 from controller.switch_client import run_batches
 from controller.topology import switches, workers as worker_hosts
 from emulation.failures import FailureInjector, hang_rows
-from emulation.fidelity import FidelityProbe
 from emulation.network import EmulatedNetwork
 from ground.addresses import SERVICE_IP
 from ground import progress as progress_file, wire
@@ -78,8 +77,15 @@ class Session:
         self.cancelled = threading.Event()     # cancel(): a running allreduce's workers are stopped
         self.g = checked.graph
         self.events = EventLog(echo=echo or (None if quiet else (lambda line: _log(line, False))))
-        self.net = EmulatedNetwork(self.g, backend=spec.backend, seed=spec.seed, pcap=spec.pcap,
-                                   keep=spec.keep, t0=self.events.t0)
+        if spec.cluster:                     # on the servers of a cluster (emulation/cluster/)
+            from emulation.cluster.network import ClusterNetwork
+            from ground.cluster_file import load
+
+            self.net = ClusterNetwork(self.g, load(spec.cluster), backend=spec.backend, seed=spec.seed,
+                                      pcap=spec.pcap, keep=spec.keep, t0=self.events.t0)
+        else:
+            self.net = EmulatedNetwork(self.g, backend=spec.backend, seed=spec.seed, pcap=spec.pcap,
+                                       keep=spec.keep, t0=self.events.t0)
         self.job: Job | None = None
         self.monitor = None
         self.runs = 0
@@ -179,7 +185,7 @@ class Session:
     # -- switch failures -------------------------------------------------------------
     def _switch_exited(self, name: str, code: int, t: float) -> None:
         """The switch watcher's callback (its thread): a dead switch is a failure of all its
-        links; the job reroutes around it. Never raises into the watcher."""
+        links; the jobs reroute around it. Never raises into the watcher."""
         self.events.add("switch_exited", t=t, switch=name, code=code)
         try:
             self.group.switch_changed(name, False, t)
@@ -224,8 +230,8 @@ class Session:
         before = self._switch_counters()
         hangs_before = len(self.net.hang_log)
         _log(f"allreduce of {spec.elements} {spec.dtype} per worker on {len(self.job.trees().trees)} "
-             f"{spec.tree} tree(s), loss {spec.loss}", self.quiet)
-        probe = FidelityProbe(self.net.graph, self.net.run.path / "pids").start()
+             f"{spec.tree} tree(s), packet loss {spec.loss * 100:g}% per link direction", self.quiet)
+        probe = self.net.fidelity_probe()
         try:
             with self.job.running():
                 reports, injector = _run_workers(self.net, spec, self.job, self.quiet, f"run{self.runs}",
@@ -249,6 +255,8 @@ class Session:
             result["chaos"] = injector.summary()
         result["fidelity"] = fidelity       # link-bound or CPU-bound? (emulation/fidelity.py)
         result["jobs"] = [_job_figures(result, self.job, spec)]
+        if spec.cluster:
+            result["cluster"] = self.net.servers_of()
         return self._finish(spec, result)
 
     def _finish(self, spec: RunSpec, result: dict) -> dict:
@@ -269,7 +277,8 @@ class Session:
         before = self.job.stats()
         _log(f"{len(tenants)} concurrent allreduces of {spec.elements} {spec.dtype} x {spec.workers} workers "
              f"(jobs {spec.job}..{spec.job + spec.jobs - 1}), {spec.slots_per_job} slots each", self.quiet)
-        probe = FidelityProbe(self.net.graph, self.net.run.path / "pids").start()
+        probe = self.net.fidelity_probe()
+        hangs_before = len(self.net.hang_log)
         try:
             with contextlib.ExitStack() as running:
                 for _, job in tenants:
@@ -302,6 +311,7 @@ class Session:
             "trees": len(self.job.trees().trees), "epoch": self.job.trees().epoch,
             "failures": injector.report() if injector else [],
             "switches_down": {sw: why.splitlines()[0] for sw, why in sorted(dead.items())},
+            "hangs": hang_rows(self.net, self.group)[hangs_before:],
             "fidelity": fidelity, "jobs": per_job,
         }
         if spec.chaos is not None:
@@ -329,8 +339,8 @@ class Session:
 
     def stop(self) -> None:
         try:
-            if self.job:
-                self.job.stop()
+            for job in self.jobs or ([self.job] if self.job else []):
+                job.stop()              # every tenant: teardown's link events are not failures
             if self.monitor:
                 self.monitor.stop()
         finally:
@@ -399,6 +409,7 @@ def _run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, pr
                                    [*spec.fail_specs, *spec.fail_switch_specs], files, spec.seed)
         injector.start()
     _wait([p for procs in started for p in procs], deadline, quiet, files if progress else None, cancel)
+    net.worker_outputs(out_dir)
     reports = [_collect(out_dir, procs, f"job{t}-") for t, procs in enumerate(started)]
     if injector:
         injector.stop()
@@ -449,9 +460,9 @@ def _start_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, out_dir: Path,
     for rank, h in enumerate(job.workers):
         argv = [sys.executable, "-m", module, str(plan), str(rank), *extra_args]
         log = open(out_dir / f"{prefix}rank{rank}.log", "wb")
-        proc = net.host(h).popen(argv, stdout=log, stderr=log, cwd=str(REPO), pass_fds=gate.fds if gate else (),
-                                 preexec_fn=lifeline.preexec(bound_to_thread=True),    # _wait reaps them
-                                 env=dict(env, AGGLAB_PLAN=str(plan), AGGLAB_RANK=str(rank)))
+        proc = net.start_worker(h, argv, log, cwd=str(REPO), gate=gate,
+                                preexec_fn=lifeline.preexec(bound_to_thread=True),    # _wait reaps them
+                                env=dict(env, AGGLAB_PLAN=str(plan), AGGLAB_RANK=str(rank)))
         net.run.add_pid(proc.pid, f"worker {rank}" + (f" of job {job.job}" if prefix else "") + f" on {h}")
         procs.append((rank, proc, log))
     return procs
@@ -461,7 +472,7 @@ def _wait(procs: list, deadline: float, quiet: bool, progress_files: list[Path] 
           cancel: threading.Event | None = None) -> None:
     """Until every worker exits (killed at the deadline or on cancel); a progress bar over
     `progress_files`, else a line every 5 s."""
-    started, last = time.monotonic(), 0.0
+    started = last = time.monotonic()      # the first line after 5 s, not "0/N finished after 0 s"
     bar = ProgressBar(progress_files) if progress_files else None
     try:
         for rank, proc, log in procs:
@@ -522,6 +533,7 @@ def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, nam
     deadline = time.monotonic() + (deadline_s or spec.give_up * 3 + 30 + spec.elements * spec.workers / 50_000)
     files = [out_dir / f"rank{r}.progress" for r in range(len(job.workers))]
     _wait(procs, deadline, quiet, files if progress else None, cancel)
+    net.worker_outputs(out_dir)
     reports = _collect(out_dir, procs)
     if injector:
         injector.stop()

@@ -15,7 +15,9 @@ during `ports_hold`, so a live switch answers in well under a millisecond on an 
 machine; 0.5 s leaves room for a 2-core machine at a load of 50, where a runnable process
 waits tens of ms for a CPU. The prober only judges after reading whatever is already in its
 sockets, so a prober that was itself starved of CPU never declares a switch hung whose
-answer was waiting: starvation delays detection, it does not invent hangs.
+answer was waiting: starvation delays detection, it does not invent hangs. Nor is a switch
+judged before it has answered one ping on the prober's connection: a channel that never
+worked (a ping the target does not understand) must not fence a healthy switch.
 
 Pings: the software switch's `ping` daemon command on its control socket (a second
 connection: the controller's may be busy with a long command); BMv2's Thrift server, one
@@ -83,6 +85,7 @@ class SwitchProbe:
         self._sent: dict[str, float | None] = {}       # outstanding ping's send time (None: none)
         self._due: dict[str, float] = {}               # when the next ping goes
         self._seen: dict[str, float] = {}              # last answer
+        self._answered: set[str] = set()               # answered at least once on this channel
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="switch-probe", daemon=True)
 
@@ -107,6 +110,7 @@ class SwitchProbe:
             chan.sock.close()
         for d in (self._sent, self._due, self._seen):
             d.pop(name, None)
+        self._answered.discard(name)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -134,7 +138,8 @@ class SwitchProbe:
             with self._lock:
                 self._read(readable)
                 now = time.monotonic()
-                late = [n for n, sent in self._sent.items() if sent is not None and now - sent > self.bound]
+                late = [n for n, sent in self._sent.items()
+                        if sent is not None and now - sent > self.bound and n in self._answered]
                 if late:                             # read what already arrived before judging
                     self._read(select.select([self._chans[n].sock for n in late], [], [], 0)[0])
                 for name in late:
@@ -162,6 +167,7 @@ class SwitchProbe:
                 self._drop(name)
                 continue
             if chan.answered(data):
+                self._answered.add(name)
                 now = time.monotonic()
                 self._sent[name], self._seen[name], self._due[name] = None, now, now + self.interval
 

@@ -72,7 +72,7 @@ def create_veths(pairs: list[tuple[str, str, int | None]], group: int, offloads_
     taken = sorted(root_names & {p.name for p in Path("/sys/class/net").iterdir()})
     if taken:      # not ours (the run holds the machine's lease): never create over, never delete them
         raise Refused(f"interface {taken[0]} already exists ({len(taken)} of this network's names are taken "
-                           "by something that is not an agglab run: `agglab clean` removes a crashed run's)")
+                           "by something no live agglab run records: `agglab clean --all` removes agglab's leftovers)")
     run_batch([f"link add name {a} group {group} type veth peer name {b} group {group}" + (f" netns {pid}" if pid else "")
                for a, b, pid in pairs], "creating the network's veth pairs")
     root_ends = [a for a, _b, _pid in pairs] + [b for _a, b, pid in pairs if not pid]

@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, help="override every definition's repeats")
     p.add_argument("--out", type=Path, default=Path("results"), help="results root (default: %(default)s)")
     p.add_argument("--backend", choices=["soft", "bmv2"], help="data plane of every run (default: each definition's)")
+    p.add_argument("--cluster", metavar="FILE", help="run every network on the servers of this cluster file "
+                   "(docs/guide/cluster.md)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its time estimate, run nothing")
     p.add_argument("--fresh", action="store_true", help="discard OUT/NAME/runs.jsonl instead of resuming")
     return p
@@ -76,11 +78,28 @@ def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO) -> int:
         if args.backend:
             for d in suite.definitions:
                 d.run["backend"] = args.backend
+        if args.cluster:
+            from ground.cluster_file import ClusterFileError, load
+
+            try:
+                load(args.cluster)
+            except ClusterFileError as exc:
+                raise ConfigError("--cluster", args.cluster, str(exc)) from None
+            for d in suite.definitions:
+                d.run["cluster"] = str(Path(args.cluster).resolve())
         out_dir = args.out / results_name(args.name or suite.name, wire.K)
         steps = plan(suite, out_dir)
     except ConfigError as exc:
         print(f"error: {exc}", file=log)
         return 2
+    if run_fn is None and not args.dry_run:   # every run would be refused: say so once (ground/netlease.py)
+        from ground.netlease import NetworkBusy, refuse_if_busy
+
+        try:
+            refuse_if_busy()
+        except NetworkBusy as exc:
+            print(f"agglab experiment: {exc}", file=log)
+            return exc.exit_code
     est = sum(estimate_seconds(p, len(reps)) for _, p, reps in steps)
     runs = sum(len(reps) for _, _, reps in steps)
     print(f"{suite.name}: {len(suite.definitions)} trend(s), {runs} runs, estimated {est / 60:.1f} min "

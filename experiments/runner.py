@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, TextIO
 
 from controller import topologies
 from controller.topology import switches
-from emulation.fidelity import DEFAULT_CEILING_MBPS, calibration_path, load_calibration
+from emulation.fidelity import DEFAULT_CEILING_MBPS, calibration_path, ceiling_for, load_calibration
 from ground.runspec import RunSpec
 from ground.schemes import IN_NETWORK
 from experiments.definition import (ConfigError, Definition, Point, ProgramRun, load_definition, parse_definition,
@@ -180,11 +180,25 @@ def plan(suite: Suite, out_dir: Path) -> list[tuple[Definition, Point, list[int]
     out = []
     for d in suite.definitions:
         seen = set()
-        for p in d.points(suite.ceiling_mbps, out_dir / "topologies"):
+        for p in d.points(trend_ceiling(suite, d), out_dir / "topologies"):
             if p.key not in seen:
                 seen.add(p.key)
                 out.append((d, p, list(range(d.repeats))))
     return out
+
+
+def trend_ceiling(suite: Suite, d: Definition) -> float:
+    """The rate a trend's fastest link runs at: the suite's, or lower for a trend larger than
+    the default calibration (8 workers) when a shape at least its size was calibrated
+    (`agglab calibrate --topology fattree --k 8 --workers 128 ...`): more workers and
+    switches need more CPU per link-second, so their faithful rate is lower. A suite that
+    fixes its ceiling keeps it."""
+    if suite.ceiling_source.startswith("fixed by"):
+        return suite.ceiling_mbps
+    workers = max((int({**d.run, **combo, **over}.get("workers", 4)) for combo in d.combos()
+                   for over in (d.series.values() or [{}])), default=4)
+    found = ceiling_for(workers) if workers > 8 else None
+    return min(suite.ceiling_mbps, round(found[0] * HEADROOM, 3)) if found else suite.ceiling_mbps
 
 
 def estimate_seconds(point: Point, runs: int = 1) -> float:

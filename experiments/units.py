@@ -23,6 +23,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ground.scale import Scale  # noqa: F401 (one Scale, shared with PACE runs)
+
 DELAY_NOTE = ("propagation delay is not emulated (no netem on this kernel): the emulated links "
               "have only their serialisation and queueing delay; a real delay d would be d*s/z here")
 
@@ -86,30 +88,3 @@ def format_time(seconds: float) -> str:
     return f"{seconds / 1e-9:.3g} ns"
 
 
-@dataclass(frozen=True)
-class Scale:
-    """The mapping between one real network and its emulation."""
-    rate: float            # s: real rate / emulated rate
-    size: float            # z: real gradient / emulated gradient
-
-    @classmethod
-    def fit(cls, fastest_link_bps: float, ceiling_bps: float, real_bytes: int, emulated_bytes: int) -> "Scale":
-        """The rate scale that puts the fastest link exactly at the ceiling (never below 1:
-        a network already under the ceiling runs as it is)."""
-        if ceiling_bps <= 0 or emulated_bytes <= 0:
-            raise UnitError("the ceiling and the emulated gradient must be positive")
-        return cls(rate=max(1.0, fastest_link_bps / ceiling_bps), size=real_bytes / emulated_bytes)
-
-    def link_mbps(self, real_bps: float) -> float:
-        """An emulated link rate in Mb/s (what --bw and topology files take)."""
-        return real_bps / self.rate / 1e6
-
-    def real_seconds(self, emulated_seconds: float) -> float:
-        return emulated_seconds * self.size / self.rate
-
-    def emulated_delay(self, real_seconds: float) -> float:
-        return real_seconds * self.rate / self.size
-
-    def describe(self) -> str:
-        return (f"rates / {self.rate:.6g}, gradient / {self.size:.6g}; "
-                f"real time = emulated time x {self.size / self.rate:.6g}")

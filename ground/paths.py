@@ -4,8 +4,8 @@ One lookup serves a checkout and an installed agglab (`pip install .`): the sour
 top-level directories (ground/, p4src/, exercises/, ...) are installed side by side into
 site-packages, p4src/ and exercises/ as package data, so `REPO / "p4src"` is the P4 source
 in both. Only what a run writes differs: RESULTS is the checkout's results/ (not committed),
-or ./results under the current directory when agglab is installed (site-packages is no place
-for output).
+or ./results under the current directory when agglab is installed, and BUILD the checkout's
+build/ or ~/.cache/agglab (site-packages is no place for output).
 
 Every process the project starts records itself under RUN_ROOT so that
 `agglab clean` can find and remove what a crashed run left behind.
@@ -32,6 +32,8 @@ VECTORS = P4SRC / "vectors"
 EXERCISES = REPO / "exercises"
 CHECKOUT = (REPO / "pyproject.toml").is_file()
 RESULTS = REPO / "results" if CHECKOUT else Path.cwd() / "results"
+# Compiled P4 (BMv2 JSON per variant): the checkout's build/, or the user's cache when installed.
+BUILD = REPO / "build" if CHECKOUT else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agglab"
 
 
 def default_run_root() -> Path:

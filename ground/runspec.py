@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from ground import wire
-from ground.schemes import DEFAULT_WINDOW, HOST_BASELINES, IN_NETWORK, SPARSE_WINDOW, SCHEMES, scheme
+from ground.schemes import DEFAULT as DEFAULT_SCHEME, DEFAULT_WINDOW, HOST_BASELINES, IN_NETWORK, SPARSE_WINDOW, SCHEMES, scheme
 
 TOPOLOGIES = ("single", "leafspine", "fattree", "bcube")      # or a YAML file
 # The tree algorithms. The controller discovers them (one module per algorithm in
@@ -131,7 +131,7 @@ class RunSpec:
     k: int | None = None               # fat-tree k / BCube k
     tree: str = "spt"                  # spt | rat | packing | bml (BCube only)
     bml_variant: str = "in-network"    # in-network | host
-    algorithm: str = "switchml"        # a scheme of ground/schemes.py
+    algorithm: str = DEFAULT_SCHEME    # a scheme of ground/schemes.py
     density: float = 1.0               # fraction of non-zero blocks (block-sparse data)
     pattern: str = "random"            # block-sparse data: random | overlap | disjoint
     block_size: int | None = None      # omnireduce: values per block (multiple of K)
@@ -145,6 +145,7 @@ class RunSpec:
     job_loss: list[float] = field(default_factory=list)   # per job: loss on its workers' links (else `loss`)
     keep: str | None = None            # copy the run directory here when the run ends (logs, commands, pcaps)
     pcap: bool = False                 # the switches write per-port pcaps into the kept directory
+    cluster: str | None = None         # a cluster file: the network runs on its servers (emulation/cluster)
 
     # -- derived -------------------------------------------------------------------
     @property
@@ -159,6 +160,12 @@ class RunSpec:
         schedule, not a pool shared best-effort along IP routes)."""
         known = SCHEMES.get(self.algorithm)
         return bool(known and known.in_network and not known.shares_pool) and self.tree != BCUBE_TREE
+
+    @property
+    def shares_pool(self) -> bool:
+        """Tenants share one aggregator pool best effort along IP routes (ATP)."""
+        known = SCHEMES.get(self.algorithm)
+        return bool(known and known.shares_pool)
 
     @property
     def host_baseline(self) -> bool:
@@ -197,8 +204,9 @@ class RunSpec:
         """Outstanding slots per worker: the asked window (else the scheme's default,
         ground/schemes.py), at most the blocks and the job's slots."""
         blocks = -(-self.elements // wire.K)
-        default = SCHEMES[self.algorithm].window
-        return max(1, min(self.window or default, blocks, self.slots_per_job))
+        row = SCHEMES[self.algorithm]
+        limit = blocks if row.shares_pool else min(blocks, self.slots_per_job)   # a pool is not partitioned
+        return max(1, min(self.window or row.window, limit))
 
     def elements_of(self, rank: int) -> int:
         return self.length_override.get(rank, self.elements)
@@ -227,13 +235,16 @@ class RunSpec:
                              f"got {self.topology!r}")
         if not re.fullmatch(r"[a-z_][a-z0-9_]*", self.tree) or (TREES and self.tree not in TREES):
             raise ValueError(f"--tree must be one of {', '.join(TREES) or 'the tree algorithms'}, got {self.tree!r}")
-        if self.host_baseline and self.topology == "bcube":
+        if (self.host_baseline or self.shares_pool) and self.topology == "bcube":
             raise ValueError(f"--algorithm {self.algorithm} runs between single-NIC hosts over IP routes; "
                              "BCube's servers have several NICs and relay: use --tree bml --bml-variant host")
         if (self.tree == "bml") != (self.topology == "bcube"):
             raise ValueError("--tree bml goes with --topology bcube (and BCube needs --tree bml: "
                              "its servers relay, so no switch tree spans it)")
-        scheme(self.algorithm)           # ValueError naming the schemes
+        row = scheme(self.algorithm)     # ValueError naming the schemes
+        if self.dtype not in row.dtypes:
+            raise ValueError(f"--algorithm {self.algorithm} sums {' or '.join(row.dtypes)} only, "
+                             f"got --dtype {self.dtype}")
         if not 0.0 <= self.density <= 1.0:
             raise ValueError(f"--density must be within [0, 1], got {self.density}")
         if self.pattern not in PATTERNS:
@@ -259,8 +270,8 @@ class RunSpec:
         if self.hang_switch and self.tree == "bml":
             raise ValueError("--hang-switch: a hung switch is rerouted around like a killed one, which needs "
                              f"jobs on a switch tree ({switch_trees()})")
-        if self.host_baseline and self.tree != "spt":
-            raise ValueError(f"--algorithm {self.algorithm} sums on the hosts over IP shortest paths: "
+        if (self.host_baseline or self.shares_pool) and self.tree != "spt":
+            raise ValueError(f"--algorithm {self.algorithm} sends along IP shortest paths: "
                              f"--tree {self.tree} (aggregation trees"
                              + (", BCube" if self.tree == "bml" else "") + ") does not apply; leave --tree at spt")
         if self.bml_variant not in ("in-network", "host"):
@@ -272,7 +283,7 @@ class RunSpec:
                 raise ValueError(f"--jobs {self.jobs}: concurrent jobs share the switches' slots; they run the "
                                  f"in-network pipelines on switch trees ({' or '.join(IN_NETWORK)}, "
                                  f"{switch_trees()})")
-            if self.window is not None and self.window > self.slots_per_job:
+            if self.window is not None and self.window > self.slots_per_job and not self.shares_pool:
                 raise ValueError(f"--window {self.window}: with --jobs {self.jobs} each job owns "
                                  f"{self.slots_per_job} slots; use --window <= {self.slots_per_job}")
             if self.job + self.jobs - 1 > 255:

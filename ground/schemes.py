@@ -57,6 +57,9 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
            summary="dense, the switches sum (SwitchML)"),
     Scheme("omnireduce", in_network=True, p4=True, sparse=True, window=SPARSE_WINDOW,
            summary="block-sparse, the switches sum (OmniReduce)"),
+    Scheme("atp", in_network=True, p4=True, sparse=False, window=DEFAULT_WINDOW, shares_pool=True,
+           dtypes=("int32",), summary="best effort in a pool every job shares, the rest at a "
+           "parameter server (ATP); int32"),
     Scheme("ring", in_network=False, p4=False, sparse=False, window=DEFAULT_WINDOW,
            summary="ring allreduce between the hosts over TCP",
            bytes_factor=lambda n: 2 * (n - 1) / n, startups=lambda n: 2 * (n - 1)),
@@ -66,6 +69,7 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
 )}
 
 NAMES: tuple[str, ...] = tuple(SCHEMES)
+DEFAULT = "switchml"             # --algorithm when a run does not say
 IN_NETWORK: tuple[str, ...] = tuple(n for n, s in SCHEMES.items() if s.in_network)
 HOST_BASELINES: tuple[str, ...] = tuple(n for n, s in SCHEMES.items() if not s.in_network)
 P4_SCHEMES: tuple[str, ...] = tuple(n for n, s in SCHEMES.items() if s.p4)

@@ -75,6 +75,8 @@ def variant_suffix(k: int = K) -> str:
     return "" if k == DEFAULT_K else f"-k{k}"
 UDP_PORT: int = CONST["AGG_UDP_PORT"]
 SLOTS: int = CONST["AGG_SLOTS"]
+# A switch's fan-in per tree (the contribution bitmap's width): a per-switch limit, not the
+# job's size; a tree of switches aggregates more workers than one switch holds.
 MAX_WORKERS: int = CONST["AGG_MAX_WORKERS"]
 FLAG_RESULT: int = CONST["AGG_FLAG_RESULT"]
 FLAG_RETX: int = CONST["AGG_FLAG_RETX"]
@@ -116,6 +118,9 @@ def _group_words(fields: list[tuple[str, int]]) -> list[_Word]:
 _WORDS = _group_words(AGG_FIELDS)
 AGG_STRUCT = struct.Struct("!" + "".join(w.code for w in _WORDS))
 FIELD_NAMES: tuple[str, ...] = tuple(name for name, _ in AGG_FIELDS)
+# Workers of one job: every packet carries its sender's rank in agg_h.worker (the switches
+# check it against the port's rank), so a job has at most as many ranks as that field holds.
+MAX_RANKS: int = 1 << dict(AGG_FIELDS)["worker"]
 assert AGG_STRUCT.size == AGG_HEADER_BYTES
 
 

@@ -17,7 +17,8 @@ of that version with the stale result.  After an error the switch state is
 unknown: reset the registers or move to a new epoch.
 
 Trees and epochs (design.md "Aggregation trees"): slot s travels on tree
-tree_of_slot[s].  `control()` is polled every CONTROL_POLL seconds; when it
+tree_of_slot[s].  `control()` is polled every CONTROL_POLL seconds (less often in a job
+of more than CONTROL_POLL_WORKERS, hosts/slots.py control_poll); when it
 returns a new epoch (and/or tree_of_slot) every outstanding packet is rebuilt
 with it and retransmitted at once.  Results are accepted whatever their epoch
 or tree (slot numbers are unique within a job).

@@ -86,6 +86,11 @@ def check(spec: RunSpec, reports: list[dict], switch_stats: dict) -> dict:
         # the workers' own CPU during the allreduce (user + system, all ranks): with the
         # switches' share in `fidelity`, where an unfaithful run's time went
         worker_cpu_s=round(sum(r.get("cpu_user_s", 0) + r.get("cpu_sys_s", 0) for r in reports), 3),
+        # what the ranks cost to start (imports, input, socket: CPU-s, all ranks) and to hold
+        # (the largest rank's resident MB; the sum of their proportional shares)
+        worker_start_cpu_s=round(sum(r.get("start_cpu_s", 0) for r in reports), 3),
+        worker_rss_mb=max((r.get("rss_mb", 0) for r in reports), default=0),
+        worker_pss_mb=round(sum(r.get("pss_mb", 0) for r in reports), 1),
         algorithm=spec.algorithm,
         **({"density": spec.density, "pattern": spec.pattern, "zero_workers": spec.zero_workers,
             "blocks_sent": sum(r.get("blocks_sent", 0) for r in reports)} if SCHEMES[spec.algorithm].sparse else {}),

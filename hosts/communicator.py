@@ -30,15 +30,19 @@ from typing import Callable
 import numpy as np
 
 from ground.runspec import RunPlan
-from ground.schemes import SCHEMES
 
 RUNNERS: dict[str, Callable] = {}
+SERVICE_TRANSPORT: set[str] = set()     # runners that send to the service address (comm.transport)
 
 
-def register(name: str):
-    """Add a scheme's allreduce on the hosts: fn(comm: Communicator, array) -> (sum, stats)."""
+def register(name: str, service_transport: bool = False):
+    """Add a scheme's allreduce on the hosts: fn(comm: Communicator, array) -> (sum, stats).
+    service_transport: it uses `comm.transport` (opened before the first call), else it
+    opens its own sockets."""
     def add(fn):
         RUNNERS[name] = fn
+        if service_transport:
+            SERVICE_TRANSPORT.add(name)
         return fn
     return add
 
@@ -64,7 +68,7 @@ class Communicator:
         self._progress = ProgressFile(self.seat.progress) if self.seat.progress else None
         self.block_progress = self._progress if block_progress else None
         self.calls, self.last_stats = 0, None
-        if SCHEMES[self.spec.algorithm].in_network:
+        if self.spec.algorithm in SERVICE_TRANSPORT:
             self.transport         # its socket open before the first call (and the start gate)
 
     @property
@@ -140,20 +144,20 @@ def rank_program(description: str, input_help: str, body, argv: list[str] | None
     return 0 if report["ok"] else 1
 
 
-@register("switchml")
+@register("switchml", service_transport=True)
 def _dense(comm: Communicator, array):
     from hosts.agent import allreduce
 
     return allreduce(array, **comm.agent_options())
 
 
-@register("omnireduce")
+@register("omnireduce", service_transport=True)
 def _sparse(comm: Communicator, array):
     """Block-sparse allreduce; repeated calls need no register reset in between (each
     call's dense lead round re-arms the switch's sparse slots, design.md "Sparse pipeline")."""
-    from hosts.agent import allreduce
+    from hosts.sparse_agent import allreduce
 
-    return allreduce(array, sparse=True, block_size=comm.spec.blocks, **comm.agent_options())
+    return allreduce(array, block_size=comm.spec.blocks, **comm.agent_options())
 
 
 def _host_baseline(module_name: str):
@@ -172,3 +176,11 @@ def _host_baseline(module_name: str):
 
 register("ring")(_host_baseline("hosts.ring"))
 register("ps")(_host_baseline("hosts.ps"))
+
+
+@register("atp")
+def _atp(comm: Communicator, array):
+    """ATP: best effort in the switches' shared pool, the rest at rank 0's PS (hosts/atp.py)."""
+    from hosts.atp import allreduce
+
+    return allreduce(comm, array)

@@ -7,7 +7,7 @@ every worker puts a few check lanes in its slot-0 lead packet and verifies the
 aggregate before it trusts any data:
 
 * for each checked quantity v (array length L, slots in use S) the lanes carry v and
-  v*v split into 16-bit limbs, so sums over <= 32 workers fit in int32; with
+  v*v split into 16-bit limbs, so sums over <= 32,768 workers fit in int32; with
   the limb sums recombined exactly, (sum v_i)^2 == n * sum v_i^2 holds iff all
   v_i are equal (Cauchy-Schwarz, equality case);
 * one lane per supported dtype is 1 for the sender's dtype, so the own-dtype

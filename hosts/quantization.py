@@ -6,9 +6,15 @@ of n scaled blocks cannot overflow int32 (SwitchML, NSDI'21):
 
     e = block_exponent(x) = floor(log2(max|x|)) + 1      so max|x| < 2^e
     f = (2^31 - 1) / (n * 2^e)                           (n = number of workers)
-    q = round(x * f)          |q| <= (2^31-1)/n - 4      (|x| < 2^e, x float32, n <= 32)
-    sum of n q's              |sum| < 2^31 - 1           (no wrap-around)
+    q = round(x * f)          |q| <= floor((2^31-1)/n)   (|x| < 2^e, x float32, n <= 256)
+    sum of n q's              |sum| <= 2^31 - 1          (no wrap-around)
     result = float32(sum / f)
+
+Why n <= 256 (MAX_RANKS, the header's 8-bit worker field): a float32 below 2^e is at most
+2^e (1 - 2^-24), so |x f| <= (2^31-1)/n - m with m = (2^31-1) 2^-24 / n, and rounding
+stays within floor((2^31-1)/n) while m + frac((2^31-1)/n) >= 1/2: for every n <= 255
+m > 1/2, and n = 256 has frac = 0.996. The fan-in of one switch is not what limits n:
+a tree of switches sums the quantised values of all n workers.
 
 Error bound (per element, `error_bound(e, n)`): every worker's rounding costs at
 most half a step 1/f, so before conversion |sum/f - exact| <= n * 0.5 / f; the
@@ -40,8 +46,8 @@ ZERO = 0                           # biased exponent of an all-zero block
 
 
 def _check_n(n: int) -> None:
-    if not 1 <= n <= wire.MAX_WORKERS:
-        raise ValueError(f"number of workers n={n} outside 1..{wire.MAX_WORKERS}")
+    if not 1 <= n <= wire.MAX_RANKS:
+        raise ValueError(f"number of workers n={n} outside 1..{wire.MAX_RANKS}")
 
 
 def block_exponent(x: np.ndarray) -> int | None:

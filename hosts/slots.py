@@ -49,6 +49,20 @@ INF = float("inf")
 # the agg_h fields a packet varies, in the order the agents' compiled packers take them
 PACKET_FIELDS = ("tree", "epoch", "ver", "slot", "exp", "block", "next_block")
 CONTROL_POLL = 0.005
+# ... for a job of at most CONTROL_POLL_WORKERS workers; a larger job's workers poll less
+# often, so that all of them together read the controller's file no more often than that
+# many would. Why: each poll is a wake-up and a file read, ~0.8% of a core per worker at
+# 5 ms (measured on the 2-core machine), so 128 workers polled away about one core, and
+# the emulator's CPU is what caps a faithful link rate. A reroute then reaches a worker of
+# 128 within 40 ms instead of 5, still far inside the retransmission timer's range; never
+# later than CONTROL_POLL_MAX (a job of 1,024: 50 ms, not 320).
+CONTROL_POLL_WORKERS = 16
+CONTROL_POLL_MAX = 0.05
+
+
+def control_poll(workers: int) -> float:
+    """Seconds between a worker's polls of the controller's epoch file, in a job of `workers`."""
+    return min(CONTROL_POLL_MAX, CONTROL_POLL * max(1.0, workers / CONTROL_POLL_WORKERS))
 # Interrupt coalescing, as a NIC does it: on a link of known rate, after a batch of fewer
 # than COALESCE_BATCH results the agent waits before it looks again, while its own link is
 # still busy with frames it queued (at most COALESCE_MAX and that backlog, from the
@@ -68,8 +82,8 @@ def check_call(array, rank: int, workers: int, window: int | None, default: int 
     arr = np.asarray(array)
     if arr.dtype not in DTYPES:
         raise TypeError(f"allreduce supports {[str(d) for d in DTYPES]}, got {arr.dtype}")
-    if not 1 <= workers <= wire.MAX_WORKERS or not 0 <= rank < workers:
-        raise ValueError(f"need 1 <= workers <= {wire.MAX_WORKERS} and 0 <= rank < workers, "
+    if not 1 <= workers <= wire.MAX_RANKS or not 0 <= rank < workers:
+        raise ValueError(f"need 1 <= workers <= {wire.MAX_RANKS} and 0 <= rank < workers, "
                          f"got workers={workers} rank={rank}")
     window = default if window is None else window
     if not 1 <= window <= wire.SLOTS:
@@ -101,6 +115,7 @@ class SlotRun:
     def __init__(self, arr, transport, rank, n, job, tree, epoch, window, timeout, give_up,
                  tree_of_slot, control, on_progress, stats_type, link_mbps=None):
         self.shape, self.dtype, self.rank, self.n = arr.shape, arr.dtype, rank, n
+        self.control_poll = control_poll(n)
         self.tx = batches(transport)
         self.job, self.epoch, self.give_up = job, epoch, give_up
         self.control, self.on_progress, self.done = control, on_progress, 0
@@ -334,7 +349,7 @@ class SlotRun:
                     got = recv(0.0) if self.remaining else None
                 now = time.monotonic()
                 if self.control is not None and now >= poll_at:
-                    poll_at = now + CONTROL_POLL
+                    poll_at = now + self.control_poll
                     if self.poll_control(now):
                         last = now                 # a new tree gets a full give_up period
                 self.expire(now)

@@ -45,6 +45,8 @@ def run_seat(plan: RunPlan, seat: WorkerSeat) -> int:
         data = gradient_for(spec, seat.rank)
         prepare = _prepare_bml if seat.bml_plan else _prepare_scheme
         go = prepare(plan, seat, data)
+        ready = os.times()           # what this rank cost before its first packet: imports, input, socket
+        report["start_cpu_s"] = round(ready.user + ready.system, 4)
         report["gate_wait_s"] = round(wait_to_start(spec.give_up * 3), 4)
         started, cpu = time.monotonic(), os.times()
         if os.environ.get("AGGLAB_PROFILE"):
@@ -58,6 +60,7 @@ def run_seat(plan: RunPlan, seat: WorkerSeat) -> int:
         report.update(ok=True, wall=time.monotonic() - started, cpu_user_s=round(used.user - cpu.user, 4),
                       cpu_sys_s=round(used.system - cpu.system, 4), **stats)
         report.setdefault("blocks_sent", report.get("blocks", 0))   # dense: every block travels
+        report.update(memory_mb())
         np.save(seat.out + ".npy", result)
     except Exception as exc:  # reported to the parent by rank, with the reason
         report.update(error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
@@ -132,11 +135,25 @@ def _prepare_bml(run_plan: RunPlan, seat: WorkerSeat, data):
     return go
 
 
+def memory_mb() -> dict:
+    """This process's resident memory (MB): `rss_mb` counts every page it maps, `pss_mb`
+    shares each page among the processes that map it (what one more worker costs the
+    machine when its pages are shared, as a forked one's are). Empty if /proc says nothing."""
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            kb = {line.split(":")[0]: int(line.split()[1]) for line in f if line.split(":")[0] in ("Rss", "Pss")}
+        return {"rss_mb": round(kb["Rss"] / 1024, 1), "pss_mb": round(kb["Pss"] / 1024, 1)}
+    except (OSError, KeyError, ValueError, IndexError):
+        return {}
+
+
 def _get(stats, key):
     return stats.get(key, 0) if isinstance(stats, dict) else getattr(stats, key, 0)
 
 
 def _stats_dict(stats) -> dict:
+    if isinstance(stats, dict):
+        return dict(stats)
     if hasattr(stats, "__dataclass_fields__"):
         from dataclasses import asdict
 

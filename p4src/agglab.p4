@@ -1,5 +1,6 @@
-/* agglab: in-network aggregation (SwitchML semantics, and OmniReduce-style
- * block-sparse aggregation for packets flagged AGG_FLAG_SPARSE) plus plain forwarding,
+/* agglab: in-network aggregation (SwitchML semantics, OmniReduce-style
+ * block-sparse aggregation for packets flagged AGG_FLAG_SPARSE, ATP-style best effort in a
+ * shared pool for packets flagged AGG_FLAG_ATP) plus plain forwarding,
  * for BMv2 simple_switch.  The software switch (softswitch/) runs the same
  * pipeline with the same names; docs/design.md is the contract for both.
  */
@@ -31,6 +32,7 @@ struct meta_t {
     bit<8>  fin;        /* OUT_DUP: the stored sum is the tree's result */
     bit<32> color;      /* port_meter's colour for a policed port (policer.p4) */
     bit<1>  policed;    /* red: dropped before anything else */
+    bit<1>  atp_absorbed;  /* atp.p4: the packet stays in an aggregator (else forwarded) */
 }
 
 #include "include/parser.p4"
@@ -38,6 +40,7 @@ struct meta_t {
 #include "include/policer.p4"     /* ports in no job, metered */
 #include "include/sparse.p4"      /* AGG_FLAG_SPARSE packets (OmniReduce) */
 #include "include/aggregate.p4"   /* dense (SwitchML); a sparse lead also registers sp_next */
+#include "include/atp.p4"         /* AGG_FLAG_ATP packets: the shared pool (ATP) */
 #include "include/drop_sim.p4"
 #include "include/forward.p4"
 #include "include/deparser.p4"
@@ -52,6 +55,7 @@ control AgglabIngress(inout headers_t hdr, inout meta_t meta,
     SparseRearm() sparse_rearm;
     AggOut() agg_out;
     Forward() forward;
+    Atp() atp;
 
     apply {
         policer.apply(hdr, meta, standard_metadata);
@@ -63,6 +67,13 @@ control AgglabIngress(inout headers_t hdr, inout meta_t meta,
                     mark_to_drop(standard_metadata);
                     agg_stats.count(STAT_REJECT);
                     agg_rejects.count(REJ_MALFORMED);
+                } else if (hdr.agg.isValid() && (hdr.agg.flags & AGG_FLAG_ATP) != 0) {
+                    atp.apply(hdr, meta, standard_metadata);        /* its own table, not agg_job */
+                    if (meta.atp_absorbed == 0) {
+                        forward.apply(hdr, meta, standard_metadata);
+                    } else {
+                        mark_to_drop(standard_metadata);
+                    }
                 } else if (hdr.agg.isValid()) {
                     job_role.apply(hdr, meta, standard_metadata);   /* one lookup for both */
                     if (meta.role != ROLE_NONE) {

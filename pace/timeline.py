@@ -63,8 +63,10 @@ def plot(runs: dict[str, list[Iteration]], path: Path, title: str) -> Path:
         labels.append((y + 0.5, f"{scheduler} w{rank}\n{it.iteration_ms:.1f} ms"))
         y += 1
     ax.set_yticks([p for p, _ in labels], [t for _, t in labels])
-    ax.set_xlabel("time (ms, real-network units) - lower bar: forward (blue) / backward (red); "
-                  "upper bar: allreduce (dark = needed early)")
+    # the y axis is inverted below, so each row's compute bar (y + 0.1) is drawn above its
+    # allreduce bar (y + 0.55)
+    ax.set_xlabel("time (ms, real-network units) - upper bar: forward (blue) / backward (red); "
+                  "lower bar: allreduce (dark = needed early)")
     ax.set_title(title, fontsize=10)
     ax.invert_yaxis()
     fig.tight_layout()

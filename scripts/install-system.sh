@@ -6,10 +6,12 @@ set -euo pipefail
 # preprocesses the P4 constants); shellcheck (tests/test_scripts.py); tshark (the Wireshark
 # dissector's tests); iputils-ping (Mininet's ping in the lab); graphviz (topology and tree
 # drawings); chromium + chromium-driver (browser tests of the web view); openssh-server and
-# tmux (cluster and lab session tests). --no-install-recommends pulls in none of these by
+# tmux (cluster and lab session tests); openssh-client and sudo (cluster mode: Mininet's
+# RemoteMixin runs `sudo -E ssh ... sudo -E mnexec`). --no-install-recommends pulls in none of these by
 # itself, so each is named here; tests/test_scripts.py checks the list against the tests.
 pkgs=(mininet python3-venv python3-dev iproute2 ethtool tcpdump procps tshark
-      cpp shellcheck iputils-ping graphviz chromium chromium-driver openssh-server tmux)
+      make cpp shellcheck iputils-ping graphviz chromium chromium-driver openssh-server tmux
+      openssh-client sudo)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

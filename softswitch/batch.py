@@ -52,9 +52,9 @@ _FIXED_COLS = np.array([12, 13, 16, 17, 23, 36, 37, 38, 39, AGG, AGG + 1, AGG + 
 _IP_LEN, _UDP_LEN = FRAME - wire.ETH_BYTES, FRAME - wire.ETH_BYTES - wire.IPV4_BYTES
 _FIXED = np.array([0x08, 0x00, _IP_LEN >> 8, _IP_LEN & 0xFF, 17, wire.UDP_PORT >> 8, wire.UDP_PORT & 0xFF,
                    _UDP_LEN >> 8, _UDP_LEN & 0xFF, 0, 0, 0], dtype=np.uint8)
-# ... and masked bytes: IHL 5 (the version nibble is not checked, as in parser.p4), not SPARSE
+# ... and masked bytes: IHL 5 (the version nibble is not checked, as in parser.p4), not SPARSE nor ATP
 _MASK_COLS = np.array([IP, FLAGS_OFF])
-_MASKS = np.array([0x0F, FLAG_SPARSE], dtype=np.uint8)
+_MASKS = np.array([0x0F, FLAG_SPARSE | wire.CONST["AGG_FLAG_ATP"]], dtype=np.uint8)   # nor another branch's
 _MASKED = np.array([5, 0], dtype=np.uint8)
 
 

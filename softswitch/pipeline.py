@@ -26,7 +26,7 @@ the daemon's per-packet hot path, hence the flat code.
 from __future__ import annotations
 
 from ground import wire
-from softswitch import cli, parser, sparse
+from softswitch import atp, cli, parser, sparse
 from softswitch.batch import DenseBatch
 from softswitch.aggregate import STAT_REJECT, Aggregate, make_state
 from softswitch.deparser import update_ipv4_checksum
@@ -41,42 +41,54 @@ DROP_PORT = 511          # simple_switch's default drop port (egress_spec after 
 _AGG, _IPV4, _ERROR, _L2 = parser.AGG, parser.IPV4, parser.ERROR, parser.L2
 
 # The software switch's registry of P4 schemes (ground/schemes.py rows with p4=True): scheme
-# -> (the agg_h flag that selects its control, the Pipeline attribute holding that control).
-# p4src/agglab.p4 branches on the same flags; tests/test_schemes.py checks every P4 scheme
-# has its branch here.
-BRANCHES: dict[str, tuple[int, str]] = {
-    "switchml": (0, "aggregate"),
-    "omnireduce": (sparse.FLAG_SPARSE, "sparse"),
+# -> (the agg_h flag that selects its control, the Pipeline attribute holding that control,
+# whether the control takes agg_job's role: a scheme with a table of its own, ATP, is
+# branched to before that lookup). p4src/agglab.p4 branches on the same flags;
+# tests/test_schemes.py checks every P4 scheme has its branch here.
+BRANCHES: dict[str, tuple[int, str, bool]] = {
+    "switchml": (0, "aggregate", True),
+    "omnireduce": (sparse.FLAG_SPARSE, "sparse", True),
+    "atp": (atp.FLAG_ATP, "atp", False),
 }
-_BRANCH_FLAGS = 0
-for _flag, _ in BRANCHES.values():
-    _BRANCH_FLAGS |= _flag
+_ROLE_FLAGS = _OWN_FLAGS = 0
+for _flag, _, _role in BRANCHES.values():
+    if _role:
+        _ROLE_FLAGS |= _flag
+    else:
+        _OWN_FLAGS |= _flag
+_FLAGS_OFF = wire.AGG_OFFSET + 3
 
 
 class Pipeline:
     def __init__(self, seed: int | None = None, clock=None):
         self.register_arrays, self.stats = make_state()
         self.register_arrays.update(sparse.make_state())
+        atp_registers, self.atp_stats = atp.make_state()
+        self.register_arrays.update(atp_registers)
         self.rejects = CounterArray("agg_rejects", wire.CONST["AGG_REJECTS_SIZE"])
         self.policer = PortPolicer(self.stats, self.rejects, **({"clock": clock} if clock else {}))
         self.meters = {"port_meter": self.policer}
-        self.counter_arrays = {self.stats.name: self.stats, self.rejects.name: self.rejects}
+        self.counter_arrays = {c.name: c for c in (self.stats, self.rejects, self.atp_stats)}
         self.drop_sim = DropSim(self.stats, seed)
         self.agg_job = job_table()               # JobRole: one lookup for both pipelines
         self.sparse = sparse.Sparse(self.register_arrays, self.stats)
         self.aggregate = Aggregate(self.register_arrays, self.stats, on_complete=self.sparse.rearm,
                                    lead=self.sparse)
         self.forward = Forward()
+        self.atp = atp.Atp(self.register_arrays, self.atp_stats, self.forward)
         self.mc = Multicast()
         self.tables = {t.name: t for t in (
             self.policer.table, self.drop_sim.ingress_table, self.agg_job, self.forward.ipv4_lpm,
-            self.forward.l2_exact, self.drop_sim.egress_table, self.aggregate.agg_reply)}
+            self.forward.l2_exact, self.drop_sim.egress_table, self.aggregate.agg_reply,
+            self.atp.atp_job)}
         self.registers = {name: reg.data for name, reg in self.register_arrays.items()}
         self.counters = {name: c.packets for name, c in self.counter_arrays.items()}
         self._cli = cli.Cli(self)
         self._batch = DenseBatch(self)
-        # flags & _BRANCH_FLAGS -> the branch's ingress(port, frame, role)
-        self._branch = {flag: getattr(self, attr).ingress for flag, attr in BRANCHES.values()}
+        # flags & _ROLE_FLAGS -> the branch's ingress(port, frame, role); flags & _OWN_FLAGS ->
+        # ingress(port, frame) of a branch with its own table
+        self._branch = {flag: getattr(self, attr).ingress for flag, attr, role in BRANCHES.values() if role}
+        self._own = {flag: getattr(self, attr).ingress for flag, attr, role in BRANCHES.values() if not role}
 
     def process_batch(self, ingress_port: int, rows, lens):
         """A whole receive batch at once where that is exactly `process` frame after frame
@@ -112,13 +124,15 @@ class Pipeline:
         if drop_sim.ingress(ingress_port, len(frame)):
             return []
         ptype = parser.parse(frame)
-        if ptype == _AGG:
+        if ptype == _AGG and frame[_FLAGS_OFF] & _OWN_FLAGS:
+            decision = self._own[frame[_FLAGS_OFF] & _OWN_FLAGS](ingress_port, frame)
+        elif ptype == _AGG:
             role = lookup_role(self.agg_job, ingress_port, frame)
             if role.__class__ is int:          # agg_reject (job.p4), and why
                 self.stats.count(STAT_REJECT, len(frame))
                 self.rejects.count(role, len(frame))
                 return []
-            decision = self._branch[role[-1] & _BRANCH_FLAGS](ingress_port, frame, role)
+            decision = self._branch[role[-1] & _ROLE_FLAGS](ingress_port, frame, role)
         elif ptype == _IPV4:
             decision = self.forward.ipv4(frame)
         elif ptype == _ERROR:

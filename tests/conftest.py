@@ -3,6 +3,7 @@
 - root:    needs root (namespaces, raw sockets)
 - mininet: needs Debian's Mininet (python package + mnexec)
 - bmv2:    needs BMv2 simple_switch and p4c (on PATH or under /opt/*/bin)
+- cluster: builds a practice cluster (root, openssh-server's sshd, util-linux's unshare)
 - browser: needs Debian's chromium and chromium-driver, and selenium (the test extras)
 """
 
@@ -32,6 +33,11 @@ def _have_bmv2() -> bool:
     return bool(find_bmv2_tool("simple_switch") and find_bmv2_tool("p4c"))
 
 
+def _cluster_missing() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (a practice cluster makes namespaces and a bridge)"
+    missing = [t for t in ("sshd", "ssh", "ssh-keygen", "unshare") if not (shutil.which(t) or Path(f"/usr/sbin/{t}").exists())]
+    return f"needs {', '.join(missing)} (apt-get install openssh-server)" if missing else None
 def _have_browser() -> bool:
     return (importlib.util.find_spec("selenium") is not None and shutil.which("chromium") is not None
             and shutil.which("chromedriver") is not None)
@@ -42,6 +48,7 @@ def pytest_collection_modifyitems(config, items):
         "root": None if os.geteuid() == 0 else "needs root (network namespaces, raw sockets)",
         "mininet": None if _have_mininet() else "needs Mininet (apt-get install mininet; Debian's python3)",
         "bmv2": None if _have_bmv2() else "needs BMv2 simple_switch and p4c (the Vagrant VM has them)",
+        "cluster": _cluster_missing(),
         "browser": None if _have_browser() else "needs chromium, chromium-driver (apt) and selenium (pip install -e '.[test]')",
     }
     for item in items:
@@ -51,7 +58,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 # -- a hang must never eat CI's time -----------------------------------------------------
-NETWORK_MARKERS = ("root", "mininet", "bmv2")
+NETWORK_MARKERS = ("root", "mininet", "bmv2", "cluster")
 NETWORK_TIMEOUT = float(os.environ.get("AGGLAB_TEST_TIMEOUT", 300))   # seconds per network test
 OTHER_TIMEOUT = 600.0
 
@@ -102,6 +109,60 @@ def _timeout(request):
             signal.signal(signal.SIGALRM, previous)
 
 
+# -- nothing left behind ------------------------------------------------------------------
+def _builds_network(node) -> bool:
+    return any(node.get_closest_marker(m) for m in NETWORK_MARKERS)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _module_leaves_nothing(request):
+    """After a module whose tests build networks, its module-scoped fixtures (a conformance
+    namespace, a software-switch lab) included: no namespace, interface or process of ours
+    that was not there before the module."""
+    network = any(_builds_network(item) for item in request.session.items
+                  if item.module is request.module)
+    if not network or os.geteuid() != 0:
+        yield
+        return
+    from tests.leftovers import leftovers, new_leftovers
+
+    with _network_turn(True):           # another checkout's network is not ours to count
+        before = leftovers()
+    yield
+    with _network_turn(True):
+        left = new_leftovers(before)
+    assert not any(left.values()), f"{request.module.__name__} left behind: {left}"
+
+
+@pytest.fixture(autouse=True)
+def _test_leaves_nothing(request, _timeout):
+    """After every test that builds a network (marked root, mininet or bmv2), while it still
+    holds the network lock: nothing it made is left (compared with what existed when it began,
+    so another checkout's runs and this module's shared fixtures do not count)."""
+    if not _builds_network(request.node) or os.geteuid() != 0:
+        yield
+        return
+    from tests import leftovers as lo
+
+    before = lo.BASELINE = lo.leftovers()
+    try:
+        yield
+    finally:
+        lo.BASELINE = None
+    if getattr(request.node, "rep_call", None) is not None and request.node.rep_call.skipped:
+        return
+    left = lo.new_leftovers(before)
+    assert not any(left.values()), f"left behind: {left}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each phase's report on the test item (rep_setup, rep_call), for the fixtures above."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)
+
+
 @contextlib.contextmanager
 def _network_turn(network: bool):
     """With AGGLAB_NET_LOCK=PATH, a network test first takes an exclusive flock on PATH, so
@@ -116,6 +177,20 @@ def _network_turn(network: bool):
     with open(path, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
+            _until_no_other_network()
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _until_no_other_network(limit: float = 900.0) -> None:
+    """Also wait (at most `limit` s) while a network outside this lock holds the machine's
+    lease (ground/netlease.py: an experiment or bench another checkout runs without the
+    lock), so the test is not refused for the other network's sake."""
+    import time
+
+    from ground.netlease import holder_elsewhere
+
+    deadline = time.monotonic() + limit
+    while holder_elsewhere() and time.monotonic() < deadline:
+        time.sleep(0.5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 from ground.rundir import stray_interfaces
@@ -35,13 +36,57 @@ def ours(namespace: str) -> bool:
     return True
 
 
+def _ancestors(pid: int) -> set[int]:
+    seen = set()
+    while pid > 1 and pid not in seen:
+        seen.add(pid)
+        try:
+            pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return seen
+
+
+def others_live_runs() -> tuple[set[str], set[int], set[int]]:
+    """(interfaces, pids, owners) of the runs alive now that this process did not start: on a
+    machine shared with other checkouts (or a web session that builds networks outside the
+    tests' lock), their networks are not this test's leftovers."""
+    from ground.paths import RUN_ROOT
+    from ground.rundir import RunRecord
+
+    mine = os.getpid()
+    names, pids, owners = set(), set(), set()
+    for path in sorted(RUN_ROOT.iterdir()) if RUN_ROOT.exists() else []:
+        try:
+            owner = int((path / "owner.pid").read_text())
+        except (OSError, ValueError):
+            continue
+        run = RunRecord(path)
+        if run.owner_alive() and mine not in _ancestors(owner):
+            names |= set(run.interfaces())
+            pids |= set(run.pids())
+            owners.add(owner)
+    return names, pids, owners
+
+
 def leftovers() -> dict[str, list[str]]:
-    return {"interfaces": stray_interfaces(), "processes": our_processes(),
+    names, pids, owners = others_live_runs()
+
+    def theirs(line: str) -> bool:
+        pid = int(line.split()[0])
+        return pid in pids or bool(_ancestors(pid) & owners)
+    return {"interfaces": [i for i in stray_interfaces() if i not in names],
+            "processes": [p for p in our_processes() if not theirs(p)],
             "namespaces": [n for n in named_namespaces() if ours(n)]}
 
 
+# What existed when the running network test began (tests/conftest.py sets it): assert_clean
+# then counts only what appeared since, not another checkout's namespaces or networks.
+BASELINE: dict[str, list[str]] | None = None
+
+
 def assert_clean() -> None:
-    left = leftovers()
+    left = new_leftovers(BASELINE) if BASELINE is not None else leftovers()
     assert not any(left.values()), f"left behind: {left}"
 
 

@@ -9,13 +9,16 @@ import sys
 import pytest
 
 from agglab import bench
+from ground import wire
 from ground.paths import REPO
 
 
 def test_analytic_wire_time_of_one_million_int32_at_5_mbps():
-    # 15,625 frames of 14 + 20 + 8 + 16 + 64*4 = 314 bytes each way, at 5 Mb/s
-    assert bench.wire_seconds(1_000_000, 5.0) == pytest.approx(15_625 * 314 * 8 / 5e6)
-    assert bench.wire_seconds(65, 1.0) == pytest.approx(2 * 314 * 8 / 1e6)   # a partial packet counts
+    # ceil(1M / K) frames of 14 + 20 + 8 + 16 + 4K bytes (314 at K=64) each way, at 5 Mb/s
+    k = wire.K
+    frame = 14 + 20 + 8 + 16 + 4 * k
+    assert bench.wire_seconds(1_000_000, 5.0) == pytest.approx(-(-1_000_000 // k) * frame * 8 / 5e6)
+    assert bench.wire_seconds(k + 1, 1.0) == pytest.approx(2 * frame * 8 / 1e6)   # a partial packet counts
 
 
 def test_a_run_writes_json_and_compares_with_the_previous(tmp_path):
@@ -50,9 +53,71 @@ def test_the_wide_section_runs_the_256_value_variant(tmp_path):
                     "--wide-rates", "50", "--out", str(out)], cwd=REPO, check=True, capture_output=True,
                    timeout=240)
     report = json.loads(out.read_text())
-    assert report["skipped"] == [] and report["values_per_packet"] == 64      # the parent's variant
+    assert report["skipped"] == [] and report["values_per_packet"] == wire.K  # the parent's variant
     (f,) = report["figures"]
     assert f["name"] == "8 x 25,600 int32 at 50 Mb/s, K=256" and f["section"] == "wide"
     assert f["target"] is None and f["exact"] is True and "256 per packet" in f["scale"]
     # 100 frames of 14 + 20 + 8 + 16 + 256 * 4 = 1082 bytes each way at 50 Mb/s
     assert f["analytic_s"] == pytest.approx(100 * 1082 * 8 / 50e6, abs=1e-3)
+
+
+# -- every section, smoke-run at a tiny size ------------------------------------------------
+FIGURE_KEYS = {"name", "value", "unit", "target", "met", "link_mbps", "scale", "link_bound", "section",
+               "cpu_reference_s"}
+TINY = ["--elements", "12800", "--rates", "20", "--wide-rates", "50", "--reroute-elements", "20000",
+        "--switchfail-kills", "1", "--daemon-seconds", "1", "--bmv2-reroute-runs", "1"]
+
+
+def _bench(tmp_path, sections: list[str], timeout: float) -> dict:
+    out = tmp_path / "bench.json"
+    res = subprocess.run([sys.executable, "-m", "agglab.bench", "--only", ",".join(sections), *TINY,
+                          "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert {"time", "host", "cpus", "load_average", "load_average_end", "commit", "values_per_packet",
+            "figures", "skipped"} <= set(report)
+    return report
+
+
+def _check_sections(report: dict, sections: list[str], may_skip: dict[str, str]) -> None:
+    """Each section gave figures with every key, or was skipped for the reason allowed here
+    (a section that raised is listed in `skipped` with its exception: that fails)."""
+    skipped = {s["section"]: s["why"] for s in report["skipped"]}
+    for section in sections:
+        figures = [f for f in report["figures"] if f["section"] == section]
+        if section in skipped:
+            assert section in may_skip and may_skip[section] in skipped[section], (section, skipped[section])
+            continue
+        assert figures, f"section {section} gave no figure"
+        for f in figures:
+            assert FIGURE_KEYS <= set(f), (section, sorted(FIGURE_KEYS - set(f)))
+            assert isinstance(f["value"], (int, float)) and f["unit"], f
+            assert f["met"] is None or (f["target"] and isinstance(f["met"], bool)), f
+
+
+def test_sections_without_root_run_tiny(tmp_path):
+    sections = ["pipeline", "trees"]
+    report = _bench(tmp_path, sections, timeout=300)
+    _check_sections(report, sections, {})
+    trees = [f["name"] for f in report["figures"] if f["section"] == "trees"]
+    assert any("fat-tree k=16" in n or "k=16" in n for n in trees), trees
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+@pytest.mark.slow
+@pytest.mark.net_timeout(1500)
+def test_every_network_section_runs_tiny(tmp_path):
+    """wire, wide, reroute, switchfail, build, sparse, daemon, and the BMv2 ones (skipped with
+    their reason where BMv2 is absent), each at a size that takes seconds."""
+    from controller.switch_client import find_bmv2_tool
+
+    sections = ["daemon", "wire", "wide", "reroute", "switchfail", "build", "sparse", "bmv2", "bmv2-reroute"]
+    report = _bench(tmp_path, sections, timeout=1400)
+    no_bmv2 = not (find_bmv2_tool("simple_switch") and find_bmv2_tool("p4c"))
+    _check_sections(report, sections, {"bmv2": "", "bmv2-reroute": ""} if no_bmv2 else {})
+    (wire_run,) = [f for f in report["figures"] if f["section"] == "wire"]
+    assert wire_run["name"].startswith("8 x 12,800 int32 at 20 Mb/s") and wire_run["exact"] is True
+    reroutes = [f for f in report["figures"] if f["section"] == "reroute" and f["name"].startswith("reroute ")
+                and "median" not in f["name"]]
+    assert len(reroutes) == 6 and all(f["exact"] for f in reroutes), reroutes

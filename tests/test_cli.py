@@ -27,7 +27,8 @@ GIVEN = {"workers": ("7", 7), "elements": ("123", 123), "dtype": ("float32", "fl
          "block_size": ("512", 512), "zero_workers": ("2", 2), "fail": ("tree@0.5", ["tree@0.5"]),
          "fail_switch": ("a1@0.5", ["a1@0.5"]), "hang_switch": ("a2@0.5", ["a2@0.5"]),
          "jobs": ("3", 3), "job_loss": ("0.1,0,0.2", [0.1, 0.0, 0.2]),
-         "keep": ("kept-run", "kept-run"), "pcap": (None, True)}      # None: a flag without a value
+         "keep": ("kept-run", "kept-run"), "pcap": (None, True),      # None: a flag without a value
+         "cluster": ("cluster.yaml", "cluster.yaml"), "chaos": ("7", 7)}
 
 
 def test_defaults_are_runspec_defaults():
@@ -66,12 +67,18 @@ def test_lab_has_its_own_defaults():
     (["--topology", "bcube", "--tree", "bml", "--workers", "3"], "BML needs every BCube server as a worker"),
     (["--jobs", "2", "--window", "600"], "each job owns 512 slots"),
     (["--jobs", "2", "--job-loss", "0.1"], "one probability per job (2)"),
-    (["--topology", "single", "--jobs", "2", "--workers", "20"], "at most 32 workers (--workers x --jobs = 40)"),
+    (["--topology", "single", "--jobs", "2", "--workers", "20"],
+     "switch s1 would aggregate 40 workers (--workers x --jobs = 40), but one switch aggregates at most 32"),
     (["--topology", "fattree", "--jobs", "5", "--workers", "4"], "workers must be between 1 and 16"),
     (["--pcap"], "--pcap writes per-port pcaps into the kept run directory: give --keep DIR too"),
+    (["--cluster", "/nonexistent/cluster.yaml"], "cluster file /nonexistent/cluster.yaml: No such file or directory"),
     (["--topology", "single", "--fail", "tree@0.5"],
      "--fail tree@0.5: nothing to reroute around on this topology (it has no link between switches)"),
-    (["--topology", "single", "--workers", "33"], "one switch aggregates at most 32 workers"),
+    (["--topology", "single", "--workers", "33"], "switch s1 would aggregate 33 workers, but one switch "
+     "aggregates at most 32 workers (its contribution bitmap, AGG_MAX_WORKERS)"),
+    (["--topology", "single", "--workers", "64"], "switch s1 would aggregate 64 workers"),
+    (["--topology", "fattree", "--k", "12", "--workers", "300"],
+     "at most 256 workers per job aggregate in the network"),
 ])
 def test_bad_input_is_one_line_and_exit_2(cmd, argv, message, capsys, monkeypatch):
     def must_not_run(*args, **kwargs):

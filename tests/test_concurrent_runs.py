@@ -166,3 +166,33 @@ def test_a_second_run_beside_an_open_network_refuses_and_harms_nothing():
         result = session.allreduce()
         assert result["exact"] and result["ok"], result.get("errors")
         assert _our_interfaces(group) == before
+
+
+@pytest.mark.root
+@pytest.mark.mininet          # holds the machine's real lease: with the network tests, in turn
+def test_batch_commands_refuse_once_while_another_network_holds_the_machine(tmp_path):
+    from ground.paths import NET_LEASE
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(NET_LEASE)], cwd=REPO, stdout=subprocess.PIPE,
+                              text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        definition = tmp_path / "one.yaml"
+        definition.write_text('{"name": "one", "network": {"link": "100Gbps", "gradient": "100MB"}, '
+                              '"emulated": {"gradient": "1MiB"}, "run": {"topology": "single"}, "repeats": 1, '
+                              '"series": {"in-network": {"algorithm": "switchml"}}, "sweep": {"workers": [2]}}')
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        for argv in (["-m", "agglab", "experiment", str(definition), "--out", str(tmp_path / "results")],
+                     ["-m", "agglab.bench", "--only", "build"],
+                     ["-m", "agglab", "lab", "--topology", "single", "--script", os.devnull],
+                     ["-m", "agglab", "train", "--model", "mlp", "--workers", "2", "--steps", "2",
+                      "--out", str(tmp_path / "train")]):
+            res = subprocess.run([sys.executable, *argv], cwd=REPO, env=env, capture_output=True, text=True,
+                                 timeout=120)
+            lines = (res.stdout + res.stderr).strip().splitlines()
+            assert res.returncode == netlease.NetworkBusy.exit_code, (argv, lines)
+            assert len(lines) == 1 and f"pid {holder.pid}" in lines[0], (argv, lines)
+        assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("runs.jsonl"))
+    finally:
+        holder.kill()
+        holder.wait()

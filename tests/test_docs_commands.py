@@ -305,3 +305,30 @@ def test_every_documented_subcommand_answers_help(path):
     proc = subprocess.run([sys.executable, "-m", "agglab.cli", *path, "--help"], cwd=REPO, capture_output=True,
                           text=True, timeout=120, env=env)
     assert proc.returncode == 0 and "usage" in proc.stdout.lower(), proc.stderr[-2000:]
+
+
+def _options_without_help(parser: argparse.ArgumentParser, path: str):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _options_without_help(sub, f"{path} {name}")
+        elif action.option_strings and not isinstance(action, argparse._HelpAction) and not action.help:
+            yield f"{path} {action.option_strings[0]}"
+
+
+def test_every_option_has_help_text():
+    missing = [*_options_without_help(_agglab_parser(), "agglab"),
+               *_options_without_help(_experiment_parser(), "agglab experiment"),
+               *_options_without_help(_bench_parser(), "python -m agglab.bench")]
+    assert not missing, f"options without help text: {missing}"
+
+
+def test_relative_links_in_the_docs_resolve():
+    """A guide moved or renamed leaves no dangling link in the README or another guide."""
+    broken = []
+    for doc in DOCS:
+        for target in re.findall(r"\]\(([^)\s]+)\)", doc.read_text()):
+            path = target.split("#", 1)[0]
+            if path and not re.match(r"[a-z]+:", path) and not (doc.parent / path).exists():
+                broken.append(f"{doc.relative_to(REPO)}: {target}")
+    assert not broken, broken

@@ -110,3 +110,36 @@ def test_fail_draws_rerouted_trees_and_a_dashed_link(tmp_path):
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, says):
     r = _draw(tmp_path, *args)
     assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_text_marks_the_failed_link_and_what_changed():
+    """The lab's `show` text: the failed link is named as down, and the tree that lost it says so."""
+    from controller import drawing
+
+    g = topologies.fat_tree(4, workers=8)
+    first = trees.compute("rat", g)
+    link = sorted(e for t in first.trees for e in t.edges if all(g.nodes[n]["kind"] == "switch" for n in e))[0]
+    epochs = drawing.after_failures(g, "rat", worker_hosts(g), [link])
+    g.edges[link]["up"] = False              # the lab's graph, as the controller marked it
+    text = drawing.as_text(g, epochs[-1].treeset, epochs[0].treeset)
+    assert f"links down: {link[0]}-{link[1]}" in text
+    assert f"-{link[0]}-{link[1]} (down)" in text
+    assert text.startswith("epoch 1 (rat)") and "changed since epoch 0:" in text
+    for t in epochs[-1].treeset.trees:
+        assert f"root {t.root}" in text
+
+
+def test_lab_stats_table_is_aligned_and_explained():
+    pytest.importorskip("mininet")
+    from agglab.lab import COUNTERS, stats_table
+
+    rows = {"a1": {"contributions": 12, "completions": 3, "rejected_no_entry": 128},
+            "c10": {"contributions": 1234567, "completions": 0, "rejected_no_entry": 0}}
+    lines = stats_table(rows, "of the last allreduce").splitlines()
+    table = lines[1:5]                                      # header, a1, c10, total
+    assert [line.split()[0] for line in table] == ["switch", "a1", "c10", "total"]
+    ends = {len(line) for line in table}
+    assert len(ends) == 1, table                            # right-aligned columns end together
+    assert table[-1].split()[1:] == ["1234579", "3", "128"]
+    assert any(line.split()[0] == "rejected_no_entry" and "OLD EPOCH" in line for line in lines[5:])
+    assert all(k in COUNTERS for k in ("contributions", "rejected_no_entry"))

@@ -14,6 +14,7 @@ import re
 import pytest
 
 from agglab import exercise as lab
+from ground import wire
 from ground.paths import REPO
 
 MARKED = sorted({rel for ex in lab.EXERCISES for rel in ex.files})
@@ -111,7 +112,7 @@ def test_a_wrong_addition_reports_the_first_differing_packet(tmp_path):
     # the first line names the first differing field: lane 0 is 1 + 10 + 100 in the vector,
     # the last contribution alone when it overwrites
     assert "packet 3 on port 3: packet out on port 1: values[0] expected 111, got 100" in packet.splitlines()[0]
-    assert "agg_values[320] expected 11, got 10" in bad["conformance accumulation (software switch)"]
+    assert f"agg_values[{5 * wire.K}] expected 11, got 10" in bad["conformance accumulation (software switch)"]
     assert "conformance first_contribution (software switch)" not in bad
     # the frames themselves: in the grade object, and printed by --verbose only
     frames = next(c["packets"] for c in result["checks"] if c["name"].startswith("conformance completion_multicast"))
@@ -273,3 +274,18 @@ def test_answers_read_off_a_real_lab_pass_the_checker(tmp_path, capsys):
     result = lab.check(ex, tmp_path / "w", bmv2="no", timeout=240)
     assert result["ok"], lab.show(result) + "\n" + out
     assert_clean()
+
+
+def test_a_check_with_ungraded_regions_says_so():
+    """Skipped (ungraded) P4 regions must never be summed up as "all checks pass"."""
+    ex = lab.get(1)
+    checks = [{"name": "region aggregate-add in softswitch/aggregate.py written", "ok": True, "detail": ""},
+              {"name": "region aggregate-add in p4src/include/aggregate.p4 written", "ok": True, "skipped": True,
+               "detail": "P4 not graded here: BMv2 simple_switch/p4c not found (still TODO)"}]
+    result = lab.grade(ex, checks)
+    assert result["ok"] and result["complete"] is False
+    assert result["ungraded"] == ["region aggregate-add in p4src/include/aggregate.p4 written"]
+    last = lab.show(result).splitlines()[-1]
+    assert "all checks pass" not in last and "1 NOT graded here (P4 not graded here: BMv2" in last, last
+    full = lab.grade(ex, checks[:1])
+    assert full["complete"] and lab.show(full).splitlines()[-1].endswith("1 of 1 graded checks pass: all checks pass")

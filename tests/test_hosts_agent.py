@@ -104,7 +104,7 @@ def test_mismatched_dtype_window_and_worker_count():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(0, 2**40), min_size=1, max_size=wire.MAX_WORKERS), st.integers(1, 1024))
+@given(st.lists(st.integers(0, 2**40), min_size=1, max_size=wire.MAX_RANKS), st.integers(1, 1024))
 def test_consistency_check_raises_iff_lengths_differ(lengths, window):
     n = len(lengths)
     total = np.sum([lead_lanes(length=L, window=window, dtype=np.int32) for L in lengths],
@@ -172,6 +172,21 @@ def test_silent_switch_gives_up_after_give_up_with_capped_backoff(monkeypatch):
     assert all(slot == 0 and retx for _, slot, retx in probes)
     gaps = np.diff([0.0] + [at for at, _, _ in probes])
     assert gaps == pytest.approx([0.02, 0.04, 0.08, 0.08, 0.08, 0.08], abs=1e-3)
+
+
+@pytest.mark.parametrize("workers,polls", [(2, 80), (16, 80), (128, 10), (256, 8)])
+def test_a_large_job_polls_the_controller_less_often(monkeypatch, workers, polls):
+    """0.4 s of a silent switch: a worker of a small job reads the controller's file every
+    5 ms, one of 128 every 40 ms (all of them together no more often than 16 would), one of
+    256 every 50 ms (the longest interval)."""
+    clock = _FakeClock()
+    monkeypatch.setattr(slots_module, "time", clock)
+    calls = []
+    with pytest.raises(AllreduceTimeout):
+        allreduce(np.zeros(5 * K, np.int32), transport=_Silent(clock), rank=0, workers=workers, give_up=0.4,
+                  control=lambda: calls.append(clock.now))
+    assert abs(len(calls) - polls) <= 2, len(calls)
+    assert np.diff(calls).min() >= slots_module.control_poll(workers) - 1e-9
 
 
 class _SlowLink:
@@ -289,6 +304,8 @@ def test_rejects_bad_arguments():
         allreduce(np.zeros(3, np.int32), transport=t, rank=0, workers=1, window=wire.SLOTS + 1)
     with pytest.raises(ValueError, match="job"):
         allreduce(np.zeros(3, np.int32), transport=t, rank=0, workers=1, job=256)
+    with pytest.raises(ValueError, match=f"workers <= {wire.MAX_RANKS} "):     # ranks beyond agg_h.worker
+        allreduce(np.zeros(3, np.int32), transport=t, rank=0, workers=wire.MAX_RANKS + 1)
 
 
 @settings(max_examples=25, deadline=None)

@@ -67,6 +67,22 @@ def test_the_installed_agglab_is_not_the_checkout(installed):
     assert all("site-packages" in line and str(REPO) not in line for line in out), out
 
 
+PRODUCT = ("ground", "softswitch", "hosts", "pace", "controller", "emulation", "agglab", "experiments",
+           "p4src", "exercises")
+
+
+def test_every_file_of_the_product_is_installed(installed):
+    """Each file git tracks under a product directory (code and data: P4, vectors, YAML,
+    exercise texts, web assets) is in site-packages at the same relative path: a data file
+    added without declaring it in pyproject.toml fails here, not for a user."""
+    agglab, _work = installed
+    site = next((agglab.parent.parent / "lib").glob("python3*/site-packages"))
+    tracked = subprocess.run(["git", "ls-files", *PRODUCT], cwd=REPO, capture_output=True, text=True,
+                             check=True).stdout.split()
+    missing = [rel for rel in tracked if not (site / rel).is_file()]
+    assert tracked and not missing, f"not installed by `pip install .`: {missing}"
+
+
 def test_exercise_start_and_check_outside_the_checkout(installed):
     start = _run(installed, "exercise", "start", "1", "--dir", "ex1")
     assert start.returncode == 0, start.stderr

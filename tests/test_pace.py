@@ -113,10 +113,10 @@ def test_replay_puts_measured_times_into_the_planned_order():
 
 
 def test_scale_arithmetic():
-    from emulation.pace_run import Scale
+    from ground.scale import Scale
 
     sc = Scale.of(link_gbps=10, bw_mbps=5, total_bytes=100 * 2**20, emulated_mb=4)
-    assert (sc.scale, sc.shrink, sc.dilation) == (2000.0, 25.0, 80.0)
+    assert (sc.rate, sc.size, sc.dilation) == (2000.0, 25.0, 80.0)
     # 4 MB really: 3.36 ms at 10 Gb/s; 4/25 MB emulated at 5 Mb/s: 268 ms = 80 x 3.36 ms
-    assert 4 * 2**20 / sc.shrink * 8 / 5e6 == pytest.approx(80 * 4 * 2**20 * 8 / 10e9)
-    assert Scale.of(10, 5, 2**20, 4).shrink == 1.0        # never inflate a small model
+    assert 4 * 2**20 / sc.size * 8 / 5e6 == pytest.approx(80 * 4 * 2**20 * 8 / 10e9)
+    assert Scale.of(10, 5, 2**20, 4).size == 1.0          # never inflate a small model

@@ -2,20 +2,39 @@
 
 from __future__ import annotations
 
-import time
+import types
+
+import pytest
 
 from emulation.failures import read_progress
 from ground import progress
 
 
-def test_rewritten_in_place_and_read_back(tmp_path):
+class FakeClock:
+    """time.monotonic for ground.progress: it moves only when the test says so."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    fake = FakeClock()
+    monkeypatch.setattr(progress, "time", types.SimpleNamespace(monotonic=fake.monotonic))
+    return fake
+
+
+def test_rewritten_in_place_and_read_back(tmp_path, clock):
     path = tmp_path / "rank0.progress"
     write = progress.ProgressFile(path)
     assert progress.read(path) is None                 # nothing reported yet
     write(3, 100)
     assert progress.read(path) == (3, 100)
     size = path.stat().st_size
-    time.sleep(progress.INTERVAL * 1.5)
+    clock.now += progress.INTERVAL * 1.5
     write(70, 100)
     assert progress.read(path) == (70, 100)
     assert path.stat().st_size == size                 # fixed width: a reader never sees a short file
@@ -23,12 +42,16 @@ def test_rewritten_in_place_and_read_back(tmp_path):
     assert progress.read(path) == (100, 100) and write.fd is None
 
 
-def test_updates_within_the_interval_are_skipped(tmp_path):
+def test_updates_within_the_interval_are_skipped(tmp_path, clock):
     path = tmp_path / "p"
     write = progress.ProgressFile(path)
     write(1, 10)
-    write(2, 10)                                       # immediately after: not written
+    clock.now += progress.INTERVAL * 0.9
+    write(2, 10)                                       # within the interval: not written
     assert progress.read(path) == (1, 10)
+    clock.now += progress.INTERVAL * 0.2
+    write(3, 10)                                       # the interval has passed: written
+    assert progress.read(path) == (3, 10)
 
 
 def test_read_progress_is_the_slowest_worker(tmp_path):

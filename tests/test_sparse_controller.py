@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ground import wire
-from ground.runspec import IN_NETWORK
+from ground.schemes import ON_TREES
 from controller import topologies, tree_install, trees
 from controller.reroute import carry, failover, sparse_failover
 from controller.addressing import assign_addresses
@@ -262,7 +262,7 @@ def test_carry_is_chosen_by_the_algorithm_and_omnireduce_keeps_its_dense_lead_ro
 
 
 def test_carry_for_an_unknown_algorithm_names_the_known_ones():
-    assert {a: type(carry.carry_for(a)).__name__ for a in IN_NETWORK} == {     # ring/ps: no tree, no carry
+    assert {a: type(carry.carry_for(a)).__name__ for a in ON_TREES} == {       # ring/ps, atp: no tree, no carry
         "switchml": "DenseCarry", "omnireduce": "SparseCarry"}
     with pytest.raises(ValueError, match="known: switchml, omnireduce"):
         carry.carry_for("allgather")

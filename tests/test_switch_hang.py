@@ -92,7 +92,7 @@ def test_a_stopped_aggregating_switch_is_fenced_and_rerouted_around_exactly():
     spec = RunSpec(topology="fattree", k=4, workers=8, elements=2_000_000, seed=1, hang_switch=["tree@0.5"])
     with Session(spec) as session:
         r = session.allreduce()
-        assert r["exact"] and r["ok"], r.get("errors")
+        assert r["exact"] and r["ok"], (r.get("errors"), r.get("hangs"), session.events.lines()[-40:])
         rows = [f for f in r["failures"] if f.get("hung")]
         assert len(rows) == 1, r["failures"]
         row = rows[0]
@@ -122,3 +122,85 @@ def test_a_bad_hang_switch_is_one_line_and_exit_2():
                          env=dict(os.environ, PYTHONPATH=str(repo)))
     assert res.returncode == 2
     assert res.stderr.strip().count("\n") == 0 and "--hang-switch: there is no switch 'zz9'" in res.stderr, res.stderr
+
+
+def test_a_channel_that_never_answered_is_never_declared_hung():
+    hung = []
+    probe = SwitchProbe(lambda *a: hung.append(a), bound=0.1, interval=0.02).start()
+    try:
+        mute = _PairPing()
+        mute.answering.clear()                  # e.g. a ping the target does not understand
+        probe.add("s1", mute)
+        threading.Event().wait(0.8)
+        assert mute.pings >= 1 and hung == []
+    finally:
+        probe.stop()
+
+
+def test_the_thrift_ping_is_the_call_thrifts_own_client_sends():
+    thrift = pytest.importorskip("thrift")      # noqa: F841 - BMv2 hosts have it
+    from thrift.protocol import TBinaryProtocol, TMultiplexedProtocol
+    from thrift.Thrift import TMessageType
+    from thrift.transport import TTransport
+
+    from emulation.switch_probe import ThriftPing
+
+    buf = TTransport.TMemoryBuffer()
+    proto = TMultiplexedProtocol.TMultiplexedProtocol(TBinaryProtocol.TBinaryProtocol(buf), "standard")
+    proto.writeMessageBegin("bm_get_config_md5", TMessageType.CALL, 1)
+    proto.writeStructBegin("bm_get_config_md5_args")
+    proto.writeFieldStop()
+    proto.writeStructEnd()
+    proto.writeMessageEnd()
+
+    class Sent:
+        def send(self, data):
+            self.data = data
+
+    ping = ThriftPing.__new__(ThriftPing)
+    ping.sock, ping.seq = Sent(), 0
+    ping.send()
+    assert ping.sock.data == buf.getvalue()
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+@pytest.mark.net_timeout(300)
+def test_a_hang_reroutes_every_job_through_the_cli(tmp_path):
+    """`--jobs 2 --hang-switch tree@0.5` from the command line: both jobs exact, the JSON lists
+    the hang with the jobs that rerouted around it, and nothing of the run is left."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.leftovers import leftovers, new_leftovers
+
+    repo = Path(__file__).resolve().parent.parent
+    before = leftovers()
+    res = subprocess.run([sys.executable, "-m", "agglab", "allreduce", "--topology", "fattree", "--k", "4",
+                          "--workers", "4", "--jobs", "2", "--hang-switch", "tree@0.5", "--elements", "1000000",
+                          "--json"], cwd=repo, capture_output=True, text=True, timeout=280,
+                         env=dict(os.environ, PYTHONPATH=str(repo), AGGLAB_RUN_ROOT=str(tmp_path / "runs")))
+    assert res.returncode == 0, res.stderr[-2000:]
+    r = json.loads(res.stdout)
+    assert r["exact"] and all(j["exact"] for j in r["jobs"]), r.get("errors")
+    assert len(r["hangs"]) == 1 and r["hangs"][0]["on_tree"] and r["hangs"][0]["install_ms"] is not None, r["hangs"]
+    hung = [f for f in r["failures"] if f.get("hung")]
+    assert [f["switch"] for f in hung] == [r["hangs"][0]["switch"]] and hung[0]["detect_ms"] is not None
+    assert "Traceback" not in res.stderr
+    assert not any(new_leftovers(before).values())
+
+
+def test_a_control_channel_error_outside_a_handled_failure_is_one_line(monkeypatch, capsys):
+    import agglab.cli as cli
+    from controller.switch_client import SwitchCommandError
+
+    def fails(_args):
+        raise SwitchCommandError("a2: 'counter_read agg_stats 0': switch at /run/agglab/x/a2.sock: "
+                                 "no reply to 'counter_read agg_stats 0' within 30.0s")
+
+    monkeypatch.setattr(cli, "_clean", fails)
+    assert cli.main(["clean"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("agglab clean: a switch stopped answering") and "a2" in err

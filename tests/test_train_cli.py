@@ -39,3 +39,21 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     out = agglab(*args, tmp_path=tmp_path)
     assert out.returncode == 2
     assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_human_output_labels_packet_loss_and_formats_per_scheduler_times(capsys):
+    """Packet loss is not confused with training loss, and no raw dict reaches the console."""
+    from agglab.train_cmd import _print_human
+
+    _print_human({"ok": True, "workers": 4, "algorithm": "switchml", "dtype": "int32", "topk": 1.0, "steps": 120,
+                  "seconds": 4.8, "loss": 0.05, "retransmissions": 12, "final_accuracy": 0.9556,
+                  "single_process_accuracy": 0.9556, "max_abs_param_diff": 0.0, "plot": "results/train/train.png"})
+    out = capsys.readouterr().out
+    assert "packet loss 5% per link direction" in out and "loss 0.05" not in out
+    _print_human({"ok": True, "profile_only": True, "profile": "resnet50", "workers": 8, "algorithm": "switchml",
+                  "link_gbps": 10.0, "emulated": False, "compute_ms": 66.7,
+                  "iteration_ms": {"fifo": 126.656, "pace": 105.14}, "model_iteration_ms": {"fifo": 107.0, "pace": 83.6},
+                  "speedup": 1.2, "model_speedup": 1.28, "timeline": "t.png", "trace": "t.json"})
+    out = capsys.readouterr().out
+    assert "iteration time: FIFO 126.7 ms, PACE 105.1 ms (pure model: FIFO 107.0 ms, PACE 83.6 ms)" in out
+    assert "{" not in out, out

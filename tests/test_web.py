@@ -122,6 +122,17 @@ def _click_link(driver, link: str) -> None:
     ActionChains(driver).move_to_element_with_offset(box, int(x - w / 2), int(y - h / 2)).click().perform()
 
 
+def _click_node(driver, node: str) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    box = driver.find_element(By.ID, "cy")
+    x, y, w, h = driver.execute_script(
+        "const p = agglab.cy.$id(arguments[0]).renderedPosition();"
+        "const r = document.getElementById('cy').getBoundingClientRect(); return [p.x, p.y, r.width, r.height];", node)
+    ActionChains(driver).move_to_element_with_offset(box, int(x - w / 2), int(y - h / 2)).click().perform()
+
+
 def test_live_page_in_a_browser(tmp_path):
     import pexpect
 
@@ -250,3 +261,17 @@ def _run_steps(driver, steps: Steps, url: str, lab) -> None:
           f"max {max(latencies):.0f} ms (sampling period 250 ms; load average {' '.join(load)})")
     (OUT / "latency.json").write_text(json.dumps({"ms": latencies, "loadavg": load}))
     steps.shot("after-latency")
+
+    # kill and restart a core switch from the page: its process really dies and comes back
+    core = next(n["id"] for n in topo["nodes"] if n["tier"] == "core")
+    _click_node(driver, core)
+    _wait(f"{core} selected", lambda: driver.find_element(By.ID, "selected").text == core, 10)
+    driver.find_element(By.ID, "kill").click()
+    _wait(f"{core} drawn dead", lambda: driver.execute_script("return agglab.cy.$id(arguments[0]).hasClass('dead')",
+                                                                 core), 60)
+    assert core in _state(driver)["dead"]
+    steps.shot("switch-killed")
+    driver.find_element(By.ID, "restart").click()
+    _wait(f"{core} alive again", lambda: core not in _state(driver).get("dead", [core]), 60)
+    _wait(f"{core}'s counters again", lambda: (_state(driver)["switches"].get(core) or {}).get("alive"), 30)
+    steps.shot("switch-restarted")

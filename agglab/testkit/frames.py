@@ -1,8 +1,10 @@
 """Build frames from readable field dicts, and describe frames field by field.
 
-Why a builder of our own (not scapy, not softswitch code): the vectors must
-state what the wire carries independently of either target, so the expected
-bytes come from here and both the software switch and BMv2 are held to them.
+Why a builder of our own (not scapy, not softswitch code, not ground.wire): the
+vectors must state what the wire carries independently of either target and of
+the packer they share, so the expected bytes come from here, with agg_h packed
+by layout.py from the layout docs/design.md writes down, and both the software
+switch and BMv2 are held to them.
 Lengths and the IPv4 checksum are computed unless a vector pins them, which
 is how a vector says "the switch recomputed the checksum" without hex.
 
@@ -26,7 +28,7 @@ from __future__ import annotations
 import ipaddress
 import struct
 
-from ground import wire
+from agglab.testkit import layout
 
 SERVICE_MAC, SERVICE_IP = "02:a6:67:ff:ff:fe", "10.255.255.254"
 BROADCAST = "ff:ff:ff:ff:ff:ff"
@@ -62,13 +64,13 @@ def checksum16(data: bytes) -> int:
 def values_bytes(spec) -> bytes:
     if isinstance(spec, dict):
         if "fill" in spec:
-            vals = [spec["fill"]] * wire.K
+            vals = [spec["fill"]] * layout.K
         else:
-            vals = [spec.get("start", 0) + i * spec.get("step", 1) for i in range(wire.K)]
+            vals = [spec.get("start", 0) + i * spec.get("step", 1) for i in range(layout.K)]
     else:
-        vals = list(spec) + [0] * (wire.K - len(spec))
-    if len(vals) != wire.K:
-        raise ValueError(f"{len(vals)} values, K is {wire.K}")
+        vals = list(spec) + [0] * (layout.K - len(spec))
+    if len(vals) != layout.K:
+        raise ValueError(f"{len(vals)} values, K is {layout.K}")
     return b"".join(struct.pack("!I", v & 0xFFFFFFFF) for v in vals)
 
 
@@ -100,12 +102,12 @@ def build(spec: dict) -> bytes:
     payload = bytes.fromhex(str(spec.get("payload", "")).replace(" ", ""))
     if is_agg:
         values = spec.get("values", [])
-        payload = (wire.pack_agg(**spec.get("agg", {}))
+        payload = (layout.pack_agg(**spec.get("agg", {}))
                    + (values_bytes(values) if values is not None else b"") + payload)
     if etype == 0x0800 and (ip or is_agg or "from" in spec or "to" in spec):
         proto = ip.get("proto", 17)
         if proto == 17:
-            default_port = wire.UDP_PORT if is_agg else 9
+            default_port = layout.UDP_PORT if is_agg else 9
             default_csum = 0
             ulen = udp.get("len", 8 + len(payload))
             payload = struct.pack("!HHHH", udp.get("sport", default_port), udp.get("dport", default_port),
@@ -140,10 +142,10 @@ def describe(frame: bytes) -> str:
         if proto == 17 and len(frame) >= 42:
             sport, dport, ulen, ucsum = struct.unpack("!HHHH", frame[34:42])
             out.append(f"udp {sport}->{dport} len={ulen} csum=0x{ucsum:04x}")
-            if dport == wire.UDP_PORT and len(frame) >= wire.AGG_OFFSET + wire.AGG_HEADER_BYTES:
-                out.append(f"agg {wire.unpack_agg(frame, wire.AGG_OFFSET)}")
-                n = min(wire.K, (len(frame) - wire.AGG_OFFSET - wire.AGG_HEADER_BYTES) // 4)
-                vals = struct.unpack_from(f"!{n}i", frame, wire.AGG_OFFSET + wire.AGG_HEADER_BYTES)
+            if dport == layout.UDP_PORT and len(frame) >= layout.AGG_OFFSET + layout.AGG_H_BYTES:
+                out.append(f"agg {layout.unpack_agg(frame, layout.AGG_OFFSET)}")
+                n = min(layout.K, (len(frame) - layout.AGG_OFFSET - layout.AGG_H_BYTES) // 4)
+                vals = struct.unpack_from(f"!{n}i", frame, layout.AGG_OFFSET + layout.AGG_H_BYTES)
                 last = max((i for i, v in enumerate(vals) if v), default=-1)
                 out.append(f"values[:{last + 1}]={list(vals[:last + 1])}")
     out.append(f"({len(frame)} bytes)")
@@ -166,10 +168,10 @@ def fields(frame: bytes) -> dict:
         if proto == 17 and len(frame) >= 42:
             sport, dport, ulen, ucsum = struct.unpack("!HHHH", frame[34:42])
             out |= {"udp.sport": sport, "udp.dport": dport, "udp.len": ulen, "udp.checksum": f"0x{ucsum:04x}"}
-            if dport == wire.UDP_PORT and len(frame) >= wire.AGG_OFFSET + wire.AGG_HEADER_BYTES:
-                out |= {f"agg.{k}": v for k, v in wire.unpack_agg(frame, wire.AGG_OFFSET).items()}
-                n = min(wire.K, (len(frame) - wire.AGG_OFFSET - wire.AGG_HEADER_BYTES) // 4)
-                vals = struct.unpack_from(f"!{n}i", frame, wire.AGG_OFFSET + wire.AGG_HEADER_BYTES)
+            if dport == layout.UDP_PORT and len(frame) >= layout.AGG_OFFSET + layout.AGG_H_BYTES:
+                out |= {f"agg.{k}": v for k, v in layout.unpack_agg(frame, layout.AGG_OFFSET).items()}
+                n = min(layout.K, (len(frame) - layout.AGG_OFFSET - layout.AGG_H_BYTES) // 4)
+                vals = struct.unpack_from(f"!{n}i", frame, layout.AGG_OFFSET + layout.AGG_H_BYTES)
                 out |= {f"values[{i}]": v for i, v in enumerate(vals)}
     if not any(k.startswith("values") for k in out):
         out["rest"] = frame[14:].hex()

@@ -31,7 +31,8 @@ from ground.paths import VECTORS as VECTOR_ROOT
 VECTOR_DIR = VECTOR_ROOT / f"k{wire.K}" if wire.WIDE else VECTOR_ROOT
 REGISTER_WIDTHS = {"agg_values": 32, "agg_bitmap": 32, "agg_count": 8, "agg_exp": 8, "agg_final": 8, "agg_block": 32,
                    "agg_rnext": 32, "sp_values": 32, "sp_block": 32, "sp_bitmap": 32, "sp_final": 8, "sp_exp": 8,
-                   "sp_rnext": 32, "sp_done": 8, "sp_ack": 32, "sp_next": 32, "sp_exp_next": 8}
+                   "sp_rnext": 32, "sp_done": 8, "sp_ack": 32, "sp_next": 32, "sp_exp_next": 8,
+                   "atp_values": 32, "atp_bitmap": 32, "atp_owner_job": 8, "atp_owner_seq": 32, "atp_count": 8}
 _INDEX = re.compile(r"^(\w+)\[(\d+)(?::(\d+))?\]$")
 
 

@@ -91,8 +91,8 @@ class WebServer:
         app = web.Application(middlewares=[self._token_check])
         app.router.add_get("/", self._index)
         app.router.add_get("/static/{name}", self._static)
-        app.router.add_get("/api/topology", lambda r: web.json_response(self.state.topology))
-        app.router.add_get("/api/state", lambda r: web.Response(text=self.state.latest, content_type="application/json"))
+        app.router.add_get("/api/topology", self._topology)
+        app.router.add_get("/api/state", self._state)
         app.router.add_get("/api/stream", self._stream)
         app.router.add_post("/api/action", self._action)
         return app
@@ -107,6 +107,12 @@ class WebServer:
     async def _index(self, request: web.Request) -> web.Response:
         html = (STATIC / "index.html").read_text().replace("{{TOKEN}}", self.token)
         return web.Response(text=html, content_type="text/html", headers={"Cache-Control": "no-store"})
+
+    async def _topology(self, request: web.Request) -> web.Response:
+        return web.json_response(self.state.topology)
+
+    async def _state(self, request: web.Request) -> web.Response:
+        return web.Response(text=self.state.latest, content_type="application/json")
 
     async def _static(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
@@ -170,6 +176,16 @@ def serve(session, actions: Actions, host: str, port: int = 0, lab: bool = True)
     """Start sampling `session` and serving its page; returns the running server (stop() it)."""
     from agglab.lab import summary            # the lab's wording of an outcome
 
+    import ipaddress
+    import sys
+
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback:
+        print(f"warning: the live page listens on {host}: anyone who reaches it there with the token can fail "
+              "links and kill switches", file=sys.stderr)
     state = LiveState(session, actions, lab=lab).start()
     try:
         return WebServer(state, actions, host, port, summarise=summary).start()

@@ -26,7 +26,7 @@ from controller.topology import workers as ranked_workers
 from controller.trees.base import Tree, TreeError, TreeSet, check_tree, live_graph
 from ground.runspec import BCUBE_TREE, register_trees
 
-HELPERS = frozenset({"base", "bench"})     # modules of this package that are not an algorithm
+HELPERS = frozenset({"base", "bench", "bml_relay"})   # modules of this package that are not an algorithm
 
 
 def discover() -> tuple[str, ...]:

@@ -54,6 +54,8 @@ function build(topo) {
       { selector: "edge.tree", style: { "width": 3, "line-color": "data(colour)", "events": "yes" } },
     ],
   });
+  stretch();
+  window.addEventListener("resize", () => { agglab.cy.resize(); agglab.cy.fit(undefined, 20); });
   agglab.cy.on("tap", "edge", (e) => {
     const id = e.target.data("link"), l = agglab.state && agglab.state.links.find(x => x.id === id);
     const [a, b] = id.split("-");
@@ -64,6 +66,16 @@ function build(topo) {
     $("kill").disabled = $("restart").disabled = false;
   });
   if (!topo.lab) { $("runform").style.display = "none"; }
+}
+
+// Tiers laid out by Graphviz are wide and flat: stretch them downwards (at most 3x) until the
+// drawing has the box's proportions, so it fills the box instead of a band across it.
+function stretch() {
+  const cy = agglab.cy, bb = cy.nodes().boundingBox(), box = $("cy").getBoundingClientRect();
+  if (!bb.h || !box.height) return;
+  const k = Math.min(3, (bb.w / bb.h) / (box.width / box.height));
+  if (k > 1) cy.nodes().positions(n => ({ x: n.position("x"), y: bb.y1 + (n.position("y") - bb.y1) * k }));
+  cy.fit(undefined, 20);
 }
 
 function applyTrees(job) {

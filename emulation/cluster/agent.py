@@ -1,0 +1,145 @@
+"""The per-server agent: one small process per server, on the same ssh connection, that
+keeps the files the head and the workers share in step.
+
+Why: on one machine the controller's epoch file and the workers' progress files are shared
+through the filesystem; across servers they are not. The head sends `put PATH BASE64`
+whenever it rewrites an epoch file (the agent writes it atomically: the workers compare its
+bytes), and `watch DIR`; the agent answers `file PATH BASE64` whenever a `*.progress` file
+under a watched directory changes (every POLL seconds), which the head writes to the same
+path for the failure injector and the progress bar. Standard library only: it runs on the
+server as `python -m emulation.cluster.agent`.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+POLL = 0.02
+
+
+def serve() -> int:
+    watched: list[Path] = []
+    seen: dict[str, bytes] = {}
+    lock = threading.Lock()
+    out = sys.stdout.buffer
+
+    def reader():
+        for raw in sys.stdin.buffer:
+            words = raw.decode().split()
+            if not words:
+                continue
+            if words[0] == "put" and len(words) == 3:
+                path = Path(words[1])
+                tmp = path.with_name(f".{path.name}.tmp")
+                tmp.write_bytes(base64.b64decode(words[2]))
+                os.replace(tmp, path)
+            elif words[0] == "watch" and len(words) == 2:
+                with lock:
+                    watched.append(Path(words[1]))
+        os._exit(0)                       # the head hung up: done
+
+    threading.Thread(target=reader, daemon=True).start()
+    while True:
+        with lock:
+            dirs = list(watched)
+        for d in dirs:
+            for f in d.glob("*.progress"):
+                try:
+                    data = f.read_bytes()
+                except OSError:
+                    continue
+                if data and seen.get(str(f)) != data:
+                    seen[str(f)] = data
+                    out.write(b"file %s %s\n" % (str(f).encode(), base64.b64encode(data)))
+                    out.flush()
+        time.sleep(POLL)
+
+
+class AgentLink:
+    """The head's side: starts the agent over ssh, pushes the run's epoch files when their
+    bytes change (polled every EPOCH_POLL s), writes the progress files it reports."""
+
+    EPOCH_POLL = 0.003
+
+    def __init__(self, remote, run_dir: Path):
+        self.remote, self.run_dir = remote, Path(run_dir)
+        self.proc = None
+        self._stop = threading.Event()
+        self._sent: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+
+    def start(self) -> "AgentLink":
+        import shlex
+        import subprocess
+
+        from ground.paths import REPO
+
+        cmd = (f"cd {shlex.quote(str(REPO))} && exec env PYTHONPATH={shlex.quote(str(REPO))} "
+               f"{shlex.quote(sys.executable)} -m emulation.cluster.agent")
+        self.proc = self.remote.popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, start_new_session=True)
+        threading.Thread(target=self._read, daemon=True, name=f"agent-{self.remote.server.name}").start()
+        threading.Thread(target=self._push_epochs, daemon=True, name=f"epochs-{self.remote.server.name}").start()
+        return self
+
+    def _send(self, line: str) -> None:
+        with self._lock:
+            if self.proc.poll() is None:
+                try:
+                    self.proc.stdin.write(line.encode() + b"\n")
+                    self.proc.stdin.flush()
+                except (BrokenPipeError, ValueError):
+                    pass
+
+    def watch(self, directory: Path) -> None:
+        self._send(f"watch {directory}")
+
+    def _push_epochs(self) -> None:
+        while not self._stop.wait(self.EPOCH_POLL):
+            for f in self.run_dir.glob("epoch*.json"):
+                try:
+                    data = f.read_bytes()
+                except OSError:
+                    continue
+                if data and self._sent.get(str(f)) != data:
+                    self._sent[str(f)] = data
+                    self._send(f"put {f} {base64.b64encode(data).decode()}")
+
+    def _read(self) -> None:
+        for raw in self.proc.stdout:
+            words = raw.decode(errors="replace").split()
+            if len(words) == 3 and words[0] == "file":
+                path = Path(words[1])
+                try:
+                    if path.parent.is_dir():
+                        data = base64.b64decode(words[2])
+                        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+                        try:
+                            os.pwrite(fd, data, 0)
+                        finally:
+                            os.close(fd)
+                except (OSError, ValueError):
+                    pass
+
+    def close(self) -> None:
+        self._stop.set()
+        if self.proc is None:
+            return
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(3)
+        except Exception:  # noqa: BLE001 - a hung ssh is killed
+            self.proc.kill()
+            self.proc.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(serve())

@@ -1,0 +1,462 @@
+"""A network spread over the servers of a cluster (Mininet's cluster edition pieces).
+
+The controller, the job and the session stay on the head; each server runs its share of
+the software switches and worker hosts (placement.py: SwitchBinPlacer, hosts with their
+edge switch). Links inside a server are veth pairs made there in one `ip -batch`, as on one
+machine; a link between two servers is a VXLAN tunnel (links.py), one VNI per link, whose
+ends stay in the servers' root namespaces where the switches are. What assumed one machine,
+and what replaces it here:
+
+- the switches' control sockets are Unix sockets in the run directory on their server: one
+  `ssh -N -L local:remote ...` per server forwards them to the same paths on the head, so
+  the controller's clients are unchanged (their SO_PEERCRED pid would be ssh's: `pids()`
+  answers none, and a reroute does not raise a remote switch's priority);
+- switch processes are started over ssh (nodes.py), watched through that ssh (it exits with
+  the switch) and signalled by their pid on the server;
+- the epoch files the controller writes on the head are pushed to every server as they
+  change, and the workers' progress files come back, through one agent per server
+  (agent.py) on the same ssh connection; worker reports and logs are fetched once they exit;
+- a worker's environment, directory and start gate travel in its ssh command (the gate's two
+  pipes are that ssh's stdin and stdout);
+- a link taken down on a tunnel: the head takes both ends down and tells the job itself
+  (netlink events on the servers are not forwarded), see `watch_links`;
+- the fidelity probe reads counters and CPU on the head only, so a cluster run reports
+  `fidelity: {"measured": false}` instead of numbers about the wrong machine.
+Clean-up kills every pid recorded in the run directory on each server, deletes the run's
+interface group there and removes that directory; the head's own ssh processes end with it.
+"""
+
+from __future__ import annotations
+
+import random
+import shlex
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+
+from controller.switch_client import SoftSwitchClient, SwitchClient
+from controller.topology import hosts, switches
+from emulation.cluster import links as tunnels
+from emulation.cluster.agent import AgentLink
+from emulation.cluster.nodes import RemoteAggHost, RemoteSoftSwitch, read_pids, start_remote
+from emulation.cluster.placement import crossing, place
+from emulation.cluster.remote import Remote
+from ground.cluster_file import Cluster
+from emulation.network import EmulatedNetwork, _SETUP_OK, host_setup
+from ground import addresses
+from ground.rundir import RunRecord, clean
+
+
+class ForwardedClient(SoftSwitchClient):
+    """A software switch's client over an ssh-forwarded socket: the peer pid the kernel
+    reports is the forwarding ssh's, not the switch's, so it names none."""
+
+    def pids(self) -> list[int]:
+        return []
+
+
+class _HostView:
+    """What the session and the failure injector use of a host node, with `pid` the head's
+    ssh process for its shell (a pid here means a process here: the node's own `pid` is its
+    shell's on the server)."""
+
+    def __init__(self, node):
+        self._node = node
+
+    @property
+    def pid(self) -> int:
+        return self._node.shell.pid
+
+    def __getattr__(self, name):
+        return getattr(self._node, name)
+
+
+class ClusterNetwork(EmulatedNetwork):
+    """EmulatedNetwork whose nodes run on the servers of `cluster`."""
+
+    def __init__(self, graph, cluster: Cluster, backend: str = "soft", **kwargs):
+        if backend != "soft":
+            raise ValueError("cluster mode runs the software switch (--backend soft); BMv2 on a cluster "
+                             "is not wired up yet (its Thrift address is configurable: Bmv2Client(thrift_ip=))")
+        super().__init__(graph, backend=backend, **kwargs)
+        self.cluster = cluster
+        self.placement: dict[str, str] = {}
+        self.remotes: dict[str, Remote] = {}
+        self.forwarders: list[subprocess.Popen] = []
+        self.agents: dict[str, AgentLink] = {}
+        self.group = random.randint(1000, 60000)      # the run's interface group on every server
+        self.vni_base = random.randint(1, 1 << 20) << 3
+        self._pushed: set[tuple[str, str]] = set()
+
+    # -- lifecycle ----------------------------------------------------------------
+    def start(self) -> "ClusterNetwork":
+        from mininet.link import TCLink
+        from mininet.log import setLogLevel
+        from mininet.net import Mininet
+
+        setLogLevel("error")
+        with self.phases.timed("old runs cleaned"):
+            clean(verbose=False)
+        try:
+            with self.phases.timed("servers"):
+                self.run = RunRecord.create("net")
+                self.placement = place(self.graph, [s.name for s in self.cluster.servers])
+                self.remotes = {s.name: Remote(self.cluster, s, self.run.path) for s in self.cluster.servers}
+                self._each_server(lambda r: r.run(f"mkdir -p {shlex.quote(str(self.run.path))}"))
+                self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
+                                   autoStaticArp=False, link=TCLink)
+            with self.phases.timed("node shells"):
+                self._add_nodes()
+            with self.phases.timed("links"):
+                self._add_links()
+            with self.phases.timed("switches started"):
+                self._start_switches()
+            with self.phases.timed("hosts configured"):
+                self._configure_hosts()
+            with self.phases.timed("switches answering"):
+                self._forward_sockets()
+                self._connect_switches()
+            with self.phases.timed("agents"):
+                for name, remote in self.remotes.items():
+                    self.agents[name] = AgentLink(remote, self.run.path).start()
+                    self.run.add_pid(self.agents[name].proc.pid, f"agent on {name} (ssh)")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _each_server(self, fn, servers=None) -> list:
+        names = list(servers or self.remotes)
+        with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
+            return list(pool.map(lambda n: fn(self.remotes[n]), names))
+
+    def _add_nodes(self) -> None:
+        g = self.graph
+        makers = {}
+        for h in hosts(g):
+            a = g.nodes[h]
+            makers[h] = partial(RemoteAggHost, h, remote=self.remotes[self.placement[h]],
+                                ip=f"{a['ip']}/{addresses.PREFIX_LEN}", mac=a["mac"])
+        for i, s in enumerate(switches(g)):
+            makers[s] = partial(RemoteSoftSwitch, s, remote=self.remotes[self.placement[s]], inNamespace=False,
+                                run=self.run, seed=self.seed + i, pcap=self.pcap)
+        # the first shell on each server opens its multiplexed connection alone
+        first = {}
+        for name in makers:
+            first.setdefault(self.placement[name], name)
+        made = {}
+        for name in first.values():
+            made[name] = makers[name]()
+        pool = ThreadPoolExecutor(max_workers=min(16, len(makers)), thread_name_prefix="remote-node")
+        futures = {name: pool.submit(makers[name]) for name in makers if name not in made}
+        try:
+            for name, future in futures.items():
+                made[name] = future.result()
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+            for name, future in futures.items():
+                if future.done() and not future.cancelled() and future.exception() is None:
+                    made[name] = future.result()
+            for name in makers:                           # graph order, as one machine adds them
+                node = made.get(name)
+                if node is None:
+                    continue
+                self.run.add_pid(node.shell.pid, f"{name} shell (ssh to {self.placement[name]})")
+                add = self.net.addHost if g.nodes[name]["kind"] == "host" else self.net.addSwitch
+                add(name, cls=lambda _name, _node=node, **_params: _node)
+
+    def _add_links(self) -> None:
+        from emulation.veths import PrebuiltLink, QuietIntf
+
+        g = self.graph
+        self.tunnels = crossing(g, self.placement)
+        per_server = tunnels.server_lines(g, self.placement, {n: self.net.get(n).pid for n in g.nodes},
+                                          {s.name: s.address for s in self.cluster.servers}, self.group,
+                                          self.vni_base)
+        self._each_server(lambda r: tunnels.apply(r, per_server[r.server.name]))
+        for u, v, e in g.edges(data=True):
+            self.net.addLink(u, v, port1=e["ports"][u], port2=e["ports"][v], cls=PrebuiltLink,
+                             intfName1=e["intfs"][u], intfName2=e["intfs"][v], addr1=None, addr2=None,
+                             intf=QuietIntf)
+
+    def _start_switches(self) -> None:
+        """Every switch's ssh at once, then each server's pid files in one read."""
+        for node in self.net.switches:
+            node.start([])
+        by_server: dict[str, list] = {}
+        for node in self.net.switches:
+            by_server.setdefault(self.placement[node.name], []).append(node.proc)
+        self._each_server(lambda r: read_pids(by_server.get(r.server.name, [])))
+
+    def _configure_hosts(self) -> None:
+        """Each host's set-up script (host_setup, as on one machine, plus an MTU that fits the
+        tunnels), copied to its server, then run by every host shell at once."""
+        g = self.graph
+        scripts: dict[str, list[Path]] = {name: [] for name in self.remotes}
+        for h in hosts(g):
+            node = self.net.get(h)
+            intfs = [i.name for i in node.intfList() if i.name != "lo"]
+            lines, batch, shaping = host_setup(g, h, intfs)
+            batch += [f"link set dev {i} mtu {tunnels.MTU}" for i in intfs]
+            for nbr in g.neighbors(h):
+                e = g.edges[h, nbr]
+                intf = node.intf(e["intfs"][h])
+                intf.mac, (intf.ip, intf.prefixLen) = e["addrs"][h][1], (e["addrs"][h][0], addresses.PREFIX_LEN)
+            script = self.run.path / f"{h}.setup.sh"
+            tc = ["tc -batch - <<'EOF'", *shaping, "EOF"] if shaping else []
+            script.write_text("\n".join(["set -e", *lines, "ip -batch - <<'EOF'", *batch, "EOF", *tc,
+                                         f"echo {_SETUP_OK}", ""]))
+            scripts[self.placement[h]].append(script)
+        self._each_server(lambda r: r.put(scripts[r.server.name]) if scripts[r.server.name] else None)
+        started = []
+        for h in hosts(g):
+            node = self.net.get(h)
+            node.sendCmd(f"sh {self.run.path / f'{h}.setup.sh'} 2>&1")
+            started.append((h, node))
+        failed = [(h, out.strip()) for h, out in ((h, node.waitOutput()) for h, node in started)
+                  if _SETUP_OK not in out]
+        if failed:
+            raise RuntimeError("host set-up failed: " + "; ".join(f"{h}: {out[:300]}" for h, out in failed))
+
+    def _forward_sockets(self) -> None:
+        """Each server's switch control sockets, once they exist there, forwarded to the same
+        paths on the head (one ssh per server, on the shared connection)."""
+        by_server: dict[str, list[str]] = {}
+        for s in switches(self.graph):
+            by_server.setdefault(self.placement[s], []).append(str(self.net.get(s).control_path))
+
+        def wait_and_forward(remote: Remote):
+            paths = by_server.get(remote.server.name, [])
+            if not paths:
+                return None
+            waits = " && ".join(f"test -S {shlex.quote(p)}" for p in paths)
+            remote.run(f"for i in $(seq 300); do {waits} && exit 0; sleep 0.05; done; exit 1")
+            forwards = [w for p in paths for w in ("-L", f"{p}:{p}")]
+            proc = subprocess.Popen(["ssh", "-N", *remote.ssh_options(), "-o", "ExitOnForwardFailure=yes",
+                                     "-o", "StreamLocalBindUnlink=yes", *forwards, remote.dest],
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    start_new_session=True)
+            return proc, paths
+
+        for got in self._each_server(wait_and_forward):
+            if got is None:
+                continue
+            proc, paths = got
+            self.forwarders.append(proc)
+            self.run.add_pid(proc.pid, "control socket forward (ssh)")
+            deadline = time.monotonic() + 15
+            while not all(Path(p).is_socket() for p in paths):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"forwarding the switches' control sockets failed: "
+                                       f"{proc.stderr.read().decode(errors='replace')[:300] if proc.poll() is not None else 'timed out'}")
+                time.sleep(0.02)
+
+    def _connect(self, s: str) -> SwitchClient:
+        node = self.net.get(s)
+        try:
+            client = ForwardedClient(s, str(node.control_path), timeout=15)
+        except Exception as exc:
+            reason = node.died()
+            raise RuntimeError(reason or f"switch {s} on {self.placement[s]} did not come up: {exc}") from exc
+        if self.keep:
+            from emulation.command_log import LoggedClient
+
+            client = LoggedClient(client, self.run.path / f"{s}.commands", self.t0)
+        return client
+
+    def stop(self) -> None:
+        if self.watcher is not None:
+            self.watcher.stop()
+            self.watcher = None
+        for client in self.clients.values():
+            client.close()
+        self.clients.clear()
+        for agent in self.agents.values():
+            agent.close()
+        self.agents.clear()
+        try:
+            if self.net is not None:
+                try:
+                    self._stop_data_planes()
+                    self.net.stop()        # the node shells (their ssh): Mininet's own stop
+                finally:
+                    self.net = None
+        finally:
+            for proc in self.forwarders:
+                if proc.poll() is None:
+                    proc.terminate()
+                    try:
+                        proc.wait(3)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+            self.forwarders.clear()
+            if self.run is not None and self.remotes:
+                if self.keep:                  # the switches' logs live on their servers
+                    self._each_server(lambda r: r.get(self.run.path, "*.log *.out"))
+                self._each_server(self._clean_server)
+                for remote in self.remotes.values():
+                    remote.close()
+            if self.run is not None:
+                import shutil
+
+                from ground.rundir import kill_pids
+
+                kill_pids(self.run.pids())                 # the head's ssh processes only
+                try:
+                    if self.keep:
+                        self.run.keep(self.keep)
+                finally:
+                    shutil.rmtree(self.run.path, ignore_errors=True)
+                    self.run = None
+
+    def _stop_data_planes(self) -> None:
+        """SIGTERM every switch of a server in one ssh, then wait for their ssh processes here."""
+        procs = [n.proc for n in self.net.switches if getattr(n, "proc", None) is not None and n.proc.poll() is None]
+        by_server: dict[str, list[int]] = {}
+        for p in procs:
+            if p._remote_pid is not None:
+                by_server.setdefault(p.remote.server.name, []).append(p._remote_pid)
+        self._each_server(lambda r: r.run(f"kill {' '.join(map(str, by_server[r.server.name]))} 2>/dev/null; true",
+                                          check=False), list(by_server))
+        deadline = time.monotonic() + 3
+        for p in procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.proc.kill()            # the ssh; _clean_server kills the switch itself
+                p.proc.wait()
+
+    def _clean_server(self, remote: Remote) -> None:
+        """Every process the run started on the server (its *.pid files), the run's interfaces
+        (its group; host ends die with the hosts' namespaces) and its directory there."""
+        run = shlex.quote(str(self.run.path))
+        remote.run(f"for f in $(find {run} -name '*.pid' 2>/dev/null); do kill -9 $(cat $f) 2>/dev/null; done; "
+                   f"ip link delete group {self.group} 2>/dev/null; "
+                   f"rm -rf {run}; true", check=False, timeout=60)
+
+    # -- workers --------------------------------------------------------------------
+    def host(self, name: str):
+        return _HostView(self.net.get(name))
+
+    def start_worker(self, h: str, argv: list[str], log, cwd: str, env: dict[str, str], gate=None,
+                     preexec_fn=None):
+        """Worker `argv` in host h's namespace on its server (see RemoteAggHost.worker_command);
+        the run directory's files (the plan) are copied there first."""
+        node = self.net.get(h)
+        remote = self.remotes[self.placement[h]]
+        out_dir = Path(log.name).parent
+        key = (remote.server.name, str(out_dir))
+        if key not in self._pushed:           # the plan, and any run file the command names
+            named = [Path(a) for a in argv if a.startswith(str(self.run.path)) and Path(a).is_file()]
+            remote.run(f"mkdir -p {shlex.quote(str(out_dir))}")
+            remote.put([p for p in out_dir.iterdir() if p.is_file() and p.suffix == ".json"] + named)
+            self.agents[remote.server.name].watch(out_dir)
+            self._pushed.add(key)
+        keep = {k: v for k, v in env.items() if k.startswith("AGGLAB_") or k == "PYTHONPATH"}
+        if gate is not None:
+            keep["AGGLAB_START_FDS"] = "3,4"
+        command = node.worker_command(argv, keep, cwd, log.name, gate is not None)
+        stdin, stdout = (gate.fds[1], gate.fds[0]) if gate is not None else (subprocess.DEVNULL, subprocess.DEVNULL)
+        pidfile = str(Path(log.name).with_suffix(".pid"))
+        return start_remote(remote, command, pidfile, f"worker on {h}", out=stdout, stdin=stdin,
+                            preexec_fn=preexec_fn)
+
+    def worker_outputs(self, out_dir: Path) -> None:
+        """The workers' reports, results, logs and progress from every server, here."""
+        self._each_server(lambda r: r.get(out_dir, "*.json *.npy *.log *.progress *.prof"),
+                          {self.placement[h] for h in hosts(self.graph)})
+
+    def fidelity_probe(self):
+        return _NoProbe()
+
+    # -- links and switches -----------------------------------------------------------
+    def watch_links(self, on_change):
+        """Link changes reach the job from set_link itself (the head takes a link down on the
+        servers, so it knows when), one at a time and in order on one thread, as the link
+        monitor reports netlink's; netlink on the servers is not forwarded."""
+        self._link_events = _LinkEvents(on_change)
+        return self._link_events
+
+    def set_link(self, a: str, b: str, up: bool) -> float:
+        changed = time.monotonic()
+        self.net.configLinkStatus(a, b, "up" if up else "down")
+        events = getattr(self, "_link_events", None)
+        if events is not None:
+            events.put((a, b, up, time.monotonic(), self.graph.edges[a, b]["intfs"][a]))
+        return changed
+
+    def watch_switches(self, on_exit, on_hang=None) -> None:
+        """Exits as on one machine (the watcher follows each switch's ssh); no liveness probe:
+        its pings would cross ssh forwards with a bound (0.5 s) made for a local socket, and
+        its fence (SIGKILL of the process it knows) would end the ssh, not the switch."""
+        super().watch_switches(on_exit, on_hang)
+        if self.probe is not None:
+            self.probe.stop()
+            self.probe = None
+
+    def hang_switch(self, name: str) -> float:
+        raise ValueError("hanging a switch is not supported in cluster mode (no liveness probe across servers)")
+
+    def kill_switch(self, name: str, wait: float | None = None) -> float:
+        proc = self._switch_proc(name)
+        if proc.poll() is not None or name in self.dead or name in self._handled:
+            raise ValueError(f"switch {name} is not running")
+        done = self._handled[name] = threading.Event()
+        t = time.monotonic()
+        proc.kill()
+        if wait and self.watcher is not None and not done.wait(wait):
+            raise RuntimeError(f"switch {name} was killed but its exit was not handled within {wait} s")
+        return t
+
+    def _ports(self, name: str, up: bool) -> None:
+        node = self.net.get(name)
+        names = [i.name for i in node.intfList() if i.name != "lo"]
+        if not up:
+            self._downed[name] = names
+        else:
+            names = self._downed.pop(name, [])
+        if names:
+            node.remote.run("ip -batch -", input="".join(f"link set dev {n} {'up' if up else 'down'}\n"
+                                                         for n in names), check=False)
+
+    def servers_of(self) -> dict:
+        """What the result says about the placement: each node's server, the tunnels."""
+        return {"servers": {s.name: s.address for s in self.cluster.servers},
+                "placement": dict(sorted(self.placement.items())),
+                "tunnels": [f"{u}-{v}" for u, v in self.tunnels]}
+
+
+class _NoProbe:
+    def stop(self) -> dict:
+        return {"measured": False, "why": "cluster mode: the probe reads counters and CPU on one machine"}
+
+
+class _LinkEvents:
+    """The job's link callback on one thread, fed in order (LinkMonitor's contract)."""
+
+    def __init__(self, on_change):
+        import queue
+
+        self.queue: "queue.Queue" = queue.Queue()
+        self.on_change = on_change
+        self.thread = threading.Thread(target=self._run, daemon=True, name="cluster-link-events")
+        self.thread.start()
+
+    def put(self, event: tuple) -> None:
+        self.queue.put(event)
+
+    def _run(self) -> None:
+        while (event := self.queue.get()) is not None:
+            try:
+                self.on_change(*event)
+            except Exception:  # noqa: BLE001 - as LinkMonitor: the next change must still arrive
+                import traceback
+
+                traceback.print_exc()
+
+    def stop(self) -> None:
+        self.queue.put(None)
+        self.thread.join(5)

@@ -1,0 +1,302 @@
+"""ATP-style allreduce on the hosts: workers send to their job's parameter server, the
+switches aggregate best effort in a shared pool (softswitch/atp.py, p4src/include/atp.p4),
+and the PS sums what fell back, deduplicates resends and returns every result.
+
+Why a PS: ATP's switches keep no per-job memory, so a packet whose aggregator is held by
+another job must still be summed somewhere; the PS (rank 0's host, colocated as in many
+PS deployments) is where every packet of the job is addressed, aggregated or not.
+
+Each packet: job, flags = ATP, block = seq ((call & 0xFF) << 24 | block index, so a late
+packet of an earlier call never lands in this one), next_block = the set of ranks whose
+values it carries (one bit each), K int32 values. A worker keeps `window` blocks
+outstanding and resends a block whose result has not come back within its timeout. The PS
+keeps per block disjoint pieces (set, sum): a new set that covers pieces it already has
+contributes the difference (exact in int32 wrap-around arithmetic), a set it already
+covers is a duplicate; switches only ever send on a rack's whole set, every remote rank's
+set, or what a worker sent itself, so pieces never straddle (a straddling set waits until
+other pieces make it usable). When a block's pieces cover every rank, the PS unicasts the
+sum to every worker and answers any later packet of that block with it (a lost result).
+int32 only: the difference of float sums would not be exact.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+import time
+
+import numpy as np
+
+from ground import wire
+from hosts.diagnostics import AllreduceTimeout
+from hosts.protocol import decode, encode
+from hosts.rto import RtoEstimator, backoff
+
+K = wire.K
+FLAG_ATP = wire.CONST["AGG_FLAG_ATP"]
+RESULT = wire.FLAG_RESULT
+RETX = wire.FLAG_RETX
+SEQ_BITS = 24                     # block index bits of seq; the call's generation above them
+RTO = 0.05                        # first retransmission timeout (s); then the agents' estimator (hosts/rto.py)
+LINGER = 3.0                      # the PS answers lost results until this long without a packet (> MAX_RTO, lost resends)
+BUFFER = 4 << 20
+
+
+def _socket(ip: str) -> socket.socket:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+        s.setsockopt(socket.SOL_SOCKET, opt, BUFFER)
+    s.bind((ip, wire.UDP_PORT))
+    s.setblocking(False)
+    return s
+
+
+def _blocks(array: np.ndarray) -> np.ndarray:
+    if array.dtype != np.int32:
+        raise TypeError(f"--algorithm atp sums int32 (the PS's differences must be exact), got {array.dtype}")
+    n = -(-array.size // K)
+    rows = np.zeros(n * K, dtype=np.int32)
+    rows[:array.size] = array.ravel()
+    return rows.reshape(n, K)
+
+
+class Pieces:
+    """One block at the PS: disjoint (set, sum) pieces; `add` returns True once they cover `full`."""
+
+    __slots__ = ("have", "pieces", "waiting")
+
+    def __init__(self):
+        self.have = 0
+        self.pieces: list[tuple[int, np.ndarray]] = []
+        self.waiting: list[tuple[int, np.ndarray]] = []
+
+    def add(self, senders: int, values: np.ndarray) -> bool:
+        """False when nothing new (a duplicate) or the set must wait; True when it added."""
+        if not senders & ~self.have:
+            return False                                   # every sender already counted
+        inside = []
+        for m, v in self.pieces:
+            if m & senders == m:
+                inside.append(v)
+            elif m & senders:                              # straddles a piece: not usable yet
+                self.waiting.append((senders, values.copy()))
+                return False
+        new = values.astype(np.int64)
+        for v in inside:
+            new -= v
+        self.pieces.append((senders & ~self.have, new))
+        self.have |= senders
+        waiting, self.waiting = self.waiting, []
+        for m, v in waiting:
+            self.add(m, v)
+        return True
+
+    def total(self) -> np.ndarray:
+        s = np.zeros(K, dtype=np.int64)
+        for _, v in self.pieces:
+            s += v
+        return (s & 0xFFFFFFFF).astype(np.uint32).view(np.int32)       # int32 wrap-around
+
+
+class AtpEndpoint:
+    """One rank's socket across calls (a Communicator keeps it): rank 0 is the PS."""
+
+    def __init__(self, local_ip: str, peers: list[str], rank: int, job: int):
+        self.sock = _socket(local_ip)
+        self.peers, self.rank, self.job = peers, rank, job
+        self.calls = 0
+        self._linger: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._answers: dict[int, bytes] = {}               # seq -> result payload (PS: the last call's)
+
+    # -- the worker side --------------------------------------------------------------
+    def work(self, rows: np.ndarray, window: int, give_up: float, on_progress=None):
+        gen = self.calls & 0xFF
+        nb = len(rows)
+        ps = (self.peers[0], wire.UDP_PORT)
+        out = np.zeros_like(rows)
+        done = np.zeros(nb, dtype=bool)
+        deadline: dict[int, float] = {}
+        tries: dict[int, int] = {}
+        first_sent: dict[int, float] = {}
+        rto = RtoEstimator(RTO)
+        sent = resent = dups = 0
+        next_b, finished, last_progress = 0, 0, time.monotonic()
+        me = 1 << self.rank
+        while finished < nb:
+            now = time.monotonic()
+            while len(deadline) < window and next_b < nb:
+                self._send(next_b, gen, rows[next_b], me, 0, ps)
+                deadline[next_b], tries[next_b], first_sent[next_b] = now + rto.rto, 0, now
+                next_b, sent = next_b + 1, sent + 1
+            wait = max(0.0, min(deadline.values()) - now) if deadline else 0.05
+            readable, _, _ = select.select([self.sock], [], [], min(wait, 0.05))
+            if readable:
+                for payload in self._drain():
+                    hdr, vals = decode(payload)
+                    if (not hdr["flags"] & RESULT or hdr["job"] != self.job
+                            or hdr["block"] >> SEQ_BITS != gen):
+                        continue
+                    b = hdr["block"] & ((1 << SEQ_BITS) - 1)
+                    if b >= nb or done[b]:
+                        dups += 1
+                        continue
+                    out[b], done[b] = vals, True
+                    deadline.pop(b, None)
+                    if tries[b] == 0:                      # Karn: only blocks sent once time the path
+                        t = time.monotonic()
+                        rto.sample(t - first_sent[b], t)
+                    finished += 1
+                    last_progress = time.monotonic()
+                if on_progress is not None:
+                    on_progress(finished, nb)
+            now = time.monotonic()
+            for b, t in list(deadline.items()):
+                if t <= now:
+                    tries[b] += 1
+                    self._send(b, gen, rows[b], me, RETX, ps)
+                    deadline[b] = now + backoff(rto.rto, tries[b])
+                    resent += 1
+            if now - last_progress > give_up:
+                missing = np.flatnonzero(~done)
+                raise AllreduceTimeout(f"rank {self.rank}: atp allreduce of job {self.job} made no progress "
+                                       f"for {give_up:g} s; {len(missing)} blocks missing (first {missing[:5]}): "
+                                       "is the PS (rank 0) running and routed?")
+        self.calls += 1
+        return out, {"packets_sent": sent + resent, "retransmissions": resent, "duplicates_ignored": dups,
+                     "blocks": nb}
+
+    # -- the parameter server (rank 0) ------------------------------------------------
+    def serve(self, rows: np.ndarray, workers: int, give_up: float, on_progress=None):
+        self._stop_linger()
+        gen = self.calls & 0xFF
+        nb = len(rows)
+        full = (1 << workers) - 1
+        blocks = [Pieces() for _ in range(nb)]
+        for b in range(nb):
+            blocks[b].add(1, rows[b])                      # the PS's own values: rank 0's bit
+        out = np.zeros_like(rows)
+        done = np.zeros(nb, dtype=bool)
+        finished = 0
+        if workers == 1:
+            out[:], done[:], finished = rows, True, nb
+        answers: dict[int, bytes] = {}
+        stats = {"packets_sent": 0, "retransmissions": 0, "duplicates_ignored": 0, "blocks": nb,
+                 "ps_packets": 0, "ps_fallback_packets": 0, "ps_results_resent": 0}
+        last_progress = time.monotonic()
+        while finished < nb:
+            readable, _, _ = select.select([self.sock], [], [], 0.05)
+            if readable:
+                for payload in self._drain():
+                    finished += self._ps_packet(payload, gen, nb, full, blocks, out, done, answers, stats)
+                last_progress = time.monotonic()
+                if on_progress is not None:
+                    on_progress(finished, nb)
+            elif time.monotonic() - last_progress > give_up:
+                missing = np.flatnonzero(~done)
+                raise AllreduceTimeout(f"rank 0 (atp PS of job {self.job}): no packet for {give_up:g} s; "
+                                       f"{len(missing)} blocks incomplete (first {missing[:5]})")
+        self.calls += 1
+        self._answers = answers
+        self._linger = threading.Thread(target=self._keep_answering, args=(gen,), daemon=False,
+                                        name="atp-ps-linger")
+        self._linger.start()
+        return out, stats
+
+    def _ps_packet(self, payload, gen, nb, full, blocks, out, done, answers, stats) -> int:
+        hdr, vals = decode(payload)
+        if hdr["flags"] & RESULT or hdr["job"] != self.job:
+            return 0
+        seq = hdr["block"]
+        stats["ps_packets"] += 1
+        if seq >> SEQ_BITS != gen:
+            self._answer(self._answers.get(seq), hdr["next_block"])   # the previous call's straggler
+            return 0
+        b = seq & ((1 << SEQ_BITS) - 1)
+        if b >= nb:
+            return 0
+        senders = hdr["next_block"]
+        if senders & (senders - 1) == 0:
+            stats["ps_fallback_packets"] += 1                 # one worker's own values: not aggregated
+        if done[b]:
+            stats["ps_results_resent"] += 1
+            self._answer(answers[seq], senders)               # its result was lost: again
+            return 0
+        if not blocks[b].add(senders, vals):
+            stats["duplicates_ignored"] += 1
+            return 0
+        if blocks[b].have & full != full:
+            return 0
+        out[b], done[b] = blocks[b].total(), True
+        answers[seq] = encode({"job": self.job, "flags": FLAG_ATP | RESULT, "block": seq, "next_block": full},
+                              out[b])
+        self._answer(answers[seq], full)
+        stats["packets_sent"] += bin(full).count("1") - 1
+        blocks[b] = None
+        return 1
+
+    def _answer(self, payload: bytes | None, senders: int) -> None:
+        if payload is None:
+            return
+        for r in range(1, len(self.peers)):
+            if senders >> r & 1:
+                self._sendto(payload, (self.peers[r], wire.UDP_PORT))
+
+    def _keep_answering(self, gen: int) -> None:
+        """After the PS's last result: answer lost results until the job is quiet."""
+        quiet_since = time.monotonic()
+        while not self._stop.is_set() and time.monotonic() - quiet_since < LINGER:
+            readable, _, _ = select.select([self.sock], [], [], 0.05)
+            if readable:
+                for payload in self._drain():
+                    hdr, _ = decode(payload)
+                    if not hdr["flags"] & RESULT and hdr["job"] == self.job:
+                        self._answer(self._answers.get(hdr["block"]), hdr["next_block"])
+                quiet_since = time.monotonic()
+
+    def _stop_linger(self) -> None:
+        if self._linger is not None:
+            self._stop.set()
+            self._linger.join()
+            self._stop.clear()
+            self._linger = None
+
+    # -- the socket -------------------------------------------------------------------
+    def _send(self, b: int, gen: int, values: np.ndarray, senders: int, flags: int, dest) -> None:
+        self._sendto(encode({"job": self.job, "flags": FLAG_ATP | flags, "worker": self.rank,
+                             "block": gen << SEQ_BITS | b, "next_block": senders}, values), dest)
+
+    def _sendto(self, payload: bytes, dest) -> None:
+        try:
+            self.sock.sendto(payload, dest)
+        except (BlockingIOError, OSError):      # a full queue or a down link: loss, the timers recover
+            pass
+
+    def _drain(self):
+        while True:
+            try:
+                yield self.sock.recv(2048)
+            except (BlockingIOError, InterruptedError):
+                return
+
+    def close(self) -> None:
+        if self._linger is not None:
+            self._linger.join()
+        self.sock.close()
+
+
+def allreduce(comm, array):
+    """The hosts' runner for `--algorithm atp` (hosts/communicator.py RUNNERS)."""
+    endpoint = getattr(comm, "_atp", None)
+    if endpoint is None:
+        endpoint = comm._atp = AtpEndpoint(comm.seat.local_ip, comm.plan.peers(), comm.rank, comm.spec.job)
+    array = np.asarray(array)
+    rows = _blocks(array)
+    started = time.monotonic()
+    if comm.rank == 0:
+        out, stats = endpoint.serve(rows, comm.workers, comm.spec.give_up, comm.block_progress)
+    else:
+        out, stats = endpoint.work(rows, comm.plan.window, comm.spec.give_up, comm.block_progress)
+    stats["seconds"] = time.monotonic() - started
+    return out.reshape(-1)[:array.size].reshape(array.shape), stats

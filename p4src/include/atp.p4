@@ -1,0 +1,118 @@
+/* ATP-style best-effort aggregation in one pool every job shares (docs/guide/atp.md).
+ *
+ * A packet flagged AGG_FLAG_ATP carries (job, seq = block, sender set = next_block, one
+ * bit per rank) toward its job's parameter server (an ordinary IPv4 destination). On a
+ * switch with an atp_job entry for the job, it takes the aggregator
+ * crc32(job, seq) % ATP_POOL if that is free or already (job, seq)'s, and adds its values;
+ * when the aggregator holds every sender of the entry's `expect` its sum goes on toward
+ * the PS and the aggregator is released. An aggregator held by another (job, seq), or a
+ * sender set it already holds (a resend), sends the packet on unaggregated: the PS sums
+ * what falls back. A result coming back from the PS releases an aggregator (job, seq) still
+ * holds. Everything that leaves goes by forward.p4's ipv4_lpm (meta.atp_absorbed == 0).
+ * softswitch/atp.py is the same control in Python.
+ */
+#ifndef AGGLAB_ATP_P4
+#define AGGLAB_ATP_P4
+
+register<bit<32>>(ATP_POOL * AGG_K) atp_values;
+register<bit<32>>(ATP_POOL) atp_bitmap;      /* senders in the aggregator; 0 = free */
+register<bit<8>>(ATP_POOL) atp_owner_job;
+register<bit<32>>(ATP_POOL) atp_owner_seq;
+register<bit<8>>(ATP_POOL) atp_count;
+
+counter(ATP_STATS_SIZE, CounterType.packets) atp_stats;
+
+#define ATP_ADD_LANE(i) LANE_ADD(atp_values, i)
+
+control Atp(inout headers_t hdr, inout meta_t meta,
+            inout standard_metadata_t standard_metadata) {
+    bit<32> expect;     /* atp_aggregate's parameter: the senders this switch waits for */
+    bit<1>  hit;
+    bit<32> idx;        /* the aggregator of (job, seq) */
+    bit<32> base;       /* its first value lane */
+    bit<32> held;
+    bit<8>  ojob;
+    bit<32> oseq;
+    bit<8>  cnt;
+    bit<32> keep;       /* 0 when claiming a free aggregator, else all ones */
+    bit<32> lane;
+    bit<1>  mine;
+
+    @name(".atp_aggregate")
+    action atp_aggregate(bit<32> expect_set) {
+        expect = expect_set;
+        hit = 1;
+    }
+
+    @name(".atp_pass")
+    action atp_pass() { hit = 0; }
+
+    @name(".atp_job")
+    table atp_job {
+        key = { hdr.agg.job: exact; }
+        actions = { atp_aggregate; atp_pass; }
+        default_action = atp_pass();
+        size = 256;
+    }
+
+    apply {
+        meta.atp_absorbed = 0;
+        hit = 0;
+        atp_job.apply();
+        if (hit == 0) {
+            atp_stats.count(ATP_STAT_PASS);
+        } else {
+            hash(idx, HashAlgorithm.crc32, 32w0, { hdr.agg.job, hdr.agg.block }, (bit<32>)ATP_POOL);
+            base = idx * AGG_K;
+            @atomic {
+                atp_bitmap.read(held, idx);
+                atp_owner_job.read(ojob, idx);
+                atp_owner_seq.read(oseq, idx);
+                mine = (held != 0 && ojob == hdr.agg.job && oseq == hdr.agg.block) ? 1w1 : 1w0;
+                if ((hdr.agg.flags & AGG_FLAG_RESULT) != 0) {
+                    if (mine == 1) {                 /* the PS's result: free what a resend left */
+                        atp_bitmap.write(idx, 0);
+                        atp_count.write(idx, 0);
+                        atp_stats.count(ATP_STAT_RELEASE);
+                    }
+                } else if (held == 0 && hdr.agg.next_block != 0 && (hdr.agg.next_block & ~expect) == 0
+                           && (hdr.agg.flags & AGG_FLAG_RETX) == 0) {
+                    keep = 0;                        /* free: claim it (not a resend: no partners) */
+                    AGG_FOR_EACH_VALUE(ATP_ADD_LANE)
+                    atp_owner_job.write(idx, hdr.agg.job);
+                    atp_owner_seq.write(idx, hdr.agg.block);
+                    atp_bitmap.write(idx, hdr.agg.next_block);
+                    atp_count.write(idx, 1);
+                    held = hdr.agg.next_block;
+                    atp_stats.count(ATP_STAT_CLAIM);
+                    meta.atp_absorbed = 1;
+                } else if (mine == 1 && (hdr.agg.next_block & held) == 0
+                           && (hdr.agg.next_block & ~expect) == 0) {
+                    keep = 32w0xFFFFFFFF;            /* its own: add the senders it lacks */
+                    AGG_FOR_EACH_VALUE(ATP_ADD_LANE)
+                    held = held | hdr.agg.next_block;
+                    atp_bitmap.write(idx, held);
+                    atp_count.read(cnt, idx);
+                    atp_count.write(idx, cnt + 1);
+                    atp_stats.count(ATP_STAT_ADD);
+                    meta.atp_absorbed = 1;
+                } else if (held != 0 && mine == 0) {
+                    atp_stats.count(ATP_STAT_COLLIDE);   /* another (job, seq): on to the PS as it is */
+                } else {
+                    atp_stats.count(ATP_STAT_OVERLAP);   /* a resend or foreign senders: as it is */
+                }
+                if (meta.atp_absorbed == 1 && (held & expect) == expect) {
+                    /* complete: the packet carries the sum (LANE_ADD wrote it) on to the PS */
+                    hdr.agg.next_block = held;
+                    hdr.udp.checksum = 0;
+                    atp_bitmap.write(idx, 0);
+                    atp_count.write(idx, 0);
+                    atp_stats.count(ATP_STAT_DONE);
+                    meta.atp_absorbed = 0;
+                }
+            }
+        }
+    }
+}
+
+#endif

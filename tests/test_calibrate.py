@@ -1,0 +1,86 @@
+"""`agglab calibrate`'s search, against a fake machine: no network, no clock.
+
+Why a fake measurement: the search (step up by `factor`, then bisect between the last
+faithful and the first unfaithful rate) is what decides the ceiling the experiments run at;
+on a real machine its outcome depends on the load, so here each probe's allreduce is answered
+by a model machine whose true ceiling the test knows, and the test checks which rates were
+probed, the ceiling found and what was stored.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from agglab import calibrate as cal
+from emulation import fidelity
+
+
+class FakeMachine:
+    """run_allreduce as a machine that is faithful up to `ceiling` Mb/s (and, optionally,
+    unfaithful below `floor`, as very slow links were when a window outlasted the timers)."""
+
+    def __init__(self, ceiling: float, floor: float = 0.0):
+        self.ceiling, self.floor, self.rates = ceiling, floor, []
+
+    def run_allreduce(self, workers, elements, bw, window=None, **_):
+        self.rates.append(bw)
+        ideal = fidelity.switchml_wire_seconds(elements, bw)
+        good = self.floor <= bw <= self.ceiling
+        return {"ok": True, "seconds": ideal * (1.03 if good else 1.6), "retransmissions": 0,
+                "fidelity": {"link_bound": good, "reason": "model"}}
+
+
+@pytest.fixture
+def machine(monkeypatch, tmp_path):
+    import emulation.session
+
+    def make(ceiling, floor=0.0):
+        m = FakeMachine(ceiling, floor)
+        monkeypatch.setattr(emulation.session, "run_allreduce", m.run_allreduce)
+        return m
+    monkeypatch.setenv("AGGLAB_CALIBRATION", str(tmp_path / "calibration.json"))
+    return make
+
+
+def test_steps_up_then_bisects_to_the_ceiling(machine, tmp_path):
+    m = machine(ceiling=13.0)
+    record = cal.calibrate(workers=4, start=2, factor=2, limit=200, refine=2, log=io.StringIO())
+    # 2, 4, 8 faithful, 16 not; then (8+16)/2 = 12 faithful, (12+16)/2 = 14 not
+    assert m.rates == [2, 4, 8, 16, 12, 14]
+    assert record["ceiling_mbps"] == 12 and record["note"] == "first unfaithful rate: 14.0 Mb/s"
+    assert [p["faithful"] for p in record["probes"]] == [True, True, True, False, True, False]
+    stored = json.loads((tmp_path / "calibration.json").read_text())
+    assert stored["ceiling_mbps"] == 12 and stored["workers"] == 4 and len(stored["probes"]) == 6
+
+
+def test_a_slow_link_below_the_floor_does_not_stop_the_climb(machine):
+    m = machine(ceiling=9.0, floor=3.0)
+    record = cal.calibrate(workers=4, start=2, factor=2, limit=200, refine=1, log=io.StringIO())
+    assert m.rates == [2, 4, 8, 16, 12]              # 2 unfaithful, kept climbing; bisect once
+    assert record["ceiling_mbps"] == 8
+
+
+def test_faithful_up_to_the_limit(machine):
+    m = machine(ceiling=1000.0)
+    record = cal.calibrate(workers=2, start=5, factor=2, limit=20, refine=2, log=io.StringIO())
+    assert m.rates == [5, 10, 20] and record["ceiling_mbps"] == 20
+    assert "search limit" in record["note"]
+
+
+def test_nothing_faithful_stores_nothing(machine, tmp_path):
+    m = machine(ceiling=0.5)
+    record = cal.calibrate(workers=2, start=2, factor=2, limit=200, refine=2, log=io.StringIO())
+    assert m.rates == [2, 4, 8]                      # three unfaithful rates in a row: stop
+    assert record["ceiling_mbps"] is None and "unknown" in record["note"]
+    assert not (tmp_path / "calibration.json").exists()
+
+
+def test_a_probe_is_faithful_only_within_tolerance_and_link_bound(machine):
+    machine(ceiling=100.0)
+    p = cal.probe(10.0, workers=2, seconds=1.0, tolerance=0.01, log=io.StringIO())
+    assert p["faithful"] is False                    # 3% over the analytic time, 1% allowed
+    p = cal.probe(10.0, workers=2, seconds=1.0, tolerance=0.05, log=io.StringIO())
+    assert p["faithful"] is True and p["elements"] == cal.elements_for(10.0, 1.0)

@@ -1,0 +1,99 @@
+"""Cluster mode end to end on a practice cluster of two namespaced servers: the allreduce
+with a failure on the tree is exact, its nodes are on both servers with tunnels between
+them, the switches and workers run on the servers (never in the head's PID namespace), and
+nothing is left on any server, nor after `down`, on the head."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ground.paths import RUN_ROOT
+from tests.test_cluster_practice import _leftovers, _ssh, in_head_pidns
+
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = [pytest.mark.cluster, pytest.mark.mininet]
+
+
+@pytest.fixture(scope="module")
+def cluster_file(tmp_path_factory):
+    from emulation.cluster import practice
+
+    if practice.is_up():
+        pytest.skip(f"a practice cluster is already up on this machine ({practice.STATE_DIR})")
+    path = tmp_path_factory.mktemp("cluster") / "cluster.yaml"
+    practice.up(2, path)
+    try:
+        yield path
+    finally:
+        practice.down()
+        assert _leftovers(["sshd_config"], str(practice.STATE_DIR), path) == []
+
+
+def _server_leftovers(path: Path) -> list[str]:
+    """What a finished run left on each server: run directories, processes besides sshd
+    and this ssh's own shell, interfaces besides lo and eth0."""
+    cluster = yaml.safe_load(path.read_text())
+    left = []
+    for s in cluster["servers"]:
+        r = _ssh(cluster, s, f"ls {RUN_ROOT} 2>/dev/null; echo ---; ps -eo comm= ; echo ---; ls /sys/class/net")
+        runs, procs, links = (part.split() for part in r.stdout.split("---"))
+        left += [f"{s['name']}: run {x}" for x in runs]
+        left += [f"{s['name']}: process {p}" for p in procs if p not in ("sshd", "bash", "sh", "ps")]
+        left += [f"{s['name']}: interface {i}" for i in links if i not in ("lo", "eth0")]
+    return left
+
+
+@pytest.mark.net_timeout(420)
+def test_allreduce_on_two_servers_with_a_tree_failure_is_exact(cluster_file):
+    r = subprocess.run([sys.executable, "-m", "agglab.cli", "allreduce", "--topology", "fattree", "--k", "4",
+                        "--workers", "8", "--tree", "rat", "--fail", "tree@0.5", "--cluster", str(cluster_file),
+                        "--json"], capture_output=True, text=True, cwd=REPO, timeout=400)
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(r.stdout)
+    assert result["exact"] and result["ok"], result.get("errors")
+    placement = result["cluster"]["placement"]
+    assert set(placement.values()) == {"s1", "s2"}                       # both servers used
+    hosts = result["jobs"][0]["hosts"]
+    assert len(hosts) == 8 and all(h in placement for h in hosts)
+    assert result["cluster"]["tunnels"]                                  # at least one tunnelled link
+    for t in result["cluster"]["tunnels"]:
+        a, b = t.split("-")
+        assert placement[a] != placement[b]
+    assert len(result["failures"]) == 1 and result["failures"][0]["on_tree"]
+    assert result["epoch"] == 1                                           # it rerouted
+    assert _server_leftovers(cluster_file) == []
+
+
+@pytest.mark.net_timeout(420)
+def test_switches_run_on_the_servers_not_on_the_head(cluster_file):
+    from ground.cluster_file import load
+    from emulation.session import Session
+    from ground.runspec import RunSpec
+
+    spec = RunSpec(topology="fattree", k=4, workers=8, tree="rat", elements=20_000, cluster=str(cluster_file))
+    with Session(spec) as session:
+        run = str(session.net.run.path)
+        switch_procs = subprocess.run(["ps", "-ww", "-eo", "args="], capture_output=True, text=True).stdout
+        switches = [line for line in switch_procs.splitlines()
+                    if f"--control {run}/" in line and "-m softswitch" in line and not line.startswith("ssh ")]
+        assert len(switches) == 20                            # all 20 run
+        assert in_head_pidns(f"--control {run}/") == []       # ... on the servers, none on the head
+        assert not list(Path(run).glob("*.log"))              # their logs are on the servers
+        servers = {s.name: s for s in load(cluster_file).servers}
+        cluster = yaml.safe_load(cluster_file.read_text())
+        for name, server in servers.items():
+            on_it = [s for s, where in session.net.placement.items() if where == name
+                     and session.g.nodes[s]["kind"] == "switch"]
+            r = _ssh(cluster, {"user": server.user, "address": server.address}, f"ls {run}")
+            assert {f"{s}.log" for s in on_it} <= set(r.stdout.split()), r.stdout
+        result = session.allreduce()
+        assert result["exact"], result.get("errors")
+    assert _server_leftovers(cluster_file) == []
+    assert in_head_pidns(run) == [] and not Path(run).exists()

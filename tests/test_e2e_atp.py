@@ -1,0 +1,41 @@
+"""ATP through Mininet and the software switch: two jobs share every switch's pool, with
+loss on every port, and again with a core link failing half-way. Each job's sum is checked
+against numpy by the session (its own seed); the switches' atp_stats must show the pool at
+work (aggregators claimed and completed) and contended (collisions or resends that fell
+back to the PS), so a run where nothing aggregated in the network cannot pass."""
+
+from __future__ import annotations
+
+import pytest
+
+from emulation.session import run_spec
+from ground.runspec import RunSpec
+from tests.leftovers import assert_clean
+
+pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.slow]
+
+
+def _check(r: dict) -> None:
+    assert r["exact"], r.get("errors")
+    assert len(r["jobs"]) == 2 and all(j["exact"] for j in r["jobs"]), r["jobs"]
+    sw = r["switch"]
+    assert sw["atp_claim"] > 0 and sw["atp_done"] > 0, sw          # the network aggregated
+    assert sw["atp_collide"] + sw["atp_overlap"] > 0, sw           # and some fell back to the PS
+    assert sw["sim_dropped"] > 0 and sw["rejected"] == 0, sw
+
+
+@pytest.mark.net_timeout(420)
+def test_two_atp_jobs_share_the_pool_exactly_under_loss():
+    r = run_spec(RunSpec(algorithm="atp", topology="fattree", k=4, workers=4, jobs=2, elements=40_000,
+                         loss=0.05, seed=2))
+    _check(r)
+    assert_clean()
+
+
+@pytest.mark.net_timeout(420)
+def test_two_atp_jobs_stay_exact_when_a_core_link_fails():
+    r = run_spec(RunSpec(algorithm="atp", topology="fattree", k=4, workers=4, jobs=2, elements=40_000,
+                         loss=0.05, fail=["tree@0.5"], seed=4))
+    _check(r)
+    assert len(r["failures"]) == 1 and not r["failures"][0].get("partitioned"), r["failures"]
+    assert_clean()
