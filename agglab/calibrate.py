@@ -73,31 +73,46 @@ def probe(rate: float, workers: int, seconds: float, tolerance: float, log, wind
             "faithful": faithful, "fidelity": fid, "ok": bool(result.get("ok"))}
 
 
-def search(try_rate, start: float, factor: float, limit: float, refine: int, down: int = 4):
+def search(try_rate, start: float, factor: float, limit: float, refine: int, down: int = 4,
+           over: int = 2):
     """(good, bad, probes): the highest faithful rate found and the lowest unfaithful one above
     it (None when there is none). `try_rate(rate)` runs one probe and returns its record.
-    Up by `factor` from `start` while faithful; if `start` is not, down while not (at most
-    `down` steps); then `refine` bisections between the two."""
+    Up by `factor` from `start` while faithful. If `start` is not: first down (at most `down`
+    steps; a large shape's ceiling lies far below one switch's), and if nothing down there is
+    faithful, up again past `start` (at most `over` steps: very slow links can lose to the
+    workers' retransmission timers, a full window queued at the link). Then `refine`
+    bisections between the faithful rate and the unfaithful one above it."""
     probes, good, bad = [], None, None
-    rate = start
-    while rate <= limit:
-        p = try_rate(rate)
-        probes.append(p)
-        if not p["faithful"]:
-            bad = rate
-            break
-        good = rate
-        rate *= factor
+
+    def climb(rate: float, steps: int | None) -> None:
+        nonlocal good, bad
+        while rate <= limit and (steps is None or steps > 0):
+            p = try_rate(rate)
+            probes.append(p)
+            if not p["faithful"]:
+                bad = rate
+                if good is not None:
+                    return
+            else:
+                good, bad = rate, None
+                steps = None               # faithful once: climb on until the first unfaithful rate
+            if steps is not None:
+                steps -= 1
+            rate *= factor
+
+    climb(start, 1)
     if good is None:                       # the start was too fast for this shape: go down
+        rate = start
         for _ in range(down):
-            rate = round(rate / factor, 4)
+            above, rate = rate, round(rate / factor, 4)
             p = try_rate(rate)
             probes.append(p)
             if p["faithful"]:
-                good = rate
+                good, bad = rate, above
                 break
-            bad = rate
-    for _ in range(refine if good and bad else 0):
+    if good is None:                       # nothing below either: slow links lost to the timers?
+        climb(start * factor, over)
+    for _ in range(refine if good is not None and bad is not None else 0):
         mid = round((good + bad) / 2, 4)
         p = try_rate(mid)
         probes.append(p)
@@ -113,8 +128,14 @@ def calibrate(workers: int = 8, start: float = 2.0, factor: float = 2.0, limit: 
     good, bad, probes = search(lambda rate: probe(rate, workers, seconds, tolerance, log, window, shape),
                                start, factor, limit, refine, down)
     shape = {**DEFAULT_SHAPE, **(shape or {})}
+    from ground.timerslack import set_timer_slack, wakeup_latency
+
+    set_timer_slack()                  # as the emulator's processes run (ground/timerslack.py)
     record = {"ceiling_mbps": good, "workers": workers, "window": window, "tolerance": tolerance,
               "shape": {**shape, "workers": workers},
+              # how late this machine wakes a pacer-sized wait: what a pacer's margin must absorb,
+              # so two machines' ceilings can be compared with what their kernels did
+              "wakeup_latency": wakeup_latency(),
               "when": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "host": platform.node(),
               "cores": os.cpu_count(), "load_average": list(os.getloadavg()), "probes": probes,
               "note": ("no rate was faithful: the ceiling is unknown, experiments fall back to the default"

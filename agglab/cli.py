@@ -111,7 +111,8 @@ def _print_human(r: dict) -> None:
              else "")
           + f"on {r['backend']} in {r['seconds']:.3f} s, {r['goodput_mbps']:.1f} Mb/s per worker, "
           f"{r['packets']} packets, {r['retransmissions']} retransmissions, "
-          f"max abs error {r['max_abs_error']:.3g}{bound}")
+          f"max abs error {r['max_abs_error']:.3g}{bound}"
+          + (f"; wire time {r['wire_seconds']:.3f} s" if r.get("wire_seconds") else ""))
 
 
 def _lab(args) -> int:

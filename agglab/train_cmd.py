@@ -161,14 +161,16 @@ def _print_human(r: dict) -> None:
         print(f"{r['profile']}, {r['workers']} workers, {r['algorithm']} on a {r['link_gbps']} Gb/s network, "
               f"{where}: compute {r['compute_ms']} ms")
         if r["emulated"]:
-            c = r["emulated_cost"]
-            print(f"  emulated network measured at alpha {c['alpha_ms']} ms + {c['ms_per_mb']} ms/MB "
-                  f"(real-network units; modelled alpha {r['alpha_us'] / 1e3} ms); schedules planned "
-                  f"with the {r['plan_cost']} cost; {r['retransmissions']} retransmissions")
+            c, m = r["emulated_cost"], r["model_cost"]
+            print(f"  cost per allreduce, real-network units: measured alpha {c['alpha_ms']} ms + beta "
+                  f"{c['ms_per_mb']} ms/MB; model alpha {m['alpha_ms']} ms + beta {m['ms_per_mb']} ms/MB; "
+                  f"schedules planned with the {r['plan_cost']} cost; {r['retransmissions']} retransmissions")
         print(f"  iteration time: {_per_scheduler(r['iteration_ms'])} "
               f"(pure model: {_per_scheduler(r['model_iteration_ms'])})")
         if "speedup" in r:
-            print(f"  PACE speed-up over FIFO: {r['speedup']}x (model {r['model_speedup']}x)")
+            with_measured = (f", {r['measured_cost_speedup']}x with the measured cost"
+                             if "measured_cost_speedup" in r else "")
+            print(f"  PACE speed-up over FIFO: {r['speedup']}x (model {r['model_speedup']}x{with_measured})")
         print(f"  timeline {r['timeline']}, trace {r['trace']} (Perfetto / chrome://tracing)")
         return
     verdict = "identical to" if r["max_abs_param_diff"] == 0 else "differs from"
@@ -177,6 +179,12 @@ def _print_human(r: dict) -> None:
           f"packet loss {r['loss'] * 100:g}% per link direction, {r['retransmissions']} retransmissions")
     print(f"  test accuracy {r['final_accuracy']:.4f} through the switches vs {r['single_process_accuracy']:.4f} "
           f"in one process; parameters {verdict} the one-process run (max |diff| {r['max_abs_param_diff']:.3g})")
+    c = r.get("cost") or {}
+    if "alpha_ms" in c:
+        model = (f"; link model alpha {c['model_alpha_ms']} ms + beta {c['model_ms_per_mb']} ms/MB"
+                 if "model_ms_per_mb" in c else "")
+        print(f"  per allreduce call ({c['calls']} calls, emulated network's units): alpha {c['alpha_ms']} ms + "
+              f"beta {c['ms_per_mb']} ms/MB (fitted: {c['fitted']}){model}")
     for f in r.get("failures", []):
         print(f"  link {f['link']} failed at {f['at']:.0%} of the steps: detected in {f['detect_ms']} ms")
     print(f"  plot {r['plot']}")

@@ -106,19 +106,21 @@ def ceiling_for(workers: int) -> tuple[float, str] | None:
     return (float(fits[0][2]), fits[0][1]) if fits else None
 
 
-def switchml_wire_seconds(elements: int, rate_mbps: float, window: int | None = None) -> float:
+def switchml_wire_seconds(elements: int, rate_mbps: float, window: int | None = None,
+                          dtype: str = "int32") -> float:
     """Analytic time of a dense in-network allreduce: every worker link carries
     ceil(elements/K) aggregation frames each way (full duplex), plus with `window` the lead
-    round of each of its S = min(window, blocks) slots (hosts/agent.py: round 0 of a slot
-    carries no block), so the wire time is one direction's frames at the link rate. In a
-    tree every link carries one frame per block and round each way, as a worker's does.
+    frames (hosts/agent.py): float32 leads on each of its S = min(window, blocks) slots (round
+    0 carries the exponents, no block), int32 on slot 0 only (no exponents to agree). The wire
+    time is one direction's frames at the link rate; in a tree every link carries one frame
+    per block and lead each way, as a worker's does.
 
     Why the lead frames count: with as many slots as blocks (the agents' default window of
-    128 on a gradient of 128 blocks) they double the frames; a time measured against the
-    blocks alone would call a faithful run twice too slow."""
+    128 on a float32 gradient of 128 blocks) they double the frames; a time measured against
+    the blocks alone would call a faithful run twice too slow."""
     blocks = -(-elements // wire.K)
-    frames = blocks + (max(1, min(window, blocks)) if window else 0)
-    return frames * wire.FRAME_BYTES * 8 / (rate_mbps * 1e6)
+    leads = 0 if not window else 1 if dtype == "int32" else max(1, min(window, blocks))
+    return (blocks + leads) * wire.FRAME_BYTES * 8 / (rate_mbps * 1e6)
 
 
 def _read_int(path: str) -> int | None:

@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import threading
+import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-import numpy as np
 
 from emulation.session import Session
+from hosts.replay_worker import answer_path
 from ground import wire
 from ground.runspec import RunSpec
 from pace.fusion import CostModel
@@ -84,7 +87,9 @@ def run_profile(spec: RunSpec, model: str, schedulers: list[str], opts: PaceOpti
     cost = CostModel.for_network(spec.algorithm, spec.workers, opts.link_gbps, opts.alpha_us)
     pure = model_runs(profile, schedulers, cost, opts)
     result = {"ok": True, "profile": profile.model, "workers": spec.workers, "algorithm": spec.algorithm,
-              "link_gbps": opts.link_gbps, "alpha_us": opts.alpha_us, "compute_ms": round(
+              "link_gbps": opts.link_gbps, "alpha_us": opts.alpha_us,
+              "model_cost": {"alpha_ms": round(cost.alpha_ms, 4), "ms_per_mb": round(cost.beta_ms_per_byte * MiB, 4)},
+              "compute_ms": round(
                   profile.forward_ms + profile.backward_ms, 3),
               "model_iteration_ms": {s: round(it.iteration_ms, 3) for s, it in pure.items()},
               "preemptions": {s: len(it.preemptions) for s, it in pure.items()},
@@ -111,6 +116,9 @@ def run_profile(spec: RunSpec, model: str, schedulers: list[str], opts: PaceOpti
     if {"fifo", "pace"} <= set(schedulers):
         result["speedup"] = round(measured["fifo"].iteration_ms / measured["pace"].iteration_ms, 4)
         result["model_speedup"] = round(pure["fifo"].iteration_ms / pure["pace"].iteration_ms, 4)
+        planned = result.get("planned_iteration_ms")
+        if planned:                    # the model's prediction with the measured alpha and beta
+            result["measured_cost_speedup"] = round(planned["fifo"] / planned["pace"], 4)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"pace-{profile.model}-{'-'.join(schedulers)}"
     result["trace"] = str(write_trace(runs, out_dir / f"{stem}.trace.json"))
@@ -122,28 +130,72 @@ def run_profile(spec: RunSpec, model: str, schedulers: list[str], opts: PaceOpti
     return result
 
 
-def _replay_all(session, name: str, transfers: list[dict], deadline_s: float):
-    """Every worker replays `transfers`; (per-rank spans in emulated seconds, failures, errors)."""
-    path = session.net.run.path / f"transfers-{name}.json"
-    path.write_text(json.dumps({"iterations": 1, "transfers": transfers}))
-    reports, failures = session.run_program("hosts.replay_worker", name, (str(path),), deadline_s=deadline_s)
-    errors = [f"{name} rank {r['rank']}: {r.get('error', 'failed')}" for r in reports if not r.get("ok")]
-    spans = [] if errors else [r["iterations"][-1] for r in reports]
-    return spans, failures, errors, sum(r.get("retransmissions", 0) for r in reports)
+class Replayers:
+    """The job's replay workers, up for the whole PACE run (hosts/replay_worker.py's serve
+    mode): `replay` hands every rank the next list and waits for their answers; `close`
+    tells them to stop. Why one set of processes: each phase (calibration, FIFO, PACE) used
+    to start its own, paying the agents' start-up and a cold communicator every time."""
+
+    def __init__(self, session, deadline_s: float = 3600.0):
+        self.session, self.n = session, 0
+        self.inbox = session.net.run.path / "replay-inbox"
+        self.inbox.mkdir()
+        self.ranks = len(session.job.workers)
+        self.reports: list[dict] = []
+        self.failures: list = []
+        self.thread = threading.Thread(target=self._run, args=(deadline_s,), name="replay-workers", daemon=True)
+        self.thread.start()
+
+    def _run(self, deadline_s: float) -> None:
+        self.reports, self.failures = self.session.run_program(
+            "hosts.replay_worker", "pace", (str(self.inbox),), deadline_s=deadline_s)
+
+    def _post(self, work: dict) -> int:
+        n, self.n = self.n, self.n + 1
+        tmp = self.inbox / f"{n:03d}.tmp"
+        tmp.write_text(json.dumps(work))
+        os.replace(tmp, self.inbox / f"{n:03d}.json")
+        return n
+
+    def replay(self, name: str, transfers: list[dict], deadline_s: float):
+        """Every worker replays `transfers`: (per-rank spans in emulated seconds, errors,
+        retransmissions)."""
+        n = self._post({"iterations": 1, "transfers": transfers, "name": name})
+        paths = [answer_path(self.inbox, n, r) for r in range(self.ranks)]
+        deadline = time.monotonic() + deadline_s
+        while not all(p.exists() for p in paths):
+            if not self.thread.is_alive():
+                errors = [f"{name} rank {r['rank']}: {r.get('error', 'failed')}" for r in self.reports
+                          if not r.get("ok")] or [f"{name}: the replay workers exited"]
+                return [], errors, 0
+            if time.monotonic() > deadline:
+                self.session.cancel()
+                return [], [f"{name}: no answer from every rank within {deadline_s:.0f} s"], 0
+            time.sleep(0.01)
+        answers = [json.loads(p.read_text()) for p in paths]
+        return ([a["iterations"][-1] for a in answers], [], sum(a.get("retransmissions", 0) for a in answers))
+
+    def close(self) -> list:
+        """Stop the workers (killed if they do not stop); the scripted failures' records."""
+        if self.thread.is_alive():
+            self._post({"stop": True})
+            self.thread.join(30)
+        if self.thread.is_alive():
+            self.session.cancel()
+            self.thread.join(30)
+        return self.failures
 
 
-def calibrate(session, elements: list[int], sc: Scale, give_up: float) -> tuple[CostModel, list]:
+def calibrate(replayers: Replayers, elements: list[int], sc: Scale, bw_mbps: float, give_up: float) -> CostModel:
     """The emulated network's own alpha + beta*s, in real-network units: each size allreduced
     three times back to back, a least-squares line through (real bytes, real ms)."""
     sizes = [n for n in elements for _ in range(3)]
-    spans, failures, errors, _ = _replay_all(session, "calibrate", [{"ready_s": 0, "elements": n} for n in sizes],
-                                             120 + give_up * 3 + 40 * sum(sizes) * 32 / (session.spec.bw * 1e6))
+    spans, errors, _ = replayers.replay("calibrate", [{"ready_s": 0, "elements": n} for n in sizes],
+                                        120 + give_up * 3 + 40 * sum(sizes) * 32 / (bw_mbps * 1e6))
     if errors:
         raise RuntimeError("; ".join(errors))
-    x = np.array([n * 4 * sc.size for n in sizes] * len(spans), float)
-    y = np.array([(end - start) * 1e3 / sc.dilation for rank in spans for start, end in rank])
-    beta, alpha = np.polyfit(x, y, 1)
-    return CostModel(max(alpha, 0.0), max(beta, 1e-15)), failures
+    return CostModel.fit([n * 4 * sc.size for n in sizes] * len(spans),
+                    [(end - start) * 1e3 / sc.dilation for rank in spans for start, end in rank])
 
 
 def _emulate(spec: RunSpec, profile, pure: dict, sc: Scale, opts: PaceOptions, quiet: bool):
@@ -155,30 +207,39 @@ def _emulate(spec: RunSpec, profile, pure: dict, sc: Scale, opts: PaceOptions, q
                       window=spec.window or WINDOW)
     per_worker, errors, failures, goodput, retx = {}, [], [], [], 0
     with Session(spec, quiet=quiet) as session:
-        cost, failures = calibrate(session, [wire.K * 16, spec.elements], sc, spec.give_up)
-        plans, partition = pure, opts.partition_mb
-        if opts.plan_cost == "measured":
-            partition = max(opts.partition_mb, ALPHA_SHARE * cost.alpha_ms / cost.beta_ms_per_byte / MiB)
-            plans = model_runs(profile, list(pure), cost, replace(opts, partition_mb=partition))
-        for s, it in plans.items():
-            sizes = [max(1, round(tr.nbytes / 4 / sc.size)) for tr in it.transfers]
-            emu_seconds = sum(sizes) * 32 / (spec.bw * 1e6) + it.iteration_ms * 1e-3 * sc.dilation
-            spans, fails, errs, r = _replay_all(
-                session, f"pace-{s}", [{"ready_s": tr.ready * 1e-3 * sc.dilation, "elements": n}
-                                       for tr, n in zip(it.transfers, sizes)],
-                120 + 20 * emu_seconds + spec.give_up * 3)
-            failures, errors, retx = failures + fails, errors + errs, retx + r
-            its = []
-            for rank in spans:
-                real_ms = [(end - start) * 1e3 / sc.dilation for start, end in rank]
-                its.append(replay(profile, s, copy.deepcopy(it.transfers), real_ms))
-                goodput.append(sum(sizes) * 32 / sum(end - start for start, end in rank) / 1e6)
-            if its:
-                per_worker[s] = its
+        replayers = Replayers(session)
+        try:
+            cost = calibrate(replayers, [wire.K * 16, spec.elements], sc, spec.bw, spec.give_up)
+            plans, partition = pure, opts.partition_mb
+            if opts.plan_cost == "measured":
+                partition = max(opts.partition_mb, ALPHA_SHARE * cost.alpha_ms / cost.beta_ms_per_byte / MiB)
+                plans = model_runs(profile, list(pure), cost, replace(opts, partition_mb=partition))
+            # the model's prediction on the network as measured: what the emulated iteration should match
+            predicted = plans if opts.plan_cost == "measured" else model_runs(profile, list(pure), cost, opts)
+            for s, it in plans.items():
+                sizes = [max(1, round(tr.nbytes / 4 / sc.size)) for tr in it.transfers]
+                emu_seconds = sum(sizes) * 32 / (spec.bw * 1e6) + it.iteration_ms * 1e-3 * sc.dilation
+                spans, errs, r = replayers.replay(
+                    f"pace-{s}", [{"ready_s": tr.ready * 1e-3 * sc.dilation, "elements": n}
+                                  for tr, n in zip(it.transfers, sizes)],
+                    120 + 20 * emu_seconds + spec.give_up * 3)
+                errors, retx = errors + errs, retx + r
+                its = []
+                for rank in spans:
+                    real_ms = [(end - start) * 1e3 / sc.dilation for start, end in rank]
+                    its.append(replay(profile, s, copy.deepcopy(it.transfers), real_ms))
+                    goodput.append(sum(sizes) * 32 / sum(end - start for start, end in rank) / 1e6)
+                if its:
+                    per_worker[s] = its
+        finally:
+            failures = replayers.close()
     info = {"ok": not errors, "failures": failures, "retransmissions": retx,
+            # lists each rank's one process replayed (calibration, then each scheduler's plan)
+            "replay_served": min((r.get("served", 0) for r in replayers.reports), default=0),
             "emulated_cost": {"alpha_ms": round(cost.alpha_ms, 4),
                               "ms_per_mb": round(cost.beta_ms_per_byte * MiB, 4)},
             "plan_cost": opts.plan_cost, "partition_mb": round(partition, 3),
+            "planned_iteration_ms": {s: round(p.iteration_ms, 3) for s, p in predicted.items()},
             "emulated_plan": {s: {"transfers": len(p.transfers), "preemptions": len(p.preemptions)}
                               for s, p in plans.items()},
             "emulated_goodput_mbps": round(min(goodput), 3) if goodput else None,
@@ -205,6 +266,7 @@ def per_scheduler(result: dict) -> dict[str, dict]:
         "link": {"link": "worker transfers", "configured_mbps": bw, "achieved_mbps": goodput,
                  "utilisation": round(goodput / bw, 3) if goodput is not None and bw else None}}
     common = {k: result[k] for k in ("emulated_cost", "partition_mb", "compute_ms", "model_speedup", "speedup",
+                                     "planned_iteration_ms", "model_cost", "measured_cost_speedup",
                                      "trace", "timeline", "scale", "shrink", "dilation") if k in result}
     out = {}
     iteration = result.get("iteration_ms") if isinstance(result.get("iteration_ms"), dict) else {}

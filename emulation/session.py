@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from controller import drop_sim, forward, policer
+from controller import drop_sim, forward, policer, trees
 from controller.events import EventLog
 from controller.installers import JobSeat, job_for
 from controller.job_group import JobGroup
@@ -61,6 +61,20 @@ def run_spec(spec: RunSpec | CheckedRun, quiet: bool = True, progress: bool = Fa
 def graph_for(spec: RunSpec):
     """The spec's checked topology graph (controller/run_check.py, the one validation entry point)."""
     return check_run(spec).graph
+
+
+def run_wire_seconds(spec: RunSpec) -> float | None:
+    """The run's wire time (emulation/wire_model.py: its bytes over its busiest link), to read
+    its measured time against; None where the model has none (unshaped links, tenants,
+    `tree@F` failures)."""
+    from emulation.wire_model import BoundError, wire_seconds
+
+    if spec.jobs > 1 or spec.fail_switch:
+        return None
+    try:
+        return round(wire_seconds(spec), 6)
+    except (BoundError, ValueError, KeyError, ZeroDivisionError, trees.TreeError):
+        return None
 
 
 class Session:
@@ -260,6 +274,8 @@ class Session:
         return self._finish(spec, result)
 
     def _finish(self, spec: RunSpec, result: dict) -> dict:
+        if result.get("ok") and "wire_seconds" not in result:
+            result["wire_seconds"] = run_wire_seconds(spec)
         if spec.keep:
             result["kept"] = str(Path(spec.keep) / f"run{self.runs}")
         (self.net.run.path / f"run{self.runs}" / "result.json").write_text(

@@ -78,9 +78,32 @@ def run_training(spec: RunSpec, cfg: Config, out_dir: Path, quiet: bool = True) 
         train_seconds=round(max(r["seconds"] for r in reports), 2),
         ok=ranks_agree and (diff == 0.0 if exact else abs(accuracy - reference["final_accuracy"])
                             <= FLOAT_ACCURACY_POINTS))
+    result["cost"] = call_cost(reports[0].get("call_log") or [], spec)
     result["plot"] = str(plot_curves(result, out_dir / "train.png"))
     (out_dir / "train.json").write_text(json.dumps(result, indent=1, sort_keys=True))
     return result
+
+
+def call_cost(call_log: list, spec: RunSpec) -> dict | None:
+    """One rank's allreduce calls as alpha + beta*s beside the link model's (the emulated
+    network's own units). Every step allreduces the same size, which cannot separate alpha
+    from beta: beta is then the link model's and alpha what a call took beyond it."""
+    from pace.fusion import CostModel
+    from pace.schedule import MiB
+
+    if not call_log:
+        return None
+    sizes, secs = zip(*call_log)
+    model = CostModel.for_network(spec.algorithm, spec.workers, spec.bw / 1e3, 0.0) if spec.bw else None
+    try:
+        fit = CostModel.fit(sizes, [s * 1e3 for s in secs], model.beta_ms_per_byte if model else None)
+    except ValueError:
+        return {"calls": len(call_log), "mean_ms": round(1e3 * sum(secs) / len(secs), 3)}
+    out = {"calls": len(call_log), "alpha_ms": round(fit.alpha_ms, 4), "ms_per_mb": round(fit.beta_ms_per_byte * MiB, 4),
+           "fitted": "alpha and beta" if len(set(sizes)) > 1 else "alpha (beta: the link model's)"}
+    if model:
+        out.update(model_alpha_ms=model.alpha_ms, model_ms_per_mb=round(model.beta_ms_per_byte * MiB, 4))
+    return out
 
 
 def plot_curves(result: dict, path: Path) -> Path:

@@ -11,7 +11,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from experiments import bounds
 from experiments.definition import Claim, Definition
+from ground.runspec import RunSpec
 
 
 def real_seconds(row: dict[str, Any]) -> float:
@@ -49,8 +51,9 @@ def flagged(row: dict[str, Any]) -> bool:
     return bool((row.get("fidelity") or {}).get("cpu_bound"))
 
 
-def select(rows: list[dict[str, Any]], d: Definition, selector: dict[str, Any], unflagged: bool = False) -> Stat:
-    """Runs of the labelled points the selector names (only those not flagged CPU-bound
+def selected(rows: list[dict[str, Any]], d: Definition, selector: dict[str, Any],
+             unflagged: bool = False) -> list[dict[str, Any]]:
+    """Rows of the labelled points the selector names (only those not flagged CPU-bound
     with `unflagged`). Points that share a RunSpec share runs (ring serves every density),
     so the match goes through the planned points' keys when the definition was planned, and
     through the rows' own labels otherwise."""
@@ -58,8 +61,34 @@ def select(rows: list[dict[str, Any]], d: Definition, selector: dict[str, Any], 
     mine = [r for r in rows if r["definition"] == d.name and not (unflagged and flagged(r))]
     if d.built:
         keys = {p.key for p in d.built if matches({"series": p.series, "values": p.values}, selector, first)}
-        return stat([r for r in mine if r["key"] in keys])
-    return stat([r for r in mine if matches(r, selector, first)])
+        return [r for r in mine if r["key"] in keys]
+    return [r for r in mine if matches(r, selector, first)]
+
+
+def select(rows: list[dict[str, Any]], d: Definition, selector: dict[str, Any], unflagged: bool = False) -> Stat:
+    """The Stat of `selected` rows."""
+    return stat(selected(rows, d, selector, unflagged))
+
+
+def specs(rows: list[dict[str, Any]], d: Definition, selector: dict[str, Any]) -> list[RunSpec]:
+    """The RunSpecs of the points a selector names: the planned points', else the rows'."""
+    first = next(iter(d.series))
+    if d.built:
+        return [p.spec for p in d.built if p.spec is not None
+                and matches({"series": p.series, "values": p.values}, selector, first)]
+    return [RunSpec.from_dict(r["spec"]) for r in selected(rows, d, selector) if r.get("spec")]
+
+
+def claim_bound(rows: list[dict[str, Any]], d: Definition, claim: Claim) -> tuple[float, str]:
+    """(this network's bound on the claim's ratio, why there is none), experiments/bounds.py."""
+    try:
+        if claim.bound == "pace_model":
+            return bounds.pace_model_bound(selected(rows, d, claim.num), selected(rows, d, claim.den)), ""
+        if claim.bound == "wire_time":
+            return bounds.wire_time_bound(specs(rows, d, claim.num), specs(rows, d, claim.den)), ""
+    except (bounds.BoundError, ValueError, KeyError, ZeroDivisionError, OSError) as exc:
+        return float("nan"), str(exc)
+    return float("nan"), "no bound in the trend file"
 
 
 @dataclass
@@ -71,10 +100,17 @@ class Verdict:
     verdict: str
     flagged: int
     missing: str = ""
+    bound: float = float("nan")     # this network's analytic bound on the ratio (experiments/bounds.py)
+    no_bound: str = ""              # why there is none
 
     @property
     def ratio(self) -> float:
         return self.ours / self.claim.paper if self.claim.paper else float("nan")
+
+    @property
+    def against_bound(self) -> str:
+        """'matches its bound' within 10%, else by how much it misses it."""
+        return bounds.compare(self.ours, self.bound)
 
 
 def judge(ours: float, paper: float, expect: str, tolerance: float) -> str:
@@ -110,13 +146,16 @@ def verdicts(rows: list[dict[str, Any]], d: Definition) -> list[Verdict]:
                                f"{', '.join(unswept)} is not in this run's sweep"))
             continue
         num, den = select(rows, d, claim.num), select(rows, d, claim.den)
+        bound, no_bound = claim_bound(rows, d, claim)
         if not num.runs or not den.runs:
             missing = (num.error or den.error or "no successful runs")
-            out.append(Verdict(claim, float("nan"), float("nan"), float("nan"), "no data", 0, missing))
+            out.append(Verdict(claim, float("nan"), float("nan"), float("nan"), "no data", 0, missing,
+                               bound=bound, no_bound=no_bound))
             continue
         ours = num.median / den.median
         out.append(Verdict(claim, ours, num.low / den.high, num.high / den.low,
-                           judge(ours, claim.paper, claim.expect, claim.tolerance), num.flagged + den.flagged))
+                           judge(ours, claim.paper, claim.expect, claim.tolerance), num.flagged + den.flagged,
+                           bound=bound, no_bound=no_bound))
     return out
 
 

@@ -54,6 +54,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return build_parser().parse_args(argv)
 
 
+def _print_bounds(suite, log: TextIO) -> None:
+    """Every claim's paper figure beside this network's bound (experiments/bounds.py), before
+    anything runs: what the report's "bound" column will hold."""
+    from experiments.analysis import claim_bound
+
+    print("claims: paper figure / this network's bound", file=log)
+    for d in suite.definitions:
+        for c, _ in d.claims():
+            value, why = claim_bound([], d, c)
+            shown = f"{value:.3g}" if value == value else f"– ({why})"
+            print(f"  {d.name}: {c.text}: paper {c.paper:.3g}, bound {shown}", file=log)
+
+
 def main(argv: list[str] | None = None, run_fn: RunFn | None = None, log: TextIO = sys.stderr) -> int:
     from ground.interrupts import arm
 
@@ -109,6 +122,7 @@ def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO) -> int:
         for d, p, reps in steps:
             what = p.error or f"~{estimate_seconds(p, len(reps)):.0f} s"
             print(f"  {d.name}: {p.label()} x{len(reps)} ({what})", file=log)
+        _print_bounds(suite, log)
         return 0
     if run_fn is None and os.geteuid() != 0:
         print("error: experiments build Mininet networks and need root: run with sudo", file=log)

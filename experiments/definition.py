@@ -34,6 +34,8 @@ becomes one validated RunSpec, so nothing restates the emulator's options. Layou
         expect: about            # about | at_least | at_most
         tolerance: 0.1
         why: ...                 # optional: why this network may fall short (shown unless it holds)
+        bound: wire_time         # this network's analytic bound (experiments/bounds.py), beside ours
+                                 # (the default; program: pace defaults to pace_model)
 
 Points with the same RunSpec (e.g. ring, whose time does not depend on density) run once
 and serve every label that maps to them.
@@ -77,7 +79,10 @@ PROGRAMS = ("allreduce", "pace")
 # real link rate and the emulated gradient come from `network.link` and `emulated.gradient`)
 PACE_KEYS = ("model", "scheduler", "partition_mb", "threshold_mb", "cycle_ms", "alpha_us", "plan_cost")
 SCHEDULERS = ("fifo", "pace")
-CLAIM_KEYS = ("text", "ratio", "paper", "expect", "tolerance", "for_each", "why")
+CLAIM_KEYS = ("text", "ratio", "paper", "expect", "tolerance", "for_each", "why", "bound")
+# a claim's analytic bound on this network (experiments/bounds.py): wire_time (the ratio of
+# its points' wire times, from their topology, rates and bytes) or pace_model (program: pace)
+BOUND_KINDS = ("wire_time", "pace_model")
 PLOTS = ("time", "speedup", "failures", "shares")
 EXPECTS = ("about", "at_least", "at_most")
 DTYPE_BYTES = 4
@@ -204,6 +209,7 @@ class Claim:
     expect: str
     tolerance: float
     why: str = ""          # why this network may not reach the paper's figure (shown unless it holds)
+    bound: str = ""        # BOUND_KINDS: how this network's own bound is computed ("" = none)
 
 
 @dataclass
@@ -315,7 +321,8 @@ class Definition:
                     raise ConfigError(self.source, f"claims[{i}].paper", str(exc)) from exc
                 text = raw["text"] + ("" if not bound else " (" + ", ".join(f"{k}={v}" for k, v in bound.items()) + ")")
                 out.append((Claim(text, num, den, paper, raw.get("expect", "about"),
-                                  float(raw.get("tolerance", 0.2)), " ".join(str(raw.get("why", "")).split())),
+                                  float(raw.get("tolerance", 0.2)), " ".join(str(raw.get("why", "")).split()),
+                                  str(raw.get("bound", "pace_model" if self.program == "pace" else "wire_time"))),
                             bound))
         return out
 
@@ -455,6 +462,10 @@ def parse_definition(raw: Any, source: str = "definition", overrides: dict[str, 
                 raise ConfigError(source, f"claims[{i}].{key}", "is required")
         if not (isinstance(c["ratio"], list) and len(c["ratio"]) == 2 and all(isinstance(s, dict) for s in c["ratio"])):
             raise ConfigError(source, f"claims[{i}].ratio", "must be [numerator selector, denominator selector]")
+        if c.get("bound", BOUND_KINDS[0]) not in BOUND_KINDS:
+            raise ConfigError(source, f"claims[{i}].bound", f"must be one of {', '.join(BOUND_KINDS)}")
+        if c.get("bound") == "pace_model" and program != "pace":
+            raise ConfigError(source, f"claims[{i}].bound", "pace_model needs program: pace")
         if c.get("expect", "about") not in EXPECTS:
             raise ConfigError(source, f"claims[{i}].expect", f"must be one of {', '.join(EXPECTS)}")
         for sel in c["ratio"]:

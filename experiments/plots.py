@@ -111,26 +111,83 @@ def speedup_plot(rows: list[dict], d: Definition, path: Path) -> Path:
     return _save(fig, path)
 
 
-def shares_plot(rows: list[dict], d: Definition, path: Path) -> Path | None:
-    """Rate share of each packed tree, recomputed from the run's own topology."""
+def _tier_layout(g) -> dict:
+    """Switch tiers top-down (spine, aggregation/core, leaf/edge), hosts at the bottom, each
+    row in name order; graphs without tiers fall back to a seeded spring layout."""
+    import networkx as nx
+
+    from controller import topologies
+
+    order = {"core": 3, "spine": 3, "agg": 2, "aggregation": 2, "leaf": 1, "edge": 1}
+    if not all(g.nodes[n].get("kind") == "host" or g.nodes[n].get("tier") in order for n in g):
+        return nx.spring_layout(g, seed=0)
+    rows: dict[int, list] = {}
+    for n in g:
+        rows.setdefault(0 if g.nodes[n].get("kind") == "host" else order[g.nodes[n]["tier"]], []).append(n)
+    pos = {}
+    for y, names in rows.items():
+        names.sort(key=topologies.natural_key)
+        for i, n in enumerate(names):
+            pos[n] = ((i + 0.5) / len(names), y)
+    return pos
+
+
+def _packed(spec_dict: dict):
+    """(graph, packed trees, slow links) of one packing run, recomputed from its own topology."""
     from controller import topologies, trees
     from ground.runspec import RunSpec
 
-    specs = [r["spec"] for r in rows if r["definition"] == d.name and r.get("spec")
-             and r["spec"].get("tree") == "packing"]
-    if not specs:
-        return None
-    spec = RunSpec.from_dict(specs[0])
+    spec = RunSpec.from_dict(spec_dict)
     g = topologies.for_run(spec)
-    ts = trees.compute("packing", g)
-    weights = list(ts.weights)
-    fig = Figure(figsize=(5.4, 3.6))
-    ax = fig.add_subplot()
-    ax.bar([f"tree {i + 1}\nroot {t.root}" for i, t in enumerate(ts.trees)], weights)
-    ax.set_ylabel("share of the gradient (rate share)")
-    slow = sum(1 for _, _, e in g.edges(data=True) if e.get("bw") and e["bw"] < max(
-        x.get("bw") or 0 for _, _, x in g.edges(data=True)))
-    ax.set_title(f"Packed trees on {Path(spec.topology).stem}\n({slow} slow links)", fontsize=9)
+    fastest = max((e.get("bw") or 0) for _, _, e in g.edges(data=True))
+    slow = {(u, v) for u, v, e in g.edges(data=True) if e.get("bw") and e["bw"] < fastest}
+    return g, trees.compute("packing", g), slow
+
+
+def shares_plot(rows: list[dict], d: Definition, path: Path) -> Path | None:
+    """Where the slow links are, the packed trees and their shares: per swept slow fraction
+    above 0 (the homogeneous case only when nothing else ran), the topology with its slow
+    links drawn thick and dashed, every tree's links in its own colour, and a bar per tree
+    with its share of the gradient and whether it crosses a slow link. Recomputed from each
+    run's own topology file, so the picture is the trees that run used."""
+    import networkx as nx
+
+    by_fraction: dict = {}
+    for r in rows:
+        if r["definition"] == d.name and r.get("spec") and r["spec"].get("tree") == "packing":
+            by_fraction.setdefault(r["values"].get("slow_fraction", 0), r["spec"])
+    if not by_fraction:
+        return None
+    shown = sorted(f for f in by_fraction if f) or sorted(by_fraction)
+    fig = Figure(figsize=(10.0, 3.8 * len(shown)))
+    colours = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan"]
+    for row, fraction in enumerate(shown):
+        g, ts, slow = _packed(by_fraction[fraction])
+        pos = _tier_layout(g)
+        ax = fig.add_subplot(len(shown), 2, 2 * row + 1)
+        nx.draw_networkx_edges(g, pos, ax=ax, edge_color="lightgrey", width=1.0)
+        nx.draw_networkx_edges(g, pos, ax=ax, edgelist=sorted(slow), edge_color="red", width=3.0, style="dashed")
+        for i, t in enumerate(ts.trees):
+            nx.draw_networkx_edges(g, pos, ax=ax, edgelist=sorted(t.edges), edge_color=colours[i % len(colours)],
+                                   width=1.0 + 5.0 * t.weight, alpha=0.7)
+        switches = [n for n in g if g.nodes[n].get("kind") == "switch"]
+        nx.draw_networkx_nodes(g, pos, ax=ax, nodelist=switches, node_color="white", edgecolors="black",
+                               node_size=260)
+        nx.draw_networkx_nodes(g, pos, ax=ax, nodelist=[n for n in g if n not in switches], node_color="lightgrey",
+                               node_shape="s", node_size=140)
+        nx.draw_networkx_labels(g, pos, ax=ax, font_size=7)
+        ax.set_title(f"slow_fraction={fraction}: {len(slow)} slow link(s) (red, dashed); "
+                     f"trees by colour, width ~ share", fontsize=8)
+        ax.axis("off")
+        bx = fig.add_subplot(len(shown), 2, 2 * row + 2)
+        labels = [f"tree {i + 1}\nroot {t.root}\n" + ("crosses slow" if any(
+            tuple(sorted(e)) in {tuple(sorted(x)) for x in slow} for e in t.edges) else "avoids slow")
+            for i, t in enumerate(ts.trees)]
+        bx.bar(labels, [t.weight for t in ts.trees], color=[colours[i % len(colours)] for i in range(len(ts.trees))])
+        bx.set_ylabel("share of the gradient")
+        bx.set_ylim(0, 1)
+        bx.tick_params(axis="x", labelsize=7)
+        bx.set_title(f"{len(ts.trees)} packed tree(s), shares in proportion to their rates", fontsize=8)
     return _save(fig, path)
 
 

@@ -108,16 +108,29 @@ def _range(v) -> str:
 
 def _trend_rows(outcome: "Outcome") -> list[str]:
     """The summary table: one line per claim of every trend."""
-    lines = ["| trend | claim | paper | ours (min–max) | ours/paper | verdict | why, when it does not hold |",
-             "|---|---|---:|---:|---:|---|---|"]
+    lines = ["| trend | claim | paper | bound (this network) | ours (min–max) | ours/paper | verdict | "
+             "ours vs bound | why, when it does not hold |",
+             "|---|---|---:|---:|---:|---:|---|---|---|"]
     for d in outcome.suite.definitions:
         for v in verdicts(outcome.rows, d):
             verdict = v.verdict + (f" — {v.flagged} CPU-bound run(s) involved" if v.flagged else "")
             if v.missing:
                 verdict += f" ({_cell(v.missing, 120)})"
             lines.append(f"| {d.name} | {v.claim.text} | {_num(v.claim.paper)} ({v.claim.expect.replace('_', ' ')}) | "
-                         f"{_range(v)} | {_num(v.ratio, '.2f')} | {verdict} | {_why(v)} |")
+                         f"{_bound(v)} | {_range(v)} | {_num(v.ratio, '.2f')} | {verdict} | {v.against_bound} | {_why(v)} |")
     return lines
+
+
+def _bound(v) -> str:
+    """This network's analytic bound on the claim's ratio (experiments/bounds.py), or why none."""
+    return _num(v.bound) if v.bound == v.bound else f"– ({_cell(v.no_bound, 80)})" if v.no_bound else "–"
+
+
+BOUND_NOTE = (
+    "*Bound (this network)*: the ratio this network allows on its own topology, link rates and bytes "
+    "(emulation/wire_model.py: every link direction's wire bytes over its rate, the busiest deciding; trees, "
+    "routes and sparse blocks recomputed as the run uses them; PACE: the iteration model with the measured "
+    "alpha and beta). *Ours vs bound*: \"matches its bound\" within 10%, else by how much it misses it.")
 
 
 def _why(v) -> str:
@@ -180,12 +193,13 @@ def _pace_table(outcome: "Outcome", d) -> list[str]:
         med = {s: statistics.median(real_seconds(r) * 1e3 for r in rs) for s, rs in by.items()}
         p = by["fifo"][0]["pace"]
         pure = {s: by[s][0]["pace"].get("model_iteration_ms") for s in by}
-        cost = p.get("emulated_cost") or {}
+        cost, model_cost = p.get("emulated_cost") or {}, p.get("model_cost") or {}
         bound = sum(1 for r in rows if (r.get("fidelity") or {}).get("link_bound"))
         lines.append(f"| {model} | {p.get('compute_ms')} | {med['fifo']:.1f} | {med['pace']:.1f} | "
                      f"{med['fifo'] / med['pace']:.3f} | {pure['fifo']} / {pure['pace']} | {p.get('model_speedup')} | "
                      f"{p.get('scale')} | {p.get('shrink')} | alpha {cost.get('alpha_ms')} ms + "
-                     f"{cost.get('ms_per_mb')} ms/MB | {bound}/{len(rows)} |")
+                     f"{cost.get('ms_per_mb')} ms/MB (model: {model_cost.get('alpha_ms', '–')} ms + "
+                     f"{model_cost.get('ms_per_mb', '–')} ms/MB) | {bound}/{len(rows)} |")
     return lines + [""]
 
 
@@ -196,13 +210,14 @@ def _trend_section(outcome: "Outcome", d, plots: list[Path]) -> list[str]:
         lines += [f"**Delay:** {d.network['delay']} real; {DELAY_NOTE}.", ""]
     if d.notes:
         lines += [d.notes, ""]
-    lines += ["| claim | paper | ours (min–max) | ours/paper | verdict | why, when it does not hold |",
-              "|---|---:|---:|---:|---|---|"]
+    lines += ["| claim | paper | bound (this network) | ours (min–max) | ours/paper | verdict | ours vs bound | "
+              "why, when it does not hold |",
+              "|---|---:|---:|---:|---:|---|---|---|"]
     for v in verdicts(outcome.rows, d):
         flag = f"; {v.flagged} CPU-bound run(s) involved" if v.flagged else ""
-        lines.append(f"| {v.claim.text} | {_num(v.claim.paper)} | {_range(v)} | "
+        lines.append(f"| {v.claim.text} | {_num(v.claim.paper)} | {_bound(v)} | {_range(v)} | "
                      f"{_num(v.ratio, '.2f')} | {v.verdict}{flag}{' (' + _cell(v.missing, 150) + ')' if v.missing else ''} "
-                     f"| {_why(v)} |")
+                     f"| {v.against_bound} | {_why(v)} |")
     lines += ["", "Medians in real-network time (min–max); `flagged` = runs flagged CPU-bound.", "",
               "| series | point | time (real) | runs | flagged | failed |", "|---|---|---:|---:|---:|---:|"]
     for series, combo, st in series_table(outcome.rows, d):
@@ -283,7 +298,7 @@ def render(outcome: "Outcome", facts: dict[str, str], plots: dict[str, list[Path
     state = " **Interrupted**: rerun the same command to resume." if outcome.interrupted else ""
     lines = [f"# agglab experiment `{suite.name}`", "",
              f"{ok} of {len(outcome.rows)} recorded runs succeeded; {flagged} of them flagged CPU-bound.{state}", "",
-             "## Trends: ours vs the papers", ""] + _trend_rows(outcome) + ["", TIMING_NOTE, ""]
+             "## Trends: ours vs the papers", ""] + _trend_rows(outcome) + ["", BOUND_NOTE, "", TIMING_NOTE, ""]
     lines += ["## Machine and scale", "", "| fact | value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in facts.items()]
     lines += [f"| fastest emulated link | {suite.ceiling_mbps:g} Mb/s — {suite.ceiling_source} |",

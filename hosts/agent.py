@@ -124,6 +124,14 @@ class DenseRun(SlotRun):
         S, nb = self.S, self.nblocks
         self.rounds = [1 + len(range(s, nb, S)) for s in range(S)]
         self.round = [0] * S
+        if not self.is_float:
+            # int32 needs no exponents, so only slot 0 leads (its lanes carry the consistency
+            # check); every other slot starts with its first data block on the version its
+            # lead would have used. Why: a lead round per slot is S frames each way and a
+            # round trip before any data, a per-call cost PACE's many small calls pay each time.
+            for s in range(1, S):
+                self.round[s] = 1
+                self.v0[s] ^= 1         # round r uses (v0 + r) % 2: round 1 gets the lead's version
         self.pack, self.pack_retx = self.packer(), self.packer(wire.FLAG_RETX)
         self.frame_time = (PAYLOAD_BYTES + wire.AGG_OFFSET) * self.byte_time   # `leaves`, inlined
 

@@ -24,12 +24,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 import traceback
 from typing import Callable
 
 import numpy as np
 
+from ground.priority import as_batch_work
 from ground.runspec import RunPlan
+from ground.timerslack import set_timer_slack
 
 RUNNERS: dict[str, Callable] = {}
 SERVICE_TRANSPORT: set[str] = set()     # runners that send to the service address (comm.transport)
@@ -68,6 +71,7 @@ class Communicator:
         self._progress = ProgressFile(self.seat.progress) if self.seat.progress else None
         self.block_progress = self._progress if block_progress else None
         self.calls, self.last_stats = 0, None
+        self.call_log: list[tuple[int, float]] = []     # (bytes, seconds) of every call: its cost
         if self.spec.algorithm in SERVICE_TRANSPORT:
             self.transport         # its socket open before the first call (and the start gate)
 
@@ -98,7 +102,10 @@ class Communicator:
 
     def allreduce_with_stats(self, array):
         """(sum, stats): the scheme's runner from `RUNNERS`."""
-        result, self.last_stats = RUNNERS[self.spec.algorithm](self, np.asarray(array))
+        array = np.asarray(array)
+        started = time.monotonic()
+        result, self.last_stats = RUNNERS[self.spec.algorithm](self, array)
+        self.call_log.append((array.nbytes, time.monotonic() - started))
         self.calls += 1
         return result, self.last_stats
 
@@ -133,6 +140,8 @@ def rank_program(description: str, input_help: str, body, argv: list[str] | None
     ap.add_argument("rank", type=int)
     ap.add_argument("input", help=input_help)
     args = ap.parse_args(argv)
+    as_batch_work()             # as hosts/worker.py: a woken rank never preempts a switch,
+    set_timer_slack()           # and its pacer wakes on time (ground/timerslack.py)
     plan = RunPlan.read(args.plan)
     report: dict = {"rank": args.rank, "ok": False}
     try:

@@ -35,7 +35,7 @@ def train_rank(comm: Communicator, config_path: str) -> dict:
     result = train(cfg, [comm.rank], reduce, on_step=lambda step, _: comm.progress(step, cfg.steps))
     np.save(comm.seat.out + ".npy", result["params"])
     return dict(seconds=time.monotonic() - started, curve=result["curve"],
-                final_accuracy=result["final_accuracy"], allreduces=comm.calls, **totals)
+                final_accuracy=result["final_accuracy"], allreduces=comm.calls, call_log=comm.call_log, **totals)
 
 
 if __name__ == "__main__":

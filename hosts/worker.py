@@ -17,6 +17,7 @@ import traceback
 import numpy as np
 
 from ground.priority import as_batch_work
+from ground.timerslack import set_timer_slack
 from ground.runspec import RunPlan, WorkerSeat
 from ground.start_gate import wait_to_start
 from ground.epoch_file import EpochFile  # noqa: F401 (the agents' reader, imported from here by harnesses)
@@ -30,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("rank", type=int)
     args = ap.parse_args(argv)
     as_batch_work()                 # a woken worker never preempts a switch (ground/priority.py)
+    set_timer_slack()               # its pacer wakes on time on any machine (ground/timerslack.py)
     plan = RunPlan.read(args.plan)
     return run_seat(plan, plan.seats[args.rank])
 

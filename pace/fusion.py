@@ -31,6 +31,21 @@ class CostModel:
         return self.alpha_ms + self.beta_ms_per_byte * nbytes
 
     @classmethod
+    def fit(cls, nbytes, ms, beta_ms_per_byte: float | None = None) -> "CostModel":
+        """alpha + beta*s through measured calls (bytes, ms) by least squares, alpha >= 0 and
+        beta > 0. Calls of one size cannot separate the two: then beta is the given one (the
+        link's) and alpha what the calls took beyond it, on average."""
+        import numpy as np
+
+        x, y = np.asarray(nbytes, float), np.asarray(ms, float)
+        if len(set(x.tolist())) < 2:
+            if beta_ms_per_byte is None:
+                raise ValueError("calls of one size: give the per-byte cost to separate alpha from it")
+            return cls(max(float(np.mean(y - beta_ms_per_byte * x)), 0.0), beta_ms_per_byte)
+        beta, alpha = np.polyfit(x, y, 1)
+        return cls(max(float(alpha), 0.0), max(float(beta), 1e-15))
+
+    @classmethod
     def for_network(cls, algorithm: str, workers: int, link_gbps: float, alpha_us: float) -> "CostModel":
         """Each scheme's factors are its row of ground/schemes.py. In-network aggregation moves every byte once up and once down
         a worker's link (full duplex, pipelined): s / rate, one start-up. A ring moves

@@ -13,6 +13,8 @@ import importlib
 import logging
 import sys
 
+from ground.timerslack import set_timer_slack
+
 
 def _port(spec: str) -> tuple[int, str]:
     number, sep, ifname = spec.partition("=")
@@ -62,6 +64,7 @@ def load_pipeline(spec: str, seed: int | None):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    set_timer_slack()               # its timed waits end on time on any machine (ground/timerslack.py)
     log = make_logger(args.name, args.log)
     try:
         pipeline = load_pipeline(args.pipeline, args.seed)

@@ -16,6 +16,7 @@ import pytest
 
 from agglab import calibrate as cal
 from emulation import fidelity
+from ground import wire
 
 
 class FakeMachine:
@@ -27,7 +28,8 @@ class FakeMachine:
 
     def run_allreduce(self, workers, elements, bw, window=None, **_):
         self.rates.append(bw)
-        ideal = fidelity.switchml_wire_seconds(elements, bw)
+        # the agents' int32 frames: one per block of K values, plus slot 0's lead frame
+        ideal = (-(-elements // wire.K) + 1) * wire.FRAME_BYTES * 8 / (bw * 1e6)
         good = self.floor <= bw <= self.ceiling
         return {"ok": True, "seconds": ideal * (1.03 if good else 1.6), "retransmissions": 0,
                 "fidelity": {"link_bound": good, "reason": "model"}}
@@ -54,12 +56,15 @@ def test_steps_up_then_bisects_to_the_ceiling(machine, tmp_path):
     assert [p["faithful"] for p in record["probes"]] == [True, True, True, False, True, False]
     stored = json.loads((tmp_path / "calibration.json").read_text())
     assert stored["ceiling_mbps"] == 12 and stored["workers"] == 4 and len(stored["probes"]) == 6
+    w = stored["wakeup_latency"]                     # recorded beside the ceiling (ground/timerslack.py)
+    assert w["samples"] > 0 and w["median_us"] <= w["p99_us"] and w["timer_slack_ns"] == 1
 
 
 def test_a_slow_link_below_the_floor_does_not_stop_the_climb(machine):
     m = machine(ceiling=9.0, floor=3.0)
     record = cal.calibrate(workers=4, start=2, factor=2, limit=200, refine=1, log=io.StringIO())
-    assert m.rates == [2, 4, 8, 16, 12]              # 2 unfaithful, kept climbing; bisect once
+    # 2 unfaithful: down four steps (all below the floor), then up past the start; bisect once
+    assert m.rates == [2, 1.0, 0.5, 0.25, 0.125, 4, 8, 16, 12]
     assert record["ceiling_mbps"] == 8
 
 
@@ -70,10 +75,17 @@ def test_faithful_up_to_the_limit(machine):
     assert "search limit" in record["note"]
 
 
-def test_nothing_faithful_stores_nothing(machine, tmp_path):
-    m = machine(ceiling=0.5)
+def test_a_start_too_fast_for_the_shape_steps_down_then_bisects(machine):
+    m = machine(ceiling=0.3)
     record = cal.calibrate(workers=2, start=2, factor=2, limit=200, refine=2, log=io.StringIO())
-    assert m.rates == [2, 4, 8]                      # three unfaithful rates in a row: stop
+    # 2, 1, 0.5 unfaithful, 0.25 faithful; then (0.25+0.5)/2 = 0.375 not, (0.25+0.375)/2 = 0.3125 not
+    assert m.rates == [2, 1.0, 0.5, 0.25, 0.375, 0.3125] and record["ceiling_mbps"] == 0.25
+
+
+def test_nothing_faithful_stores_nothing(machine, tmp_path):
+    m = machine(ceiling=0.01)
+    record = cal.calibrate(workers=2, start=2, factor=2, limit=200, refine=2, log=io.StringIO())
+    assert m.rates == [2, 1.0, 0.5, 0.25, 0.125, 4, 8]   # four steps down, two past the start: stop
     assert record["ceiling_mbps"] is None and "unknown" in record["note"]
     assert not (tmp_path / "calibration.json").exists()
 

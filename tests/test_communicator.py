@@ -35,10 +35,11 @@ def test_repeated_allreduces_with_the_epoch_file(tmp_path):
         comm = Communicator(p, r, transport=net.transports[r])
         sums = [comm.allreduce(step[r]) for step in inputs]
         comm.progress(4, 4)
-        return sums, comm.calls
+        return sums, comm.calls, comm.call_log
 
-    for sums, calls in on_threads(n, work):
+    for sums, calls, log in on_threads(n, work):
         assert calls == 4
+        assert [b for b, _ in log] == [4000] * 4 and all(s > 0 for _, s in log)   # 1000 int32 a call
         for got, step in zip(sums, inputs):
             assert np.array_equal(got, sum(x.astype(np.int64) for x in step).astype(np.int32))
     assert (tmp_path / "rank0.progress").read_text().split() == ["4", "4"]

@@ -101,6 +101,12 @@ def test_profile_through_the_emulator(tmp_path):
     assert set(r["iteration_ms"]) == {"fifo", "pace"}
     for s, ms in r["iteration_ms"].items():         # never faster than compute alone
         assert ms >= r["compute_ms"]
+    # one set of worker processes served the calibration and both plans (a persistent communicator)
+    assert r["replay_served"] == 3
+    # alpha and beta as measured and as modelled (10 Gb/s: 8 / 10e9 s per byte = 0.8389 ms/MiB)
+    assert r["emulated_cost"]["ms_per_mb"] > 0 and r["model_cost"]["ms_per_mb"] == pytest.approx(0.8389, abs=1e-3)
+    assert r["measured_cost_speedup"] == pytest.approx(r["planned_iteration_ms"]["fifo"] / r["planned_iteration_ms"]["pace"],
+                                                       abs=1e-3)
     trace = json.loads(open(r["trace"]).read())
     pids = {e["pid"] for e in trace["traceEvents"] if e["ph"] == "X"}
     assert len(pids) == 2 + 2 * 2                   # two model runs, two workers per emulated run

@@ -119,14 +119,16 @@ def test_consistency_check_raises_iff_lengths_differ(lengths, window):
 
 
 def test_muted_worker_times_out_naming_missing_slots():
-    """Worker 1 never hears back: it cannot advance, so worker 0 stalls after the lead round."""
+    """Worker 1 never hears back: it cannot advance, so worker 0 stalls after the first
+    round (int32: slot 0's lead, and blocks 1-3, which slots 1-3 send at once)."""
     arrays = ints(2, 10 * K)
     results = FakeNet(2, mute=(1,)).run(arrays, window=4, give_up=0.5, join_timeout=60)
     assert all(isinstance(r, AllreduceTimeout) for r in results), results
     muted, other = str(results[1]), str(results[0])
     assert "4 of 4 slots unfinished" in muted and "slot 0 round 0 (lead" in muted
     assert "No result ever arrived" in muted and "retransmissions" in muted
-    assert "slot 3 round 1 (block 3" in other and "0/10 blocks done" in other
+    assert "slot 0 round 1 (block 0" in other and "slot 3 round 2 (block 7" in other
+    assert "3/10 blocks done" in other
     assert "No result ever arrived" not in other
 
 
@@ -362,7 +364,7 @@ def test_epoch_change_rebuilds_outstanding_packets():
     net.record = True
 
     def progress(done, total):
-        if done == 8:
+        if done >= 8:                   # (results come in batches: done may skip 8)
             net.accept_epoch = 1
 
     def control():

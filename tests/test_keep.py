@@ -75,14 +75,19 @@ def test_kept_run_has_logs_commands_events_result_and_decodable_pcaps(tmp_path):
     assert {r["agglab.worker"] for r in sent} == {"0"}
     assert all(r["agglab.flags.result"] in ("0", "False") for r in sent)
     assert all(r["agglab.flags.result"] in ("1", "True") for r in back)
-    # 40 blocks, window 40: every slot's lead round (version 0, exponents only) then its one
-    # data round (version 1); each data result, decoded by the dissector, is the block of the
-    # sum the worker accepted (its rank0.npy)
+    # 40 blocks, window 40, int32: slot 0's lead round (version 0, the consistency lanes) then
+    # its data round (version 1); every other slot's one data round at once (version 0); each
+    # data result, decoded by the dissector, is the block of the sum the worker accepted (its
+    # rank0.npy)
     blocks = ELEMENTS // wire.K
-    data = {int(r["agglab.block"]): [int(v) for v in r["agglab.value"].split(",")] for r in back
-            if r["agglab.ver"] == "1"}
+
+    def is_data(r):
+        return r["agglab.ver"] == ("1" if r["agglab.block"] == "0" else "0")
+
+    data = {int(r["agglab.block"]): [int(v) for v in r["agglab.value"].split(",")] for r in back if is_data(r)}
     assert sorted(data) == list(range(blocks))
-    assert {int(r["agglab.block"]) for r in sent if r["agglab.ver"] == "1"} == set(range(blocks))
+    assert {int(r["agglab.block"]) for r in sent if is_data(r)} == set(range(blocks))
+    assert {(r["agglab.block"], r["agglab.ver"]) for r in sent if not is_data(r)} == {("0", "0")}   # the one lead
     accepted = np.load(keep / "run1" / "rank0.npy")
     for b, values in data.items():
         assert values == accepted[b * wire.K:(b + 1) * wire.K].tolist(), b

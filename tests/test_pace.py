@@ -120,3 +120,17 @@ def test_scale_arithmetic():
     # 4 MB really: 3.36 ms at 10 Gb/s; 4/25 MB emulated at 5 Mb/s: 268 ms = 80 x 3.36 ms
     assert 4 * 2**20 / sc.size * 8 / 5e6 == pytest.approx(80 * 4 * 2**20 * 8 / 10e9)
     assert Scale.of(10, 5, 2**20, 4).size == 1.0          # never inflate a small model
+
+
+def test_cost_model_fit_through_calls():
+    """Calls of 1,000 B in 3 ms and 3,000 B in 7 ms: beta = 4 ms / 2,000 B = 0.002 ms/B,
+    alpha = 3 - 0.002 x 1,000 = 1 ms. One size only: beta must be given (0.002), alpha is
+    the mean excess: (3.2 - 2 + 2.8 - 2) / 2 = 1 ms."""
+    from pace.fusion import CostModel
+
+    fit = CostModel.fit([1000, 3000, 1000, 3000], [3, 7, 3, 7])
+    assert fit.alpha_ms == pytest.approx(1.0) and fit.beta_ms_per_byte == pytest.approx(0.002)
+    one = CostModel.fit([1000, 1000], [3.2, 2.8], beta_ms_per_byte=0.002)
+    assert one.alpha_ms == pytest.approx(1.0) and one.beta_ms_per_byte == 0.002
+    with pytest.raises(ValueError):
+        CostModel.fit([1000, 1000], [3.2, 2.8])

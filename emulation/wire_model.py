@@ -1,0 +1,243 @@
+"""A run's wire time: what its network allows, from its own topology, link rates and bytes.
+
+Why: a measured time (or a ratio of two) is only informative beside what *this* network can
+reach; experiments/bounds.py puts each claim's bound beside the paper's figure, and every
+allreduce result carries its run's wire time (a run far slower than it was decided by
+something other than its links).
+
+A run's **wire time** is every link direction's bytes on the wire divided by its rate, the
+busiest one deciding (a fluid model: links work in parallel, no
+start-up, no queueing). Bytes follow what the run does, recomputed here by the code the
+run uses, not typed in:
+
+* in-network (switchml) on the controller's trees (`controller.trees.compute`, with their
+  weights): each tree edge carries its share of the aggregation frames up and the results
+  down; every call adds its lead frames (float32: one per slot; int32: one);
+* block-sparse (omnireduce): the same, with each worker's own non-zero K-blocks going up
+  and the union of its subtree's coming down (`hosts.sparse_workload`, the run's seed);
+* ring: rank r sends 2(n-1)/n of the gradient to rank r+1 over the installed IP routes
+  (`controller.forward.next_hops`), in TCP segments; ps: every ordered pair 2/n of it;
+* BML: the schedule's stages one after the other (`controller.trees.bml`), each as long
+  as its busiest link: host-based transfers are TCP, one switch hop; in-network steps are
+  aggregation frames to and from the level switch;
+* scripted link failures (`A-B@F`): the bytes after fraction F run on the graph without
+  that link, with the trees and routes recomputed as the controller does.
+
+Times are in the units of the graph's rates (Mb/s: emulated seconds for a run's graph).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import networkx as nx
+
+from controller import topologies, trees
+from controller.forward import next_hops
+from controller.topology import mark_link, workers as ranked_workers
+from ground import wire
+from ground.runspec import RunSpec
+
+TCP_SEGMENT, TCP_FRAME = 1448, 1514          # a full TCP segment and its Ethernet frame
+
+Loads = dict  # (u, v) directed link -> bytes on the wire
+
+
+class BoundError(ValueError):
+    """No analytic bound for this point (a failure picked at run time, a link without rate)."""
+
+
+# -- links and bytes ---------------------------------------------------------------
+def link_seconds(g: nx.Graph, loads: Loads) -> float:
+    """The busiest link direction's time: bytes * 8 / its rate (graph `bw`, Mb/s)."""
+    worst = 0.0
+    for (u, v), nbytes in loads.items():
+        bw = g.edges[u, v].get("bw")
+        if not bw:
+            raise BoundError(f"link {u}-{v} has no rate: a wire time needs every used link's bw")
+        worst = max(worst, nbytes * 8 / (float(bw) * 1e6))
+    return worst
+
+
+def _add(loads: Loads, u: str, v: str, nbytes: float) -> None:
+    loads[u, v] = loads.get((u, v), 0.0) + nbytes
+
+
+def route(g: nx.Graph, a: str, b: str, hops: dict | None = None) -> list[str]:
+    """The nodes host a's packets to host b cross, following each switch's installed next
+    hop (controller/forward.py), as the switches forward them (`hops` caches them per switch)."""
+    hops = {} if hops is None else hops
+    live = trees.live_graph(g)
+    first = next(n for n in live.neighbors(a) if g.nodes[n]["kind"] == "switch")
+    path, node = [a, first], first
+    while node != b:
+        if node not in hops:
+            hops[node] = next_hops(g, node)
+        node = hops[node][b]
+        path.append(node)
+    return path
+
+
+def flow_loads(g: nx.Graph, flows: list[tuple[str, str, float]]) -> Loads:
+    """Directed link loads of (source host, destination host, wire bytes) flows."""
+    loads: Loads = {}
+    hops: dict = {}
+    for a, b, nbytes in flows:
+        p = route(g, a, b, hops)
+        for u, v in zip(p, p[1:]):
+            _add(loads, u, v, nbytes)
+    return loads
+
+
+def tree_loads(treeset, up: Callable[[Any, str], float], down: Callable[[Any, str], float]) -> Loads:
+    """Directed loads of aggregation trees: on each tree edge (node -> parent) `up(tree,
+    node)` bytes climb and `down(tree, node)` bytes come back."""
+    loads: Loads = {}
+    for t in treeset.trees:
+        for node, parent in t.parent.items():
+            if parent is not None:
+                _add(loads, node, parent, up(t, node))
+                _add(loads, parent, node, down(t, node))
+    return loads
+
+
+def below(tree, node: str, workers: set[str]) -> list[str]:
+    """The workers in `node`'s subtree of `tree` (node included)."""
+    out, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        if n in workers:
+            out.append(n)
+        stack.extend(tree.children(n))
+    return out
+
+
+def tcp_bytes(payload: float) -> float:
+    return payload * TCP_FRAME / TCP_SEGMENT
+
+
+# -- per algorithm: the wire time of one allreduce on one graph ----------------------
+def leads(spec: RunSpec, blocks: int) -> int:
+    """Lead frames of a dense call of `blocks` K-blocks (hosts/agent.py): float32 leads on
+    every slot (the first exponents), int32 on slot 0 only (the consistency lanes)."""
+    return min(spec.default_window(), blocks) if spec.dtype == "float32" else 1
+
+
+def frames(spec: RunSpec) -> int:
+    """Aggregation frames a dense call sends per worker: its K-blocks and its lead frames."""
+    blocks = -(-spec.elements // wire.K)
+    return blocks + leads(spec, blocks)
+
+
+def innet_seconds(spec: RunSpec, g: nx.Graph) -> float:
+    ts = trees.compute(spec.tree, g, ranked_workers(g))
+    total = frames(spec) * wire.FRAME_BYTES
+    return link_seconds(g, tree_loads(ts, lambda t, n: t.weight * total, lambda t, n: t.weight * total))
+
+
+def sparse_kblocks(spec: RunSpec) -> dict[int, set[int]]:
+    """Per rank, the K-blocks its input has non-zero (the run's own workload and seed)."""
+    from hosts.sparse_workload import nonzero_block_ids
+
+    g = spec.blocks // wire.K
+    nb = -(-spec.elements // wire.K)
+    out = {}
+    for r in range(spec.workers):
+        ids = ([] if r < spec.zero_workers else
+               nonzero_block_ids(r, spec.elements, spec.density, spec.pattern, spec.blocks, spec.seed))
+        out[r] = {int(b) * g + i for b in ids for i in range(g) if int(b) * g + i < nb}
+    return out
+
+
+def sparse_seconds(spec: RunSpec, g: nx.Graph) -> float:
+    """Up a tree edge: the union of the subtree's non-zero K-blocks (one per worker below
+    a host link); down: the union of every worker's; plus every slot's lead frame both ways.
+    One tree carries it all (the sparse pipeline runs on the job's first tree)."""
+    workers = ranked_workers(g)
+    ts = trees.compute(spec.tree, g, workers)
+    blocks = sparse_kblocks(spec)
+    rank = {w: i for i, w in enumerate(workers)}
+    lead = spec.default_window()
+    everyone = set().union(*blocks.values()) if blocks else set()
+
+    def up(t, node):
+        mine = set().union(*(blocks[rank[w]] for w in below(t, node, set(workers))))
+        return t.weight * (len(mine) + lead) * wire.FRAME_BYTES
+
+    return link_seconds(g, tree_loads(ts, up, lambda t, n: t.weight * (len(everyone) + lead) * wire.FRAME_BYTES))
+
+
+def gradient_bytes(spec: RunSpec) -> int:
+    return spec.elements * 4
+
+
+def ring_seconds(spec: RunSpec, g: nx.Graph) -> float:
+    w = ranked_workers(g)
+    n = len(w)
+    each = tcp_bytes(2 * (n - 1) / n * gradient_bytes(spec))
+    return link_seconds(g, flow_loads(g, [(w[r], w[(r + 1) % n], each) for r in range(n)])) if n > 1 else 0.0
+
+
+def ps_seconds(spec: RunSpec, g: nx.Graph) -> float:
+    """Sharded PS: a worker pushes every other owner its shard (G/n) and pulls its own
+    summed shard back to every other worker (G/n): 2G/n per ordered pair."""
+    w = ranked_workers(g)
+    n = len(w)
+    each = tcp_bytes(2 * gradient_bytes(spec) / n)
+    return link_seconds(g, flow_loads(g, [(a, b, each) for a in w for b in w if a != b]))
+
+
+def bml_seconds(spec: RunSpec, g: nx.Graph) -> float:
+    """BML's stages back to back, each as long as its busiest link."""
+    sched = trees.compute("bml", g, ranked_workers(g)).schedule
+    parts = sched.levels
+    if spec.bml_variant == "host":
+        piece = tcp_bytes(gradient_bytes(spec) / parts / len(sched.hosts))
+        total = 0.0
+        for stage in sched.stages:
+            loads: Loads = {}
+            for t in stage:
+                _add(loads, t.src, t.via, piece)
+                _add(loads, t.via, t.dst, piece)
+            total += link_seconds(g, loads)
+        return total
+    blocks = -(-spec.elements // parts // wire.K)
+    part = (blocks + leads(spec, blocks)) * wire.FRAME_BYTES
+    total = 0.0
+    for stage in sched.in_network:
+        loads = {}
+        for step in stage:
+            for h in step.members:
+                _add(loads, h, step.switch, part)
+                _add(loads, step.switch, h, part)
+        total += link_seconds(g, loads)
+    return total
+
+
+def one_graph_seconds(spec: RunSpec, g: nx.Graph) -> float:
+    if spec.algorithm == "ring":
+        return ring_seconds(spec, g)
+    if spec.algorithm == "ps":
+        return ps_seconds(spec, g)
+    if spec.tree == "bml":
+        return bml_seconds(spec, g)
+    if spec.algorithm == "omnireduce":
+        return sparse_seconds(spec, g)
+    return innet_seconds(spec, g)
+
+
+def wire_seconds(spec: RunSpec, g: nx.Graph | None = None) -> float:
+    """One allreduce's wire time on the run's network (emulated seconds), link failures
+    included: the bytes after each failure's fraction run on the graph without its link."""
+    g = topologies.for_run(spec) if g is None else g.copy()
+    fails = sorted(spec.fail_specs, key=lambda f: f.at)
+    if any(f.link is None for f in fails):
+        raise BoundError("tree@F picks its link at run time: no bound")
+    total, done = 0.0, 0.0
+    for f in fails:
+        total += (f.at - done) * one_graph_seconds(spec, g)
+        done = f.at
+        mark_link(g, *f.link, up=False)
+    return total + (1 - done) * one_graph_seconds(spec, g)
+
+

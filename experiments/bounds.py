@@ -1,0 +1,55 @@
+"""What this network allows: a claim's analytic bound, beside the paper's figure and ours.
+
+Why: a claim that falls short of a paper's figure is only informative beside what *this*
+network can reach. If the measured ratio matches the bound, the emulator agrees with the
+theory and the gap to the paper is the setting's (fewer workers, milder rates); if it does
+not, the emulator (or the theory) is off, and the report says by how much.
+
+`bound: wire_time` (the default): the ratio of the numerator's and denominator's wire times,
+each from its point's own topology, rates and bytes (emulation/wire_model.py: trees, routes,
+sparse blocks and failures as the run has them). `bound: pace_model` (program: pace): the
+pure iteration model's FIFO/PACE with the emulator's measured alpha and beta, which every
+PACE run records. Ratios need no unit conversion.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from emulation.wire_model import BoundError, wire_seconds
+
+MATCH_TOLERANCE = 0.10                       # "matches its bound" within this fraction
+
+__all__ = ["BoundError", "MATCH_TOLERANCE", "compare", "pace_model_bound", "wire_time_bound"]
+
+
+# -- a claim's bound ------------------------------------------------------------------
+def wire_time_bound(num: list, den: list) -> float:
+    """Numerator's wire time over the denominator's (each a list of RunSpecs that share a
+    time; the first is used)."""
+    if not num or not den:
+        raise BoundError("a point of this claim is not in this run's sweep")
+    return wire_seconds(num[0]) / wire_seconds(den[0])
+
+
+def pace_model_bound(num_rows: list[dict], den_rows: list[dict]) -> float:
+    """The pure iteration model's ratio with the emulator's measured alpha and beta (each
+    PACE run records its schedulers' `planned_iteration_ms`, the model with that cost)."""
+    def planned(rows):
+        vals = [r["pace"]["planned_iteration_ms"][r["pace"]["scheduler"]] for r in rows
+                if r.get("ok") and (r.get("pace") or {}).get("planned_iteration_ms")]
+        if not vals:
+            raise BoundError("no run recorded the model's iteration with the measured cost")
+        return statistics.median(vals)
+    return planned(num_rows) / planned(den_rows)
+
+
+def compare(ours: float, bound: float) -> str:
+    """'matches its bound' within MATCH_TOLERANCE, else how far off and which way."""
+    if ours != ours or bound != bound or bound <= 0 or math.isinf(bound):
+        return "–"
+    q = ours / bound
+    if abs(q - 1) <= MATCH_TOLERANCE:
+        return "matches its bound"
+    return f"{abs(q - 1):.0%} {'below' if q < 1 else 'above'} its bound"

@@ -1,0 +1,205 @@
+"""The wire model (emulation/wire_model.py) and the claims' bounds (experiments/bounds.py) on
+small networks worked by hand.
+
+Every expected value is arithmetic written out in the comments, from the frame sizes of
+the default program variant (K = 64: a 314 B aggregation frame carrying 256 B of values;
+TCP: 1448 B of payload in a 1514 B frame), never a call to the code under test.
+Common to all: 6,400 int32 = 100 K-blocks = 25,600 B per worker, window 4, so a dense
+call sends 100 + 1 (int32: slot 0's lead) = 101 frames = 31,714 B each way on a tree edge;
+a sparse call leads on every slot: its blocks + 4.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from controller import topologies
+from emulation import wire_model as bounds
+from experiments import bounds as claim_bounds
+from experiments.analysis import Verdict
+from experiments.definition import Claim
+from ground import wire
+from ground.runspec import RunSpec
+from hosts.sparse_workload import nonzero_block_ids
+
+pytestmark = pytest.mark.skipif(wire.K != 64, reason="hand-worked for the 64-value program variant")
+
+ELEMENTS, WINDOW = 6400, 4
+G = 25_600                    # gradient bytes per worker
+DENSE = 101 * 314             # 31,714 B: a dense call's frames each way on a tree edge
+TCP = 1514 / 1448             # wire bytes per TCP payload byte
+
+
+def spec(**kw) -> RunSpec:
+    return RunSpec(**{"elements": ELEMENTS, "window": WINDOW, **kw})
+
+
+def seconds(nbytes: float, mbps: float) -> float:
+    return nbytes * 8 / (mbps * 1e6)
+
+
+def test_in_network_and_ring_on_one_switch():
+    """4 workers on one 10 Mb/s switch. In-network: every host link carries 31,714 B each
+    way. Ring: each host sends 2(n-1)/n = 1.5 x 25,600 = 38,400 B of payload to its right
+    neighbour, 38,400 x 1514/1448 = 40,150.3 B on the wire, one flow per link direction."""
+    g = topologies.single_switch(4, bw=10)
+    innet = bounds.wire_seconds(spec(workers=4, bw=10), g)
+    ring = bounds.wire_seconds(spec(workers=4, bw=10, algorithm="ring"), g)
+    assert innet == pytest.approx(seconds(31_714, 10))              # 0.0254 s
+    assert ring == pytest.approx(seconds(38_400 * TCP, 10))          # 0.0321 s
+    assert ring / innet == pytest.approx(40_150.3 / 31_714, rel=1e-5)   # 1.2660
+
+
+def test_sharded_ps_on_one_switch_moves_what_ring_moves():
+    """PS with 4 workers: each ordered pair carries 2G/n = 12,800 B; a host sends it to 3
+    peers: 38,400 B of payload on its link, as ring does."""
+    g = topologies.single_switch(4, bw=10)
+    ps = bounds.wire_seconds(spec(workers=4, bw=10, algorithm="ps"), g)
+    assert ps == pytest.approx(seconds(38_400 * TCP, 10))
+
+
+def test_in_network_time_does_not_grow_with_workers():
+    """2 or 16 workers on one switch: the same 31,714 B per host link -> t16/t2 = 1."""
+    t2 = bounds.wire_seconds(spec(workers=2, bw=10), topologies.single_switch(2, bw=10))
+    t16 = bounds.wire_seconds(spec(workers=16, bw=10), topologies.single_switch(16, bw=10))
+    assert t16 / t2 == pytest.approx(1.0)
+
+
+def test_rat_vs_ps_on_an_oversubscribed_leaf_spine():
+    """2 racks x 2 hosts, one spine, host links 100 Mb/s, uplinks 50 (1:4). PS: rack 1's
+    two hosts send 2G/4 = 12,800 B to each of the 2 remote hosts: 4 x 12,800 = 51,200 B
+    of payload up l1->s1, 53,535 B on the wire at 50 Mb/s = 8.566 ms (a host link carries
+    3 x 12,800 = 38,400 B at 100: less). RAT: the rack's uplink carries the whole
+    aggregation once, 31,714 B at 50 Mb/s = 5.074 ms. PS/RAT = 53,535 / 31,714 = 1.688."""
+    g = topologies.leaf_spine(2, 2, 1, host_bw=100, uplink_bw=50, workers=4)
+    ps = bounds.wire_seconds(spec(workers=4, algorithm="ps"), g)
+    rat = bounds.wire_seconds(spec(workers=4, tree="rat"), g)
+    assert ps == pytest.approx(seconds(51_200 * TCP, 50))
+    assert rat == pytest.approx(seconds(31_714, 50))
+    assert ps / rat == pytest.approx(1.6880, rel=1e-3)
+
+
+def test_packing_vs_one_tree_with_a_slow_uplink():
+    """One host per rack (h1 on l1, h2 on l2), spines s1 and s2, every link 100 Mb/s but
+    l1-s1 at 25. One shortest-path tree is rooted at the central switch s1 (ties go to
+    the first name) and crosses l1-s1: 31,714 B at 25 Mb/s = 10.15 ms. Packed trees split
+    the gradient between the spines in proportion to their rates (25 : 100): the s1 tree's
+    share 0.2 x 31,714 at 25 = 2.03 ms, the s2 tree's 0.8 x 31,714 at 100 = 2.03 ms, and
+    every host link carries all of it, 31,714 B at 100 = 2.54 ms: the host links bind.
+    one tree / packed = 100 / 25 = 4."""
+    g = topologies.leaf_spine(2, 1, 2, host_bw=100, uplink_bw=100, workers=2)
+    g.edges["l1", "s1"]["bw"] = 25
+    one = bounds.wire_seconds(spec(workers=2, tree="spt"), g)
+    packed = bounds.wire_seconds(spec(workers=2, tree="packing"), g)
+    assert one == pytest.approx(seconds(31_714, 25))
+    # Garg-Koenemann packs to within its epsilon (0.1) of the best rates
+    assert packed == pytest.approx(seconds(31_714, 100), rel=0.1)
+    assert one / packed == pytest.approx(4.0, rel=0.1)
+
+
+def test_ring_vs_rat_with_an_uplink_failing_half_way():
+    """2 racks x 2 hosts, 2 spines, host links 100, uplinks 50 (1:2); l1-s1 fails at half
+    the blocks. RAT: with both spines, its LP halves the gradient over them: an uplink
+    carries 0.5 x 31,714 at 50 = a host link's 31,714 at 100 = 2.537 ms; after the failure
+    l1-s2 carries all of it at 50 = 5.074 ms; half of each: 3.806 ms. Ring: the one flow
+    leaving each rack (h2->h3, h4->h1) is 38,400 x 1514/1448 = 40,150.3 B on a 50 Mb/s
+    uplink, 6.424 ms, before and after (the other spine takes it). Ring/RAT = 1.688."""
+    g = topologies.leaf_spine(2, 2, 2, host_bw=100, uplink_bw=50, workers=4)
+    fail = ["l1-s1@0.5"]
+    rat = bounds.wire_seconds(spec(workers=4, tree="rat", fail=fail), g)
+    ring = bounds.wire_seconds(spec(workers=4, algorithm="ring", fail=fail), g)
+    assert rat == pytest.approx(0.5 * seconds(31_714, 100) + 0.5 * seconds(31_714, 50))
+    assert ring == pytest.approx(seconds(38_400 * TCP, 50))
+    assert ring / rat == pytest.approx(1.6880, rel=1e-3)
+    assert g.edges["l1", "s1"].get("up", True)         # the caller's graph is left as it was
+
+
+def test_a_failure_picked_at_run_time_has_no_bound():
+    g = topologies.single_switch(4, bw=10)
+    with pytest.raises(bounds.BoundError):
+        bounds.wire_seconds(spec(workers=4, fail=["tree@0.5"]), g)
+
+
+def test_sparse_ceiling_is_one_over_density_plus_the_lead():
+    """2 workers, overlapping blocks at density 0.1: both have the same round(0.1 x 100) =
+    10 non-zero K-blocks, so a host link carries 10 + 4 (a lead per slot) = 14 frames each
+    way against the dense 101: speed-up bound 101 / 14 = 7.21 (not 10: the lead frames)."""
+    g = topologies.single_switch(2, bw=10)
+    dense = bounds.wire_seconds(spec(workers=2), g)
+    sparse = bounds.wire_seconds(spec(workers=2, algorithm="omnireduce", density=0.1, pattern="overlap"), g)
+    assert sparse == pytest.approx(seconds(14 * 314, 10))
+    assert dense / sparse == pytest.approx(101 / 14)
+
+
+def test_sparse_random_blocks_come_back_as_their_union():
+    """Random blocks: each worker sends its own 10 up; the switch returns the union. The
+    union is counted here from the workload's own draws (seed 0)."""
+    g = topologies.single_switch(2, bw=10)
+    union = len(set(nonzero_block_ids(0, ELEMENTS, 0.1)) | set(nonzero_block_ids(1, ELEMENTS, 0.1)))
+    assert 10 < union <= 20
+    sparse = bounds.wire_seconds(spec(workers=2, algorithm="omnireduce", density=0.1, pattern="random"), g)
+    assert sparse == pytest.approx(seconds((union + 4) * 314, 10))
+
+
+def test_bml_stages_on_bcube_2_1():
+    """BCube(2,1): 4 servers with 2 NICs, 10 Mb/s. Host BML: 2 parts x 4 pieces of G/8 =
+    3,200 B. Per NIC and stage a server sends: reduce-scatter 2 pieces then 1, all-gather 1
+    then 2: 6 pieces = 19,200 B of payload over the 4 stages, each stage as long as one
+    NIC's share: 19,200 x 1514/1448 B at 10 Mb/s = 16.06 ms. In-network: 2 stages, each
+    member sends its half (50 blocks + 1 lead = 51 frames = 16,014 B) to the level switch
+    and gets the sum back: 2 x 16,014 B at 10 Mb/s = 25.62 ms."""
+    g = topologies.bcube(2, 1, bw=10, workers=4)
+    host = bounds.wire_seconds(spec(workers=4, topology="bcube", tree="bml", bml_variant="host"), g)
+    innet = bounds.wire_seconds(spec(workers=4, topology="bcube", tree="bml"), g)
+    assert host == pytest.approx(seconds(19_200 * TCP, 10))
+    assert innet == pytest.approx(seconds(2 * 51 * 314, 10))
+
+
+def test_ps_across_a_fat_tree_follows_the_installed_routes():
+    """Fat-tree k=4, 10 Mb/s, 4 workers, one per pod (h1, h5, h9, h13). The switches'
+    shortest-path next hops take the first name at every tie, so every pair crosses core
+    c1 (h1 -> e1 -> a1 -> c1 -> a3 -> e3 -> h5). A PS pair carries 2G/4 = 12,800 B; a
+    host sends to 3 peers: 38,400 B on its own link and on its pod's a->c1 link alike
+    (those carry only that host's flows), 38,400 x 1514/1448 B at 10 Mb/s = 32.12 ms."""
+    g = topologies.fat_tree(4, bw=10, workers=4)
+    assert bounds.route(g, "h1", "h5") == ["h1", "e1", "a1", "c1", "a3", "e3", "h5"]
+    ps = bounds.wire_seconds(spec(workers=4, topology="fattree", algorithm="ps"), g)
+    assert ps == pytest.approx(seconds(38_400 * TCP, 10))
+
+
+@pytest.mark.parametrize("ours,bound,want", [
+    (5.5, 5.04, "matches its bound"), (4.6, 5.04, "matches its bound"),
+    (3.0, 5.0, "40% below its bound"), (6.0, 5.0, "20% above its bound"),
+    (float("nan"), 5.0, "–"), (5.0, float("nan"), "–"),
+])
+def test_compare(ours, bound, want):
+    assert claim_bounds.compare(ours, bound) == want
+
+
+def test_a_verdict_says_how_far_it_is_from_its_bound():
+    c = Claim("x", {}, {}, 25.0, "at_least", 0.2, bound="wire_time")
+    assert Verdict(c, 2.5, 2.4, 2.6, "weaker", 0, bound=5.0).against_bound == "50% below its bound"
+
+
+def test_every_shipped_allreduce_claim_has_a_bound(tmp_path):
+    """The default suite's claims, planned as `make experiment` plans them: each one's
+    bound comes out of its points' topology, rates and bytes (PACE's needs its runs)."""
+    from experiments.analysis import claim_bound
+    from experiments.runner import load_suite
+
+    suite = load_suite(__import__("pathlib").Path(__file__).parent.parent / "experiments/configs/default.yaml")
+    seen = 0
+    for d in suite.definitions:
+        d.points(suite.ceiling_mbps, tmp_path / "topologies")
+        for c, _ in d.claims():
+            value, why = claim_bound([], d, c)
+            if d.program == "pace":
+                assert c.bound == "pace_model" and value != value and "measured cost" in why
+                continue
+            if any(f.startswith("tree@") for sel in (c.num, c.den) for p in d.built
+                   if p.series == sel.get("series") for f in p.spec.fail):
+                assert value != value and "tree@F" in why      # the link is picked at run time
+                continue
+            assert c.bound == "wire_time" and value > 0, (d.name, c.text, why)
+            seen += 1
+    assert seen >= 15
