@@ -166,11 +166,14 @@ class Chaos(FailureInjector):
             self._loss(*fault.link(), None)
         else:
             sw = fault.target
-            if fault.kind == "switch_hang":            # fenced by the probe (killed) before it comes back
-                end = time.monotonic() + 5
-                while sw not in net.dead and time.monotonic() < end:
-                    time.sleep(0.01)
-            self.session.restart_switch(sw)
+            # a hung switch is fenced by the probe (killed) before it comes back, a killed one
+            # seen dead by the watcher; one that never shows up dead was restarted already (the
+            # same switch drawn twice: the other fault's undo brought it back)
+            end = time.monotonic() + (5 if fault.kind == "switch_hang" else 2)
+            while sw not in net.dead and time.monotonic() < end:
+                time.sleep(0.01)
+            if sw in net.dead:
+                self.session.restart_switch(sw)
 
     def _loss(self, a: str, b: str, p: float | None) -> None:
         """Link a-b's drop simulators at `p` both ways, or (None) back to the session's."""

@@ -65,7 +65,8 @@ def test_the_wide_section_runs_the_256_value_variant(tmp_path):
 FIGURE_KEYS = {"name", "value", "unit", "target", "met", "link_mbps", "scale", "link_bound", "section",
                "cpu_reference_s"}
 TINY = ["--elements", "12800", "--rates", "20", "--wide-rates", "50", "--reroute-elements", "20000",
-        "--switchfail-kills", "1", "--daemon-seconds", "1", "--bmv2-reroute-runs", "1"]
+        "--switchfail-kills", "1", "--daemon-seconds", "1", "--bmv2-reroute-runs", "1",
+        "--policer-frames", "20000", "--policer-runs", "1", "--chaos-seeds", "2", "--chaos-elements", "20000"]
 
 
 def _bench(tmp_path, sections: list[str], timeout: float) -> dict:
@@ -121,3 +122,18 @@ def test_every_network_section_runs_tiny(tmp_path):
     reroutes = [f for f in report["figures"] if f["section"] == "reroute" and f["name"].startswith("reroute ")
                 and "median" not in f["name"]]
     assert len(reroutes) == 6 and all(f["exact"] for f in reroutes), reroutes
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+@pytest.mark.slow
+@pytest.mark.net_timeout(900)
+def test_the_policer_and_chaos_sections_run_tiny(tmp_path):
+    """policer (one run each way) and chaos (two seeds): every figure well-formed, the runs exact."""
+    report = _bench(tmp_path, ["policer", "chaos"], timeout=800)
+    _check_sections(report, ["policer", "chaos"], {})
+    policed = [f for f in report["figures"] if f["section"] == "policer"]
+    assert len(policed) == 2 and all(f["exact"] and f["rejects_match"] for f in policed), policed
+    assert policed[0]["policed"] > 0 and policed[1]["policed"] == 0
+    (seeds,) = [f for f in report["figures"] if f["name"].startswith("chaos seeds ending")]
+    assert sum(seeds["outcomes"].values()) == 2
