@@ -28,7 +28,7 @@ from ground.schemes import DEFAULT as DEFAULT_SCHEME
 from controller import aggregate
 from ground.runspec import only_edge_switches
 from controller.events import EventLog
-from controller.switch_client import SwitchClient
+from controller.switch_client import SwitchClient, SwitchCommandError
 from controller.topology import natural_key, switches
 from controller.trees.base import TreeSet
 
@@ -189,9 +189,17 @@ class Job(ABC):
                             self.partitioned)
 
     def switch_stats(self) -> dict[str, dict[str, int]]:
-        """Per switch, the agg_stats counters by name (read under the job's lock)."""
+        """Per switch, the agg_stats counters by name (read under the job's lock). A switch that
+        dies between the last failure event and this read is left out, as a dead one is: its
+        counts died with it, and its death reaches the job through the switch watcher."""
+        out = {}
         with self._lock:
-            return {sw: aggregate.read_stats(self.clients[sw]) for sw in self.live_switches()}
+            for sw in self.live_switches():
+                try:
+                    out[sw] = aggregate.read_stats(self.clients[sw])
+                except SwitchCommandError:
+                    continue
+        return out
 
     def stats(self) -> dict[str, int]:
         """The agg_stats counters summed over every switch."""

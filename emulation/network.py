@@ -574,7 +574,12 @@ class EmulatedNetwork:
                            text=True, capture_output=True, check=False)
 
     def check_switches(self) -> dict[str, str]:
-        """The switches whose data-plane process is gone, with why (exit code, log tail)."""
+        """The switches whose data-plane process is gone, with why (exit code, log tail). A
+        switch killed a moment ago is waited for (at most 5 s) until the watcher has handled its
+        exit, so a kill near a run's end is reported with that run, not lost in between."""
+        if self.watcher is not None:
+            for done in list(self._handled.values()):
+                done.wait(5)
         out = dict(self.dead)
         for s in switches(self.graph):
             reason = self.net.get(s).died()
