@@ -138,7 +138,6 @@ def test_a_channel_that_never_answered_is_never_declared_hung():
 
 
 def test_the_thrift_ping_is_the_call_thrifts_own_client_sends():
-    thrift = pytest.importorskip("thrift")      # noqa: F841 - BMv2 hosts have it
     from thrift.protocol import TBinaryProtocol, TMultiplexedProtocol
     from thrift.Thrift import TMessageType
     from thrift.transport import TTransport
