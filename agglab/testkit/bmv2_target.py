@@ -161,17 +161,20 @@ class Bmv2Target:
         return answers
 
     # ---- packets --------------------------------------------------------------------
+    @staticmethod
+    def _incoming(s) -> list[bytes]:
+        """Every frame waiting on packet socket `s` that the switch sent (not our own sends)."""
+        frames = []
+        while True:
+            try:
+                data, addr = s.recvfrom(65535)
+            except BlockingIOError:
+                return frames
+            if addr[2] != PACKET_OUTGOING:
+                frames.append(data)
+
     def _drain(self) -> list[tuple[int, bytes]]:
-        got = []
-        for port, s in self.socks.items():
-            while True:
-                try:
-                    data, addr = s.recvfrom(65535)
-                except BlockingIOError:
-                    break
-                if addr[2] != PACKET_OUTGOING:
-                    got.append((port, data))
-        return got
+        return [(port, data) for port, s in self.socks.items() for data in self._incoming(s)]
 
     def inject(self, port: int, frame: bytes, expected: int) -> list[tuple[int, bytes]]:
         """Send `frame` into switch port `port`; collect what comes out until quiet."""
@@ -192,11 +195,5 @@ class Bmv2Target:
                 break
             ready, _, _ = select.select(list(self.socks.values()), [], [], end - now)
             for s in ready:
-                while True:
-                    try:
-                        data, addr = s.recvfrom(65535)
-                    except BlockingIOError:
-                        break
-                    if addr[2] != PACKET_OUTGOING:
-                        got.append((by_fd[s.fileno()], data))
+                got += [(by_fd[s.fileno()], data) for data in self._incoming(s)]
         return got
