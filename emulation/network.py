@@ -152,20 +152,25 @@ class EmulatedNetwork:
                 self.worker_launcher = start_worker_launcher(self.run)
                 self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
                                    autoStaticArp=False, link=TCLink)
-            with self.phases.timed("node shells"):
-                self._add_nodes()
-            with self.phases.timed("links"):
-                self._add_links()
-            with self.phases.timed("switches started"):
-                self._start_switches()
-            with self.phases.timed("hosts configured"):
-                self._configure_hosts()
-            with self.phases.timed("switches answering"):
-                self._connect_switches()
+            self._build()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _build(self) -> None:
+        """The build steps after the run's own preparation, each a timed phase (shared with
+        emulation/cluster/network.py, whose nodes, links and switches live on servers)."""
+        with self.phases.timed("node shells"):
+            self._add_nodes()
+        with self.phases.timed("links"):
+            self._add_links()
+        with self.phases.timed("switches started"):
+            self._start_switches()
+        with self.phases.timed("hosts configured"):
+            self._configure_hosts()
+        with self.phases.timed("switches answering"):
+            self._connect_switches()
 
     def _add_nodes(self) -> None:
         """Every host and switch node, their shells started all at once.

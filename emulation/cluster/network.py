@@ -108,17 +108,7 @@ class ClusterNetwork(EmulatedNetwork):
                 self._each_server(lambda r: r.run(f"mkdir -p {shlex.quote(str(self.run.path))}"))
                 self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
                                    autoStaticArp=False, link=TCLink)
-            with self.phases.timed("node shells"):
-                self._add_nodes()
-            with self.phases.timed("links"):
-                self._add_links()
-            with self.phases.timed("switches started"):
-                self._start_switches()
-            with self.phases.timed("hosts configured"):
-                self._configure_hosts()
-            with self.phases.timed("switches answering"):
-                self._forward_sockets()
-                self._connect_switches()
+            self._build()                 # the shared steps (emulation/network.py), on the servers
             with self.phases.timed("agents"):
                 for name, remote in self.remotes.items():
                     self.agents[name] = AgentLink(remote, self.run.path).start()
@@ -220,6 +210,11 @@ class ClusterNetwork(EmulatedNetwork):
                   if _SETUP_OK not in out]
         if failed:
             raise RuntimeError("host set-up failed: " + "; ".join(f"{h}: {out[:300]}" for h, out in failed))
+
+    def _connect_switches(self) -> None:
+        """The switches' control sockets are on their servers: forward them to the head first."""
+        self._forward_sockets()
+        super()._connect_switches()
 
     def _forward_sockets(self) -> None:
         """Each server's switch control sockets, once they exist there, forwarded to the same
