@@ -266,24 +266,37 @@ class EmulatedNetwork:
         one `ip -batch` (and one `tc -batch` when shaped), and every host shell runs its
         script concurrently (sendCmd, then waitOutput)."""
         g = self.graph
-        started = []
+        scripts = {}
         for h in hosts(g):
             node = self.net.get(h)
-            lines, batch, shaping = host_setup(g, h, [i.name for i in node.intfList() if i.name != "lo"])
+            intfs = [i.name for i in node.intfList() if i.name != "lo"]
+            lines, batch, shaping = host_setup(g, h, intfs)
+            batch += self._extra_host_lines(intfs)
             for nbr in g.neighbors(h):             # keep Mininet's view of the NICs true
                 e = g.edges[h, nbr]
                 intf = node.intf(e["intfs"][h])
                 intf.mac, (intf.ip, intf.prefixLen) = e["addrs"][h][1], (e["addrs"][h][0], addresses.PREFIX_LEN)
-            script = self.run.path / f"{h}.setup.sh"
+            script = scripts[h] = self.run.path / f"{h}.setup.sh"
             tc = ["tc -batch - <<'EOF'", *shaping, "EOF"] if shaping else []
             script.write_text("\n".join(["set -e", *lines,
                                          "ip -batch - <<'EOF'", *batch, "EOF", *tc, f"echo {_SETUP_OK}", ""]))
+        self._ship_host_scripts(scripts)
+        started = []
+        for h, script in scripts.items():
+            node = self.net.get(h)
             node.sendCmd(f"sh {script} 2>&1")
             started.append((h, node))
         failed = [(h, out.strip()) for h, out in ((h, node.waitOutput()) for h, node in started)
                   if _SETUP_OK not in out]
         if failed:
             raise RuntimeError("host set-up failed: " + "; ".join(f"{h}: {out[:300]}" for h, out in failed))
+
+    def _extra_host_lines(self, intfs: list[str]) -> list[str]:
+        """More `ip -batch` lines for a host's NICs (a cluster's MTU that fits its tunnels)."""
+        return []
+
+    def _ship_host_scripts(self, scripts: dict) -> None:
+        """Put the hosts' set-up scripts where their shells run (here: they already are)."""
 
     def _connect_switches(self) -> None:
         for s in switches(self.graph):

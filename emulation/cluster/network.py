@@ -45,7 +45,7 @@ from emulation.cluster.nodes import RemoteAggHost, RemoteSoftSwitch, read_pids, 
 from emulation.cluster.placement import crossing, place
 from emulation.cluster.remote import Remote
 from ground.cluster_file import Cluster
-from emulation.network import EmulatedNetwork, _SETUP_OK, host_setup
+from emulation.network import EmulatedNetwork
 from ground import addresses
 from ground.rundir import RunRecord, clean
 
@@ -181,35 +181,16 @@ class ClusterNetwork(EmulatedNetwork):
             by_server.setdefault(self.placement[node.name], []).append(node.proc)
         self._each_server(lambda r: read_pids(by_server.get(r.server.name, [])))
 
-    def _configure_hosts(self) -> None:
-        """Each host's set-up script (host_setup, as on one machine, plus an MTU that fits the
-        tunnels), copied to its server, then run by every host shell at once."""
-        g = self.graph
-        scripts: dict[str, list[Path]] = {name: [] for name in self.remotes}
-        for h in hosts(g):
-            node = self.net.get(h)
-            intfs = [i.name for i in node.intfList() if i.name != "lo"]
-            lines, batch, shaping = host_setup(g, h, intfs)
-            batch += [f"link set dev {i} mtu {tunnels.MTU}" for i in intfs]
-            for nbr in g.neighbors(h):
-                e = g.edges[h, nbr]
-                intf = node.intf(e["intfs"][h])
-                intf.mac, (intf.ip, intf.prefixLen) = e["addrs"][h][1], (e["addrs"][h][0], addresses.PREFIX_LEN)
-            script = self.run.path / f"{h}.setup.sh"
-            tc = ["tc -batch - <<'EOF'", *shaping, "EOF"] if shaping else []
-            script.write_text("\n".join(["set -e", *lines, "ip -batch - <<'EOF'", *batch, "EOF", *tc,
-                                         f"echo {_SETUP_OK}", ""]))
-            scripts[self.placement[h]].append(script)
-        self._each_server(lambda r: r.put(scripts[r.server.name]) if scripts[r.server.name] else None)
-        started = []
-        for h in hosts(g):
-            node = self.net.get(h)
-            node.sendCmd(f"sh {self.run.path / f'{h}.setup.sh'} 2>&1")
-            started.append((h, node))
-        failed = [(h, out.strip()) for h, out in ((h, node.waitOutput()) for h, node in started)
-                  if _SETUP_OK not in out]
-        if failed:
-            raise RuntimeError("host set-up failed: " + "; ".join(f"{h}: {out[:300]}" for h, out in failed))
+    def _extra_host_lines(self, intfs: list[str]) -> list[str]:
+        """An MTU that fits the tunnels on every NIC of a host."""
+        return [f"link set dev {i} mtu {tunnels.MTU}" for i in intfs]
+
+    def _ship_host_scripts(self, scripts: dict) -> None:
+        """Copy each host's set-up script to its server, one put per server."""
+        by_server: dict[str, list[Path]] = {name: [] for name in self.remotes}
+        for h, script in scripts.items():
+            by_server[self.placement[h]].append(script)
+        self._each_server(lambda r: r.put(by_server[r.server.name]) if by_server[r.server.name] else None)
 
     def _connect_switches(self) -> None:
         """The switches' control sockets are on their servers: forward them to the head first."""
