@@ -12,7 +12,10 @@ tested anywhere.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -147,6 +150,10 @@ def default_run_fn(out_dir: Path | None = None) -> RunFn:
         return run_spec(spec)             # the RunSpec itself: checked once, in the Session
 
     def run(specs: list) -> Iterator[dict]:
+        with network_turn():
+            yield from run_group_now(specs)
+
+    def run_group_now(specs: list) -> Iterator[dict]:
         if isinstance(specs[0], ProgramRun):
             for job in specs:
                 yield pace(job)
@@ -169,6 +176,24 @@ def default_run_fn(out_dir: Path | None = None) -> RunFn:
     return run
 
 
+@contextlib.contextmanager
+def network_turn() -> Iterator[None]:
+    """With AGGLAB_NET_LOCK=PATH, hold an exclusive flock on PATH for one point's runs (its
+    network's life), as the test suite does per test: a long suite on a shared machine takes
+    turns run by run with other checkouts' tests instead of holding the machine for an hour.
+    Unset: no lock (the network lease, ground/netlease.py, still refuses a second network)."""
+    path = os.environ.get("AGGLAB_NET_LOCK")
+    if not path:
+        yield
+        return
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def shareable(p: Point) -> bool:
     return bool(p.spec) and not p.program and p.spec.algorithm in REUSABLE and not p.spec.fail \
         and not p.spec.fail_switch
@@ -180,7 +205,7 @@ def plan(suite: Suite, out_dir: Path) -> list[tuple[Definition, Point, list[int]
     out = []
     for d in suite.definitions:
         seen = set()
-        for p in d.points(trend_ceiling(suite, d), out_dir / "topologies"):
+        for p in d.points(trend_ceiling(suite, d), out_dir / "topologies", lambda w: scale_ceiling(suite, w)):
             if p.key not in seen:
                 seen.add(p.key)
                 out.append((d, p, list(range(d.repeats))))
@@ -199,6 +224,17 @@ def trend_ceiling(suite: Suite, d: Definition) -> float:
                    for over in (d.series.values() or [{}])), default=4)
     found = ceiling_for(workers) if workers > 8 else None
     return min(suite.ceiling_mbps, round(found[0] * HEADROOM, 3)) if found else suite.ceiling_mbps
+
+
+def scale_ceiling(suite: Suite, workers: int) -> float:
+    """The rate one scale of a per-scale trend (`emulated.gradient` keyed by workers) runs
+    at: HEADROOM of the smallest calibrated shape with at least `workers` workers, so each
+    scale runs as fast as its own size allows; the suite's ceiling without such a shape or
+    when the suite fixes it."""
+    if suite.ceiling_source.startswith("fixed by"):
+        return suite.ceiling_mbps
+    found = ceiling_for(workers)
+    return round(found[0] * HEADROOM, 4) if found else suite.ceiling_mbps
 
 
 def estimate_seconds(point: Point, runs: int = 1) -> float:
