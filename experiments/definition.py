@@ -213,6 +213,7 @@ class Claim:
     tolerance: float
     why: str = ""          # why this network may not reach the paper's figure (shown unless it holds)
     bound: str = ""        # BOUND_KINDS: how this network's own bound is computed ("" = none)
+    base: str = ""         # the text before for_each expansion: claims of one line of a scale plot
 
 
 @dataclass
@@ -341,7 +342,8 @@ class Definition:
                 text = raw["text"] + ("" if not bound else " (" + ", ".join(f"{k}={v}" for k, v in bound.items()) + ")")
                 out.append((Claim(text, num, den, paper, raw.get("expect", "about"),
                                   float(raw.get("tolerance", 0.2)), " ".join(str(raw.get("why", "")).split()),
-                                  str(raw.get("bound", "pace_model" if self.program == "pace" else "wire_time"))),
+                                  str(raw.get("bound", "pace_model" if self.program == "pace" else "wire_time")),
+                                  raw["text"]),
                             bound))
         return out
 

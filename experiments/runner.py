@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator, TextIO
 
 from controller import topologies
 from controller.topology import switches
+from emulation.wire_model import BoundError, wire_seconds
 from emulation.fidelity import DEFAULT_CEILING_MBPS, calibration_path, ceiling_for, load_calibration
 from ground.runspec import RunSpec
 from ground.schemes import IN_NETWORK
@@ -238,9 +239,11 @@ def scale_ceiling(suite: Suite, workers: int) -> float:
 
 
 def estimate_seconds(point: Point, runs: int = 1) -> float:
-    """Set-up (grows with the switch count; once per shared network) plus 1.5x the in-network
-    wire time at the slowest link (the hosts' baselines move up to 2(n-1)/n of it). Fitted to
-    the quick suite on a loaded 2-core machine: 15 runs in 38 s."""
+    """Set-up (grows with the switch count; once per shared network) plus 1.5x the point's
+    own wire time (emulation/wire_model.py: its algorithm's bytes on its routes or trees; a
+    sharded PS on one route per destination can take 50x an in-network run), else 1.5x the
+    gradient's frames at the slowest link. The 1.5 and the set-up were fitted to the quick
+    suite on a loaded 2-core machine: 15 runs in 38 s."""
     if point.spec is None:
         return 0.1 * runs
     if point.program:
@@ -251,6 +254,10 @@ def estimate_seconds(point: Point, runs: int = 1) -> float:
         return 5.0
     rates = [e["bw"] for _, _, e in g.edges(data=True) if e.get("bw")] or [50.0]
     wire = point.spec.elements * 4 * 8 * 1.25 / (min(rates) * 1e6)
+    try:
+        wire = wire_seconds(point.spec, g)
+    except (BoundError, ValueError, KeyError):
+        pass
     setups = 1 if shareable(point) else runs
     return setups * (1.0 + 0.4 * len(switches(g))) + runs * (0.5 + 1.5 * wire)
 
