@@ -13,6 +13,7 @@ from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 from experiments.analysis import scale_groups, select
 from experiments.definition import Definition
@@ -140,8 +141,10 @@ def scale_plot(rows: list[dict], d: Definition, path: Path) -> Path:
         ax.set_xscale("log", base=2)
     ax.set_xticks(values, [str(v) for v in values])
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel(d.x)
-    ax.set_ylabel("ratio of allreduce times (higher = the paper's design wins by more)")
+    ax.set_ylabel("ratio of allreduce times")
     ax.set_title(f"{d.title}\nratio vs {d.x}: ours (medians, min–max), this network's bound, the paper's figure",
                  fontsize=8)
     _flag_legend(ax, flagged)
