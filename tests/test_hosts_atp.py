@@ -153,3 +153,35 @@ def test_a_result_lost_after_the_ps_finished_is_answered_however_long_the_worker
         w.close()
         ps._stop_linger()
         ps.close()
+
+
+def test_a_packet_of_the_next_call_ends_the_linger_and_is_summed_by_that_call():
+    """A worker whose FIN went unacknowledged starts its next call while the PS still
+    lingers: that packet says the worker has every result, and the linger, which read it,
+    hands it to the next call instead of dropping it (its sum would be resent otherwise)."""
+    ip = f"127.0.{random.randrange(2, 200)}."
+    peers = [ip + "1", ip + "2"]
+    ps = atp.AtpEndpoint(peers[0], peers, 0, job=6)
+    w = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    w.bind((peers[1], wire.UDP_PORT))
+    w.settimeout(5.0)
+
+    def send(seq, x):
+        w.sendto(encode({"job": 6, "flags": atp.FLAG_ATP, "worker": 1, "block": seq, "next_block": 0b10}, v(x)),
+                 (peers[0], wire.UDP_PORT))
+
+    try:
+        send(0, 1)                                                 # call 0, one block, no FIN
+        first = ps.serve(np.array([v(10)]), 2, give_up=30.0)[0]
+        assert (decode(w.recv(2048))[1] == 11).all() and (first == 11).all()
+        send(1 << atp.SEQ_BITS, 2)                                 # call 1's block while the PS lingers
+        ps._linger.join(10)
+        assert not ps._linger.is_alive()                           # it ended the linger, not 30 s of quiet
+        second = ps.serve(np.array([v(20)]), 2, give_up=5.0)[0]    # without that packet: a timeout
+        assert (second == 22).all()
+        hdr, vals = decode(w.recv(2048))
+        assert hdr["block"] == 1 << atp.SEQ_BITS and (vals == 22).all()
+    finally:
+        w.close()
+        ps._stop_linger()
+        ps.close()
