@@ -168,3 +168,28 @@ def test_report_has_a_ratio_vs_scale_table_and_plot(tmp_path):
     assert "| claim | paper | workers=2: ours / bound | workers=4: ours / bound |" in report
     assert re.search(r"^\| ring / RAT \| 5\.7 \| 3 / [0-9.]+ \| 3 / [0-9.]+ \|$", report, re.M)
     assert (folder / "small-scale.png").stat().st_size > 0
+
+
+def test_a_run_inside_a_held_turn_does_not_wait_for_it(tmp_path, monkeypatch):
+    """A test holds AGGLAB_NET_LOCK while the suite it starts runs (tests/conftest.py says so
+    with AGGLAB_NET_TURN_HELD): the runner's per-point turn must not wait for its own parent."""
+    import fcntl
+    import threading
+
+    from experiments.runner import network_turn
+
+    lock = tmp_path / "net.lock"
+    monkeypatch.setenv("AGGLAB_NET_LOCK", str(lock))
+    monkeypatch.setenv("AGGLAB_NET_TURN_HELD", "1")
+    entered = threading.Event()
+
+    def run():
+        with network_turn():
+            entered.set()
+
+    with open(lock, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)            # another open file: a second flock would block
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        t.join(30)                                  # only a guard against a hang
+        assert entered.is_set()
