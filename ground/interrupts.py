@@ -12,8 +12,11 @@ moment, and the exit status says which signal it was (128 + signal number: 130, 
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 
 HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -28,7 +31,30 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
+# Functions Python calls around every fork (os.fork, Popen with a preexec_fn): an exception
+# raised inside one is printed as "Exception ignored" and dropped, and logging's would also
+# keep its module lock held, so the next thread to log (the netlink link monitor) hangs.
+_FORK_CALLBACKS = frozenset(f.__code__ for name in ("_acquireLock", "_releaseLock", "_prepareFork", "_afterFork")
+                            if hasattr(f := getattr(logging, name, None), "__code__"))
+
+
+def _in_fork_callback(frame) -> bool:
+    while frame is not None:
+        if frame.f_code in _FORK_CALLBACKS:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _raise(signum, frame) -> None:
+    if _in_fork_callback(frame):
+        # Not here, where it would be swallowed: the signal is sent again a moment later, once
+        # the fork has returned to the code that asked for it. From another thread: sent from
+        # here it would be handled at once, still inside the callback, and recurse.
+        again = threading.Timer(0.001, os.kill, (os.getpid(), signum))
+        again.daemon = True
+        again.start()
+        return
     # Ignore repeats while the clean-up runs: a second Ctrl-C must not cut it short.
     for sig in HANDLED:
         signal.signal(sig, signal.SIG_IGN)

@@ -152,3 +152,15 @@ def unpack_agg(buf: bytes | bytearray | memoryview, offset: int = 0) -> dict[str
             shift -= bits
             out[name] = (value >> shift) & ((1 << bits) - 1)
     return out
+
+
+def inet_checksum(data: bytes) -> int:
+    """The Internet checksum (RFC 1071) of `data`: what a header built by hand (a test
+    frame, an ICMP echo, a fuzzed packet) stores. The switch's per-frame IPv4 update has
+    its own unrolled copy (softswitch/deparser.py) because it runs on every packet."""
+    if len(data) % 2:
+        data += b"\0"
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF

@@ -42,13 +42,6 @@ ACK_ONLY = wire.CONST["AGG_FLAG_ACK"] | wire.CONST["AGG_FLAG_SPARSE"]
 UDP_LEN = wire.UDP_BYTES + wire.PAYLOAD_BYTES            # a well-formed data packet's UDP length
 
 
-def _checksum(data: bytes) -> int:
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
-
-
 def frame(src_mac: bytes, src_ip: bytes, payload: bytes, ip_len: int | None = None,
           udp_len: int | None = None) -> bytes:
     """Ethernet/IPv4/UDP to the aggregation service around `payload`; lengths may be forced."""
@@ -56,7 +49,7 @@ def frame(src_mac: bytes, src_ip: bytes, payload: bytes, ip_len: int | None = No
     ilen = wire.IPV4_BYTES + wire.UDP_BYTES + len(payload) if ip_len is None else ip_len
     ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, ilen & 0xFFFF, 0, 0x4000, 64, 17, 0, src_ip,
                      socket.inet_aton(SERVICE_IP))
-    ip = ip[:10] + struct.pack("!H", _checksum(ip)) + ip[12:]
+    ip = ip[:10] + struct.pack("!H", wire.inet_checksum(ip)) + ip[12:]
     udp = struct.pack("!HHHH", wire.UDP_PORT, wire.UDP_PORT, ulen & 0xFFFF, 0)
     return bytes.fromhex(SERVICE_MAC.replace(":", "")) + src_mac + b"\x08\x00" + ip + udp + payload
 

@@ -27,7 +27,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from ground import lifeline
+from ground import lifeline, wire
 from ground.paths import REPO
 
 CLONE_NEWNET = 0x40000000
@@ -67,15 +67,6 @@ def in_netns(ns: str, fn):
     return box["value"]
 
 
-def _inet_checksum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    return ~total & 0xFFFF
-
-
 def icmp_ping(ns: str, dst: str, count: int = 3, timeout: float = 2.0) -> int:
     """ICMP echo from namespace `ns` to `dst`; returns how many of `count` were answered.
 
@@ -86,7 +77,7 @@ def icmp_ping(ns: str, dst: str, count: int = 3, timeout: float = 2.0) -> int:
         for seq in range(1, count + 1):
             body = struct.pack("!d", time.time()) * 4
             msg = struct.pack("!BBHHH", 8, 0, 0, ident, seq) + body
-            msg = msg[:2] + struct.pack("!H", _inet_checksum(msg)) + msg[4:]
+            msg = msg[:2] + struct.pack("!H", wire.inet_checksum(msg)) + msg[4:]
             sock.sendto(msg, (dst, 0))
             deadline = time.monotonic() + timeout
             while (left := deadline - time.monotonic()) > 0:
@@ -110,7 +101,7 @@ def agg_frame(h: "Host", values, **fields) -> bytes:
     udp = struct.pack("!HHHH", wire.UDP_PORT, wire.UDP_PORT, 8 + len(payload), 0)
     ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp) + len(payload), 0, 0x4000, 64, 17, 0,
                      socket.inet_aton(h.ip), socket.inet_aton(SERVICE_IP))
-    ip = ip[:10] + struct.pack("!H", _inet_checksum(ip)) + ip[12:]
+    ip = ip[:10] + struct.pack("!H", wire.inet_checksum(ip)) + ip[12:]
     eth = bytes.fromhex(SERVICE_MAC.replace(":", "")) + bytes.fromhex(h.mac.replace(":", ""))
     return eth + b"\x08\x00" + ip + udp + payload
 
