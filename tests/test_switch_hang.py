@@ -239,7 +239,7 @@ def test_a_hung_switch_restarted_the_moment_it_is_fenced_comes_back_with_its_por
             assert time.monotonic() < deadline, "the hung switch was never fenced"
             time.sleep(0.005)
         session.restart_switch(sw)
-        time.sleep(0.3)                                   # the watcher's thread is done by now either way
+        time.sleep(2.0)                 # the watcher's thread is done by now either way (reroute, ports)
         ports = [i.name for i in session.net.host(sw).intfList() if i.name != "lo"]
         down = [p for p in ports if not int(Path(f"/sys/class/net/{p}/flags").read_text(), 16) & 1]
         assert ports and down == [], f"{sw}'s ports down after its restart: {down}"
