@@ -185,3 +185,56 @@ def test_a_packet_of_the_next_call_ends_the_linger_and_is_summed_by_that_call():
         w.close()
         ps._stop_linger()
         ps.close()
+
+
+def test_the_window_opens_by_one_per_result_and_halves_once_per_timeout_period():
+    """AIMD by hand: 16 blocks out before any result, +1 per result up to the slow-start
+    threshold, half on a loss, no second cut within the same timeout period, +1/window per
+    result after a cut, never above the configured window."""
+    cw = atp.CongestionWindow(384)
+    assert cw.size == 16
+    for _ in range(16):
+        cw.on_result()
+    assert cw.size == 32
+    cw.on_loss(now=10.0, period=0.2)
+    assert cw.size == 16
+    cw.on_loss(now=10.1, period=0.2)               # the same congestion episode
+    assert cw.size == 16
+    cw.on_loss(now=10.25, period=0.2)
+    assert cw.size == 8
+    for _ in range(8):                             # congestion avoidance: 8 + 1/8 + 1/8.125 + ... = 8.95
+        cw.on_result()
+    assert cw.size == 8
+    cw.on_result()                                 # 9.06
+    assert cw.size == 9
+    small = atp.CongestionWindow(4)
+    for _ in range(10):
+        small.on_result()
+    assert small.size == 4
+
+
+def test_a_worker_facing_a_silent_ps_does_not_resend_its_whole_window():
+    """Four jobs at window 384 collapsed a shared core link: each worker resent every
+    outstanding block at every timeout, so the link's queue held only resends. Facing a PS
+    that answers nothing for a second, a worker now sends far fewer than its window (it
+    used to send all 384 at once and then all of them again every timeout)."""
+    ip = f"127.0.{random.randrange(2, 200)}."
+    peers = [ip + "1", ip + "2"]
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    silent.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    silent.bind((peers[0], wire.UDP_PORT))
+    worker = atp.AtpEndpoint(peers[1], peers, 1, job=7)
+    rows = np.ones((1000, K), dtype=np.int32)
+    with pytest.raises(atp.AllreduceTimeout):
+        worker.work(rows, window=384, give_up=1.0)
+    silent.setblocking(False)
+    received = 0
+    try:
+        while True:
+            silent.recv(2048)
+            received += 1
+    except BlockingIOError:
+        pass
+    worker.close()
+    silent.close()
+    assert 0 < received < 384 // 2, received
