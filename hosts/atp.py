@@ -72,40 +72,6 @@ def _blocks(array: np.ndarray) -> np.ndarray:
     return rows.reshape(n, K)
 
 
-INITIAL_WINDOW = 16               # blocks a worker has out before its first result (slow start from here)
-
-
-class CongestionWindow:
-    """ATP's worker-side congestion control (AIMD on the window, loss as the signal).
-
-    Why: every job's traffic to its PS crosses the same few links (one route per
-    destination), and ATP sends without a switch that paces it. Without a window that shrinks
-    on loss, each worker resent its whole window every timeout: four jobs at window 384 offered
-    about 7x what the core link into the PSes' pod carries, its queue held only resends (c1 sent
-    78,488 frames there and dropped 102,213) and no block completed for 8 s. The window grows
-    by one block per result up to `ssthresh` (slow start), then by 1/window per result, halves
-    at most once per timeout period on a loss, and never exceeds the configured `cap`; the
-    resends of one timeout pass are limited to the window too."""
-
-    def __init__(self, cap: int):
-        self.cap = max(1, cap)
-        self.cwnd = float(min(self.cap, INITIAL_WINDOW))
-        self.ssthresh = float(self.cap)
-        self._cut_until = 0.0
-
-    @property
-    def size(self) -> int:
-        return max(1, int(self.cwnd))
-
-    def on_result(self) -> None:
-        self.cwnd = min(self.cap, self.cwnd + (1.0 if self.cwnd < self.ssthresh else 1.0 / self.cwnd))
-
-    def on_loss(self, now: float, period: float) -> None:
-        if now >= self._cut_until:
-            self.ssthresh = self.cwnd = max(1.0, self.cwnd / 2)
-            self._cut_until = now + period
-
-
 class Pieces:
     """One block at the PS: disjoint (set, sum) pieces; `add` returns True once they cover `full`."""
 
@@ -171,13 +137,12 @@ class AtpEndpoint:
         tries: dict[int, int] = {}
         first_sent: dict[int, float] = {}
         rto = RtoEstimator(RTO)
-        cw = CongestionWindow(window)
         sent = resent = dups = 0
         next_b, finished, last_progress = 0, 0, time.monotonic()
         me = 1 << self.rank
         while finished < nb:
             now = time.monotonic()
-            while len(deadline) < cw.size and next_b < nb:
+            while len(deadline) < window and next_b < nb:
                 self._send(next_b, gen, rows[next_b], me, 0, ps)
                 deadline[next_b], tries[next_b], first_sent[next_b] = now + rto.rto, 0, now
                 next_b, sent = next_b + 1, sent + 1
@@ -195,7 +160,6 @@ class AtpEndpoint:
                         continue
                     out[b], done[b] = vals, True
                     deadline.pop(b, None)
-                    cw.on_result()
                     if tries[b] == 0:                      # Karn: only blocks sent once time the path
                         t = time.monotonic()
                         rto.sample(t - first_sent[b], t)
@@ -204,15 +168,12 @@ class AtpEndpoint:
                 if on_progress is not None:
                     on_progress(finished, nb)
             now = time.monotonic()
-            expired = sorted(b for b, t in deadline.items() if t <= now)
-            if expired:
-                cw.on_loss(now, rto.rto)
-            for i, b in enumerate(expired):
-                if i < cw.size:                            # the oldest, as many as the window allows
+            for b, t in list(deadline.items()):
+                if t <= now:
                     tries[b] += 1
                     self._send(b, gen, rows[b], me, RETX, ps)
+                    deadline[b] = now + backoff(rto.rto, tries[b])
                     resent += 1
-                deadline[b] = now + backoff(rto.rto, tries[b])
             if now - last_progress > give_up:
                 missing = np.flatnonzero(~done)
                 raise AllreduceTimeout(f"rank {self.rank}: atp allreduce of job {self.job} made no progress "
