@@ -34,7 +34,7 @@ def ok(results):
     return results
 
 
-@pytest.mark.parametrize("n,length", [(1, 5), (2, 1000), (4, 64 * 7 + 5), (8, 3000), (3, K), (2, 0)])
+@pytest.mark.parametrize("n,length", [(1, 5), (2, 1000), (4, K * 7 + 5), (8, 3000), (3, K), (2, 0)])
 def test_int32_exact_wraparound(n, length):
     arrays = ints(n, length, seed=n)
     expected = np.sum(arrays, axis=0, dtype=np.int32)        # numpy wraps like the switch
