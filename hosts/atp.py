@@ -17,6 +17,14 @@ set, or what a worker sent itself, so pieces never straddle (a straddling set wa
 other pieces make it usable). When a block's pieces cover every rank, the PS unicasts the
 sum to every worker and answers any later packet of that block with it (a lost result).
 int32 only: the difference of float sums would not be exact.
+
+When the PS may stop answering: only a worker knows it still lacks a result (the result
+and its resends may all be lost, or the worker starved of CPU, for any length of time), so
+no quiet period at the PS is safe. Each worker, once it has every result, sends FIN (block
+FIN_BLOCK of the call) and waits briefly for its acknowledgement; the PS keeps answering
+until every worker's FIN (or a packet of its next call) has arrived, or until nothing came
+for the workers' own give-up time (a worker still waiting would have given up by then).
+FIN travels as a resend (RETX), which no switch aggregates (atp.p4 never claims for one).
 """
 
 from __future__ import annotations
@@ -40,7 +48,8 @@ RESULT = wire.FLAG_RESULT
 RETX = wire.FLAG_RETX
 SEQ_BITS = 24                     # block index bits of seq; the call's generation above them
 RTO = 0.05                        # first retransmission timeout (s); then the agents' estimator (hosts/rto.py)
-LINGER = 3.0                      # the PS answers lost results until this long without a packet (> MAX_RTO, lost resends)
+FIN_BLOCK = (1 << SEQ_BITS) - 1   # block index of a worker's FIN: "I have every result of this call"
+FIN_TRIES = 6                     # FIN sends without acknowledgement before a worker returns anyway
 BUFFER = 4 << 20
 
 
@@ -57,6 +66,8 @@ def _blocks(array: np.ndarray) -> np.ndarray:
     if array.dtype != np.int32:
         raise TypeError(f"--algorithm atp sums int32 (the PS's differences must be exact), got {array.dtype}")
     n = -(-array.size // K)
+    if n >= FIN_BLOCK:
+        raise ValueError(f"--algorithm atp: {array.size} elements make {n} blocks, at most {FIN_BLOCK - 1}")
     rows = np.zeros(n * K, dtype=np.int32)
     rows[:array.size] = array.ravel()
     return rows.reshape(n, K)
@@ -110,6 +121,8 @@ class AtpEndpoint:
         self._linger: threading.Thread | None = None
         self._stop = threading.Event()
         self._answers: dict[int, bytes] = {}               # seq -> result payload (PS: the last call's)
+        self._fins = 0                                     # PS: the ranks that have every result of the call
+        self._early: list[bytes] = []                      # PS: the next call's packets its linger read
         # the PS keeps answering lost results after its last block; a worker process may end
         # with os._exit (the fork server runs atexit first), which would kill that thread
         atexit.register(self.close)
@@ -167,14 +180,33 @@ class AtpEndpoint:
                 raise AllreduceTimeout(f"rank {self.rank}: atp allreduce of job {self.job} made no progress "
                                        f"for {give_up:g} s; {len(missing)} blocks missing (first {missing[:5]}): "
                                        "is the PS (rank 0) running and routed?")
+        self._finish(gen, me, ps, rto)
         self.calls += 1
         return out, {"packets_sent": sent + resent, "retransmissions": resent, "duplicates_ignored": dups,
                      "blocks": nb}
+
+    def _finish(self, gen: int, me: int, ps, rto: RtoEstimator) -> bool:
+        """FIN until the PS acknowledges it, at most FIN_TRIES sends: True when it did. The
+        worker has its sums either way; an unacknowledged FIN only keeps the PS answering
+        until its quiet give-up."""
+        seq, zeros = gen << SEQ_BITS | FIN_BLOCK, np.zeros(K, dtype=np.int32)
+        for tries in range(FIN_TRIES):
+            self._send(FIN_BLOCK, gen, zeros, me, RETX, ps)
+            until = time.monotonic() + backoff(rto.rto, tries)
+            while (left := until - time.monotonic()) > 0:
+                if not select.select([self.sock], [], [], left)[0]:
+                    continue
+                for payload in self._drain():
+                    hdr, _ = decode(payload)
+                    if hdr["flags"] & RESULT and hdr["job"] == self.job and hdr["block"] == seq:
+                        return True
+        return False
 
     # -- the parameter server (rank 0) ------------------------------------------------
     def serve(self, rows: np.ndarray, workers: int, give_up: float, on_progress=None):
         self._stop_linger()
         gen = self.calls & 0xFF
+        self._fins = 0
         nb = len(rows)
         full = (1 << workers) - 1
         blocks = [Pieces() for _ in range(nb)]
@@ -188,6 +220,9 @@ class AtpEndpoint:
         answers: dict[int, bytes] = {}
         stats = {"packets_sent": 0, "retransmissions": 0, "duplicates_ignored": 0, "blocks": nb,
                  "ps_packets": 0, "ps_fallback_packets": 0, "ps_results_resent": 0}
+        early, self._early = self._early, []
+        for payload in early:                              # sent while the last call's linger listened
+            finished += self._ps_packet(payload, gen, nb, full, blocks, out, done, answers, stats)
         last_progress = time.monotonic()
         while finished < nb:
             readable, _, _ = select.select([self.sock], [], [], 0.05)
@@ -203,7 +238,7 @@ class AtpEndpoint:
                                        f"{len(missing)} blocks incomplete (first {missing[:5]})")
         self.calls += 1
         self._answers = answers
-        self._linger = threading.Thread(target=self._keep_answering, args=(gen,), daemon=False,
+        self._linger = threading.Thread(target=self._keep_answering, args=(gen, full, give_up), daemon=False,
                                         name="atp-ps-linger")
         self._linger.start()
         return out, stats
@@ -213,6 +248,9 @@ class AtpEndpoint:
         if hdr["flags"] & RESULT or hdr["job"] != self.job:
             return 0
         seq = hdr["block"]
+        if seq & FIN_BLOCK == FIN_BLOCK:
+            self._fin(hdr, gen)
+            return 0
         stats["ps_packets"] += 1
         if seq >> SEQ_BITS != gen:
             self._answer(self._answers.get(seq), hdr["next_block"])   # the previous call's straggler
@@ -240,6 +278,13 @@ class AtpEndpoint:
         blocks[b] = None
         return 1
 
+    def _fin(self, hdr: dict, gen: int) -> None:
+        """A worker's FIN: counted if it is this call's, acknowledged whichever call it ends."""
+        if hdr["block"] >> SEQ_BITS == gen:
+            self._fins |= hdr["next_block"]
+        self._answer(encode({"job": self.job, "flags": FLAG_ATP | RESULT, "block": hdr["block"],
+                             "next_block": hdr["next_block"]}, np.zeros(K, dtype=np.int32)), hdr["next_block"])
+
     def _answer(self, payload: bytes | None, senders: int) -> None:
         if payload is None:
             return
@@ -247,15 +292,25 @@ class AtpEndpoint:
             if senders >> r & 1:
                 self._sendto(payload, (self.peers[r], wire.UDP_PORT))
 
-    def _keep_answering(self, gen: int) -> None:
-        """After the PS's last result: answer lost results until the job is quiet."""
-        quiet_since = time.monotonic()
-        while not self._stop.is_set() and time.monotonic() - quiet_since < LINGER:
+    def _keep_answering(self, gen: int, full: int, give_up: float) -> None:
+        """After the PS's last result: answer lost results until every worker has said it has
+        them all (FIN, or a packet of the next call, kept for it), or nothing came for
+        give_up (a worker still waiting would have given up), or the next call begins."""
+        workers, quiet_since = full & ~1, time.monotonic()
+        while (not self._stop.is_set() and self._fins & workers != workers
+               and time.monotonic() - quiet_since < give_up):
             readable, _, _ = select.select([self.sock], [], [], 0.05)
             if readable:
                 for payload in self._drain():
                     hdr, _ = decode(payload)
-                    if not hdr["flags"] & RESULT and hdr["job"] == self.job:
+                    if hdr["flags"] & RESULT or hdr["job"] != self.job:
+                        continue
+                    if hdr["block"] & FIN_BLOCK == FIN_BLOCK:
+                        self._fin(hdr, gen)
+                    elif hdr["block"] >> SEQ_BITS == (gen + 1) & 0xFF:     # its senders finished this call
+                        self._fins |= hdr["next_block"]
+                        self._early.append(payload)
+                    else:
                         self._answer(self._answers.get(hdr["block"]), hdr["next_block"])
                 quiet_since = time.monotonic()
 
@@ -285,7 +340,7 @@ class AtpEndpoint:
                 return
 
     def close(self) -> None:
-        """Wait for the PS to fall quiet (its lingering answers), then close the socket."""
+        """Wait until the PS may stop answering (every FIN, or quiet), then close the socket."""
         if self._linger is not None:
             self._linger.join()
             self._linger = None

@@ -6,13 +6,16 @@ resends and answer lost results; every rank's sum is exact."""
 from __future__ import annotations
 
 import random
+import socket
 import threading
+import time
 
 import numpy as np
 import pytest
 
 from ground import wire
 from hosts import atp
+from hosts.protocol import decode, encode
 
 K = wire.K
 
@@ -76,7 +79,6 @@ def test_allreduce_on_loopback_is_exact_under_loss(loss, monkeypatch):
             real(self, payload, dest)
 
     monkeypatch.setattr(atp.AtpEndpoint, "_sendto", lossy)
-    monkeypatch.setattr(atp, "LINGER", 0.5)
     arrays = [np.random.default_rng(r).integers(-2**31, 2**31, elements, dtype=np.int64).astype(np.int32)
               for r in range(n)]
     expected = np.zeros(elements, dtype=np.int64)
@@ -106,3 +108,80 @@ def test_allreduce_on_loopback_is_exact_under_loss(loss, monkeypatch):
     assert ps_stats["ps_fallback_packets"] >= (n - 1) * -(-elements // K)   # no switch: all fell back
     if loss:
         assert sum(results[r][1]["retransmissions"] for r in range(1, n)) > 0
+
+
+def test_a_result_lost_after_the_ps_finished_is_answered_however_long_the_worker_was_silent():
+    """The frame behind the loss test's rare hangs: the PS's result of a job's last block to
+    one worker is lost, and so are that worker's resends for a while (a run of losses, or a
+    worker starved of CPU), while the PS has already completed every block. The PS must not
+    forget the answer on a quiet timer: only the worker knows it still needs it."""
+    ip = f"127.0.{random.randrange(2, 200)}."
+    peers, nb, silence = [ip + "1", ip + "2"], 3, 3.5     # silent longer than the PS used to wait
+    ps = atp.AtpEndpoint(peers[0], peers, 0, job=5)
+    ps_rows, w_rows = np.arange(nb * K, dtype=np.int32).reshape(nb, K), np.full((nb, K), 7, dtype=np.int32)
+    served = {}
+    t = threading.Thread(target=lambda: served.update(out=ps.serve(ps_rows, 2, give_up=30.0)))
+    t.start()
+    w = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    w.bind((peers[1], wire.UDP_PORT))
+    w.settimeout(5.0)
+
+    def send(b, flags=0):
+        w.sendto(encode({"job": 5, "flags": atp.FLAG_ATP | flags, "worker": 1, "block": b, "next_block": 0b10},
+                        w_rows[b] if b < nb else v(0)), (peers[0], wire.UDP_PORT))
+
+    def result():
+        hdr, vals = decode(w.recv(2048))
+        assert hdr["flags"] & atp.RESULT and hdr["job"] == 5
+        return hdr["block"], vals
+
+    try:
+        for b in range(nb):
+            send(b)
+        assert sorted(result()[0] for _ in range(nb)) == list(range(nb))    # the last one is "lost"
+        t.join(10)
+        assert not t.is_alive() and "out" in served                          # the PS completed every block
+        time.sleep(silence)                                                  # the worker's resends are lost
+        send(nb - 1, atp.RETX)
+        b, vals = result()
+        assert b == nb - 1 and np.array_equal(vals, ps_rows[nb - 1] + 7)
+        send(atp.FIN_BLOCK, atp.RETX)                                        # now it has every result
+        assert result()[0] == atp.FIN_BLOCK                                  # acknowledged
+        ps._linger.join(10)
+        assert not ps._linger.is_alive()                  # the FIN ended it, not the 30 s of quiet
+    finally:
+        w.close()
+        ps._stop_linger()
+        ps.close()
+
+
+def test_a_packet_of_the_next_call_ends_the_linger_and_is_summed_by_that_call():
+    """A worker whose FIN went unacknowledged starts its next call while the PS still
+    lingers: that packet says the worker has every result, and the linger, which read it,
+    hands it to the next call instead of dropping it (its sum would be resent otherwise)."""
+    ip = f"127.0.{random.randrange(2, 200)}."
+    peers = [ip + "1", ip + "2"]
+    ps = atp.AtpEndpoint(peers[0], peers, 0, job=6)
+    w = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    w.bind((peers[1], wire.UDP_PORT))
+    w.settimeout(5.0)
+
+    def send(seq, x):
+        w.sendto(encode({"job": 6, "flags": atp.FLAG_ATP, "worker": 1, "block": seq, "next_block": 0b10}, v(x)),
+                 (peers[0], wire.UDP_PORT))
+
+    try:
+        send(0, 1)                                                 # call 0, one block, no FIN
+        first = ps.serve(np.array([v(10)]), 2, give_up=30.0)[0]
+        assert (decode(w.recv(2048))[1] == 11).all() and (first == 11).all()
+        send(1 << atp.SEQ_BITS, 2)                                 # call 1's block while the PS lingers
+        ps._linger.join(10)
+        assert not ps._linger.is_alive()                           # it ended the linger, not 30 s of quiet
+        second = ps.serve(np.array([v(20)]), 2, give_up=5.0)[0]    # without that packet: a timeout
+        assert (second == 22).all()
+        hdr, vals = decode(w.recv(2048))
+        assert hdr["block"] == 1 << atp.SEQ_BITS and (vals == 22).all()
+    finally:
+        w.close()
+        ps._stop_linger()
+        ps.close()
