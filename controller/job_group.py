@@ -74,16 +74,29 @@ class JobGroup:
 
     def switch_changed(self, sw: str, up: bool, t: float, program=None) -> None:
         """A switch died or was restarted: marked (and re-programmed, `program()`) once, then
-        every job reroutes around it or takes it back."""
+        every job reroutes around it or takes it back. Every job is told even when an earlier
+        one's reroute fails (a second switch it needed died or hung under it): that job is left
+        frozen and its next failure event reroutes it, but a job told nothing would keep the
+        dead switch on its trees for good (its workers time out). The first failure is raised
+        once all were told, naming its job (the caller logs it); any others are logged here."""
         if len(self.jobs) == 1:
             self.jobs[0].switch_changed(sw, up, t, program)
             return
+        errors = []
         with self.locked():
             if self._stopped():
                 return
             if mark_switch(self.g, sw, up, program, self.events, t):
                 for job in self.jobs:
-                    job.switch_marked(sw, up, t)
+                    try:
+                        job.switch_marked(sw, up, t)
+                    except Exception as exc:  # noqa: BLE001 - raised below, after the other jobs
+                        errors.append((job.job, exc))
+        for job, exc in errors[1:]:
+            self.events.add("switch_failure_error", switch=sw, job=job, error=str(exc).splitlines()[0][:200])
+        if errors:
+            job, exc = errors[0]
+            raise RuntimeError(f"job {job}: {str(exc).splitlines()[0]}") from exc
 
     # -- what the failure injector asks ------------------------------------------------
     def live_switches(self) -> list[str]:

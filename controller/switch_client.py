@@ -478,12 +478,14 @@ class SoftSwitchClient(SwitchClient):
         return dict(zip(names, np.split(cells, len(names))))
 
     def commands(self, lines: list[str]) -> list[str]:
+        from softswitch.control import SwitchCommandError as SoftError
+
         outs = []
         for start in range(0, len(lines), 512):      # bounded socket buffers both ways
             chunk = lines[start:start + 512]
             try:
                 answers = self._client.request_many(chunk)
-            except OSError as exc:              # the switch died: its socket is gone
+            except (OSError, SoftError) as exc:  # the switch died: its socket is gone
                 raise SwitchCommandError(f"{self.name}: control connection lost ({exc})") from exc
             for line, (ok, out) in zip(chunk, answers):
                 if not ok:
@@ -492,18 +494,23 @@ class SoftSwitchClient(SwitchClient):
         return outs
 
     def send_commands(self, lines: list[str]) -> Callable[[], list[str]]:
+        from softswitch.control import SwitchCommandError as SoftError
+
         if len(lines) > 4096:                   # the daemon buffers replies; keep it bounded
             return super().send_commands(lines)
+        # the socket layer's own error too ("cannot connect": a switch killed, not yet
+        # restarted): unconverted it escaped send_batches before the other switches' answers
+        # were read, and a reroute failed without draining them
         try:
             self._client.send_many(lines)
-        except OSError as exc:                  # the switch died: its socket is gone
+        except (OSError, SoftError) as exc:     # the switch died: its socket is gone
             raise SwitchCommandError(f"{self.name}: control connection lost ({exc})") from exc
 
         def collect() -> list[str]:
             outs, failed = [], None
             try:
                 answers = self._client.read_many(lines)
-            except OSError as exc:              # the switch died: its socket is gone
+            except (OSError, SoftError) as exc:  # the switch died: its socket is gone
                 raise SwitchCommandError(f"{self.name}: control connection lost ({exc})") from exc
             for line, (ok, out) in zip(lines, answers):
                 if not ok:

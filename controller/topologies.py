@@ -102,8 +102,13 @@ def leaf_spine(racks: int = 4, hosts_per_rack: int = 2, spines: int = 2, host_bw
     return check_names(assign_ports(g))
 
 
-def fat_tree(k: int = 4, bw: float | None = None, workers: int | None = None) -> nx.Graph:
+def fat_tree(k: int = 4, bw: float | None = None, workers: int | None = None,
+             core_bw: float | None = None) -> nx.Graph:
     """k-ary fat-tree (Al-Fares et al.): k pods of k/2 edge + k/2 agg switches, (k/2)^2 cores.
+
+    `core_bw` (default `bw`) is the rate of the agg-core links: below `bw` the core is
+    oversubscribed by bw/core_bw (a full pod can send only that fraction of its hosts'
+    capacity out of the pod), the knob RAT's claims are about on a leaf-spine.
 
     Edge switch i of pod p is e{p*k/2+i+1} with hosts below it; agg j of pod p is
     a{p*k/2+j+1} and connects to cores c{j*k/2+1} .. c{(j+1)*k/2}, so core c reaches every
@@ -115,6 +120,8 @@ def fat_tree(k: int = 4, bw: float | None = None, workers: int | None = None) ->
         raise TopologyError(f"fat-tree k must be an even number >= 2, got {k}")
     half = k // 2
     g = nx.Graph(name=f"fattree-{k}", topology="fattree", k=k)
+    core_bw = bw if core_bw is None else core_bw
+    g.graph["oversubscription"] = bw / core_bw if bw and core_bw else None
     for c in range(half * half):
         g.add_node(f"c{c + 1}", kind="switch", tier="core")
     racks: dict[tuple[int, int], list[str]] = {}
@@ -123,7 +130,7 @@ def fat_tree(k: int = 4, bw: float | None = None, workers: int | None = None) ->
             agg = f"a{p * half + j + 1}"
             g.add_node(agg, kind="switch", tier="agg", pod=p)
             for m in range(half):
-                g.add_edge(agg, f"c{j * half + m + 1}", bw=bw)
+                g.add_edge(agg, f"c{j * half + m + 1}", bw=core_bw)
         for i in range(half):
             edge = f"e{p * half + i + 1}"
             g.add_node(edge, kind="switch", tier="edge", pod=p)

@@ -472,6 +472,11 @@ class EmulatedNetwork:
         from emulation.switch_watch import SwitchWatcher
 
         def exited(name: str, code: int, t: float) -> None:
+            # before `dead` says so: restart_switch waits on it until the ports are down, or a
+            # restart right after a hung switch's fencing (nothing made this event for it
+            # then) raced this thread, which took the new process's ports down after the
+            # restart brought them up (chaos: a job's worker cut off for good)
+            handled = self._handled.setdefault(name, threading.Event())
             hang = self.hung.get(name)
             self.dead[name] = (f"switch {name} stopped answering (no reply to a ping for "
                                f"{(hang['t_detect'] - hang['t_last_answer']) * 1e3:.0f} ms): fenced (killed)"
@@ -481,7 +486,7 @@ class EmulatedNetwork:
             finally:
                 if self.backend == "soft":
                     self._ports(name, up=False)
-                self._handled.setdefault(name, threading.Event()).set()
+                handled.set()
 
         def hung(name: str, last_answer: float, t: float) -> None:
             import os

@@ -27,12 +27,13 @@ server alive; no Thrift library in the prober's loop).
 
 from __future__ import annotations
 
-import select
 import socket
 import struct
 import threading
 import time
 from typing import Callable
+
+from ground.fdwait import readable
 
 HANG_BOUND = 0.5          # seconds without an answer to a ping: hung
 PING_INTERVAL = 0.1       # seconds between an answer and the next ping
@@ -128,20 +129,20 @@ class SwitchProbe:
                 waits += [self._due[n] - now for n in fds.values() if self._sent[n] is None]
             timeout = max(0.0, min(waits, default=self.interval))
             try:
-                readable = select.select(list(fds), [], [], timeout)[0] if fds else []
+                ready = readable(list(fds), timeout) if fds else []
             except (OSError, ValueError):            # a socket closed under us (remove): next turn
-                readable = []
+                ready = []
             if not fds:
                 self._stop.wait(self.interval)
                 continue
             hung = []
             with self._lock:
-                self._read(readable)
+                self._read(ready)
                 now = time.monotonic()
                 late = [n for n, sent in self._sent.items()
                         if sent is not None and now - sent > self.bound and n in self._answered]
                 if late:                             # read what already arrived before judging
-                    self._read(select.select([self._chans[n].sock for n in late], [], [], 0)[0])
+                    self._read(readable([self._chans[n].sock for n in late], 0))
                 for name in late:
                     if name in self._chans and self._sent[name] is not None:
                         hung.append((name, self._seen[name], now))

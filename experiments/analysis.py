@@ -166,3 +166,13 @@ def series_table(rows: list[dict[str, Any]], d: Definition) -> list[tuple[str, d
         for s in d.series:
             out.append((s, combo, select(rows, d, {"series": s, **combo})))
     return out
+
+
+def scale_groups(rows: list[dict], d: Definition) -> dict[str, list]:
+    """A per-scale trend's verdicts by claim (its text before for_each), each in sweep order
+    of d.x: one line of the scale plot and one row of the report's scale table."""
+    groups: dict[str, list] = {}
+    for v in verdicts(rows, d):
+        if d.x in v.claim.num:
+            groups.setdefault(v.claim.base or v.claim.text, []).append(v)
+    return groups

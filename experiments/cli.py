@@ -67,6 +67,20 @@ def _print_bounds(suite, log: TextIO) -> None:
             print(f"  {d.name}: {c.text}: paper {c.paper:.3g}, bound {shown}", file=log)
 
 
+def _emulated(d, p) -> str:
+    """What a planned point runs: its emulated gradient, fastest link rate and wire time
+    (emulation/wire_model.py), so a per-scale plan shows each size's own scale."""
+    from emulation.wire_model import BoundError, wire_seconds
+
+    if p.spec is None or p.program or p.scale is None:
+        return ""
+    try:
+        wire_s = f", wire {wire_seconds(p.spec):.1f} s"
+    except (BoundError, ValueError, KeyError):
+        wire_s = ""
+    return f": {p.spec.elements} x {p.spec.dtype} at {p.scale.link_mbps(d.fastest_link()):.3g} Mb/s{wire_s}"
+
+
 def main(argv: list[str] | None = None, run_fn: RunFn | None = None, log: TextIO = sys.stderr) -> int:
     from ground.interrupts import arm
 
@@ -120,7 +134,7 @@ def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO) -> int:
           file=log, flush=True)
     if args.dry_run:
         for d, p, reps in steps:
-            what = p.error or f"~{estimate_seconds(p, len(reps)):.0f} s"
+            what = p.error or f"~{estimate_seconds(p, len(reps)):.0f} s{_emulated(d, p)}"
             print(f"  {d.name}: {p.label()} x{len(reps)} ({what})", file=log)
         _print_bounds(suite, log)
         return 0

@@ -20,6 +20,9 @@ becomes one validated RunSpec, so nothing restates the emulator's options. Layou
       slow_factor: 0.25          # ... runs at this fraction of `link`
       delay: 1us                 # noted, not emulated (experiments/units.py DELAY_NOTE)
     emulated: {gradient: 512KiB} # what actually runs (the size scale z)
+    # or per scale: each worker count its own size, and its own calibrated rate ceiling
+    # (the smallest calibrated shape with at least that many workers, `agglab calibrate`)
+    # emulated: {gradient: {8: 4MiB, 32: 2MiB, 128: 1MiB}}
     repeats: 2
     run: {topology: single, dtype: int32}        # fixed for every point
     series:                      # one line per entry
@@ -58,7 +61,7 @@ import json
 import operator
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import networkx as nx
 import yaml
@@ -83,7 +86,7 @@ CLAIM_KEYS = ("text", "ratio", "paper", "expect", "tolerance", "for_each", "why"
 # a claim's analytic bound on this network (experiments/bounds.py): wire_time (the ratio of
 # its points' wire times, from their topology, rates and bytes) or pace_model (program: pace)
 BOUND_KINDS = ("wire_time", "pace_model")
-PLOTS = ("time", "speedup", "failures", "shares")
+PLOTS = ("time", "speedup", "failures", "shares", "scale")
 EXPECTS = ("about", "at_least", "at_most")
 DTYPE_BYTES = 4
 
@@ -210,6 +213,7 @@ class Claim:
     tolerance: float
     why: str = ""          # why this network may not reach the paper's figure (shown unless it holds)
     bound: str = ""        # BOUND_KINDS: how this network's own bound is computed ("" = none)
+    base: str = ""         # the text before for_each expansion: claims of one line of a scale plot
 
 
 @dataclass
@@ -230,6 +234,9 @@ class Definition:
     emulated_bytes: int
     source: str
     program: str = "allreduce"
+    # per scale (`emulated.gradient` keyed by workers): each worker count's own emulated
+    # gradient, run at that count's own calibrated ceiling; {} = one size and one ceiling
+    emulated_sizes: dict[int, int] = field(default_factory=dict)
     built: list[Point] = field(default_factory=list)     # the labelled points of the last plan
 
     # -- the points ---------------------------------------------------------------
@@ -244,27 +251,40 @@ class Definition:
                 rates.append(parse_rate(values["bw"]))
         return max(rates)
 
-    def emulated_for(self, ceiling_mbps: float) -> int:
+    def emulated_for(self, ceiling_mbps: float, workers: int | None = None) -> int:
         """The emulated gradient is written for a 5 Mb/s ceiling; under a lower ceiling it
-        shrinks with it (whole blocks of K), so a run keeps about the same wire time."""
+        shrinks with it (whole blocks of K), so a run keeps about the same wire time. Per
+        scale, `workers` picks the size written for that many workers."""
+        written = self.emulated_sizes[workers] if self.emulated_sizes else self.emulated_bytes
         shrink = min(1.0, ceiling_mbps / DEFAULT_CEILING_MBPS)
         per_block = wire.K * DTYPE_BYTES
-        return max(per_block, int(self.emulated_bytes * shrink) // per_block * per_block)
+        return max(per_block, int(written * shrink) // per_block * per_block)
 
-    def scale(self, ceiling_mbps: float, real_bytes: int | None = None) -> Scale:
+    def scale(self, ceiling_mbps: float, real_bytes: int | None = None, workers: int | None = None) -> Scale:
         real = real_bytes if real_bytes is not None else parse_size(self.network["gradient"])
-        return Scale.fit(self.fastest_link(), ceiling_mbps * 1e6, real, self.emulated_for(ceiling_mbps))
+        return Scale.fit(self.fastest_link(), ceiling_mbps * 1e6, real, self.emulated_for(ceiling_mbps, workers))
 
-    def points(self, ceiling_mbps: float, topo_dir: Path) -> list[Point]:
-        scale = None if self.program == "pace" else self.scale(ceiling_mbps)
+    def points(self, ceiling_mbps: float, topo_dir: Path,
+               ceiling_of: Callable[[int], float] | None = None) -> list[Point]:
+        """Every labelled point. Per scale (`emulated_sizes`), each point's scale comes from its
+        own worker count: `ceiling_of(workers)` (default: `ceiling_mbps` for all) and the size
+        written for that count, so 8 workers are not slowed to the rate 128 need."""
+        scale = None if self.program == "pace" or self.emulated_sizes else self.scale(ceiling_mbps)
         out = []
         for combo in self.combos():
             for label, overrides in self.series.items():
                 merged = {**self.run, **combo, **overrides}
                 if self.program == "pace":
                     out.append(self._pace_point(label, combo, merged, ceiling_mbps))
-                else:
-                    out.append(self._point(label, combo, merged, scale, topo_dir))
+                    continue
+                if self.emulated_sizes:
+                    workers = int(merged.get("workers", 4))
+                    if workers not in self.emulated_sizes:
+                        raise ConfigError(self.source, "emulated.gradient", f"has no size for {workers} workers "
+                                          f"(point {label} {combo}); sizes are given for "
+                                          f"{', '.join(map(str, sorted(self.emulated_sizes)))}")
+                    scale = self.scale(ceiling_of(workers) if ceiling_of else ceiling_mbps, workers=workers)
+                out.append(self._point(label, combo, merged, scale, topo_dir))
         self.built = out
         return out
 
@@ -322,7 +342,8 @@ class Definition:
                 text = raw["text"] + ("" if not bound else " (" + ", ".join(f"{k}={v}" for k, v in bound.items()) + ")")
                 out.append((Claim(text, num, den, paper, raw.get("expect", "about"),
                                   float(raw.get("tolerance", 0.2)), " ".join(str(raw.get("why", "")).split()),
-                                  str(raw.get("bound", "pace_model" if self.program == "pace" else "wire_time"))),
+                                  str(raw.get("bound", "pace_model" if self.program == "pace" else "wire_time")),
+                                  raw["text"]),
                             bound))
         return out
 
@@ -333,11 +354,12 @@ def _is_num(v: Any) -> bool:
 
 def _network_for(run: dict, net: dict, link_mbps: float, topo_dir: Path) -> dict:
     """RunSpec fields for the network: `bw` for a generated topology, or a topology file
-    written under topo_dir when links differ (oversubscribed uplinks, slow links)."""
+    written under topo_dir when links differ (oversubscribed uplinks, slow links). On a
+    fat-tree, oversubscription slows the agg-core links (topologies.fat_tree's core_bw)."""
     topo = run.get("topology", "single")
     over = float(net.get("oversubscription") or 1)
     slow = float(net.get("slow_fraction") or 0)
-    if topo not in ("leafspine",) and not slow:
+    if topo not in ("leafspine",) and not slow and (topo != "fattree" or over == 1):
         return {"bw": link_mbps}
     workers = int(run.get("workers", 4))
     if topo == "leafspine":
@@ -346,7 +368,8 @@ def _network_for(run: dict, net: dict, link_mbps: float, topo_dir: Path) -> dict
         g = topologies.leaf_spine(racks, per, spines, host_bw=link_mbps,
                                   uplink_bw=link_mbps * per / (spines * over), workers=workers)
     elif topo == "fattree":
-        g = topologies.fat_tree(run.get("k") or 4, bw=link_mbps, workers=workers)
+        g = topologies.fat_tree(run.get("k") or 4, bw=link_mbps, workers=workers, core_bw=link_mbps / over)
+        topo = f"fattree-k{run.get('k') or 4}"
     else:
         raise ValueError(f"slow links need topology leafspine or fattree, not {topo!r}")
     if slow:
@@ -430,7 +453,9 @@ def parse_definition(raw: Any, source: str = "definition", overrides: dict[str, 
         if "delay" in network:
             parse_time(network["delay"])
         emulated = _mapping(raw["emulated"], "emulated", ("gradient",), source)
-        emulated_bytes = parse_size(emulated.get("gradient", "256KiB"))
+        emulated_sizes = _per_scale(emulated.get("gradient"), program, source)
+        emulated_bytes = (max(emulated_sizes.values()) if emulated_sizes
+                          else parse_size(emulated.get("gradient", "256KiB")))
     except UnitError as exc:
         raise ConfigError(source, "network", str(exc)) from exc
     allowed = RUN_FIELDS + NETWORK_KEYS + (PACE_KEYS if program == "pace" else ())
@@ -478,9 +503,26 @@ def parse_definition(raw: Any, source: str = "definition", overrides: dict[str, 
     d = Definition(name=str(raw["name"]), title=str(raw.get("title", raw["name"])), paper=str(raw.get("paper", "")),
                    claim=str(raw.get("claim", "")).strip(), network=network, repeats=repeats, series=series,
                    sweep=sweep, x=x, plot=plot, claims_raw=claims, notes=str(raw.get("notes", "")).strip(),
-                   run=run, emulated_bytes=emulated_bytes, source=source, program=program)
+                   run=run, emulated_bytes=emulated_bytes, source=source, program=program,
+                   emulated_sizes=emulated_sizes)
     d.claims()                      # evaluates every paper expression once: errors now, not after the runs
     return d
+
+
+def _per_scale(value: Any, program: str, source: str) -> dict[int, int]:
+    """`emulated.gradient` keyed by workers ({8: 4MiB, 128: 1MiB}), parsed; {} for one size."""
+    if not isinstance(value, dict):
+        return {}
+    if program != "allreduce":
+        raise ConfigError(source, "emulated.gradient", "a size per worker count needs program: allreduce")
+    if not value:
+        raise ConfigError(source, "emulated.gradient", "is an empty mapping (give workers: size, e.g. {8: 1MiB})")
+    out = {}
+    for workers, size in value.items():
+        if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+            raise ConfigError(source, f"emulated.gradient.{workers}", "keys must be worker counts (integers >= 1)")
+        out[workers] = parse_size(size)
+    return out
 
 
 def _known(mapping: dict, allowed: tuple[str, ...], prefix: str, source: str) -> None:

@@ -13,8 +13,9 @@ from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter, ScalarFormatter
 
-from experiments.analysis import select
+from experiments.analysis import scale_groups, select
 from experiments.definition import Definition
 from experiments.units import format_rate, parse_rate
 
@@ -111,6 +112,45 @@ def speedup_plot(rows: list[dict], d: Definition, path: Path) -> Path:
     return _save(fig, path)
 
 
+def scale_plot(rows: list[dict], d: Definition, path: Path) -> Path:
+    """Each claim's ratio against d.x (workers), beside this network's bound at each size
+    (dashed) and the paper's figure (dotted): whether the emulator follows its own network's
+    bound as it grows, and how far that network is from the paper's setting."""
+    fig = Figure(figsize=(7.2, 4.4))
+    ax = fig.add_subplot()
+    colours = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown"]
+    flagged = False
+    for i, (text, vs) in enumerate(scale_groups(rows, d).items()):
+        colour = colours[i % len(colours)]
+        xs = [v.claim.num[d.x] for v in vs]
+        ours = [(x, v) for x, v in zip(xs, vs) if v.ours == v.ours]
+        if ours:
+            ax.errorbar([x for x, _ in ours], [v.ours for _, v in ours],
+                        yerr=[[v.ours - v.low for _, v in ours], [v.high - v.ours for _, v in ours]],
+                        marker="o", capsize=3, color=colour, label=f"{text}: ours")
+            bad = [(x, v.ours) for x, v in ours if v.flagged]
+            flagged |= bool(bad)
+            ax.plot([b[0] for b in bad], [b[1] for b in bad], "x", color="red", markersize=10)
+        bound = [(x, v.bound) for x, v in zip(xs, vs) if v.bound == v.bound]
+        if bound:
+            ax.plot([b[0] for b in bound], [b[1] for b in bound], "--", marker="s", markersize=4, color=colour,
+                    label="bound (this network)")
+        ax.plot(xs, [v.claim.paper for v in vs], ":", color=colour, label=f"paper ({vs[0].claim.paper:g})")
+    values = d.sweep[d.x]
+    if all(isinstance(v, (int, float)) and v > 0 for v in values):
+        ax.set_xscale("log", base=2)
+    ax.set_xticks(values, [str(v) for v in values])
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel(d.x)
+    ax.set_ylabel("ratio of allreduce times")
+    ax.set_title(f"{d.title}\nratio vs {d.x}: ours (medians, min–max), this network's bound, the paper's figure",
+                 fontsize=8)
+    _flag_legend(ax, flagged)
+    return _save(fig, path)
+
+
 def _tier_layout(g) -> dict:
     """Switch tiers top-down (spine, aggregation/core, leaf/edge), hosts at the bottom, each
     row in name order; graphs without tiers fall back to a seeded spring layout."""
@@ -195,6 +235,8 @@ def write_plots(rows: list[dict], d: Definition, out_dir: Path) -> list[Path]:
     out = []
     if d.plot == "speedup":
         out.append(speedup_plot(rows, d, out_dir / f"{d.name}-speedup.png"))
+    if d.plot == "scale":
+        out.append(scale_plot(rows, d, out_dir / f"{d.name}-scale.png"))
     out.append(time_plot(rows, d, out_dir / f"{d.name}-time.png"))
     if d.plot == "shares":
         shares = shares_plot(rows, d, out_dir / f"{d.name}-shares.png")

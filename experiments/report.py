@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from experiments.analysis import real_seconds, series_table, verdicts
+from experiments.analysis import real_seconds, scale_groups, series_table, verdicts
 from ground import wire
 from experiments.definition import ring_vs_innet
 from experiments.plots import write_plots
@@ -218,6 +218,8 @@ def _trend_section(outcome: "Outcome", d, plots: list[Path]) -> list[str]:
         lines.append(f"| {v.claim.text} | {_num(v.claim.paper)} | {_bound(v)} | {_range(v)} | "
                      f"{_num(v.ratio, '.2f')} | {v.verdict}{flag}{' (' + _cell(v.missing, 150) + ')' if v.missing else ''} "
                      f"| {v.against_bound} | {_why(v)} |")
+    if d.plot == "scale":
+        lines += [""] + scale_table(outcome.rows, d)
     lines += ["", "Medians in real-network time (min–max); `flagged` = runs flagged CPU-bound.", "",
               "| series | point | time (real) | runs | flagged | failed |", "|---|---|---:|---:|---:|---:|"]
     for series, combo, st in series_table(outcome.rows, d):
@@ -234,6 +236,23 @@ def _trend_section(outcome: "Outcome", d, plots: list[Path]) -> list[str]:
         lines += ["Red crosses in the plots mark medians with CPU-bound (flagged) runs: those times "
                   "measure the emulator, not the network.", ""]
     return lines
+
+
+def scale_table(rows: list[dict], d) -> list[str]:
+    """A per-scale trend's claims as one row each: at every size of d.x, our ratio beside
+    this network's bound, and the paper's figure (the table a reader compares with the
+    paper's figure of ratio against scale)."""
+    groups = scale_groups(rows, d)
+    sizes = d.sweep[d.x]
+    lines = [f"Ratio vs {d.x}: ours / this network's bound at each size (ours: median ratio; – not run).", "",
+             "| claim | paper | " + " | ".join(f"{d.x}={x}: ours / bound" for x in sizes) + " |",
+             "|---|---:|" + "---:|" * len(sizes)]
+    for text, vs in groups.items():
+        at = {v.claim.num[d.x]: v for v in vs}
+        cells = [f"{_num(at[x].ours)} / {_num(at[x].bound)}" + (" (CPU-bound)" if at[x].flagged else "")
+                 if x in at else "–" for x in sizes]
+        lines.append(f"| {text} | {_num(vs[0].claim.paper)} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def _ring_check(outcome: "Outcome") -> list[str]:

@@ -12,7 +12,10 @@ tested anywhere.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -21,6 +24,7 @@ from typing import Any, Callable, Iterator, TextIO
 
 from controller import topologies
 from controller.topology import switches
+from emulation.wire_model import BoundError, wire_seconds
 from emulation.fidelity import DEFAULT_CEILING_MBPS, calibration_path, ceiling_for, load_calibration
 from ground.runspec import RunSpec
 from ground.schemes import IN_NETWORK
@@ -147,6 +151,10 @@ def default_run_fn(out_dir: Path | None = None) -> RunFn:
         return run_spec(spec)             # the RunSpec itself: checked once, in the Session
 
     def run(specs: list) -> Iterator[dict]:
+        with network_turn():
+            yield from run_group_now(specs)
+
+    def run_group_now(specs: list) -> Iterator[dict]:
         if isinstance(specs[0], ProgramRun):
             for job in specs:
                 yield pace(job)
@@ -169,6 +177,26 @@ def default_run_fn(out_dir: Path | None = None) -> RunFn:
     return run
 
 
+@contextlib.contextmanager
+def network_turn() -> Iterator[None]:
+    """With AGGLAB_NET_LOCK=PATH, hold an exclusive flock on PATH for one point's runs (its
+    network's life), as the test suite does per test: a long suite on a shared machine takes
+    turns run by run with other checkouts' tests instead of holding the machine for an hour.
+    Unset: no lock (the network lease, ground/netlease.py, still refuses a second network).
+    With AGGLAB_NET_TURN_HELD=1 the process that started this one holds the turn for it (a
+    test, tests/conftest.py): waiting for it would wait forever."""
+    path = os.environ.get("AGGLAB_NET_LOCK")
+    if not path or os.environ.get("AGGLAB_NET_TURN_HELD") == "1":
+        yield
+        return
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def shareable(p: Point) -> bool:
     return bool(p.spec) and not p.program and p.spec.algorithm in REUSABLE and not p.spec.fail \
         and not p.spec.fail_switch
@@ -180,7 +208,7 @@ def plan(suite: Suite, out_dir: Path) -> list[tuple[Definition, Point, list[int]
     out = []
     for d in suite.definitions:
         seen = set()
-        for p in d.points(trend_ceiling(suite, d), out_dir / "topologies"):
+        for p in d.points(trend_ceiling(suite, d), out_dir / "topologies", lambda w: scale_ceiling(suite, w)):
             if p.key not in seen:
                 seen.add(p.key)
                 out.append((d, p, list(range(d.repeats))))
@@ -201,10 +229,23 @@ def trend_ceiling(suite: Suite, d: Definition) -> float:
     return min(suite.ceiling_mbps, round(found[0] * HEADROOM, 3)) if found else suite.ceiling_mbps
 
 
+def scale_ceiling(suite: Suite, workers: int) -> float:
+    """The rate one scale of a per-scale trend (`emulated.gradient` keyed by workers) runs
+    at: HEADROOM of the smallest calibrated shape with at least `workers` workers, so each
+    scale runs as fast as its own size allows; the suite's ceiling without such a shape or
+    when the suite fixes it."""
+    if suite.ceiling_source.startswith("fixed by"):
+        return suite.ceiling_mbps
+    found = ceiling_for(workers)
+    return round(found[0] * HEADROOM, 4) if found else suite.ceiling_mbps
+
+
 def estimate_seconds(point: Point, runs: int = 1) -> float:
-    """Set-up (grows with the switch count; once per shared network) plus 1.5x the in-network
-    wire time at the slowest link (the hosts' baselines move up to 2(n-1)/n of it). Fitted to
-    the quick suite on a loaded 2-core machine: 15 runs in 38 s."""
+    """Set-up (grows with the switch count; once per shared network) plus 1.5x the point's
+    own wire time (emulation/wire_model.py: its algorithm's bytes on its routes or trees; a
+    sharded PS on one route per destination can take 50x an in-network run), else 1.5x the
+    gradient's frames at the slowest link. The 1.5 and the set-up were fitted to the quick
+    suite on a loaded 2-core machine: 15 runs in 38 s."""
     if point.spec is None:
         return 0.1 * runs
     if point.program:
@@ -215,6 +256,10 @@ def estimate_seconds(point: Point, runs: int = 1) -> float:
         return 5.0
     rates = [e["bw"] for _, _, e in g.edges(data=True) if e.get("bw")] or [50.0]
     wire = point.spec.elements * 4 * 8 * 1.25 / (min(rates) * 1e6)
+    try:
+        wire = wire_seconds(point.spec, g)
+    except (BoundError, ValueError, KeyError):
+        pass
     setups = 1 if shareable(point) else runs
     return setups * (1.0 + 0.4 * len(switches(g))) + runs * (0.5 + 1.5 * wire)
 

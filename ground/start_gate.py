@@ -19,9 +19,10 @@ variable (the lab's own commands, tests, a user's script) pass straight through.
 from __future__ import annotations
 
 import os
-import select
 import time
 from typing import Callable
+
+from ground.fdwait import readable
 
 ENV = "AGGLAB_START_FDS"
 
@@ -45,7 +46,7 @@ class StartGate:
         deadline = time.monotonic() + timeout
         try:
             while self.seen < workers and time.monotonic() < deadline and alive():
-                if select.select([self._ready_r], [], [], 0.05)[0]:
+                if readable([self._ready_r], 0.05):
                     got = os.read(self._ready_r, 4096)
                     if not got:                   # every worker closed its end: none will come
                         break
@@ -80,7 +81,7 @@ def wait_to_start(timeout: float, environ=os.environ) -> float:
     finally:
         _close(ready)
     try:
-        select.select([go], [], [], timeout)      # readable at end of file: the gate opened
+        readable([go], timeout)                   # readable at end of file: the gate opened
     finally:
         _close(go)
     return time.monotonic() - start

@@ -30,14 +30,13 @@ FIN travels as a resend (RETX), which no switch aggregates (atp.p4 never claims 
 from __future__ import annotations
 
 import atexit
-import select
 import socket
 import threading
 import time
 
 import numpy as np
 
-from ground import wire
+from ground import fdwait, wire
 from hosts.diagnostics import AllreduceTimeout
 from hosts.protocol import decode, encode
 from hosts.rto import RtoEstimator, backoff
@@ -148,7 +147,7 @@ class AtpEndpoint:
                 deadline[next_b], tries[next_b], first_sent[next_b] = now + rto.rto, 0, now
                 next_b, sent = next_b + 1, sent + 1
             wait = max(0.0, min(deadline.values()) - now) if deadline else 0.05
-            readable, _, _ = select.select([self.sock], [], [], min(wait, 0.05))
+            readable = fdwait.readable([self.sock], min(wait, 0.05))
             if readable:
                 for payload in self._drain():
                     hdr, vals = decode(payload)
@@ -194,7 +193,7 @@ class AtpEndpoint:
             self._send(FIN_BLOCK, gen, zeros, me, RETX, ps)
             until = time.monotonic() + backoff(rto.rto, tries)
             while (left := until - time.monotonic()) > 0:
-                if not select.select([self.sock], [], [], left)[0]:
+                if not fdwait.readable([self.sock], left):
                     continue
                 for payload in self._drain():
                     hdr, _ = decode(payload)
@@ -225,7 +224,7 @@ class AtpEndpoint:
             finished += self._ps_packet(payload, gen, nb, full, blocks, out, done, answers, stats)
         last_progress = time.monotonic()
         while finished < nb:
-            readable, _, _ = select.select([self.sock], [], [], 0.05)
+            readable = fdwait.readable([self.sock], 0.05)
             if readable:
                 for payload in self._drain():
                     finished += self._ps_packet(payload, gen, nb, full, blocks, out, done, answers, stats)
@@ -299,7 +298,7 @@ class AtpEndpoint:
         workers, quiet_since = full & ~1, time.monotonic()
         while (not self._stop.is_set() and self._fins & workers != workers
                and time.monotonic() - quiet_since < give_up):
-            readable, _, _ = select.select([self.sock], [], [], 0.05)
+            readable = fdwait.readable([self.sock], 0.05)
             if readable:
                 for payload in self._drain():
                     hdr, _ = decode(payload)

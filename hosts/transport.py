@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import errno
+import math
 import os
 import select
 import socket
@@ -24,6 +25,7 @@ from ground import links, mmsg, wire
 
 BUFFER_BYTES = 16 * 1024 * 1024   # the kernel caps this at net.core.{r,w}mem_max
 RECV_BYTES = 4096                 # payloads are wire.PAYLOAD_BYTES; more is foreign
+FD_SETSIZE = 1024                 # select() takes no descriptor at or above this (glibc)
 
 
 @runtime_checkable
@@ -283,8 +285,7 @@ class UdpTransport:
         end = time.monotonic() + timeout
         held = self.held_back()
         while held is not None and held < timeout:
-            # select, not poll: the pacer's waits are shorter than poll's millisecond
-            if select.select((fd,), (), (), held)[0]:
+            if self._readable(fd, held):
                 return self._rx.recv(fd)
             self.flush()
             timeout = end - time.monotonic()
@@ -292,6 +293,16 @@ class UdpTransport:
                 return self._rx.recv(fd)
             held = self.held_back()
         return self._rx.recv(fd) if self._poll.poll(timeout * 1000) else 0
+
+    def _readable(self, fd: int, wait: float) -> bool:
+        """Whether a payload waits, after at most `wait` seconds. select, not poll: the pacer's
+        waits are shorter than poll's millisecond; but select takes no descriptor at or above
+        FD_SETSIZE, and a worker in a large Mininet network starts with that many (a node's
+        shell inherits every descriptor the building process held: Mininet opens it with
+        close_fds=False), so such a socket waits with poll, rounded up to the millisecond."""
+        if fd < FD_SETSIZE:
+            return bool(select.select((fd,), (), (), wait)[0])
+        return bool(self._poll.poll(math.ceil(wait * 1000)))
 
     def _recv_one(self, timeout: float) -> bytes | None:
         """Without recvmmsg: one payload per call, waiting with a socket timeout."""

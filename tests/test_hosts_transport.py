@@ -227,3 +227,30 @@ def test_an_unpaced_transport_holds_nothing_back():
         t.flush()
         assert [svc.recv(64) for _ in range(70)] == [b"%d" % i for i in range(70)]
         t.close()
+
+
+def test_a_socket_above_fd_setsize_still_waits_for_the_pacer():
+    """A worker in a large Mininet network starts with more than 1024 descriptors (a node's
+    shell inherits the builder's): select() refuses such a socket, so the pacer's wait polls."""
+    import os
+    import select
+
+    from hosts.transport import FD_SETSIZE
+
+    port = free_port()
+    filler = []
+    try:
+        while len(filler) < FD_SETSIZE + 8 and (not filler or filler[-1] < FD_SETSIZE):
+            filler.append(os.open(os.devnull, os.O_RDONLY))
+        with UdpTransport("127.0.0.1", SERVICE, port=port) as t:
+            fd = t.sock.fileno()
+            assert fd >= FD_SETSIZE
+            with pytest.raises(ValueError):
+                select.select((fd,), (), (), 0)
+            assert not t._readable(fd, 0.01)
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.sendto(b"x" * 8, ("127.0.0.1", port))
+            assert t._readable(fd, 1.0)
+    finally:
+        for f in filler:
+            os.close(f)

@@ -5,6 +5,7 @@ tests/test_e2e_tenants.py."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -78,3 +79,26 @@ def test_a_dead_switch_reroutes_every_job_on_it_and_a_restart_brings_it_back_for
     assert programmed == [sw]                                 # forwarding once, not once per job
     assert [j.trees().epoch for j in jobs] == [2, 2]
     assert sw in group.live_switches()
+
+
+def test_a_reroute_that_fails_on_a_second_dead_switch_does_not_keep_the_other_job_from_rerouting(two):
+    """A switch both jobs use dies while another switch, on job 0's trees only, is hung (chaos
+    seed 12: a8 stopped, a3 killed): job 0's reroute fails on the hung switch. Job 1 must still
+    be told (it used to be skipped and kept the dead switch on its trees: its workers timed
+    out), and once the hung switch is declared dead job 0 hears of it too (here an edge
+    switch of its own: a clean partition)."""
+    g, clients, jobs, group = two
+    x = group.pick_tree_switch(0)
+    on = [{n for t in j.trees().trees for n in t.parent} for j in jobs]
+    ys = sorted(s for s in on[0] - on[1] - {x} if g.nodes[s]["kind"] == "switch")
+    assert ys, on                                   # spt on k=4: job 0 has edge switches job 1 has not
+    y = ys[0]
+    clients[y].dead = True                          # hung: answers nothing, not yet declared dead
+    clients[x].dead = True
+    with pytest.raises(RuntimeError, match="job 0"):
+        group.switch_changed(x, False, time.monotonic())
+    assert jobs[1].trees().epoch > 0 and x not in {n for t in jobs[1].trees().trees for n in t.parent}
+    group.switch_changed(y, False, time.monotonic())        # the probe fences the hung one
+    status = [json.loads(j.epoch_file.read_text())["status"] for j in jobs]
+    assert status == ["partitioned", "ok"], status
+    assert x not in {n for t in jobs[1].trees().trees for n in t.parent}
