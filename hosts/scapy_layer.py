@@ -21,7 +21,9 @@ class Agg(Packet):
 
     name = "Agg"
     fields_desc = [BitField(name, 0, bits) for name, bits in wire.AGG_FIELDS] + [
-        FieldListField("values", [0] * K, SignedIntField("v", 0), count_from=lambda pkt: K),
+        # max_count: scapy refuses lists longer than conf.max_list_count (100) unless the
+        # field names its own bound, and the wide variant carries 256 lanes
+        FieldListField("values", [0] * K, SignedIntField("v", 0), count_from=lambda pkt: K, max_count=K),
     ]
 
     def mysummary(self) -> str:

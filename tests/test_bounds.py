@@ -2,11 +2,12 @@
 small networks worked by hand.
 
 Every expected value is arithmetic written out in the comments, from the frame sizes of
-the default program variant (K = 64: a 314 B aggregation frame carrying 256 B of values;
-TCP: 1448 B of payload in a 1514 B frame), never a call to the code under test.
-Common to all: 6,400 int32 = 100 K-blocks = 25,600 B per worker, window 4, so a dense
-call sends 100 + 1 (int32: slot 0's lead) = 101 frames = 31,714 B each way on a tree edge;
-a sparse call leads on every slot: its blocks + 4.
+the program variant (K values: a 58 + 4K B aggregation frame, 314 B at K = 64 and 1,082 B at
+K = 256; TCP: 1448 B of payload in a 1514 B frame), never a call to the code under test.
+The comments give the K = 64 figures; the K = 256 ones follow from FRAME and G below.
+Common to all: 100 K-blocks = 6,400 int32 = 25,600 B per worker (102,400 B at K = 256),
+window 4, so a dense call sends 100 + 1 (int32: slot 0's lead) = 101 frames = 31,714 B
+(109,282 B) each way on a tree edge; a sparse call leads on every slot: its blocks + 4.
 """
 
 from __future__ import annotations
@@ -22,12 +23,17 @@ from ground import wire
 from ground.runspec import RunSpec
 from hosts.sparse_workload import nonzero_block_ids
 
-pytestmark = pytest.mark.skipif(wire.K != 64, reason="hand-worked for the 64-value program variant")
-
-ELEMENTS, WINDOW = 6400, 4
-G = 25_600                    # gradient bytes per worker
-DENSE = 101 * 314             # 31,714 B: a dense call's frames each way on a tree edge
+K = wire.K
+ELEMENTS, WINDOW = 100 * K, 4  # 100 K-blocks
+FRAME = 58 + 4 * K            # an aggregation frame: 314 B at K=64, 1,082 B at K=256
+G = 4 * ELEMENTS              # gradient bytes per worker: 25,600 B (102,400 B)
+DENSE = 101 * FRAME           # 31,714 B (109,282 B): a dense call's frames each way on a tree edge
 TCP = 1514 / 1448             # wire bytes per TCP payload byte
+# ring (or PS) bytes on a bottleneck over in-network's, worked out below for each variant:
+# 1.5 G x TCP / DENSE = 40,150.3 / 31,714 = 1.2660 (160,601.1 / 109,282 = 1.4696) and
+# 2 G x TCP / DENSE = 53,535 / 31,714 = 1.6880 (214,132 / 109,282 = 1.9595)
+RING_OVER_INNET = {64: 1.2660, 256: 1.4696}[K]
+TWO_G_OVER_INNET = {64: 1.6880, 256: 1.9595}[K]
 
 
 def spec(**kw) -> RunSpec:
@@ -45,9 +51,9 @@ def test_in_network_and_ring_on_one_switch():
     g = topologies.single_switch(4, bw=10)
     innet = bounds.wire_seconds(spec(workers=4, bw=10), g)
     ring = bounds.wire_seconds(spec(workers=4, bw=10, algorithm="ring"), g)
-    assert innet == pytest.approx(seconds(31_714, 10))              # 0.0254 s
-    assert ring == pytest.approx(seconds(38_400 * TCP, 10))          # 0.0321 s
-    assert ring / innet == pytest.approx(40_150.3 / 31_714, rel=1e-5)   # 1.2660
+    assert innet == pytest.approx(seconds(DENSE, 10))               # 0.0254 s at K=64
+    assert ring == pytest.approx(seconds(1.5 * G * TCP, 10))         # 0.0321 s at K=64
+    assert ring / innet == pytest.approx(RING_OVER_INNET, rel=1e-4)   # 1.2660 at K=64
 
 
 def test_sharded_ps_on_one_switch_moves_what_ring_moves():
@@ -55,7 +61,7 @@ def test_sharded_ps_on_one_switch_moves_what_ring_moves():
     peers: 38,400 B of payload on its link, as ring does."""
     g = topologies.single_switch(4, bw=10)
     ps = bounds.wire_seconds(spec(workers=4, bw=10, algorithm="ps"), g)
-    assert ps == pytest.approx(seconds(38_400 * TCP, 10))
+    assert ps == pytest.approx(seconds(1.5 * G * TCP, 10))
 
 
 def test_in_network_time_does_not_grow_with_workers():
@@ -74,9 +80,9 @@ def test_rat_vs_ps_on_an_oversubscribed_leaf_spine():
     g = topologies.leaf_spine(2, 2, 1, host_bw=100, uplink_bw=50, workers=4)
     ps = bounds.wire_seconds(spec(workers=4, algorithm="ps"), g)
     rat = bounds.wire_seconds(spec(workers=4, tree="rat"), g)
-    assert ps == pytest.approx(seconds(51_200 * TCP, 50))
-    assert rat == pytest.approx(seconds(31_714, 50))
-    assert ps / rat == pytest.approx(1.6880, rel=1e-3)
+    assert ps == pytest.approx(seconds(2 * G * TCP, 50))            # 4 x 2G/4
+    assert rat == pytest.approx(seconds(DENSE, 50))
+    assert ps / rat == pytest.approx(TWO_G_OVER_INNET, rel=1e-3)
 
 
 def test_packing_vs_one_tree_with_a_slow_uplink():
@@ -91,9 +97,9 @@ def test_packing_vs_one_tree_with_a_slow_uplink():
     g.edges["l1", "s1"]["bw"] = 25
     one = bounds.wire_seconds(spec(workers=2, tree="spt"), g)
     packed = bounds.wire_seconds(spec(workers=2, tree="packing"), g)
-    assert one == pytest.approx(seconds(31_714, 25))
+    assert one == pytest.approx(seconds(DENSE, 25))
     # Garg-Koenemann packs to within its epsilon (0.1) of the best rates
-    assert packed == pytest.approx(seconds(31_714, 100), rel=0.1)
+    assert packed == pytest.approx(seconds(DENSE, 100), rel=0.1)
     assert one / packed == pytest.approx(4.0, rel=0.1)
 
 
@@ -108,9 +114,10 @@ def test_ring_vs_rat_with_an_uplink_failing_half_way():
     fail = ["l1-s1@0.5"]
     rat = bounds.wire_seconds(spec(workers=4, tree="rat", fail=fail), g)
     ring = bounds.wire_seconds(spec(workers=4, algorithm="ring", fail=fail), g)
-    assert rat == pytest.approx(0.5 * seconds(31_714, 100) + 0.5 * seconds(31_714, 50))
-    assert ring == pytest.approx(seconds(38_400 * TCP, 50))
-    assert ring / rat == pytest.approx(1.6880, rel=1e-3)
+    assert rat == pytest.approx(0.5 * seconds(DENSE, 100) + 0.5 * seconds(DENSE, 50))
+    assert ring == pytest.approx(seconds(1.5 * G * TCP, 50))
+    # 1.5 G x TCP / (0.75 DENSE): the same 2 G x TCP / DENSE as PS/RAT above
+    assert ring / rat == pytest.approx(TWO_G_OVER_INNET, rel=1e-3)
     assert g.edges["l1", "s1"].get("up", True)         # the caller's graph is left as it was
 
 
@@ -127,7 +134,7 @@ def test_sparse_ceiling_is_one_over_density_plus_the_lead():
     g = topologies.single_switch(2, bw=10)
     dense = bounds.wire_seconds(spec(workers=2), g)
     sparse = bounds.wire_seconds(spec(workers=2, algorithm="omnireduce", density=0.1, pattern="overlap"), g)
-    assert sparse == pytest.approx(seconds(14 * 314, 10))
+    assert sparse == pytest.approx(seconds(14 * FRAME, 10))
     assert dense / sparse == pytest.approx(101 / 14)
 
 
@@ -138,7 +145,7 @@ def test_sparse_random_blocks_come_back_as_their_union():
     union = len(set(nonzero_block_ids(0, ELEMENTS, 0.1)) | set(nonzero_block_ids(1, ELEMENTS, 0.1)))
     assert 10 < union <= 20
     sparse = bounds.wire_seconds(spec(workers=2, algorithm="omnireduce", density=0.1, pattern="random"), g)
-    assert sparse == pytest.approx(seconds((union + 4) * 314, 10))
+    assert sparse == pytest.approx(seconds((union + 4) * FRAME, 10))
 
 
 def test_bml_stages_on_bcube_2_1():
@@ -151,8 +158,8 @@ def test_bml_stages_on_bcube_2_1():
     g = topologies.bcube(2, 1, bw=10, workers=4)
     host = bounds.wire_seconds(spec(workers=4, topology="bcube", tree="bml", bml_variant="host"), g)
     innet = bounds.wire_seconds(spec(workers=4, topology="bcube", tree="bml"), g)
-    assert host == pytest.approx(seconds(19_200 * TCP, 10))
-    assert innet == pytest.approx(seconds(2 * 51 * 314, 10))
+    assert host == pytest.approx(seconds(0.75 * G * TCP, 10))        # 6 pieces of G/8
+    assert innet == pytest.approx(seconds(2 * 51 * FRAME, 10))
 
 
 def test_ps_across_a_fat_tree_follows_the_installed_routes():
@@ -164,7 +171,7 @@ def test_ps_across_a_fat_tree_follows_the_installed_routes():
     g = topologies.fat_tree(4, bw=10, workers=4)
     assert bounds.route(g, "h1", "h5") == ["h1", "e1", "a1", "c1", "a3", "e3", "h5"]
     ps = bounds.wire_seconds(spec(workers=4, topology="fattree", algorithm="ps"), g)
-    assert ps == pytest.approx(seconds(38_400 * TCP, 10))
+    assert ps == pytest.approx(seconds(1.5 * G * TCP, 10))
 
 
 @pytest.mark.parametrize("ours,bound,want", [

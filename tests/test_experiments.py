@@ -223,10 +223,13 @@ def test_report_from_synthetic_runs(tmp_path):
     # the 'big' series times equal the in-network ones: 1x, not 3x -> does not hold, and flagged
     assert "big is 3x slower" in report and "does not hold — 2 CPU-bound run(s) involved" in report
     # why, for a claim that does not hold: its CPU-bound runs and the definition's reason (one line)
-    # 64 KiB = 256 blocks; float32 leads on all 128 slots (the first exponents), int32 on slot 0
-    # only: bound (256 + 128) / (256 + 1) = 1.494, and the measured 1 is 1 - 1/1.494 = 33% below
-    assert "| 1.49 | 1 (1–1) |" in report
-    assert ("| does not hold — 2 CPU-bound run(s) involved | 33% below its bound | 2 of its runs CPU-bound: those "
+    # K=64: 64 KiB = 256 blocks; float32 leads on all 128 slots (the first exponents), int32 on
+    # slot 0 only: bound (256 + 128) / (256 + 1) = 1.494, and the measured 1 is 1 - 1/1.494 = 33% below.
+    # K=256: 64 blocks, so float32 leads on the 64 slots they fill: bound (64 + 64) / (64 + 1) = 1.969,
+    # and 1 is 1 - 1/1.969 = 49% below.
+    bound, below = {64: ("1.49", "33%"), 256: ("1.97", "49%")}[wire.K]
+    assert f"| {bound} | 1 (1–1) |" in report
+    assert (f"| does not hold — 2 CPU-bound run(s) involved | {below} below its bound | 2 of its runs CPU-bound: those "
             "times measure the emulator; float32 costs the same bytes |") in report
     assert "| holds | matches its bound |  |" in report                            # no reason shown for a claim that holds
     assert "real time = emulated time x 0.07629" in report     # (100 MB / 64 KiB) / (100 Gb/s / 5 Mb/s)

@@ -34,7 +34,7 @@ def ok(results):
     return results
 
 
-@pytest.mark.parametrize("n,length", [(1, 5), (2, 1000), (4, 64 * 7 + 5), (8, 3000), (3, K), (2, 0)])
+@pytest.mark.parametrize("n,length", [(1, 5), (2, 1000), (4, K * 7 + 5), (8, 3000), (3, K), (2, 0)])
 def test_int32_exact_wraparound(n, length):
     arrays = ints(n, length, seed=n)
     expected = np.sum(arrays, axis=0, dtype=np.int32)        # numpy wraps like the switch
@@ -90,7 +90,7 @@ def test_mismatched_lengths_raise_on_every_worker():
 
 
 def test_mismatched_dtype_window_and_worker_count():
-    arrays = ints(2, 640)
+    arrays = ints(2, 10 * K)            # 10 blocks: both windows (4 and 8) fit, so they differ
     mixed = [arrays[0], arrays[1].astype(np.float32)]
     res = FakeNet(2).run(mixed, give_up=5)
     assert all(isinstance(r, DtypeMismatchError) for r in res), res
@@ -216,15 +216,18 @@ class _SlowLink:
 
 @pytest.mark.parametrize("told", [False, True])
 def test_timers_start_when_a_packet_leaves_a_slow_link(monkeypatch, told):
-    """At 5 Mb/s a window of 32 frames waits 16 ms in the host's own queue. The first
-    results come back after ~1 ms, and timing the rest from when they were queued fires
-    their timers before they even left: spurious resends, behind the window itself.
+    """On a link that sends a frame every 0.5 ms (5 Mb/s at K=64) a window of 32 frames waits
+    16 ms in the host's own queue. The first results come back after ~1 ms, and timing the
+    rest from when they were queued fires their timers before they even left: spurious
+    resends, behind the window itself.
     Told its link rate, the agent times each packet from when it leaves: no resend."""
     clock = _FakeClock()
     monkeypatch.setattr(slots_module, "time", clock)
+    # a frame of 58 + 4K bytes (314 at K=64, 1,082 at K=256) every 500 us: bits / us = Mb/s
+    mbps = (58 + 4 * K) * 8 / 500
     x = np.arange(200 * K, dtype=np.int32)
-    out, stats = allreduce(x, transport=_SlowLink(clock, mbps=5), rank=0, workers=1, window=32,
-                           return_stats=True, link_mbps=5 if told else None)
+    out, stats = allreduce(x, transport=_SlowLink(clock, mbps=mbps), rank=0, workers=1, window=32,
+                           return_stats=True, link_mbps=mbps if told else None)
     assert np.array_equal(out, x)
     if told:
         assert stats.retransmissions == 0

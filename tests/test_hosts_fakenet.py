@@ -40,7 +40,7 @@ def stats(net):
 
 
 @pytest.mark.parametrize("n", [2, 4, 8])
-@pytest.mark.parametrize("length", [1000, 64 * 7 + 5])
+@pytest.mark.parametrize("length", [1000, K * 7 + 5])
 def test_int32_exact(n, length):
     arrays = ints(n, length, seed=n + length)
     net = FakeNet(n, backend="pipeline")
@@ -58,7 +58,7 @@ def test_int32_exact(n, length):
 @pytest.mark.parametrize("n", [2, 8])
 def test_float32_within_error_bound(n):
     rng = np.random.default_rng(n)
-    length = 64 * 9 + 17
+    length = K * 9 + 17
     scale = 10.0 ** np.repeat(rng.integers(-6, 7, -(-length // K)), K)[:length]
     arrays = [(rng.standard_normal(length) * scale).astype(np.float32) for _ in range(n)]
     exact = np.sum([a.astype(np.float64) for a in arrays], axis=0)
@@ -74,7 +74,7 @@ def test_float32_within_error_bound(n):
 
 
 def test_loss_5_percent_both_directions_exact():
-    arrays = ints(4, 64 * 50 + 3, seed=5)
+    arrays = ints(4, K * 50 + 3, seed=5)
     net = FakeNet(4, backend="pipeline", loss=0.05, seed=2)
     results = ok(net.run(arrays, window=8, timeout=0.005, give_up=20))
     for out, _ in results:
@@ -86,7 +86,7 @@ def test_loss_5_percent_both_directions_exact():
 
 def test_switch_drop_simulator_loss_exact():
     """Loss made by the switch's own drop_sim tables (as experiments configure it)."""
-    n, arrays = 2, ints(2, 64 * 30, seed=9)
+    n, arrays = 2, ints(2, K * 30, seed=9)
     p = Pipeline(seed=4)
     for cmd in star_commands(n):
         p.command(cmd)
@@ -105,7 +105,7 @@ def test_switch_drop_simulator_loss_exact():
 def test_window_smaller_than_job_and_repeated_calls():
     net = FakeNet(3, backend="pipeline")
     for call in range(3):
-        arrays = ints(3, 64 * 11 + 1, seed=call)
+        arrays = ints(3, K * 11 + 1, seed=call)          # 12 blocks, the last of one value
         for out, s in ok(net.run(arrays, window=3, give_up=20)):
             assert s.slots == 3 and s.blocks == 12
             assert np.array_equal(out, np.sum(arrays, axis=0, dtype=np.int32)), f"call {call}"
@@ -113,10 +113,11 @@ def test_window_smaller_than_job_and_repeated_calls():
 
 def test_mismatched_lengths_raise_on_every_worker():
     arrays = ints(4, 1000)
-    arrays[1] = np.concatenate([arrays[1], np.zeros(64, np.int32)])   # 1064: one block more
+    arrays[1] = np.concatenate([arrays[1], np.zeros(K, np.int32)])    # 1000 + K: one block more
     results = FakeNet(4, backend="pipeline").run(arrays, give_up=5)
     assert all(isinstance(r, LengthMismatchError) for r in results), results
-    assert "length 1064" in str(results[1]) and "mean length 1016" in str(results[1])
+    # mean (3 * 1000 + 1000 + K) / 4 = 1000 + K / 4: 1016 at K=64, 1064 at K=256
+    assert f"length {1000 + K}" in str(results[1]) and f"mean length {1000 + K // 4}" in str(results[1])
     assert "length 1000" in str(results[0])
 
 
@@ -127,7 +128,7 @@ def test_worker_whose_switch_never_answers_times_out_naming_slots():
         if not cmd.startswith("table_add agg_reply agg_set_dst 2 "):
             p.command(cmd)
     net = FakeNet(2, backend="pipeline", pipeline=p)
-    results = net.run(ints(2, 64 * 6), window=4, give_up=0.5, join_timeout=60)
+    results = net.run(ints(2, K * 6), window=4, give_up=0.5, join_timeout=60)
     assert all(isinstance(r, AllreduceTimeout) for r in results), results
     deaf = str(results[1])
     assert "slot 0 round 0 (lead" in deaf             # int32: only slot 0 leads,

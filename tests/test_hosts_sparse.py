@@ -89,7 +89,7 @@ def test_blocks_sent_rule_by_hand(nb, nonzero, S, block_size, lookahead, sent):
 @pytest.mark.parametrize("pattern", ["random", "overlap", "disjoint"])
 @pytest.mark.parametrize("density", [1.0, 0.5, 0.1, 0.01, 0.0])
 def test_int32_exact_every_pattern_and_density(pattern, density):
-    n, length, window = 4, 64 * 300 + 17, 16
+    n, length, window = 4, K * 300 + 17, 16
     arrays = [sparse_gradient(r, length, "int32", density, pattern, K, seed=5) for r in range(n)]
     expected = expected_sparse_sum(n, length, "int32", density, pattern, K, seed=5)
     results = ok(sparse_net(n).run(arrays, sparse=True, window=window, give_up=10))
@@ -107,7 +107,7 @@ def test_int32_exact_every_pattern_and_density(pattern, density):
 
 def test_int32_wraparound_and_workers_without_any_non_zero_block():
     """Ranks 1 and 3 have nothing at all; the others full-range values that wrap."""
-    n, length = 5, 64 * 40 + 3
+    n, length = 5, K * 40 + 3
     rng = np.random.default_rng(1)
     arrays = [np.zeros(length, np.int32) for _ in range(n)]
     for r in (0, 2, 4):
@@ -137,7 +137,7 @@ def test_all_zero_for_all_workers_and_odd_shapes(shape):
 @pytest.mark.parametrize("block_size,sent", [(K, [2, 1]), (4 * K, [8, 4])])
 def test_block_size_all_sub_blocks_travel(block_size, sent):
     """One non-zero value in a few 4K-blocks: with block_size 4K all four K-blocks travel."""
-    n, length, window = 2, 64 * 4 * 20, 8                   # 80 K-blocks, 10 per column
+    n, length, window = 2, K * 4 * 20, 8                   # 80 K-blocks, 10 per column
     arrays = [np.zeros(length, np.int32) for _ in range(n)]
     arrays[0][[5, 4 * K * 7 + 3 * K + 1]] = [7, -9]          # K-blocks 0 and 31 (4K-blocks 0, 7)
     arrays[1][4 * K * 12 + K] = 11                           # K-block 49 (4K-block 12)
@@ -154,7 +154,7 @@ def test_block_size_all_sub_blocks_travel(block_size, sent):
 
 @pytest.mark.parametrize("pattern", ["random", "disjoint"])
 def test_float32_within_error_bound(pattern):
-    n, length = 4, 64 * 90 + 9
+    n, length = 4, K * 90 + 9
     arrays = [sparse_gradient(r, length, "float32", 0.2, pattern, K, seed=8) for r in range(n)]
     rng = np.random.default_rng(3)
     scale = np.repeat(10.0 ** rng.integers(-5, 6, -(-length // K)), K)[:length]
@@ -175,7 +175,7 @@ def test_float32_within_error_bound(pattern):
 def test_lookahead_bounds_silence_and_costs_one_block_per_bound():
     """Worker 1 has a single non-zero block at the end of a long column (block 39): with
     lookahead 4 it still sends a zero block every 4 rounds (4, 8, ..., 36, then 39)."""
-    n, length = 2, 64 * 40
+    n, length = 2, K * 40
     arrays = [np.arange(length, dtype=np.int32), np.zeros(length, np.int32)]
     arrays[1][-1] = 5
     for la in (1, 4, 64):
@@ -188,7 +188,7 @@ def test_lookahead_bounds_silence_and_costs_one_block_per_bound():
 
 
 def test_dense_and_sparse_workers_in_one_job_raise():
-    arrays = [np.ones(64 * 8, np.int32)] * 2
+    arrays = [np.ones(K * 8, np.int32)] * 2
     results = sparse_net(2).run(arrays, window=4, give_up=1,
                                          per_rank=[{"sparse": True}, {}])
     assert isinstance(results[0], SparseMismatchError), results
@@ -224,7 +224,7 @@ def _with_next(payload: bytes, nxt: int) -> bytes:
 def test_result_naming_a_later_next_than_announced_is_refused():
     """A switch whose sp_next still holds another run's announcements (a second sparse run
     without reset) can name a next block beyond this worker's own: refusing beats summing."""
-    x = np.zeros(64 * 10, np.int32)
+    x = np.zeros(K * 10, np.int32)
     x[[0, 3 * K]] = 1                                        # sends block 0, announces block 3
     out = allreduce(x, transport=_Scripted(lambda nxt: nxt), rank=0, workers=1, window=1,
                     sparse=True)
@@ -240,7 +240,7 @@ def test_result_naming_a_later_next_than_announced_is_refused():
 
 
 def test_progress_and_trees():
-    n, length = 2, 64 * 50
+    n, length = 2, K * 50
     arrays = [sparse_gradient(r, length, "int32", 0.2, "random", K, seed=2) for r in range(n)]
     from softswitch.pipeline import Pipeline
     from softswitch.star import star_commands

@@ -27,6 +27,8 @@ from softswitch.star import star_commands
 from test_hosts_sparse import expected_blocks_sent
 from test_hosts_transport import SERVICE, free_port
 
+K = wire.K
+
 
 def serve(sock, n, stop):
     """The real software-switch pipeline behind a UDP socket (worker i = port i+1)."""
@@ -48,7 +50,7 @@ def serve(sock, n, stop):
 
 @pytest.mark.parametrize("algorithm", ["omnireduce", "switchml"])
 def test_worker_entry_point_reports_blocks_sent(algorithm, tmp_path, monkeypatch):
-    n, elements, port = 3, 64 * 120 + 9, free_port()
+    n, elements, port = 3, K * 120 + 9, free_port()       # 121 K-blocks, 61 blocks of 2K
     monkeypatch.setattr(hosts.transport, "UdpTransport",      # the communicator's transport
                         functools.partial(hosts.transport.UdpTransport, port=port))
     svc = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -57,7 +59,7 @@ def test_worker_entry_point_reports_blocks_sent(algorithm, tmp_path, monkeypatch
     server = threading.Thread(target=serve, args=(svc, n, stop), daemon=True)
     server.start()
     spec = RunSpec(workers=n, elements=elements, seed=4, window=8, algorithm=algorithm,
-                   **({"density": 0.1, "pattern": "disjoint", "block_size": 128} if algorithm == "omnireduce"
+                   **({"density": 0.1, "pattern": "disjoint", "block_size": 2 * K} if algorithm == "omnireduce"
                       else {})).validate()
     seats = [WorkerSeat(rank=r, local_ip=f"127.0.0.{r + 1}", out=str(tmp_path / f"rank{r}")) for r in range(n)]
     plan = RunPlan(spec, SERVICE, 8, None, seats).write(tmp_path / "run.json")
@@ -75,7 +77,7 @@ def test_worker_entry_point_reports_blocks_sent(algorithm, tmp_path, monkeypatch
         server.join(5)
         svc.close()
     if algorithm == "omnireduce":
-        expected = expected_sparse_sum(n, elements, "int32", 0.1, "disjoint", 128, 4)
+        expected = expected_sparse_sum(n, elements, "int32", 0.1, "disjoint", 2 * K, 4)
     else:
         expected = expected_sum(n, elements, "int32", 4)
     for rank in range(n):
@@ -83,8 +85,8 @@ def test_worker_entry_point_reports_blocks_sent(algorithm, tmp_path, monkeypatch
         assert codes[rank] == 0 and report["ok"], report
         assert np.array_equal(np.load(tmp_path / f"rank{rank}.npy"), expected)
         if algorithm == "omnireduce":
-            data = sparse_gradient(rank, elements, "int32", 0.1, "disjoint", 128, 4)
-            assert report["blocks_sent"] == expected_blocks_sent(data, 8, 128)
+            data = sparse_gradient(rank, elements, "int32", 0.1, "disjoint", 2 * K, 4)
+            assert report["blocks_sent"] == expected_blocks_sent(data, 8, 2 * K)
             assert report["blocks_sent"] <= 8 + 2 * 6          # 6 of 61 blocks of 2 K-blocks
         else:
             assert report["blocks_sent"] == report["blocks"] == 121

@@ -27,7 +27,7 @@ def blocks_of(x, block_size):
 @pytest.mark.parametrize("pattern", PATTERNS)
 @pytest.mark.parametrize("density", [1.0, 0.5, 0.1, 0.01, 0.0])
 def test_density_is_the_fraction_of_non_zero_blocks(dtype, pattern, density):
-    elements, bs = 64 * 1000 + 30, 2 * K
+    elements, bs = K * 1000 + 30, 2 * K
     nblocks = -(-elements // bs)
     for rank in range(3):
         x = sparse_gradient(rank, elements, dtype, density, pattern, bs, seed=4)
@@ -38,7 +38,7 @@ def test_density_is_the_fraction_of_non_zero_blocks(dtype, pattern, density):
 
 
 def test_patterns_across_ranks():
-    elements, d, n = 64 * 2000, 0.1, 8
+    elements, d, n = K * 2000, 0.1, 8
     ids = {p: [set(nonzero_block_ids(r, elements, d, p, K, seed=1)) for r in range(n)] for p in PATTERNS}
     assert all(s == ids["overlap"][0] for s in ids["overlap"])
     assert all(a.isdisjoint(b) for i, a in enumerate(ids["disjoint"]) for b in ids["disjoint"][i + 1:])
@@ -51,7 +51,7 @@ def test_patterns_across_ranks():
 
 def test_disjoint_beyond_one_wraps_and_shares_evenly():
     """density * workers = 0.4 * 4 = 1.6: every block is held by at most ceil(1.6) = 2 ranks."""
-    elements, n = 64 * 100, 4
+    elements, n = K * 100, 4
     owners = np.zeros(100, int)
     for r in range(n):
         owners[nonzero_block_ids(r, elements, 0.4, "disjoint", K, seed=3)] += 1
@@ -60,7 +60,7 @@ def test_disjoint_beyond_one_wraps_and_shares_evenly():
 
 @pytest.mark.parametrize("dtype", ["int32", "float32"])
 def test_expected_sum_and_bad_arguments(dtype):
-    args = (64 * 50 + 1, dtype, 0.3, "random", K, 7)
+    args = (K * 50 + 1, dtype, 0.3, "random", K, 7)
     exp = expected_sparse_sum(3, *args)
     acc = sum(sparse_gradient(r, *args).astype(np.float64 if dtype == "float32" else np.int64)
               for r in range(3))
@@ -77,7 +77,7 @@ def test_expected_sum_and_bad_arguments(dtype):
 
 
 def test_zero_workers_have_nothing_and_change_nobody_else():
-    args = (64 * 40, "int32", 0.25, "disjoint", K, 3)
+    args = (K * 40, "int32", 0.25, "disjoint", K, 3)
     for r in range(4):
         x = sparse_gradient(r, *args, zero_workers=2)
         if r < 2:

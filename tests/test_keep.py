@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 LUA = REPO / "tools" / "wireshark" / "agglab.lua"
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.net_timeout(150)]
 
-WORKERS, ELEMENTS = 2, 64 * 40          # 40 blocks per worker
+WORKERS, ELEMENTS = 2, wire.K * 40      # 40 blocks per worker
 
 
 def _agglab(*argv, root: Path) -> subprocess.CompletedProcess:

@@ -54,7 +54,10 @@ def test_paper_suite_plans_every_trend_at_8_32_and_128_workers_at_each_sizes_own
     # 80% (HEADROOM) of the smallest calibrated shape with at least that many workers:
     # 8 and 32 workers -> the 32-worker shape (0.6 Mb/s), 128 -> the 128-worker one (0.1 Mb/s)
     rat = {p.spec.workers: p for d, p, _ in steps if d.name == "rat_scale" and p.series == "rat"}
-    assert rat[8].spec.elements == rat[32].spec.elements == elements_by_hand(5 * mib, 0.48) == 125824
+    # 5 MiB x 0.48 / 5 = 503,316 B: 1,966 blocks of 256 B (K=64) = 125,824 values, or
+    # 491 blocks of 1,024 B (K=256) = 125,696 values
+    assert rat[8].spec.elements == rat[32].spec.elements == elements_by_hand(5 * mib, 0.48) == {
+        64: 125824, 256: 125696}[wire.K]
     assert rat[128].spec.elements == elements_by_hand(3 * mib, 0.08) == 12544
     assert rat[8].scale.link_mbps(100e9) == pytest.approx(0.48)
     assert rat[128].scale.link_mbps(100e9) == pytest.approx(0.08)

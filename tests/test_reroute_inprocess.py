@@ -18,8 +18,11 @@ from controller.addressing import assign_addresses
 from hosts.sparse_workload import sparse_gradient
 from hosts.workload import make_gradient
 from agglab.testkit.treenet import TreeNet
+from ground import wire
 
-ELEMENTS = 32_768          # 512 K-blocks, 64 columns of 8 blocks
+K = wire.K
+
+ELEMENTS = 512 * K         # 512 K-blocks, 64 columns of 8 blocks
 GIVE_UP = 60.0             # an agent's no-progress limit: only a lost contribution reaches it, not load
 
 
@@ -68,14 +71,14 @@ def core_link(job, i: int) -> tuple[str, str]:
 def test_sparse_allreduce_survives_link_failures(tmp_path, tree, fail_at, loss, workers, density,
                                                  pattern, dtype, zero):
     net = TreeNet(fat_tree(workers), tree, 64, tmp_path / "epoch.json", loss=loss, seed=11)
-    arrays = [sparse_gradient(r, ELEMENTS, dtype, density, pattern, 64, 11, zero) for r in range(workers)]
+    arrays = [sparse_gradient(r, ELEMENTS, dtype, density, pattern, K, 11, zero) for r in range(workers)]
     pick = core_link if len(fail_at) > 1 else None
     results, injected = net.run(arrays, fail_at=fail_at, fail_seed=3, pick=pick, sparse=True, window=64,
                                 give_up=GIVE_UP)
     check(results, arrays, dtype, fail_at, net, injected)
     assert not [e for e in net.job.events.lines() if "sparse_carry_conflict" in e]
     sent = sum(stats.blocks_sent for _out, stats in results)
-    assert sent < workers * ELEMENTS // 64                       # only non-zero blocks travel
+    assert sent < workers * ELEMENTS // K                        # only non-zero blocks travel
     assert all(results[r][1].blocks_sent == 0 for r in range(zero))   # the lead announced nothing
 
 

@@ -20,8 +20,11 @@ from hosts.diagnostics import NetworkPartitionError
 from hosts.sparse_workload import sparse_gradient
 from hosts.workload import make_gradient
 from agglab.testkit.treenet import TreeNet
+from ground import wire
 
-ELEMENTS = 16_384          # 256 K-blocks
+K = wire.K
+
+ELEMENTS = 256 * K         # 256 K-blocks
 GIVE_UP = 60.0
 
 
@@ -57,7 +60,7 @@ def test_allreduce_survives_a_switch_death(tmp_path, pick, at, sparse):
     # then dies is gone once every other subtree reused its version (design.md "Limits")
     net = TreeNet(fat_tree(), "spt", 64, tmp_path / "epoch.json", loss=0.0 if sparse else 0.02, seed=7)
     if sparse:
-        arrays = [sparse_gradient(r, ELEMENTS, "int32", 0.3, "random", 64, 7, 0) for r in range(8)]
+        arrays = [sparse_gradient(r, ELEMENTS, "int32", 0.3, "random", K, 7, 0) for r in range(8)]
     else:
         arrays = [make_gradient(r, ELEMENTS, "int32", 7) for r in range(8)]
     results, injected = net.run(arrays, fail_at=(at,), fail_seed=2, pick=pick, kill=True, sparse=sparse,
@@ -86,7 +89,7 @@ def test_root_death_in_a_tenants_slot_range_spares_the_other_slots(tmp_path, spa
         net.clients[sw].commands([f"register_write agg_values {7 * 32} {v}",
                                   f"register_write agg_count {base - 1} {v}"])
     if sparse:
-        arrays = [sparse_gradient(r, ELEMENTS, "int32", 0.3, "random", 64, 7, 0) for r in range(8)]
+        arrays = [sparse_gradient(r, ELEMENTS, "int32", 0.3, "random", K, 7, 0) for r in range(8)]
     else:
         arrays = [make_gradient(r, ELEMENTS, "int32", 7) for r in range(8)]
     results, injected = net.run(arrays, fail_at=(0.4,), fail_seed=2, pick=root_of_tree, kill=True,

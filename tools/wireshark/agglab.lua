@@ -38,7 +38,7 @@ function agg.dissector(buf, pinfo, tree)
   t:add(f.block, buf(8, 4))
   t:add(f.next_block, buf(12, 4))
   local n = math.floor((buf:len() - 16) / 4)
-  if n > 64 then n = 64 end
+  if n > 256 then n = 256 end
   if n > 0 then
     local v = tree:add(agg, buf(16, n * 4), "values (" .. n .. " x int32)")
     for i = 0, n - 1 do v:add(f.value, buf(16 + i * 4, 4)) end
