@@ -17,6 +17,7 @@ import pytest
 
 from controller.topology import switches
 from emulation.session import Session, run_allreduce
+from ground import wire
 from ground.runspec import RunSpec, only_edge_switches
 from tests.leftovers import assert_clean
 
@@ -51,8 +52,9 @@ def test_ten_switch_kills_at_random_moments_each_exact_or_cleanly_partitioned():
     switch is restarted for the next run. A worker's only edge switch partitions: every
     agent still running must say so; any other switch must leave the allreduce exact."""
     rng = random.Random(1)         # 3 of its 10 picks are a worker's only edge switch
-    # window 16: 12 rounds of 16 blocks, so a kill at up to 80% still has rounds to cut off
-    spec = RunSpec(elements=12_000, window=16, seed=1, give_up=20, **FAT)
+    # window 16: 12 rounds of 16 blocks (of K values, in either variant), so a kill at up to
+    # 80% still has rounds to cut off
+    spec = RunSpec(elements=12 * 16 * wire.K, window=16, seed=1, give_up=20, **FAT)
     outcomes = []
     with Session(spec) as s:
         edge_only = only_edge_switches(s.g)

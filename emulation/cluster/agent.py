@@ -77,9 +77,10 @@ class AgentLink:
         import shlex
         import subprocess
 
+        from emulation.cluster.remote import python_env_words
         from ground.paths import REPO
 
-        cmd = (f"cd {shlex.quote(str(REPO))} && exec env PYTHONPATH={shlex.quote(str(REPO))} "
+        cmd = (f"cd {shlex.quote(str(REPO))} && exec env {python_env_words(REPO)} "
                f"{shlex.quote(sys.executable)} -m emulation.cluster.agent")
         self.proc = self.remote.popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=subprocess.DEVNULL, start_new_session=True)

@@ -19,7 +19,7 @@ import sys
 from mininet.examples.cluster import RemoteMixin
 from mininet.node import Host
 
-from emulation.cluster.remote import Remote
+from emulation.cluster.remote import Remote, python_env_words
 from emulation.switch_nodes import SoftP4Switch
 from ground.paths import REPO
 
@@ -147,7 +147,7 @@ class RemoteSoftSwitch(_OnServer, SoftP4Switch):
         if self.pcap:
             argv += ["--pcap-dir", str(self.run.path / "pcaps")]
         out = self.log_path.with_suffix(".out")
-        command = (f"cd {shlex.quote(str(REPO))} && exec env PYTHONPATH={shlex.quote(str(REPO))} "
+        command = (f"cd {shlex.quote(str(REPO))} && exec env {python_env_words(REPO)} "
                    f"{shlex.quote(sys.executable)} -m softswitch {' '.join(shlex.quote(a) for a in argv)} "
                    f">>{shlex.quote(str(out))} 2>&1 </dev/null")
         self.proc = start_remote(self.remote, command, str(self.run.path / f"{self.name}.pid"),

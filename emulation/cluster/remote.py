@@ -9,6 +9,7 @@ travel as tar streams over it.
 from __future__ import annotations
 
 import io
+import os
 import shlex
 import subprocess
 import tarfile
@@ -17,6 +18,15 @@ from pathlib import Path
 from ground.cluster_file import Cluster, Server
 
 SSH_BASE = ["ssh", "-q", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=15"]
+
+
+def python_env_words(repo: Path | str) -> str:
+    """`env` words for an agglab process started over ssh: PYTHONPATH and this process's
+    AGGLAB_* settings. Why: ssh passes no environment, and a switch on a server must run the
+    same program variant (AGGLAB_K) as the workers on the head's plan, or every frame of the
+    wide variant is refused there for its length."""
+    words = {"PYTHONPATH": str(repo), **{k: v for k, v in os.environ.items() if k.startswith("AGGLAB_")}}
+    return " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(words.items()))
 
 
 class Remote:
