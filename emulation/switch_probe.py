@@ -101,6 +101,11 @@ class SwitchProbe:
             self._drop(name)
             self._chans[name], self._sent[name], self._due[name], self._seen[name] = channel, None, now, now
 
+    def has_answered(self, name: str) -> bool:
+        """Whether `name` answered a ping on this channel: before that it is never judged hung."""
+        with self._lock:
+            return name in self._answered
+
     def remove(self, name: str) -> None:
         with self._lock:
             self._drop(name)

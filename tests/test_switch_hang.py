@@ -233,7 +233,7 @@ def test_a_hung_switch_restarted_the_moment_it_is_fenced_comes_back_with_its_por
 
         assert session.allreduce()["exact"]
         deadline = time.monotonic() + 30                 # the probe judges a switch once it answered
-        while sw not in session.net.probe._answered:
+        while not session.net.probe.has_answered(sw):
             assert time.monotonic() < deadline, "the probe never heard from the switch"
             time.sleep(0.01)
         session.group.switch_changed = slowly
