@@ -37,6 +37,7 @@ import time
 import numpy as np
 
 from ground import fdwait, wire
+from hosts.atp_window import DelayWindow
 from hosts.diagnostics import AllreduceTimeout
 from hosts.protocol import decode, encode
 from hosts.rto import RtoEstimator, backoff
@@ -137,12 +138,13 @@ class AtpEndpoint:
         tries: dict[int, int] = {}
         first_sent: dict[int, float] = {}
         rto = RtoEstimator(RTO)
+        cw = DelayWindow(window)                           # `window` is its maximum (hosts/atp_window.py)
         sent = resent = dups = 0
         next_b, finished, last_progress = 0, 0, time.monotonic()
         me = 1 << self.rank
         while finished < nb:
             now = time.monotonic()
-            while len(deadline) < window and next_b < nb:
+            while len(deadline) < cw.size and next_b < nb:
                 self._send(next_b, gen, rows[next_b], me, 0, ps)
                 deadline[next_b], tries[next_b], first_sent[next_b] = now + rto.rto, 0, now
                 next_b, sent = next_b + 1, sent + 1
@@ -160,9 +162,11 @@ class AtpEndpoint:
                         continue
                     out[b], done[b] = vals, True
                     deadline.pop(b, None)
+                    cw.on_result()
                     if tries[b] == 0:                      # Karn: only blocks sent once time the path
                         t = time.monotonic()
                         rto.sample(t - first_sent[b], t)
+                        cw.on_sample(first_sent[b], t)
                     finished += 1
                     last_progress = time.monotonic()
                 if on_progress is not None:
@@ -170,6 +174,7 @@ class AtpEndpoint:
             now = time.monotonic()
             for b, t in list(deadline.items()):
                 if t <= now:
+                    cw.on_timeout()
                     tries[b] += 1
                     self._send(b, gen, rows[b], me, RETX, ps)
                     deadline[b] = now + backoff(rto.rto, tries[b])
@@ -182,7 +187,7 @@ class AtpEndpoint:
         self._finish(gen, me, ps, rto)
         self.calls += 1
         return out, {"packets_sent": sent + resent, "retransmissions": resent, "duplicates_ignored": dups,
-                     "blocks": nb}
+                     "blocks": nb, "window_cuts": cw.cuts, "window_last": cw.size}
 
     def _finish(self, gen: int, me: int, ps, rto: RtoEstimator) -> bool:
         """FIN until the PS acknowledges it, at most FIN_TRIES sends: True when it did. The
