@@ -74,12 +74,15 @@ def _blocks(array: np.ndarray) -> np.ndarray:
 
 
 class Pieces:
-    """One block at the PS: disjoint (set, sum) pieces; `add` returns True once they cover `full`."""
+    """One block at the PS: disjoint (set, sum) pieces; `add` returns True once they cover `full`.
+    `resent`: some worker resent it (its result then says so, RETX: the time to it includes
+    loss recovery, which the workers' window must not read as queueing)."""
 
-    __slots__ = ("have", "pieces", "waiting")
+    __slots__ = ("have", "pieces", "waiting", "resent")
 
     def __init__(self):
         self.have = 0
+        self.resent = False
         self.pieces: list[tuple[int, np.ndarray]] = []
         self.waiting: list[tuple[int, np.ndarray]] = []
 
@@ -140,14 +143,15 @@ class AtpEndpoint:
         rto = RtoEstimator(RTO)
         cw = DelayWindow(window)                           # `window` is its maximum (hosts/atp_window.py)
         sent = resent = dups = 0
+        fresh = 0                                          # outstanding blocks never resent: what cw limits
         next_b, finished, last_progress = 0, 0, time.monotonic()
         me = 1 << self.rank
         while finished < nb:
             now = time.monotonic()
-            while len(deadline) < cw.size and next_b < nb:
+            while fresh < cw.size and len(deadline) < window and next_b < nb:
                 self._send(next_b, gen, rows[next_b], me, 0, ps)
                 deadline[next_b], tries[next_b], first_sent[next_b] = now + rto.rto, 0, now
-                next_b, sent = next_b + 1, sent + 1
+                next_b, sent, fresh = next_b + 1, sent + 1, fresh + 1
             wait = max(0.0, min(deadline.values()) - now) if deadline else 0.05
             readable = fdwait.readable([self.sock], min(wait, 0.05))
             if readable:
@@ -164,9 +168,11 @@ class AtpEndpoint:
                     deadline.pop(b, None)
                     cw.on_result()
                     if tries[b] == 0:                      # Karn: only blocks sent once time the path
+                        fresh -= 1
                         t = time.monotonic()
                         rto.sample(t - first_sent[b], t)
-                        cw.on_sample(first_sent[b], t)
+                        if not hdr["flags"] & RETX:        # no one's resend completed it: the path's delay
+                            cw.on_sample(first_sent[b], t)
                     finished += 1
                     last_progress = time.monotonic()
                 if on_progress is not None:
@@ -175,6 +181,7 @@ class AtpEndpoint:
             for b, t in list(deadline.items()):
                 if t <= now:
                     cw.on_timeout()
+                    fresh -= tries[b] == 0
                     tries[b] += 1
                     self._send(b, gen, rows[b], me, RETX, ps)
                     deadline[b] = now + backoff(rto.rto, tries[b])
@@ -269,14 +276,16 @@ class AtpEndpoint:
             stats["ps_results_resent"] += 1
             self._answer(answers[seq], senders)               # its result was lost: again
             return 0
+        if hdr["flags"] & RETX:
+            blocks[b].resent = True
         if not blocks[b].add(senders, vals):
             stats["duplicates_ignored"] += 1
             return 0
         if blocks[b].have & full != full:
             return 0
         out[b], done[b] = blocks[b].total(), True
-        answers[seq] = encode({"job": self.job, "flags": FLAG_ATP | RESULT, "block": seq, "next_block": full},
-                              out[b])
+        flags = FLAG_ATP | RESULT | (RETX if blocks[b].resent else 0)
+        answers[seq] = encode({"job": self.job, "flags": flags, "block": seq, "next_block": full}, out[b])
         self._answer(answers[seq], full)
         stats["packets_sent"] += bin(full).count("1") - 1
         blocks[b] = None
