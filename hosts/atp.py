@@ -143,15 +143,14 @@ class AtpEndpoint:
         rto = RtoEstimator(RTO)
         cw = DelayWindow(window)                           # `window` is its maximum (hosts/atp_window.py)
         sent = resent = dups = 0
-        fresh = 0                                          # outstanding blocks never resent: what cw limits
         next_b, finished, last_progress = 0, 0, time.monotonic()
         me = 1 << self.rank
         while finished < nb:
             now = time.monotonic()
-            while fresh < cw.size and len(deadline) < window and next_b < nb:
+            while len(deadline) < cw.size and next_b < nb:
                 self._send(next_b, gen, rows[next_b], me, 0, ps)
                 deadline[next_b], tries[next_b], first_sent[next_b] = now + rto.rto, 0, now
-                next_b, sent, fresh = next_b + 1, sent + 1, fresh + 1
+                next_b, sent = next_b + 1, sent + 1
             wait = max(0.0, min(deadline.values()) - now) if deadline else 0.05
             readable = fdwait.readable([self.sock], min(wait, 0.05))
             if readable:
@@ -166,13 +165,11 @@ class AtpEndpoint:
                         continue
                     out[b], done[b] = vals, True
                     deadline.pop(b, None)
-                    cw.on_result()
+                    t = time.monotonic()
                     if tries[b] == 0:                      # Karn: only blocks sent once time the path
-                        fresh -= 1
-                        t = time.monotonic()
                         rto.sample(t - first_sent[b], t)
-                        if not hdr["flags"] & RETX:        # no one's resend completed it: the path's delay
-                            cw.on_sample(first_sent[b], t)
+                    if not hdr["flags"] & RETX:            # no one's resend in it: queueing, not loss
+                        cw.on_sample(first_sent[b], t)
                     finished += 1
                     last_progress = time.monotonic()
                 if on_progress is not None:
@@ -181,7 +178,6 @@ class AtpEndpoint:
             for b, t in list(deadline.items()):
                 if t <= now:
                     cw.on_timeout()
-                    fresh -= tries[b] == 0
                     tries[b] += 1
                     self._send(b, gen, rows[b], me, RETX, ps)
                     deadline[b] = now + backoff(rto.rto, tries[b])

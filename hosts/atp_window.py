@@ -13,13 +13,17 @@ congestion. A loss-based AIMD read every random loss as congestion and held the 
 its floor (a 2-job 200,000-element run at 5% loss became far too slow). A standing queue
 shows as round trips above the path's minimum, whatever the loss.
 
-The signal: `base` is the smallest round trip seen (a block's first send to its result,
-blocks never resent only, as Karn). A round lasts one round trip: it ends at the first
+The signal: `base` is the smallest round trip seen: a block's first send to its result,
+when no one's resend went into that result (the PS marks those RETX). Not Karn's rule (a
+block never resent): when the queue outgrows the timers every block is resent, and only
+these results still show the queue; a result with loss recovery in it would read random
+loss as delay. A round lasts one round trip: it ends at the first
 sample of a block sent after it began, which is the next round's first. If even the round's smallest sample exceeds
 `base + target`, with target = max(MIN_TARGET, base), a queue stood the whole round:
 the window is cut, once per round, in proportion to the excess (Swift's rule, at most
-halved). Otherwise it grows: +1 per result until the first cut (slow start from
-INITIAL), then +1 per window of results. The smallest sample rather than each sample
+halved). Otherwise it grows, per such result: +1 until the first cut (slow start from INITIAL),
+then +1 per window of them; results with loss recovery in them do not grow it, so a
+worker whose every block is resent does not grow its window blind. The smallest sample rather than each sample
 because a block's result waits for the slowest worker, so single samples are bimodal.
 A timeout cuts only when this round's samples so far are above the limit too. The window
 stays within [FLOOR, maximum]; the maximum is the configured `--window` (the paper's).
@@ -37,7 +41,7 @@ MAX_CUT = 0.5         # at most halved per round
 
 
 class DelayWindow:
-    """Feed it what the worker sees (`on_result`, `on_sample`, `on_timeout`); read `size`."""
+    """Feed it what the worker sees (`on_sample`, `on_timeout`); read `size`."""
 
     def __init__(self, maximum: int, initial: int = INITIAL, floor: int = FLOOR,
                  min_target: float = MIN_TARGET):
@@ -63,15 +67,9 @@ class DelayWindow:
         """The round trip above which a queue is standing: base + max(MIN_TARGET, base)."""
         return self.base + max(self.min_target, self.base)
 
-    def on_result(self) -> None:
-        """A block's result arrived (resent or not): grow unless the last round was congested."""
-        if self._congested:
-            return
-        step = 1.0 if self.slow_start else 1.0 / self.cwnd
-        self.cwnd = min(float(self.maximum), self.cwnd + step)
-
     def on_sample(self, sent_at: float, now: float) -> None:
-        """The round trip of a block sent once (`sent_at` its send, `now` its result)."""
+        """A block's result at `now`, `sent_at` its first send, no loss recovery in it: one
+        round trip. Grows the window unless the last round was congested; ends rounds."""
         rtt = now - sent_at
         self.base = min(self.base, rtt)
         if sent_at >= self._round_start:          # sent after the round began: a round trip passed
@@ -83,6 +81,9 @@ class DelayWindow:
             self._round_start, self._round_min, self._cut_this_round = now, rtt, False
         else:
             self._round_min = min(self._round_min, rtt)
+        if not self._congested:
+            step = 1.0 if self.slow_start else 1.0 / self.cwnd
+            self.cwnd = min(float(self.maximum), self.cwnd + step)
 
     def on_timeout(self) -> None:
         """A block's timer fired. Random loss is not congestion: cut only if this round's

@@ -15,7 +15,6 @@ def round_trip(w: DelayWindow, t: float, rtt: float, results: int | None = None)
     """`results` blocks (default: the current window) sent at t, answered at t + rtt, once each."""
     n = w.size if results is None else results
     for _ in range(n):
-        w.on_result()
         w.on_sample(t, t + rtt)
     return t + rtt
 
@@ -87,7 +86,6 @@ def test_one_late_sample_in_a_round_does_not_cut():
     w = DelayWindow(384, initial=20)
     t = round_trip(w, 0.0, 0.010)
     for _ in range(4):
-        w.on_result()
         w.on_sample(t, t + 0.500)                        # waited for a straggling worker
         t = round_trip(w, t, 0.010)
     assert w.cuts == 0
