@@ -51,6 +51,7 @@ RTO = 0.05                        # first retransmission timeout (s); then the a
 FIN_BLOCK = (1 << SEQ_BITS) - 1   # block index of a worker's FIN: "I have every result of this call"
 FIN_TRIES = 6                     # FIN sends without acknowledgement before a worker returns anyway
 BUFFER = 4 << 20
+FLAGS_BYTE = 3                    # agg_h: job, tree, epoch, flags (docs/design.md, "Wire format")
 
 
 def _socket(ip: str) -> socket.socket:
@@ -71,6 +72,16 @@ def _blocks(array: np.ndarray) -> np.ndarray:
     rows = np.zeros(n * K, dtype=np.int32)
     rows[:array.size] = array.ravel()
     return rows.reshape(n, K)
+
+
+def _again(answer: bytes | None) -> bytes | None:
+    """A result sent again for a resend (the first was lost) says so (RETX): the worker's
+    time to it includes loss recovery, not queueing (hosts/atp_window.py)."""
+    if answer is None:
+        return None
+    again = bytearray(answer)
+    again[FLAGS_BYTE] |= RETX
+    return bytes(again)
 
 
 class Pieces:
@@ -166,6 +177,7 @@ class AtpEndpoint:
                     out[b], done[b] = vals, True
                     deadline.pop(b, None)
                     t = time.monotonic()
+                    cw.on_result()
                     if tries[b] == 0:                      # Karn: only blocks sent once time the path
                         rto.sample(t - first_sent[b], t)
                     if not hdr["flags"] & RETX:            # no one's resend in it: queueing, not loss
@@ -190,7 +202,8 @@ class AtpEndpoint:
         self._finish(gen, me, ps, rto)
         self.calls += 1
         return out, {"packets_sent": sent + resent, "retransmissions": resent, "duplicates_ignored": dups,
-                     "blocks": nb, "window_cuts": cw.cuts, "window_last": cw.size}
+                     "blocks": nb, "window_cuts": cw.cuts, "window_last": cw.size,
+                     "window_base_ms": None if cw.base == float("inf") else round(cw.base * 1e3, 3)}
 
     def _finish(self, gen: int, me: int, ps, rto: RtoEstimator) -> bool:
         """FIN until the PS acknowledges it, at most FIN_TRIES sends: True when it did. The
@@ -270,7 +283,7 @@ class AtpEndpoint:
             stats["ps_fallback_packets"] += 1                 # one worker's own values: not aggregated
         if done[b]:
             stats["ps_results_resent"] += 1
-            self._answer(answers[seq], senders)               # its result was lost: again
+            self._answer(_again(answers[seq]), senders)       # its result was lost: again
             return 0
         if hdr["flags"] & RETX:
             blocks[b].resent = True
@@ -320,7 +333,7 @@ class AtpEndpoint:
                         self._fins |= hdr["next_block"]
                         self._early.append(payload)
                     else:
-                        self._answer(self._answers.get(hdr["block"]), hdr["next_block"])
+                        self._answer(_again(self._answers.get(hdr["block"])), hdr["next_block"])
                 quiet_since = time.monotonic()
 
     def _stop_linger(self) -> None:

@@ -17,13 +17,15 @@ The signal: `base` is the smallest round trip seen: a block's first send to its 
 when no one's resend went into that result (the PS marks those RETX). Not Karn's rule (a
 block never resent): when the queue outgrows the timers every block is resent, and only
 these results still show the queue; a result with loss recovery in it would read random
-loss as delay. A round lasts one round trip: it ends at the first
-sample of a block sent after it began, which is the next round's first. If even the round's smallest sample exceeds
+loss as delay. A round lasts one round trip and at least MIN_SAMPLES samples: it ends at
+the first sample of a block sent after it began, which is the next round's first. If even the round's smallest sample exceeds
 `base + target`, with target = max(MIN_TARGET, base), a queue stood the whole round:
 the window is cut, once per round, in proportion to the excess (Swift's rule, at most
-halved). Otherwise it grows, per such result: +1 until the first cut (slow start from INITIAL),
-then +1 per window of them; results with loss recovery in them do not grow it, so a
-worker whose every block is resent does not grow its window blind. The smallest sample rather than each sample
+halved). Otherwise it grows, per result: +1 until the first cut (slow start from INITIAL), then +1
+per window of results, and after HAI_ROUNDS rounds in a row below the limit +1 per result
+again until the next cut (as TIMELY's hyperactive increase: under random loss a block
+takes timeouts to finish, so +1 per window would take minutes to regain a window a
+transient cut took). The smallest sample rather than each sample
 because a block's result waits for the slowest worker, so single samples are bimodal.
 A timeout cuts only when this round's samples so far are above the limit too. The window
 stays within [FLOOR, maximum]; the maximum is the configured `--window` (the paper's).
@@ -35,13 +37,15 @@ import math
 
 INITIAL = 16          # blocks out before the first round trip is known
 FLOOR = 4             # the window never shrinks below this many blocks
-MIN_TARGET = 0.005    # s of queueing tolerated above the base round trip, at least (timer noise)
+MIN_TARGET = 0.050    # s of queueing tolerated above the base round trip, at least (scheduling noise)
+MIN_SAMPLES = 4       # a round is judged on at least this many samples (one is noise)
 BETA = 0.8            # Swift's cut: cwnd *= 1 - BETA * (rtt - limit) / rtt
 MAX_CUT = 0.5         # at most halved per round
+HAI_ROUNDS = 5        # this many rounds in a row below the limit: slow start again (TIMELY's hyperactive increase)
 
 
 class DelayWindow:
-    """Feed it what the worker sees (`on_sample`, `on_timeout`); read `size`."""
+    """Feed it what the worker sees (`on_result`, `on_sample`, `on_timeout`); read `size`."""
 
     def __init__(self, maximum: int, initial: int = INITIAL, floor: int = FLOOR,
                  min_target: float = MIN_TARGET):
@@ -54,8 +58,10 @@ class DelayWindow:
         self.cuts = 0
         self._round_start = -math.inf
         self._round_min = math.inf
+        self._round_n = 0
         self._cut_this_round = False
         self._congested = False
+        self._low_rounds = 0
 
     @property
     def size(self) -> int:
@@ -67,30 +73,37 @@ class DelayWindow:
         """The round trip above which a queue is standing: base + max(MIN_TARGET, base)."""
         return self.base + max(self.min_target, self.base)
 
-    def on_sample(self, sent_at: float, now: float) -> None:
-        """A block's result at `now`, `sent_at` its first send, no loss recovery in it: one
-        round trip. Grows the window unless the last round was congested; ends rounds."""
-        rtt = now - sent_at
-        self.base = min(self.base, rtt)
-        if sent_at >= self._round_start:          # sent after the round began: a round trip passed
-            if self._round_min < math.inf:        # judge the round's samples (this one is the next's)
-                high = self._round_min > self.limit
-                if high and not self._cut_this_round:
-                    self._cut(self._round_min)
-                self._congested = high
-            self._round_start, self._round_min, self._cut_this_round = now, rtt, False
-        else:
-            self._round_min = min(self._round_min, rtt)
+    def on_result(self) -> None:
+        """Any block's result: the window grows unless the last round judged was congested."""
         if not self._congested:
             step = 1.0 if self.slow_start else 1.0 / self.cwnd
             self.cwnd = min(float(self.maximum), self.cwnd + step)
 
+    def on_sample(self, sent_at: float, now: float) -> None:
+        """A block's result at `now`, `sent_at` its first send, no loss recovery in it: one
+        round trip. Ends and judges rounds."""
+        rtt = now - sent_at
+        self.base = min(self.base, rtt)
+        if sent_at >= self._round_start and self._round_n >= MIN_SAMPLES:   # a round trip passed
+            high = self._round_min > self.limit   # judge the round's samples (this one is the next's)
+            if high and not self._cut_this_round:
+                self._cut(self._round_min)
+            self._congested = high
+            self._low_rounds = 0 if high else self._low_rounds + 1
+            if self._low_rounds >= HAI_ROUNDS:
+                self.slow_start = True
+            self._round_start, self._round_min, self._round_n, self._cut_this_round = now, rtt, 1, False
+        else:
+            self._round_min = min(self._round_min, rtt)
+            self._round_n += 1
+
     def on_timeout(self) -> None:
         """A block's timer fired. Random loss is not congestion: cut only if this round's
         samples so far all stood above the limit (and not already this round)."""
-        if self._round_min > self.limit and self._round_min < math.inf and not self._cut_this_round:
+        if self._round_n >= MIN_SAMPLES and self._round_min > self.limit and not self._cut_this_round:
             self._cut(self._round_min)
             self._congested = True
+            self._low_rounds = 0
 
     def _cut(self, rtt: float) -> None:
         factor = max(MAX_CUT, 1.0 - BETA * (rtt - self.limit) / rtt)

@@ -8,13 +8,19 @@ from __future__ import annotations
 
 import pytest
 
-from hosts.atp_window import FLOOR, INITIAL, DelayWindow
+from hosts import atp_window
+from hosts.atp_window import FLOOR, INITIAL, MIN_SAMPLES
+
+
+def DelayWindow(maximum, **kw):  # noqa: N802 - the class, with a 5 ms target the numbers below assume
+    return atp_window.DelayWindow(maximum, min_target=0.005, **kw)
 
 
 def round_trip(w: DelayWindow, t: float, rtt: float, results: int | None = None) -> float:
     """`results` blocks (default: the current window) sent at t, answered at t + rtt, once each."""
     n = w.size if results is None else results
     for _ in range(n):
+        w.on_result()
         w.on_sample(t, t + rtt)
     return t + rtt
 
@@ -32,7 +38,7 @@ def test_flat_delay_grows_to_the_maximum_and_no_further():
     assert w.cuts == 0
 
 
-def test_after_a_cut_flat_delay_grows_by_about_one_per_round():
+def test_after_a_cut_flat_delay_grows_by_about_one_per_round_then_doubles():
     w = DelayWindow(384)
     t = round_trip(w, 0.0, 0.010)
     t = round_trip(w, t, 0.100)                         # a standing queue ...
@@ -42,10 +48,13 @@ def test_after_a_cut_flat_delay_grows_by_about_one_per_round():
     assert w.cuts == 1 and not w.slow_start
     assert w.size == high // 2                          # 100 ms against a 20 ms limit: halved
     before = w.size
-    for _ in range(5):
+    for _ in range(atp_window.HAI_ROUNDS - 1):
         t = round_trip(w, t, 0.010)
-    assert before + 4 <= w.size <= before + 6
-    assert w.cuts == 1
+    assert before + atp_window.HAI_ROUNDS - 2 <= w.size <= before + atp_window.HAI_ROUNDS
+    assert w.cuts == 1 and not w.slow_start
+    before = w.size
+    t = round_trip(w, t, 0.010)                         # HAI_ROUNDS low rounds in a row: slow start again
+    assert w.slow_start and w.size >= 2 * before - 1
 
 
 def test_rising_delay_cuts_once_per_round_down_to_the_floor():
@@ -86,6 +95,7 @@ def test_one_late_sample_in_a_round_does_not_cut():
     w = DelayWindow(384, initial=20)
     t = round_trip(w, 0.0, 0.010)
     for _ in range(4):
+        w.on_result()
         w.on_sample(t, t + 0.500)                        # waited for a straggling worker
         t = round_trip(w, t, 0.010)
     assert w.cuts == 0
@@ -106,8 +116,12 @@ def test_a_timeout_cuts_when_this_rounds_delay_is_high_too():
     w = DelayWindow(384, initial=64)
     t = round_trip(w, 0.0, 0.010)
     w.on_sample(t, t + 0.2)                              # ends the flat round, begins one at t + 0.2
-    w.on_sample(t, t + 0.2)                              # sent before it began: this round's so far
+    for _ in range(MIN_SAMPLES - 2):
+        w.on_sample(t, t + 0.2)                              # sent before it began: this round's so far
     size = w.size
+    w.on_timeout()
+    assert w.cuts == 0                                   # too few samples to judge on
+    w.on_sample(t, t + 0.2)
     w.on_timeout()
     assert w.cuts == 1 and w.size < size
     w.on_timeout()
@@ -131,3 +145,23 @@ def test_the_window_stays_within_the_configured_maximum(maximum):
     for rtt in (1.0, 2.0, 4.0):
         t = round_trip(w, t, rtt)
     assert 1 <= w.size <= maximum
+
+
+def test_the_limit_is_the_base_plus_the_larger_of_the_target_and_the_base():
+    w = atp_window.DelayWindow(64)
+    w.on_sample(0.0, 0.002)
+    assert w.limit == pytest.approx(0.002 + atp_window.MIN_TARGET)
+    w = atp_window.DelayWindow(64)
+    w.on_sample(0.0, 0.5)
+    assert w.limit == pytest.approx(1.0)
+
+
+def test_a_round_lasts_until_it_has_enough_samples():
+    w = DelayWindow(384, initial=64)
+    t = round_trip(w, 0.0, 0.010)
+    for _ in range(MIN_SAMPLES):                         # one block a round trip, each one late
+        w.on_sample(t, t + 0.2)
+        t += 0.2
+    assert w.cuts == 0                                   # the first closed the flat round; 3 are too few
+    w.on_sample(t, t + 0.2)
+    assert w.cuts == 1
