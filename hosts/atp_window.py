@@ -22,8 +22,8 @@ the first sample of a block sent after it began, which is the next round's first
 `base + target`, with target = max(MIN_TARGET, base), a queue stood the whole round:
 the window is cut, once per round, in proportion to the excess (Swift's rule, at most
 halved). Otherwise it grows, per result: +1 until the first cut (slow start from INITIAL), then +1
-per window of results, and after HAI_ROUNDS rounds in a row below the limit +1 per result
-again until the next cut (as TIMELY's hyperactive increase: under random loss a block
+per window of results, and after HAI_ROUNDS rounds in a row below the limit +HAI_ROUNDS
+per window until the next high round (TIMELY's hyperactive increase: under random loss a block
 takes timeouts to finish, so +1 per window would take minutes to regain a window a
 transient cut took). The smallest sample rather than each sample
 because a block's result waits for the slowest worker, so single samples are bimodal.
@@ -37,11 +37,11 @@ import math
 
 INITIAL = 16          # blocks out before the first round trip is known
 FLOOR = 4             # the window never shrinks below this many blocks
-MIN_TARGET = 0.050    # s of queueing tolerated above the base round trip, at least (scheduling noise)
+MIN_TARGET = 0.020    # s of queueing tolerated above the base round trip, at least (scheduling noise)
 MIN_SAMPLES = 4       # a round is judged on at least this many samples (one is noise)
 BETA = 0.8            # Swift's cut: cwnd *= 1 - BETA * (rtt - limit) / rtt
 MAX_CUT = 0.5         # at most halved per round
-HAI_ROUNDS = 5        # this many rounds in a row below the limit: slow start again (TIMELY's hyperactive increase)
+HAI_ROUNDS = 5        # this many rounds in a row below the limit: grow HAI_ROUNDS times faster (TIMELY's HAI)
 
 
 class DelayWindow:
@@ -76,7 +76,7 @@ class DelayWindow:
     def on_result(self) -> None:
         """Any block's result: the window grows unless the last round judged was congested."""
         if not self._congested:
-            step = 1.0 if self.slow_start else 1.0 / self.cwnd
+            step = 1.0 if self.slow_start else (HAI_ROUNDS if self._low_rounds >= HAI_ROUNDS else 1.0) / self.cwnd
             self.cwnd = min(float(self.maximum), self.cwnd + step)
 
     def on_sample(self, sent_at: float, now: float) -> None:
@@ -90,8 +90,6 @@ class DelayWindow:
                 self._cut(self._round_min)
             self._congested = high
             self._low_rounds = 0 if high else self._low_rounds + 1
-            if self._low_rounds >= HAI_ROUNDS:
-                self.slow_start = True
             self._round_start, self._round_min, self._round_n, self._cut_this_round = now, rtt, 1, False
         else:
             self._round_min = min(self._round_min, rtt)
