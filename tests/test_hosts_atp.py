@@ -185,3 +185,12 @@ def test_a_packet_of_the_next_call_ends_the_linger_and_is_summed_by_that_call():
         w.close()
         ps._stop_linger()
         ps.close()
+
+
+def test_a_result_sent_again_says_so_and_is_otherwise_the_same():
+    first = encode({"job": 3, "flags": atp.FLAG_ATP | atp.RESULT, "block": 7, "next_block": 0b1111}, v(5))
+    hdr, vals = decode(atp._again(first))
+    assert hdr["flags"] == atp.FLAG_ATP | atp.RESULT | atp.RETX       # the worker does not time it
+    assert (hdr["job"], hdr["block"], hdr["next_block"]) == (3, 7, 0b1111) and (vals == 5).all()
+    assert decode(first)[0]["flags"] & atp.RETX == 0                   # the stored answer is unchanged
+    assert atp._again(None) is None
