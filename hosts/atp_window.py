@@ -13,22 +13,24 @@ congestion. A loss-based AIMD read every random loss as congestion and held the 
 its floor (a 2-job 200,000-element run at 5% loss became far too slow). A standing queue
 shows as round trips above the path's minimum, whatever the loss.
 
-The signal: `base` is the smallest round trip seen: a block's first send to its result,
-when no one's resend went into that result (the PS marks those RETX). Not Karn's rule (a
-block never resent): when the queue outgrows the timers every block is resent, and only
-these results still show the queue; a result with loss recovery in it would read random
-loss as delay. A round lasts one round trip and at least MIN_SAMPLES samples: it ends at
-the first sample of a block sent after it began, which is the next round's first. If even the round's smallest sample exceeds
-`base + target`, with target = max(MIN_TARGET, base), a queue stood the whole round:
-the window is cut, once per round, in proportion to the excess (Swift's rule, at most
-halved). Otherwise it grows, per result: +1 until the first cut (slow start from INITIAL), then +1
-per window of results, and after HAI_ROUNDS rounds in a row below the limit +HAI_ROUNDS
-per window until the next high round (TIMELY's hyperactive increase: under random loss a block
-takes timeouts to finish, so +1 per window would take minutes to regain a window a
-transient cut took). The smallest sample rather than each sample
-because a block's result waits for the slowest worker, so single samples are bimodal.
-A timeout cuts only when this round's samples so far are above the limit too. The window
-stays within [FLOOR, maximum]; the maximum is the configured `--window` (the paper's).
+The signal: a sample is a block's time from its first send to a result no resend went into
+(the PS marks the others RETX: a result a resend contributed to, or one sent again for a
+resend). Not Karn's rule (blocks never resent): when the queue outgrows the timers every
+block is resent, and only these results still show the queue; a result with loss recovery
+in it would read random loss as delay. `base` is the smallest sample.
+
+A round lasts one round trip and at least MIN_SAMPLES samples: it ends at the first sample
+of a block sent after it began, which is the next round's first. If even the round's
+smallest sample exceeds `base + max(MIN_TARGET, base)`, a queue stood the whole round: the
+window is cut once, in proportion to the excess (Swift's rule, at most halved). The
+smallest sample, because a block's result waits for the slowest worker, so single samples
+are bimodal. Otherwise it grows per result: +1 until the first cut (slow start from
+INITIAL), then +1 per window of results, and after HAI_ROUNDS low rounds in a row
++HAI_ROUNDS per window (TIMELY's hyperactive increase: under random loss blocks take
+timeouts to finish, and +1 per window took tens of seconds to regain what a transient cut
+took). No growth in a round after a high one. A timeout cuts only when this round's samples
+so far are high too. The window stays within [FLOOR, maximum], the maximum being the
+configured `--window` (the paper's window).
 """
 
 from __future__ import annotations
