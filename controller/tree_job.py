@@ -187,7 +187,18 @@ class TreeJob(Job):
     def _publish(self, status: str = "ok", reason: str = "") -> None:
         """Atomically replace the epoch file the agents watch (ground/epoch_file.py)."""
         publish_epoch(self.epoch_file, self.treeset.epoch if self.treeset else 0, self.tree_of_slot,
-                           status, reason)
+                      status, reason, tree_mbps=self.tree_mbps())
+
+    def tree_mbps(self) -> dict:
+        """Each tree's slowest shaped link (Mb/s), for the agents' timers (ground/epoch_file.py);
+        trees on unshaped links are left out."""
+        out = {}
+        for t in self.treeset.trees if self.treeset else ():
+            rates = [bw for u, v in t.edges if self.g.has_edge(u, v)
+                     for bw in (self.g.edges[u, v].get("bw"),) if bw]
+            if rates:
+                out[t.id] = min(rates)
+        return out
 
     # -- link events -----------------------------------------------------------------
     def link_changed(self, u: str, v: str, up: bool, t: float, intf: str = "") -> None:

@@ -19,6 +19,15 @@ answer was waiting: starvation delays detection, it does not invent hangs. Nor i
 judged before it has answered one ping on the prober's connection: a channel that never
 worked (a ping the target does not understand) must not fence a healthy switch.
 
+Starved is not hung. At a hundred workers and as many switches on 2 cores, a live switch
+can wait longer than HANG_BOUND for a CPU; fencing it then ends the run with a false
+failure. So where the switch's process is local, the prober reads its run-queue wait
+(/proc/PID/schedstat, second field: nanoseconds spent runnable but not running): if that
+grew by more than STARVED_SHARE of the wait since the ping went, the switch wanted a CPU and
+did not get one, and it gets another HANG_BOUND, up to STARVED_LIMIT in all. A stopped
+(SIGSTOP) or deadlocked switch is not runnable, so its wait does not grow and it is judged
+as before.
+
 Pings: the software switch's `ping` daemon command on its control socket (a second
 connection: the controller's may be busy with a long command); BMv2's Thrift server, one
 `bm_get_config_md5` call hand-encoded in Thrift's binary protocol (any answer proves the
@@ -37,6 +46,20 @@ from ground.fdwait import readable
 
 HANG_BOUND = 0.5          # seconds without an answer to a ping: hung
 PING_INTERVAL = 0.1       # seconds between an answer and the next ping
+STARVED_SHARE = 0.25      # run-queue wait over this share of the bound: starved, not hung
+STARVED_LIMIT = 10.0      # seconds a starved switch may go unanswered before it is hung anyway
+
+
+def run_queue_wait(pid: int | None) -> float | None:
+    """Seconds process `pid` has spent runnable but waiting for a CPU (None: not readable,
+    e.g. the process is gone or on another machine)."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
 
 HangCallback = Callable[[str, float, float], None]    # (switch, last answer, time declared hung)
 
@@ -44,7 +67,8 @@ HangCallback = Callable[[str, float, float], None]    # (switch, last answer, ti
 class SoftPing:
     """`ping` on a software switch's control socket; each reply is one JSON line."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, pid: int | None = None):
+        self.pid = pid                      # the switch's process, when local (run_queue_wait)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(2)
         self.sock.connect(path)
@@ -61,7 +85,8 @@ class ThriftPing:
     """One Thrift call to simple_switch (TMultiplexedProtocol "standard", binary protocol,
     buffered transport): any bytes back are an answer (one call outstanding at a time)."""
 
-    def __init__(self, port: int, host: str = "127.0.0.1"):
+    def __init__(self, port: int, host: str = "127.0.0.1", pid: int | None = None):
+        self.pid = pid
         self.sock = socket.create_connection((host, port), timeout=2)
         self.sock.setblocking(False)
         self.seq = 0
@@ -87,6 +112,8 @@ class SwitchProbe:
         self._due: dict[str, float] = {}               # when the next ping goes
         self._seen: dict[str, float] = {}              # last answer
         self._answered: set[str] = set()               # answered at least once on this channel
+        self._waited: dict[str, float | None] = {}     # run-queue wait when the ping went
+        self.starved: dict[str, int] = {}              # times a late switch was found starved
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="switch-probe", daemon=True)
 
@@ -114,7 +141,7 @@ class SwitchProbe:
         chan = self._chans.pop(name, None)
         if chan is not None:
             chan.sock.close()
-        for d in (self._sent, self._due, self._seen):
+        for d in (self._sent, self._due, self._seen, self._waited):
             d.pop(name, None)
         self._answered.discard(name)
 
@@ -127,6 +154,7 @@ class SwitchProbe:
                         try:
                             chan.send()
                             self._sent[name] = now
+                            self._waited[name] = run_queue_wait(getattr(chan, "pid", None))
                         except OSError:          # the process is gone: the exit watcher's to report
                             self._drop(name)
                 fds = {chan.sock.fileno(): name for name, chan in self._chans.items()}
@@ -149,11 +177,27 @@ class SwitchProbe:
                 if late:                             # read what already arrived before judging
                     self._read(readable([self._chans[n].sock for n in late], 0))
                 for name in late:
-                    if name in self._chans and self._sent[name] is not None:
-                        hung.append((name, self._seen[name], now))
-                        self._drop(name)
+                    if name not in self._chans or self._sent[name] is None:
+                        continue
+                    if self._starved(name, now):
+                        continue
+                    hung.append((name, self._seen[name], now))
+                    self._drop(name)
             for name, seen, t in hung:
                 threading.Thread(target=self.on_hang, args=(name, seen, t), name=f"hung-{name}", daemon=True).start()
+
+    def _starved(self, name: str, now: float) -> bool:
+        """Whether late switch `name` was waiting for a CPU (module docstring): if so its
+        ping's clock restarts, within STARVED_LIMIT of its last answer (under the lock)."""
+        before = self._waited.get(name)
+        waited = run_queue_wait(getattr(self._chans[name], "pid", None))
+        if before is None or waited is None or now - self._seen[name] > STARVED_LIMIT:
+            return False
+        if waited - before <= STARVED_SHARE * (now - self._sent[name]):
+            return False
+        self._sent[name], self._waited[name] = now, waited
+        self.starved[name] = self.starved.get(name, 0) + 1
+        return True
 
     def _read(self, ready) -> None:
         """Take the answers waiting on the sockets (or fds) in `ready` (under the lock)."""
@@ -187,8 +231,10 @@ class SwitchProbe:
 
 def ping_channel(backend: str, node) -> object:
     """The ping channel of a switch node (emulation/switch_nodes.py) of `backend`."""
+    proc = getattr(node, "proc", None)
+    pid = proc.pid if proc is not None and not getattr(node, "isRemote", False) else None
     if backend == "soft":
-        return SoftPing(str(node.control_path))
-    return ThriftPing(node.thrift_port)
+        return SoftPing(str(node.control_path), pid)
+    return ThriftPing(node.thrift_port, pid=pid)
 
 

@@ -127,6 +127,7 @@ class Communicator:
         return {"transport": self.transport, "rank": self.rank, "workers": self.workers,
                 "job": self.spec.job, "window": self.plan.window, "give_up": self.spec.give_up,
                 "epoch": self._route.get("epoch", 0), "tree_of_slot": self._route.get("tree_of_slot"),
+                "tree_mbps": self._route.get("tree_mbps"),
                 "control": self.poll_route if self._watcher else None, "return_stats": True,
                 "link_mbps": self.seat.link_mbps, "on_progress": self.block_progress}
 

@@ -29,8 +29,10 @@ BACKOFF_CAP = 4          # a slot's timeout grows at most to 4 x RTO on repeated
 def backoff(rto: float, tries: int) -> float:
     """Timeout of a slot after `tries` sends. Capped low on purpose: the drop simulator's
     loss is random, not congestion, so a long exponential backoff only idles the slot
-    (measured: 8 workers x 1M int32 at 5% loss took 87 s with 2^tries up to 1 s)."""
-    return min(MAX_RTO, rto * min(2 ** tries, BACKOFF_CAP))
+    (measured: 8 workers x 1M int32 at 5% loss took 87 s with 2^tries up to 1 s). An RTO
+    already above the cap (a slow path's floor, RtoEstimator.set_floor) is not backed off:
+    it already outlasts the path's full queue."""
+    return min(max(MAX_RTO, rto), rto * min(2 ** tries, BACKOFF_CAP))
 
 
 class RtoEstimator:
@@ -47,7 +49,22 @@ class RtoEstimator:
     def __init__(self, initial: float) -> None:
         self.srtt: float | None = None
         self.rttvar = self.peak = self.peak_at = 0.0
+        self.floor, self.cap = MIN_RTO, MAX_RTO
         self.rto = max(MIN_RTO, initial)
+
+    def set_floor(self, seconds: float) -> None:
+        """Keep the RTO at least `seconds` (and the cap at twice that if higher than MAX_RTO).
+
+        Why: a path through a slow link queues a whole window there (a tree's slots x one
+        frame each, per direction: the switches sum on the way, so the workers' count does
+        not add). Where that queue outlasts MAX_RTO, every slot timed out before its result
+        could come back and the resends only lengthened the queue: a 1/10-rate link at
+        0.05 Mb/s held 16 frames for 0.8 s against a 0.3 s timer, and the run made no
+        progress at all. The caller knows the path's rate; the samples alone cannot raise
+        the RTO past a cap set for fast paths."""
+        self.floor = max(MIN_RTO, seconds)
+        self.cap = max(MAX_RTO, 2 * seconds)
+        self.rto = min(self.cap, max(self.floor, self.rto))
 
     def sample(self, r: float, now: float) -> None:
         if self.srtt is None:
@@ -57,7 +74,7 @@ class RtoEstimator:
             self.srtt += 0.125 * (r - self.srtt)
         self.peak = max(r, self.peak * 0.5 ** ((now - self.peak_at) / PEAK_HALF_LIFE))
         self.peak_at = now
-        self.rto = min(MAX_RTO, max(MIN_RTO, self.srtt + 4 * self.rttvar, 1.25 * self.peak))
+        self.rto = min(self.cap, max(self.floor, self.srtt + 4 * self.rttvar, 1.25 * self.peak))
 
     def sample_many(self, samples: list[float], now: float) -> None:
         """`sample` for each of a batch of latencies, all taken at `now`, in order (the peak
@@ -74,4 +91,4 @@ class RtoEstimator:
         self.srtt, self.rttvar = srtt, rttvar
         self.peak = max(max(samples), self.peak * 0.5 ** ((now - self.peak_at) / PEAK_HALF_LIFE))
         self.peak_at = now
-        self.rto = min(MAX_RTO, max(MIN_RTO, srtt + 4 * rttvar, 1.25 * self.peak))
+        self.rto = min(self.cap, max(self.floor, srtt + 4 * rttvar, 1.25 * self.peak))

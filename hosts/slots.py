@@ -158,6 +158,7 @@ class SlotRun:
         self.depart = 0.0                       # when the last frame we sent leaves our link
         self.stats = stats_type(blocks=nb, slots=S)
         self.trees = self.parse_trees(tree_of_slot) if tree_of_slot else [tree] * S
+        self.tree_mbps: dict = {}               # tree id -> its slowest link's Mb/s (path_rates)
         self.versions = version_store(LEAD_VERSIONS, transport)
         self.v0 = slot_versions(self.versions, job, S)
         self.rounds = [1] * S                   # rounds per slot on the v0 alternation (sparse: the lead)
@@ -168,6 +169,21 @@ class SlotRun:
         """A compiled packer of this run's headers with `flags`: pack(*PACKET_FIELDS) -> agg_h.
         A slot's packet is kept as (ver, slot, exp, block, next_block, body) for resends."""
         return HeaderPacker(job=self.job, worker=self.rank, flags=flags).compile(*PACKET_FIELDS)
+
+    def path_rates(self, tree_mbps) -> None:
+        """Floor the timers at the queues a full window makes at each tree's slowest link
+        (`tree_mbps`: tree id -> that link's Mb/s, from the controller's epoch file;
+        RtoEstimator.set_floor says why). Each of a tree's slots queues one frame there on
+        the way up and its result one on the way down: a round trip can wait for both."""
+        self.tree_mbps = tree_mbps or self.tree_mbps
+        if not self.tree_mbps:
+            return
+        queue = 0.0
+        for t in set(self.trees):
+            mbps = self.tree_mbps.get(str(t))
+            if mbps:
+                queue = max(queue, 2 * self.trees.count(t) * wire.FRAME_BYTES * 8 / (mbps * 1e6))
+        self.rtt.set_floor(queue)
 
     def parse_trees(self, tree_of_slot) -> list[int]:
         trees = [int(t) for t in tree_of_slot]
@@ -285,6 +301,7 @@ class SlotRun:
             return False
         wire.pack_agg(epoch=epoch)                 # range check
         self.epoch, self.trees = epoch, trees
+        self.path_rates(msg.get("tree_mbps"))
         self.stats.epoch_changes += 1
         for s in range(self.S):                    # rebuild and resend everything outstanding
             if self.is_open(s):

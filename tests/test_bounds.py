@@ -36,6 +36,12 @@ RING_OVER_INNET = {64: 1.2660, 256: 1.4696}[K]
 TWO_G_OVER_INNET = {64: 1.6880, 256: 1.9595}[K]
 
 
+def ideal(g):
+    """The byte arithmetic below on links without htb's bucket (tested on its own at the end)."""
+    g.graph["buckets"] = False
+    return g
+
+
 def spec(**kw) -> RunSpec:
     return RunSpec(**{"elements": ELEMENTS, "window": WINDOW, **kw})
 
@@ -48,7 +54,7 @@ def test_in_network_and_ring_on_one_switch():
     """4 workers on one 10 Mb/s switch. In-network: every host link carries 31,714 B each
     way. Ring: each host sends 2(n-1)/n = 1.5 x 25,600 = 38,400 B of payload to its right
     neighbour, 38,400 x 1514/1448 = 40,150.3 B on the wire, one flow per link direction."""
-    g = topologies.single_switch(4, bw=10)
+    g = ideal(topologies.single_switch(4, bw=10))
     innet = bounds.wire_seconds(spec(workers=4, bw=10), g)
     ring = bounds.wire_seconds(spec(workers=4, bw=10, algorithm="ring"), g)
     assert innet == pytest.approx(seconds(DENSE, 10))               # 0.0254 s at K=64
@@ -59,15 +65,15 @@ def test_in_network_and_ring_on_one_switch():
 def test_sharded_ps_on_one_switch_moves_what_ring_moves():
     """PS with 4 workers: each ordered pair carries 2G/n = 12,800 B; a host sends it to 3
     peers: 38,400 B of payload on its link, as ring does."""
-    g = topologies.single_switch(4, bw=10)
+    g = ideal(topologies.single_switch(4, bw=10))
     ps = bounds.wire_seconds(spec(workers=4, bw=10, algorithm="ps"), g)
     assert ps == pytest.approx(seconds(1.5 * G * TCP, 10))
 
 
 def test_in_network_time_does_not_grow_with_workers():
     """2 or 16 workers on one switch: the same 31,714 B per host link -> t16/t2 = 1."""
-    t2 = bounds.wire_seconds(spec(workers=2, bw=10), topologies.single_switch(2, bw=10))
-    t16 = bounds.wire_seconds(spec(workers=16, bw=10), topologies.single_switch(16, bw=10))
+    t2 = bounds.wire_seconds(spec(workers=2, bw=10), ideal(topologies.single_switch(2, bw=10)))
+    t16 = bounds.wire_seconds(spec(workers=16, bw=10), ideal(topologies.single_switch(16, bw=10)))
     assert t16 / t2 == pytest.approx(1.0)
 
 
@@ -77,7 +83,7 @@ def test_rat_vs_ps_on_an_oversubscribed_leaf_spine():
     of payload up l1->s1, 53,535 B on the wire at 50 Mb/s = 8.566 ms (a host link carries
     3 x 12,800 = 38,400 B at 100: less). RAT: the rack's uplink carries the whole
     aggregation once, 31,714 B at 50 Mb/s = 5.074 ms. PS/RAT = 53,535 / 31,714 = 1.688."""
-    g = topologies.leaf_spine(2, 2, 1, host_bw=100, uplink_bw=50, workers=4)
+    g = ideal(topologies.leaf_spine(2, 2, 1, host_bw=100, uplink_bw=50, workers=4))
     ps = bounds.wire_seconds(spec(workers=4, algorithm="ps"), g)
     rat = bounds.wire_seconds(spec(workers=4, tree="rat"), g)
     assert ps == pytest.approx(seconds(2 * G * TCP, 50))            # 4 x 2G/4
@@ -93,7 +99,7 @@ def test_packing_vs_one_tree_with_a_slow_uplink():
     share 0.2 x 31,714 at 25 = 2.03 ms, the s2 tree's 0.8 x 31,714 at 100 = 2.03 ms, and
     every host link carries all of it, 31,714 B at 100 = 2.54 ms: the host links bind.
     one tree / packed = 100 / 25 = 4."""
-    g = topologies.leaf_spine(2, 1, 2, host_bw=100, uplink_bw=100, workers=2)
+    g = ideal(topologies.leaf_spine(2, 1, 2, host_bw=100, uplink_bw=100, workers=2))
     g.edges["l1", "s1"]["bw"] = 25
     one = bounds.wire_seconds(spec(workers=2, tree="spt"), g)
     packed = bounds.wire_seconds(spec(workers=2, tree="packing"), g)
@@ -110,7 +116,7 @@ def test_ring_vs_rat_with_an_uplink_failing_half_way():
     l1-s2 carries all of it at 50 = 5.074 ms; half of each: 3.806 ms. Ring: the one flow
     leaving each rack (h2->h3, h4->h1) is 38,400 x 1514/1448 = 40,150.3 B on a 50 Mb/s
     uplink, 6.424 ms, before and after (the other spine takes it). Ring/RAT = 1.688."""
-    g = topologies.leaf_spine(2, 2, 2, host_bw=100, uplink_bw=50, workers=4)
+    g = ideal(topologies.leaf_spine(2, 2, 2, host_bw=100, uplink_bw=50, workers=4))
     fail = ["l1-s1@0.5"]
     rat = bounds.wire_seconds(spec(workers=4, tree="rat", fail=fail), g)
     ring = bounds.wire_seconds(spec(workers=4, algorithm="ring", fail=fail), g)
@@ -122,7 +128,7 @@ def test_ring_vs_rat_with_an_uplink_failing_half_way():
 
 
 def test_a_failure_picked_at_run_time_has_no_bound():
-    g = topologies.single_switch(4, bw=10)
+    g = ideal(topologies.single_switch(4, bw=10))
     with pytest.raises(bounds.BoundError):
         bounds.wire_seconds(spec(workers=4, fail=["tree@0.5"]), g)
 
@@ -131,7 +137,7 @@ def test_sparse_ceiling_is_one_over_density_plus_the_lead():
     """2 workers, overlapping blocks at density 0.1: both have the same round(0.1 x 100) =
     10 non-zero K-blocks, so a host link carries 10 + 4 (a lead per slot) = 14 frames each
     way against the dense 101: speed-up bound 101 / 14 = 7.21 (not 10: the lead frames)."""
-    g = topologies.single_switch(2, bw=10)
+    g = ideal(topologies.single_switch(2, bw=10))
     dense = bounds.wire_seconds(spec(workers=2), g)
     sparse = bounds.wire_seconds(spec(workers=2, algorithm="omnireduce", density=0.1, pattern="overlap"), g)
     assert sparse == pytest.approx(seconds(14 * FRAME, 10))
@@ -141,7 +147,7 @@ def test_sparse_ceiling_is_one_over_density_plus_the_lead():
 def test_sparse_random_blocks_come_back_as_their_union():
     """Random blocks: each worker sends its own 10 up; the switch returns the union. The
     union is counted here from the workload's own draws (seed 0)."""
-    g = topologies.single_switch(2, bw=10)
+    g = ideal(topologies.single_switch(2, bw=10))
     union = len(set(nonzero_block_ids(0, ELEMENTS, 0.1)) | set(nonzero_block_ids(1, ELEMENTS, 0.1)))
     assert 10 < union <= 20
     sparse = bounds.wire_seconds(spec(workers=2, algorithm="omnireduce", density=0.1, pattern="random"), g)
@@ -155,7 +161,7 @@ def test_bml_stages_on_bcube_2_1():
     NIC's share: 19,200 x 1514/1448 B at 10 Mb/s = 16.06 ms. In-network: 2 stages, each
     member sends its half (50 blocks + 1 lead = 51 frames = 16,014 B) to the level switch
     and gets the sum back: 2 x 16,014 B at 10 Mb/s = 25.62 ms."""
-    g = topologies.bcube(2, 1, bw=10, workers=4)
+    g = ideal(topologies.bcube(2, 1, bw=10, workers=4))
     host = bounds.wire_seconds(spec(workers=4, topology="bcube", tree="bml", bml_variant="host"), g)
     innet = bounds.wire_seconds(spec(workers=4, topology="bcube", tree="bml"), g)
     assert host == pytest.approx(seconds(0.75 * G * TCP, 10))        # 6 pieces of G/8
@@ -168,7 +174,7 @@ def test_ps_across_a_fat_tree_follows_the_installed_routes():
     c1 (h1 -> e1 -> a1 -> c1 -> a3 -> e3 -> h5). A PS pair carries 2G/4 = 12,800 B; a
     host sends to 3 peers: 38,400 B on its own link and on its pod's a->c1 link alike
     (those carry only that host's flows), 38,400 x 1514/1448 B at 10 Mb/s = 32.12 ms."""
-    g = topologies.fat_tree(4, bw=10, workers=4)
+    g = ideal(topologies.fat_tree(4, bw=10, workers=4))
     assert bounds.route(g, "h1", "h5") == ["h1", "e1", "a1", "c1", "a3", "e3", "h5"]
     ps = bounds.wire_seconds(spec(workers=4, topology="fattree", algorithm="ps"), g)
     assert ps == pytest.approx(seconds(1.5 * G * TCP, 10))
@@ -210,3 +216,17 @@ def test_every_shipped_allreduce_claim_has_a_bound(tmp_path):
             assert c.bound == "wire_time" and value > 0, (d.name, c.text, why)
             seen += 1
     assert seen >= 15
+
+
+def test_a_links_full_bucket_leaves_at_once():
+    """An idle htb link starts with its bucket full (ground/links.py: 2 ms of the link, at
+    least 6,000 B), so the wire time counts the bytes after it. One tree through a
+    0.048 Mb/s link measured 5.73 s for 40,506 B: 6.75 s without the bucket, 5.75 s with it.
+    Here: 4 workers on one switch at 10 Mb/s, DENSE = 101 frames per host link each way;
+    the bucket is 6,000 B at 10 Mb/s (2 ms would be 2,500 B) and 25,000 B at 100 Mb/s."""
+    ideal_time = bounds.wire_seconds(spec(workers=4, bw=10), ideal(topologies.single_switch(4, bw=10)))
+    real_time = bounds.wire_seconds(spec(workers=4, bw=10), topologies.single_switch(4, bw=10))
+    assert ideal_time == pytest.approx(seconds(DENSE, 10))
+    assert real_time == pytest.approx(seconds(DENSE - 6000, 10))
+    fast = bounds.wire_seconds(spec(workers=4, bw=100), topologies.single_switch(4, bw=100))
+    assert fast == pytest.approx(seconds(max(0, DENSE - 25000), 100))

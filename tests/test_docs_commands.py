@@ -332,3 +332,22 @@ def test_relative_links_in_the_docs_resolve():
             if path and not re.match(r"[a-z]+:", path) and not (doc.parent / path).exists():
                 broken.append(f"{doc.relative_to(REPO)}: {target}")
     assert not broken, broken
+
+
+def _printing_examples():
+    """(doc, what it says the block prints, the python block) for each ```python block whose
+    introduction says "prints `...`"."""
+    found = []
+    for doc in DOCS:
+        for m in re.finditer(r"prints `([^`]+)`[^\n]*\n+```python\n(.*?)```", doc.read_text(), re.S):
+            found.append(pytest.param(m.group(1), m.group(2), id=f"{doc.relative_to(REPO)}"))
+    return found
+
+
+@pytest.mark.parametrize("printed,code", _printing_examples())
+def test_a_python_example_prints_what_its_doc_says(printed, code):
+    env = {k: v for k, v in os.environ.items() if k != "AGGLAB_K"}     # the docs' figures: K=64
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+                         env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == printed

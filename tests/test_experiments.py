@@ -223,11 +223,13 @@ def test_report_from_synthetic_runs(tmp_path):
     # the 'big' series times equal the in-network ones: 1x, not 3x -> does not hold, and flagged
     assert "big is 3x slower" in report and "does not hold — 2 CPU-bound run(s) involved" in report
     # why, for a claim that does not hold: its CPU-bound runs and the definition's reason (one line)
-    # K=64: 64 KiB = 256 blocks; float32 leads on all 128 slots (the first exponents), int32 on
-    # slot 0 only: bound (256 + 128) / (256 + 1) = 1.494, and the measured 1 is 1 - 1/1.494 = 33% below.
-    # K=256: 64 blocks, so float32 leads on the 64 slots they fill: bound (64 + 64) / (64 + 1) = 1.969,
-    # and 1 is 1 - 1/1.969 = 49% below.
-    bound, below = {64: ("1.49", "33%"), 256: ("1.97", "49%")}[wire.K]
+    # K=64: 64 KiB = 256 blocks of 314-byte frames; float32 leads on all 128 slots (the first
+    # exponents), int32 on slot 0 only, less the link's 6,000-byte bucket at 5 Mb/s:
+    # bound (384 x 314 - 6000) / (257 x 314 - 6000) = 114,576 / 74,698 = 1.534, and the
+    # measured 1 is 1 - 1/1.534 = 35% below.
+    # K=256: 64 blocks of 1,082 bytes, float32 leads on the 64 slots they fill:
+    # (128 x 1082 - 6000) / (65 x 1082 - 6000) = 132,496 / 64,330 = 2.060, and 1 is 51% below.
+    bound, below = {64: ("1.53", "35%"), 256: ("2.06", "51%")}[wire.K]
     assert f"| {bound} | 1 (1–1) |" in report
     assert (f"| does not hold — 2 CPU-bound run(s) involved | {below} below its bound | 2 of its runs CPU-bound: those "
             "times measure the emulator; float32 costs the same bytes |") in report

@@ -380,3 +380,31 @@ def test_epoch_change_rebuilds_outstanding_packets():
         assert stats.epoch_changes == 1 and stats.retransmissions >= 1
     epochs = [e for _, _, _, e in net.sent]
     assert epochs[0] == 0 and epochs[-1] == 1 and epochs.count(1) > n * 4
+
+
+def window_queue_mbps(seconds: float, slots: int) -> float:
+    """The rate at which `slots` frames of this K's size take `seconds` to cross one link."""
+    return slots * (wire.FRAME_BYTES * 8) / seconds / 1e6
+
+
+def test_a_window_queued_at_a_slow_link_longer_than_the_rto_cap_needs_the_path_rate():
+    """16 results queued at a link where they take 0.75 s (2.5 x the 0.3 s cap): told the
+    tree's rate, the timers wait for the queue (a handful of resends at most); not told,
+    every slot times out while its result is still queued and the resends lengthen the queue."""
+    from hosts.rto import MAX_RTO
+    window, n = 16, 2
+    mbps = window_queue_mbps(2.5 * MAX_RTO, window)
+    arrays = ints(n, window * K * 3, seed=5)
+    expected = np.sum(arrays, axis=0, dtype=np.int32)
+    told = FakeNet(n, bottleneck_mbps=mbps)
+    for out, stats in ok(told.run(arrays, window=window, give_up=30, tree_mbps={"0": mbps})):
+        assert np.array_equal(out, expected)
+        assert stats.retransmissions <= 2
+    one_round = [a[:window * K] for a in arrays]       # the storm is slow: one round shows it
+    told, blind = FakeNet(n, bottleneck_mbps=mbps), FakeNet(n, bottleneck_mbps=mbps)
+    told.run(one_round, window=window, give_up=30, tree_mbps={"0": mbps})
+    results = blind.run(one_round, window=window, give_up=30)
+    resent = [r[1].retransmissions for r in results if not isinstance(r, BaseException)]
+    assert not resent or max(resent) > window
+    # the spurious resends' answers are frames on the slow link: far more than the results
+    assert blind.link.frames > told.link.frames + window

@@ -75,3 +75,27 @@ def test_both_jobs_are_jobs_and_bml_cannot_change_trees(tmp_path):
     with pytest.raises(ValueError, match="cannot change its trees"):
         bml.reinstall("spt")
     assert bml.write_plans(tmp_path)                        # one plan per server
+
+
+def test_the_epoch_file_gives_each_tree_its_slowest_link_before_and_after_a_reroute(tmp_path):
+    """The agents floor their timers on these rates (hosts/slots.py path_rates)."""
+    import json
+
+    g = assign_addresses(topologies.build("fattree", k=4, workers=8))
+    for u, v in g.edges:
+        g.edges[u, v]["bw"] = 10.0
+    switch_links = [(u, v) for u, v in g.edges if {g.nodes[u]["kind"], g.nodes[v]["kind"]} == {"switch"}]
+    for u, v in switch_links[::3]:
+        g.edges[u, v]["bw"] = 1.0                               # a third of the fabric slow
+    epoch_file = tmp_path / "epoch.json"
+    net = TreeNet(g, "spt", 16, epoch_file)
+
+    def expected():
+        return {str(t.id): min(g.edges[u, v]["bw"] for u, v in t.edges) for t in net.job.trees().trees}
+
+    first = json.loads(epoch_file.read_text())
+    assert first["tree_mbps"] == expected() and 1.0 in first["tree_mbps"].values()
+    a, b = net.job.pick_tree_link(0)
+    net.job.link_changed(a, b, False, time.monotonic())
+    after = json.loads(epoch_file.read_text())
+    assert after["epoch"] == 1 and after["tree_mbps"] == expected()

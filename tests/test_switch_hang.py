@@ -249,3 +249,64 @@ def test_a_hung_switch_restarted_the_moment_it_is_fenced_comes_back_with_its_por
         assert ports and down == [], f"{sw}'s ports down after its restart: {down}"
         r = session.allreduce()
         assert r["exact"], r.get("errors")
+
+
+def test_the_run_queue_wait_grows_for_a_process_kept_off_the_cpu_and_not_for_a_stopped_one():
+    """What the probe tells a starved switch from a hung one by (/proc/PID/schedstat)."""
+    import subprocess
+    import sys
+    import time
+
+    from emulation.switch_probe import run_queue_wait
+
+    spin = [sys.executable, "-c", "while True: pass"]
+    busy = [subprocess.Popen(spin) for _ in range(3)]
+    stopped = subprocess.Popen(["sleep", "60"])
+    try:
+        for p in busy:
+            os.sched_setaffinity(p.pid, {0})         # three runnable processes, one CPU
+        os.kill(stopped.pid, signal.SIGSTOP)
+        while open(f"/proc/{stopped.pid}/stat").read().split(") ")[1][0] != "T":
+            time.sleep(0.01)                         # the stop itself runs in the process
+        time.sleep(0.1)
+        before = {p.pid: run_queue_wait(p.pid) for p in busy + [stopped]}
+        time.sleep(1.0)
+        grew = {pid: run_queue_wait(pid) - w for pid, w in before.items()}
+        assert all(grew[p.pid] > 0.2 for p in busy), grew      # each waited ~2/3 of the second
+        assert grew[stopped.pid] == 0.0
+        assert run_queue_wait(None) is None and run_queue_wait(2 ** 22 + 12345) is None
+    finally:
+        for p in busy + [stopped]:
+            p.kill()
+            p.wait()
+
+
+def test_a_late_switch_that_waited_for_a_cpu_gets_more_time_and_a_stopped_one_does_not(monkeypatch):
+    import time
+
+    from emulation import switch_probe
+
+    start = time.monotonic()
+    waits = {101: lambda: 0.5 * (time.monotonic() - start),    # runnable, half the time off the CPU
+             202: lambda: 0.0}                               # stopped: never runnable
+    monkeypatch.setattr(switch_probe, "run_queue_wait", lambda pid: waits[pid]() if pid in waits else None)
+    monkeypatch.setattr(switch_probe, "STARVED_LIMIT", 2.0)
+    hung: dict = {}
+    probe = SwitchProbe(lambda name, last, t: hung.setdefault(name, t - last), bound=0.3, interval=0.02).start()
+    try:
+        starved, stopped = _PairPing(), _PairPing()
+        starved.pid, stopped.pid = 101, 202
+        probe.add("starved", starved)
+        probe.add("stopped", stopped)
+        while starved.pings < 3 or stopped.pings < 3:
+            threading.Event().wait(0.02)
+        starved.answering.clear()
+        stopped.answering.clear()
+        deadline = time.monotonic() + 10
+        while len(hung) < 2 and time.monotonic() < deadline:
+            threading.Event().wait(0.05)
+        assert 0.3 <= hung["stopped"] < 1.0                     # judged at the bound
+        assert hung["starved"] >= 2.0                           # only at the starvation limit
+        assert probe.starved["starved"] >= 3 and "stopped" not in probe.starved
+    finally:
+        probe.stop()

@@ -12,6 +12,9 @@ namespaces or root.  Two switch back-ends sit behind the same harness:
 
 Worker i sits on switch port i+1 with IP 10.0.0.(i+1).  Loss is simulated on
 both directions with a seeded RNG; `mute` ranks never receive anything.
+`bottleneck_mbps` puts every frame the switch sends on one FIFO link of that rate (a slow
+link between the switch and the workers: a result crosses it once, then fans out), so a
+window's queueing delay and what resends add to it are modelled.
 `accept_epoch` (when set) drops worker packets of any other epoch, like a
 switch whose agg_job entries were replaced; `record` keeps every packet's
 (rank, slot, tree, epoch) in `sent`.
@@ -24,6 +27,7 @@ import queue
 import random
 import struct
 import threading
+import time
 
 import numpy as np
 
@@ -134,12 +138,36 @@ def frame_header(mac: str, ip_addr: str, size: int) -> bytes:
     return eth + bytes(ip) + udp
 
 
+class SlowLink:
+    """A FIFO link of `mbps` in a thread: put(deliver) runs deliver() once the frame before it
+    and this frame's own wire.FRAME_BYTES have been serialized."""
+
+    def __init__(self, mbps: float) -> None:
+        self.frame_time = wire.FRAME_BYTES * 8 / (mbps * 1e6)
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.frames = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def put(self, deliver) -> None:
+        self.frames += 1
+        self.queue.put(deliver)
+
+    def _serve(self) -> None:
+        free = time.monotonic()
+        while True:
+            deliver = self.queue.get()
+            free = max(free, time.monotonic()) + self.frame_time
+            time.sleep(max(0.0, free - time.monotonic()))
+            deliver()
+
+
 class FakeNet:
     """N workers around one switch; `run` performs one allreduce on every worker."""
 
     def __init__(self, n: int, *, backend: str = "model", loss: float = 0.0, seed: int = 0,
-                 mute: tuple[int, ...] = (), pipeline=None) -> None:
+                 mute: tuple[int, ...] = (), pipeline=None, bottleneck_mbps: float | None = None) -> None:
         self.n, self.loss, self.mute = n, loss, set(mute)
+        self.link = SlowLink(bottleneck_mbps) if bottleneck_mbps else None
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.transports = [MemTransport(self, i) for i in range(n)]
@@ -175,13 +203,23 @@ class FakeNet:
             else:
                 out = self.switch.process(rank, payload)
             for dest, data in out:
-                for d in (range(self.n) if dest is None else (dest,)):
-                    if d in self.mute or self._lost():
-                        continue
-                    if self.frames:
-                        self._check_frame(d, data)
-                    self.delivered[d] += 1
-                    self.transports[d].inbox.put(data[wire.AGG_OFFSET:] if self.frames else data)
+                if self.link:
+                    self.link.put(functools.partial(self._deliver_locked, dest, data))
+                else:
+                    self._deliver(dest, data)
+
+    def _deliver_locked(self, dest: int | None, data: bytes) -> None:
+        with self.lock:
+            self._deliver(dest, data)
+
+    def _deliver(self, dest: int | None, data: bytes) -> None:
+        for d in (range(self.n) if dest is None else (dest,)):
+            if d in self.mute or self._lost():
+                continue
+            if self.frames:
+                self._check_frame(d, data)
+            self.delivered[d] += 1
+            self.transports[d].inbox.put(data[wire.AGG_OFFSET:] if self.frames else data)
 
     @staticmethod
     def _check_frame(rank: int, frame: bytes) -> None:

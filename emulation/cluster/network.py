@@ -43,7 +43,7 @@ from emulation.cluster import links as tunnels
 from emulation.cluster.agent import AgentLink
 from emulation.cluster.nodes import RemoteAggHost, RemoteSoftSwitch, read_pids, start_remote
 from emulation.cluster.placement import crossing, place
-from emulation.cluster.remote import Remote
+from emulation.cluster.remote import Remote, agglab_env
 from ground.cluster_file import Cluster
 from emulation.network import EmulatedNetwork
 from ground import addresses
@@ -331,7 +331,7 @@ class ClusterNetwork(EmulatedNetwork):
             remote.put([p for p in out_dir.iterdir() if p.is_file() and p.suffix == ".json"] + named)
             self.agents[remote.server.name].watch(out_dir)
             self._pushed.add(key)
-        keep = {k: v for k, v in env.items() if k.startswith("AGGLAB_") or k == "PYTHONPATH"}
+        keep = {**agglab_env(env), **{k: env[k] for k in ("PYTHONPATH",) if k in env}}
         if gate is not None:
             keep["AGGLAB_START_FDS"] = "3,4"
         command = node.worker_command(argv, keep, cwd, log.name, gate is not None)

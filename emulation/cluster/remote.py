@@ -20,12 +20,18 @@ from ground.cluster_file import Cluster, Server
 SSH_BASE = ["ssh", "-q", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=15"]
 
 
+def agglab_env(env) -> dict[str, str]:
+    """The AGGLAB_* settings of `env`: what a process started over ssh must be given (ssh
+    passes no environment), for switches, agents and workers alike."""
+    return {k: v for k, v in env.items() if k.startswith("AGGLAB_")}
+
+
 def python_env_words(repo: Path | str) -> str:
     """`env` words for an agglab process started over ssh: PYTHONPATH and this process's
     AGGLAB_* settings. Why: ssh passes no environment, and a switch on a server must run the
     same program variant (AGGLAB_K) as the workers on the head's plan, or every frame of the
     wide variant is refused there for its length."""
-    words = {"PYTHONPATH": str(repo), **{k: v for k, v in os.environ.items() if k.startswith("AGGLAB_")}}
+    words = {"PYTHONPATH": str(repo), **agglab_env(os.environ)}
     return " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(words.items()))
 
 
