@@ -21,6 +21,12 @@ from ground.rundir import UnsafeRunDir, secure_dir
 REPO = Path(__file__).resolve().parent.parent
 
 
+def refusing_env() -> dict:
+    """This environment for an agglab child, without AGGLAB_NET_WAIT: these tests check that
+    a second run refuses, which a caller's queueing setting would turn into a wait."""
+    return {**{k: v for k, v in os.environ.items() if k != "AGGLAB_NET_WAIT"}, "PYTHONPATH": str(REPO)}
+
+
 # -- run directories ------------------------------------------------------------------------
 def test_secure_dir_creates_a_private_directory(tmp_path):
     d = secure_dir(tmp_path / "runs")
@@ -61,7 +67,7 @@ def test_secure_dir_refuses_another_users_directory(tmp_path):
 
 
 def _clean_in(root: Path, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, AGGLAB_RUN_ROOT=str(root), PYTHONPATH=str(REPO))
+    env = dict(refusing_env(), AGGLAB_RUN_ROOT=str(root))
     return subprocess.run([sys.executable, "-m", "agglab", "clean", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=60)
 
@@ -115,7 +121,7 @@ time.sleep(60)
 def test_a_second_process_is_refused_naming_the_holder(tmp_path):
     lease = secure_dir(tmp_path / "lease") / "network.lock"
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(lease)], cwd=REPO, stdout=subprocess.PIPE, text=True,
-                              env=dict(os.environ, PYTHONPATH=str(REPO)))
+                              env=refusing_env())
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(netlease.NetworkBusy) as busy:
@@ -156,7 +162,7 @@ def test_a_second_run_beside_an_open_network_refuses_and_harms_nothing():
                           if g.nodes[n]["kind"] == "switch"}         # every switch end, each in the run's group
         second = subprocess.run([sys.executable, "-m", "agglab", "allreduce", "--topology", "fattree", "--k", "4",
                                  "--workers", "2", "--elements", "1000"], cwd=REPO, capture_output=True, text=True,
-                                env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
+                                env=refusing_env(), timeout=120)
         assert second.returncode == netlease.NetworkBusy.exit_code, second.stdout + second.stderr
         lines = second.stderr.strip().splitlines()
         assert len(lines) == 1 and f"pid {os.getpid()}" in lines[0] and str(session.net.run.path) in lines[0], lines
@@ -174,14 +180,14 @@ def test_batch_commands_refuse_once_while_another_network_holds_the_machine(tmp_
     from ground.paths import NET_LEASE
 
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(NET_LEASE)], cwd=REPO, stdout=subprocess.PIPE,
-                              text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+                              text=True, env=refusing_env())
     try:
         assert holder.stdout.readline().strip() == "held"
         definition = tmp_path / "one.yaml"
         definition.write_text('{"name": "one", "network": {"link": "100Gbps", "gradient": "100MB"}, '
                               '"emulated": {"gradient": "1MiB"}, "run": {"topology": "single"}, "repeats": 1, '
                               '"series": {"in-network": {"algorithm": "switchml"}}, "sweep": {"workers": [2]}}')
-        env = dict(os.environ, PYTHONPATH=str(REPO))
+        env = refusing_env()
         for argv in (["-m", "agglab", "experiment", str(definition), "--out", str(tmp_path / "results")],
                      ["-m", "agglab.bench", "--only", "build"],
                      ["-m", "agglab", "lab", "--topology", "single", "--script", os.devnull],

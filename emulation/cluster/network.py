@@ -119,7 +119,8 @@ class ClusterNetwork(EmulatedNetwork):
         return self
 
     def _each_server(self, fn, servers=None) -> list:
-        names = list(servers or self.remotes)
+        """fn(remote) on each of `servers` (default: every server) at once; an empty list is none."""
+        names = list(self.remotes if servers is None else servers)
         with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
             return list(pool.map(lambda n: fn(self.remotes[n]), names))
 
