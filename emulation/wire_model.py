@@ -230,7 +230,10 @@ def one_graph_seconds(spec: RunSpec, g: nx.Graph) -> float:
     if spec.algorithm == "ps":
         return ps_seconds(spec, g)
     if spec.tree == "bml":
-        return bml_seconds(spec, g)
+        try:
+            return bml_seconds(spec, g)
+        except trees.TreeError as exc:   # a failed NIC: the controller re-plans a relay schedule
+            raise BoundError(f"no wire model of BML's re-planned relay schedule ({exc})") from exc
     if spec.algorithm == "omnireduce":
         return sparse_seconds(spec, g)
     return innet_seconds(spec, g)

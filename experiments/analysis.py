@@ -71,12 +71,29 @@ def select(rows: list[dict[str, Any]], d: Definition, selector: dict[str, Any], 
 
 
 def specs(rows: list[dict[str, Any]], d: Definition, selector: dict[str, Any]) -> list[RunSpec]:
-    """The RunSpecs of the points a selector names: the planned points', else the rows'."""
+    """The RunSpecs of the points a selector names: the planned points', else the rows'. A
+    failure picked at run time (`tree@F`) has no link until a run picks one: then each
+    recorded run's spec with the link it failed (`resolved`), so the bound follows it."""
     first = next(iter(d.series))
     if d.built:
-        return [p.spec for p in d.built if p.spec is not None
-                and matches({"series": p.series, "values": p.values}, selector, first)]
-    return [RunSpec.from_dict(r["spec"]) for r in selected(rows, d, selector) if r.get("spec")]
+        planned = [p.spec for p in d.built if p.spec is not None
+                   and matches({"series": p.series, "values": p.values}, selector, first)]
+    else:
+        planned = [RunSpec.from_dict(r["spec"]) for r in selected(rows, d, selector) if r.get("spec")]
+    if any(f.link is None for s in planned for f in s.fail_specs):
+        runs = [spec for r in selected(rows, d, selector) if (spec := resolved(r)) is not None]
+        return runs or planned
+    return planned
+
+
+def resolved(row: dict[str, Any]) -> RunSpec | None:
+    """A finished run's spec with its run-time failures (`tree@F`) replaced by the links it
+    recorded failing (`A-B@F`, at the fraction it failed them); None without such a record."""
+    links = [f for f in row.get("failures") or [] if f.get("link")]
+    if not row.get("ok") or not row.get("spec") or not links:
+        return None
+    fails = [f for f in row["spec"].get("fail") or [] if not f.startswith("tree@")]
+    return RunSpec.from_dict({**row["spec"], "fail": fails + [f"{f['link']}@{f['at']}" for f in links]})
 
 
 def claim_bound(rows: list[dict[str, Any]], d: Definition, claim: Claim) -> tuple[float, str]:

@@ -26,11 +26,12 @@ __all__ = ["BoundError", "MATCH_TOLERANCE", "compare", "pace_model_bound", "wire
 
 # -- a claim's bound ------------------------------------------------------------------
 def wire_time_bound(num: list, den: list) -> float:
-    """Numerator's wire time over the denominator's (each a list of RunSpecs that share a
-    time; the first is used)."""
+    """Numerator's wire time over the denominator's (each a list of RunSpecs of one point:
+    planned ones share a time; runs whose failure was picked at run time each have their
+    own, and their median is the point's)."""
     if not num or not den:
         raise BoundError("a point of this claim is not in this run's sweep")
-    return wire_seconds(num[0]) / wire_seconds(den[0])
+    return statistics.median(map(wire_seconds, num)) / statistics.median(map(wire_seconds, den))
 
 
 def pace_model_bound(num_rows: list[dict], den_rows: list[dict]) -> float:

@@ -230,3 +230,17 @@ def test_a_links_full_bucket_leaves_at_once():
     assert real_time == pytest.approx(seconds(DENSE - 6000, 10))
     fast = bounds.wire_seconds(spec(workers=4, bw=100), topologies.single_switch(4, bw=100))
     assert fast == pytest.approx(seconds(max(0, DENSE - 25000), 100))
+
+
+def test_a_failure_picked_at_run_time_is_bounded_by_the_link_the_run_recorded():
+    """`tree@F` has no bound before a run; after one, the bound is the wire time with the
+    link it failed (a leaf-spine uplink at half the blocks: as the hand-worked test above)."""
+    from experiments.analysis import resolved
+
+    g = ideal(topologies.leaf_spine(2, 2, 2, host_bw=100, uplink_bw=50, workers=4))
+    row = {"ok": True, "spec": spec(workers=4, tree="rat", fail=["tree@0.5"]).to_dict(),
+           "failures": [{"link": "l1-s1", "at": 0.5, "on_tree": True}]}
+    concrete = resolved(row)
+    assert concrete.fail == ["l1-s1@0.5"]
+    assert bounds.wire_seconds(concrete, g) == pytest.approx(0.5 * seconds(DENSE, 100) + 0.5 * seconds(DENSE, 50))
+    assert resolved({**row, "ok": False}) is None and resolved({**row, "failures": []}) is None
