@@ -19,7 +19,8 @@ run uses, not typed in:
   (`controller.forward.next_hops`), in TCP segments; ps: every ordered pair 2/n of it;
 * BML: the schedule's stages one after the other (`controller.trees.bml`), each as long
   as its busiest link: host-based transfers are TCP, one switch hop; in-network steps are
-  aggregation frames to and from the level switch;
+  aggregation frames to and from the level switch; after a failed NIC or level switch, the
+  relay re-plan's group steps (`bml_relay_seconds`), each the whole gradient;
 * scripted link failures (`A-B@F`): the bytes after fraction F run on the graph without
   that link, with the trees and routes recomputed as the controller does.
 
@@ -224,6 +225,25 @@ def bml_seconds(spec: RunSpec, g: nx.Graph) -> float:
     return total
 
 
+def bml_relay_seconds(spec: RunSpec, g: nx.Graph) -> float:
+    """BML re-planned around a failure (controller/trees/bml_relay.py): its group steps one
+    after the other, each a star allreduce of the whole gradient through one level switch:
+    every member sends its frames to the switch and gets the sum back."""
+    from controller.trees.bml_relay import relay_plan
+
+    plan = relay_plan(g, ranked_workers(g))
+    blocks = -(-spec.elements // wire.K)
+    each = (blocks + leads(spec, blocks)) * wire.FRAME_BYTES
+    total = 0.0
+    for step in plan.steps:
+        loads: Loads = {}
+        for h in step.members:
+            _add(loads, h, step.switch, each)
+            _add(loads, step.switch, h, each)
+        total += link_seconds(g, loads)
+    return total
+
+
 def one_graph_seconds(spec: RunSpec, g: nx.Graph) -> float:
     if spec.algorithm == "ring":
         return ring_seconds(spec, g)
@@ -232,8 +252,10 @@ def one_graph_seconds(spec: RunSpec, g: nx.Graph) -> float:
     if spec.tree == "bml":
         try:
             return bml_seconds(spec, g)
-        except trees.TreeError as exc:   # a failed NIC: the controller re-plans a relay schedule
-            raise BoundError(f"no wire model of BML's re-planned relay schedule ({exc})") from exc
+        except trees.TreeError:          # a failed NIC or level switch: the relay re-plan
+            if spec.bml_variant == "host":
+                raise BoundError("the host variant of BML does not re-plan around a failure") from None
+            return bml_relay_seconds(spec, g)
     if spec.algorithm == "omnireduce":
         return sparse_seconds(spec, g)
     return innet_seconds(spec, g)

@@ -244,3 +244,17 @@ def test_a_failure_picked_at_run_time_is_bounded_by_the_link_the_run_recorded():
     assert concrete.fail == ["l1-s1@0.5"]
     assert bounds.wire_seconds(concrete, g) == pytest.approx(0.5 * seconds(DENSE, 100) + 0.5 * seconds(DENSE, 50))
     assert resolved({**row, "ok": False}) is None and resolved({**row, "failures": []}) is None
+
+
+def test_bml_with_a_failed_server_link_half_way_follows_the_relay_re_plan():
+    """BCube(2,1) at 10 Mb/s, h1-b1s1 failing at half the run. Before: BML's two in-network
+    stages, 2 x 51 frames (see above). After, the relay re-plan: every level switch has two
+    live servers, so the root is the first, b0s1 (h1, h2); h2 reaches b1s2 (h4), h4 reaches
+    b0s2 (h3). Reduce deepest first: b0s2, b1s2, b0s1; broadcast back: b1s2, b0s2; 5 steps,
+    each the whole gradient (100 blocks + 1 lead = DENSE) to its switch and back."""
+    g = ideal(topologies.bcube(2, 1, bw=10, workers=4))
+    innet = bounds.wire_seconds(spec(workers=4, topology="bcube", tree="bml", fail=["h1-b1s1@0.5"]), g)
+    assert innet == pytest.approx(0.5 * seconds(2 * 51 * FRAME, 10) + 0.5 * 5 * seconds(DENSE, 10))
+    with pytest.raises(bounds.BoundError, match="host variant"):
+        bounds.wire_seconds(spec(workers=4, topology="bcube", tree="bml", bml_variant="host",
+                                 fail=["h1-b1s1@0.5"]), g)
