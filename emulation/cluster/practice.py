@@ -66,14 +66,29 @@ AcceptEnv AGGLAB_*
 Subsystem sftp internal-sftp
 """
 
-# PID 1 of a server: private /tmp and /run, then sshd (which reaps what is orphaned there)
+# PID 1 of a server: private /tmp and /run, then sshd (which reaps what is orphaned there).
+# The head runs agglab from its checkout's path on every server (a real cluster installs it
+# at the same path); a checkout under /tmp or /run would be hidden by the private tmpfs, so
+# it is bind-mounted through a staging directory in the state directory first.
 SERVER_INIT = """\
 set -e
-mount -t tmpfs -o mode=1777 agglab-tmp /tmp
+{keep_code}mount -t tmpfs -o mode=1777 agglab-tmp /tmp
 mount -t tmpfs -o mode=755 agglab-run /run
-mkdir -p /run/sshd
+{restore_code}mkdir -p /run/sshd
 exec /usr/sbin/sshd -D -e -f {config}
 """
+CODE = Path(__file__).resolve().parents[2]     # the checkout (or installed tree) the head runs
+
+
+def server_init(config: Path, staging: Path, code: Path = CODE) -> str:
+    """SERVER_INIT for one server: `code` kept visible at its own path if /tmp or /run hold it."""
+    hidden = any(code == Path(top) or Path(top) in code.parents for top in ("/tmp", "/run"))
+    if not hidden:
+        return SERVER_INIT.format(keep_code="", restore_code="", config=config)
+    q = lambda p: "'" + str(p).replace("'", "'\\''") + "'"
+    return SERVER_INIT.format(
+        keep_code=f"mkdir -p {q(staging)}\nmount --bind {q(code)} {q(staging)}\n",
+        restore_code=f"mkdir -p {q(code)}\nmount --bind {q(staging)} {q(code)}\n", config=config)
 
 
 class PracticeClusterError(RuntimeError):
@@ -183,7 +198,7 @@ def _start_server(state_dir: Path, i: int) -> dict:
     with open(d / "sshd.log", "ab") as out:
         proc = subprocess.Popen(["ip", "netns", "exec", ns, "unshare", "--pid", "--mount", "--fork",
                                  "--mount-proc", "--kill-child", "--propagation", "private",
-                                 "sh", "-c", SERVER_INIT.format(config=d / "sshd_config")],
+                                 "sh", "-c", server_init(d / "sshd_config", d / "code")],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     init = None
