@@ -142,3 +142,17 @@ def test_thrift_address_is_configurable():
         _wait_for_port("s", port, 2, "127.0.0.2")
         with pytest.raises(SwitchCommandError, match="no Thrift server"):
             _wait_for_port("s", port, 0.3)          # nothing listens on 127.0.0.1:port
+
+
+def test_a_checkout_under_tmp_is_bind_mounted_past_the_servers_private_tmp():
+    """The servers' /tmp and /run are private tmpfs: a checkout there must be carried over."""
+    from pathlib import Path
+
+    from emulation.cluster.practice import server_init
+
+    hidden = server_init(Path("/s/sshd_config"), Path("/s/code"), Path("/tmp/my checkout"))
+    lines = hidden.splitlines()
+    assert lines.index("mount --bind '/tmp/my checkout' '/s/code'") < lines.index(
+        "mount -t tmpfs -o mode=1777 agglab-tmp /tmp") < lines.index("mount --bind '/s/code' '/tmp/my checkout'")
+    visible = server_init(Path("/s/sshd_config"), Path("/s/code"), Path("/work/agglab"))
+    assert "--bind" not in visible and "exec /usr/sbin/sshd -D -e -f /s/sshd_config" in visible
