@@ -10,6 +10,8 @@ import random
 
 import pytest
 
+from ground import wire
+
 from emulation.session import Session, run_allreduce
 from ground.runspec import RunSpec
 from tests.leftovers import assert_clean
@@ -106,7 +108,10 @@ def test_bml_re_plans_around_a_failed_server_link_or_level_switch_exact(option):
     """`--tree bml --fail tree@0.5` / `--fail-switch tree@0.5`: half-way through, the schedule
     is re-planned over what remains (controller/trees/bml_relay.py) and the servers run it
     from their inputs again: exact, under the relay epoch, the level switches aggregating."""
-    r = run_allreduce(topology="bcube", workers=9, tree="bml", elements=30_001, seed=11, **{option: ["tree@0.5"]})
+    # in K-blocks (30,081 int32 at K=64): at K=256 a fixed 30,001 was 118 blocks, and the run
+    # could end before the injector saw it half done (the failure then came at 1.0)
+    r = run_allreduce(topology="bcube", workers=9, tree="bml", elements=470 * wire.K + 1, seed=11,
+                      **{option: ["tree@0.5"]})
     assert r["exact"], r.get("errors")
     (f,) = r["failures"]
     assert f["on_tree"] and f["epoch"] == 1 and not f["partitioned"], f
