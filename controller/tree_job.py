@@ -194,8 +194,7 @@ class TreeJob(Job):
         trees on unshaped links are left out."""
         out = {}
         for t in self.treeset.trees if self.treeset else ():
-            rates = [bw for u, v in t.edges if self.g.has_edge(u, v)
-                     for bw in (self.g.edges[u, v].get("bw"),) if bw]
+            rates = [r for r in (self.g.edges[e].get("bw") for e in t.edges) if r]
             if rates:
                 out[t.id] = min(rates)
         return out

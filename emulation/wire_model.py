@@ -6,9 +6,9 @@ allreduce result carries its run's wire time (a run far slower than it was decid
 something other than its links).
 
 A run's **wire time** is every link direction's bytes on the wire divided by its rate, the
-busiest one deciding (a fluid model: links work in parallel, no
-start-up, no queueing), less what each link's full htb bucket sends at once (`link_seconds`). Bytes follow what the run does, recomputed here by the code the
-run uses, not typed in:
+busiest one deciding (a fluid model: links work in parallel, no start-up, no queueing), less
+what each link's full htb bucket sends at once (`link_seconds`). Bytes follow what the run
+does, recomputed here by the code the run uses, not typed in:
 
 * in-network (switchml) on the controller's trees (`controller.trees.compute`, with their
   weights): each tree edge carries its share of the aggregation frames up and the results
@@ -218,11 +218,16 @@ def bml_seconds(spec: RunSpec, g: nx.Graph) -> float:
     for stage in sched.in_network:
         loads = {}
         for step in stage:
-            for h in step.members:
-                _add(loads, h, step.switch, part)
-                _add(loads, step.switch, h, part)
+            _star(loads, step.switch, step.members, part)
         total += link_seconds(g, loads)
     return total
+
+
+def _star(loads: Loads, switch: str, members, nbytes: float) -> None:
+    """An in-network group step: each member sends `nbytes` to `switch` and gets as much back."""
+    for h in members:
+        _add(loads, h, switch, nbytes)
+        _add(loads, switch, h, nbytes)
 
 
 def bml_relay_seconds(spec: RunSpec, g: nx.Graph) -> float:
@@ -237,9 +242,7 @@ def bml_relay_seconds(spec: RunSpec, g: nx.Graph) -> float:
     total = 0.0
     for step in plan.steps:
         loads: Loads = {}
-        for h in step.members:
-            _add(loads, h, step.switch, each)
-            _add(loads, step.switch, h, each)
+        _star(loads, step.switch, step.members, each)
         total += link_seconds(g, loads)
     return total
 

@@ -51,7 +51,6 @@ RTO = 0.05                        # first retransmission timeout (s); then the a
 FIN_BLOCK = (1 << SEQ_BITS) - 1   # block index of a worker's FIN: "I have every result of this call"
 FIN_TRIES = 6                     # FIN sends without acknowledgement before a worker returns anyway
 BUFFER = 4 << 20
-FLAGS_BYTE = 3                    # agg_h: job, tree, epoch, flags (docs/design.md, "Wire format")
 
 
 def _socket(ip: str) -> socket.socket:
@@ -79,9 +78,8 @@ def _again(answer: bytes | None) -> bytes | None:
     time to it includes loss recovery, not queueing (hosts/atp_window.py)."""
     if answer is None:
         return None
-    again = bytearray(answer)
-    again[FLAGS_BYTE] |= RETX
-    return bytes(again)
+    hdr = wire.unpack_agg(answer)
+    return wire.pack_agg(**{**hdr, "flags": hdr["flags"] | RETX}) + answer[wire.AGG_HEADER_BYTES:]
 
 
 class Pieces:
