@@ -218,20 +218,91 @@ class FidelityProbe:
 
     # -- the verdict ---------------------------------------------------------------
     def summary(self) -> dict:
-        """CPU shares are taken over the bottleneck's active window (worker start-up, when
-        Python imports and no data moves, would otherwise dilute a saturated switch)."""
-        link = bottleneck(self.directions)
-        t0, t1 = (link["window"] if link else (self.started, self.finished))
-        wall = max(t1 - t0, 1e-9)
-        share = {pid: _delta(samples, t0, t1) / wall for pid, samples in self.cpu.items()}
-        switch_cpu = {self.labels[p].replace(" data plane", ""): round(s, 3)
-                      for p, s in share.items() if "data plane" in self.labels[p]}
-        host_cpu = [round(s, 3) for p, s in share.items() if "data plane" not in self.labels[p]]
-        busy = _delta([(t, b) for t, (b, _) in self.machine], t0, t1)
-        total = max(_delta([(t, a) for t, (_, a) in self.machine], t0, t1), 1)
-        if link:
-            link = {k: v for k, v in link.items() if k != "window"}
-        return verdict(link, switch_cpu, host_cpu, round(busy / total, 3), os.cpu_count() or 1)
+        return summarize(self.directions, self.cpu, self.labels, [self.machine], os.cpu_count() or 1,
+                         self.started, self.finished)
+
+
+COUNTERS = ("tx_bytes", "rx_bytes", "tx_packets", "rx_packets")
+
+
+class ServerSampler:
+    """The probe's sampling half on one server of a cluster (its agent runs it,
+    emulation/cluster/agent.py): the counters of the interfaces it is given, the CPU time of
+    every process whose pid file lies in one of `dirs()` (keyed by the file's stem: a switch's
+    or a host's name), the server's busy time. `stop()` returns them JSON-ready, with this
+    server's clock, for the head to merge (emulation/cluster/fidelity.py).
+
+    Why on the server: the counters and processes are there; reading them over ssh once per
+    sample would cost a round trip per server every 0.1 s."""
+
+    def __init__(self, intfs: list[str], dirs, interval: float = SAMPLE_SECONDS):
+        self.intfs, self.dirs, self.interval = list(intfs), dirs, interval
+        self.counters: dict[str, list] = {i: [] for i in self.intfs}
+        self.cpu: dict[str, list] = {}
+        self.machine: list = []
+        self.pids: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fidelity-sampler", daemon=True)
+
+    def start(self) -> "ServerSampler":
+        self._sample()
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        now = time.monotonic()
+        for intf in self.intfs:
+            values = [_read_int(f"/sys/class/net/{intf}/statistics/{c}") for c in COUNTERS]
+            if None not in values:
+                self.counters[intf].append([now, *values])
+        busy, total = _machine_busy()
+        self.machine.append([now, busy, total])
+        for d in self.dirs():
+            for f in Path(d).glob("*.pid"):
+                if f.stem not in self.pids:
+                    pid = _read_int(str(f))
+                    if pid:
+                        self.pids[f.stem] = pid
+        for name, pid in self.pids.items():
+            cpu = _cpu_seconds(pid)
+            if cpu is not None:
+                self.cpu.setdefault(name, []).append([now, cpu])
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._thread.join(2)
+        self._sample()
+        return {"counters": self.counters, "cpu": self.cpu, "machine": self.machine,
+                "cores": os.cpu_count() or 1, "clock": time.monotonic()}
+
+
+def summarize(directions: list[_Direction], cpu: dict, labels: dict, machines: list[list], cores: int,
+              started: float, finished: float) -> dict:
+    """The fidelity record from samples, wherever they were taken: `cpu` maps a process key to
+    its [(t, cpu seconds)], `labels` the same keys to what the process is ("X data plane" for
+    a switch), `machines` holds one [(t, (busy, total))] per machine (a cluster has one per
+    server: the busiest counts). CPU shares are taken over the bottleneck's active window
+    (worker start-up, when Python imports and no data moves, would otherwise dilute a
+    saturated switch)."""
+    link = bottleneck(directions)
+    t0, t1 = (link["window"] if link else (started, finished))
+    wall = max(t1 - t0, 1e-9)
+    share = {key: _delta(samples, t0, t1) / wall for key, samples in cpu.items() if key in labels}
+    switch_cpu = {labels[k].replace(" data plane", ""): round(s, 3)
+                  for k, s in share.items() if "data plane" in labels[k]}
+    host_cpu = [round(s, 3) for k, s in share.items() if "data plane" not in labels[k]]
+    busy = 0.0
+    for machine in machines:
+        used = _delta([(t, b) for t, (b, _) in machine], t0, t1)
+        total = max(_delta([(t, a) for t, (_, a) in machine], t0, t1), 1)
+        busy = max(busy, used / total)
+    if link:
+        link = {k: v for k, v in link.items() if k != "window"}
+    return verdict(link, switch_cpu, host_cpu, round(busy, 3), cores)
 
 
 def _delta(samples: list[tuple[float, float]], t0: float, t1: float) -> float:

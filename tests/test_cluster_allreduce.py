@@ -68,6 +68,10 @@ def test_allreduce_on_two_servers_with_a_tree_failure_is_exact(cluster_file):
         assert placement[a] != placement[b]
     assert len(result["failures"]) == 1 and result["failures"][0]["on_tree"]
     assert result["epoch"] == 1                                           # it rerouted
+    fidelity = result["fidelity"]                                         # sampled on both servers
+    assert fidelity["servers_sampled"] == ["s1", "s2"] and fidelity["link"]["bytes"] > 0
+    assert set(fidelity["switch_cpu"]) == {n for n in placement if n[0] in "eac"}
+    assert fidelity["tunnels"]["links"] == len(result["cluster"]["tunnels"]) and fidelity["tunnels"]["frames"] > 0
     assert _server_leftovers(cluster_file) == []
 
 

@@ -97,3 +97,104 @@ def test_agent_writes_what_it_is_put_and_reports_progress_files(tmp_path):
     finally:
         agent.stdin.close()
         assert agent.wait(5) == 0                                         # the head hung up: it exits
+
+
+def _two_server_line():
+    """h1 - e1 | e2 - h2: e1 and h1 on s1, e2 and h2 on s2, e1-e2 a tunnel at 4 Mb/s."""
+    import networkx as nx
+
+    g = nx.Graph()
+    for n, kind in (("h1", "host"), ("e1", "switch"), ("e2", "switch"), ("h2", "host")):
+        g.add_node(n, kind=kind)
+    g.add_edge("h1", "e1", intfs={"h1": "h1-eth0", "e1": "e1-eth1"}, bw=4.0)
+    g.add_edge("e1", "e2", intfs={"e1": "e1-eth2", "e2": "e2-eth2"}, bw=4.0)
+    g.add_edge("e2", "h2", intfs={"h2": "h2-eth0", "e2": "e2-eth1"}, bw=4.0)
+    return g, {"h1": "s1", "e1": "s1", "e2": "s2", "h2": "s2"}
+
+
+def test_cluster_fidelity_merges_each_servers_samples_on_the_heads_clock_and_counts_tunnel_loss():
+    """Two servers whose clocks run 100 s and -50 s off the head's: the bottleneck, the CPU
+    shares over its window, the busiest server and the frames lost in the tunnel, all by hand."""
+    from emulation.cluster.fidelity import ClusterProbe, merge
+
+    g, placement = _two_server_line()
+    probe = ClusterProbe(g, placement, {"s1": None, "s2": None}, "/run/x", [("e1", "e2")])
+    assert probe.intfs == {"s1": ["e1-eth1", "e1-eth2"], "s2": ["e2-eth1", "e2-eth2"]}
+    times = [10.0, 10.5, 11.0, 11.5, 12.0]                      # the head's clock
+    # e1-eth2 (tunnel, e1's end): 250,000 B per 0.5 s = 4 Mb/s from 10.0 to 11.5, then idle;
+    # 1,000 frames out, 500 in.  e2-eth2: 990 of those frames in, 500 out.
+    tunnel_s1 = [[t + 100, b, 0, p, q] for t, b, p, q in zip(times, [0, 250_000, 500_000, 750_000, 750_000],
+                                                             [0, 300, 600, 1000, 1000], [0, 100, 200, 500, 500])]
+    tunnel_s2 = [[t - 50, 0, b, p, q] for t, b, p, q in zip(times, [0, 240_000, 480_000, 740_000, 740_000],
+                                                           [0, 100, 200, 500, 500], [0, 290, 590, 990, 990])]
+    quiet = lambda off: [[t + off, 0, 0, 0, 0] for t in times]          # noqa: E731
+    samples = {
+        "s1": {"counters": {"e1-eth2": tunnel_s1, "e1-eth1": quiet(100)},
+               # e1 used 0.75 s of CPU from 10.0 to 11.5 (half a core); an "e2" pid file on s1 is not e2
+               "cpu": {"e1": [[t + 100, c] for t, c in zip(times, [1.0, 1.25, 1.5, 1.75, 1.8])],
+                       "e2": [[t + 100, c] for t, c in zip(times, [0, 9, 18, 27, 36])]},
+               "machine": [[t + 100, 50 * i, 100 * i] for i, t in enumerate(times)], "cores": 2},
+        "s2": {"counters": {"e2-eth2": tunnel_s2, "e2-eth1": quiet(-50)},
+               "cpu": {"e2": [[t - 50, c] for t, c in zip(times, [0, 0.05, 0.1, 0.15, 0.2])],
+                       "rank0": [[t - 50, c] for t, c in zip(times, [0, 0.3, 0.6, 0.9, 0.9])]},
+               "machine": [[t - 50, 85 * i, 100 * i] for i, t in enumerate(times)], "cores": 2},
+    }
+    record = merge(g, placement, probe.ends, probe.tunnels, samples, {"s1": 100.0, "s2": -50.0}, 9.0, 13.0)
+    assert record["link"]["link"] == "e1->e2"
+    assert record["link"]["utilisation"] == 1.0 and record["link_bound"] and not record["cpu_bound"]
+    assert record["switch_cpu"] == {"e1": 0.5, "e2": 0.1}
+    assert record["host_cpu_max"] == 0.6
+    assert record["machine_busy"] == 0.85
+    assert record["tunnels"] == {"links": 1, "frames": 1500, "lost": 10, "loss": round(10 / 1500, 6)}
+    assert record["servers_sampled"] == ["s1", "s2"]
+
+
+def test_cluster_fidelity_names_a_server_that_sent_no_samples():
+    from emulation.cluster.fidelity import ClusterProbe, merge
+
+    g, placement = _two_server_line()
+    probe = ClusterProbe(g, placement, {"s1": None, "s2": None}, "/run/x", [("e1", "e2")])
+    rows = [[t, int(t * 1e5), 0, 0, 0] for t in (0.0, 0.5, 1.0)]
+    record = merge(g, placement, probe.ends, probe.tunnels,
+                   {"s1": {"counters": {"e1-eth2": rows}, "cpu": {}, "machine": [], "cores": 2}},
+                   {"s1": 0.0}, 0.0, 1.0)
+    assert record["servers_missing"] == ["s2"] and "no samples from s2" in record["reason"]
+
+
+def test_agent_samples_counters_and_a_processes_cpu_for_the_probe(tmp_path):
+    """`clock`, `probe`, `probe-stop` on a real agent: lo's counters, a busy process named by
+    its pid file, the machine's busy time, each sampled more than once."""
+    import base64
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    busy = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<3: pass"])
+    (tmp_path / "rank0.pid").write_text(f"{busy.pid}\n")
+    agent = subprocess.Popen([sys.executable, "-m", "emulation.cluster.agent"], cwd=REPO, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE)
+    try:
+        agent.stdin.write(b"clock\n")
+        agent.stdin.flush()
+        word, clock = agent.stdout.readline().split()
+        assert word == b"clock" and float(clock) > 0
+        agent.stdin.write(f"probe 0.05 {tmp_path} lo\nclock\n".encode())   # in order: sampling began
+        agent.stdin.flush()
+        assert agent.stdout.readline().split()[0] == b"clock"
+        subprocess.run(["ping", "-c", "3", "-i", "0.2", "-q", "127.0.0.1"], capture_output=True)
+        agent.stdin.write(b"probe-stop\n")
+        agent.stdin.flush()
+        word, data = agent.stdout.readline().split()
+        assert word == b"samples"
+        got = json.loads(base64.b64decode(data))
+        lo = got["counters"]["lo"]
+        assert len(lo) >= 5 and lo[-1][1] > lo[0][1] and lo[-1][3] - lo[0][3] >= 6   # 3 pings, 3 replies
+        cpu = got["cpu"]["rank0"]
+        assert len(cpu) >= 5 and cpu[-1][1] - cpu[0][1] > 0.2                        # it spun
+        assert len(got["machine"]) >= 5 and got["cores"] >= 1
+    finally:
+        busy.kill()
+        agent.stdin.close()
+        assert agent.wait(5) == 0

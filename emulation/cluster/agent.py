@@ -6,14 +6,19 @@ through the filesystem; across servers they are not. The head sends `put PATH BA
 whenever it rewrites an epoch file (the agent writes it atomically: the workers compare its
 bytes), and `watch DIR`; the agent answers `file PATH BASE64` whenever a `*.progress` file
 under a watched directory changes (every POLL seconds), which the head writes to the same
-path for the failure injector and the progress bar. Standard library only: it runs on the
-server as `python -m emulation.cluster.agent`.
+path for the failure injector and the progress bar. For the fidelity record the head sends
+`clock` (answered `clock T`, this server's monotonic clock, for the head to place its samples
+on its own), `probe SECONDS RUN_DIR INTF,...` (start sampling those interfaces, the processes
+whose pid files are in the run's directories, and the server's CPU; `-` for no interface) and `probe-stop` (answered `samples BASE64`, the JSON of what was
+sampled). It runs on the server as `python -m emulation.cluster.agent`.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import os
+import queue
 import sys
 import threading
 import time
@@ -26,9 +31,21 @@ def serve() -> int:
     watched: list[Path] = []
     seen: dict[str, bytes] = {}
     lock = threading.Lock()
+    out_lock = threading.Lock()
     out = sys.stdout.buffer
+    sampler = None
+
+    def say(line: bytes) -> None:
+        with out_lock:
+            out.write(line + b"\n")
+            out.flush()
+
+    def dirs() -> list[Path]:
+        with lock:
+            return list(watched)
 
     def reader():
+        nonlocal sampler
         for raw in sys.stdin.buffer:
             words = raw.decode().split()
             if not words:
@@ -41,13 +58,23 @@ def serve() -> int:
             elif words[0] == "watch" and len(words) == 2:
                 with lock:
                     watched.append(Path(words[1]))
+            elif words[0] == "clock":
+                say(b"clock %r" % time.monotonic())
+            elif words[0] == "probe" and len(words) == 4:
+                from emulation.fidelity import ServerSampler
+
+                run_dir = Path(words[2])
+                sampler = ServerSampler([i for i in words[3].split(",") if i not in ("", "-")],
+                                        lambda: [run_dir, *dirs()], float(words[1])).start()
+            elif words[0] == "probe-stop":
+                data = sampler.stop() if sampler is not None else {}
+                sampler = None
+                say(b"samples " + base64.b64encode(json.dumps(data).encode()))
         os._exit(0)                       # the head hung up: done
 
     threading.Thread(target=reader, daemon=True).start()
     while True:
-        with lock:
-            dirs = list(watched)
-        for d in dirs:
+        for d in dirs():
             for f in d.glob("*.progress"):
                 try:
                     data = f.read_bytes()
@@ -55,8 +82,7 @@ def serve() -> int:
                     continue
                 if data and seen.get(str(f)) != data:
                     seen[str(f)] = data
-                    out.write(b"file %s %s\n" % (str(f).encode(), base64.b64encode(data)))
-                    out.flush()
+                    say(b"file %s %s" % (str(f).encode(), base64.b64encode(data)))
         time.sleep(POLL)
 
 
@@ -72,6 +98,7 @@ class AgentLink:
         self._stop = threading.Event()
         self._sent: dict[str, bytes] = {}
         self._lock = threading.Lock()
+        self._replies: dict[str, "queue.Queue[str]"] = {"clock": queue.Queue(), "samples": queue.Queue()}
 
     def start(self) -> "AgentLink":
         import shlex
@@ -97,6 +124,10 @@ class AgentLink:
                 except (BrokenPipeError, ValueError):
                     pass
 
+    def tell(self, line: str) -> None:
+        """A command that has no answer (`probe ...`)."""
+        self._send(line)
+
     def watch(self, directory: Path) -> None:
         self._send(f"watch {directory}")
 
@@ -111,10 +142,24 @@ class AgentLink:
                     self._sent[str(f)] = data
                     self._send(f"put {f} {base64.b64encode(data).decode()}")
 
+    def ask(self, line: str, reply: str, timeout: float) -> str | None:
+        """Send `line` and wait for the agent's next `reply` line (its words after the first),
+        None if none came within `timeout` (an agent that died, an old agent)."""
+        replies = self._replies[reply]
+        while not replies.empty():
+            replies.get_nowait()
+        self._send(line)
+        try:
+            return replies.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
     def _read(self) -> None:
         for raw in self.proc.stdout:
             words = raw.decode(errors="replace").split()
-            if len(words) == 3 and words[0] == "file":
+            if len(words) == 2 and words[0] in self._replies:
+                self._replies[words[0]].put(words[1])
+            elif len(words) == 3 and words[0] == "file":
                 path = Path(words[1])
                 try:
                     if path.parent.is_dir():

@@ -20,8 +20,8 @@ and what replaces it here:
   pipes are that ssh's stdin and stdout);
 - a link taken down on a tunnel: the head takes both ends down and tells the job itself
   (netlink events on the servers are not forwarded), see `watch_links`;
-- the fidelity probe reads counters and CPU on the head only, so a cluster run reports
-  `fidelity: {"measured": false}` instead of numbers about the wrong machine.
+- the fidelity probe's counters and CPU are on the servers: each agent samples its own and
+  the head merges them, adding the tunnels' loss (fidelity.py).
 Clean-up kills every pid recorded in the run directory on each server, deletes the run's
 interface group there and removes that directory; the head's own ssh processes end with it.
 """
@@ -347,7 +347,10 @@ class ClusterNetwork(EmulatedNetwork):
                           {self.placement[h] for h in hosts(self.graph)})
 
     def fidelity_probe(self):
-        return _NoProbe()
+        """Every server's samples merged on the head (emulation/cluster/fidelity.py)."""
+        from emulation.cluster.fidelity import ClusterProbe
+
+        return ClusterProbe(self.graph, self.placement, self.agents, self.run.path, self.tunnels).start()
 
     # -- links and switches -----------------------------------------------------------
     def watch_links(self, on_change):
@@ -404,11 +407,6 @@ class ClusterNetwork(EmulatedNetwork):
         return {"servers": {s.name: s.address for s in self.cluster.servers},
                 "placement": dict(sorted(self.placement.items())),
                 "tunnels": [f"{u}-{v}" for u, v in self.tunnels]}
-
-
-class _NoProbe:
-    def stop(self) -> dict:
-        return {"measured": False, "why": "cluster mode: the probe reads counters and CPU on one machine"}
 
 
 class _LinkEvents:
