@@ -180,7 +180,8 @@ def _host_baseline(module_name: str):
 
         return import_module(module_name).allreduce(array, rank=comm.rank, peers=comm.plan.peers(),
                                                     port=BASE_PORT + comm.spec.job, give_up=comm.spec.give_up,
-                                                    return_stats=True, on_progress=comm.block_progress)
+                                                    return_stats=True, on_progress=comm.block_progress,
+                                                    link_mbps=comm.seat.link_mbps)
     return run
 
 

@@ -31,7 +31,8 @@ CHUNK_BYTES = 64 * 1024
 
 
 def allreduce(array, *, rank: int, peers: list[str], port: int = BASE_PORT, give_up: float = 10.0,
-              on_progress=None, chunk_bytes: int = CHUNK_BYTES, return_stats: bool = False):
+              on_progress=None, link_mbps: float | None = None, chunk_bytes: int = CHUNK_BYTES,
+              return_stats: bool = False):
     """Sum `array` over the workers at `peers` (one IPv4 address per rank, in rank order)."""
     n = len(peers)
     others = [(rank + i) % n for i in range(1, n)]
@@ -40,7 +41,8 @@ def allreduce(array, *, rank: int, peers: list[str], port: int = BASE_PORT, give
         return _Ps(arr, rank, n, mesh, give_up, on_progress, max(1, chunk_bytes // arr.itemsize)).run()
 
     return allreduce_over_mesh("ps", body, array, rank=rank, peers=peers, out_to=others, in_from=others,
-                               port=port, give_up=give_up, return_stats=return_stats)
+                               port=port, give_up=give_up, return_stats=return_stats,
+                               link_mbps=link_mbps)
 
 
 class _Ps:

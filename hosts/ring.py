@@ -28,7 +28,8 @@ CHUNK_BYTES = 64 * 1024        # one pipelined message: 45 full TCP segments at 
 
 
 def allreduce(array, *, rank: int, peers: list[str], port: int = BASE_PORT, give_up: float = 10.0,
-              on_progress=None, chunk_bytes: int = CHUNK_BYTES, return_stats: bool = False):
+              on_progress=None, link_mbps: float | None = None, chunk_bytes: int = CHUNK_BYTES,
+              return_stats: bool = False):
     """Sum `array` over the workers at `peers` (one IPv4 address per rank, in rank order)."""
     n = len(peers)
 
@@ -36,7 +37,8 @@ def allreduce(array, *, rank: int, peers: list[str], port: int = BASE_PORT, give
         return _Ring(arr, rank, n, mesh, give_up, on_progress, max(1, chunk_bytes // arr.itemsize)).run()
 
     return allreduce_over_mesh("ring", body, array, rank=rank, peers=peers, out_to=[(rank + 1) % n],
-                               in_from=[(rank - 1) % n], port=port, give_up=give_up, return_stats=return_stats)
+                               in_from=[(rank - 1) % n], port=port, give_up=give_up, return_stats=return_stats,
+                               link_mbps=link_mbps)
 
 
 def schedule(rank: int, n: int, length: int, chunk: int):

@@ -39,6 +39,11 @@ _HELLO = struct.Struct(">4sBHHQB")       # magic, algorithm, rank, workers, leng
 _MAGIC = b"AGLB"
 _FRAME = struct.Struct(">II")            # tag (message number on this direction), byte count
 _RETRY = 0.05                            # seconds between connection attempts to a peer not yet listening
+CONNECT_AT_ONCE = 16                     # connections a worker opens at a time (a PS of 128 opens 127)
+SETUP_BYTES = 230                        # bytes one connection's setup puts on a worker's link, each
+                                         # way: SYN or SYN-ACK, ACK, a hello (with headers), its ACK
+SETUP_SLACK = 4                          # for the fabric: oversubscribed cores carry many workers'
+                                         # handshakes, and a dropped SYN waits a second to be resent
 
 
 class PeerError(ConnectionError):
@@ -161,13 +166,29 @@ class Mesh:
             p.close()
 
 
+def setup_seconds(connections: int, give_up: float, link_mbps: float | None = None) -> float:
+    """How long a worker may take to open its `connections`: 2 x give_up (the slowest peer may
+    still be importing numpy when the first one connects), plus, on a shaped link, the time
+    its link needs for their handshakes and hellos, SETUP_SLACK times over.
+
+    Why the link counts: a parameter server of 128 workers opens 16,256 connections, 254 per
+    worker; at 0.1 Mb/s a worker's link needs 4.7 s just to carry their setup, and the
+    oversubscribed core more."""
+    wire = connections * SETUP_BYTES * 8 / (link_mbps * 1e6) if link_mbps else 0.0
+    return 2 * give_up + SETUP_SLACK * wire
+
+
 def open_mesh(hello: Hello, addrs: list[str], out_to: list[int], in_from: list[int], *,
-              port: int = BASE_PORT, give_up: float = 10.0, setup: float | None = None) -> Mesh:
-    """Listen on addrs[rank]:port, connect to every rank in `out_to`, accept every rank in
-    `in_from`; both ends check the other's hello. `setup` (default 2 x give_up) bounds the
-    whole setup: the slowest peer may still be importing numpy when the first one connects."""
+              port: int = BASE_PORT, give_up: float = 10.0, setup: float | None = None,
+              link_mbps: float | None = None) -> Mesh:
+    """Listen on addrs[rank]:port, connect to every rank in `out_to` (CONNECT_AT_ONCE at a
+    time: one by one, a worker of a 128-worker PS would wait 127 handshakes in a row), accept
+    every rank in `in_from`; both ends check the other's hello. `setup` (default
+    `setup_seconds`) bounds the whole setup."""
     me = hello.rank
-    deadline = time.monotonic() + (setup if setup is not None else 2 * give_up)
+    if setup is None:
+        setup = setup_seconds(len(out_to) + len(in_from), give_up, link_mbps)
+    deadline = time.monotonic() + setup
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -182,9 +203,9 @@ def open_mesh(hello: Hello, addrs: list[str], out_to: list[int], in_from: list[i
                                 args=(listener, hello, addrs, set(in_from), deadline, give_up, accepted, failure))
     acceptor.start()
     out: dict[int, Peer] = {}
+    abort = threading.Event()
     try:
-        for r in out_to:
-            out[r] = _connect(hello, addrs[me], r, addrs[r], port, deadline, give_up)
+        _connect_all(hello, addrs, out_to, port, deadline, give_up, out, abort)
         acceptor.join(max(0.0, deadline - time.monotonic()) + 1)
         if failure:
             raise failure[0]
@@ -193,6 +214,7 @@ def open_mesh(hello: Hello, addrs: list[str], out_to: list[int], in_from: list[i
             raise AllreduceTimeout(f"rank {me}: rank(s) {missing} ({', '.join(addrs[r] for r in missing)}) "
                                    f"never connected to {addrs[me]}:{port} within the setup deadline")
     except BaseException:
+        abort.set()
         _shut(listener)                      # wakes the acceptor, resets connections not yet accepted
         acceptor.join(1)
         for p in list(out.values()) + list(accepted.values()):
@@ -210,10 +232,45 @@ def _shut(sock: socket.socket) -> None:
     sock.close()
 
 
-def _connect(hello: Hello, source: str, r: int, addr: str, port: int, deadline: float, give_up: float) -> Peer:
+def _connect_all(hello: Hello, addrs: list[str], out_to: list[int], port: int, deadline: float,
+                 give_up: float, out: dict, abort: threading.Event) -> None:
+    """Connect to every rank of `out_to`, CONNECT_AT_ONCE at a time, into `out`; the first
+    error stops the others' retries and is raised (the caller closes what connected)."""
+    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
+    me = hello.rank
+    if len(out_to) <= 1:
+        for r in out_to:
+            out[r] = _connect(hello, addrs[me], r, addrs[r], port, deadline, give_up, abort)
+        return
+    with ThreadPoolExecutor(max_workers=min(CONNECT_AT_ONCE, len(out_to)), thread_name_prefix=f"connect-{me}") as pool:
+        futures = {pool.submit(_connect, hello, addrs[me], r, addrs[r], port, deadline, give_up, abort): r
+                   for r in out_to}
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        if any(f.exception() is not None for f in done):
+            abort.set()
+        wait(futures)
+    errors = []
+    for f, r in futures.items():
+        if f.exception() is None:
+            out[r] = f.result()
+        elif not isinstance(f.exception(), _Aborted):
+            errors.append(f.exception())
+    if errors:
+        raise errors[0]
+
+
+class _Aborted(PeerError):
+    """Another connection of the same setup failed first: this one stopped trying."""
+
+
+def _connect(hello: Hello, source: str, r: int, addr: str, port: int, deadline: float, give_up: float,
+             abort: threading.Event | None = None) -> Peer:
     """Connect to rank r (retrying while it is not listening yet) and exchange hellos."""
     me, last = hello.rank, None
     while True:
+        if abort is not None and abort.is_set():
+            raise _Aborted(f"rank {me}: gave up connecting to rank {r}: another connection failed")
         left = deadline - time.monotonic()
         if left <= 0:
             raise AllreduceTimeout(f"rank {me}: could not connect to rank {r} ({addr}:{port}) before the "
@@ -386,7 +443,7 @@ class BaselineStats:
 
 def allreduce_over_mesh(algorithm: str, body, array, *, rank: int, peers: list[str],
                         out_to: list[int], in_from: list[int], port: int = BASE_PORT,
-                        give_up: float = 10.0, return_stats: bool = False):
+                        give_up: float = 10.0, return_stats: bool = False, link_mbps: float | None = None):
     """Shared frame of the baselines: check the call, open the mesh, run `body(arr, mesh)`
     (which returns the sum), close everything, count TCP segments around it."""
     arr = np.ascontiguousarray(array)
@@ -401,7 +458,7 @@ def allreduce_over_mesh(algorithm: str, body, array, *, rank: int, peers: list[s
         result = arr.copy()
     else:
         mesh = open_mesh(Hello(algorithm, rank, len(peers), len(arr), arr.dtype), peers, out_to, in_from,
-                         port=port, give_up=give_up)
+                         port=port, give_up=give_up, link_mbps=link_mbps)
         stats.setup_seconds = time.monotonic() - t0
         try:
             result = body(arr, mesh)

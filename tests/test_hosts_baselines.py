@@ -256,3 +256,58 @@ def test_a_training_loop_calls_the_baseline_through_the_communicator(algorithm, 
         bound = summation_error_bound(step)
         for r in range(n):
             assert np.all(np.abs(out[r][i].astype(np.float64) - exact_sum(step)) <= bound)
+
+
+def test_a_worker_connects_to_its_peers_at_once_not_one_after_another():
+    """Eight peers answer a hello only once all eight have one: a worker that waited for each
+    peer's hello before connecting to the next (a 128-worker PS would wait 127 round trips in
+    a row) never gets past the first."""
+    import socket
+    import threading
+
+    from hosts.tcp_mesh import _HELLO, Hello, open_mesh
+
+    n, port = 9, next(_ports)
+    addrs = [f"127.0.0.{r + 1}" for r in range(n)]
+    all_hellos = threading.Barrier(n - 1, timeout=5)
+    listeners = []
+    for r in range(1, n):
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((addrs[r], port))
+        sock.listen(1)
+        listeners.append((r, sock))
+
+    def peer(r, listener):
+        conn, _ = listener.accept()
+        with conn:
+            got = b""
+            while len(got) < _HELLO.size:
+                got += conn.recv(_HELLO.size - len(got))
+            all_hellos.wait()
+            conn.sendall(Hello("ps", r, n, 10, np.dtype(np.int32)).pack())
+            conn.recv(1)                     # until rank 0 closes
+
+    threads = [threading.Thread(target=peer, args=(r, s), daemon=True) for r, s in listeners]
+    for t in threads:
+        t.start()
+    try:
+        mesh = open_mesh(Hello("ps", 0, n, 10, np.dtype(np.int32)), addrs, list(range(1, n)), [], port=port,
+                         give_up=2.0)
+        assert sorted(p.rank for p in mesh.peers()) == list(range(1, n))
+        mesh.close()
+    finally:
+        for _, s in listeners:
+            s.close()
+        for t in threads:
+            t.join(5)
+
+
+def test_setup_time_grows_with_the_handshakes_a_slow_link_must_carry():
+    """254 connections (a PS of 128 workers) at 0.1 Mb/s: their setup is 254 x 230 B = 58,420 B
+    on the worker's link, 4.67 s at that rate; unshaped, only 2 x give_up."""
+    from hosts.tcp_mesh import SETUP_SLACK, setup_seconds
+
+    assert setup_seconds(254, 10.0) == 20.0
+    assert setup_seconds(254, 10.0, 0.1) == pytest.approx(20.0 + SETUP_SLACK * 4.6736)
+    assert setup_seconds(2, 10.0, 20.0) == pytest.approx(20.0, abs=0.01)    # a ring at 20 Mb/s: as before
