@@ -8,7 +8,11 @@ timer interrupt, softirq and wake-up per frame and link, the cost that made 8 wo
 20 Mb/s CPU-bound (measured: 1.61x the wire time before pacing, 1.04x after). The two numbers only work together, so they live together.
 
 The bucket is LINK_BURST_S of link time, at least LINK_BURST_MIN bytes (four full-size
-frames): tc's default cburst is one MTU. A transfer we time (megabytes) is thousands of
+frames): tc's default cburst is one MTU. On a slow link the minimum is capped at
+LINK_BURST_MAX_S of link time (never below one full-size frame, LINK_BURST_FLOOR): at the
+0.1 Mb/s of paper-scale runs 6,000 bytes were 0.48 s in which a link could carry twice its
+rate, and at 0.01 Mb/s 4.8 s; there a link sends a few frames a second, so htb's timer per
+frame costs nothing and the bucket need not be large. A transfer we time (megabytes) is thousands of
 buckets long, so the bucket shortens no timed transfer by more than a fraction of a percent.
 A pacer books the link at most half a bucket ahead and tops it up once an eighth is left:
 bursts of three eighths of the bucket (nine frames of K=64 values at 20 Mb/s). A pacer that
@@ -22,13 +26,17 @@ rate times the interval plus three quarters of a bucket, so htb never holds a fr
 from __future__ import annotations
 
 LINK_BURST_S = 0.002          # the link bucket: this much link time ...
-LINK_BURST_MIN = 6000         # ... and at least this many bytes
+LINK_BURST_MIN = 6000         # ... and at least this many bytes ...
+LINK_BURST_MAX_S = 0.1        # ... unless that is more than this much link time (below 0.48 Mb/s) ...
+LINK_BURST_FLOOR = 1600       # ... and never less than one full-size frame (1,514 bytes) and a little
 PACE_SHARE = 0.995            # a paced host sends at this share of its link's rate
 
 
 def burst_bytes(mbps: float) -> int:
     """The htb cburst of a `mbps` link, bytes."""
-    return max(LINK_BURST_MIN, int(mbps * 1e6 / 8 * LINK_BURST_S))
+    per_second = mbps * 1e6 / 8
+    return max(LINK_BURST_FLOOR, min(LINK_BURST_MIN, int(per_second * LINK_BURST_MAX_S)),
+               int(per_second * LINK_BURST_S))
 
 
 def pacing(mbps: float) -> tuple[float, float, float, float]:

@@ -232,6 +232,15 @@ def test_a_links_full_bucket_leaves_at_once():
     assert fast == pytest.approx(seconds(max(0, DENSE - 25000), 100))
 
 
+def test_a_slow_links_bucket_is_at_most_a_tenth_of_a_second_of_it():
+    """Below 0.48 Mb/s the 6,000 B minimum would be more than 0.1 s of the link (at 0.01 Mb/s,
+    4.8 s in which the link carries twice its rate): 0.3 Mb/s gets 3,750 B (0.1 s), 0.1 Mb/s
+    1,600 B (one full-size frame and a little, 0.128 s), 0.48 Mb/s still 6,000 B."""
+    for bw, bucket in ((0.3, 3750), (0.1, 1600), (0.48, 6000)):
+        g = topologies.single_switch(4, bw=bw)
+        assert bounds.wire_seconds(spec(workers=4, bw=bw), g) == pytest.approx(seconds(DENSE - bucket, bw))
+
+
 def test_a_failure_picked_at_run_time_is_bounded_by_the_link_the_run_recorded():
     """`tree@F` has no bound before a run; after one, the bound is the wire time with the
     link it failed (a leaf-spine uplink at half the blocks: as the hand-worked test above)."""
