@@ -320,8 +320,14 @@ def render(outcome: "Outcome", facts: dict[str, str], plots: dict[str, list[Path
              "## Trends: ours vs the papers", ""] + _trend_rows(outcome) + ["", BOUND_NOTE, "", TIMING_NOTE, ""]
     lines += ["## Machine and scale", "", "| fact | value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in facts.items()]
-    lines += [f"| fastest emulated link | {suite.ceiling_mbps:g} Mb/s — {suite.ceiling_source} |",
-              f"| definitions | {suite.source} |", ""]
+    from experiments.runner import trend_rates
+
+    own = trend_rates(suite)
+    every = own and len(own) == len(suite.definitions)
+    lines += [f"| fastest emulated link{' (no trend ran at it)' if every else ''} | "
+              f"{suite.ceiling_mbps:g} Mb/s — {suite.ceiling_source} |"]
+    lines += [f"| fastest emulated link, {name} | {text} |" for name, text in own.items()]
+    lines += [f"| definitions | {suite.source} |", ""]
     lines += _ring_check(outcome)
     for d in suite.definitions:
         lines += _trend_section(outcome, d, plots.get(d.name, []))

@@ -240,6 +240,33 @@ def scale_ceiling(suite: Suite, workers: int) -> float:
     return round(found[0] * HEADROOM, 4) if found else suite.ceiling_mbps
 
 
+def trend_rates(suite: Suite) -> dict[str, str]:
+    """Each trend's fastest link where it is not the suite's (a calibrated shape set it), as
+    the report says it: `2.4 / 0.6 / 0.1 Mb/s at 8 / 32 / 128 workers (80% of shapes ...)`.
+
+    Why: the suite's one figure (which may be the uncalibrated default) would otherwise stand
+    for trends that ran at a hundredth of it."""
+    out = {}
+    for d in suite.definitions:
+        if d.emulated_sizes:
+            sizes = sorted(d.emulated_sizes)
+            rates = [scale_ceiling(suite, w) for w in sizes]
+            shapes = [found[1] for w in sizes if (found := ceiling_for(w))]
+        else:
+            rates = [trend_ceiling(suite, d)]
+            sizes = []
+            shapes = []
+        if all(r == suite.ceiling_mbps for r in rates) or suite.ceiling_source.startswith("fixed by"):
+            continue
+        text = " / ".join(f"{r:g}" for r in rates) + " Mb/s"
+        if sizes:
+            text += " at " + " / ".join(map(str, sizes)) + " workers"
+        if shapes:
+            text += f" ({HEADROOM:.0%} of the calibrated shapes {', '.join(dict.fromkeys(shapes))})"
+        out[d.name] = text
+    return out
+
+
 def estimate_seconds(point: Point, runs: int = 1) -> float:
     """Set-up (grows with the switch count; once per shared network) plus 1.5x the point's
     own wire time (emulation/wire_model.py: its algorithm's bytes on its routes or trees; a

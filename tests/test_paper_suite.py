@@ -175,6 +175,20 @@ def test_report_has_a_ratio_vs_scale_table_and_plot(tmp_path):
     assert (folder / "small-scale.png").stat().st_size > 0
 
 
+def test_the_report_names_each_trends_own_rate_not_only_the_suites(tmp_path):
+    """No default calibration here (5 Mb/s, the uncalibrated default), yet the paper trends
+    ran at 80% of their shapes': 0.48 Mb/s at 8 and 32 workers, 0.08 at 128."""
+    from experiments.report import render
+    from experiments.runner import Outcome
+
+    suite = load_suite(CONFIGS / "paper.yaml")
+    text = render(Outcome(suite, tmp_path), {}, {})
+    assert "| fastest emulated link (no trend ran at it) | 5 Mb/s — default 5 Mb/s: no calibration" in text
+    for name in ("rat_scale", "rat_scale_failures"):
+        assert (f"| fastest emulated link, {name} | 0.48 / 0.48 / 0.08 Mb/s at 8 / 32 / 128 workers "
+                f"(80% of the calibrated shapes fattree-k8-w32-rat, fattree-k8-w128-rat) |") in text
+
+
 def test_a_run_inside_a_held_turn_does_not_wait_for_it(tmp_path, monkeypatch):
     """A test holds AGGLAB_NET_LOCK while the suite it starts runs (tests/conftest.py says so
     with AGGLAB_NET_TURN_HELD): the runner's per-point turn must not wait for its own parent."""
