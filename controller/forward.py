@@ -1,7 +1,12 @@
 """Programs p4src/include/forward.p4: ordinary L3 (ipv4_lpm) and L2 (l2_exact) forwarding.
 
 Routes come from the shared topology graph (shortest paths over live links), so no
-port number is written by hand; controller/forwarding_job.py recomputes them when a
+port number is written by hand. Where several neighbours are equally short, the route to
+host number i from switch number s takes the (i + s)-th of them, as the two-level tables of
+Al-Fares et al.'s fat-tree spread destinations over uplinks: on the k=8 fat-tree with 128
+workers every agg-core link carries the same 112 of the 16,256 worker pairs, where
+breadth-first order sent all cross-pod traffic through the first core (and a hash of
+(switch, host) left links between 60 and 172); controller/forwarding_job.py recomputes them when a
 link fails, for the host baselines whose TCP traffic must find the new path. Broadcast frames are flooded only along a spanning tree of the
 switches, so a topology with loops (fat-tree, BCube) cannot loop a flood.
 """
@@ -19,9 +24,25 @@ BROADCAST_MAC = "ff:ff:ff:ff:ff:ff"
 
 
 def next_hops(g: nx.Graph, switch: str) -> dict[str, str]:
-    """For every host reachable over live links, the neighbour of `switch` on a shortest path to it."""
-    paths = nx.single_source_shortest_path(live_graph(g), switch)
-    return {h: paths[h][1] for h in hosts(g) if h in paths and h != switch}
+    """For every host reachable over live links, the neighbour of `switch` on a shortest path
+    to it: of the equally short ones (switches, or the host itself, before a host that would
+    have to relay) the (host number + switch number)-th, in the graph's node order. Each hop
+    is one step closer to the host, so the routes cannot loop."""
+    live = live_graph(g)
+    if switch not in live:
+        return {}
+    mine = nx.single_source_shortest_path_length(live, switch)
+    theirs = {n: nx.single_source_shortest_path_length(live, n) for n in live.neighbors(switch)}
+    out = {}
+    offset = list(g.nodes).index(switch)
+    for i, h in enumerate(hosts(g)):
+        if h == switch or h not in mine:
+            continue
+        closer = sorted(n for n, dist in theirs.items() if dist.get(h) == mine[h] - 1)
+        direct = [n for n in closer if n == h or g.nodes[n]["kind"] == "switch"]
+        choices = direct or closer
+        out[h] = choices[(i + offset) % len(choices)]
+    return out
 
 
 def ipv4_routes(g: nx.Graph, switch: str) -> dict[str, tuple[str, int]]:

@@ -164,3 +164,25 @@ def test_forwarding_sent_to_all_switches_at_once_routes_and_floods(topology):
     assert all(all_paths(g, clients, worker_hosts(g)).values())
     for h in hosts:
         assert sorted(flood(g, clients, h)) == sorted(set(hosts) - {h})     # pruned at ingress, no loop
+
+
+def test_routes_spread_every_destination_over_the_cores_evenly():
+    """k=8 fat-tree, 128 workers: of the 128 x 127 ordered worker pairs, 128 x 112 are in
+    different pods and cross exactly one agg->core link each; there are 8 pods x 4 aggs x 4
+    uplinks = 128 such links, so each carries 112 pairs. Every route is a shortest path."""
+    import networkx as nx
+
+    g = assign_addresses(topologies.build("fattree", k=8, workers=128))
+    hops = {sw: forward.next_hops(g, sw) for sw in switches(g)}
+    ws = worker_hosts(g)
+    assert len(ws) == 128
+    crossings: dict[tuple[str, str], int] = {}
+    for a, b in itertools.permutations(ws, 2):
+        path = [a, next(iter(g.neighbors(a)))]
+        while path[-1] != b:
+            path.append(hops[path[-1]][b])
+        assert len(path) - 1 == nx.shortest_path_length(g, a, b)
+        for u, v in zip(path, path[1:]):
+            if u.startswith("a") and v.startswith("c"):
+                crossings[(u, v)] = crossings.get((u, v), 0) + 1
+    assert len(crossings) == 128 and set(crossings.values()) == {112}
