@@ -58,6 +58,7 @@ control Atp(inout headers_t hdr, inout meta_t meta,
     apply {
         meta.atp_absorbed = 0;
         hit = 0;
+        expect = 0;                                  /* set by atp_aggregate; read only after a hit */
         atp_job.apply();
         if (hit == 0) {
             atp_stats.count(ATP_STAT_PASS);
