@@ -22,7 +22,8 @@ worked (a ping the target does not understand) must not fence a healthy switch.
 Starved is not hung. At a hundred workers and as many switches on 2 cores, a live switch
 can wait longer than HANG_BOUND for a CPU; fencing it then ends the run with a false
 failure. So where the switch's process is local, the prober reads its run-queue wait
-(/proc/PID/schedstat, second field: nanoseconds spent runnable but not running): if that
+(/proc/PID/task/*/schedstat, second field: nanoseconds spent runnable but not running,
+summed over the process's threads): if that
 grew by more than STARVED_SHARE of the wait since the ping went, the switch wanted a CPU and
 did not get one, and it gets another HANG_BOUND, up to STARVED_LIMIT in all. A stopped
 (SIGSTOP) or deadlocked switch is not runnable, so its wait does not grow and it is judged
@@ -51,15 +52,23 @@ STARVED_LIMIT = 10.0      # seconds a starved switch may go unanswered before it
 
 
 def run_queue_wait(pid: int | None) -> float | None:
-    """Seconds process `pid` has spent runnable but waiting for a CPU (None: not readable,
-    e.g. the process is gone or on another machine)."""
+    """Seconds the threads of process `pid` have spent runnable but waiting for a CPU, summed
+    (None: not readable, e.g. the process is gone or on another machine). Every thread
+    counts: BMv2 forwards and answers Thrift in threads of its own, so its main thread, which
+    /proc/PID/schedstat alone describes, sleeps while the switch starves."""
     if pid is None:
         return None
-    try:
-        with open(f"/proc/{pid}/schedstat") as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, IndexError, ValueError):
-        return None
+    import glob
+
+    total, seen = 0, False
+    for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):
+        try:
+            with open(path) as f:
+                total += int(f.read().split()[1])
+            seen = True
+        except (OSError, IndexError, ValueError):
+            continue                              # a thread that ended meanwhile
+    return total / 1e9 if seen else None
 
 HangCallback = Callable[[str, float, float], None]    # (switch, last answer, time declared hung)
 

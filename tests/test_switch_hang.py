@@ -281,6 +281,35 @@ def test_the_run_queue_wait_grows_for_a_process_kept_off_the_cpu_and_not_for_a_s
             p.wait()
 
 
+def test_the_run_queue_wait_counts_every_thread_of_a_process():
+    """BMv2 forwards and answers Thrift in threads of its own while its main thread sleeps: a
+    process whose only busy thread is a second one, kept off its CPU by two spinners, waited."""
+    import subprocess
+    import sys
+    import time
+
+    from emulation.switch_probe import run_queue_wait
+
+    threaded = subprocess.Popen([sys.executable, "-c", "import threading, time\n"
+                                 "threading.Thread(target=lambda: [None for _ in iter(int, 1)], daemon=True).start()\n"
+                                 "time.sleep(60)"])
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        while len(os.listdir(f"/proc/{threaded.pid}/task")) < 2:
+            time.sleep(0.01)                          # its busy thread has started
+        for p in [threaded, *spinners]:
+            for tid in os.listdir(f"/proc/{p.pid}/task"):
+                os.sched_setaffinity(int(tid), {0})
+        time.sleep(0.3)
+        before = run_queue_wait(threaded.pid)
+        time.sleep(1.0)
+        assert run_queue_wait(threaded.pid) - before > 0.2        # its busy thread waited ~2/3 s
+    finally:
+        for p in [threaded, *spinners]:
+            p.kill()
+            p.wait()
+
+
 def test_a_late_switch_that_waited_for_a_cpu_gets_more_time_and_a_stopped_one_does_not(monkeypatch):
     import time
 
