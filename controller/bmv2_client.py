@@ -47,13 +47,14 @@ class Bmv2Client(SwitchClient):
     """One simple_switch's control plane; `via` says which of the three ways is in use."""
 
     def __init__(self, name: str, thrift_port: int, timeout: float = 10.0, api=None, via: str | None = None,
-                 thrift_ip: str = THRIFT_IP):
+                 thrift_ip: str = THRIFT_IP, pid: int | None = None):
         """Connect to simple_switch on `thrift_ip:thrift_port`, or use an `api` object already
         connected (`via` "p4-utils" or "runtime_CLI", as returned by connect_api). `thrift_ip`
         is not 127.0.0.1 when the switch runs on another server (cluster mode)."""
         self.name = name
         self.thrift_port = thrift_port
         self.thrift_ip = thrift_ip
+        self.pid = pid                         # simple_switch's process, when it runs here
         self._lock = threading.Lock()          # the controller and the lab may share a client
         if api is None:
             _wait_for_port(name, thrift_port, timeout, thrift_ip)
@@ -66,6 +67,17 @@ class Bmv2Client(SwitchClient):
         self.pipelined_batches = self._thrift is not None
         self._sizes: dict[str, int] | None = None
         self._unflushed = None                           # the transport while corked (_corked)
+
+    def pids(self) -> list[int]:
+        """simple_switch's threads (a reroute raises them: ground/priority.py). Every thread:
+        its Thrift server and packet pipelines are threads of their own, and niceness is per
+        thread."""
+        if self.pid is None:
+            return []
+        try:
+            return [self.pid, *(int(t) for t in os.listdir(f"/proc/{self.pid}/task") if int(t) != self.pid)]
+        except OSError:                        # gone (a killed switch)
+            return []
 
     # -- text commands -------------------------------------------------------------------
     def command(self, line: str) -> str:

@@ -308,7 +308,7 @@ class EmulatedNetwork:
             if self.backend == "soft":
                 client = SoftSwitchClient(s, str(node.control_path), timeout=15)
             else:
-                client = Bmv2Client(s, node.thrift_port, timeout=15)
+                client = Bmv2Client(s, node.thrift_port, timeout=15, pid=getattr(node.proc, "pid", None))
         except Exception as exc:
             time.sleep(0.2)
             reason = node.died()
