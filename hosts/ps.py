@@ -30,6 +30,12 @@ from hosts.tcp_mesh import BASE_PORT, Mesh, Progress, Threads, allreduce_over_me
 CHUNK_BYTES = 64 * 1024
 
 
+def threads_per_worker(n: int) -> int:
+    """Threads one worker of an n-worker PS runs: four per peer (push, its results, the
+    peer's pushes, the replies to it), the reducer, the caller."""
+    return 4 * (n - 1) + 2
+
+
 def allreduce(array, *, rank: int, peers: list[str], port: int = BASE_PORT, give_up: float = 10.0,
               on_progress=None, link_mbps: float | None = None, chunk_bytes: int = CHUNK_BYTES,
               return_stats: bool = False):
