@@ -80,7 +80,7 @@ build_bmv2() {
   apt-get install -y -q --no-install-recommends build-essential autoconf automake libtool libtool-bin \
     pkg-config bison flex g++ libgmp-dev libpcap-dev libboost-dev libboost-program-options-dev \
     libboost-system-dev libboost-filesystem-dev libboost-thread-dev libboost-test-dev libevent-dev \
-    libssl-dev libffi-dev libreadline-dev libjsoncpp-dev libnanomsg-dev thrift-compiler \
+    libssl-dev libffi-dev libreadline-dev libjsoncpp-dev libnanomsg-dev libxxhash-dev thrift-compiler \
     libthrift-dev python3-thrift python3-six
   clone_tag https://github.com/p4lang/behavioral-model.git "$BMV2_TAG" "$SRC_DIR/behavioral-model"
   (cd "$SRC_DIR/behavioral-model" && ./autogen.sh && ./configure --prefix="$P4_PREFIX" CXXFLAGS=-O2 \
