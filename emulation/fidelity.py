@@ -157,7 +157,28 @@ class _Direction:
     samples: list[tuple[float, int]] = field(default_factory=list)
 
 
-class FidelityProbe:
+class _Sampling:
+    """A daemon thread that calls `_sample()` every `interval` seconds until `_halt()`, which
+    takes one last sample."""
+
+    def _thread_for(self, name: str) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def _sample(self) -> None:
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def _halt(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        self._sample()
+
+
+class FidelityProbe(_Sampling):
     """Samples link counters and process CPU while one allreduce runs (a daemon thread)."""
 
     def __init__(self, graph, pids_file: Path | None, interval: float = SAMPLE_SECONDS):
@@ -174,8 +195,7 @@ class FidelityProbe:
         self.cpu: dict[int, list[tuple[float, float]]] = {}    # pid -> [(t, cpu seconds)]
         self.machine: list[tuple[float, tuple[float, float]]] = []
         self.labels: dict[int, str] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="fidelity-probe", daemon=True)
+        self._thread_for("fidelity-probe")
         self.started = self.finished = 0.0
 
     def start(self) -> "FidelityProbe":
@@ -205,14 +225,8 @@ class FidelityProbe:
             if cpu is not None:
                 self.cpu.setdefault(pid, []).append((now, cpu))
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self._sample()
-
     def stop(self) -> dict:
-        self._stop.set()
-        self._thread.join(2)
-        self._sample()
+        self._halt()
         self.finished = time.monotonic()
         return self.summary()
 
@@ -225,7 +239,7 @@ class FidelityProbe:
 COUNTERS = ("tx_bytes", "rx_bytes", "tx_packets", "rx_packets")
 
 
-class ServerSampler:
+class ServerSampler(_Sampling):
     """The probe's sampling half on one server of a cluster (its agent runs it,
     emulation/cluster/agent.py): the counters of the interfaces it is given, the CPU time of
     every process whose pid file lies in one of `dirs()` (keyed by the file's stem: a switch's
@@ -241,8 +255,7 @@ class ServerSampler:
         self.cpu: dict[str, list] = {}
         self.machine: list = []
         self.pids: dict[str, int] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="fidelity-sampler", daemon=True)
+        self._thread_for("fidelity-sampler")
 
     def start(self) -> "ServerSampler":
         self._sample()
@@ -268,14 +281,8 @@ class ServerSampler:
             if cpu is not None:
                 self.cpu.setdefault(name, []).append([now, cpu])
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self._sample()
-
     def stop(self) -> dict:
-        self._stop.set()
-        self._thread.join(2)
-        self._sample()
+        self._halt()
         return {"counters": self.counters, "cpu": self.cpu, "machine": self.machine,
                 "cores": os.cpu_count() or 1, "clock": time.monotonic()}
 
