@@ -123,9 +123,9 @@ class Actions:
             if self._cancelling.is_set():
                 run.cancelled = True
                 run.outcome = "allreduce cancelled: its workers were stopped; network, failed links and epoch are as they were"
-            run.finished.set()
             if not (self.session.cancelled.is_set() and not self._cancelling.is_set()):   # the lab is closing: quiet
                 self.say(run.outcome)
+            run.finished.set()       # after the outcome is said: `wait` returns to a lab that has printed it
 
         self.thread = threading.Thread(target=work, daemon=True, name="lab-allreduce")
         self.thread.start()

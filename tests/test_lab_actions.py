@@ -1,0 +1,31 @@
+"""agglab/actions.py without a network: the background allreduce's outcome is said before
+the run counts as finished, so a lab script's `wait` never moves on before it is printed."""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+from agglab.actions import Actions
+
+
+class _Spec:
+    def with_(self, **opts):
+        return self
+
+
+def test_wait_returns_only_after_the_outcome_was_said():
+    said = []
+    job = SimpleNamespace(trees=lambda: None, switch_stats=lambda: {}, state=lambda: SimpleNamespace(algorithm="rat"))
+    session = SimpleNamespace(job=job, jobs=[job], spec=_Spec(), cancelled=threading.Event(),
+                              allreduce=lambda **opts: {"exact": True})
+
+    def slow_say(line):                   # a busy machine: the saying thread is preempted
+        time.sleep(0.3)
+        said.append(line)
+
+    actions = Actions(session, say=slow_say)
+    actions.allreduce({}, lambda r: "allreduce: exact")
+    assert actions.run.finished.wait(5)
+    assert said == ["allreduce: exact"]
