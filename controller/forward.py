@@ -6,9 +6,10 @@ host number i from switch number s takes the (i + s)-th of them, as the two-leve
 Al-Fares et al.'s fat-tree spread destinations over uplinks: on the k=8 fat-tree with 128
 workers every agg-core link carries the same 112 of the 16,256 worker pairs, where
 breadth-first order sent all cross-pod traffic through the first core (and a hash of
-(switch, host) left links between 60 and 172); controller/forwarding_job.py recomputes them when a
-link fails, for the host baselines whose TCP traffic must find the new path. Broadcast frames are flooded only along a spanning tree of the
-switches, so a topology with loops (fat-tree, BCube) cannot loop a flood.
+(switch, host) left links between 60 and 172). controller/forwarding_job.py recomputes them
+when a link fails, for the host baselines whose TCP traffic must find the new path.
+Broadcast frames are flooded only along a spanning tree of the switches, so a topology
+with loops (fat-tree, BCube) cannot loop a flood.
 """
 
 from __future__ import annotations

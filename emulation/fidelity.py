@@ -157,6 +157,20 @@ class _Direction:
     samples: list[tuple[float, int]] = field(default_factory=list)
 
 
+def link_ends(graph):
+    """(switch, other end, the switch's interface, rate or None) per link: counters are read at
+    the switch end, which lives in the root namespace (of its server, in a cluster)."""
+    for u, v, e in graph.edges(data=True):
+        sw = u if graph.nodes[u]["kind"] == "switch" else v
+        yield sw, (v if sw == u else u), e["intfs"][sw], e.get("bw") or None
+
+
+def directions(sw: str, other: str, intf: str, rate: float | None) -> list["_Direction"]:
+    """A link's two directions as the switch end counts them: its tx away, its rx towards it."""
+    return [_Direction(f"{sw}->{other}", intf, "tx_bytes", rate),
+            _Direction(f"{other}->{sw}", intf, "rx_bytes", rate)]
+
+
 class _Sampling:
     """A daemon thread that calls `_sample()` every `interval` seconds until `_halt()`, which
     takes one last sample."""
@@ -184,14 +198,7 @@ class FidelityProbe(_Sampling):
     def __init__(self, graph, pids_file: Path | None, interval: float = SAMPLE_SECONDS):
         self.interval = interval
         self.pids_file = pids_file
-        self.directions: list[_Direction] = []
-        for u, v, e in graph.edges(data=True):
-            sw = u if graph.nodes[u]["kind"] == "switch" else v
-            other = v if sw == u else u
-            intf = e["intfs"][sw]
-            rate = e.get("bw") or None
-            self.directions.append(_Direction(f"{sw}->{other}", intf, "tx_bytes", rate))
-            self.directions.append(_Direction(f"{other}->{sw}", intf, "rx_bytes", rate))
+        self.directions = [d for end in link_ends(graph) for d in directions(*end)]
         self.cpu: dict[int, list[tuple[float, float]]] = {}    # pid -> [(t, cpu seconds)]
         self.machine: list[tuple[float, tuple[float, float]]] = []
         self.labels: dict[int, str] = {}

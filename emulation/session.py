@@ -466,7 +466,7 @@ def _start_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, out_dir: Path,
     """One job's worker processes (rank, proc, log); its plan is `<prefix>run.json`. With a
     `gate` each worker inherits it and waits there once it is ready."""
     env = dict(os.environ, PYTHONPATH=str(REPO), **(gate.env if gate else {}))
-    if spec.algorithm == "ps":                  # four threads a peer: 65,024 at 128 workers
+    if spec.algorithm == "ps":                  # four threads a peer: 65,280 at 128 workers
         from hosts.ps import threads_per_worker
 
         note = limits.ensure_pid_room(len(job.workers) * threads_per_worker(len(job.workers)))

@@ -56,7 +56,8 @@ def link_seconds(g: nx.Graph, loads: Loads) -> float:
     Why the bucket: an idle link starts with it full, and at the rates a hundred workers run
     at it is no longer small: 6,000 bytes, the bucket's floor before it was capped at 0.1 s
     of a slow link, were a second of a 0.048 Mb/s link. Measured there (one tree through
-    that link, 40,506 bytes): 5.73 s, against 6.75 s without the bucket and 5.75 s with it. A phase whose links were idle before (a BML stage) starts with full
+    that link, 40,506 bytes): 5.73 s, against 6.75 s without the bucket and 5.75 s with it.
+    A phase whose links were idle before (a BML stage) starts with full
     buckets too; the fractions of a failed run weigh theirs, so one bucket is counted.
     A graph whose `graph["buckets"]` is False has ideal links (no bucket): the pure bytes."""
     worst = 0.0

@@ -3,7 +3,7 @@ limits a large network needs.
 
 Why: every thread is a pid, and Debian's default `kernel.pid_max` is 32,768. A sharded
 parameter server runs four threads per peer in every worker (hosts/ps.py), so 128 workers
-need 65,024 of them: the first worker past the limit failed with "can't start new thread".
+need 65,280 of them: the first worker past the limit failed with "can't start new thread".
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@ frames): tc's default cburst is one MTU. On a slow link the minimum is capped at
 LINK_BURST_MAX_S of link time (never below one full-size frame, LINK_BURST_FLOOR): at the
 0.1 Mb/s of paper-scale runs 6,000 bytes were 0.48 s in which a link could carry twice its
 rate, and at 0.01 Mb/s 4.8 s; there a link sends a few frames a second, so htb's timer per
-frame costs nothing and the bucket need not be large. A transfer we time (megabytes) is thousands of
-buckets long, so the bucket shortens no timed transfer by more than a fraction of a percent.
+frame costs nothing and the bucket need not be large. A transfer we time (megabytes) is
+thousands of buckets long, so the bucket shortens no timed transfer by more than a fraction
+of a percent.
 A pacer books the link at most half a bucket ahead and tops it up once an eighth is left:
 bursts of three eighths of the bucket (nine frames of K=64 values at 20 Mb/s). A pacer that
 woke late (its process was not running) may book up to a quarter of a bucket in the past:

@@ -8,9 +8,10 @@ bytes), and `watch DIR`; the agent answers `file PATH BASE64` whenever a `*.prog
 under a watched directory changes (every POLL seconds), which the head writes to the same
 path for the failure injector and the progress bar. For the fidelity record the head sends
 `clock` (answered `clock T`, this server's monotonic clock, for the head to place its samples
-on its own), `probe SECONDS RUN_DIR INTF,...` (start sampling those interfaces, the processes
-whose pid files are in the run's directories, and the server's CPU; `-` for no interface) and `probe-stop` (answered `samples BASE64`, the JSON of what was
-sampled). It runs on the server as `python -m emulation.cluster.agent`.
+on its own), `probe SECONDS RUN_DIR INTF,...` (start sampling those interfaces, the
+processes whose pid files are in the run's directories, and the server's CPU; `-` for no
+interface) and `probe-stop` (answered `samples BASE64`, the JSON of what was sampled). It runs on the server as
+`python -m emulation.cluster.agent`.
 """
 
 from __future__ import annotations

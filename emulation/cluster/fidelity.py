@@ -23,7 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from emulation.fidelity import COUNTERS, SAMPLE_SECONDS, _Direction, summarize
+from emulation.fidelity import COUNTERS, SAMPLE_SECONDS, directions, link_ends, summarize
 
 CLOCK_WAIT = 5.0      # s for an agent's answer to `clock`
 SAMPLES_WAIT = 15.0   # s for its samples (a long run's samples are a few hundred kB)
@@ -39,11 +39,9 @@ class ClusterProbe:
         self.offsets: dict[str, float] = {}
         self.ends: list[tuple[str, str, str, str, float | None]] = []   # (sw, other, intf, server, rate)
         intfs: dict[str, set[str]] = {name: set() for name in agents}
-        for u, v, e in graph.edges(data=True):
-            sw = u if graph.nodes[u]["kind"] == "switch" else v
-            other = v if sw == u else u
-            self.ends.append((sw, other, e["intfs"][sw], placement[sw], e.get("bw") or None))
-            intfs[placement[sw]].add(e["intfs"][sw])
+        for sw, other, intf, rate in link_ends(graph):
+            self.ends.append((sw, other, intf, placement[sw], rate))
+            intfs[placement[sw]].add(intf)
         for u, v in self.tunnels:             # both ends of a tunnel: the receiver's rx counts its loss
             for n in (u, v):
                 intfs[placement[n]].add(graph.edges[u, v]["intfs"][n])
@@ -93,12 +91,11 @@ def merge(graph, placement: dict[str, str], ends, tunnels, samples: dict[str, di
         i = 1 + COUNTERS.index(counter)
         return [(row[0] - offsets[server], row[i]) for row in rows]
 
-    directions = []
+    sampled = []
     for sw, other, intf, server, rate in ends:
-        for name, counter in ((f"{sw}->{other}", "tx_bytes"), (f"{other}->{sw}", "rx_bytes")):
-            d = _Direction(name, intf, counter, rate)
-            d.samples = series(server, intf, counter)
-            directions.append(d)
+        for d in directions(sw, other, intf, rate):
+            d.samples = series(server, intf, d.counter)
+            sampled.append(d)
     cpu, labels, machines = {}, {}, []
     switches = {n for n in graph.nodes if graph.nodes[n]["kind"] == "switch"}
     for server, data in samples.items():
@@ -111,7 +108,7 @@ def merge(graph, placement: dict[str, str], ends, tunnels, samples: dict[str, di
             labels[key] = f"{stem} data plane" if stem in switches else stem
         machines.append([(t - off, (b, a)) for t, b, a in data.get("machine", [])])
     cores = min((d.get("cores", 1) for d in samples.values()), default=1)
-    record = summarize(directions, cpu, labels, machines, cores, started, finished)
+    record = summarize(sampled, cpu, labels, machines, cores, started, finished)
     record["servers_sampled"] = sorted(samples)
     missing = sorted(set(placement.values()) - set(samples))
     if missing:
