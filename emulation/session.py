@@ -31,7 +31,7 @@ from emulation.failures import FailureInjector, hang_rows
 from emulation.network import EmulatedNetwork
 from ground.addresses import SERVICE_IP
 from ground import progress as progress_file, wire
-from ground import lifeline, limits, netlease
+from ground import lifeline, netlease
 from ground.phases import Phases
 from ground.paths import REPO
 from ground.runspec import RunPlan, RunSpec, WorkerSeat
@@ -466,12 +466,6 @@ def _start_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, out_dir: Path,
     """One job's worker processes (rank, proc, log); its plan is `<prefix>run.json`. With a
     `gate` each worker inherits it and waits there once it is ready."""
     env = dict(os.environ, PYTHONPATH=str(REPO), **(gate.env if gate else {}))
-    if spec.algorithm == "ps":                  # four threads a peer: 65,280 at 128 workers
-        from hosts.ps import threads_per_worker
-
-        note = limits.ensure_pid_room(len(job.workers) * threads_per_worker(len(job.workers)))
-        if note:
-            _log(note, False)
     plans = job.write_plans(out_dir)
     seats = [WorkerSeat(rank=rank, local_ip=net.graph.nodes[h]["ip"], out=str(out_dir / f"{prefix}rank{rank}"),
                         progress=str(out_dir / f"{prefix}rank{rank}.progress"),

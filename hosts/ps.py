@@ -8,10 +8,12 @@ sends the sum back to every worker. Per host that is (n-1)/n of the array pushed
 (n-1)/n served back out, the same 2(n-1)/n the ring sends, but in one round trip
 instead of 2(n-1) steps, over n(n-1) connections instead of n.
 
-Pipelining: every shard travels in chunks, one thread per flow (a push to a server, a
-reply to a worker), so a flow slowed by its receiver's busy downlink never holds up the
-others on the same uplink; a server sums chunk c as soon as every worker's chunk c arrived
-and each reply thread returns it at once.
+Pipelining: every shard travels in chunks; one thread per worker drives all its flows
+(hosts/flow_loop.py: a selector writes to whichever connection has room and reads whichever
+has data), so a flow slowed by its receiver's busy downlink never holds up the others on the
+same uplink; a server sums chunk c as soon as every worker's chunk c arrived and queues the
+sum to every worker at once. One thread, not one per flow: a 128-worker PS would otherwise
+start 65,280 threads on one machine.
 
 Exactness: int32 sums wrap as numpy int32 does. A server sums float32 contributions in
 rank order 0..n-1 whatever order they arrived in, so the result is deterministic and
@@ -21,19 +23,18 @@ hosts/checker.py applies); every worker receives the same bits.
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
-from hosts.tcp_mesh import BASE_PORT, Mesh, Progress, Threads, allreduce_over_mesh, chunk_bounds, segment_bounds
+from hosts.flow_loop import FlowLoop
+from hosts.tcp_mesh import BASE_PORT, CONNECT_AT_ONCE, Mesh, allreduce_over_mesh, chunk_bounds, segment_bounds
 
 CHUNK_BYTES = 64 * 1024
 
 
 def threads_per_worker(n: int) -> int:
-    """Threads one worker of an n-worker PS runs: four per peer (push, its results, the
-    peer's pushes, the replies to it), the reducer, the caller."""
-    return 4 * (n - 1) + 2
+    """Threads one worker of an n-worker PS runs at its peak, during setup: the caller (which
+    then drives every flow), the acceptor and CONNECT_AT_ONCE connectors."""
+    return 2 + min(CONNECT_AT_ONCE, max(1, n - 1))
 
 
 def allreduce(array, *, rank: int, peers: list[str], port: int = BASE_PORT, give_up: float = 10.0,
@@ -61,62 +62,44 @@ class _Ps:
         self.staging = np.empty((n, hi - lo), dtype=arr.dtype)      # my shard, one row per worker
         self.staging[rank] = arr[lo:hi]
         self.result = np.empty_like(arr)
-        self.pushed = {i: Progress(give_up, rank) for i in self.others}   # chunks received from worker i
-        self.reduced = Progress(give_up, rank)                              # chunks of my shard summed
-        self.results = Progress(give_up, rank)                              # result chunks in place
-        self.threads = Threads(mesh, [*self.pushed.values(), self.reduced])
-        self.on_progress, self.progress_lock = on_progress, threading.Lock()
-        self.total = sum(len(c) for c in self.chunks)
+        self.arrived = [0] * len(self.chunks[rank])                 # workers' pushes in, per chunk
+        self.reduced = 0                                             # chunks of my shard summed
+        self.loop = FlowLoop(mesh, give_up, rank)
+        self.on_progress = on_progress
+        self.done, self.total = 0, sum(len(c) for c in self.chunks)
 
     def run(self) -> np.ndarray:
-        spawn = self.threads.spawn
-        for i in self.others:        # one thread per flow: a flow waits for its own receiver only
-            spawn(f"ps-push-{self.rank}-{i}", self._push, i)
-            spawn(f"ps-result-recv-{self.rank}-{i}", self._receive_results, i)
-            spawn(f"ps-serve-recv-{self.rank}-{i}", self._receive_pushes, i)
-            spawn(f"ps-reply-{self.rank}-{i}", self._reply, i)
-        spawn(f"ps-reduce-{self.rank}", self._reduce)
-        self.threads.join()
+        loop, out, inc = self.loop, self.mesh.out, self.mesh.inc
+        for j in self.others:                       # worker side: push shard j, expect its sum
+            for c, (lo, hi) in enumerate(self.chunks[j]):
+                loop.send(out[j], self.arr[lo:hi])
+                loop.expect(out[j], self.result[lo:hi], f"the sum of shard {j} chunk {c} [{lo}:{hi}]", self._done)
+        base = self.shards[self.rank][0]
+        for i in self.others:                       # server side: every worker's chunks of my shard
+            for c, (lo, hi) in enumerate(self.chunks[self.rank]):
+                loop.expect(inc[i], self.staging[i, lo - base:hi - base],
+                            f"shard {self.rank} chunk {c} [{lo}:{hi}] pushed by rank {i}", lambda c=c: self._arrived(c))
+        loop.run()
         return self.result
 
-    # -- worker side ---------------------------------------------------------------
-    def _push(self, j: int) -> None:
-        for lo, hi in self.chunks[j]:
-            self.mesh.out[j].send(self.arr[lo:hi])
-
-    def _receive_results(self, j: int) -> None:
-        for c, (lo, hi) in enumerate(self.chunks[j]):
-            self.mesh.out[j].recv_into(self.result[lo:hi], f"the sum of shard {j} chunk {c} [{lo}:{hi}]")
-            self._done()
-
-    # -- server side ---------------------------------------------------------------
-    def _receive_pushes(self, i: int) -> None:
+    def _arrived(self, c: int) -> None:
+        """One worker's chunk c is in; sum every chunk all workers have sent, in chunk order
+        (each worker sends its chunks in order, so chunk c never completes before c-1)."""
+        self.arrived[c] += 1
         base = self.shards[self.rank][0]
-        for c, (lo, hi) in enumerate(self.chunks[self.rank]):
-            self.mesh.inc[i].recv_into(self.staging[i, lo - base:hi - base],
-                                       f"shard {self.rank} chunk {c} [{lo}:{hi}] pushed by rank {i}")
-            self.pushed[i].bump()
-
-    def _reduce(self) -> None:
-        base = self.shards[self.rank][0]
-        for c, (lo, hi) in enumerate(self.chunks[self.rank]):
-            for i in self.others:
-                self.pushed[i].wait_for(c + 1, f"chunk {c} of shard {self.rank} from rank {i}")
+        while self.reduced < len(self.arrived) and self.arrived[self.reduced] == self.n - 1:
+            lo, hi = self.chunks[self.rank][self.reduced]
             rows = self.staging[:, lo - base:hi - base]
             acc = self.result[lo:hi]
             acc[:] = rows[0]
             for k in range(1, self.n):          # rank order: deterministic float32 sums
                 acc += rows[k]
-            self.reduced.bump()
+            for i in self.others:
+                self.loop.send(self.mesh.inc[i], acc)
+            self.reduced += 1
             self._done()
 
-    def _reply(self, i: int) -> None:
-        for c, (lo, hi) in enumerate(self.chunks[self.rank]):
-            self.reduced.wait_for(c + 1, f"the sum of chunk {c} of shard {self.rank}")
-            self.mesh.inc[i].send(self.result[lo:hi])
-
     def _done(self) -> None:
-        self.results.bump()
+        self.done += 1
         if self.on_progress:
-            with self.progress_lock:
-                self.on_progress(self.results.done, self.total)
+            self.on_progress(self.done, self.total)

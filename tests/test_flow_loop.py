@@ -1,0 +1,123 @@
+"""hosts/flow_loop.py: one thread drives every flow of a worker, over real loopback TCP sockets."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+
+import numpy as np
+import pytest
+
+from hosts import ps
+from hosts.diagnostics import AllreduceTimeout
+from hosts.flow_loop import FlowLoop
+from hosts.tcp_mesh import Mesh, Peer, PeerError
+
+FRAME = struct.Struct(">II")        # the wire format, written out here: tag, byte count
+
+
+def _pair(me: int, rank: int):
+    """A Peer for this side and the raw socket of the other side (TCP over loopback)."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        a = socket.create_connection(listener.getsockname())
+        b, _ = listener.accept()
+    return Peer(a, me, rank, f"pair-{rank}", give_up=5.0), b
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        assert chunk, "closed early"
+        buf += chunk
+    return bytes(buf)
+
+
+def test_a_receiver_that_reads_nothing_does_not_hold_up_another_flow():
+    """8 MB queued to a peer that reads nothing (far more than its socket buffers hold) while
+    a second peer gets its message and answers: the loop carries the second exchange through
+    before the first peer drains a byte. A loop that wrote its flows in turn would block."""
+    slow, slow_end = _pair(0, 1)
+    fast, fast_end = _pair(0, 2)
+    loop = FlowLoop(Mesh(out={1: slow}, inc={2: fast}), give_up=5.0, me=0)
+    big = np.arange(2 * 1024 * 1024, dtype=np.int32)            # 8 MB
+    small = np.array([7, 8, 9], dtype=np.int32)
+    answer = np.zeros(3, dtype=np.int32)
+    order = []
+    fast_done, slow_may_read = threading.Event(), threading.Event()
+
+    def fast_side():
+        tag, n = FRAME.unpack(_recv_exact(fast_end, FRAME.size))
+        payload = np.frombuffer(_recv_exact(fast_end, n), dtype=np.int32)
+        fast_end.sendall(FRAME.pack(0, 12) + (payload * 2).tobytes())
+
+    def slow_side():
+        slow_may_read.wait(30)
+        tag, n = FRAME.unpack(_recv_exact(slow_end, FRAME.size))
+        order.append(("slow read", tag, n))
+        got = np.frombuffer(_recv_exact(slow_end, n), dtype=np.int32)
+        order.append(("slow ok", bool(np.array_equal(got, big))))
+
+    def answered():
+        order.append("fast answered")
+        fast_done.set()
+        slow_may_read.set()
+
+    threads = [threading.Thread(target=f, daemon=True) for f in (fast_side, slow_side)]
+    for t in threads:
+        t.start()
+    loop.send(slow, big)
+    loop.send(fast, small)
+    loop.expect(fast, answer, "the answer", answered)
+    loop.run()
+    for t in threads:
+        t.join(30)
+    assert order == ["fast answered", ("slow read", 0, big.nbytes), ("slow ok", True)]
+    assert answer.tolist() == [14, 16, 18]
+    assert (slow.sent, fast.sent, fast.received) == (1, 1, 1)
+    assert slow.bytes_sent + fast.bytes_sent == big.nbytes + small.nbytes
+
+
+def test_a_silent_peer_is_named_with_the_message_awaited():
+    quiet, quiet_end = _pair(3, 5)
+    loop = FlowLoop(Mesh(out={5: quiet}, inc={}), give_up=0.3, me=3)
+    loop.expect(quiet, bytearray(4), "the sum of shard 5 chunk 0 [0:1]", lambda: None)
+    with pytest.raises(AllreduceTimeout, match=r"rank 3: no data from rank 5 \(pair-5\) .*the sum of shard 5 chunk 0"):
+        loop.run()
+    quiet_end.close()
+
+
+def test_a_message_out_of_step_is_refused_not_summed():
+    peer, end = _pair(0, 1)
+    end.sendall(FRAME.pack(1, 4) + b"\0\0\0\0")        # message 1 where message 0 is due
+    loop = FlowLoop(Mesh(out={1: peer}, inc={}), give_up=5.0, me=0)
+    loop.expect(peer, bytearray(4), "chunk 0", lambda: None)
+    with pytest.raises(PeerError, match="sent message 1 of 4 bytes, expected message 0 of 4 bytes"):
+        loop.run()
+
+
+def test_a_peer_that_hangs_up_is_named():
+    peer, end = _pair(0, 4)
+    end.close()
+    loop = FlowLoop(Mesh(out={}, inc={4: peer}), give_up=5.0, me=0)
+    loop.expect(peer, bytearray(8), "shard 0 chunk 0", lambda: None)
+    with pytest.raises(PeerError, match="rank 4 .* closed the connection while this worker waited for shard 0 chunk 0"):
+        loop.run()
+
+
+def test_a_ps_worker_starts_a_bounded_number_of_threads_whatever_the_job_size(monkeypatch):
+    """12 workers in one process: each may start an acceptor and up to 11 connectors for its
+    setup, then drives its 22 connections from its own thread: at most 12 x 12 threads, where
+    a thread per flow would be 12 x 44 more."""
+    from test_hosts_baselines import assert_exact, run_all
+
+    started = []
+    real_start = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", lambda self: (started.append(self.name), real_start(self))[1])
+    n = 12
+    inputs = [np.full(5000, r + 1, dtype=np.int32) for r in range(n)]
+    results = run_all("ps", inputs, chunk_bytes=1024)
+    assert_exact(results, inputs)
+    assert len(started) <= n + n * 12, started          # n: the test's own rank threads
+    assert ps.threads_per_worker(n) == 13
