@@ -101,3 +101,38 @@ def test_switches_run_on_the_servers_not_on_the_head(cluster_file):
         assert result["exact"], result.get("errors")
     assert _server_leftovers(cluster_file) == []
     assert in_head_pidns(run) == [] and not Path(run).exists()
+
+
+@pytest.mark.net_timeout(420)
+def test_a_link_taken_down_on_a_server_itself_reaches_the_controller(cluster_file):
+    """Not through the head's set_link: `ip link set ... down` on the server, as a pulled
+    cable would be. The server's agent forwards netlink's event, the controller logs the
+    link down and up again, and the next allreduce is exact."""
+    import time
+
+    from emulation.session import Session
+    from ground.runspec import RunSpec
+
+    spec = RunSpec(topology="fattree", k=4, workers=8, tree="rat", elements=20_000, cluster=str(cluster_file))
+    with Session(spec) as session:
+        u, v = session.net.tunnels[0]
+        intf = session.g.edges[u, v]["intfs"][u]
+        remote = session.net.net.get(u).remote
+
+        def logged(kind: str) -> list[dict]:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                got = [info for _, info in session.events.of_kind(kind) if set(info["link"].split("-")) == {u, v}]
+                if got:
+                    return got
+                time.sleep(0.05)
+            return []
+
+        remote.run(f"ip link set dev {intf} down")
+        down = logged("link_down")
+        assert down and down[0]["intf"] == intf, session.events.lines()
+        remote.run(f"ip link set dev {intf} up")
+        assert logged("link_up"), session.events.lines()
+        result = session.allreduce()
+        assert result["exact"], result.get("errors")
+    assert _server_leftovers(cluster_file) == []

@@ -198,3 +198,38 @@ def test_agent_samples_counters_and_a_processes_cpu_for_the_probe(tmp_path):
         busy.kill()
         agent.stdin.close()
         assert agent.wait(5) == 0
+
+
+@pytest.mark.root
+def test_agent_forwards_a_watched_interfaces_changes_from_netlink(tmp_path):
+    """`links INTF,...` on a real agent in a namespace of its own: a veth end there
+    going up and down comes back as `link INTF up|down T` lines, its unwatched peer does not."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    agent = subprocess.Popen(["unshare", "--net", "--mount", "sh", "-c",     # its own /sys, as a server has
+                              f"mount -t sysfs sysfs /sys && exec {sys.executable} -m emulation.cluster.agent"],
+                             cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    def ip(*args):
+        subprocess.run(["nsenter", "-t", str(agent.pid), "-n", "ip", "link", *args], check=True)
+
+    try:
+        agent.stdin.write(b"clock\n")              # answered once the agent runs (in its namespace)
+        agent.stdin.flush()
+        assert agent.stdout.readline().split()[0] == b"clock"
+        ip("add", "w0", "type", "veth", "peer", "name", "other0")      # no dummy module here
+        agent.stdin.write(b"links w0\n")
+        agent.stdin.flush()
+        assert agent.stdout.readline().split() == [b"links", b"1"]
+        ip("set", "dev", "other0", "up")
+        ip("set", "dev", "w0", "up")
+        word, name, state, t = agent.stdout.readline().split()
+        assert (word, name, state) == (b"link", b"w0", b"up") and float(t) > 0
+        ip("set", "dev", "w0", "down")
+        assert agent.stdout.readline().split()[:3] == [b"link", b"w0", b"down"]
+    finally:
+        agent.stdin.close()
+        assert agent.wait(5) == 0

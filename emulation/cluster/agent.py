@@ -10,8 +10,12 @@ path for the failure injector and the progress bar. For the fidelity record the 
 `clock` (answered `clock T`, this server's monotonic clock, for the head to place its samples
 on its own), `probe SECONDS RUN_DIR INTF,...` (start sampling those interfaces, the
 processes whose pid files are in the run's directories, and the server's CPU; `-` for no
-interface) and `probe-stop` (answered `samples BASE64`, the JSON of what was sampled). It runs on the server as
-`python -m emulation.cluster.agent`.
+interface) and `probe-stop` (answered `samples BASE64`, the JSON of what was sampled). For the
+controller, `links INTF,...` watches those interfaces with netlink (emulation/link_monitor.py,
+in the server's root namespace, where its switch ends and tunnel ends are) and answers
+`link INTF up|down T` at every change, T on this server's clock: a link that goes down on a
+server for any reason (a cable pulled from a real one, `ip link set ... down` there) reaches
+the controller as on one machine. It runs on the server as `python -m emulation.cluster.agent`.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ def serve() -> int:
     lock = threading.Lock()
     out_lock = threading.Lock()
     out = sys.stdout.buffer
-    sampler = None
+    sampler = monitor = None
 
     def say(line: bytes) -> None:
         with out_lock:
@@ -46,7 +50,7 @@ def serve() -> int:
             return list(watched)
 
     def reader():
-        nonlocal sampler
+        nonlocal sampler, monitor
         for raw in sys.stdin.buffer:
             words = raw.decode().split()
             if not words:
@@ -67,6 +71,15 @@ def serve() -> int:
                 run_dir = Path(words[2])
                 sampler = ServerSampler([i for i in words[3].split(",") if i not in ("", "-")],
                                         lambda: [run_dir, *dirs()], float(words[1])).start()
+            elif words[0] == "links" and len(words) == 2:
+                from emulation.link_monitor import LinkMonitor
+
+                if monitor is not None:
+                    monitor.stop()
+                names = {i for i in words[1].split(",") if i not in ("", "-")}
+                monitor = LinkMonitor(names, lambda name, up, t: say(
+                    b"link %s %s %r" % (name.encode(), b"up" if up else b"down", t))).start()
+                say(b"links %d" % len(names))          # watching from here on
             elif words[0] == "probe-stop":
                 data = sampler.stop() if sampler is not None else {}
                 sampler = None
@@ -99,7 +112,10 @@ class AgentLink:
         self._stop = threading.Event()
         self._sent: dict[str, bytes] = {}
         self._lock = threading.Lock()
-        self._replies: dict[str, "queue.Queue[str]"] = {"clock": queue.Queue(), "samples": queue.Queue()}
+        self._replies: dict[str, "queue.Queue[str]"] = {"clock": queue.Queue(), "samples": queue.Queue(),
+                                                         "links": queue.Queue()}
+        self.on_link = None           # on_link(intf, up, t on this head's clock), once watch_links
+        self.offset = 0.0             # the server's clock minus the head's
 
     def start(self) -> "AgentLink":
         import shlex
@@ -132,6 +148,23 @@ class AgentLink:
     def watch(self, directory: Path) -> None:
         self._send(f"watch {directory}")
 
+    def clock_offset(self, wait: float = 5.0) -> float | None:
+        """The server's monotonic clock minus the head's, from one round trip (Cristian's
+        algorithm); None if the agent did not answer."""
+        t0 = time.monotonic()
+        reply = self.ask("clock", "clock", wait)
+        t1 = time.monotonic()
+        return None if reply is None else float(reply) - (t0 + t1) / 2
+
+    def watch_links(self, intfs: list[str], on_link, wait: float = 5.0) -> bool:
+        """Have the agent report every change of `intfs` to `on_link(intf, up, t)`, t on the
+        head's clock; True once it watches (False: no answer within `wait`)."""
+        offset = self.clock_offset(wait)
+        if offset is None:
+            return False
+        self.offset, self.on_link = offset, on_link
+        return self.ask(f"links {','.join(intfs) or '-'}", "links", wait) is not None
+
     def _push_epochs(self) -> None:
         while not self._stop.wait(self.EPOCH_POLL):
             for f in self.run_dir.glob("epoch*.json"):
@@ -160,6 +193,13 @@ class AgentLink:
             words = raw.decode(errors="replace").split()
             if len(words) == 2 and words[0] in self._replies:
                 self._replies[words[0]].put(words[1])
+            elif len(words) == 4 and words[0] == "link" and self.on_link is not None:
+                try:
+                    self.on_link(words[1], words[2] == "up", float(words[3]) - self.offset)
+                except Exception:  # noqa: BLE001 - the reader must go on: progress files come here too
+                    import traceback
+
+                    traceback.print_exc()
             elif len(words) == 3 and words[0] == "file":
                 path = Path(words[1])
                 try:

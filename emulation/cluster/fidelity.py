@@ -61,10 +61,7 @@ class ClusterProbe:
             return list(pool.map(fn, list(self.agents)))
 
     def _clock(self, name: str) -> float | None:
-        t0 = time.monotonic()
-        reply = self.agents[name].ask("clock", "clock", CLOCK_WAIT)
-        t1 = time.monotonic()
-        return None if reply is None else float(reply) - (t0 + t1) / 2
+        return self.agents[name].clock_offset(CLOCK_WAIT)
 
     def _samples(self, name: str) -> dict | None:
         if name not in self.offsets:

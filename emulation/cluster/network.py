@@ -18,8 +18,9 @@ and what replaces it here:
   (agent.py) on the same ssh connection; worker reports and logs are fetched once they exit;
 - a worker's environment, directory and start gate travel in its ssh command (the gate's two
   pipes are that ssh's stdin and stdout);
-- a link taken down on a tunnel: the head takes both ends down and tells the job itself
-  (netlink events on the servers are not forwarded), see `watch_links`;
+- link changes: each server's agent watches its root namespace's link ends with netlink
+  and forwards every change to the head (on the head's clock); a link the head itself takes
+  down is also told to the job at once, without waiting for the forward (`watch_links`);
 - the fidelity probe's counters and CPU are on the servers: each agent samples its own and
   the head merges them, adding the tunnels' loss (fidelity.py).
 Clean-up kills every pid recorded in the run directory on each server, deletes the run's
@@ -354,11 +355,29 @@ class ClusterNetwork(EmulatedNetwork):
 
     # -- links and switches -----------------------------------------------------------
     def watch_links(self, on_change):
-        """Link changes reach the job from set_link itself (the head takes a link down on the
-        servers, so it knows when), one at a time and in order on one thread, as the link
-        monitor reports netlink's; netlink on the servers is not forwarded."""
-        self._link_events = _LinkEvents(on_change)
-        return self._link_events
+        """`on_change(u, v, up, t, intf)` for every change of a link end in a server's root
+        namespace (switch ports, tunnel ends), as netlink reports it there and the server's
+        agent forwards it, and at once for the links the head changes itself (set_link); one
+        at a time and in order on one thread, as LinkMonitor calls it. A link's other end, or
+        the forward of a change the head already told, is the same link again: the jobs
+        ignore a link marked as it already is (controller/topology.mark_link)."""
+        edge_of = {name: (u, v) for u, v, e in self.graph.edges(data=True) for name in e["intfs"].values()}
+        events = self._link_events = _LinkEvents(on_change)
+        root_ends: dict[str, list[str]] = {name: [] for name in self.agents}
+        for u, v, e in self.graph.edges(data=True):
+            for n in (u, v):
+                if self.graph.nodes[n]["kind"] == "switch":
+                    root_ends[self.placement[n]].append(e["intfs"][n])
+
+        def forwarded(intf: str, up: bool, t: float) -> None:
+            if intf in edge_of:
+                events.put((*edge_of[intf], up, t, intf))
+
+        for name, agent in self.agents.items():
+            if not agent.watch_links(sorted(root_ends[name]), forwarded):
+                events.stop()
+                raise RuntimeError(f"the agent on {name} did not start watching its links")
+        return events
 
     def set_link(self, a: str, b: str, up: bool) -> float:
         changed = time.monotonic()
@@ -410,7 +429,8 @@ class ClusterNetwork(EmulatedNetwork):
 
 
 class _LinkEvents:
-    """The job's link callback on one thread, fed in order (LinkMonitor's contract)."""
+    """The job's link callback on one thread, fed in order (LinkMonitor's contract), from
+    the head's set_link and the agents' forwards."""
 
     def __init__(self, on_change):
         import queue
