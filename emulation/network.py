@@ -9,6 +9,7 @@ is recorded in a RunRecord so `agglab clean` can undo a crashed run.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import subprocess
 import threading
 import time
@@ -23,7 +24,7 @@ from ground import netlease
 from ground import rundir
 from ground.rundir import RunRecord, clean
 from controller import addressing
-from ground import addresses
+from ground import addresses, links
 from controller.bmv2_client import Bmv2Client
 from controller.switch_client import SoftSwitchClient, SwitchClient
 from controller.topology import hosts, port, switches
@@ -63,7 +64,8 @@ def host_setup(g: nx.Graph, h: str, intfs: list[str]) -> tuple[list[str], list[s
     chatter and no checksum/segmentation offloads (switches re-inject frames); no
     reverse-path filtering between the NICs of multi-NIC hosts and a route to a peer's NIC
     over the switch both hang off; every NIC knows the aggregation service and every host's
-    MAC statically (no ARP in the data plane)."""
+    MAC statically (no ARP in the data plane). A single-NIC host on a slow shaped link gets
+    a TCP retransmission floor on its route (ground/links.py `rto_min_ms`)."""
     from emulation.veths import htb_lines
 
     sysctls = [("ipv6/conf/all/disable_ipv6", 1), ("ipv6/conf/default/disable_ipv6", 1),
@@ -80,6 +82,10 @@ def host_setup(g: nx.Graph, h: str, intfs: list[str]) -> tuple[list[str], list[s
         sysctls.append((f"ipv4/conf/{intf}/rp_filter", 0))
         if e.get("bw"):
             shaping += htb_lines(intf, e["bw"])
+            rto = links.rto_min_ms(e["bw"])
+            if rto > links.RTO_MIN_MS and g.degree(h) == 1:     # the NIC's one connected route
+                net = ipaddress.ip_interface(f"{ip}/{addresses.PREFIX_LEN}").network
+                batch.append(f"route replace {net} dev {intf} proto kernel scope link src {ip} rto_min {rto}ms")
     if g.degree(h) > 1:
         for sw in g.neighbors(h):
             mine = g.edges[h, sw]["intfs"][h]

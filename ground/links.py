@@ -1,5 +1,6 @@
 """The emulated link's burst, shared by the links (tc htb, emulation/veths.py) and the hosts
-that pace their sends onto them (hosts/transport.py `UdpTransport.pace`).
+that pace their sends onto them (hosts/transport.py `UdpTransport.pace`); and the TCP
+retransmission floor of a host on a slow link.
 
 Why one place: a link is an htb class with ceil equal to rate, so what a frame waits on is
 the class's cburst bucket. A host that paces its sends must hand the link bursts that fit
@@ -22,6 +23,19 @@ the link was idle that long, and htb's bucket refilled meanwhile. Then the pacer
 keep to the link's schedule (and to the departure clock of the agents, hosts/slots.py
 `leaves`) instead of losing the time. In any interval the pacer hands the link at most its
 rate times the interval plus three quarters of a bucket, so htb never holds a frame back.
+
+The TCP retransmission floor (`rto_min_ms`). Linux's TCP retransmits a segment that was
+not acknowledged within its RTO, at least 200 ms. A real cluster's switch queues drain in
+microseconds, so an RTO that fires means a loss there. The emulated links are thousands of
+times slower while TCP's clock is not, so a healthy queue outlasts the RTO: a parameter
+server of 128 workers at 0.08 Mb/s queues one message from each of 127 peers at a worker's
+link (59 kB, 5.9 s), and 37% of its segments were sent twice with no loss at all, filling
+the very links whose time was measured. So a host on a shaped link gets a floor on its
+routes' RTO of the time its link carries RTO_QUEUE_FRAMES full frames (a queue of one frame
+from each peer of the largest job this machine runs), never below Linux's 200 ms and never
+above TCP's 120 s cap: at 0.08 Mb/s 19.4 s, at 2.4 Mb/s 0.65 s, from 9.7 Mb/s up the
+default. A segment really lost (the drop simulator's loss, a failed link) is then resent
+that much later, as a real cluster's 200 ms is long beside its link's time too.
 """
 
 from __future__ import annotations
@@ -31,6 +45,9 @@ LINK_BURST_MIN = 6000         # ... and at least this many bytes ...
 LINK_BURST_MAX_S = 0.1        # ... unless that is more than this much link time (below 0.48 Mb/s) ...
 LINK_BURST_FLOOR = 1600       # ... and never less than one full-size frame (1,514 bytes) and a little
 PACE_SHARE = 0.995            # a paced host sends at this share of its link's rate
+RTO_QUEUE_FRAMES = 128        # the queue a host's TCP must outwait without resending ...
+FRAME_BYTES = 1514            # ... of full-size frames
+RTO_MIN_MS, RTO_MAX_MS = 200, 120_000    # Linux's default floor, TCP's cap
 
 
 def burst_bytes(mbps: float) -> int:
@@ -48,3 +65,9 @@ def pacing(mbps: float) -> tuple[float, float, float, float]:
     byte_time = 8 / (mbps * 1e6 * PACE_SHARE)
     bucket_s = burst_bytes(mbps) * byte_time
     return byte_time, bucket_s / 2, bucket_s / 8, bucket_s / 4
+
+
+def rto_min_ms(mbps: float) -> int:
+    """The TCP retransmission floor (ms) of a host on a `mbps` link (module docstring)."""
+    queue_ms = RTO_QUEUE_FRAMES * FRAME_BYTES * 8 / (mbps * 1e6) * 1e3
+    return int(min(RTO_MAX_MS, max(RTO_MIN_MS, round(queue_ms))))
