@@ -36,16 +36,20 @@ from ground.timerslack import set_timer_slack
 
 RUNNERS: dict[str, Callable] = {}
 SERVICE_TRANSPORT: set[str] = set()     # runners that send to the service address (comm.transport)
+PREPARE: dict[str, Callable] = {}       # what a scheme sets up before its first call (comm.prepare)
 
 
-def register(name: str, service_transport: bool = False):
+def register(name: str, service_transport: bool = False, prepare: Callable | None = None):
     """Add a scheme's allreduce on the hosts: fn(comm: Communicator, array) -> (sum, stats).
     service_transport: it uses `comm.transport` (opened before the first call), else it
-    opens its own sockets."""
+    opens its own sockets. prepare(comm, array): what it sets up before the first call on
+    arrays like `array` (`Communicator.prepare`)."""
     def add(fn):
         RUNNERS[name] = fn
         if service_transport:
             SERVICE_TRANSPORT.add(name)
+        if prepare is not None:
+            PREPARE[name] = prepare
         return fn
     return add
 
@@ -71,6 +75,8 @@ class Communicator:
         self._progress = ProgressFile(self.seat.progress) if self.seat.progress else None
         self.block_progress = self._progress if block_progress else None
         self.calls, self.last_stats = 0, None
+        self._mesh = None                  # the host baselines' connections (tcp_mesh)
+        self._setup_seconds = 0.0          # what opening them took, reported with the next call
         self.call_log: list[tuple[int, float]] = []     # (bytes, seconds) of every call: its cost
         if self.spec.algorithm in SERVICE_TRANSPORT:
             self.transport         # its socket open before the first call (and the start gate)
@@ -95,6 +101,40 @@ class Communicator:
             raise RuntimeError(f"{exc.args[0]} is not set: start this program with agglab "
                                "(or pass Communicator(RunPlan.read(path), rank))") from None
         return cls(RunPlan.read(path), rank, transport)
+
+    def prepare(self, array) -> None:
+        """Set up what the scheme needs for arrays like `array` before the first call (the
+        host baselines: their TCP connections), so that the first call's time is the
+        allreduce's, as it is for the in-network schemes; hosts/worker.py does it before the
+        start gate."""
+        prepare = PREPARE.get(self.spec.algorithm)
+        if prepare is not None:
+            prepare(self, np.asarray(array))
+
+    def tcp_mesh(self, algorithm: str, connections, array):
+        """The host baselines' connections for arrays like `array` (hosts/tcp_mesh.py),
+        opened on first use and kept for every later call, as NCCL keeps its rings and a
+        parameter server its connections: a 128-worker PS opens 16,256 of them, whose
+        handshakes would otherwise cross the emulated links on every call. `connections(rank,
+        n)` says which ranks to connect to and accept from. A different length or dtype
+        opens new ones."""
+        from hosts.tcp_mesh import BASE_PORT, hello_for, open_mesh
+
+        hello = hello_for(algorithm, array, self.rank, self.workers)
+        if self._mesh is not None and self._mesh.hello != hello:
+            self.close()
+        if self._mesh is None and self.workers > 1:
+            out_to, in_from = connections(self.rank, self.workers)
+            self._mesh = open_mesh(hello, self.plan.peers(), out_to, in_from, port=BASE_PORT + self.spec.job,
+                                   give_up=self.spec.give_up, link_mbps=self.seat.link_mbps)
+            self._setup_seconds = self._mesh.setup_seconds
+        return self._mesh
+
+    def close(self) -> None:
+        """Close the host baselines' connections (a process that ends closes them too)."""
+        if self._mesh is not None:
+            self._mesh.close()
+            self._mesh = None
 
     def allreduce(self, array) -> np.ndarray:
         """Sum of `array` (int32 or float32, same shape on every rank) over the job's workers."""
@@ -171,22 +211,39 @@ def _sparse(comm: Communicator, array):
 
 
 def _host_baseline(module_name: str):
-    """ring / ps: the hosts sum over TCP with their peers (the seats' addresses); each call
-    opens and closes its own connections, so a rank may start the next call at any time."""
-    def run(comm: Communicator, array):
+    """ring / ps: the hosts sum over TCP with their peers (the seats' addresses), over
+    connections the communicator keeps open between calls (`Communicator.tcp_mesh`); the
+    call that opened them reports how long that took as its `setup_seconds`."""
+    def module():
         from importlib import import_module
 
+        return import_module(module_name)
+
+    def prepare(comm: Communicator, array) -> None:
+        m = module()
+        comm.tcp_mesh(comm.spec.algorithm, m.connections, array)
+
+    def run(comm: Communicator, array):
         from hosts.tcp_mesh import BASE_PORT
 
-        return import_module(module_name).allreduce(array, rank=comm.rank, peers=comm.plan.peers(),
-                                                    port=BASE_PORT + comm.spec.job, give_up=comm.spec.give_up,
-                                                    return_stats=True, on_progress=comm.block_progress,
-                                                    link_mbps=comm.seat.link_mbps)
-    return run
+        m = module()
+        mesh = comm.tcp_mesh(comm.spec.algorithm, m.connections, array)
+        try:
+            result, stats = m.allreduce(array, rank=comm.rank, peers=comm.plan.peers(), port=BASE_PORT + comm.spec.job,
+                                        give_up=comm.spec.give_up, return_stats=True, on_progress=comm.block_progress,
+                                        link_mbps=comm.seat.link_mbps, mesh=mesh)
+        except BaseException:
+            comm.close()                 # a failed call leaves its connections out of step
+            raise
+        stats.setup_seconds, comm._setup_seconds = comm._setup_seconds, 0.0
+        return result, stats
+    return run, prepare
 
 
-register("ring")(_host_baseline("hosts.ring"))
-register("ps")(_host_baseline("hosts.ps"))
+_ring, _ring_prepare = _host_baseline("hosts.ring")
+_ps, _ps_prepare = _host_baseline("hosts.ps")
+register("ring", prepare=_ring_prepare)(_ring)
+register("ps", prepare=_ps_prepare)(_ps)
 
 
 @register("atp")

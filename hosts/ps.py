@@ -37,19 +37,27 @@ def threads_per_worker(n: int) -> int:
     return 2 + min(CONNECT_AT_ONCE, max(1, n - 1))
 
 
+def connections(rank: int, n: int) -> tuple[list[int], list[int]]:
+    """(ranks this worker connects to, ranks that connect to it): every other, both ways."""
+    others = [(rank + i) % n for i in range(1, n)]
+    return others, others
+
+
 def allreduce(array, *, rank: int, peers: list[str], port: int = BASE_PORT, give_up: float = 10.0,
               on_progress=None, link_mbps: float | None = None, chunk_bytes: int = CHUNK_BYTES,
-              return_stats: bool = False):
-    """Sum `array` over the workers at `peers` (one IPv4 address per rank, in rank order)."""
+              return_stats: bool = False, mesh: Mesh | None = None):
+    """Sum `array` over the workers at `peers` (one IPv4 address per rank, in rank order),
+    over `mesh` if given (tcp_mesh.open_mesh for this algorithm and array: kept open), else
+    over connections opened and closed for this call."""
     n = len(peers)
-    others = [(rank + i) % n for i in range(1, n)]
+    out_to, in_from = connections(rank, n)
 
     def body(arr: np.ndarray, mesh: Mesh) -> np.ndarray:
         return _Ps(arr, rank, n, mesh, give_up, on_progress, max(1, chunk_bytes // arr.itemsize)).run()
 
-    return allreduce_over_mesh("ps", body, array, rank=rank, peers=peers, out_to=others, in_from=others,
+    return allreduce_over_mesh("ps", body, array, rank=rank, peers=peers, out_to=out_to, in_from=in_from,
                                port=port, give_up=give_up, return_stats=return_stats,
-                               link_mbps=link_mbps)
+                               link_mbps=link_mbps, mesh=mesh)
 
 
 class _Ps:

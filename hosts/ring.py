@@ -27,18 +27,26 @@ from hosts.tcp_mesh import BASE_PORT, Mesh, Progress, Threads, allreduce_over_me
 CHUNK_BYTES = 64 * 1024        # one pipelined message: 45 full TCP segments at MSS 1448
 
 
+def connections(rank: int, n: int) -> tuple[list[int], list[int]]:
+    """(ranks this worker connects to, ranks that connect to it): its right and left neighbour."""
+    return [(rank + 1) % n], [(rank - 1) % n]
+
+
 def allreduce(array, *, rank: int, peers: list[str], port: int = BASE_PORT, give_up: float = 10.0,
               on_progress=None, link_mbps: float | None = None, chunk_bytes: int = CHUNK_BYTES,
-              return_stats: bool = False):
-    """Sum `array` over the workers at `peers` (one IPv4 address per rank, in rank order)."""
+              return_stats: bool = False, mesh: Mesh | None = None):
+    """Sum `array` over the workers at `peers` (one IPv4 address per rank, in rank order),
+    over `mesh` if given (tcp_mesh.open_mesh for this algorithm and array: kept open), else
+    over connections opened and closed for this call."""
     n = len(peers)
+    out_to, in_from = connections(rank, n)
 
     def body(arr: np.ndarray, mesh: Mesh) -> np.ndarray:
         return _Ring(arr, rank, n, mesh, give_up, on_progress, max(1, chunk_bytes // arr.itemsize)).run()
 
-    return allreduce_over_mesh("ring", body, array, rank=rank, peers=peers, out_to=[(rank + 1) % n],
-                               in_from=[(rank - 1) % n], port=port, give_up=give_up, return_stats=return_stats,
-                               link_mbps=link_mbps)
+    return allreduce_over_mesh("ring", body, array, rank=rank, peers=peers, out_to=out_to, in_from=in_from,
+                               port=port, give_up=give_up, return_stats=return_stats, link_mbps=link_mbps,
+                               mesh=mesh)
 
 
 def schedule(rank: int, n: int, length: int, chunk: int):

@@ -151,9 +151,12 @@ class Peer:
 
 @dataclass
 class Mesh:
-    """This worker's connections: `out[r]` it opened to rank r, `inc[r]` rank r opened to it."""
+    """This worker's connections: `out[r]` it opened to rank r, `inc[r]` rank r opened to it;
+    `hello` what every peer agreed to (the algorithm, the workers, the array's length and dtype)."""
     out: dict[int, Peer]
     inc: dict[int, Peer]
+    hello: Hello | None = None
+    setup_seconds: float = 0.0
 
     def peers(self) -> list[Peer]:
         return list(self.out.values()) + list(self.inc.values())
@@ -221,7 +224,7 @@ def open_mesh(hello: Hello, addrs: list[str], out_to: list[int], in_from: list[i
             p.close()
         raise
     _shut(listener)
-    return Mesh(out, dict(accepted))
+    return Mesh(out, dict(accepted), hello, setup - max(0.0, deadline - time.monotonic()))
 
 
 def _shut(sock: socket.socket) -> None:
@@ -441,31 +444,46 @@ class BaselineStats:
     messages_sent: int = 0
 
 
-def allreduce_over_mesh(algorithm: str, body, array, *, rank: int, peers: list[str],
-                        out_to: list[int], in_from: list[int], port: int = BASE_PORT,
-                        give_up: float = 10.0, return_stats: bool = False, link_mbps: float | None = None):
-    """Shared frame of the baselines: check the call, open the mesh, run `body(arr, mesh)`
-    (which returns the sum), close everything, count TCP segments around it."""
-    arr = np.ascontiguousarray(array)
+def hello_for(algorithm: str, array, rank: int, workers: int) -> Hello:
+    """What a worker's connections agree on for `array` (checked: 1-D, a supported dtype)."""
+    arr = np.asarray(array)
     if arr.dtype not in DTYPES or arr.ndim != 1:
         raise TypeError(f"allreduce supports 1-D {[str(d) for d in DTYPES]} arrays, got {arr.dtype} "
                         f"with shape {arr.shape}")
-    if not 0 <= rank < len(peers):
-        raise ValueError(f"rank {rank} is not within 0..{len(peers) - 1} (one address per worker)")
+    if not 0 <= rank < workers:
+        raise ValueError(f"rank {rank} is not within 0..{workers - 1} (one address per worker)")
+    return Hello(algorithm, rank, workers, len(arr), arr.dtype)
+
+
+def allreduce_over_mesh(algorithm: str, body, array, *, rank: int, peers: list[str],
+                        out_to: list[int], in_from: list[int], port: int = BASE_PORT,
+                        give_up: float = 10.0, return_stats: bool = False, link_mbps: float | None = None,
+                        mesh: Mesh | None = None):
+    """Shared frame of the baselines: check the call, open the mesh (unless `mesh`, already
+    open for this array's length and dtype, is given: then it stays open, and the time and
+    segments counted are the allreduce's alone), run `body(arr, mesh)` (which returns the
+    sum), close what it opened, count TCP segments around it."""
+    arr = np.ascontiguousarray(array)
+    hello = hello_for(algorithm, arr, rank, len(peers))
+    if mesh is not None and mesh.hello != hello:
+        raise ValueError(f"rank {rank}: the open connections were set up for {mesh.hello}, not for {hello}")
     before, t0 = tcp_counters(), time.monotonic()
     stats = BaselineStats()
     if len(peers) == 1:
         result = arr.copy()
     else:
-        mesh = open_mesh(Hello(algorithm, rank, len(peers), len(arr), arr.dtype), peers, out_to, in_from,
-                         port=port, give_up=give_up, link_mbps=link_mbps)
-        stats.setup_seconds = time.monotonic() - t0
+        own = mesh is None
+        if own:
+            mesh = open_mesh(hello, peers, out_to, in_from, port=port, give_up=give_up, link_mbps=link_mbps)
+            stats.setup_seconds = time.monotonic() - t0
+        sent_before = (mesh.bytes_sent(), sum(p.sent for p in mesh.peers()))
         try:
             result = body(arr, mesh)
         finally:
-            mesh.close()
-        stats.bytes_sent = mesh.bytes_sent()
-        stats.messages_sent = sum(p.sent for p in mesh.peers())
+            if own:
+                mesh.close()
+        stats.bytes_sent = mesh.bytes_sent() - sent_before[0]
+        stats.messages_sent = sum(p.sent for p in mesh.peers()) - sent_before[1]
     after = tcp_counters()
     stats.seconds = time.monotonic() - t0
     stats.packets_sent = after["OutSegs"] - before["OutSegs"]

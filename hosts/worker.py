@@ -77,6 +77,7 @@ def _prepare_scheme(plan: RunPlan, seat: WorkerSeat, data):
     from hosts.communicator import Communicator
 
     comm = Communicator(plan, seat.rank, block_progress=True)
+    comm.prepare(data)                  # before the start gate: a baseline's connections
 
     def go():
         result, stats = comm.allreduce_with_stats(data)

@@ -311,3 +311,53 @@ def test_setup_time_grows_with_the_handshakes_a_slow_link_must_carry():
     assert setup_seconds(254, 10.0) == 20.0
     assert setup_seconds(254, 10.0, 0.1) == pytest.approx(20.0 + SETUP_SLACK * 4.6736)
     assert setup_seconds(2, 10.0, 20.0) == pytest.approx(20.0, abs=0.01)    # a ring at 20 Mb/s: as before
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "ps"])
+def test_the_communicator_opens_connections_once_before_the_first_call_and_keeps_them(algorithm, tmp_path,
+                                                                                      monkeypatch):
+    """A baseline's connections are set up by `prepare` (before the start gate, in a worker)
+    and kept for every call on arrays of that length: ring 1 and PS n-1 connections a rank
+    over 3 calls, the first call reporting the setup's time and the later ones none. A new
+    length opens new ones."""
+    from ground.runspec import RunPlan, WorkerSeat
+    from hosts import tcp_mesh
+    from hosts.communicator import Communicator
+
+    opened = []
+    real_connect = tcp_mesh._connect
+    monkeypatch.setattr(tcp_mesh, "_connect", lambda hello, *a, **k: (opened.append(hello.rank), real_connect(hello, *a, **k))[1])
+    n = 4
+    spec = RunSpec(workers=n, algorithm=algorithm, job=next(_ports) - 29_500).validate()
+    seats = [WorkerSeat(rank=r, local_ip=f"127.0.0.{r + 1}", out=str(tmp_path / f"rank{r}")) for r in range(n)]
+    plan = RunPlan(spec, "10.255.255.254", 1, None, seats)
+    steps = [[np.full(1000, 10 * s + r, dtype=np.int32) for r in range(n)] for s in range(3)]
+
+    def work(r):
+        comm = Communicator(plan, r, transport=object())
+        comm.prepare(steps[0][r])
+        out = [comm.allreduce_with_stats(step[r]) for step in steps]
+        comm.close()
+        return out
+
+    out = on_threads(n, work)
+    per_rank = 1 if algorithm == "ring" else n - 1
+    assert sorted(opened) == sorted(r for r in range(n) for _ in range(per_rank))     # once, not per call
+    for s, step in enumerate(steps):
+        want = sum(10 * s + r for r in range(n))                  # hand-computed: 4 ranks, 10s + r each
+        for r in range(n):
+            result, stats = out[r][s]
+            assert (result == want).all()
+            assert (stats.setup_seconds > 0) == (s == 0)
+
+    opened.clear()
+
+    def other_length(r):
+        comm = Communicator(plan, r, transport=object())
+        comm.allreduce(np.ones(10, dtype=np.int32))
+        result = comm.allreduce(np.ones(20, dtype=np.int32))
+        comm.close()
+        return result
+
+    assert all((x == n).all() and len(x) == 20 for x in on_threads(n, other_length))
+    assert len(opened) == 2 * n * per_rank                        # a new length: new connections
