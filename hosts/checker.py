@@ -90,6 +90,9 @@ def check(spec: RunSpec, reports: list[dict], switch_stats: dict) -> dict:
         # (the largest rank's resident MB; the sum of their proportional shares)
         worker_start_cpu_s=round(sum(r.get("start_cpu_s", 0) for r in reports), 3),
         worker_rss_mb=max((r.get("rss_mb", 0) for r in reports), default=0),
+        # the host baselines' TCP connections, opened before the start gate (the slowest rank)
+        **({"connect_seconds": round(max(r["setup_seconds"] for r in reports), 3)}
+           if all("setup_seconds" in r for r in reports) else {}),
         worker_pss_mb=round(sum(r.get("pss_mb", 0) for r in reports), 1),
         algorithm=spec.algorithm,
         **({"density": spec.density, "pattern": spec.pattern, "zero_workers": spec.zero_workers,
