@@ -24,18 +24,22 @@ keep to the link's schedule (and to the departure clock of the agents, hosts/slo
 `leaves`) instead of losing the time. In any interval the pacer hands the link at most its
 rate times the interval plus three quarters of a bucket, so htb never holds a frame back.
 
-The TCP retransmission floor (`rto_min_ms`). Linux's TCP retransmits a segment that was
-not acknowledged within its RTO, at least 200 ms. A real cluster's switch queues drain in
+The TCP retransmission floor (`rto_min_ms`). Linux's TCP resends a segment that was not
+acknowledged within its RTO, at least 200 ms. A real cluster's switch queues drain in
 microseconds, so an RTO that fires means a loss there. The emulated links are thousands of
-times slower while TCP's clock is not, so a healthy queue outlasts the RTO: a parameter
-server of 128 workers at 0.08 Mb/s queues one message from each of 127 peers at a worker's
-link (59 kB, 5.9 s), and 37% of its segments were sent twice with no loss at all, filling
-the very links whose time was measured. So a host on a shaped link gets a floor on its
-routes' RTO of the time its link carries RTO_QUEUE_FRAMES full frames (a queue of one frame
-from each peer of the largest job this machine runs), never below Linux's 200 ms and never
-above TCP's 120 s cap: at 0.08 Mb/s 19.4 s, at 2.4 Mb/s 0.65 s, from 9.7 Mb/s up the
-default. A segment really lost (the drop simulator's loss, a failed link) is then resent
-that much later, as a real cluster's 200 ms is long beside its link's time too.
+times slower while TCP's clock is not, so a healthy queue outlasts the RTO and TCP resends
+what was only waiting, on the very links whose time is measured. Measured at paper scale
+(k=8 fat-tree, core 1:2, parameter servers, no loss configured): at 128 workers and 0.08 Mb/s
+a worker's link queues one 466-byte message from each of 127 peers (5.9 s), and 37% of all
+segments were sent twice; at 32 workers and 0.72 Mb/s it queues an initial window (10 frames)
+from each of 31 peers, 310 frames (5.2 s), and 11,011 segments were resent, the run 2.1x its
+wire time. So a host on a shaped link gets a floor on its route's RTO of the time its link
+carries RTO_QUEUE_FRAMES full frames, never below Linux's 200 ms and never above TCP's 120 s
+cap: at 0.08 Mb/s 77.5 s, at 0.72 Mb/s 8.6 s, at 2.4 Mb/s 2.6 s, at 20 Mb/s 0.31 s, from
+38.8 Mb/s up the default. The same runs then resent 0 and 579 segments. A segment really lost
+(the drop simulator's loss, a failed link) is mostly resent by fast retransmit or a tail loss
+probe (two round trips, whatever the floor); only a loss those miss waits for the floor, as a
+real cluster's 200 ms is long beside its links' time too.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ LINK_BURST_MIN = 6000         # ... and at least this many bytes ...
 LINK_BURST_MAX_S = 0.1        # ... unless that is more than this much link time (below 0.48 Mb/s) ...
 LINK_BURST_FLOOR = 1600       # ... and never less than one full-size frame (1,514 bytes) and a little
 PACE_SHARE = 0.995            # a paced host sends at this share of its link's rate
-RTO_QUEUE_FRAMES = 128        # the queue a host's TCP must outwait without resending ...
+RTO_QUEUE_FRAMES = 512        # the queue a host's TCP must outwait without resending ...
 FRAME_BYTES = 1514            # ... of full-size frames
 RTO_MIN_MS, RTO_MAX_MS = 200, 120_000    # Linux's default floor, TCP's cap
 

@@ -118,16 +118,16 @@ def test_switch_ends_keep_or_lose_their_offloads_as_the_backend_needs(offloads_o
 
 def test_a_host_on_a_slow_link_waits_out_its_queue_before_tcp_resends():
     """The route of a host on a 0.08 Mb/s link has TCP's floor at the time the link carries
-    128 full frames, 128 x 1,514 B x 8 / 80,000 b/s = 19.379 s (19379 ms); at 2.4 Mb/s
-    646 ms; at 20 Mb/s the kernel's default (no rto_min on the route)."""
+    512 full frames, 512 x 1,514 B x 8 / 80,000 b/s = 77.517 s; at 2.4 Mb/s 2,584 ms; at
+    100 Mb/s (31 ms) the kernel's default 200 ms (no rto_min on the route)."""
     from emulation.network import EmulatedNetwork
 
     before = leftovers()
     g = topologies.build("single", workers=3)
-    for (u, v), bw in zip(sorted(g.edges), (0.08, 2.4, 20.0)):
+    for (u, v), bw in zip(sorted(g.edges), (0.08, 2.4, 100.0)):
         g.edges[u, v]["bw"] = bw
     with EmulatedNetwork(g) as net:
-        for (u, v), want in zip(sorted(g.edges), ("rto_min lock 19.379s", "rto_min lock 646ms", None)):
+        for (u, v), want in zip(sorted(g.edges), ("rto_min lock 77.517s", "rto_min lock 2.584s", None)):
             h = u if g.nodes[u]["kind"] == "host" else v
             routes = net.host(h).cmd("ip route show")
             if want:
