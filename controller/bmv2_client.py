@@ -30,7 +30,7 @@ import time
 
 from typing import Callable
 
-from controller.bmv2_thrift import BatchTranslator, Request, describe_error
+from controller.bmv2_thrift import FAST_METHODS, BatchTranslator, CellCodec, Request, describe_error
 from controller.switch_client import SwitchClient, SwitchCommandError, find_bmv2_tool
 
 RANGE_CELLS = 2048          # up to this many cells, register_read_ranges reads cells, not the register
@@ -67,6 +67,7 @@ class Bmv2Client(SwitchClient):
         self.pipelined_batches = self._thrift is not None
         self._sizes: dict[str, int] | None = None
         self._unflushed = None                           # the transport while corked (_corked)
+        self._cells = _cell_codec(self._thrift)          # single register cells, encoded here
 
     def pids(self) -> list[int]:
         """simple_switch's threads (a reroute raises them: ground/priority.py). Every thread:
@@ -194,6 +195,15 @@ class Bmv2Client(SwitchClient):
             self._settle(keep_posted=True)
             if len(self._posted) >= PIPELINE_WINDOW:
                 self._settle()
+        if self._cells is not None and req.service == "standard" and req.method in FAST_METHODS:
+            codec, trans, read, errors = self._cells
+            try:
+                trans.write(codec.encode(req.method, req.args))
+                trans.flush()                  # as send_X does (a no-op while corked)
+            except Exception as exc:
+                raise SwitchCommandError(f"{self.name}: {line!r}: {exc!r}") from exc
+            self._posted.append((req, line, codec.receiver(read, req.method, errors)))
+            return
         try:
             getattr(client, "send_" + req.method)(*req.args)
         except Exception as exc:
@@ -307,6 +317,25 @@ class Bmv2Client(SwitchClient):
         if transport:
             with contextlib.suppress(Exception):
                 transport()
+
+
+def _cell_codec(thrift):
+    """(codec, transport, read, errors) for the standard client's single cell calls
+    (bmv2_thrift.CellCodec), or None where the client is not the binary protocol over a
+    buffered transport that this encodes for (then the generated calls are used)."""
+    oprot, iprot = getattr(thrift, "_oprot", None), getattr(thrift, "_iprot", None)
+    if oprot is None or iprot is None or type(getattr(oprot, "trans", None)).__name__ != "TBufferedTransport":
+        return None
+    if not any(cls.__name__.startswith("TBinaryProtocol") for cls in type(oprot).__mro__) \
+            or not getattr(oprot, "strictWrite", True):
+        return None
+    try:
+        from bm_runtime.standard.ttypes import InvalidRegisterOperation  # type: ignore
+        from thrift.Thrift import TApplicationException
+    except ImportError:
+        return None
+    codec = CellCodec(getattr(oprot, "serviceName", None), getattr(thrift, "_seqid", 0))
+    return codec, oprot.trans, iprot.trans.readAll, (InvalidRegisterOperation, TApplicationException)
 
 
 def _wait_for_port(name: str, thrift_port: int, timeout: float, thrift_ip: str = THRIFT_IP) -> None:

@@ -25,6 +25,7 @@ from ground.priority import HOLD_RT, urgent
 from ground.schemes import DEFAULT as DEFAULT_SCHEME
 from controller import tree_install, trees
 from controller.reroute import carry_for, reset_lines
+from controller.reroute.failover import drop_rows, kept_rows
 from controller.events import EventLog
 from controller.job_protocol import Job
 from controller.standby import StandbyWorker
@@ -33,9 +34,13 @@ from controller.topology import switches
 from controller.trees.base import TreeError
 
 
-def partition_slots(weights, window: int) -> list[int]:
+def partition_slots(weights, window: int, prefer: list | None = None) -> list[int]:
     """tree_of_slot for `window` slots, proportional to weights (largest remainder), every
-    tree with positive weight getting at least one slot; slots interleaved across trees."""
+    tree with positive weight getting at least one slot; slots interleaved across trees.
+    `prefer`: per slot, the trees it had best go to (a reroute: the new trees rooted where
+    the slot's old root was, so its carried result stays where it is, see TreeJob.kept_rows);
+    a slot gets one of them while that tree has slots left of its share (the shares do
+    not change), the other slots are interleaved as without."""
     live = [(t, w) for t, w in enumerate(weights) if w > 0]
     if not live:
         raise ValueError("no tree has positive weight")
@@ -46,10 +51,18 @@ def partition_slots(weights, window: int) -> list[int]:
     counts = {t: int(q) for t, q in quota.items()}
     for t in sorted(quota, key=lambda t: counts[t] - quota[t])[: window - sum(counts.values())]:
         counts[t] += 1
-    order, given = [], {t: 0 for t in counts}
+    order: list = [None] * window
+    given = {t: 0 for t in counts}
+    for i, wanted in enumerate(prefer or ()):
+        t = next((t for t in wanted if t in counts and given[t] < counts[t]), None)
+        if t is not None:
+            order[i] = t
+            given[t] += 1
     for i in range(window):     # interleave: the tree furthest behind its share goes next
+        if order[i] is not None:
+            continue
         t = min(counts, key=lambda t: (given[t] / counts[t] if given[t] < counts[t] else 9, t))
-        order.append(t)
+        order[i] = t
         given[t] += 1
     return order
 
@@ -171,14 +184,27 @@ class TreeJob(Job):
         """The job has a slot range of its own (other jobs use the rest of the switches' slots)."""
         return self.slot_base > 0 or self.slots < wire.SLOTS
 
-    def _reset_lines(self, sw: str) -> list[str]:
+    def _reset_lines(self, sw: str, skip: dict | None = None) -> list[str]:
         """Fresh registers on switch `sw`: all of them for a job that has every slot on a switch
         whose whole-register reset is cheap (the software switch), else only the job's slots in
         use (`window` of them from slot_base: another job's slots are never touched, and BMv2
-        clears a 16,384-cell window of agg_values in one call instead of all 131,072 cells)."""
+        clears a 16,384-cell window of agg_values in one call instead of all 131,072 cells).
+        `skip`: lanes register -> slot versions a reroute keeps in place (Carried.kept): the
+        window's reset, without them."""
         client = self.clients[sw]
-        whole = not self._shared and client.cheap_register_reset
-        return reset_lines(client, None if whole else (self.slot_base, self.window))
+        skip = {name: rows for name, rows in (skip or {}).items() if rows}
+        whole = not self._shared and client.cheap_register_reset and not skip
+        return reset_lines(client, None if whole else (self.slot_base, self.window), skip)
+
+    def _prefer(self, old, new, down) -> list[list[int]]:
+        """Per slot, the new trees rooted at the live switch its old tree was rooted at
+        (partition_slots' `prefer`: the slot's carried result then stays where it is)."""
+        old_roots = {t: role.switch for (_sw, t), role in old.roles.items() if role.root}
+        at: dict[str, list[int]] = {}
+        for (sw, t), role in sorted(new.roles.items(), key=lambda item: item[0][1]):
+            if role.root and sw not in down:
+                at.setdefault(sw, []).append(t)
+        return [at.get(old_roots.get(t), []) for t in self.tree_of_slot]
 
     def _reset(self, on: list[str]) -> None:
         for sw in on:
@@ -441,10 +467,14 @@ class TreeJob(Job):
             first = {}
         at: dict[str, int] = {}
         second: dict[str, list[str]] = {}
-        for sw, want in reads.items():             # after the switch's freeze: its state is final
-            batch = first if self.atomic else second
-            at[sw] = len(batch.setdefault(sw, []))
-            batch[sw] += self.carry.read_lines(self.clients[sw], want)
+
+        def add_reads(batch: dict) -> None:        # after the switch's freeze: its state is final
+            for sw, want in reads.items():
+                at[sw] = len(batch.setdefault(sw, []))
+                batch[sw] += self.carry.read_lines(self.clients[sw], want)
+
+        if self.atomic:
+            add_reads(first)
         held = set(frozen)
         pending = send_batches(self.clients, first)
         unread = [pending]                   # batches whose answers were not read yet
@@ -468,6 +498,19 @@ class TreeJob(Job):
             plan = tree_install.plan(self.g, new, self.job, slot_base=self.slot_base, reply_ports=self.reply_ports,
                                      slots=self.slots, ranks=self._ranks())
             new_switches = sorted({sw for sw, _ in plan.inst.roles})
+            # slots stay with their old root where a new tree is rooted there: their results
+            # stay in place (kept_rows), unread where the reads wait for this (BMv2), unwritten
+            tree_of_slot = partition_slots(new.weights, self.window, prefer=self._prefer(old, plan.inst, down))
+            keep = kept_rows(old, self.tree_of_slot, plan.inst, tree_of_slot, self.slot_base, down)
+            if not self.atomic:
+                for sw, rows in keep.items():
+                    runs = reads.get(sw, {}).get("agg_values")
+                    if runs:
+                        reads[sw]["agg_values"] = drop_rows(runs, rows)
+                        if not reads[sw]["agg_values"]:
+                            del reads[sw]["agg_values"]
+                reads = {sw: want for sw, want in reads.items() if want}
+                add_reads(second)
             for sw in new_switches:
                 if sw not in held:                   # on the new trees only: held from here
                     hold = self.clients[sw].hold_lines(HOLD_MS)
@@ -478,7 +521,7 @@ class TreeJob(Job):
             early_reset = self.carry.complete_ahead and not down   # else (2) may read the new tree's switches
             if early_reset:                            # everything read: reset in this batch too
                 for sw in new_switches:
-                    second.setdefault(sw, []).extend(self._reset_lines(sw))
+                    second.setdefault(sw, []).extend(self._reset_lines(sw, {"agg_values": keep.get(sw)}))
             for sw, lines in plan.lines.items():
                 second.setdefault(sw, []).extend(lines)
             t2 = time.monotonic()
@@ -496,16 +539,16 @@ class TreeJob(Job):
             t_r1 = time.monotonic()
             associate = plan.finish({sw: outs.get(sw, []) + outs2.get(sw, []) for sw in set(outs) | set(outs2)})
             t3 = time.monotonic()
-            carried = self.carry.snapshot(self.clients, old, self.tree_of_slot, regs, values, down)
+            carried = self.carry.snapshot(self.clients, old, self.tree_of_slot, regs, values, down, keep=keep,
+                                          new=(plan.inst, tree_of_slot))
             t4 = time.monotonic()
-            tree_of_slot = partition_slots(new.weights, self.window)
             cells = self.carry.preload_cells(plan.inst, tree_of_slot, carried)
             writes = sum(c.count for c in cells)
             t_r3 = time.monotonic()
 
             def final(sw: str) -> list[str]:           # sent as soon as built: the first switches
                 client = self.clients[sw]               # work while the others' lines are made
-                return ([] if early_reset else self._reset_lines(sw)) + associate.get(sw, []) \
+                return ([] if early_reset else self._reset_lines(sw, carried.kept.get(sw))) + associate.get(sw, []) \
                     + [line for c in cells for line in c.lines_for(sw, client)]
 
             run_built(self.clients, new_switches, final)
@@ -550,6 +593,7 @@ class TreeJob(Job):
                             switches=",".join(sorted({sw for *_, sw in carried.conflicts})),
                             why="workers and child switches below one switch need different rounds")
         record.update(epoch=new.epoch, preloaded_slots=carried.slots, register_writes=writes,
+                      kept_in_place=carried.in_place,
                       t_recovered=time.monotonic(),       # the agents were told the new epoch
                       **{k: round(v * 1e3, 2) for k, v in phases.items()})
         self.record_failure(record)

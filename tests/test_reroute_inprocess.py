@@ -88,3 +88,15 @@ def test_dense_allreduce_survives_link_failures(tmp_path, tree, fail_at):
     arrays = [make_gradient(r, ELEMENTS, "int32", 5) for r in range(8)]
     results, injected = net.run(arrays, fail_at=fail_at, fail_seed=1, window=64, give_up=GIVE_UP)
     check(results, arrays, "int32", fail_at, net, injected)
+
+
+def test_dense_results_stay_in_place_where_a_new_tree_keeps_the_old_root(tmp_path):
+    """rat on a k=4 fat-tree: four trees rooted at the cores; after a core link fails, the
+    slots of the cores that still root a tree keep their results in place (not read, reset
+    or written again), and nothing is lost."""
+    net = TreeNet(fat_tree(8), "rat", 64, tmp_path / "epoch.json", loss=0.02, seed=1)
+    arrays = [make_gradient(r, ELEMENTS, "int32", 5) for r in range(8)]
+    results, injected = net.run(arrays, fail_at=(0.5,), fail_seed=1, window=64, give_up=GIVE_UP)
+    check(results, arrays, "int32", (0.5,), net, injected)
+    (record,) = net.job.failure_records()
+    assert 0 < record["kept_in_place"] <= record["preloaded_slots"]

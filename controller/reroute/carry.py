@@ -33,11 +33,21 @@ class Carried:
     sparse pipeline, the rounds held in the old tree (sparse_failover.HeldRounds)."""
     dense: dict = field(default_factory=dict)
     sparse: sparse_failover.HeldRounds | None = None
+    # switch -> lanes register -> slot versions whose values stay in place (neither read, nor
+    # reset, nor written: the new tree needs them where the old one held them)
+    kept: dict = field(default_factory=dict)
 
     @property
     def slots(self) -> int:
         """Slot versions carried (the figure the job reports as preloaded)."""
         return len(self.dense) + (len(self.sparse) if self.sparse else 0)
+
+    @property
+    def in_place(self) -> int:
+        """Carried results whose values stayed where the new tree needs them (no register
+        traffic for their lanes): dense slot versions, and sparse placements."""
+        return sum(done.values is None for done in self.dense.values()) + \
+            (len(self.sparse.in_place) if self.sparse else 0)
 
     @property
     def conflicts(self) -> list:
@@ -57,12 +67,14 @@ class Carry(Protocol):
 
     def snapshot(self, clients: dict[str, SwitchClient], old: Installation,
                  tree_of_slot: list[int], regs: dict | None = None, values: dict | None = None,
-                 down=frozenset()) -> Carried:
+                 down=frozenset(), keep: dict | None = None, new: tuple | None = None) -> Carried:
         """Read, after the freeze, what the old tree holds that a worker may still need
         (`regs`: switch -> register -> whole register, `values`: lanes register -> switch ->
         r -> its K cells, both from the first round's reads, first_reads()), from its live
         switches (`down`: dead switches, whose registers died with them); what they lack is
-        read here."""
+        read here. `keep`: switch -> agg_values slot versions left in place (failover.kept_rows);
+        `new`: (new installation, new tree_of_slot), where the preload will put what is
+        carried, so that values a switch already holds there are kept too (Carried.kept)."""
 
     def preload(self, clients: dict[str, SwitchClient], new: Installation, tree_of_slot: list[int],
                 carried: Carried) -> int:
@@ -96,9 +108,12 @@ class DenseCarry:
         self.slot_base = slot_base            # the job's slot range starts here (jobs share switches)
 
     def snapshot(self, clients, old, tree_of_slot, regs: dict | None = None,
-                 values: dict | None = None, down=frozenset()) -> Carried:
-        return Carried(dense=failover.snapshot(clients, old, tree_of_slot, self.slot_base, regs=regs,
-                                               values=(values or {}).get("agg_values"), down=down))
+                 values: dict | None = None, down=frozenset(), keep: dict | None = None,
+                 new: tuple | None = None) -> Carried:
+        dense = failover.snapshot(clients, old, tree_of_slot, self.slot_base, regs=regs,
+                                  values=(values or {}).get("agg_values"), down=down, keep=keep)
+        kept = {sw: {"agg_values": set(rows)} for sw, rows in (keep or {}).items()}
+        return Carried(dense=dense, kept=kept)
 
     def first_reads(self, old, tree_of_slot, down=frozenset()) -> dict[str, dict[str, list]]:
         return failover.first_reads(old, tree_of_slot, self.slot_base, down)
@@ -140,10 +155,14 @@ class SparseCarry(DenseCarry):
     complete_ahead = False
 
     def snapshot(self, clients, old, tree_of_slot, regs: dict | None = None,
-                 values: dict | None = None, down=frozenset()) -> Carried:
-        carried = super().snapshot(clients, old, tree_of_slot, regs, values, down)   # the lead rounds
+                 values: dict | None = None, down=frozenset(), keep: dict | None = None,
+                 new: tuple | None = None) -> Carried:
+        carried = super().snapshot(clients, old, tree_of_slot, regs, values, down, keep)   # the lead rounds
         carried.sparse = sparse_failover.sparse_snapshot(clients, old, tree_of_slot, self.slot_base, regs=regs,
-                                                         values=(values or {}).get("sp_values"), down=down)
+                                                         values=(values or {}).get("sp_values"), down=down,
+                                                         new=new)
+        for sw, r in carried.sparse.in_place:
+            carried.kept.setdefault(sw, {}).setdefault("sp_values", set()).add(r)
         return carried
 
     def first_reads(self, old, tree_of_slot, down=frozenset()) -> dict[str, dict[str, list]]:

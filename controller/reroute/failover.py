@@ -36,9 +36,10 @@ class CompletedVersion:
     slot: int
     ver: int
     exp: int
-    values: np.ndarray       # K unsigned 32-bit register values
+    values: np.ndarray | None   # K unsigned 32-bit register values; None: in place (`holder`'s, kept)
     block: int = 0           # agg_block: the round's block (so a later carry can tell rounds apart)
     rnext: int = 0           # agg_rnext: the result's next_block (a sparse lead's first round)
+    holder: str = ""         # the switch the result was found at
 
 
 def slot_index(ver: int, slot_base: int, slot: int) -> int:
@@ -205,10 +206,46 @@ def values_ahead_runs(inst: Installation, tree_of_slot: list[int], slot_base: in
     return runs
 
 
+def kept_rows(old: Installation, old_tree_of_slot: list[int], new: Installation, new_tree_of_slot: list[int],
+              slot_base: int = 0, down=frozenset()) -> dict[str, set[int]]:
+    """Per switch, the slot versions r whose agg_values a reroute leaves where they are: the
+    slots whose new tree is rooted at the live switch their old tree was rooted at. A result
+    the old root holds there is the one the new root needs at the same cells (r depends on
+    the slot and version only), so it is neither read, nor reset, nor written back (on BMv2,
+    8,192 single Thrift writes for a window of 128). What such a cell holds when the slot
+    carries nothing is harmless: the first contribution to a round overwrites the lanes
+    (aggregate.p4's keep mask), and nothing reads them before."""
+    old_roots = {t: role.switch for (_sw, t), role in old.roles.items() if role.root}
+    new_roots = {t: role.switch for (_sw, t), role in new.roles.items() if role.root}
+    rows: dict[str, set[int]] = {}
+    for slot, (t_old, t_new) in enumerate(zip(old_tree_of_slot, new_tree_of_slot)):
+        sw = old_roots.get(t_old)
+        if sw is not None and sw not in down and new_roots.get(t_new) == sw:
+            rows.setdefault(sw, set()).update(slot_index(ver, slot_base, slot) for ver in (0, 1))
+    return rows
+
+
+def drop_rows(runs, rows, per: int = wire.K) -> list[tuple[int, int]]:
+    """Cell runs [(start, count)] of whole slot versions (`per` cells each) without those of
+    the slot versions `rows`."""
+    out: list[tuple[int, int]] = []
+    for start, count in runs:
+        for r in range(start // per, (start + count) // per):
+            if r in rows:
+                continue
+            if out and out[-1][0] + out[-1][1] == r * per:
+                out[-1] = (out[-1][0], out[-1][1] + per)
+            else:
+                out.append((r * per, per))
+    return out
+
+
 def snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
              slot_base: int = 0, regs: dict | None = None, values: dict | None = None,
-             down=frozenset()) -> dict[int, CompletedVersion]:
+             down=frozenset(), keep: dict | None = None) -> dict[int, CompletedVersion]:
     """Per slot, the complete-and-maybe-needed version at its old tree's root (if any).
+    `keep`: switch -> slot versions left in place (kept_rows): such a version is carried
+    with values None (its holder keeps them) and never read.
     `regs`: the registers of snapshot_reads(), if already read (after the switches' freeze);
     `values`: switch -> r -> agg_values cells, if already read (values_ahead_lines: live
     roots only); a holder whose cells are not all there is read here.
@@ -243,15 +280,25 @@ def snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot:
             sw, ver, r = holder
             wanted.setdefault(sw, []).append((slot, ver, r))
     values = values or {}
+    keep = keep or {}
+    found: dict[int, CompletedVersion] = {}
+
+    def carried(sw: str, slot: int, ver: int, r: int, vals) -> None:
+        found[slot] = CompletedVersion(slot, ver, int(reg(sw, "agg_exp")[r]), vals, int(reg(sw, "agg_block")[r]),
+                                       int(reg(sw, "agg_rnext")[r]), holder=sw)
+
+    for sw in list(wanted):
+        kept = keep.get(sw, ())
+        for slot, ver, r in (item for item in wanted[sw] if item[2] in kept):
+            carried(sw, slot, ver, r, None)
+        wanted[sw] = [item for item in wanted[sw] if item[2] not in kept]
     missing = [sw for sw, items in wanted.items() if any(r not in values.get(sw, {}) for *_, r in items)]
     read = read_ranges(clients, "agg_values", {sw: [(r * wire.K, wire.K) for _, _, r in wanted[sw]]
                                                for sw in missing})     # one batch per holder, all at once
-    found: dict[int, CompletedVersion] = {}
     for sw, items in wanted.items():
         cells = read[sw] if sw in read else [values[sw][r] for *_, r in items]
         for (slot, ver, r), vals in zip(items, cells):
-            found[slot] = CompletedVersion(slot, ver, int(reg(sw, "agg_exp")[r]), np.array(vals),
-                                           int(reg(sw, "agg_block")[r]), int(reg(sw, "agg_rnext")[r]))
+            carried(sw, slot, ver, r, np.array(vals))
     return found
 
 
@@ -284,19 +331,25 @@ PER_VERSION_LANES = ("agg_values", "sp_values")                   # r*K + lane
 PER_CHILD = ("sp_next", "sp_exp_next")                            # (slot_base+slot)*MAX_WORKERS + child
 
 
-def reset_lines(client: SwitchClient | None = None, slots: tuple[int, int] | None = None) -> list[str]:
+def reset_lines(client: SwitchClient | None = None, slots: tuple[int, int] | None = None,
+                skip: dict | None = None) -> list[str]:
     """What reset() sends to a switch: every register reset (a job alone on its switches), or,
     with `slots` = (first, count), zeros written to those slots' cells only, both versions
-    (jobs sharing the switches: another job's slots are never written)."""
+    (jobs sharing the switches: another job's slots are never written). `skip`: lanes
+    register -> slot versions whose lanes stay as they are (a reroute's results kept in
+    place, kept_rows; only with `slots`)."""
     if slots is None:
         return client.register_reset_lines(REGISTERS) if client else [f"register_reset {name}" for name in REGISTERS]
     lines: list[str] = []
+    skip = skip or {}
     for name in REGISTERS:
         if name in PER_CHILD:
             ranges = [(slots[0] * wire.MAX_WORKERS, slots[1] * wire.MAX_WORKERS)]
         else:
             per = wire.K if name in PER_VERSION_LANES else 1
             ranges = [(slot_index(ver, slots[0], 0) * per, slots[1] * per) for ver in (0, 1)]
+            if skip.get(name):
+                ranges = drop_rows(ranges, skip[name], per)
         for start, count in ranges:
             lines += client.register_fill_lines(name, start, count, 0)
     return lines
@@ -338,7 +391,10 @@ def preload_cells(inst: Installation, tree_of_slot: list[int], completed: dict[i
             if role.root:
                 cells.put_cells(sw, r, {"agg_count": fan_in, "agg_bitmap": (1 << fan_in) - 1, "agg_block": done.block,
                                         "agg_exp": done.exp, "agg_final": 1, "agg_rnext": done.rnext})
-                cells.put_lanes(sw, "agg_values", r, done.values)
+                if done.values is not None:
+                    cells.put_lanes(sw, "agg_values", r, done.values)
+                elif done.holder != sw:           # kept_rows keeps a result only at its new root
+                    raise ValueError(f"slot {slot}: result kept at {done.holder}, new root {sw}")
             else:
                 cells.put_cells(sw, r, {"agg_count": fan_in, "agg_bitmap": (1 << fan_in) - 1, "agg_block": done.block})
     return cells

@@ -54,7 +54,7 @@ class SparseRound:
     block: int
     exp: int
     next_block: int
-    values: np.ndarray       # K unsigned 32-bit register values
+    values: np.ndarray | None   # K unsigned 32-bit register values (None: every placement has them)
 
 
 @dataclass
@@ -63,6 +63,9 @@ class HeldRounds:
     rounds: dict = field(default_factory=dict)   # (slot, ver, block) -> SparseRound
     needs: dict = field(default_factory=dict)    # (slot, ver) -> {worker: block}
     conflicts: list = field(default_factory=list)   # (slot, ver, switch): see placement()
+    # (switch, r) where the preload's placement puts a round the switch already holds final
+    # in its sp_values at r: its values stay there (neither read, nor reset, nor written)
+    in_place: set = field(default_factory=set)
 
     def __len__(self) -> int:
         return len(self.needs)
@@ -94,7 +97,7 @@ def _read_scalars(clients, switches) -> dict[str, dict[str, np.ndarray]]:
 
 def sparse_snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot: list[int],
                     slot_base: int = 0, regs: dict | None = None, values: dict | None = None,
-                    down=frozenset()) -> HeldRounds:
+                    down=frozenset(), new: tuple | None = None) -> HeldRounds:
     """Per slot and version, the round each worker of the old tree may still need (if any)
     and those rounds' results, read from every live switch of the old tree. `regs`: the
     switches' SNAPSHOT_SCALARS, if already read (each after its own freeze); `values`: switch
@@ -112,7 +115,12 @@ def sparse_snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_o
     So a worker with a dead switch on its path and nothing held for it on the path needs,
     per version, the oldest round any live switch of the tree holds final that is newer than
     what its leaf says it is done with (a round it acknowledged there, or everything below a
-    block it sent). A round too new would not be harmless (its probe would be stale)."""
+    block it sent). A round too new would not be harmless (its probe would be stale).
+
+    `new`: (new installation, new tree_of_slot), where sparse_preload_cells will place the
+    rounds: a placement on a switch that holds the same round final at the same cells (an
+    edge switch on both trees, mostly) keeps its values (HeldRounds.in_place), and a round
+    every placement of which keeps them is not read at all."""
     switches = sorted({sw for sw, _ in inst.roles} - set(down))
     regs = dict(regs or {})
     regs.update(_read_scalars(clients, [sw for sw in switches
@@ -176,16 +184,33 @@ def sparse_snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_o
                               and int(regs[sw]["sp_block"][r]) > acked)
                 if held:                         # the oldest round it may lack, held off its path
                     need(slot, ver, worker, held[0][0], held[0][1], r)
+    wanted = set(carry.rounds)                 # rounds whose values some placement needs
+    if new is not None:
+        new_inst, new_tree_of_slot = new
+        new_roles = {t: tree_roles(new_inst, t) for t in set(new_tree_of_slot)}
+        wanted = set()
+        for (slot, ver), needs in carry.needs.items():
+            r = slot_index(ver, slot_base, slot)
+            for sw, block in placement(new_roles[new_tree_of_slot[slot]], needs).items():
+                held = regs.get(sw)
+                if held is not None and held["sp_final"][r] and held["sp_bitmap"][r] and held["sp_block"][r] == block:
+                    carry.in_place.add((sw, r))
+                else:
+                    wanted.add((slot, ver, block))
     values = values or {}
-    missing = [sw for sw, items in holders.items() if any(item[-1] not in values.get(sw, {}) for item in items)]
-    read = read_ranges(clients, "sp_values", {sw: [(r * wire.K, wire.K) for *_, r in holders[sw]]
+    reading = {sw: [item for item in items if item[:3] in wanted] for sw, items in holders.items()}
+    missing = [sw for sw, items in reading.items() if any(item[-1] not in values.get(sw, {}) for item in items)]
+    read = read_ranges(clients, "sp_values", {sw: [(r * wire.K, wire.K) for *_, r in reading[sw]]
                                               for sw in missing})     # one batch per holder, all at once
-    for sw, items in holders.items():
+    for sw, items in reading.items():
         cells = read[sw] if sw in read else [values[sw][item[-1]] for item in items]
         for (slot, ver, block, r), got in zip(items, cells):
+            carry.rounds[slot, ver, block] = np.asarray(got).astype(np.uint32)
+    for sw, items in holders.items():
+        for slot, ver, block, r in items:
             carry.rounds[slot, ver, block] = SparseRound(
                 slot, ver, block, int(regs[sw]["sp_exp"][r]), int(regs[sw]["sp_rnext"][r]),
-                np.asarray(got).astype(np.uint32))
+                carry.rounds[slot, ver, block])
     return carry
 
 
@@ -251,6 +276,10 @@ def sparse_preload_cells(inst: Installation, tree_of_slot: list[int], carry: Hel
             rnd = carry.rounds[slot, ver, block]
             cells.put_cells(sw, r, {"sp_block": block, "sp_bitmap": (1 << len(roles[sw].children)) - 1, "sp_done": 1,
                                     "sp_final": 1, "sp_exp": rnd.exp, "sp_rnext": rnd.next_block})
+            if (sw, r) in carry.in_place:        # held there already (sparse_snapshot's `new`)
+                continue
+            if rnd.values is None:
+                raise ValueError(f"slot {slot} version {ver} block {block}: no values read for {sw}")
             cells.put_lanes(sw, "sp_values", r, rnd.values)
         carry.conflicts += [(slot, ver, sw) for sw in clash]
     return cells
