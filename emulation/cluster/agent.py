@@ -13,9 +13,10 @@ processes whose pid files are in the run's directories, and the server's CPU; `-
 interface) and `probe-stop` (answered `samples BASE64`, the JSON of what was sampled). For the
 controller, `links INTF,...` watches those interfaces with netlink (emulation/link_monitor.py,
 in the server's root namespace, where its switch ends and tunnel ends are) and answers
-`link INTF up|down T` at every change, T on this server's clock: a link that goes down on a
-server for any reason (a cable pulled from a real one, `ip link set ... down` there) reaches
-the controller as on one machine. It runs on the server as `python -m emulation.cluster.agent`.
+`link INTF up|down T` at every change (T on this server's clock, for its log; the head dates
+the change when the answer reaches it, as the controller on one machine dates netlink's event
+when it reads it): a link that goes down on a server for any reason (a cable pulled from a
+real one, `ip link set ... down` there) reaches the controller as on one machine. It runs on the server as `python -m emulation.cluster.agent`.
 """
 
 from __future__ import annotations
@@ -114,8 +115,7 @@ class AgentLink:
         self._lock = threading.Lock()
         self._replies: dict[str, "queue.Queue[str]"] = {"clock": queue.Queue(), "samples": queue.Queue(),
                                                          "links": queue.Queue()}
-        self.on_link = None           # on_link(intf, up, t on this head's clock), once watch_links
-        self.offset = 0.0             # the server's clock minus the head's
+        self.on_link = None           # on_link(intf, up, t: when the head got it), once watch_links
 
     def start(self) -> "AgentLink":
         import shlex
@@ -157,12 +157,11 @@ class AgentLink:
         return None if reply is None else float(reply) - (t0 + t1) / 2
 
     def watch_links(self, intfs: list[str], on_link, wait: float = 5.0) -> bool:
-        """Have the agent report every change of `intfs` to `on_link(intf, up, t)`, t on the
-        head's clock; True once it watches (False: no answer within `wait`)."""
-        offset = self.clock_offset(wait)
-        if offset is None:
-            return False
-        self.offset, self.on_link = offset, on_link
+        """Have the agent report every change of `intfs` to `on_link(intf, up, t)`, t the head's
+        monotonic time when the report arrived (never before the change, whatever the two
+        clocks' offset: a failure's detection time is measured from when it was made); True
+        once it watches (False: no answer within `wait`)."""
+        self.on_link = on_link
         return self.ask(f"links {','.join(intfs) or '-'}", "links", wait) is not None
 
     def _push_epochs(self) -> None:
@@ -195,7 +194,7 @@ class AgentLink:
                 self._replies[words[0]].put(words[1])
             elif len(words) == 4 and words[0] == "link" and self.on_link is not None:
                 try:
-                    self.on_link(words[1], words[2] == "up", float(words[3]) - self.offset)
+                    self.on_link(words[1], words[2] == "up", time.monotonic())
                 except Exception:  # noqa: BLE001 - the reader must go on: progress files come here too
                     import traceback
 

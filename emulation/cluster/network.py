@@ -19,8 +19,8 @@ and what replaces it here:
 - a worker's environment, directory and start gate travel in its ssh command (the gate's two
   pipes are that ssh's stdin and stdout);
 - link changes: each server's agent watches its root namespace's link ends with netlink
-  and forwards every change to the head (on the head's clock); a link the head itself takes
-  down is also told to the job at once, without waiting for the forward (`watch_links`);
+  and forwards every change to the head (dated when it arrives there); a link the head itself
+  takes down is also told to the job at once, without waiting for the forward (`watch_links`);
 - the fidelity probe's counters and CPU are on the servers: each agent samples its own and
   the head merges them, adding the tunnels' loss (fidelity.py).
 Clean-up kills every pid recorded in the run directory on each server, deletes the run's
