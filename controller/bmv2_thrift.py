@@ -24,6 +24,7 @@ Match keys and action data are parsed by runtime_CLI's own functions from the pr
 
 from __future__ import annotations
 
+import struct as _struct
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -259,8 +260,6 @@ def _int(word: str) -> int:
 # unloaded, and 20 us and more when the switches hold both cores, which made the controller
 # the reroute's bottleneck. These two calls' messages are fixed in shape, so they are built
 # with one struct.pack and their answers read with a few fixed-size reads.
-import struct as _struct
-
 _I32, _I64, _STRING, _STRUCT, _STOP = 8, 10, 11, 12, 0
 _CALL, _REPLY, _EXCEPTION = 1, 2, 3
 _VERSION_1 = 0x80010000
@@ -322,7 +321,7 @@ class CellCodec:
                 return value
             if ftype == _STRUCT and fid == 1:
                 fields = _read_struct(read)
-                _skip_rest(read)
+                _read_struct(read)                   # the rest of the result struct
                 raise errors[0](code=fields.get(1))
             raise errors[1](errors[1].PROTOCOL_ERROR, f"{method}: unexpected field {fid} of type {ftype}")
         return recv
@@ -356,11 +355,6 @@ def _read_struct(read) -> dict:
             return fields
         (fid,) = _struct.unpack(">h", read(2))
         fields[fid] = _read_value(read, ftype)
-
-
-def _skip_rest(read) -> None:
-    """The rest of a result struct, after the field just read."""
-    _read_struct(read)
 
 
 def _application_error(read, ftype: int, cls):

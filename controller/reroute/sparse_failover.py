@@ -202,15 +202,16 @@ def sparse_snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_o
     missing = [sw for sw, items in reading.items() if any(item[-1] not in values.get(sw, {}) for item in items)]
     read = read_ranges(clients, "sp_values", {sw: [(r * wire.K, wire.K) for *_, r in reading[sw]]
                                               for sw in missing})     # one batch per holder, all at once
+    lanes: dict[tuple[int, int, int], np.ndarray] = {}     # (slot, ver, block) -> the values read
     for sw, items in reading.items():
         cells = read[sw] if sw in read else [values[sw][item[-1]] for item in items]
         for (slot, ver, block, r), got in zip(items, cells):
-            carry.rounds[slot, ver, block] = np.asarray(got).astype(np.uint32)
+            lanes[slot, ver, block] = np.asarray(got).astype(np.uint32)
     for sw, items in holders.items():
         for slot, ver, block, r in items:
             carry.rounds[slot, ver, block] = SparseRound(
                 slot, ver, block, int(regs[sw]["sp_exp"][r]), int(regs[sw]["sp_rnext"][r]),
-                carry.rounds[slot, ver, block])
+                lanes.get((slot, ver, block)))
     return carry
 
 
