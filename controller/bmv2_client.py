@@ -1,10 +1,4 @@
-"""BMv2 simple_switch over Thrift, three ways, one SwitchClient.
-
-Why three: users of p4-utils program BMv2 through its `SimpleSwitchThriftAPI` (Python calls:
-table_add(table, action, keys, params), register_read(name), mc_node_create(rid, ports) ...),
-so where p4-utils imports, that is what agglab uses too. Without p4-utils, BMv2's own
-runtime_CLI module (the code behind simple_switch_CLI) takes the same command lines through
-`onecmd`; without BMv2's Python modules, one simple_switch_CLI process per batch.
+"""BMv2 simple_switch over Thrift, three ways (controller/bmv2_ways.py), one SwitchClient.
 
 Why registers bypass all three: the reroute's snapshot and preload move whole registers.
 Both APIs keep the standard Thrift client as `.client`, so a whole register is one
@@ -19,28 +13,18 @@ connection answers in order), and a failed reset raises there.
 from __future__ import annotations
 
 import contextlib
-import io
 import os
-import re
-import shlex
-import socket
-import subprocess
 import threading
-import time
 
 from typing import Callable
 
 from controller.bmv2_thrift import FAST_METHODS, BatchTranslator, CellCodec, Request, describe_error
-from controller.switch_client import SwitchClient, SwitchCommandError, find_bmv2_tool
+from controller.switch_client import SwitchClient, SwitchCommandError
 
 RANGE_CELLS = 2048          # up to this many cells, register_read_ranges reads cells, not the register
 PIPELINE_WINDOW = 256       # requests in flight per Thrift connection (answers must fit the socket buffer)
-_ERROR = re.compile(r"Error|Invalid|exception|Traceback|\*\*\* Unknown")
-
-
-# Where simple_switch's Thrift server is: this machine, unless the switch runs on another
-# server (cluster mode passes that server's address, or a forwarded local port stays here)
-THRIFT_IP = "127.0.0.1"
+from controller.bmv2_ways import (THRIFT_IP, _captured, _check, _cli_session, _p4utils_command,
+                                  _wait_for_port, connect_api)
 
 
 class Bmv2Client(SwitchClient):
@@ -338,153 +322,3 @@ def _cell_codec(thrift):
     return codec, oprot.trans, iprot.trans.readAll, (InvalidRegisterOperation, TApplicationException)
 
 
-def _wait_for_port(name: str, thrift_port: int, timeout: float, thrift_ip: str = THRIFT_IP) -> None:
-    """simple_switch opens its Thrift port once the program is loaded."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection((thrift_ip, thrift_port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise SwitchCommandError(f"{name}: no Thrift server on port {thrift_port}")
-            time.sleep(0.2)
-
-
-_CAPTURE = threading.Lock()
-
-
-def _captured(fn, *args):
-    """Call fn with stdout/stderr captured (both APIs print their answers and their errors).
-    The redirection is process-wide, so two clients in two threads (a reroute and the lab)
-    take turns: interleaved, one could restore the other's buffer as sys.stdout for good."""
-    buf = io.StringIO()
-    with _CAPTURE, contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
-        result = fn(*args)
-    return result, buf.getvalue()
-
-
-def _check(name: str, what: str, out: str) -> str:
-    if _ERROR.search(out):
-        raise SwitchCommandError(f"{name}: {what!r}: {out.strip()}")
-    return out
-
-
-# -- the three ways in ------------------------------------------------------------------------------
-def add_bmv2_python_path() -> None:
-    """BMv2 installs its Python runtime (runtime_CLI, bm_runtime, sswitch_runtime) under
-    PREFIX/lib/python3*/site-packages, which Debian's python does not search; p4-utils imports
-    those modules too."""
-    import glob
-    import sys
-
-    binary = find_bmv2_tool("simple_switch")
-    if not binary:
-        return
-    prefix = os.path.dirname(os.path.dirname(os.path.realpath(binary)))
-    for path in sorted(glob.glob(f"{prefix}/lib/python3*/site-packages")) + \
-            sorted(glob.glob(f"{prefix}/lib/python3*/dist-packages")):
-        if path not in sys.path:
-            sys.path.append(path)
-
-
-def connect_api(name: str, thrift_port: int, thrift_ip: str = THRIFT_IP):
-    """(api, via): p4-utils' SimpleSwitchThriftAPI, else BMv2's runtime_CLI, else (None, CLI program)."""
-    add_bmv2_python_path()
-    try:
-        from p4utils.utils.sswitch_thrift_API import SimpleSwitchThriftAPI  # type: ignore
-    except ImportError:
-        SimpleSwitchThriftAPI = None
-    try:
-        if SimpleSwitchThriftAPI is not None:
-            # p4-utils fixes the PRE to SimplePreLAG, which simple_switch serves; it reads the
-            # program's JSON from the switch when json_path is not given
-            api, _ = _captured(SimpleSwitchThriftAPI, thrift_port, thrift_ip)
-            return api, "p4-utils"
-        return _runtime_cli_api(thrift_port, thrift_ip), "runtime_CLI"
-    except ImportError:
-        return None, "simple_switch_CLI"
-    except SystemExit as exc:           # both exit on connection errors
-        raise SwitchCommandError(f"{name}: Thrift connection to port {thrift_port} failed") from exc
-
-
-def _runtime_cli_api(thrift_port: int, thrift_ip: str = THRIFT_IP):
-    """BMv2's runtime_CLI API on a connection of our own: the same services as
-    simple_switch_CLI, over Thrift's accelerated binary protocol (C encoding and decoding,
-    where python3-thrift has it: a 131,072-cell register reads in ~40 ms instead of ~105)."""
-    import runtime_CLI  # type: ignore  # BMv2's module, installed beside simple_switch
-    from sswitch_CLI import SimpleSwitchAPI  # type: ignore
-    from thrift.protocol import TBinaryProtocol, TMultiplexedProtocol
-    from thrift.transport import TSocket, TTransport
-
-    services = runtime_CLI.RuntimeAPI.get_thrift_services(runtime_CLI.PreType.SimplePreLAG)
-    services.extend(SimpleSwitchAPI.get_thrift_services())
-    transport = TTransport.TBufferedTransport(TSocket.TSocket(thrift_ip, thrift_port))
-    protocol = getattr(TBinaryProtocol, "TBinaryProtocolAccelerated", TBinaryProtocol.TBinaryProtocol)(transport)
-    std, mc, ss = (cls(TMultiplexedProtocol.TMultiplexedProtocol(protocol, name)) for name, cls in services)
-    try:
-        transport.open()
-    except TTransport.TTransportException:
-        raise SystemExit(1) from None            # as runtime_CLI's thrift_connect does
-    quiet = io.StringIO()          # runtime_CLI announces itself on the stdout bound at import time
-    runtime_CLI.load_json_str(runtime_CLI.utils.get_json_config(std, None, out=quiet))
-    return SimpleSwitchAPI(runtime_CLI.PreType.SimplePreLAG, std, mc, ss)
-
-
-# Commands whose words after the name group into lists for p4-utils: "=>" splits match keys
-# from action parameters; a trailing number after the parameters is a priority.
-_LIST_ARGS = {"table_add", "table_set_default", "table_modify", "mc_node_create", "mc_node_update"}
-
-
-def _p4utils_command(api, line: str) -> str:
-    """A simple_switch_CLI line as the p4-utils call a user would write, e.g.
-    `table_add t a 1 2 => 3` -> api.table_add("t", "a", ["1", "2"], ["3"])."""
-    words = shlex.split(line)
-    if not words:
-        return ""
-    verb, args = words[0], words[1:]
-    method = getattr(api, verb, None)
-    if method is None:
-        return f"*** Unknown syntax: {line}"
-    if verb == "table_add":
-        keys, _, params = " ".join(args[2:]).partition("=>")
-        call = (args[0], args[1], keys.split(), params.split())
-    elif verb in ("table_set_default",):
-        call = (args[0], args[1], args[2:])
-    elif verb == "table_modify":
-        _, _, params = " ".join(args[3:]).partition("=>")
-        call = (args[0], args[1], args[2], (params or " ".join(args[3:])).split())
-    elif verb in ("mc_node_create", "mc_node_update"):
-        ports, _, lags = " ".join(args[1:]).partition("|")
-        call = (args[0], ports.split(), lags.split())
-    else:
-        call = tuple(args)
-    result, out = _captured(method, *call)
-    return out + _describe(verb, args, result)
-
-
-def _describe(verb: str, args: list[str], result) -> str:
-    """The answer simple_switch_CLI would print for what p4-utils returns silently."""
-    if verb == "register_read" and result is not None:
-        if len(args) > 1:
-            return f"{args[0]}[{args[1]}]= {result}"
-        return f"{args[0]}= " + ", ".join(str(v) for v in result)
-    if verb == "table_num_entries" and result is not None:
-        return str(result)
-    return ""
-
-
-def _cli_session(name: str, thrift_port: int, lines: list[str], thrift_ip: str = THRIFT_IP) -> list[str]:
-    """All lines through one simple_switch_CLI process; answers split at its prompts."""
-    if not lines:
-        return []
-    cli = find_bmv2_tool("simple_switch_CLI")
-    if not cli:
-        raise SwitchCommandError("simple_switch_CLI not found (is BMv2 installed?)")
-    proc = subprocess.run([cli, "--thrift-ip", thrift_ip, "--thrift-port", str(thrift_port)], input="\n".join(lines) + "\n",
-                          capture_output=True, text=True, timeout=60 + len(lines) // 50)
-    answers = [part.strip() for part in proc.stdout.split("RuntimeCmd: ")[1:1 + len(lines)]]
-    if proc.returncode != 0 or len(answers) != len(lines):
-        raise SwitchCommandError(f"{name}: simple_switch_CLI failed ({proc.returncode}): "
-                                 f"{(proc.stdout + proc.stderr)[-2000:]}")
-    return [_check(name, line, answer) for line, answer in zip(lines, answers)]

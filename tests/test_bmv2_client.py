@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from controller.bmv2_client import PIPELINE_WINDOW, Bmv2Client, _p4utils_command
+from controller.bmv2_client import PIPELINE_WINDOW, Bmv2Client
+from controller.bmv2_ways import _p4utils_command
 from controller.switch_client import SwitchCommandError
 
 

@@ -67,13 +67,20 @@ def _exercise(client, program):
     assert client.command("table_num_entries ipv4_lpm").strip().endswith("1")
     with pytest.raises(SwitchCommandError):
         client.table_add("ipv4_lpm", "no_such_action", ["10.0.0.3/32"], [])
+    # the policer's set-up (meter rates as RATE:BURST words), read back in the CLI's words
+    from controller.policer import policer_lines
+
+    client.commands(policer_lines([1, 2], pps=2000, burst=50))
+    rates = client.command("meter_get_rates port_meter 2")
+    assert rates.count("info rate = 0.002, burst size = 50") == 2, rates
     handle = client.mc_group(7, [1, 2, 3])
     assert handle >= 0
     client.commands([f"mc_node_dissociate 7 {handle}", f"mc_node_destroy {handle}", "mc_mgrp_destroy 7"])
 
 
 def test_runtime_cli_path(switch):
-    from controller.bmv2_client import Bmv2Client, _runtime_cli_api, _wait_for_port, add_bmv2_python_path
+    from controller.bmv2_client import Bmv2Client
+    from controller.bmv2_ways import _runtime_cli_api, _wait_for_port, add_bmv2_python_path
 
     add_bmv2_python_path()
     _wait_for_port("s", THRIFT_PORT, 10)
@@ -82,7 +89,8 @@ def test_runtime_cli_path(switch):
 
 
 def test_p4utils_path(switch):
-    from controller.bmv2_client import Bmv2Client, add_bmv2_python_path
+    from controller.bmv2_client import Bmv2Client
+    from controller.bmv2_ways import add_bmv2_python_path
 
     add_bmv2_python_path()
     pytest.importorskip("p4utils.utils.sswitch_thrift_API",
@@ -98,7 +106,8 @@ def test_one_batch_as_pipelined_requests(switch, monkeypatch):
     in its place between them, and the answers in simple_switch_CLI's words."""
     import re
 
-    from controller.bmv2_client import Bmv2Client, _runtime_cli_api, _wait_for_port, add_bmv2_python_path
+    from controller.bmv2_client import Bmv2Client
+    from controller.bmv2_ways import _runtime_cli_api, _wait_for_port, add_bmv2_python_path
 
     add_bmv2_python_path()
     _wait_for_port("s", THRIFT_PORT, 10)

@@ -64,8 +64,12 @@ def agglab(args: list[str], timeout: float, stdin: str | None = None) -> subproc
 
 def allreduce(*args: str, timeout: float) -> dict:
     proc = agglab(["allreduce", "--backend", "bmv2", "--json", *args], timeout)
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    lines = proc.stdout.strip().splitlines()
+    assert lines, f"agglab {' '.join(args)} printed no result (exit {proc.returncode})\n{proc.stderr[-3000:]}"
+    result = json.loads(lines[-1])
     assert_clean()
+    assert result.get("ok") and result.get("exact"), \
+        f"not exact: {json.dumps(result)[:3000]}\nstderr:\n{proc.stderr[-3000:]}"
     return result
 
 

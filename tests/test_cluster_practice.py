@@ -132,7 +132,7 @@ def test_thrift_address_is_configurable():
     """A BMv2 switch on another server is reached at that server's address, not 127.0.0.1."""
     import socket
 
-    from controller.bmv2_client import _wait_for_port
+    from controller.bmv2_ways import _wait_for_port
     from controller.switch_client import SwitchCommandError
 
     with socket.socket() as listener:

@@ -96,7 +96,7 @@ def test_a_kept_result_is_preloaded_without_its_lanes_and_only_at_its_holder():
 
 # -- CellCodec against the generated client -------------------------------------------------------
 def _generated():
-    from controller.bmv2_client import add_bmv2_python_path
+    from controller.bmv2_ways import add_bmv2_python_path
 
     add_bmv2_python_path()
     standard = pytest.importorskip("bm_runtime.standard.Standard")
@@ -134,10 +134,25 @@ def _reader(data: bytes):
     return read, at
 
 
+class _InvalidRegisterOperation(Exception):
+    """Where BMv2's bindings are not installed: the generated exception's constructor."""
+
+    def __init__(self, code=None):
+        super().__init__(code)
+        self.code = code
+
+
 def test_answers_are_read_to_their_last_byte_and_errors_raise_as_generated():
-    _generated()
-    from bm_runtime.standard.ttypes import InvalidRegisterOperation  # type: ignore
+    """The answers are bytes written here, so this runs without BMv2's bindings (with them, the
+    generated exception class is the one raised)."""
+    from controller.bmv2_ways import add_bmv2_python_path
     from thrift.Thrift import TApplicationException
+
+    add_bmv2_python_path()
+    try:
+        from bm_runtime.standard.ttypes import InvalidRegisterOperation  # type: ignore
+    except ImportError:
+        InvalidRegisterOperation = _InvalidRegisterOperation
 
     from controller.bmv2_thrift import CellCodec
 
