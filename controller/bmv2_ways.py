@@ -11,7 +11,6 @@ takes simple_switch_CLI's command lines and answers in its words, so Bmv2Client
 
 from __future__ import annotations
 
-import contextlib
 import io
 import os
 import re
@@ -43,16 +42,61 @@ def _wait_for_port(name: str, thrift_port: int, timeout: float, thrift_ip: str =
             time.sleep(0.2)
 
 
-_CAPTURE = threading.Lock()
+class _PerThreadStream(io.TextIOBase):
+    """Stands for sys.stdout / sys.stderr: a thread inside `_captured` writes to its own
+    buffer, every other thread to the stream this one replaced.
+
+    Why not contextlib.redirect_stdout: it swaps the process's one sys.stdout, so captures in
+    two threads had to take turns on one lock, and one Thrift call that never returns (BMv2's
+    port_remove can deadlock under traffic, emulation/bmv2_ports.py) held that lock for good:
+    the switch watcher, the reroute and the lab then waited on a switch that was not theirs.
+    Here every switch's calls capture at once."""
+
+    def __init__(self, real):
+        super().__init__()
+        self.real = real
+
+    def write(self, text: str) -> int:
+        buf = getattr(_LOCAL, "buf", None)
+        return (buf if buf is not None else self.real).write(text)
+
+    def flush(self) -> None:
+        if getattr(_LOCAL, "buf", None) is None:
+            self.real.flush()
+
+    def writable(self) -> bool:
+        return True
+
+    def __getattr__(self, name):                 # fileno, encoding, isatty ... of the real stream
+        return getattr(self.real, name)
+
+
+_LOCAL = threading.local()
+_INSTALL = threading.Lock()
+
+
+def _install_streams() -> None:
+    """sys.stdout and sys.stderr as _PerThreadStream (again where someone, e.g. pytest's
+    capture, has replaced them since)."""
+    import sys
+
+    with _INSTALL:
+        for name in ("stdout", "stderr"):
+            current = getattr(sys, name)
+            if not isinstance(current, _PerThreadStream):
+                setattr(sys, name, _PerThreadStream(current))
 
 
 def _captured(fn, *args):
-    """Call fn with stdout/stderr captured (both APIs print their answers and their errors).
-    The redirection is process-wide, so two clients in two threads (a reroute and the lab)
-    take turns: interleaved, one could restore the other's buffer as sys.stdout for good."""
+    """Call fn with what it prints captured (both APIs print their answers and their errors),
+    this thread's output only (_PerThreadStream)."""
+    _install_streams()
     buf = io.StringIO()
-    with _CAPTURE, contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+    outer, _LOCAL.buf = getattr(_LOCAL, "buf", None), buf
+    try:
         result = fn(*args)
+    finally:
+        _LOCAL.buf = outer
     return result, buf.getvalue()
 
 
@@ -66,18 +110,24 @@ def _check(name: str, what: str, out: str) -> str:
 def add_bmv2_python_path() -> None:
     """BMv2 installs its Python runtime (runtime_CLI, bm_runtime, sswitch_runtime) under
     PREFIX/lib/python3*/site-packages, which Debian's python does not search; p4-utils imports
-    those modules too."""
+    those modules too. PREFIX: that of simple_switch_CLI (which runs runtime_CLI), else of
+    simple_switch; a prefix without the runtime (a second simple_switch build) adds nothing."""
     import glob
     import sys
 
-    binary = find_bmv2_tool("simple_switch")
-    if not binary:
-        return
-    prefix = os.path.dirname(os.path.dirname(os.path.realpath(binary)))
-    for path in sorted(glob.glob(f"{prefix}/lib/python3*/site-packages")) + \
-            sorted(glob.glob(f"{prefix}/lib/python3*/dist-packages")):
-        if path not in sys.path:
-            sys.path.append(path)
+    for tool in ("simple_switch_CLI", "simple_switch"):
+        binary = find_bmv2_tool(tool)
+        if not binary:
+            continue
+        prefix = os.path.dirname(os.path.dirname(os.path.realpath(binary)))
+        paths = [path for pattern in ("site-packages", "dist-packages")
+                 for path in sorted(glob.glob(f"{prefix}/lib/python3*/{pattern}"))
+                 if os.path.exists(os.path.join(path, "runtime_CLI.py"))]
+        for path in paths:
+            if path not in sys.path:
+                sys.path.append(path)
+        if paths:
+            return
 
 
 # AGGLAB_BMV2_API picks one way in: "p4-utils" or "runtime_CLI" (it must import, else the
@@ -116,14 +166,34 @@ def connect_api(name: str, thrift_port: int, thrift_ip: str = THRIFT_IP):
             # p4-utils fixes the PRE to SimplePreLAG, which simple_switch serves; it reads the
             # program's JSON from the switch when json_path is not given
             api, _ = _captured(SimpleSwitchThriftAPI, thrift_port, thrift_ip)
+            _bound_calls(api)
             return api, "p4-utils"
-        return _runtime_cli_api(thrift_port, thrift_ip), "runtime_CLI"
+        api = _runtime_cli_api(thrift_port, thrift_ip)
+        _bound_calls(api)
+        return api, "runtime_CLI"
     except ImportError as exc:
         if choice == "runtime_CLI":
             raise SwitchCommandError(f"{name}: {API_ENV}=runtime_CLI, but BMv2's runtime_CLI does not import ({exc})") from None
         return None, "simple_switch_CLI"
     except SystemExit as exc:           # both exit on connection errors
         raise SwitchCommandError(f"{name}: Thrift connection to port {thrift_port} failed") from exc
+
+
+# A Thrift call answered after this long is not coming: BMv2's port_remove can deadlock under
+# traffic (emulation/bmv2_ports.py), and a call without a bound then held its thread for good.
+# Far above any call agglab makes (a 131,072-cell register reads in ~40 ms; a reroute's batch
+# of 8,192 writes in well under a second on a loaded machine).
+CALL_TIMEOUT = 60.0
+
+
+def _bound_calls(api, seconds: float = CALL_TIMEOUT) -> None:
+    """Every Thrift connection of `api` (standard and PRE, p4-utils' simple_switch one) gives up
+    on an answer after `seconds`, raising a TTransportException (a timeout) instead of waiting."""
+    for client in (getattr(api, name, None) for name in ("client", "mc_client", "sswitch_client")):
+        trans = getattr(getattr(client, "_iprot", None), "trans", None)
+        sock = getattr(trans, "_TBufferedTransport__trans", trans)
+        if hasattr(sock, "setTimeout"):
+            sock.setTimeout(seconds * 1000)
 
 
 def _runtime_cli_api(thrift_port: int, thrift_ip: str = THRIFT_IP):

@@ -19,15 +19,18 @@ answer was waiting: starvation delays detection, it does not invent hangs. Nor i
 judged before it has answered one ping on the prober's connection: a channel that never
 worked (a ping the target does not understand) must not fence a healthy switch.
 
-Starved is not hung. At a hundred workers and as many switches on 2 cores, a live switch
-can wait longer than HANG_BOUND for a CPU; fencing it then ends the run with a false
-failure. So where the switch's process is local, the prober reads its run-queue wait
-(/proc/PID/task/*/schedstat, second field: nanoseconds spent runnable but not running,
-summed over the process's threads): if that
-grew by more than STARVED_SHARE of the wait since the ping went, the switch wanted a CPU and
-did not get one, and it gets another HANG_BOUND, up to STARVED_LIMIT in all. A stopped
-(SIGSTOP) or deadlocked switch is not runnable, so its wait does not grow and it is judged
-as before.
+Starved or busy is not hung. At a hundred workers and as many switches on 2 cores, a live
+switch can wait longer than HANG_BOUND for a CPU; fencing it then ends the run with a false
+failure. Nor is a live BMv2 switch always quick to answer while it works: its Thrift thread
+can wait on a lock a busy thread holds (seen: live BMv2 edges fenced at the start of a
+fat-tree allreduce on a loaded machine, the run partitioned). So where the switch's process is
+local, the prober reads the time its threads were runnable (/proc/PID/task/*/schedstat, first
+two fields: nanoseconds on a CPU and waiting for one, summed over the process's threads): if
+that grew by more than STARVED_SHARE of the time since the ping went, the switch was running or
+wanted to, and it gets another HANG_BOUND, up to STARVED_LIMIT in all. A stopped (SIGSTOP)
+switch never runs, and a deadlocked one (BMv2's port_remove under traffic,
+emulation/bmv2_ports.py) has every thread asleep on a lock: neither's time grows, and each is
+judged as before; a switch spinning without answering is judged at STARVED_LIMIT.
 
 Pings: the software switch's `ping` daemon command on its control socket (a second
 connection: the controller's may be busy with a long command); BMv2's Thrift server, one
@@ -47,15 +50,15 @@ from ground.fdwait import readable
 
 HANG_BOUND = 0.5          # seconds without an answer to a ping: hung
 PING_INTERVAL = 0.1       # seconds between an answer and the next ping
-STARVED_SHARE = 0.25      # run-queue wait over this share of the bound: starved, not hung
+STARVED_SHARE = 0.25      # runnable over this share of the bound: starved or busy, not hung
 STARVED_LIMIT = 10.0      # seconds a starved switch may go unanswered before it is hung anyway
 
 
-def run_queue_wait(pid: int | None) -> float | None:
-    """Seconds the threads of process `pid` have spent runnable but waiting for a CPU, summed
-    (None: not readable, e.g. the process is gone or on another machine). Every thread
+def runnable_seconds(pid: int | None) -> float | None:
+    """Seconds the threads of process `pid` have been runnable, on a CPU or waiting for one,
+    summed (None: not readable, e.g. the process is gone or on another machine). Every thread
     counts: BMv2 forwards and answers Thrift in threads of its own, so its main thread, which
-    /proc/PID/schedstat alone describes, sleeps while the switch starves."""
+    /proc/PID/schedstat alone describes, sleeps while the switch works or starves."""
     if pid is None:
         return None
     import glob
@@ -64,7 +67,8 @@ def run_queue_wait(pid: int | None) -> float | None:
     for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):
         try:
             with open(path) as f:
-                total += int(f.read().split()[1])
+                fields = f.read().split()
+            total += int(fields[0]) + int(fields[1])
             seen = True
         except (OSError, IndexError, ValueError):
             continue                              # a thread that ended meanwhile
@@ -77,7 +81,7 @@ class SoftPing:
     """`ping` on a software switch's control socket; each reply is one JSON line."""
 
     def __init__(self, path: str, pid: int | None = None):
-        self.pid = pid                      # the switch's process, when local (run_queue_wait)
+        self.pid = pid                      # the switch's process, when local (runnable_seconds)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(2)
         self.sock.connect(path)
@@ -121,7 +125,7 @@ class SwitchProbe:
         self._due: dict[str, float] = {}               # when the next ping goes
         self._seen: dict[str, float] = {}              # last answer
         self._answered: set[str] = set()               # answered at least once on this channel
-        self._waited: dict[str, float | None] = {}     # run-queue wait when the ping went
+        self._waited: dict[str, float | None] = {}     # runnable seconds when the ping went
         self.starved: dict[str, int] = {}              # times a late switch was found starved
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="switch-probe", daemon=True)
@@ -163,7 +167,7 @@ class SwitchProbe:
                         try:
                             chan.send()
                             self._sent[name] = now
-                            self._waited[name] = run_queue_wait(getattr(chan, "pid", None))
+                            self._waited[name] = runnable_seconds(getattr(chan, "pid", None))
                         except OSError:          # the process is gone: the exit watcher's to report
                             self._drop(name)
                 fds = {chan.sock.fileno(): name for name, chan in self._chans.items()}
@@ -196,10 +200,10 @@ class SwitchProbe:
                 threading.Thread(target=self.on_hang, args=(name, seen, t), name=f"hung-{name}", daemon=True).start()
 
     def _starved(self, name: str, now: float) -> bool:
-        """Whether late switch `name` was waiting for a CPU (module docstring): if so its
+        """Whether late switch `name` ran or waited for a CPU (module docstring): if so its
         ping's clock restarts, within STARVED_LIMIT of its last answer (under the lock)."""
         before = self._waited.get(name)
-        waited = run_queue_wait(getattr(self._chans[name], "pid", None))
+        waited = runnable_seconds(getattr(self._chans[name], "pid", None))
         if before is None or waited is None or now - self._seen[name] > STARVED_LIMIT:
             return False
         if waited - before <= STARVED_SHARE * (now - self._sent[name]):

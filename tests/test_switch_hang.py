@@ -251,13 +251,13 @@ def test_a_hung_switch_restarted_the_moment_it_is_fenced_comes_back_with_its_por
         assert r["exact"], r.get("errors")
 
 
-def test_the_run_queue_wait_grows_for_a_process_kept_off_the_cpu_and_not_for_a_stopped_one():
+def test_runnable_seconds_grow_for_a_process_kept_off_the_cpu_and_not_for_a_stopped_one():
     """What the probe tells a starved switch from a hung one by (/proc/PID/schedstat)."""
     import subprocess
     import sys
     import time
 
-    from emulation.switch_probe import run_queue_wait
+    from emulation.switch_probe import runnable_seconds
 
     spin = [sys.executable, "-c", "while True: pass"]
     busy = [subprocess.Popen(spin) for _ in range(3)]
@@ -269,26 +269,26 @@ def test_the_run_queue_wait_grows_for_a_process_kept_off_the_cpu_and_not_for_a_s
         while open(f"/proc/{stopped.pid}/stat").read().split(") ")[1][0] != "T":
             time.sleep(0.01)                         # the stop itself runs in the process
         time.sleep(0.1)
-        before = {p.pid: run_queue_wait(p.pid) for p in busy + [stopped]}
+        before = {p.pid: runnable_seconds(p.pid) for p in busy + [stopped]}
         time.sleep(1.0)
-        grew = {pid: run_queue_wait(pid) - w for pid, w in before.items()}
+        grew = {pid: runnable_seconds(pid) - w for pid, w in before.items()}
         assert all(grew[p.pid] > 0.2 for p in busy), grew      # each waited ~2/3 of the second
         assert grew[stopped.pid] == 0.0
-        assert run_queue_wait(None) is None and run_queue_wait(2 ** 22 + 12345) is None
+        assert runnable_seconds(None) is None and runnable_seconds(2 ** 22 + 12345) is None
     finally:
         for p in busy + [stopped]:
             p.kill()
             p.wait()
 
 
-def test_the_run_queue_wait_counts_every_thread_of_a_process():
+def test_runnable_seconds_count_every_thread_of_a_process():
     """BMv2 forwards and answers Thrift in threads of its own while its main thread sleeps: a
     process whose only busy thread is a second one, kept off its CPU by two spinners, waited."""
     import subprocess
     import sys
     import time
 
-    from emulation.switch_probe import run_queue_wait
+    from emulation.switch_probe import runnable_seconds
 
     threaded = subprocess.Popen([sys.executable, "-c", "import threading, time\n"
                                  "threading.Thread(target=lambda: [None for _ in iter(int, 1)], daemon=True).start()\n"
@@ -301,13 +301,33 @@ def test_the_run_queue_wait_counts_every_thread_of_a_process():
             for tid in os.listdir(f"/proc/{p.pid}/task"):
                 os.sched_setaffinity(int(tid), {0})
         time.sleep(0.3)
-        before = run_queue_wait(threaded.pid)
+        before = runnable_seconds(threaded.pid)
         time.sleep(1.0)
-        assert run_queue_wait(threaded.pid) - before > 0.2        # its busy thread waited ~2/3 s
+        assert runnable_seconds(threaded.pid) - before > 0.2        # its busy thread waited ~2/3 s
     finally:
         for p in [threaded, *spinners]:
             p.kill()
             p.wait()
+
+
+def test_runnable_seconds_grow_for_a_process_on_a_cpu_of_its_own():
+    """A busy switch that is not starved (it runs) is not stopped either: a spinner alone on a
+    CPU waits for none, and its runnable time still grows (the run-queue wait alone did not)."""
+    import subprocess
+    import sys
+    import time
+
+    from emulation.switch_probe import runnable_seconds
+
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(spinner.pid, {1 % os.cpu_count()})
+        before = runnable_seconds(spinner.pid)
+        time.sleep(0.5)
+        assert runnable_seconds(spinner.pid) - before > 0.1
+    finally:
+        spinner.kill()
+        spinner.wait()
 
 
 def test_a_late_switch_that_waited_for_a_cpu_gets_more_time_and_a_stopped_one_does_not(monkeypatch):
@@ -318,7 +338,7 @@ def test_a_late_switch_that_waited_for_a_cpu_gets_more_time_and_a_stopped_one_do
     start = time.monotonic()
     waits = {101: lambda: 0.5 * (time.monotonic() - start),    # runnable, half the time off the CPU
              202: lambda: 0.0}                               # stopped: never runnable
-    monkeypatch.setattr(switch_probe, "run_queue_wait", lambda pid: waits[pid]() if pid in waits else None)
+    monkeypatch.setattr(switch_probe, "runnable_seconds", lambda pid: waits[pid]() if pid in waits else None)
     monkeypatch.setattr(switch_probe, "STARVED_LIMIT", 2.0)
     hung: dict = {}
     probe = SwitchProbe(lambda name, last, t: hung.setdefault(name, t - last), bound=0.3, interval=0.02).start()
