@@ -32,6 +32,12 @@ switch never runs, and a deadlocked one (BMv2's port_remove under traffic,
 emulation/bmv2_ports.py) has every thread asleep on a lock: neither's time grows, and each is
 judged as before; a switch spinning without answering is judged at STARVED_LIMIT.
 
+BMv2's bound. A live simple_switch's Thrift thread can be silent for longer, with none of the
+switch's threads running or waiting for a CPU: seen 0.8 and 1.1 s on a 2-core machine 99%
+busy, live edges of a BMv2 fat-tree fenced and the run partitioned, about one run in five.
+Its threads were asleep, so the starvation test cannot tell that from a deadlock; BMv2's
+pings get BMV2_HANG_BOUND instead (a BMv2 hang is seen within about 2.6 s).
+
 Pings: the software switch's `ping` daemon command on its control socket (a second
 connection: the controller's may be busy with a long command); BMv2's Thrift server, one
 `bm_get_config_md5` call hand-encoded in Thrift's binary protocol (any answer proves the
@@ -49,6 +55,7 @@ from typing import Callable
 from ground.fdwait import readable
 
 HANG_BOUND = 0.5          # seconds without an answer to a ping: hung
+BMV2_HANG_BOUND = 2.5     # BMv2's (ThriftPing.bound): see "BMv2's bound" above
 PING_INTERVAL = 0.1       # seconds between an answer and the next ping
 STARVED_SHARE = 0.25      # runnable over this share of the bound: starved or busy, not hung
 STARVED_LIMIT = 10.0      # seconds a starved switch may go unanswered before it is hung anyway
@@ -98,6 +105,8 @@ class ThriftPing:
     """One Thrift call to simple_switch (TMultiplexedProtocol "standard", binary protocol,
     buffered transport): any bytes back are an answer (one call outstanding at a time)."""
 
+    bound = BMV2_HANG_BOUND
+
     def __init__(self, port: int, host: str = "127.0.0.1", pid: int | None = None):
         self.pid = pid
         self.sock = socket.create_connection((host, port), timeout=2)
@@ -115,7 +124,8 @@ class ThriftPing:
 
 class SwitchProbe:
     """Pings every added switch (one thread); calls `on_hang(name, last_answer, t)` in a
-    thread of its own when one has not answered for `bound` seconds, and stops pinging it."""
+    thread of its own when one has not answered for `bound` seconds (or its channel's own
+    `bound`, e.g. ThriftPing's), and stops pinging it."""
 
     def __init__(self, on_hang: HangCallback, bound: float = HANG_BOUND, interval: float = PING_INTERVAL):
         self.on_hang, self.bound, self.interval = on_hang, bound, interval
@@ -171,7 +181,7 @@ class SwitchProbe:
                         except OSError:          # the process is gone: the exit watcher's to report
                             self._drop(name)
                 fds = {chan.sock.fileno(): name for name, chan in self._chans.items()}
-                waits = [self._sent[n] + self.bound - now for n in fds.values() if self._sent[n] is not None]
+                waits = [self._sent[n] + self._bound(n) - now for n in fds.values() if self._sent[n] is not None]
                 waits += [self._due[n] - now for n in fds.values() if self._sent[n] is None]
             timeout = max(0.0, min(waits, default=self.interval))
             try:
@@ -186,7 +196,7 @@ class SwitchProbe:
                 self._read(ready)
                 now = time.monotonic()
                 late = [n for n, sent in self._sent.items()
-                        if sent is not None and now - sent > self.bound and n in self._answered]
+                        if sent is not None and now - sent > self._bound(n) and n in self._answered]
                 if late:                             # read what already arrived before judging
                     self._read(readable([self._chans[n].sock for n in late], 0))
                 for name in late:
@@ -198,6 +208,9 @@ class SwitchProbe:
                     self._drop(name)
             for name, seen, t in hung:
                 threading.Thread(target=self.on_hang, args=(name, seen, t), name=f"hung-{name}", daemon=True).start()
+
+    def _bound(self, name: str) -> float:
+        return getattr(self._chans[name], "bound", None) or self.bound
 
     def _starved(self, name: str, now: float) -> bool:
         """Whether late switch `name` ran or waited for a CPU (module docstring): if so its

@@ -359,3 +359,29 @@ def test_a_late_switch_that_waited_for_a_cpu_gets_more_time_and_a_stopped_one_do
         assert probe.starved["starved"] >= 3 and "stopped" not in probe.starved
     finally:
         probe.stop()
+
+
+def test_a_channel_with_a_bound_of_its_own_is_judged_by_it():
+    """BMv2's pings carry a longer bound than the probe's (emulation/switch_probe.py, BMv2's
+    bound): two switches fall silent together, and the one on the probe's bound is hung first
+    while the other is still waited for."""
+    from emulation.switch_probe import BMV2_HANG_BOUND, HANG_BOUND, ThriftPing
+
+    assert ThriftPing.bound == BMV2_HANG_BOUND > HANG_BOUND
+    hung: list[str] = []
+    first = threading.Event()
+    probe = SwitchProbe(lambda name, last, t: (hung.append(name), first.set()), bound=0.2, interval=0.02).start()
+    try:
+        short, patient = _PairPing(), _PairPing()
+        patient.bound = 30.0
+        probe.add("short", short)
+        probe.add("patient", patient)
+        while short.pings < 3 or patient.pings < 3:
+            threading.Event().wait(0.02)
+        short.answering.clear()
+        patient.answering.clear()
+        assert first.wait(60)
+        assert hung == ["short"]
+        assert probe.has_answered("patient")        # still pinged, not dropped
+    finally:
+        probe.stop()
