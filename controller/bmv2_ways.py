@@ -214,9 +214,26 @@ def _runtime_cli_api(thrift_port: int, thrift_ip: str = THRIFT_IP):
         transport.open()
     except TTransport.TTransportException:
         raise SystemExit(1) from None            # as runtime_CLI's thrift_connect does
+    _load_program(runtime_CLI, std)
+    return SimpleSwitchAPI(runtime_CLI.PreType.SimplePreLAG, std, mc, ss)
+
+
+def _load_program(runtime_CLI, std) -> None:
+    """runtime_CLI's tables, actions and registers from the program the switch runs (module
+    state: every switch of a run runs the same program)."""
     quiet = io.StringIO()          # runtime_CLI announces itself on the stdout bound at import time
     runtime_CLI.load_json_str(runtime_CLI.utils.get_json_config(std, None, out=quiet))
-    return SimpleSwitchAPI(runtime_CLI.PreType.SimplePreLAG, std, mc, ss)
+
+
+def load_runtime_cli_program(api) -> bool:
+    """Load runtime_CLI's parsers for the program behind p4-utils' `api` (its standard client),
+    so that batches can be encoded as Thrift requests; False where runtime_CLI does not import."""
+    try:
+        import runtime_CLI  # type: ignore
+    except ImportError:
+        return False
+    _captured(_load_program, runtime_CLI, api.client)
+    return True
 
 
 # Commands whose words after the name group into lists for p4-utils: "=>" splits match keys
