@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -162,8 +163,8 @@ def test_bmv2_on_two_servers_with_a_tunnelled_tree_link_failing_half_way_is_exac
         running = {}
         for s in cluster["servers"]:
             ps = _ssh(cluster, s, "ps -ww -eo args=").stdout.splitlines()
-            running[s["name"]] = {line.split("ipc://")[1].split("/")[-1].split("-notifications")[0]
-                                  for line in ps if "simple_switch" in line and f"ipc://{run}/" in line}
+            running[s["name"]] = {m.group(1) for line in ps if "simple_switch" in line
+                                  for m in [re.search(rf"ipc://{re.escape(run)}/(\w+)-notifications", line)] if m}
         placed = {s for s, where in net.placement.items() if session.g.nodes[s]["kind"] == "switch"}
         assert set().union(*running.values()) == placed and len(placed) == 20
         for name, sws in running.items():
