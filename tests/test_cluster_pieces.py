@@ -102,6 +102,62 @@ def test_what_a_cluster_cannot_run_is_refused_in_one_line_before_anything_is_bui
         check_run(RunSpec(**base, **extra))
     assert str(err.value).startswith(f"{flag}: not supported with --cluster") and "\n" not in str(err.value)
 
+
+@pytest.mark.root
+def test_agent_stops_the_hosts_processes_resumes_them_and_signals_a_pid(tmp_path):
+    """A BMv2 link change's quiet data plane on a server (emulation/cluster/bmv2.py): `pause`
+    stops the processes in a host shell's network namespace (not the shell, nothing outside
+    it), `resume` lets them go on; `signal 9 PID` kills a process there at once."""
+    import contextlib
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.conftest import REPO
+
+    def state(pid: int) -> str:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+    shell = subprocess.Popen(["unshare", "--net", "sh", "-c", "sleep 300 & wait"])
+    outside = subprocess.Popen(["sleep", "300"])
+    agent = subprocess.Popen([sys.executable, "-m", "emulation.cluster.agent"], cwd=REPO, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE)
+    inside = None
+    try:
+        for _ in range(200):                          # the sleep the namespaced shell started
+            kids = Path(f"/proc/{shell.pid}/task/{shell.pid}/children").read_text().split()
+            if kids:
+                inside = int(kids[0])
+                break
+            subprocess.run(["sleep", "0.01"])
+        assert inside is not None
+
+        def ask(line: str) -> list[bytes]:
+            agent.stdin.write(line.encode() + b"\n")
+            agent.stdin.flush()
+            return agent.stdout.readline().split()
+
+        assert ask(f"pause {shell.pid}") == [b"paused", b"1"]
+        assert (state(inside), state(shell.pid), state(outside.pid)) == ("T", "S", "S")
+        assert ask("idle lo")[0] == b"idle"
+        assert ask("resume") == [b"resumed", b"1"]
+        assert state(inside) == "S"
+        agent.stdin.write(f"signal 9 {outside.pid}\n".encode())
+        agent.stdin.flush()
+        assert outside.wait(10) == -9
+    finally:
+        agent.stdin.close()
+        agent.wait(5)
+        if inside is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(inside, signal.SIGKILL)
+        for p in (shell, outside):
+            p.kill()
+            p.wait()
+
+
 def test_agent_writes_what_it_is_put_and_reports_progress_files(tmp_path):
     """The per-server agent: `put PATH B64` replaces PATH atomically with those bytes, and a
     `*.progress` file under a watched directory comes back as `file PATH B64` when it changes."""

@@ -20,7 +20,9 @@ real one, `ip link set ... down` there) reaches the controller as on one machine
 change on BMv2 (emulation/cluster/bmv2.py), `pause PID,...` stops every process in those
 host shells' namespaces (answered `paused N`), `idle INTF,...` waits until those ports stop
 counting (`idle SECONDS`) and `resume` lets the stopped processes go on (`resumed N`; the
-agent also does it when the head hangs up). It runs on the server as `python -m emulation.cluster.agent`.
+agent also does it when the head hangs up). `signal SIG PID` signals a process there at once
+(no answer): a killed switch's SIGKILL is a line on a connection already open, not a new ssh
+command, which took seconds on a saturated machine. It runs on the server as `python -m emulation.cluster.agent`.
 """
 
 from __future__ import annotations
@@ -102,6 +104,11 @@ def serve() -> int:
                 bmv2_ports.resume(paused)
                 say(b"resumed %d" % len(paused))
                 paused.clear()
+            elif words[0] == "signal" and len(words) == 3 and words[1].isdigit() and words[2].isdigit():
+                try:
+                    os.kill(int(words[2]), int(words[1]))
+                except ProcessLookupError:
+                    pass
             elif words[0] == "probe-stop":
                 data = sampler.stop() if sampler is not None else {}
                 sampler = None

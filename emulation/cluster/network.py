@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import random
 import shlex
+import signal
 import subprocess
 import threading
 import time
@@ -416,9 +417,14 @@ class ClusterNetwork(EmulatedNetwork):
         proc = self._switch_proc(name)
         if proc.poll() is not None or name in self.dead or name in self._handled:
             raise ValueError(f"switch {name} is not running")
+        pid = proc.remote_pid                     # known since it started (read_pids)
+        agent = self.agents.get(self.placement[name])
         done = self._handled[name] = threading.Event()
         t = time.monotonic()
-        proc.kill()
+        if agent is not None and agent.proc.poll() is None:
+            agent.tell(f"signal {int(signal.SIGKILL)} {pid}")   # a line on an open connection (agent.py)
+        else:
+            proc.kill()
         if wait and self.watcher is not None and not done.wait(wait):
             raise RuntimeError(f"switch {name} was killed but its exit was not handled within {wait} s")
         return t
