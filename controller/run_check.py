@@ -57,9 +57,9 @@ def check_run(spec: RunSpec | CheckedRun) -> CheckedRun:
         from ground.cluster_file import load
 
         load(spec.cluster)
-        if spec.backend != "soft":
-            raise ValueError("--cluster runs the software switch (--backend soft); BMv2 on a cluster is not "
-                             "wired up yet")
+        if spec.hang_switch or spec.chaos is not None:
+            raise ValueError(f"{'--hang-switch' if spec.hang_switch else '--chaos'}: not supported with --cluster "
+                             "(hung switches need the liveness probe, which does not reach across servers)")
     if spec.keep:
         keep = Path(spec.keep)
         if keep.exists() and (not keep.is_dir() or any(keep.iterdir())):

@@ -64,17 +64,28 @@ def wait_idle(interfaces: list[str], settle: float = 0.05, limit: float = 2.0) -
     return time.monotonic() - start
 
 
+def stop(pids: list[int], stopped: list[int] | None = None) -> list[int]:
+    """SIGSTOP the pids; the ones stopped, appended to `stopped` as they are (a signal in
+    between leaves nothing stopped unrecorded; a cluster server's agent keeps them for `resume`)."""
+    stopped = [] if stopped is None else stopped
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+            stopped.append(pid)
+    return stopped
+
+
+def resume(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
 @contextlib.contextmanager
 def sources_paused(pids: list[int]):
     """SIGSTOP the pids for the duration of the block; SIGCONT them whatever happens."""
     stopped = []
     try:
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGSTOP)
-                stopped.append(pid)
-        yield stopped
+        yield stop(pids, stopped)
     finally:
-        for pid in stopped:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
+        resume(stopped)

@@ -110,6 +110,8 @@ _SETUP_OK = "agglab-host-setup-ok"
 class EmulatedNetwork:
     """A running Mininet network built from `graph`; use as a context manager."""
 
+    LIVENESS_PROBE = True      # watch_switches pings the switches (hang detection); a cluster does not
+
     def __init__(self, graph: nx.Graph, backend: str = "soft", seed: int = 0, pcap: bool = False,
                  keep: str | Path | None = None, t0: float | None = None):
         if backend not in BACKENDS:
@@ -401,12 +403,7 @@ class EmulatedNetwork:
             changed = time.monotonic()
             self.net.configLinkStatus(a, b, "up" if up else "down")
             return changed
-        from emulation import bmv2_ports
-
-        shells = [self.net.get(h).pid for h in hosts(self.graph)]
-        ports_of = [i.name for s in switches(self.graph) for i in self.net.get(s).intfList() if i.name != "lo"]
-        with bmv2_ports.sources_paused(bmv2_ports.processes_in_netns(shells)):
-            bmv2_ports.wait_idle(ports_of)
+        with self._sources_quiet():
             if not up:
                 for n, _intf, number in ends:
                     self.clients[n].command(f"port_remove {number}")
@@ -416,6 +413,19 @@ class EmulatedNetwork:
                 for n, intf, number in ends:
                     self.clients[n].command(f"port_add {intf} {number}")
         return changed
+
+    @contextlib.contextmanager
+    def _sources_quiet(self):
+        """The block runs with the traffic sources (the processes in the hosts' namespaces)
+        stopped and the switches' ports idle (emulation/bmv2_ports.py); they go on after.
+        A cluster's servers do it through their agents (emulation/cluster/bmv2.py)."""
+        from emulation import bmv2_ports
+
+        shells = [self.net.get(h).pid for h in hosts(self.graph)]
+        ports_of = [i.name for s in switches(self.graph) for i in self.net.get(s).intfList() if i.name != "lo"]
+        with bmv2_ports.sources_paused(bmv2_ports.processes_in_netns(shells)):
+            bmv2_ports.wait_idle(ports_of)
+            yield
 
     # -- workers ------------------------------------------------------------------
     def start_worker(self, h: str, argv: list[str], log, cwd: str, env: dict[str, str], gate=None,
@@ -509,7 +519,7 @@ class EmulatedNetwork:
                 os.kill(proc.pid, signal.SIGKILL)
 
         self.watcher = SwitchWatcher(exited).start()
-        self.probe = SwitchProbe(hung).start()
+        self.probe = SwitchProbe(hung).start() if self.LIVENESS_PROBE else None
         for s in switches(self.graph):
             self.watcher.add(s, self.net.get(s).proc)
             self._probe(s)

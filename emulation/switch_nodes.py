@@ -117,11 +117,10 @@ class Bmv2Switch(_ProcessSwitch):
         self.pcap = pcap
 
     def start(self, controllers):
-        from controller.switch_client import find_bmv2_tool
+        self._spawn(self.argv(bmv2_binary()))
 
-        binary = find_bmv2_tool("simple_switch")
-        if not binary:
-            raise RuntimeError("simple_switch not found: install BMv2 (sudo scripts/provision-vm.sh, or the Vagrant VM) or use --backend soft")
+    def argv(self, binary: str) -> list[str]:
+        """simple_switch's command line (also what a cluster's server runs: emulation/cluster/nodes.py)."""
         # the notifications socket defaults to /tmp/bmv2-<device>-notifications.ipc, shared by
         # every simple_switch on the machine: another run's switch would stop ours from starting
         argv = [binary, "--device-id", str(self.device_id), "--thrift-port", str(self.thrift_port),
@@ -132,4 +131,15 @@ class Bmv2Switch(_ProcessSwitch):
             argv += ["-i", f"{number}@{intf}"]
         if self.pcap:
             argv += ["--pcap", str(self.run.path / "pcaps")]
-        self._spawn(argv + [self.json_path])
+        return argv + [self.json_path]
+
+
+def bmv2_binary() -> str:
+    """simple_switch's path here (a cluster's servers must have it at the same path)."""
+    from controller.switch_client import find_bmv2_tool
+
+    binary = find_bmv2_tool("simple_switch")
+    if not binary:
+        raise RuntimeError("simple_switch not found: install BMv2 (sudo scripts/provision-vm.sh, or the Vagrant VM) "
+                           "or use --backend soft")
+    return binary

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -136,3 +137,48 @@ def test_a_link_taken_down_on_a_server_itself_reaches_the_controller(cluster_fil
         result = session.allreduce()
         assert result["exact"], result.get("errors")
     assert _server_leftovers(cluster_file) == []
+
+
+@pytest.mark.bmv2
+@pytest.mark.slow
+@pytest.mark.net_timeout(600)
+def test_bmv2_on_two_servers_with_a_tunnelled_tree_link_failing_half_way_is_exact(cluster_file):
+    """`--backend bmv2 --cluster`: every simple_switch runs on a server (none in the head's PID
+    namespace), on that server's interfaces, its Thrift server reached at the server's
+    address; a tunnelled link of the tree taken down half-way through (its BMv2 ports removed
+    while every server's workers are stopped) is rerouted and the result is exact."""
+    from controller.job_protocol import partitions
+    from emulation.session import Session
+    from ground.cluster_file import load
+    from ground.runspec import RunSpec
+
+    spec = RunSpec(backend="bmv2", topology="fattree", k=4, workers=8, tree="rat", elements=20_000,
+                   cluster=str(cluster_file))
+    addresses = {s.name: s.address for s in load(cluster_file).servers}
+    cluster = yaml.safe_load(cluster_file.read_text())
+    with Session(spec) as session:
+        net = session.net
+        run = str(net.run.path)
+        assert in_head_pidns(f"ipc://{run}/") == []                  # no simple_switch of the run on the head
+        running = {}
+        for s in cluster["servers"]:
+            ps = _ssh(cluster, s, "ps -ww -eo args=").stdout.splitlines()
+            running[s["name"]] = {m.group(1) for line in ps if "simple_switch" in line
+                                  for m in [re.search(rf"ipc://{re.escape(run)}/(\w+)-notifications", line)] if m}
+        placed = {s for s, where in net.placement.items() if session.g.nodes[s]["kind"] == "switch"}
+        assert set().union(*running.values()) == placed and len(placed) == 20
+        for name, sws in running.items():
+            assert all(net.placement[s] == name for s in sws)       # each on the server it was placed on
+        assert {net.clients[s].thrift_ip for s in placed} == set(addresses.values())
+        tree = {tuple(sorted(e)) for t in session.job.trees().trees for e in t.edges}
+        tunnels = [tuple(sorted(e)) for e in net.tunnels]
+        workers = session.job.workers
+        candidates = sorted(e for e in tree if e in tunnels and not partitions(session.g, e, workers))
+        assert candidates, (tree, tunnels)
+        u, v = candidates[0]
+        result = session.allreduce(fail=[f"{u}-{v}@0.5"])
+        assert result["exact"] and result["ok"], result.get("errors")
+        assert [f["link"] for f in result["failures"]] == [f"{u}-{v}"] and result["failures"][0]["on_tree"]
+        assert result["epoch"] >= 1                                   # it rerouted
+    assert _server_leftovers(cluster_file) == []
+    assert in_head_pidns(run) == [] and not Path(run).exists()

@@ -66,6 +66,98 @@ def test_link_lines_make_veths_inside_and_one_vxlan_per_crossing_link():
     assert len(host_ends) == sum(1 for n in g.nodes if g.nodes[n]["kind"] == "host")   # made in the host's netns
 
 
+
+def test_bmv2_veth_ports_keep_their_offloads_and_tunnel_ends_never_have_them():
+    """As on one machine, BMv2's veth ports keep their offloads (emulation/veths.py quiet_ends
+    says why); a VXLAN end's are always off; the software switch's are all off."""
+    from emulation.cluster.links import server_lines
+    from emulation.cluster.placement import crossing, place
+
+    g = _fattree()
+    p = place(g, ["s1", "s2"])
+    pids = {n: 1000 + i for i, n in enumerate(g.nodes)}
+    addrs = {"s1": "192.0.2.1", "s2": "192.0.2.2"}
+    tunnel_ends = {g.edges[u, v]["intfs"][n] for u, v in crossing(g, p) for n in (u, v)}
+    for offloads_off in (True, False):
+        lines = server_lines(g, p, pids, addrs, group=77, vni_base=4096, veth_offloads_off=offloads_off)
+        off = {line.split("ethtool -K ")[1].split()[0] for _ip, sh, _tc in lines.values() for line in sh
+               if "ethtool -K" in line}
+        root_veths = {line.split()[3] for ip, _, _ in lines.values() for line in ip
+                      if "veth" in line.split()} - tunnel_ends
+        assert tunnel_ends <= off
+        assert (root_veths <= off) if offloads_off else not (root_veths & off)
+
+
+@pytest.mark.parametrize("extra, flag", [({"hang_switch": ["a1@0.5"]}, "--hang-switch"), ({"chaos": 3}, "--chaos")])
+def test_what_a_cluster_cannot_run_is_refused_in_one_line_before_anything_is_built(tmp_path, extra, flag):
+    from controller.run_check import check_run
+    from ground.runspec import RunSpec
+
+    f = tmp_path / "cluster.yaml"
+    f.write_text("servers:\n  - {name: s1, address: 192.0.2.1}\n  - {name: s2, address: 192.0.2.2}\n")
+    base = dict(topology="fattree", k=4, workers=8, tree="rat", cluster=str(f))
+    for backend in ("soft", "bmv2"):                  # both data planes run on a cluster
+        assert check_run(RunSpec(backend=backend, **base)).spec.cluster == str(f)
+    with pytest.raises(ValueError) as err:
+        check_run(RunSpec(**base, **extra))
+    assert str(err.value).startswith(f"{flag}: not supported with --cluster") and "\n" not in str(err.value)
+
+
+@pytest.mark.root
+def test_agent_stops_the_hosts_processes_resumes_them_and_signals_a_pid(tmp_path):
+    """A BMv2 link change's quiet data plane on a server (emulation/cluster/bmv2.py): `pause`
+    stops the processes in a host shell's network namespace (not the shell, nothing outside
+    it), `resume` lets them go on; `signal 9 PID` kills a process there at once."""
+    import contextlib
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.conftest import REPO
+
+    def state(pid: int) -> str:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+    shell = subprocess.Popen(["unshare", "--net", "sh", "-c", "sleep 300 & wait"])
+    outside = subprocess.Popen(["sleep", "300"])
+    agent = subprocess.Popen([sys.executable, "-m", "emulation.cluster.agent"], cwd=REPO, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE)
+    inside = None
+    try:
+        for _ in range(200):                          # the sleep the namespaced shell started
+            kids = Path(f"/proc/{shell.pid}/task/{shell.pid}/children").read_text().split()
+            if kids:
+                inside = int(kids[0])
+                break
+            subprocess.run(["sleep", "0.01"])
+        assert inside is not None
+
+        def ask(line: str) -> list[bytes]:
+            agent.stdin.write(line.encode() + b"\n")
+            agent.stdin.flush()
+            return agent.stdout.readline().split()
+
+        assert ask(f"pause {shell.pid}") == [b"paused", b"1"]
+        assert (state(inside), state(shell.pid), state(outside.pid)) == ("T", "S", "S")
+        assert ask("idle lo")[0] == b"idle"
+        assert ask("resume") == [b"resumed", b"1"]
+        assert state(inside) == "S"
+        agent.stdin.write(f"signal 9 {outside.pid}\n".encode())
+        agent.stdin.flush()
+        assert outside.wait(10) == -9
+    finally:
+        agent.stdin.close()
+        agent.wait(5)
+        if inside is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(inside, signal.SIGKILL)
+        for p in (shell, outside):
+            p.kill()
+            p.wait()
+
+
 def test_agent_writes_what_it_is_put_and_reports_progress_files(tmp_path):
     """The per-server agent: `put PATH B64` replaces PATH atomically with those bytes, and a
     `*.progress` file under a watched directory comes back as `file PATH B64` when it changes."""

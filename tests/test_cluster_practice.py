@@ -4,6 +4,7 @@ over ssh, and nothing left after `down`."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -44,7 +45,7 @@ def _leftovers(names: list[str], state_dir: str, cluster_file: Path) -> list[str
     """Everything of a practice cluster the head can still see."""
     left = []
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    left += [f"namespace {n}" for n in netns.split() if n.startswith("agglab-c")]
+    left += [f"namespace {n}" for n in netns.split() if re.fullmatch(r"agglab-c\d+", n)]   # not agglab-conf-*
     left += [f"interface {n}" for n in os.listdir("/sys/class/net") if n.startswith("aglc")]
     ps = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
     left += [f"process {line.strip()}" for line in ps.splitlines()

@@ -16,7 +16,13 @@ in the server's root namespace, where its switch ends and tunnel ends are) and a
 `link INTF up|down T` at every change (T on this server's clock, for its log; the head dates
 the change when the answer reaches it, as the controller on one machine dates netlink's event
 when it reads it): a link that goes down on a server for any reason (a cable pulled from a
-real one, `ip link set ... down` there) reaches the controller as on one machine. It runs on the server as `python -m emulation.cluster.agent`.
+real one, `ip link set ... down` there) reaches the controller as on one machine. For a link
+change on BMv2 (emulation/cluster/bmv2.py), `pause PID,...` stops every process in those
+host shells' namespaces (answered `paused N`), `idle INTF,...` waits until those ports stop
+counting (`idle SECONDS`) and `resume` lets the stopped processes go on (`resumed N`; the
+agent also does it when the head hangs up). `signal SIG PID` signals a process there at once
+(no answer): a killed switch's SIGKILL is a line on a connection already open, not a new ssh
+command, which took seconds on a saturated machine. It runs on the server as `python -m emulation.cluster.agent`.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ def serve() -> int:
     out_lock = threading.Lock()
     out = sys.stdout.buffer
     sampler = monitor = None
+    paused: list[int] = []                # stopped by `pause`, until `resume`
 
     def say(line: bytes) -> None:
         with out_lock:
@@ -81,11 +88,36 @@ def serve() -> int:
                 monitor = LinkMonitor(names, lambda name, up, t: say(
                     b"link %s %s %r" % (name.encode(), b"up" if up else b"down", t))).start()
                 say(b"links %d" % len(names))          # watching from here on
+            elif words[0] == "pause" and len(words) == 2:
+                from emulation import bmv2_ports
+
+                shells = [int(p) for p in words[1].split(",") if p.isdigit()]
+                bmv2_ports.stop(bmv2_ports.processes_in_netns(shells), paused)
+                say(b"paused %d" % len(paused))
+            elif words[0] == "idle" and len(words) == 2:
+                from emulation import bmv2_ports
+
+                say(b"idle %r" % bmv2_ports.wait_idle([i for i in words[1].split(",") if i not in ("", "-")]))
+            elif words[0] == "resume":
+                from emulation import bmv2_ports
+
+                bmv2_ports.resume(paused)
+                say(b"resumed %d" % len(paused))
+                paused.clear()
+            elif words[0] == "signal" and len(words) == 3 and words[1].isdigit() and words[2].isdigit():
+                try:
+                    os.kill(int(words[2]), int(words[1]))
+                except ProcessLookupError:
+                    pass
             elif words[0] == "probe-stop":
                 data = sampler.stop() if sampler is not None else {}
                 sampler = None
                 say(b"samples " + base64.b64encode(json.dumps(data).encode()))
-        os._exit(0)                       # the head hung up: done
+        if paused:                        # the head hung up: nothing stays stopped
+            from emulation import bmv2_ports
+
+            bmv2_ports.resume(paused)
+        os._exit(0)                       # ... done
 
     threading.Thread(target=reader, daemon=True).start()
     while True:
@@ -113,8 +145,8 @@ class AgentLink:
         self._stop = threading.Event()
         self._sent: dict[str, bytes] = {}
         self._lock = threading.Lock()
-        self._replies: dict[str, "queue.Queue[str]"] = {"clock": queue.Queue(), "samples": queue.Queue(),
-                                                         "links": queue.Queue()}
+        self._replies: dict[str, "queue.Queue[str]"] = {
+            r: queue.Queue() for r in ("clock", "samples", "links", "paused", "idle", "resumed")}
         self.on_link = None           # on_link(intf, up, t: when the head got it), once watch_links
 
     def start(self) -> "AgentLink":

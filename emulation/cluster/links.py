@@ -8,7 +8,8 @@ the servers' root namespaces (a host end would be created inside the host's name
 `RemoteGRELink` moves its gretap there). Each end's MTU leaves room for VXLAN's 50 bytes on
 a 1500-byte underlay (the hosts' NICs get the same MTU, as RemoteGRELink does for GRE).
 Everything a server needs is one `ip -batch`, one shell script (no IPv6, no offloads, up)
-and one `tc -batch`, over its ssh connection.
+and one `tc -batch`, over its ssh connection. BMv2's veth ports keep their offloads, as on one
+machine (emulation/veths.py quiet_ends says why); tunnel ends never have them.
 """
 
 from __future__ import annotations
@@ -20,13 +21,16 @@ MTU = 1450
 
 
 def server_lines(g: nx.Graph, placement: dict[str, str], pids: dict[str, int], addresses: dict[str, str],
-                 group: int, vni_base: int) -> dict[str, tuple[list[str], list[str], list[str]]]:
+                 group: int, vni_base: int, veth_offloads_off: bool = True
+                 ) -> dict[str, tuple[list[str], list[str], list[str]]]:
     """Per server: (`ip -batch` lines, shell lines, `tc -batch` lines) that make its links.
-    `pids`: each node's shell pid on its server (a host's namespace)."""
+    `pids`: each node's shell pid on its server (a host's namespace); `veth_offloads_off`:
+    turn the offloads of root-namespace veth ends off too (the software switch)."""
     from emulation.veths import htb_lines
 
     out: dict[str, tuple[list[str], list[str], list[str]]] = {s: ([], [], []) for s in addresses}
     root_ends: dict[str, list[str]] = {s: [] for s in addresses}
+    tunnel_ends: set[str] = set()
     for i, (u, v, e) in enumerate(sorted(g.edges(data=True), key=lambda x: (x[0], x[1]))):
         su, sv = placement[u], placement[v]
         if su == sv:
@@ -47,11 +51,12 @@ def server_lines(g: nx.Graph, placement: dict[str, str], pids: dict[str, int], a
                              + (f" netns {pids[n]}" if host else ""))
             if not host:
                 root_ends[s].append(name)
+                tunnel_ends.add(name)
     for s, names in root_ends.items():
-        out[s][1].extend(f"echo 1 > /proc/sys/net/ipv6/conf/{n}/disable_ipv6; "
-                         f"ethtool -K {n} rx off tx off tso off gso off gro off >/dev/null 2>&1 || true"
+        out[s][1].extend(f"echo 1 > /proc/sys/net/ipv6/conf/{n}/disable_ipv6"
+                         + (f"; ethtool -K {n} rx off tx off tso off gso off gro off >/dev/null 2>&1 || true"
+                            if veth_offloads_off or n in tunnel_ends else "")
                          for n in names)
-        out[s][0].extend([])
         out[s][1].extend(f"ip link set dev {n} up" for n in names)
     for u, v, e in g.edges(data=True):
         if e.get("bw"):

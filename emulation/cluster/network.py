@@ -1,7 +1,7 @@
 """A network spread over the servers of a cluster (Mininet's cluster edition pieces).
 
 The controller, the job and the session stay on the head; each server runs its share of
-the software switches and worker hosts (placement.py: SwitchBinPlacer, hosts with their
+the switches (software switches, or BMv2's simple_switch: bmv2.py) and worker hosts (placement.py: SwitchBinPlacer, hosts with their
 edge switch). Links inside a server are veth pairs made there in one `ip -batch`, as on one
 machine; a link between two servers is a VXLAN tunnel (links.py), one VNI per link, whose
 ends stay in the servers' root namespaces where the switches are. What assumed one machine,
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import random
 import shlex
+import signal
 import subprocess
 import threading
 import time
@@ -38,15 +39,17 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
+from controller.bmv2_client import Bmv2Client
 from controller.switch_client import SoftSwitchClient, SwitchClient
 from controller.topology import hosts, switches
 from emulation.cluster import links as tunnels
 from emulation.cluster.agent import AgentLink
-from emulation.cluster.nodes import RemoteAggHost, RemoteSoftSwitch, read_pids, start_remote
+from emulation.cluster import bmv2
+from emulation.cluster.nodes import RemoteAggHost, RemoteBmv2Switch, RemoteSoftSwitch, read_pids, start_remote
 from emulation.cluster.placement import crossing, place
 from emulation.cluster.remote import Remote, agglab_env
 from ground.cluster_file import Cluster
-from emulation.network import EmulatedNetwork
+from emulation.network import THRIFT_BASE, EmulatedNetwork
 from ground import addresses
 from ground.rundir import RunRecord, clean
 
@@ -78,10 +81,9 @@ class _HostView:
 class ClusterNetwork(EmulatedNetwork):
     """EmulatedNetwork whose nodes run on the servers of `cluster`."""
 
+    LIVENESS_PROBE = False     # see watch_switches
+
     def __init__(self, graph, cluster: Cluster, backend: str = "soft", **kwargs):
-        if backend != "soft":
-            raise ValueError("cluster mode runs the software switch (--backend soft); BMv2 on a cluster "
-                             "is not wired up yet (its Thrift address is configurable: Bmv2Client(thrift_ip=))")
         super().__init__(graph, backend=backend, **kwargs)
         self.cluster = cluster
         self.placement: dict[str, str] = {}
@@ -132,9 +134,15 @@ class ClusterNetwork(EmulatedNetwork):
             a = g.nodes[h]
             makers[h] = partial(RemoteAggHost, h, remote=self.remotes[self.placement[h]],
                                 ip=f"{a['ip']}/{addresses.PREFIX_LEN}", mac=a["mac"])
+        json_path = bmv2.ship_program(self) if self.backend == "bmv2" else None
         for i, s in enumerate(switches(g)):
-            makers[s] = partial(RemoteSoftSwitch, s, remote=self.remotes[self.placement[s]], inNamespace=False,
-                                run=self.run, seed=self.seed + i, pcap=self.pcap)
+            if self.backend == "bmv2":
+                makers[s] = partial(RemoteBmv2Switch, s, remote=self.remotes[self.placement[s]], inNamespace=False,
+                                    run=self.run, json_path=json_path, thrift_port=THRIFT_BASE + i, device_id=i,
+                                    pcap=self.pcap)
+            else:
+                makers[s] = partial(RemoteSoftSwitch, s, remote=self.remotes[self.placement[s]], inNamespace=False,
+                                    run=self.run, seed=self.seed + i, pcap=self.pcap)
         # the first shell on each server opens its multiplexed connection alone
         first = {}
         for name in makers:
@@ -167,7 +175,7 @@ class ClusterNetwork(EmulatedNetwork):
         self.tunnels = crossing(g, self.placement)
         per_server = tunnels.server_lines(g, self.placement, {n: self.net.get(n).pid for n in g.nodes},
                                           {s.name: s.address for s in self.cluster.servers}, self.group,
-                                          self.vni_base)
+                                          self.vni_base, veth_offloads_off=self.backend == "soft")
         self._each_server(lambda r: tunnels.apply(r, per_server[r.server.name]))
         for u, v, e in g.edges(data=True):
             self.net.addLink(u, v, port1=e["ports"][u], port2=e["ports"][v], cls=PrebuiltLink,
@@ -195,8 +203,10 @@ class ClusterNetwork(EmulatedNetwork):
         self._each_server(lambda r: r.put(by_server[r.server.name]) if by_server[r.server.name] else None)
 
     def _connect_switches(self) -> None:
-        """The switches' control sockets are on their servers: forward them to the head first."""
-        self._forward_sockets()
+        """The software switches' control sockets are on their servers: forward them to the
+        head first (BMv2's Thrift servers are reached at their servers' addresses)."""
+        if self.backend == "soft":
+            self._forward_sockets()
         super()._connect_switches()
 
     def _forward_sockets(self) -> None:
@@ -235,7 +245,10 @@ class ClusterNetwork(EmulatedNetwork):
     def _connect(self, s: str) -> SwitchClient:
         node = self.net.get(s)
         try:
-            client = ForwardedClient(s, str(node.control_path), timeout=15)
+            if self.backend == "bmv2":
+                client = Bmv2Client(s, node.thrift_port, timeout=15, thrift_ip=node.thrift_ip)
+            else:
+                client = ForwardedClient(s, str(node.control_path), timeout=15)
         except Exception as exc:
             reason = node.died()
             raise RuntimeError(reason or f"switch {s} on {self.placement[s]} did not come up: {exc}") from exc
@@ -273,7 +286,7 @@ class ClusterNetwork(EmulatedNetwork):
             self.forwarders.clear()
             if self.run is not None and self.remotes:
                 if self.keep:                  # the switches' logs live on their servers
-                    self._each_server(lambda r: r.get(self.run.path, "*.log *.out"))
+                    self._each_server(lambda r: r.get(self.run.path, "*.log *.out *.txt"))
                 self._each_server(self._clean_server)
                 for remote in self.remotes.values():
                     remote.close()
@@ -380,21 +393,22 @@ class ClusterNetwork(EmulatedNetwork):
         return events
 
     def set_link(self, a: str, b: str, up: bool) -> float:
-        changed = time.monotonic()
-        self.net.configLinkStatus(a, b, "up" if up else "down")
+        changed = super().set_link(a, b, up)          # on BMv2 with the sources stopped: _sources_quiet
         events = getattr(self, "_link_events", None)
         if events is not None:
             events.put((a, b, up, time.monotonic(), self.graph.edges[a, b]["intfs"][a]))
         return changed
 
     def watch_switches(self, on_exit, on_hang=None) -> None:
-        """Exits as on one machine (the watcher follows each switch's ssh); no liveness probe:
-        its pings would cross ssh forwards with a bound (0.5 s) made for a local socket, and
-        its fence (SIGKILL of the process it knows) would end the ssh, not the switch."""
+        """Exits as on one machine (the watcher follows each switch's ssh); no liveness probe
+        (LIVENESS_PROBE): its pings would cross ssh forwards or the servers' network with a
+        bound (0.5 s) made for a local socket, and its fence (SIGKILL of the process it knows)
+        would end the ssh, not the switch."""
         super().watch_switches(on_exit, on_hang)
-        if self.probe is not None:
-            self.probe.stop()
-            self.probe = None
+
+    def _sources_quiet(self):
+        """Every server's sources stopped and switch ports idle, through its agent (bmv2.py)."""
+        return bmv2.sources_quiet(self)
 
     def hang_switch(self, name: str) -> float:
         raise ValueError("hanging a switch is not supported in cluster mode (no liveness probe across servers)")
@@ -403,9 +417,14 @@ class ClusterNetwork(EmulatedNetwork):
         proc = self._switch_proc(name)
         if proc.poll() is not None or name in self.dead or name in self._handled:
             raise ValueError(f"switch {name} is not running")
+        pid = proc.remote_pid                     # known since it started (read_pids)
+        agent = self.agents.get(self.placement[name])
         done = self._handled[name] = threading.Event()
         t = time.monotonic()
-        proc.kill()
+        if agent is not None and agent.proc.poll() is None:
+            agent.tell(f"signal {int(signal.SIGKILL)} {pid}")   # a line on an open connection (agent.py)
+        else:
+            proc.kill()
         if wait and self.watcher is not None and not done.wait(wait):
             raise RuntimeError(f"switch {name} was killed but its exit was not handled within {wait} s")
         return t

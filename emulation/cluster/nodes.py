@@ -2,7 +2,7 @@
 `RemoteMixin` (the node's shell is `ssh ... sudo -E mnexec ...` over the server's multiplexed
 connection) on top of the classes a one-machine network uses.
 
-What changes on a server: the switch process is started over ssh (no launcher to fork it:
+What changes on a server: the switch process (the software switch or BMv2's simple_switch) is started over ssh (no launcher to fork it:
 its pidfds cannot cross machines), its exit is seen when that ssh exits (ssh returns the
 remote exit code), and it is signalled by its pid on the server. A host's interfaces are
 already in its namespace (the server's `ip -batch` made them there): Mininet must not try
@@ -20,7 +20,7 @@ from mininet.examples.cluster import RemoteMixin
 from mininet.node import Host
 
 from emulation.cluster.remote import Remote, python_env_words
-from emulation.switch_nodes import SoftP4Switch
+from emulation.switch_nodes import Bmv2Switch, SoftP4Switch, bmv2_binary
 from ground.paths import REPO
 
 
@@ -131,7 +131,27 @@ def start_remote(remote: Remote, command: str, pidfile: str, what: str, out=subp
     return RemoteProcess(remote, proc, pidfile, what)
 
 
-class RemoteSoftSwitch(_OnServer, SoftP4Switch):
+class _RemoteDataPlane:
+    """What both data planes do the same way on a server: the process started over ssh
+    (`command` ends in an exec), its pid file and log in the run directory there."""
+
+    LOGS: tuple[str, ...] = ("", ".out")          # suffixes of log_path whose tails tell why it died
+
+    def _start_on_server(self, command: str) -> None:
+        self.proc = start_remote(self.remote, command, str(self.run.path / f"{self.name}.pid"),
+                                 f"switch {self.name}")
+        self.run.add_pid(self.proc.pid, f"{self.name} data plane (ssh to {self.remote.server.name})")
+
+    def died(self) -> str | None:
+        if self.proc is None or self.proc.poll() is None:
+            return None
+        files = " ".join(shlex.quote(str(self.log_path.with_suffix(x) if x else self.log_path)) for x in self.LOGS)
+        tail = self.remote.run(f"tail -n 15 {files} 2>/dev/null; true", check=False)
+        return (f"switch {self.name} on {self.remote.server.name} exited with code {self.proc.returncode}; "
+                f"last lines of {self.log_path} there:\n{tail.stdout}")
+
+
+class RemoteSoftSwitch(_RemoteDataPlane, _OnServer, SoftP4Switch):
     """The software switch on a server: `python -m softswitch` over ssh, in the server's root
     namespace, its control socket and log in the run directory there (the head reaches the
     socket through an ssh forward: emulation/cluster/network.py)."""
@@ -147,17 +167,30 @@ class RemoteSoftSwitch(_OnServer, SoftP4Switch):
         if self.pcap:
             argv += ["--pcap-dir", str(self.run.path / "pcaps")]
         out = self.log_path.with_suffix(".out")
-        command = (f"cd {shlex.quote(str(REPO))} && exec env {python_env_words(REPO)} "
-                   f"{shlex.quote(sys.executable)} -m softswitch {' '.join(shlex.quote(a) for a in argv)} "
-                   f">>{shlex.quote(str(out))} 2>&1 </dev/null")
-        self.proc = start_remote(self.remote, command, str(self.run.path / f"{self.name}.pid"),
-                                 f"switch {self.name}")
-        self.run.add_pid(self.proc.pid, f"{self.name} data plane (ssh to {self.remote.server.name})")
+        self._start_on_server(f"cd {shlex.quote(str(REPO))} && exec env {python_env_words(REPO)} "
+                              f"{shlex.quote(sys.executable)} -m softswitch {' '.join(shlex.quote(a) for a in argv)} "
+                              f">>{shlex.quote(str(out))} 2>&1 </dev/null")
 
-    def died(self) -> str | None:
-        if self.proc is None or self.proc.poll() is None:
-            return None
-        tail = self.remote.run(f"tail -n 15 {shlex.quote(str(self.log_path))} "
-                               f"{shlex.quote(str(self.log_path.with_suffix('.out')))} 2>&1; true", check=False)
-        return (f"switch {self.name} on {self.remote.server.name} exited with code {self.proc.returncode}; "
-                f"last lines of {self.log_path} there:\n{tail.stdout}")
+
+class RemoteBmv2Switch(_RemoteDataPlane, _OnServer, Bmv2Switch):
+    """BMv2's simple_switch on a server, in its root namespace on the server's interfaces,
+    with the program's JSON, its log and notifications socket in the run directory there
+    (emulation/cluster/bmv2.py puts the JSON there). Its Thrift server listens on the server's
+    address, where the head's client connects (`thrift_ip`); simple_switch is run from the
+    path it has on the head (BMv2 is installed at the same path on every server)."""
+
+    LOGS = ("", ".txt", ".out")                   # BMv2 logs to the name without the suffix
+
+    def __init__(self, name, remote: Remote, run, json_path: str, thrift_port: int, device_id: int = 0,
+                 pcap: bool = False, **params):
+        super().__init__(name, remote=remote, run=run, json_path=json_path, thrift_port=thrift_port,
+                         device_id=device_id, pcap=pcap, **params)
+
+    @property
+    def thrift_ip(self) -> str:
+        return self.remote.server.address
+
+    def start(self, controllers):
+        out = shlex.quote(str(self.log_path.with_suffix(".out")))
+        self._start_on_server(f"exec {' '.join(shlex.quote(a) for a in self.argv(bmv2_binary()))} "
+                              f">>{out} 2>&1 </dev/null")
