@@ -215,7 +215,7 @@ def bench_bmv2_reroute(a) -> list[dict]:
     """BMv2's reroute: a rat tree link fails mid-run on a k=4 fat-tree of BMv2 switches, dense and
     sparse, `--bmv2-reroute-runs` times each; every run must be exact, and the install (freeze,
     snapshot, entries, preload) should stay under 250 ms."""
-    from controller.switch_client import find_bmv2_tool
+    from controller.bmv2_tools import find_bmv2_tool
     from emulation.session import run_allreduce
 
     if not (find_bmv2_tool("simple_switch") and find_bmv2_tool("p4c")):
@@ -469,7 +469,7 @@ def bench_trees(_a) -> list[dict]:
 def bench_bmv2(a) -> list[dict]:
     """Both switches under the same closed-loop load (agglab/bench_bmv2.py); informational."""
     from agglab.bench_bmv2 import bmv2_switch
-    from controller.switch_client import find_bmv2_tool
+    from controller.bmv2_tools import find_bmv2_tool
     from softswitch import bench_io
 
     if not (find_bmv2_tool("simple_switch") and find_bmv2_tool("p4c")):

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from controller.bmv2_client import Bmv2Client
-from controller.switch_client import find_bmv2_tool
+from controller.bmv2_tools import find_bmv2_tool
 from softswitch import bench_io
 
 THRIFT_PORT = 29611

@@ -21,7 +21,8 @@ import subprocess
 import threading
 import time
 
-from controller.switch_client import SwitchCommandError, find_bmv2_tool
+from controller.bmv2_tools import find_bmv2_tool
+from controller.switch_client import SwitchCommandError
 
 _ERROR = re.compile(r"Error|Invalid|exception|Traceback|\*\*\* Unknown")
 
@@ -70,14 +71,16 @@ def add_bmv2_python_path() -> None:
     import glob
     import sys
 
-    binary = find_bmv2_tool("simple_switch")
-    if not binary:
-        return
-    prefix = os.path.dirname(os.path.dirname(os.path.realpath(binary)))
-    for path in sorted(glob.glob(f"{prefix}/lib/python3*/site-packages")) + \
-            sorted(glob.glob(f"{prefix}/lib/python3*/dist-packages")):
-        if path not in sys.path:
-            sys.path.append(path)
+    # simple_switch_CLI's prefix first: a switch-only build chosen by AGGLAB_SIMPLE_SWITCH
+    # (controller/bmv2_tools.py) has no bindings of its own and speaks the same Thrift.
+    for binary in (find_bmv2_tool("simple_switch_CLI"), find_bmv2_tool("simple_switch")):
+        if not binary:
+            continue
+        prefix = os.path.dirname(os.path.dirname(os.path.realpath(binary)))
+        for path in sorted(glob.glob(f"{prefix}/lib/python3*/site-packages")) + \
+                sorted(glob.glob(f"{prefix}/lib/python3*/dist-packages")):
+            if path not in sys.path:
+                sys.path.append(path)
 
 
 # AGGLAB_BMV2_API picks one way in: "p4-utils" or "runtime_CLI" (it must import, else the

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import re
-import shutil
 from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, TypeVar
@@ -541,14 +540,3 @@ class SoftSwitchClient(SwitchClient):
         close = getattr(self._client, "close", None)
         if close:
             close()
-
-
-def find_bmv2_tool(name: str) -> str | None:
-    """simple_switch / simple_switch_CLI / p4c on PATH, else under /opt/*/bin."""
-    found = shutil.which(name)
-    if found:
-        return found
-    import glob
-
-    hits = sorted(glob.glob(f"/opt/*/bin/{name}"))
-    return hits[0] if hits else None

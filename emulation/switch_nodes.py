@@ -117,11 +117,13 @@ class Bmv2Switch(_ProcessSwitch):
         self.pcap = pcap
 
     def start(self, controllers):
-        from controller.switch_client import find_bmv2_tool
+        from controller.bmv2_tools import find_bmv2_tool, simple_switch_note
 
         binary = find_bmv2_tool("simple_switch")
         if not binary:
             raise RuntimeError("simple_switch not found: install BMv2 (sudo scripts/provision-vm.sh, or the Vagrant VM) or use --backend soft")
+        with open(self.log_path.with_suffix(".out"), "a") as out:    # which build wrote these logs
+            out.write(simple_switch_note() + "\n")
         # the notifications socket defaults to /tmp/bmv2-<device>-notifications.ipc, shared by
         # every simple_switch on the machine: another run's switch would stop ours from starting
         argv = [binary, "--device-id", str(self.device_id), "--thrift-port", str(self.thrift_port),
