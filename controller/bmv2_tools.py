@@ -14,6 +14,11 @@ import shutil
 
 SIMPLE_SWITCH_ENV = "AGGLAB_SIMPLE_SWITCH"
 OPT_BINS = "/opt/*/bin"          # where prefixes outside PATH are looked for
+# Where scripts/build-bmv2.sh puts the performance build beside the kit (`make bench ONLY=bmv2`
+# measures it there); BUILD_PERF is the command that builds it.
+PERF_SWITCH = "/opt/bmv2-perf/bin/simple_switch"
+BUILD_PERF = ("sudo scripts/build-bmv2.sh --perf --switch-only "
+              "[--src ../shared/p4kit/behavioral-model-1.15.5-src.tar.xz] /opt/bmv2-perf")
 
 
 def find_bmv2_tool(name: str) -> str | None:
@@ -26,9 +31,19 @@ def find_bmv2_tool(name: str) -> str | None:
     simple_switch_CLI too (a full BMv2 install, whose Thrift Python bindings agglab uses)."""
     if name == "simple_switch" and os.environ.get(SIMPLE_SWITCH_ENV):
         chosen = os.environ[SIMPLE_SWITCH_ENV]
-        if not (os.path.isfile(chosen) and os.access(chosen, os.X_OK)):
+        if not is_program(chosen):
             raise FileNotFoundError(f"{SIMPLE_SWITCH_ENV}={chosen}: no such executable")
         return chosen
+    return installed_tool(name)
+
+
+def is_program(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def installed_tool(name: str) -> str | None:
+    """The tool of the full BMv2 install (PATH, else /opt/*/bin holding simple_switch_CLI), whatever
+    AGGLAB_SIMPLE_SWITCH says: the reference build beside a switch-only one."""
     found = shutil.which(name)
     if found:
         return found
