@@ -25,8 +25,10 @@ an emulation is only faithful while the links, not the CPU, are the bottleneck):
   sparse     8 workers x 1M int32 at 5 Mb/s, overlapping blocks: dense time over
              sparse time at density 0.1 and 0.01                                 (>= 9x, >= 50x)
   trees      tree computation on fat-trees (informational)
-  bmv2       BMv2 simple_switch's 8-way aggregation frames/s beside the software
-             switch's (same lab, senders, packets, program; skipped without BMv2/p4c)
+  bmv2       8-way aggregation frames/s per BMv2 switch, reference and performance
+             build (-O3, no logging macros, no elogger), beside the software twin's
+             (same lab, senders, packets, program); ratio and link-rate ceiling
+             (skipped without BMv2/p4c; a build not installed says how to build it)
   bmv2-reroute  k=4 fat-tree of BMv2 switches, a rat tree link fails mid-run, dense and
              sparse, 3 runs each (--bmv2-reroute-runs): phases, exactness  (install < 250 ms)
 
@@ -215,7 +217,7 @@ def bench_bmv2_reroute(a) -> list[dict]:
     """BMv2's reroute: a rat tree link fails mid-run on a k=4 fat-tree of BMv2 switches, dense and
     sparse, `--bmv2-reroute-runs` times each; every run must be exact, and the install (freeze,
     snapshot, entries, preload) should stay under 250 ms."""
-    from controller.switch_client import find_bmv2_tool
+    from controller.bmv2_tools import find_bmv2_tool
     from emulation.session import run_allreduce
 
     if not (find_bmv2_tool("simple_switch") and find_bmv2_tool("p4c")):
@@ -467,24 +469,10 @@ def bench_trees(_a) -> list[dict]:
 
 
 def bench_bmv2(a) -> list[dict]:
-    """Both switches under the same closed-loop load (agglab/bench_bmv2.py); informational."""
-    from agglab.bench_bmv2 import bmv2_switch
-    from controller.switch_client import find_bmv2_tool
-    from softswitch import bench_io
+    """Each simple_switch build and the twin under the same closed-loop load (agglab/bench_bmv2.py)."""
+    from agglab.bench_bmv2 import section
 
-    if not (find_bmv2_tool("simple_switch") and find_bmv2_tool("p4c")):
-        raise RuntimeError("simple_switch or p4c not found (scripts/provision-vm.sh builds them)")
-    opts = bench_io.options(["--seconds", str(a.daemon_seconds), "--window", "32"])
-    out = []
-    for name, start in (("software switch", bench_io.soft_switch), ("BMv2 simple_switch", bmv2_switch)):
-        r = bench_io.run("agg", opts, start_switch=start)
-        out.append(figure(f"{name} aggregation frames/s (window 32)", r["completion_frames_pps"],
-                          "frames/s", link_mbps=None, link_bound=False,
-                          scale=f"{opts.workers} workers x window {opts.window} on unshaped veths",
-                          detail=f"switch CPU {r['daemon_cpu']:.0%}, retransmissions {r['retx']}, "
-                                 f"wrong results {r['bad']}",
-                          switch_cpu=round(r["daemon_cpu"], 3), wrong_results=r["bad"]))
-    return out
+    return section(a, figure)
 
 
 BENCHES = {"pipeline": bench_pipeline, "daemon": bench_daemon, "wire": bench_wire, "wide": bench_wide,

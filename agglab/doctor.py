@@ -46,7 +46,7 @@ def package_version(dist: str) -> str | None:
 def bmv2_tools() -> list[tuple[str, str | None, str]]:
     """(label, version or None when absent, what its absence means) for the BMv2 tool chain."""
     from controller.bmv2_ways import add_bmv2_python_path
-    from controller.switch_client import find_bmv2_tool
+    from controller.bmv2_tools import find_bmv2_tool
 
     simple_switch = find_bmv2_tool("simple_switch")
     cli = find_bmv2_tool("simple_switch_CLI")

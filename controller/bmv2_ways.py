@@ -20,7 +20,8 @@ import subprocess
 import threading
 import time
 
-from controller.switch_client import SwitchCommandError, find_bmv2_tool
+from controller.bmv2_tools import find_bmv2_tool
+from controller.switch_client import SwitchCommandError
 
 _ERROR = re.compile(r"Error|Invalid|exception|Traceback|\*\*\* Unknown")
 

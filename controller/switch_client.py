@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import re
-import shutil
 from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, TypeVar
@@ -541,21 +540,3 @@ class SoftSwitchClient(SwitchClient):
         close = getattr(self._client, "close", None)
         if close:
             close()
-
-
-BMV2_TOOLS = ("simple_switch", "simple_switch_CLI", "p4c")
-
-
-def find_bmv2_tool(name: str) -> str | None:
-    """simple_switch / simple_switch_CLI / p4c on PATH, else under /opt/*/bin: of several
-    prefixes there, the one with the most of BMV2_TOOLS (a whole install, e.g. /opt/p4kit,
-    before a prefix holding one extra simple_switch build), then by name."""
-    found = shutil.which(name)
-    if found:
-        return found
-    import glob
-    import os
-
-    hits = glob.glob(f"/opt/*/bin/{name}")
-    whole = {hit: sum(os.path.exists(os.path.join(os.path.dirname(hit), tool)) for tool in BMV2_TOOLS) for hit in hits}
-    return min(hits, key=lambda hit: (-whole[hit], hit), default=None)

@@ -13,7 +13,7 @@ from pathlib import Path
 from ground import wire
 from ground import paths
 from ground.paths import P4SRC
-from controller.switch_client import find_bmv2_tool
+from controller.bmv2_tools import find_bmv2_tool
 
 BUILD = paths.BUILD / "p4"
 

@@ -117,7 +117,12 @@ class Bmv2Switch(_ProcessSwitch):
         self.pcap = pcap
 
     def start(self, controllers):
-        self._spawn(self.argv(bmv2_binary()))
+        binary = bmv2_binary()
+        from controller.bmv2_tools import simple_switch_note
+
+        with open(self.log_path.with_suffix(".out"), "a") as out:    # which build wrote these logs
+            out.write(simple_switch_note() + "\n")
+        self._spawn(self.argv(binary))
 
     def argv(self, binary: str) -> list[str]:
         """simple_switch's command line (also what a cluster's server runs: emulation/cluster/nodes.py)."""
@@ -136,7 +141,7 @@ class Bmv2Switch(_ProcessSwitch):
 
 def bmv2_binary() -> str:
     """simple_switch's path here (a cluster's servers must have it at the same path)."""
-    from controller.switch_client import find_bmv2_tool
+    from controller.bmv2_tools import find_bmv2_tool
 
     binary = find_bmv2_tool("simple_switch")
     if not binary:

@@ -11,6 +11,10 @@
 #   source    BMv2 tag $BMV2_TAG and p4c tag $P4C_TAG built from p4lang's GitHub repositories
 #             into $P4_PREFIX (about an hour on 2 cores), as p4lang/tutorials' VM scripts do.
 #   auto      packages where they are published, else (or if apt cannot install them) source.
+# Built from source, BMv2 is the performance build (AGGLAB_BMV2_BUILD=perf|reference|debug, default
+# perf: -O3, no logging macros, no event logger, so no per-packet log lines; `debug` keeps the
+# logs and adds -O0 -g and BMv2's debugger; `reference` is the p4kit's -O2 build), see
+# scripts/build-bmv2.sh. The packages are whatever p4lang built.
 # p4-utils (nsg-ethz, not on PyPI) is installed from git at the pinned $P4UTILS_COMMIT.
 #
 # Idempotent: tools already present are kept. Everything is downloaded here, inside the VM;
@@ -22,6 +26,7 @@ P4C_TAG=${P4C_TAG:-v1.2.4.8}
 P4UTILS_COMMIT=${P4UTILS_COMMIT:-83b118bbae530b31cc74e7fa32f9174f7c0a1184}
 P4_PREFIX=${P4_PREFIX:-/usr/local}
 P4_SOURCE=${AGGLAB_P4_SOURCE:-auto}
+BMV2_BUILD=${AGGLAB_BMV2_BUILD:-perf}
 SRC_DIR=${AGGLAB_SRC_DIR:-/usr/local/src/agglab-p4}
 OBS=https://download.opensuse.org/repositories/home:/p4lang
 REPO_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -76,15 +81,15 @@ clone_tag() {  # url tag dir
 }
 
 build_bmv2() {
-  say "BMv2 $BMV2_TAG from source into $P4_PREFIX"
+  say "BMv2 $BMV2_TAG from source into $P4_PREFIX ($BMV2_BUILD build, scripts/build-bmv2.sh)"
+  # protobuf: BMv2's packet tracing (configure's --with-packet-trace, on by default) needs protoc
   apt-get install -y -q --no-install-recommends build-essential autoconf automake libtool libtool-bin \
     pkg-config bison flex g++ libgmp-dev libpcap-dev libboost-dev libboost-program-options-dev \
     libboost-system-dev libboost-filesystem-dev libboost-thread-dev libboost-test-dev libevent-dev \
     libssl-dev libffi-dev libreadline-dev libjsoncpp-dev libnanomsg-dev libxxhash-dev thrift-compiler \
-    libthrift-dev python3-thrift python3-six
+    libthrift-dev python3-thrift python3-six protobuf-compiler libprotobuf-dev
   clone_tag https://github.com/p4lang/behavioral-model.git "$BMV2_TAG" "$SRC_DIR/behavioral-model"
-  (cd "$SRC_DIR/behavioral-model" && ./autogen.sh && ./configure --prefix="$P4_PREFIX" CXXFLAGS=-O2 \
-     && make -j"$JOBS" && make install && ldconfig)
+  bash "$REPO_DIR/scripts/build-bmv2.sh" "--$BMV2_BUILD" --src "$SRC_DIR/behavioral-model" "$P4_PREFIX"
 }
 
 build_p4c() {
@@ -158,6 +163,7 @@ main() {
   [ -r /etc/os-release ] || die "cannot tell the distribution (/etc/os-release missing)"
   os_release
   case "$P4_SOURCE" in auto|packages|source) ;; *) die "AGGLAB_P4_SOURCE must be auto, packages or source" ;; esac
+  case "$BMV2_BUILD" in perf|reference|debug) ;; *) die "AGGLAB_BMV2_BUILD must be perf, reference or debug" ;; esac
   install_base
   if have_p4_tools; then
     say "BMv2 and p4c already installed: $(command -v simple_switch), $(command -v p4c)"

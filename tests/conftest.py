@@ -35,7 +35,7 @@ def _have_mininet() -> bool:
 
 
 def _have_bmv2() -> bool:
-    from controller.switch_client import find_bmv2_tool
+    from controller.bmv2_tools import find_bmv2_tool
 
     return bool(find_bmv2_tool("simple_switch") and find_bmv2_tool("p4c"))
 

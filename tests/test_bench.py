@@ -111,7 +111,7 @@ def test_sections_without_root_run_tiny(tmp_path):
 def test_every_network_section_runs_tiny(tmp_path):
     """wire, wide, reroute, switchfail, build, sparse, daemon, and the BMv2 ones (skipped with
     their reason where BMv2 is absent), each at a size that takes seconds."""
-    from controller.switch_client import find_bmv2_tool
+    from controller.bmv2_tools import find_bmv2_tool
 
     sections = ["daemon", "wire", "wide", "reroute", "switchfail", "build", "sparse", "bmv2", "bmv2-reroute"]
     report = _bench(tmp_path, sections, timeout=1400)

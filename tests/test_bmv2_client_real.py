@@ -11,7 +11,8 @@ import subprocess
 
 import pytest
 
-from controller.switch_client import SwitchCommandError, find_bmv2_tool
+from controller.bmv2_tools import find_bmv2_tool
+from controller.switch_client import SwitchCommandError
 
 pytestmark = [pytest.mark.bmv2]
 

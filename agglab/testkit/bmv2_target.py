@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ground import lifeline
 from ground.paths import P4SRC
-from controller.switch_client import find_bmv2_tool
+from controller.bmv2_tools import find_bmv2_tool, simple_switch_note
 from agglab.testkit.netns import Namespace, inside
 
 THRIFT_PORT = 9090                # inside our own namespace, so never in conflict
@@ -104,6 +104,8 @@ class Bmv2Target:
                                 "--notifications-addr", ipc, "--log-console", "-L", "debug",
                                 *ifaces, str(self.json))
         with open(log, "w") as out:
+            out.write(simple_switch_note() + "\n")      # a performance build's log has no packets
+            out.flush()
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                          preexec_fn=lifeline.preexec())      # dies with an interrupted checker
         self.log = log
