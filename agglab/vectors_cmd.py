@@ -59,6 +59,9 @@ def _run(args) -> int:
             except AssertionError as exc:
                 failed += 1
                 print(f"FAIL {path} ({args.target}): {exc}")
+            except Exception as exc:             # the target itself failed (a crash in the twin)
+                failed += 1
+                print(f"FAIL {path} ({args.target}): {type(exc).__name__}: {exc}")
     finally:
         target.close()
     print(f"{len(vectors) - failed} of {len(vectors)} vector(s) pass on {args.target}", file=sys.stderr)
