@@ -14,7 +14,8 @@ every packet would cost ~0.2 s a packet).
 CI runs EXAMPLES sequences per scheme on BMv2 (4 x 80 = 320) and per scheme on the batched
 path, derandomized (the same sequences every run, no example database). Locally, more and
 new ones: AGGLAB_DIFFTEST_EXAMPLES=2000 AGGLAB_DIFFTEST_RANDOM=1. Vectors of divergences go
-to AGGLAB_DIFFTEST_OUT (default: the session's pytest temporary directory, difftest/).
+to AGGLAB_DIFFTEST_OUT (default build/difftest/ in the checkout: pytest's temporary
+directories are pruned by later sessions).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from agglab.testkit import difftest
+from ground.paths import BUILD
 from agglab.testkit.seqgen import PORTS, SCHEMES, sequences
 from softswitch.pipeline import Pipeline
 
@@ -34,12 +36,11 @@ SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=not os.env
                     database=None, print_blob=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                            HealthCheck.data_too_large])
-RUNS: dict[str, int] = {}          # sequences compared, per test (the module's last test reports them)
 
 
 @pytest.fixture(scope="module")
-def out_dir(tmp_path_factory) -> Path:
-    return Path(os.environ.get("AGGLAB_DIFFTEST_OUT") or tmp_path_factory.getbasetemp() / "difftest")
+def out_dir() -> Path:
+    return Path(os.environ.get("AGGLAB_DIFFTEST_OUT") or BUILD / "difftest")
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +50,7 @@ def bmv2(tmp_path_factory):
     tools = find_tools()
     if tools is None:
         pytest.skip("needs BMv2 simple_switch, simple_switch_CLI and p4c (PATH or /opt/p4/bin)")
-    target = Bmv2Target(tools, tmp_path_factory.mktemp("difftest-bmv2"), max(PORTS))
+    target = Bmv2Target(tools, tmp_path_factory.mktemp("difftest-bmv2"), max(PORTS), log_level="warn")
     fenced = None
     try:
         target.start()
@@ -81,7 +82,6 @@ def test_twin_matches_bmv2(scheme, twin, bmv2, out_dir):
     @given(seq=sequences(scheme))
     def check(seq):
         difftest.run_pair(seq, twin, bmv2, out_dir)
-        RUNS[f"bmv2-{scheme}"] = RUNS.get(f"bmv2-{scheme}", 0) + 1
 
     check()
 
