@@ -101,3 +101,67 @@ def test_twin_matches_batched_path(scheme, batched_pair):
     check()
     if scheme == "dense":        # the fast path really ran on the generated sequences
         assert TAKEN.get("dense", 0) > 0, "process_batch declined every batch of the dense sequences"
+
+
+class _OtherTwin:
+    """A stand-in for FencedBmv2: a second twin whose configuration loses one line (`drop`),
+    so the harness's divergence path runs without BMv2."""
+
+    def __init__(self, drop: str):
+        self.p, self.drop = Pipeline(seed=1), drop
+
+    def reset(self, commands):
+        difftest.reset_twin(self.p, [c for c in commands if c != self.drop])
+
+    def inject(self, port, frame):
+        return self.p.process(port, frame)
+
+    def read(self, cells):
+        return {n: self.p.registers[n][i].astype("u8") for n, i in cells.items() if len(i)}
+
+    def read_all(self, names):
+        return {n: self.p.registers[n].astype("u8") for n in names}
+
+    def counters(self, sizes):
+        return {n: self.p.counters[n][:k] for n, k in sizes.items()}
+
+
+def test_a_divergence_is_written_as_a_vector_that_replays(tmp_path):
+    """Without port 2's agg_reply entry the 'BMv2' side sends job 1's result to ports 1 and 3
+    only: run_pair fails at the completing packet, names a vector file, and that file fails on
+    the twin and passes on the side whose outputs it recorded."""
+    from agglab.testkit.conformance import run_vector
+    from agglab.testkit.seqgen import SCENARIOS, Sequence
+    from agglab.testkit.vectors import load
+
+    drop = next(c for c in SCENARIOS["root"] if c.startswith("table_add agg_reply agg_set_dst 2 "))
+    other = _OtherTwin(drop)
+    agg = {"job": 1, "slot": 1, "exp": 130}
+    seq = Sequence("dense", "root", [(p, {"from": f"h{p}", "agg": {**agg, "worker": p - 1}, "values": [p]})
+                                     for p in (1, 2, 3)])
+    with pytest.raises(difftest.Divergence) as caught:
+        difftest.run_pair(seq, Pipeline(seed=1), other, tmp_path)
+    message = str(caught.value)
+    assert "packet 3 on port 3" in message
+    written = list(tmp_path.glob("diff_dense_*.yaml"))
+    assert len(written) == 1 and str(written[0]) in message
+    vector = load(written[0])
+    assert [len(s.expect) for s in vector.steps] == [0, 0, 2]
+
+    class OtherTarget:                         # the recording side, as a conformance target
+        def reset(self, ports):
+            pass
+
+        def commands(self, lines):
+            if lines and lines[0].split()[0] in ("register_read", "counter_read"):
+                return [other.p.command(line) for line in lines]
+            other.reset(lines)
+            return [""] * len(lines)
+
+        def inject(self, port, frame, expected):
+            return other.inject(port, frame)
+
+    run_vector(OtherTarget(), vector, ordered=True)
+    from agglab.testkit.soft_target import SoftTarget
+    with pytest.raises(AssertionError, match="packet 3 on port 3"):
+        run_vector(SoftTarget(), vector, ordered=True)

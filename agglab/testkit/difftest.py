@@ -210,7 +210,7 @@ def write_vector(seq: Sequence, frames, history, bmv2: FencedBmv2, touched, size
                       for i, v in zip(idx, regs[name])},
         "counters": {f"{name}[{i}]": int(v) for name, vals in ctrs.items() for i, v in enumerate(vals) if v},
     }
-    text = yaml.safe_dump(doc, sort_keys=False, width=110)
+    text = yaml.safe_dump(doc, sort_keys=False, width=110, default_flow_style=None)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"diff_{seq.scheme}_{hashlib.sha1(text.encode()).hexdigest()[:8]}.yaml"
     path.write_text(text)
