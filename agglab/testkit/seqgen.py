@@ -30,6 +30,7 @@ from agglab.testkit import layout
 
 RESULT, RETX, SPARSE, ACK, LEAD, ATP = 1, 2, 4, 8, 16, 32
 NEXT_NONE = 0xFFFFFFFF
+ETH = 14                           # a packet socket sends no frame shorter than its Ethernet header
 PORTS = (1, 2, 3, 4)               # switch ports the scenarios use: 1-3 workers, 4 parent / PS
 _REPLY = [f"table_add agg_reply agg_set_dst {p} => 02:a6:67:ff:ff:fe 10.255.255.254 02:00:00:00:00:0{p} 10.0.0.{p}"
           for p in (1, 2, 3)]
@@ -127,7 +128,7 @@ def _hostile(draw, scenario: str) -> tuple[int, dict]:
     elif how == "udp_len":
         spec["udp"] = {"len": draw(st.sampled_from([0, 8, 24, 100, 280, 65535]))}
     elif how == "truncate":
-        spec["truncate"] = draw(st.integers(0, layout.frame_bytes()))
+        spec["truncate"] = draw(st.integers(ETH, layout.frame_bytes()))
     elif how == "options":
         spec["ip"] = {**spec.get("ip", {}), "options": "01010101"}
     elif how == "dport":
@@ -137,7 +138,7 @@ def _hostile(draw, scenario: str) -> tuple[int, dict]:
     elif how == "version":
         spec["ip"] = {**spec.get("ip", {}), "ihl": draw(st.sampled_from([4, 6, 15]))}
     elif how == "raw":
-        spec = {"raw": draw(st.binary(min_size=0, max_size=80)).hex()}
+        spec = {"raw": draw(st.binary(min_size=ETH, max_size=80)).hex()}
     elif how == "plain_ip":
         spec = {"from": f"h{port}", "ip": {"dst": draw(st.sampled_from(["10.0.0.4", "10.0.0.1", "10.9.9.9"])),
                                            "proto": draw(st.sampled_from([6, 17]))}, "payload": "00112233"}
