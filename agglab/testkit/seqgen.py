@@ -85,12 +85,12 @@ def _agg_packet(draw, scheme: str, scenario: str) -> tuple[int, dict]:
     from_parent = port == 4 and scenario == "inner"
     rank = {1: 0, 2: 1, 3: 2, 4: 0}[port]
     worker = draw(st.one_of(st.just(rank), st.integers(0, 3), st.just(40))) if draw(st.booleans()) else rank
-    job = draw(st.sampled_from([1, 1, 1, 2, 3])) if port != 4 or from_parent else draw(st.sampled_from([2, 2, 1]))
+    job = draw(st.sampled_from([1] * 6 + [2, 3])) if port != 4 or from_parent else draw(st.sampled_from([2, 2, 1]))
     flags = SPARSE if scheme == "sparse" else 0
     if from_parent and draw(st.integers(0, 3)):
         flags |= RESULT
     flags |= draw(st.sampled_from([0, 0, 0, RETX, RESULT, LEAD] + ([ACK, ACK | LEAD] if scheme == "sparse" else [])))
-    agg = {"job": job, "tree": draw(st.sampled_from([0, 0, 0, 1])), "epoch": draw(st.sampled_from([0, 0, 0, 2])),
+    agg = {"job": job, "tree": draw(st.sampled_from([0] * 6 + [1])), "epoch": draw(st.sampled_from([0] * 6 + [2])),
            "flags": flags, "ver": draw(st.integers(0, 1)), "slot": draw(st.sampled_from([0, 1, 1, 2, 3, 4, 5, 9])),
            "worker": worker, "exp": draw(_EXP), "block": draw(st.integers(0, 3)),
            "next_block": draw(st.one_of(st.integers(0, 6), st.just(NEXT_NONE)))}
@@ -148,6 +148,35 @@ def _hostile(draw, scenario: str) -> tuple[int, dict]:
     return port, spec
 
 
+def _next(draw, scheme: str, block: int) -> int:
+    if scheme != "sparse":
+        return draw(st.integers(0, 6))
+    what = draw(st.integers(0, 5))           # mostly a later block, so that rounds complete
+    return draw(st.integers(0, block)) if what == 0 else NEXT_NONE if what == 1 else \
+        draw(st.integers(block + 1, block + 3))
+
+
+@st.composite
+def _round(draw, scheme: str, scenario: str) -> list[tuple[int, dict]]:
+    """A round of job 1 as its workers send it: one slot version and block, the children
+    (ports 1-3, their own ranks) in any order, not always all of them; at an inner switch
+    sometimes the parent's result after it."""
+    slot, ver, block = draw(st.integers(0, 3)), draw(st.integers(0, 1)), draw(st.integers(0, 3))
+    ports = draw(st.permutations([1, 2, 3]))[:draw(st.sampled_from([3, 3, 3, 2, 1]))]
+    flags = SPARSE if scheme == "sparse" else 0
+    out = []
+    for port in ports:
+        ack = scheme == "sparse" and draw(st.integers(0, 5)) == 0
+        agg = {"job": 1, "slot": slot, "ver": ver, "worker": port - 1, "exp": draw(_EXP), "block": block,
+               "next_block": _next(draw, scheme, block), "flags": flags | (ACK if ack else 0)}
+        out.append((port, {"from": f"h{port}", "agg": agg, "values": None if ack else draw(_VALUES)}))
+    if scenario == "inner" and draw(st.booleans()):
+        agg = {"job": 1, "slot": slot, "ver": ver, "worker": 0, "exp": draw(_EXP), "block": block,
+               "next_block": _next(draw, scheme, block), "flags": flags | RESULT}
+        out.append((4, {"to": "service", "agg": agg, "values": draw(_VALUES)}))
+    return out
+
+
 def packet(scheme: str, scenario: str):
     if scheme == "atp":
         return _atp_packet()
@@ -158,17 +187,21 @@ def packet(scheme: str, scenario: str):
 
 @st.composite
 def sequences(draw, scheme: str, max_packets: int = 10) -> Sequence:
-    """A sequence of one scheme: fresh packets, and again and again copies of earlier ones
-    (duplicates; Hypothesis' own choice of order makes the reorderings)."""
+    """A sequence of one scheme: rounds (every child's packet for one slot version, in any
+    order), single packets, and copies of earlier ones (duplicates, resends); Hypothesis'
+    own choice of order makes the reorderings."""
     scenario = "root" if scheme == "atp" else draw(st.sampled_from(["root", "root", "inner"]))
     n = draw(st.integers(1, max_packets))
     packets: list[tuple[int, dict]] = []
-    for _ in range(n):
-        if packets and draw(st.integers(0, 3)) == 0:
+    while len(packets) < n:
+        what = draw(st.integers(0, 5))
+        if packets and what == 0:
             packets.append(draw(st.sampled_from(packets)))
+        elif what <= 2 and scheme != "atp":
+            packets += draw(_round("sparse" if scheme == "sparse" else "dense", scenario))
         else:
             packets.append(draw(packet(scheme, scenario)))
-    return Sequence(scheme, scenario, packets)
+    return Sequence(scheme, scenario, packets[:max_packets])
 
 
 SCHEMES = ("dense", "sparse", "atp", "hostile")
