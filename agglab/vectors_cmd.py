@@ -10,6 +10,7 @@ here exactly when it would pass in tests/conformance/.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -64,5 +65,8 @@ def _run(args) -> int:
                 print(f"FAIL {path} ({args.target}): {type(exc).__name__}: {exc}")
     finally:
         target.close()
+        workdir = getattr(target, "workdir", None)
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
     print(f"{len(vectors) - failed} of {len(vectors)} vector(s) pass on {args.target}", file=sys.stderr)
     return 1 if failed else 0
