@@ -177,40 +177,50 @@ def run_pair(seq: Sequence, twin, bmv2: FencedBmv2, out_dir: Path) -> int:
                 bad = _differing(twin.registers, everything, bmv2.read_all(twin.registers))
             if bad:
                 problem = f"after packet {n} on port {port}: registers differ: {_cells_text(bad)}"
+                for name, rows in bad.items():          # the vector must hold them, touched or not
+                    touched[name][[i for i, _, _ in rows]] = True
             else:
                 ctr = bmv2.counters(sizes)
                 cbad = _differing(twin.counters, {k: np.arange(v) for k, v in sizes.items()}, ctr)
                 if cbad:
                     problem = f"after packet {n} on port {port}: counters differ: {_cells_text(cbad)}"
         if problem:
-            path = write_vector(seq, frames[:n], history, bmv2, touched, sizes, out_dir, problem)
+            path = write_vector(seq, frames[:n], history, bmv2, touched, twin.counters, out_dir, problem)
             raise Divergence(f"{seq.scheme} sequence ({seq.scenario} scenario), {problem}\n"
                              f"  vector written: {path}\n  replay: agglab vectors run {path} --target soft")
     return len(frames)
 
 
-def write_vector(seq: Sequence, frames, history, bmv2: FencedBmv2, touched, sizes, out_dir: Path,
+def _flow(value) -> str:
+    return yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=1 << 20).strip()
+
+
+def write_vector(seq: Sequence, frames, history, bmv2: FencedBmv2, touched, twin_counters, out_dir: Path,
                  problem: str) -> Path:
     """The sequence up to the diverging packet as a conformance vector with BMv2's outputs and
     state as its expectations: `agglab vectors run FILE --target soft` then fails where the twin
-    differs (--target bmv2 passes, unless BMv2 is not deterministic there)."""
+    differs (--target bmv2 passes, unless BMv2 is not deterministic there). Registers: the cells
+    the twin touched and those found different; counters: every cell either side counted in."""
     cells = {name: np.flatnonzero(t) for name, t in touched.items()}
     regs = bmv2.read(cells)
-    ctrs = bmv2.counters(sizes)
-    doc = {
-        "description": (f"Found by the differential test (tests/test_difftest.py), {seq.scheme} sequence, "
-                        f"{seq.scenario} scenario: {problem.splitlines()[0]}. The expectations are what "
-                        f"BMv2 emitted and stored; decide from docs/design.md which side is right "
-                        f"before keeping this file in p4src/vectors/."),
-        "commands": seq.commands,
-        "packets": [{"port": port, "frame": spec,
-                     "expect": [{"port": p, "frame": {"raw": f.hex()}} for p, f in out]}
-                    for (port, spec), out in zip(seq.packets[:len(frames)], history)],
-        "registers": {f"{name}[{i}]": int(v) for name, idx in cells.items() if len(idx)
-                      for i, v in zip(idx, regs[name])},
-        "counters": {f"{name}[{i}]": int(v) for name, vals in ctrs.items() for i, v in enumerate(vals) if v},
-    }
-    text = yaml.safe_dump(doc, sort_keys=False, width=110, default_flow_style=None)
+    ctrs = bmv2.counters({name: len(twin_counters[name]) for name in COUNTERS})
+    head = {"description": (f"Found by the differential test (tests/test_difftest.py), {seq.scheme} sequence, "
+                            f"{seq.scenario} scenario: {problem.splitlines()[0]}. The expectations are what "
+                            f"BMv2 emitted and stored; decide from docs/design.md which side is right "
+                            f"before keeping this file in p4src/vectors/."),
+            "commands": seq.commands}
+    lines = [yaml.safe_dump(head, sort_keys=False, width=100).rstrip(), "packets:"]
+    for (port, spec), out in zip(seq.packets[:len(frames)], history):
+        lines += [f"  - port: {port}", f"    frame: {_flow(spec)}", "    expect:" + ("" if out else " []")]
+        for p, f in out:
+            lines += [f"      # {describe(f)}", f"      - {{port: {p}, frame: {{raw: \"{f.hex()}\"}}}}"]
+    lines.append("registers:" + ("" if any(len(i) for i in cells.values()) else " {}"))
+    lines += [f"  {name}[{i}]: {int(v)}" for name, idx in cells.items() if len(idx) for i, v in zip(idx, regs[name])]
+    counted = [(name, i, int(v)) for name, vals in ctrs.items() for i, v in enumerate(vals)
+               if v or twin_counters[name][i]]
+    lines.append("counters:" + ("" if counted else " {}"))
+    lines += [f"  {name}[{i}]: {v}" for name, i, v in counted]
+    text = "\n".join(lines) + "\n"
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"diff_{seq.scheme}_{hashlib.sha1(text.encode()).hexdigest()[:8]}.yaml"
     path.write_text(text)
