@@ -274,6 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_exercise_parser(sub)
     from agglab.cluster_cmd import add_cluster_parser   # cluster mode (Mininet's cluster edition)
     add_cluster_parser(sub)
+    from agglab.vectors_cmd import add_parser as add_vectors_parser   # replay vector files
+    add_vectors_parser(sub)
     return ap
 
 

@@ -67,6 +67,12 @@ control AgglabIngress(inout headers_t hdr, inout meta_t meta,
                     mark_to_drop(standard_metadata);
                     agg_stats.count(STAT_REJECT);
                     agg_rejects.count(REJ_MALFORMED);
+                } else if (hdr.agg.isValid() && (hdr.agg.flags & AGG_FLAG_ATP) != 0 && !hdr.data.isValid()) {
+                    /* ATP with SPARSE|ACK: a header the parser took as an ACK, no values
+                     * for the pool to add */
+                    mark_to_drop(standard_metadata);
+                    agg_stats.count(STAT_REJECT);
+                    agg_rejects.count(REJ_MALFORMED);
                 } else if (hdr.agg.isValid() && (hdr.agg.flags & AGG_FLAG_ATP) != 0) {
                     atp.apply(hdr, meta, standard_metadata);        /* its own table, not agg_job */
                     if (meta.atp_absorbed == 0) {

@@ -35,7 +35,7 @@ from softswitch.forward import RESULT, Forward, flood_prune
 from softswitch.multicast import Multicast
 from softswitch.policer import PortPolicer
 from softswitch.registers import CounterArray
-from softswitch.roles import REJ_MALFORMED, job_table, lookup_role
+from softswitch.roles import ACK_ONLY as _ACK_ONLY, REJ_MALFORMED, job_table, lookup_role
 
 DROP_PORT = 511          # simple_switch's default drop port (egress_spec after mark_to_drop)
 _AGG, _IPV4, _ERROR, _L2 = parser.AGG, parser.IPV4, parser.ERROR, parser.L2
@@ -125,6 +125,10 @@ class Pipeline:
             return []
         ptype = parser.parse(frame)
         if ptype == _AGG and frame[_FLAGS_OFF] & _OWN_FLAGS:
+            if frame[_FLAGS_OFF] & _ACK_ONLY == _ACK_ONLY:      # agg_h alone: no values to add
+                self.stats.count(STAT_REJECT, len(frame))
+                self.rejects.count(REJ_MALFORMED, len(frame))
+                return []
             decision = self._own[frame[_FLAGS_OFF] & _OWN_FLAGS](ingress_port, frame)
         elif ptype == _AGG:
             role = lookup_role(self.agg_job, ingress_port, frame)

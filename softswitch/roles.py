@@ -128,7 +128,7 @@ def lookup_role(table: Table, port: int, frame: bytes):
         return REJ_WORKER
     if c >= MAX_WORKERS:
         return REJ_ENTRY
-    if parent is None and not flags & wire.FLAG_RESULT:
-        return REJ_FROM_PARENT
+    if parent is None and (not flags & wire.FLAG_RESULT or flags & ACK_ONLY == ACK_ONLY):
+        return REJ_FROM_PARENT                    # only results, with their values, come down
     r, o = (idx + SLOTS, idx) if vs >> 15 else (idx, idx + SLOTS)
     return c, fan_in, mgrp, parent, r, o, flags

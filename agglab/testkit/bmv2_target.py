@@ -71,8 +71,12 @@ def compile_p4(p4c: str, out_dir: Path) -> Path:
 class Bmv2Target:
     name = "bmv2"
 
-    def __init__(self, tools: dict[str, str], workdir: Path, nports: int):
+    def __init__(self, tools: dict[str, str], workdir: Path, nports: int, log_level: str = "debug"):
+        """log_level: simple_switch's console log (-L); "debug" traces every packet (the vectors'
+        logs show why a packet went where), "warn" saves the differential test's thousands of
+        packets that (a divergence it finds is replayed with `agglab vectors run`, at debug)."""
         self.tools, self.workdir, self.nports = tools, Path(workdir), nports
+        self.log_level = log_level
         self.ns = Namespace(nports)
         self.proc: subprocess.Popen | None = None
         self.socks: dict[int, socket.socket] = {}
@@ -101,7 +105,7 @@ class Bmv2Target:
         # another simple_switch on the machine would make ours fail to start, or the reverse
         ipc = f"ipc://{self.workdir}/notifications.ipc"
         cmd = self.ns.exec_args(self.tools["simple_switch"], "--thrift-port", str(THRIFT_PORT),
-                                "--notifications-addr", ipc, "--log-console", "-L", "debug",
+                                "--notifications-addr", ipc, "--log-console", "-L", self.log_level,
                                 *ifaces, str(self.json))
         with open(log, "w") as out:
             out.write(simple_switch_note() + "\n")      # a performance build's log has no packets

@@ -144,8 +144,10 @@ control JobRole(inout headers_t hdr, inout meta_t meta,
                 /* A bad child index from the controller must not alias bitmap bits. */
                 agg_reject();
                 agg_rejects.count(REJ_ENTRY);
-            } else if (meta.role == ROLE_PARENT && (hdr.agg.flags & AGG_FLAG_RESULT) == 0) {
-                /* Only results may come down from the parent. */
+            } else if (meta.role == ROLE_PARENT &&
+                       ((hdr.agg.flags & AGG_FLAG_RESULT) == 0 || !hdr.data.isValid())) {
+                /* Only results may come down from the parent, with their values (a
+                 * SPARSE|ACK header alone would store lanes of an invalid header). */
                 agg_reject();
                 agg_rejects.count(REJ_FROM_PARENT);
             } else {
