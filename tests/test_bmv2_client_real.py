@@ -89,10 +89,11 @@ def test_runtime_cli_path(switch):
     _exercise(client, switch)
 
 
-def test_p4utils_path(switch):
+def test_p4utils_path(switch, monkeypatch):
     from controller.bmv2_client import Bmv2Client
-    from controller.bmv2_ways import add_bmv2_python_path
+    from controller.bmv2_ways import API_ENV, add_bmv2_python_path
 
+    monkeypatch.setenv(API_ENV, "p4-utils")          # also in CI's runtime_CLI pass
     add_bmv2_python_path()
     pytest.importorskip("p4utils.utils.sswitch_thrift_API",
                         reason="p4-utils not installed (not on PyPI; scripts/provision-vm.sh installs it)")
