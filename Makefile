@@ -6,8 +6,9 @@
 PY      := .venv/bin/python
 SUDO    := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 BACKEND ?= soft
-CONFIG  ?= default
-# CONFIG: a suite name under experiments/configs (default, quick) or any definition/suite file
+CONFIG  ?=
+# CONFIG: a suite name under experiments/configs (default, quick) or any definition/suite file;
+# unset: the backend's default suite (experiments/cli.py DEFAULT_SUITE)
 PYTEST_ARGS ?=
 # make bench: ONLY=sections (comma-separated), COMPARE=results/bench/X.json, BENCH_ARGS=any other option
 ONLY       ?=
