@@ -99,8 +99,9 @@ def main(argv: list[str] | None = None, run_fn: RunFn | None = None, log: TextIO
 
 # The suite `make experiment` / `agglab experiment` runs when none is named, per backend.
 DEFAULT_SUITE = {"soft": "default", "bmv2": "default"}
-# How long `agglab calibrate --backend bmv2` took on the 2-core machine (docs/guide/experiments.md)
-CALIBRATE_MINUTES = 5
+# How long `agglab calibrate --backend bmv2` takes on the 2-core machine: 22 s for its 4 probes
+# on 2026-12-06 (docs/guide/experiments.md "Backends"); a search that steps down takes longer
+CALIBRATE_TIME = "about a minute"
 
 
 def calibrate_backend(backend: str) -> int:
@@ -122,7 +123,7 @@ def calibrate_first(backend: str, calibrate_fn, log: TextIO) -> int:
     BMv2's runs CPU-bound). 0 when a ceiling was stored, else 2 with the command to retry."""
     from experiments.runner import needs_calibration
 
-    print(f"no {backend} calibration yet: calibrating {backend} first (about {CALIBRATE_MINUTES} min on a "
+    print(f"no {backend} calibration yet: calibrating {backend} first ({CALIBRATE_TIME} on a "
           f"2-core machine; `agglab calibrate --backend {backend}` does it alone)", file=log, flush=True)
     calibrate_fn(backend)
     if needs_calibration(backend):
@@ -172,7 +173,7 @@ def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO, calibrate_f
     if args.dry_run:
         if needs_calibration(suite.backend):
             print(f"  ({suite.backend} is not calibrated: a real run calibrates it first, "
-                  f"about {CALIBRATE_MINUTES} min; the plan above is at the default)", file=log)
+                  f"{CALIBRATE_TIME}; the plan above is at the default)", file=log)
         for d, p, reps in steps:
             what = p.error or f"~{estimate_seconds(p, len(reps)):.0f} s{_emulated(d, p)}"
             print(f"  {d.name}: {p.label()} x{len(reps)} ({what})", file=log)
