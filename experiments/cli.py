@@ -193,8 +193,11 @@ def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO, calibrate_f
         print(interrupted_line("experiment", signum_of(exc), "everything it started was stopped and "
                                "removed; no run had finished"), file=log, flush=True)
         return 128 + signum_of(exc)
+    from experiments.runner import TURN_WAIT
+
     ok = sum(1 for r in outcome.rows if r.get("ok"))
-    print(f"{ok}/{len(outcome.rows)} runs ok ({outcome.ran} ran now in {outcome.finished - outcome.started:.0f} s, "
+    waited = f", {TURN_WAIT['seconds']:.0f} s of it waiting for the network turn" if TURN_WAIT["seconds"] >= 1 else ""
+    print(f"{ok}/{len(outcome.rows)} runs ok ({outcome.ran} ran now in {outcome.finished - outcome.started:.0f} s{waited}, "
           f"{outcome.skipped} kept from before); "
           f"report: {out_dir / 'report.md'}", file=log)
     if outcome.interrupted:

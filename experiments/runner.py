@@ -223,6 +223,11 @@ def default_run_fn(out_dir: Path | None = None) -> RunFn:
     return run
 
 
+# Seconds this process spent waiting for the network turn: on a shared machine the suite's wall
+# time is its own runs plus other checkouts' turns, and the final line says which was which.
+TURN_WAIT = {"seconds": 0.0}
+
+
 @contextlib.contextmanager
 def network_turn() -> Iterator[None]:
     """With AGGLAB_NET_LOCK=PATH, hold an exclusive flock on PATH for one point's runs (its
@@ -236,7 +241,9 @@ def network_turn() -> Iterator[None]:
         yield
         return
     with open(path, "a") as fh:
+        asked = time.monotonic()
         fcntl.flock(fh, fcntl.LOCK_EX)
+        TURN_WAIT["seconds"] += time.monotonic() - asked
         try:
             yield
         finally:
