@@ -109,6 +109,8 @@ def side_by_side(outcome: "Outcome") -> list[str]:
              "|---|---|---:|---:|---|---:|---|---|"]
     for (name, text), by in ratios.items():
         soft, bmv2 = by.get(SOFT), by.get("bmv2")
+        if all(v is None or v.ours != v.ours for v in (soft, bmv2)):
+            continue                      # measured on neither (not in this suite's sweep)
 
         def cell(v):
             if v is None:
