@@ -23,7 +23,8 @@ Backend: `--backend bmv2` calibrates BMv2's simple_switch, stored apart from the
 twin's (emulation.fidelity.load_calibration): BMv2 spends much more CPU per frame, so its
 ceiling is its own (at the twin's 5 Mb/s a BMv2 switch used 111% of a core with 2 workers).
 
-Shape: by default 8 workers on one switch, the record the experiments scale every trend by.
+Shape: by default 8 workers on one switch, the record the experiments scale every trend by
+(more than 8 workers on one switch are stored as a shape, `single-w16`).
 `--topology fattree --k 8 --workers 128 --tree rat` calibrates that run's own shape instead
 (stored under `shapes` in the same file, emulation.fidelity.ceiling_for): the CPU a shape
 needs per link-second grows with its workers and switches (every worker's agent, and about
@@ -146,7 +147,7 @@ def calibrate(workers: int = 8, start: float = 2.0, factor: float = 2.0, limit: 
               "note": ("no rate was faithful: the ceiling is unknown, experiments fall back to the default"
                        if good is None else f"first unfaithful rate: {bad} Mb/s" if bad else
                        f"faithful up to the search limit {limit} Mb/s")}
-    default = shape == DEFAULT_SHAPE
+    default = shape == DEFAULT_SHAPE and workers <= 8    # more workers on one switch: a shape of its own
     if good is not None:
         key = shape_key(shape["topology"], workers, shape.get("k"), shape.get("tree"))
         path = save_calibration(record, backend) if default else save_shape_calibration(key, record, backend)

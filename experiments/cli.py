@@ -18,7 +18,7 @@ from experiments.definition import ConfigError
 from ground import wire
 from ground.interrupts import interrupted_line, signum_of
 from experiments.runner import (RunFn, SetupError, estimate_seconds, load_suite, needs_calibration, plan,
-                                results_name, run_suite)
+                                results_name, run_suite, uncalibrated_sizes)
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
 
@@ -104,7 +104,7 @@ DEFAULT_SUITE = {"soft": "default", "bmv2": "default"}
 CALIBRATE_TIME = "about a minute"
 
 
-def calibrate_backend(backend: str) -> int:
+def calibrate_backend(backend: str, workers: int | None = None) -> int:
     """`agglab calibrate --backend BACKEND` in a child process (its probes print as they
     finish), holding the network turn (AGGLAB_NET_LOCK) for its whole search as the docs'
     `flock` does. A child, not an import: the calibration command is the CLI's, one layer
@@ -114,21 +114,28 @@ def calibrate_backend(backend: str) -> int:
     from experiments.runner import network_turn
 
     with network_turn():
-        return subprocess.run([sys.executable, "-m", "agglab", "calibrate", "--backend", backend]).returncode
+        return subprocess.run([sys.executable, "-m", "agglab", "calibrate", "--backend", backend,
+                               *(["--workers", str(workers)] if workers else [])]).returncode
 
 
-def calibrate_first(backend: str, calibrate_fn, log: TextIO) -> int:
+def calibrate_first(backend: str, calibrate_fn, log: TextIO, workers: int | None = None) -> int:
     """Calibrate a backend that has no ceiling before its first suite: what `make experiment
     BACKEND=bmv2` on a fresh clone should do (the soft backend's 5 Mb/s default flags half of
-    BMv2's runs CPU-bound). 0 when a ceiling was stored, else 2 with the command to retry."""
-    from experiments.runner import needs_calibration
+    BMv2's runs CPU-bound); with `workers`, that many workers on one switch (a trend larger
+    than the default 8). 0 when a ceiling was stored, else 2 with the command to retry."""
+    from emulation.fidelity import ceiling_for
 
-    print(f"no {backend} calibration yet: calibrating {backend} first ({CALIBRATE_TIME} on a "
-          f"2-core machine; `agglab calibrate --backend {backend}` does it alone)", file=log, flush=True)
-    calibrate_fn(backend)
-    if needs_calibration(backend):
+    command = f"agglab calibrate --backend {backend}" + (f" --workers {workers}" if workers else "")
+    what = f"{workers} workers on one switch" if workers else "8 workers on one switch"
+    print(f"no {backend} calibration for {what} yet: calibrating it first ({CALIBRATE_TIME} on a "
+          f"2-core machine; `{command}` does it alone)", file=log, flush=True)
+    if workers:
+        calibrate_fn(backend, workers)
+    else:
+        calibrate_fn(backend)
+    if ceiling_for(workers or 1, backend) is None:
         print(f"error: calibrating {backend} found no faithful rate (is the machine busy?); nothing ran. "
-              f"Retry with `sudo .venv/bin/agglab calibrate --backend {backend}`", file=log)
+              f"Retry with `sudo .venv/bin/{command}`", file=log)
         return 2
     return 0
 
@@ -142,6 +149,11 @@ def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO, calibrate_f
             code = calibrate_first(suite.backend, calibrate_fn or calibrate_backend, log)
             if code:
                 return code
+            suite = load_suite(resolve(config), args.repeats, args.backend)
+            for n in uncalibrated_sizes(suite):      # trends larger than 8 workers: their own ceiling
+                code = calibrate_first(suite.backend, calibrate_fn or calibrate_backend, log, n)
+                if code:
+                    return code
             suite = load_suite(resolve(config), args.repeats, args.backend)
         if args.cluster:
             from ground.cluster_file import ClusterFileError, load

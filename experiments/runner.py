@@ -268,6 +268,28 @@ def plan(suite: Suite, out_dir: Path) -> list[tuple[Definition, Point, list[int]
     return out
 
 
+def trend_workers(d: Definition) -> int:
+    """The most workers any point of a trend runs."""
+    return max((int({**d.run, **combo, **over}.get("workers", 4)) for combo in d.combos()
+                for over in (d.series.values() or [{}])), default=4)
+
+
+def uncalibrated_sizes(suite: Suite) -> list[int]:
+    """Worker counts over 8 of the suite's trends (not per-scale ones) that no calibrated shape
+    of its backend covers, largest first: each needs `agglab calibrate --backend B --workers N`
+    to run at its own ceiling (16 BMv2 workers on one switch were CPU-bound at the 8-worker
+    ceiling: a switch used 125% of a core)."""
+    if suite.ceiling_source.startswith("fixed by"):
+        return []
+    sizes = sorted({trend_workers(d) for d in suite.definitions if not d.emulated_sizes and d.program != "pace"},
+                   reverse=True)
+    out: list[int] = []
+    for n in sizes:
+        if n > 8 and ceiling_for(n, suite.backend) is None and not any(m >= n for m in out):
+            out.append(n)
+    return out
+
+
 def trend_ceiling(suite: Suite, d: Definition) -> float:
     """The rate a trend's fastest link runs at: the suite's, or lower for a trend larger than
     the default calibration (8 workers) when a shape at least its size was calibrated
@@ -276,8 +298,7 @@ def trend_ceiling(suite: Suite, d: Definition) -> float:
     fixes its ceiling keeps it."""
     if suite.ceiling_source.startswith("fixed by"):
         return suite.ceiling_mbps
-    workers = max((int({**d.run, **combo, **over}.get("workers", 4)) for combo in d.combos()
-                   for over in (d.series.values() or [{}])), default=4)
+    workers = trend_workers(d)
     found = ceiling_for(workers, suite.backend) if workers > 8 else None
     return min(suite.ceiling_mbps, round(found[0] * HEADROOM, 3)) if found else suite.ceiling_mbps
 

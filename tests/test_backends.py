@@ -97,7 +97,7 @@ def test_an_uncalibrated_bmv2_is_calibrated_before_it_runs(tmp_path):
     code = cli.main([str(definition(tmp_path)), "--backend", "bmv2", "--out", str(tmp_path / "out")],
                     run_fn=fake_run(3.0, seen), log=log, calibrate_fn=calibrate)
     assert code == 0 and asked == ["bmv2"]
-    assert "no bmv2 calibration yet: calibrating bmv2 first" in log.getvalue()
+    assert "no bmv2 calibration for 8 workers on one switch yet: calibrating it first" in log.getvalue()
     assert {s.bw for s in seen} == {2.0} and {s.backend for s in seen} == {"bmv2"}
     assert (tmp_path / "out" / results_name("t", wire.K, "bmv2") / "report.md").exists()
 
@@ -141,3 +141,39 @@ def test_the_report_shows_soft_and_bmv2_ratios_side_by_side(tmp_path):
     assert cli.main([str(path), "--out", str(out)], run_fn=fake_run(3.0, []), log=io.StringIO()) == 0
     again = (out / results_name("t", wire.K) / "report.md").read_text()
     assert "| t | big is 3x slower |" in again.split("## Soft and BMv2 side by side")[1]
+
+
+def test_a_trend_larger_than_8_workers_gets_its_own_bmv2_calibration_first(tmp_path):
+    """switchml-like: 2 and 16 workers on one switch; BMv2 calibrated for 8 only -> 16 next."""
+    raw = yaml.safe_load(definition(tmp_path).read_text())
+    raw["sweep"] = {"workers": [2, 16]}
+    raw["claims"] = [{"text": "flat", "ratio": [{"workers": 16}, {"workers": 2}], "paper": 1.0, "expect": "at_most"}]
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    asked, seen = [], []
+
+    def calibrate(backend, workers=None):
+        asked.append(workers)
+        rate = {None: 2.5, 16: 1.25}[workers]
+        if workers:
+            fidelity.save_shape_calibration(f"single-w{workers}", {"ceiling_mbps": rate, "workers": workers}, backend)
+        else:
+            fidelity.save_calibration({"ceiling_mbps": rate, "workers": 8}, backend)
+        return 0
+
+    code = cli.main([str(path), "--backend", "bmv2", "--out", str(tmp_path / "out")], run_fn=fake_run(3.0, seen),
+                    log=io.StringIO(), calibrate_fn=calibrate)
+    assert code == 0 and asked == [None, 16]
+    assert {s.bw for s in seen} == {1.0}             # 80% of the 16-worker ceiling 1.25, for the whole trend
+
+
+def test_more_than_8_workers_on_one_switch_are_stored_as_a_shape(monkeypatch):
+    import emulation.session
+    from agglab import calibrate as cal
+
+    monkeypatch.setattr(emulation.session, "run_allreduce", lambda **kw: {
+        "ok": True, "seconds": 1e-9, "retransmissions": 0, "fidelity": {"link_bound": kw["bw"] <= 1, "reason": "m"}})
+    fidelity.save_calibration({"ceiling_mbps": 2.5, "workers": 8}, "bmv2")
+    cal.calibrate(workers=16, start=1, factor=2, limit=4, refine=0, log=io.StringIO(), backend="bmv2")
+    assert fidelity.load_calibration("bmv2")["ceiling_mbps"] == 2.5            # the 8-worker record kept
+    assert fidelity.ceiling_for(16, "bmv2") == (1.0, "single-w16")
