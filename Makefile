@@ -6,8 +6,9 @@
 PY      := .venv/bin/python
 SUDO    := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 BACKEND ?= soft
-CONFIG  ?= default
-# CONFIG: a suite name under experiments/configs (default, quick) or any definition/suite file
+CONFIG  ?=
+# CONFIG: a suite name under experiments/configs (default, quick) or any definition/suite file;
+# unset: the backend's default suite (experiments/cli.py DEFAULT_SUITE)
 PYTEST_ARGS ?=
 # make bench: ONLY=sections (comma-separated), COMPARE=results/bench/X.json, BENCH_ARGS=any other option
 ONLY       ?=
@@ -25,7 +26,7 @@ P4C     ?= $(shell command -v p4c || ls /opt/*/bin/p4c 2>/dev/null | head -n 1)
 help:
 	@echo "make experiment [BACKEND=soft|bmv2] [CONFIG=quick|FILE.yaml]  every paper trend -> results/<name>/report.md"
 	@echo "                [K=256]                             any target: the wide program variant (256 int32 per packet)"
-	@echo "make calibrate                                      measure this machine's fidelity ceiling"
+	@echo "make calibrate [BACKEND=soft|bmv2]                  measure this machine's fidelity ceiling for that backend"
 	@echo "make test                                           run the tests"
 	@echo "make bench [ONLY=daemon,wire] [COMPARE=results/bench/X.json] [BENCH_ARGS=...]"
 	@echo "                                                    speed figures vs targets, JSON in results/bench/"
@@ -48,7 +49,7 @@ experiment: setup
 	$(SUDO) $(RUNENV) $(PY) -m experiments $(CONFIG) --backend $(BACKEND)
 
 calibrate: setup
-	$(SUDO) $(RUNENV) $(PY) -m agglab calibrate
+	$(SUDO) $(RUNENV) $(PY) -m agglab calibrate --backend $(BACKEND)
 
 bench: setup
 	$(SUDO) $(RUNENV) $(PY) -m agglab.bench $(if $(ONLY),--only $(ONLY)) $(if $(COMPARE),--compare $(COMPARE)) $(BENCH_ARGS)

@@ -19,7 +19,12 @@ unfaithful rate next to it (`--refine` steps). Each rate runs a gradient sized f
 The result goes to emulation.fidelity.calibration_path() (results/calibration.json in the
 checkout, or $AGGLAB_CALIBRATION).
 
-Shape: by default 8 workers on one switch, the record the experiments scale every trend by.
+Backend: `--backend bmv2` calibrates BMv2's simple_switch, stored apart from the software
+twin's (emulation.fidelity.load_calibration): BMv2 spends much more CPU per frame, so its
+ceiling is its own (at the twin's 5 Mb/s a BMv2 switch used 111% of a core with 2 workers).
+
+Shape: by default 8 workers on one switch, the record the experiments scale every trend by
+(more than 8 workers on one switch are stored as a shape, `single-w16`).
 `--topology fattree --k 8 --workers 128 --tree rat` calibrates that run's own shape instead
 (stored under `shapes` in the same file, emulation.fidelity.ceiling_for): the CPU a shape
 needs per link-second grows with its workers and switches (every worker's agent, and about
@@ -49,7 +54,7 @@ DEFAULT_SHAPE = {"topology": "single"}
 
 
 def probe(rate: float, workers: int, seconds: float, tolerance: float, log, window: int | None = None,
-          shape: dict | None = None) -> dict:
+          shape: dict | None = None, backend: str = "soft") -> dict:
     """One allreduce at `rate` on `shape` (RunSpec fields: topology, k, tree; default one
     switch): its time against the analytic wire time, and its fidelity."""
     from emulation.session import run_allreduce
@@ -58,7 +63,7 @@ def probe(rate: float, workers: int, seconds: float, tolerance: float, log, wind
 
     elements = elements_for(rate, seconds)
     ideal = switchml_wire_seconds(elements, rate, window or DEFAULT_WINDOW)
-    result = run_allreduce(workers=workers, elements=elements, bw=rate, window=window,
+    result = run_allreduce(workers=workers, elements=elements, bw=rate, window=window, backend=backend,
                            **(shape or DEFAULT_SHAPE))
     took = result.get("seconds") or float("inf")
     fid = result.get("fidelity") or {}
@@ -122,16 +127,17 @@ def search(try_rate, start: float, factor: float, limit: float, refine: int, dow
 
 def calibrate(workers: int = 8, start: float = 2.0, factor: float = 2.0, limit: float = 200.0,
               refine: int = 2, seconds: float = 3.0, tolerance: float = 0.10, window: int | None = 16,
-              log=sys.stderr, shape: dict | None = None, down: int = 4) -> dict:
-    """Step up (or down), then bisect; returns (and stores) the calibration record. `shape`
-    (topology, k, tree) other than one switch is stored as that shape's ceiling."""
-    good, bad, probes = search(lambda rate: probe(rate, workers, seconds, tolerance, log, window, shape),
+              log=sys.stderr, shape: dict | None = None, down: int = 4, backend: str = "soft") -> dict:
+    """Step up (or down), then bisect; returns (and stores) the calibration record of
+    `backend`. `shape` (topology, k, tree) other than one switch is stored as that shape's
+    ceiling."""
+    good, bad, probes = search(lambda rate: probe(rate, workers, seconds, tolerance, log, window, shape, backend),
                                start, factor, limit, refine, down)
     shape = {**DEFAULT_SHAPE, **(shape or {})}
     from ground.timerslack import set_timer_slack, wakeup_latency
 
     set_timer_slack()                  # as the emulator's processes run (ground/timerslack.py)
-    record = {"ceiling_mbps": good, "workers": workers, "window": window, "tolerance": tolerance,
+    record = {"ceiling_mbps": good, "backend": backend, "workers": workers, "window": window, "tolerance": tolerance,
               "shape": {**shape, "workers": workers},
               # how late this machine wakes a pacer-sized wait: what a pacer's margin must absorb,
               # so two machines' ceilings can be compared with what their kernels did
@@ -141,12 +147,12 @@ def calibrate(workers: int = 8, start: float = 2.0, factor: float = 2.0, limit: 
               "note": ("no rate was faithful: the ceiling is unknown, experiments fall back to the default"
                        if good is None else f"first unfaithful rate: {bad} Mb/s" if bad else
                        f"faithful up to the search limit {limit} Mb/s")}
-    default = shape == DEFAULT_SHAPE
+    default = shape == DEFAULT_SHAPE and workers <= 8    # more workers on one switch: a shape of its own
     if good is not None:
         key = shape_key(shape["topology"], workers, shape.get("k"), shape.get("tree"))
-        path = save_calibration(record) if default else save_shape_calibration(key, record)
+        path = save_calibration(record, backend) if default else save_shape_calibration(key, record, backend)
         where = f"{workers} workers on one switch" if default else key
-        print(f"fidelity ceiling: {good:g} Mb/s per link ({where}) -> {path}", file=log)
+        print(f"fidelity ceiling ({backend}): {good:g} Mb/s per link ({where}) -> {path}", file=log)
     else:
         print("no rate was faithful (is the machine overloaded?); nothing stored", file=log)
     return record
@@ -170,11 +176,11 @@ def main(args) -> int:
         print(f"agglab calibrate: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2
     where = "on one switch" if args.topology == "single" else f"on {shape_key(args.topology, args.workers, args.k, args.tree)}"
-    print(f"calibrating: {args.workers} workers {where}, rates from {args.start:g} Mb/s x{args.factor:g} "
+    print(f"calibrating {args.backend}: {args.workers} workers {where}, rates from {args.start:g} Mb/s x{args.factor:g} "
           f"(at most {args.limit:g}, or down at most {args.down} steps), faithful = within {args.tolerance:.0%} "
           "of the analytic wire time and bottleneck >= 90% busy", file=sys.stderr)
     record = calibrate(args.workers, args.start, args.factor, args.limit, args.refine, args.seconds, args.tolerance,
-                       args.window or None, shape=shape, down=args.down)
+                       args.window or None, shape=shape, down=args.down, backend=args.backend)
     return 0 if record["ceiling_mbps"] else 1
 
 
@@ -182,6 +188,8 @@ def add_parser(sub) -> None:
     c = sub.add_parser("calibrate", help="measure this machine's fidelity ceiling (fastest faithful link rate) "
                        "and store it for the experiments")
     c.add_argument("--workers", type=int, default=8, help="workers (default 8)")
+    c.add_argument("--backend", choices=["soft", "bmv2"], default="soft", help="data plane to calibrate (default "
+                   "soft); each backend's ceiling is stored apart and experiments on it use its own")
     c.add_argument("--topology", default="single", help="the shape to calibrate: single (default: 8 workers on one "
                    "switch, the record experiments scale by), leafspine, fattree, bcube; other shapes are stored "
                    "as that shape's own ceiling")

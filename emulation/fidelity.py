@@ -18,9 +18,10 @@ A run whose bottleneck idled below that while a switch or worker process used
 a starved emulator is just as unfaithful), is flagged `cpu_bound`. A run with unshaped
 links has no configured rate to reach, so it is CPU-bound by construction.
 
-The calibration (`agglab calibrate`) stores this machine's fidelity ceiling - the highest
-per-link rate at which allreduce stays within 10% of its analytic wire time - in
-`calibration_path()`; the experiments scale real networks under it.
+The calibration (`agglab calibrate [--backend bmv2]`) stores this machine's fidelity ceiling
+per backend - the highest per-link rate at which allreduce stays within 10% of its analytic
+wire time - in `calibration_path()`; the experiments scale real networks under the ceiling
+of the backend they run on.
 """
 
 from __future__ import annotations
@@ -52,21 +53,50 @@ def calibration_path() -> Path:
     return Path(os.environ.get("AGGLAB_CALIBRATION") or RESULTS / f"calibration{wire.variant_suffix()}.json")
 
 
-def load_calibration() -> dict | None:
-    path = calibration_path()
+SOFT = "soft"            # the backend whose records sit at the file's top level (files before backends)
+
+
+def _load_file() -> dict:
     try:
-        return json.loads(path.read_text())
+        data = json.loads(calibration_path().read_text())
     except (OSError, ValueError):
-        return None
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
-def save_calibration(data: dict) -> Path:
-    """Store the default shape's record (8 workers on one switch); the ceilings of other
-    shapes already in the file (`shapes`) are kept."""
-    old = load_calibration() or {}
+def load_calibration(backend: str = SOFT) -> dict | None:
+    """One backend's calibration: its default-shape record, with its other shapes under
+    `shapes`; None when that backend was never calibrated.
+
+    Why per backend: the ceiling is where the emulator's CPU keeps up with the links, and a
+    BMv2 simple_switch spends far more CPU per frame than the software twin (at 5 Mb/s a BMv2
+    switch used 111% of a core for 2 workers). The soft backend's records stay at the file's
+    top level (so a file written before backends existed loads as the soft backend's); every
+    other backend's sit under `backends.<name>` in the same shape."""
+    data = _load_file()
+    if backend != SOFT:
+        data = (data.get("backends") or {}).get(backend) or {}
+    data = {k: v for k, v in data.items() if k != "backends"}
+    return data or None
+
+
+def _store(backend: str, view: dict) -> Path:
+    """Write one backend's view back, leaving the other backends' records as they are."""
+    data = _load_file()
+    if backend == SOFT:
+        data = {**view, **({"backends": data["backends"]} if data.get("backends") else {})}
+    else:
+        data.setdefault("backends", {})[backend] = view
+    return _write_calibration(data)
+
+
+def save_calibration(data: dict, backend: str = SOFT) -> Path:
+    """Store the default shape's record (8 workers on one switch) of `backend`; the ceilings
+    of its other shapes already in the file (`shapes`) and other backends' are kept."""
+    old = load_calibration(backend) or {}
     if old.get("shapes") and "shapes" not in data:
         data = {**data, "shapes": old["shapes"]}
-    return _write_calibration(data)
+    return _store(backend, {k: v for k, v in data.items() if k != "backends"})
 
 
 def _write_calibration(data: dict) -> Path:
@@ -82,22 +112,24 @@ def shape_key(topology: str, workers: int, k: int | None = None, tree: str | Non
     return "-".join(parts + [f"w{workers}"] + ([tree] if tree and topology != "single" else []))
 
 
-def save_shape_calibration(key: str, record: dict) -> Path:
-    """Store one shape's record under `shapes` (the default shape's record is left as it is).
+def save_shape_calibration(key: str, record: dict, backend: str = SOFT) -> Path:
+    """Store one shape's record under `shapes` of `backend` (its default shape's record is
+    left as it is).
 
     Why per shape: the ceiling is where the emulator's CPU still keeps up with the links, and
     what it must keep up with grows with the workers and switches: 8 workers on one switch are
     faithful at rates 128 workers on 80 switches are not."""
-    data = load_calibration() or {}
-    data.setdefault("shapes", {})[key] = record
-    return _write_calibration(data)
+    view = load_calibration(backend) or {}
+    view.setdefault("shapes", {})[key] = record
+    return _store(backend, view)
 
 
-def ceiling_for(workers: int) -> tuple[float, str] | None:
-    """The calibrated ceiling (Mb/s) for a run of `workers`, and the shape it was measured on:
-    of the calibrated shapes with at least that many workers the smallest (its ceiling covers
-    a run this size), else None (no calibration that large: the caller keeps its default)."""
-    data = load_calibration() or {}
+def ceiling_for(workers: int, backend: str = SOFT) -> tuple[float, str] | None:
+    """The calibrated ceiling (Mb/s) of `backend` for a run of `workers`, and the shape it was
+    measured on: of that backend's calibrated shapes with at least that many workers the
+    smallest (its ceiling covers a run this size), else None (no calibration that large: the
+    caller keeps its default)."""
+    data = load_calibration(backend) or {}
     records = list((data.get("shapes") or {}).items())
     if data.get("ceiling_mbps"):
         records.append((shape_key("single", data.get("workers") or 8), data))

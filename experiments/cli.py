@@ -17,7 +17,8 @@ from typing import TextIO
 from experiments.definition import ConfigError
 from ground import wire
 from ground.interrupts import interrupted_line, signum_of
-from experiments.runner import RunFn, SetupError, estimate_seconds, load_suite, plan, run_suite
+from experiments.runner import (RunFn, SetupError, estimate_seconds, load_suite, needs_calibration, plan,
+                                results_name, run_suite, uncalibrated_sizes)
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
 
@@ -36,13 +37,16 @@ def build_parser() -> argparse.ArgumentParser:
         "on the emulator at a scale under this machine's fidelity ceiling, and write "
         "OUT/NAME/report.md with each trend beside the paper's claim. Resumes: finished runs "
         "recorded in OUT/NAME/runs.jsonl are skipped."))
-    p.add_argument("config", nargs="?", default="default", help="definition or suite file, or a suite name "
-                   "(default, quick); default: %(default)s")
+    p.add_argument("config", nargs="?", help="definition or suite file, or a suite name (default, quick, "
+                   "small); default: the backend's default suite (" +
+                   ", ".join(f"{b}: {s}" for b, s in DEFAULT_SUITE.items()) + ")")
     p.add_argument("--config", dest="config_opt", help="same as the positional argument")
     p.add_argument("--name", help="output directory name (default: the suite's name)")
     p.add_argument("--repeats", type=int, help="override every definition's repeats")
     p.add_argument("--out", type=Path, default=Path("results"), help="results root (default: %(default)s)")
-    p.add_argument("--backend", choices=["soft", "bmv2"], help="data plane of every run (default: each definition's)")
+    p.add_argument("--backend", choices=["soft", "bmv2"], help="data plane of every run (default: each definition's); "
+                   "the suite runs at that backend's calibrated ceiling, a BMv2 without one is calibrated first, "
+                   "and results go to OUT/NAME-bmv2")
     p.add_argument("--cluster", metavar="FILE", help="run every network on the servers of this cluster file "
                    "(docs/guide/cluster.md)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its time estimate, run nothing")
@@ -81,30 +85,76 @@ def _emulated(d, p) -> str:
     return f": {p.spec.elements} x {p.spec.dtype} at {p.scale.link_mbps(d.fastest_link()):.3g} Mb/s{wire_s}"
 
 
-def main(argv: list[str] | None = None, run_fn: RunFn | None = None, log: TextIO = sys.stderr) -> int:
+def main(argv: list[str] | None = None, run_fn: RunFn | None = None, log: TextIO = sys.stderr,
+         calibrate_fn=None) -> int:
     from ground.interrupts import arm
 
     previous = arm()             # SIGTERM and SIGHUP unwind like Ctrl-C (ground/interrupts.py)
     try:
-        return _main(argv, run_fn, log)
+        return _main(argv, run_fn, log, calibrate_fn)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
 
-def results_name(name: str, k: int) -> str:
-    """The results folder of suite `name` in program variant `k`: the wide variant's runs
-    (AGGLAB_K=256) get their own folder, so resuming never mixes its rows with 64-value ones."""
-    return name + wire.variant_suffix(k)
+# The suite `make experiment` / `agglab experiment` runs when none is named, per backend.
+DEFAULT_SUITE = {"soft": "default", "bmv2": "default"}
+# How long `agglab calibrate --backend bmv2` takes on the 2-core machine: 22 s for its 4 probes
+# on 2026-12-06 (docs/guide/experiments.md "Backends"); a search that steps down takes longer
+CALIBRATE_TIME = "about a minute"
 
 
-def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO) -> int:
+def calibrate_backend(backend: str, workers: int | None = None) -> int:
+    """`agglab calibrate --backend BACKEND` in a child process (its probes print as they
+    finish), holding the network turn (AGGLAB_NET_LOCK) for its whole search as the docs'
+    `flock` does. A child, not an import: the calibration command is the CLI's, one layer
+    with this package."""
+    import subprocess
+
+    from experiments.runner import network_turn
+
+    with network_turn():
+        return subprocess.run([sys.executable, "-m", "agglab", "calibrate", "--backend", backend,
+                               *(["--workers", str(workers)] if workers else [])]).returncode
+
+
+def calibrate_first(backend: str, calibrate_fn, log: TextIO, workers: int | None = None) -> int:
+    """Calibrate a backend that has no ceiling before its first suite: what `make experiment
+    BACKEND=bmv2` on a fresh clone should do (the soft backend's 5 Mb/s default flags half of
+    BMv2's runs CPU-bound); with `workers`, that many workers on one switch (a trend larger
+    than the default 8). 0 when a ceiling was stored, else 2 with the command to retry."""
+    from emulation.fidelity import ceiling_for
+
+    command = f"agglab calibrate --backend {backend}" + (f" --workers {workers}" if workers else "")
+    what = f"{workers} workers on one switch" if workers else "8 workers on one switch"
+    print(f"no {backend} calibration for {what} yet: calibrating it first ({CALIBRATE_TIME} on a "
+          f"2-core machine; `{command}` does it alone)", file=log, flush=True)
+    if workers:
+        calibrate_fn(backend, workers)
+    else:
+        calibrate_fn(backend)
+    if ceiling_for(workers or 1, backend) is None:
+        print(f"error: calibrating {backend} found no faithful rate (is the machine busy?); nothing ran. "
+              f"Retry with `sudo .venv/bin/{command}`", file=log)
+        return 2
+    return 0
+
+
+def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO, calibrate_fn=None) -> int:
     args = parse_args(argv)
+    config = args.config_opt or args.config or DEFAULT_SUITE.get(args.backend or "soft", "default")
     try:
-        suite = load_suite(resolve(args.config_opt or args.config), args.repeats)
-        if args.backend:
-            for d in suite.definitions:
-                d.run["backend"] = args.backend
+        suite = load_suite(resolve(config), args.repeats, args.backend)
+        if needs_calibration(suite.backend) and (run_fn is None or calibrate_fn) and not args.dry_run:
+            code = calibrate_first(suite.backend, calibrate_fn or calibrate_backend, log)
+            if code:
+                return code
+            suite = load_suite(resolve(config), args.repeats, args.backend)
+            for n in uncalibrated_sizes(suite):      # trends larger than 8 workers: their own ceiling
+                code = calibrate_first(suite.backend, calibrate_fn or calibrate_backend, log, n)
+                if code:
+                    return code
+            suite = load_suite(resolve(config), args.repeats, args.backend)
         if args.cluster:
             from ground.cluster_file import ClusterFileError, load
 
@@ -114,7 +164,7 @@ def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO) -> int:
                 raise ConfigError("--cluster", args.cluster, str(exc)) from None
             for d in suite.definitions:
                 d.run["cluster"] = str(Path(args.cluster).resolve())
-        out_dir = args.out / results_name(args.name or suite.name, wire.K)
+        out_dir = args.out / results_name(args.name or suite.name, wire.K, suite.backend)
         steps = plan(suite, out_dir)
     except ConfigError as exc:
         print(f"error: {exc}", file=log)
@@ -133,6 +183,9 @@ def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO) -> int:
           f"at a ceiling of {suite.ceiling_mbps:g} Mb/s per link ({suite.ceiling_source}) -> {out_dir}/",
           file=log, flush=True)
     if args.dry_run:
+        if needs_calibration(suite.backend):
+            print(f"  ({suite.backend} is not calibrated: a real run calibrates it first, "
+                  f"{CALIBRATE_TIME}; the plan above is at the default)", file=log)
         for d, p, reps in steps:
             what = p.error or f"~{estimate_seconds(p, len(reps)):.0f} s{_emulated(d, p)}"
             print(f"  {d.name}: {p.label()} x{len(reps)} ({what})", file=log)
@@ -152,8 +205,11 @@ def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO) -> int:
         print(interrupted_line("experiment", signum_of(exc), "everything it started was stopped and "
                                "removed; no run had finished"), file=log, flush=True)
         return 128 + signum_of(exc)
+    from experiments.runner import TURN_WAIT
+
     ok = sum(1 for r in outcome.rows if r.get("ok"))
-    print(f"{ok}/{len(outcome.rows)} runs ok ({outcome.ran} ran now in {outcome.finished - outcome.started:.0f} s, "
+    waited = f", {TURN_WAIT['seconds']:.0f} s of it waiting for the network turn" if TURN_WAIT["seconds"] >= 1 else ""
+    print(f"{ok}/{len(outcome.rows)} runs ok ({outcome.ran} ran now in {outcome.finished - outcome.started:.0f} s{waited}, "
           f"{outcome.skipped} kept from before); "
           f"report: {out_dir / 'report.md'}", file=log)
     if outcome.interrupted:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from experiments.runner import Outcome
 
 REPO = Path(__file__).resolve().parent.parent
+BACKEND_NAMES = {"soft": "the software twin (soft)", "bmv2": "BMv2 simple_switch (bmv2)"}
 
 TIMING_NOTE = (
     "Every time in this report is in the **real network's units**: the emulated time times "
@@ -315,11 +316,15 @@ def render(outcome: "Outcome", facts: dict[str, str], plots: dict[str, list[Path
     ok = sum(1 for r in outcome.rows if r.get("ok"))
     flagged = sum(1 for r in outcome.rows if r.get("ok") and (r.get("fidelity") or {}).get("cpu_bound"))
     state = " **Interrupted**: rerun the same command to resume." if outcome.interrupted else ""
-    lines = [f"# agglab experiment `{suite.name}`", "",
+    from experiments.backends import side_by_side
+
+    lines = [f"# agglab experiment `{suite.name}` on {BACKEND_NAMES.get(suite.backend, suite.backend)}", "",
+             f"Backend: **{suite.backend}**. "
              f"{ok} of {len(outcome.rows)} recorded runs succeeded; {flagged} of them flagged CPU-bound.{state}", "",
              "## Trends: ours vs the papers", ""] + _trend_rows(outcome) + ["", BOUND_NOTE, "", TIMING_NOTE, ""]
+    lines += side_by_side(outcome)
     lines += ["## Machine and scale", "", "| fact | value |", "|---|---|"]
-    lines += [f"| {k} | {v} |" for k, v in facts.items()]
+    lines += [f"| {k} | {v} |" for k, v in {"backend": suite.backend, **facts}.items()]
     from experiments.runner import trend_rates
 
     own = trend_rates(suite)

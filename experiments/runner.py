@@ -25,7 +25,8 @@ from typing import Any, Callable, Iterator, TextIO
 from controller import topologies
 from controller.topology import switches
 from emulation.wire_model import BoundError, wire_seconds
-from emulation.fidelity import DEFAULT_CEILING_MBPS, calibration_path, ceiling_for, load_calibration
+from emulation.fidelity import DEFAULT_CEILING_MBPS, SOFT, calibration_path, ceiling_for, load_calibration
+from ground import wire
 from ground.runspec import RunSpec
 from ground.schemes import IN_NETWORK
 from experiments.definition import (ConfigError, Definition, Point, ProgramRun, load_definition, parse_definition,
@@ -48,6 +49,7 @@ class Suite:
     ceiling_mbps: float
     ceiling_source: str
     source: str
+    backend: str = SOFT                # every run's data plane: whose calibration scales the suite
 
 
 @dataclass
@@ -68,33 +70,55 @@ class Outcome:
 HEADROOM = 0.8
 
 
-def ceiling() -> tuple[float, str]:
-    """The per-link rate the fastest link runs at (Mb/s) and where it came from."""
-    cal = load_calibration()
+def ceiling(backend: str = SOFT) -> tuple[float, str]:
+    """The per-link rate the fastest link runs at (Mb/s) on `backend`, and where it came from:
+    that backend's own calibration (a BMv2 switch needs far more CPU per frame than the twin)."""
+    cal = load_calibration(backend)
     if cal and cal.get("ceiling_mbps"):
         c = float(cal["ceiling_mbps"])
-        return round(c * HEADROOM, 3), (f"{HEADROOM:.0%} of the ceiling {c:g} Mb/s calibrated {cal.get('when', '?')} "
-                                        f"with {cal.get('workers')} workers, window {cal.get('window')} "
-                                        f"({calibration_path()})")
-    return DEFAULT_CEILING_MBPS, (f"default {DEFAULT_CEILING_MBPS:g} Mb/s: no calibration at {calibration_path()}"
-                                  " (run `agglab calibrate`)")
+        return round(c * HEADROOM, 3), (f"{HEADROOM:.0%} of the {backend} ceiling {c:g} Mb/s calibrated "
+                                        f"{cal.get('when', '?')} with {cal.get('workers')} workers, window "
+                                        f"{cal.get('window')} ({calibration_path()})")
+    return DEFAULT_CEILING_MBPS, (f"default {DEFAULT_CEILING_MBPS:g} Mb/s: no calibration at {calibration_path()} "
+                                  f"for {backend} (run `agglab calibrate --backend {backend}`)")
 
 
-def load_suite(path: str | Path, repeats: int | None = None) -> Suite:
-    """A suite file (`definitions: [...]`) or one definition file (a suite of one)."""
+def needs_calibration(backend: str) -> bool:
+    """True when `backend` has no ceiling of its own and no measured default: the 5 Mb/s
+    default was measured on the software twin; BMv2 at that rate had 7 of the quick suite's
+    15 runs flagged CPU-bound, so it must be calibrated before it runs."""
+    cal = load_calibration(backend)
+    return backend != SOFT and not (cal and cal.get("ceiling_mbps"))
+
+
+def suite_backend(defs: list[Definition], path: Path, backend: str | None) -> str:
+    """The suite's one backend: `backend` (the command line's, set on every definition), else
+    the definitions' own (`run: {backend: ...}`); a suite mixing backends has no one ceiling."""
+    if backend:
+        for d in defs:
+            d.run["backend"] = backend
+        return backend
+    found = {d.run.get("backend", SOFT) for d in defs}
+    if len(found) > 1:
+        raise ConfigError(str(path), "run.backend", f"a suite runs on one backend, found {sorted(found)}")
+    return found.pop() if found else SOFT
+
+
+def load_suite(path: str | Path, repeats: int | None = None, backend: str | None = None) -> Suite:
+    """A suite file (`definitions: [...]`) or one definition file (a suite of one), run on
+    `backend` (default: the definitions' own) at that backend's ceiling."""
     path = Path(path)
     raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise ConfigError(str(path), "<top>", "must be a mapping")
     top = {} if repeats is None else {"repeats": repeats}
-    ceil, where = ceiling()
     if "definitions" not in raw:
-        return Suite(raw.get("name", path.stem), [parse_definition(raw, str(path), top)], ceil, where, str(path))
+        defs = [parse_definition(raw, str(path), top)]
+        on = suite_backend(defs, path, backend)
+        return Suite(raw.get("name", path.stem), defs, *ceiling(on), str(path), on)
     for key in raw:
         if key not in SUITE_KEYS:
             raise ConfigError(str(path), key, f"unknown suite key (allowed: {', '.join(SUITE_KEYS)})")
-    if "ceiling_mbps" in raw:
-        ceil, where = float(raw["ceiling_mbps"]), f"fixed by {path}"
     defs = []
     for i, entry in enumerate(raw["definitions"] or []):
         entry = {"file": entry} if isinstance(entry, str) else entry
@@ -110,7 +134,29 @@ def load_suite(path: str | Path, repeats: int | None = None) -> Suite:
         defs.append(load_definition((path.parent / entry["file"]).resolve(), over))
     if not defs:
         raise ConfigError(str(path), "definitions", "is empty")
-    return Suite(str(raw.get("name", path.stem)), defs, ceil, where, str(path))
+    on = suite_backend(defs, path, backend)
+    ceil, where = ceiling(on)
+    if "ceiling_mbps" in raw:
+        ceil, where = float(raw["ceiling_mbps"]), f"fixed by {path}"
+    return Suite(str(raw.get("name", path.stem)), defs, ceil, where, str(path), on)
+
+
+def results_name(name: str, k: int = wire.K, backend: str = SOFT) -> str:
+    """The results folder of suite `name` on `backend` in program variant `k`: `default` for
+    the soft backend, `default-bmv2` for BMv2, `-k256` after either for the wide variant
+    (AGGLAB_K=256). Resuming never mixes rows of two backends or variants, and the report
+    finds the other backend's results of the same suite beside its own (`twin_dir`)."""
+    return name + ("" if backend == SOFT else f"-{backend}") + wire.variant_suffix(k)
+
+
+def twin_dir(out_dir: Path, backend: str, other: str, k: int = wire.K) -> Path:
+    """Where the same suite's results on `other` live, beside `out_dir` (this backend's,
+    named by `results_name`)."""
+    name = out_dir.name
+    for suffix in (wire.variant_suffix(k), "" if backend == SOFT else f"-{backend}"):
+        if suffix and name.endswith(suffix):
+            name = name[:-len(suffix)]
+    return out_dir.parent / results_name(name, k, other)
 
 
 # Algorithms whose repeats may share one network (Session.allreduce runs them again on the
@@ -177,6 +223,11 @@ def default_run_fn(out_dir: Path | None = None) -> RunFn:
     return run
 
 
+# Seconds this process spent waiting for the network turn: on a shared machine the suite's wall
+# time is its own runs plus other checkouts' turns, and the final line says which was which.
+TURN_WAIT = {"seconds": 0.0}
+
+
 @contextlib.contextmanager
 def network_turn() -> Iterator[None]:
     """With AGGLAB_NET_LOCK=PATH, hold an exclusive flock on PATH for one point's runs (its
@@ -190,7 +241,9 @@ def network_turn() -> Iterator[None]:
         yield
         return
     with open(path, "a") as fh:
+        asked = time.monotonic()
         fcntl.flock(fh, fcntl.LOCK_EX)
+        TURN_WAIT["seconds"] += time.monotonic() - asked
         try:
             yield
         finally:
@@ -215,6 +268,28 @@ def plan(suite: Suite, out_dir: Path) -> list[tuple[Definition, Point, list[int]
     return out
 
 
+def trend_workers(d: Definition) -> int:
+    """The most workers any point of a trend runs."""
+    return max((int({**d.run, **combo, **over}.get("workers", 4)) for combo in d.combos()
+                for over in (d.series.values() or [{}])), default=4)
+
+
+def uncalibrated_sizes(suite: Suite) -> list[int]:
+    """Worker counts over 8 of the suite's trends (not per-scale ones) that no calibrated shape
+    of its backend covers, largest first: each needs `agglab calibrate --backend B --workers N`
+    to run at its own ceiling (16 BMv2 workers on one switch were CPU-bound at the 8-worker
+    ceiling: a switch used 125% of a core)."""
+    if suite.ceiling_source.startswith("fixed by"):
+        return []
+    sizes = sorted({trend_workers(d) for d in suite.definitions if not d.emulated_sizes and d.program != "pace"},
+                   reverse=True)
+    out: list[int] = []
+    for n in sizes:
+        if n > 8 and ceiling_for(n, suite.backend) is None and not any(m >= n for m in out):
+            out.append(n)
+    return out
+
+
 def trend_ceiling(suite: Suite, d: Definition) -> float:
     """The rate a trend's fastest link runs at: the suite's, or lower for a trend larger than
     the default calibration (8 workers) when a shape at least its size was calibrated
@@ -223,9 +298,8 @@ def trend_ceiling(suite: Suite, d: Definition) -> float:
     fixes its ceiling keeps it."""
     if suite.ceiling_source.startswith("fixed by"):
         return suite.ceiling_mbps
-    workers = max((int({**d.run, **combo, **over}.get("workers", 4)) for combo in d.combos()
-                   for over in (d.series.values() or [{}])), default=4)
-    found = ceiling_for(workers) if workers > 8 else None
+    workers = trend_workers(d)
+    found = ceiling_for(workers, suite.backend) if workers > 8 else None
     return min(suite.ceiling_mbps, round(found[0] * HEADROOM, 3)) if found else suite.ceiling_mbps
 
 
@@ -236,7 +310,7 @@ def scale_ceiling(suite: Suite, workers: int) -> float:
     when the suite fixes it."""
     if suite.ceiling_source.startswith("fixed by"):
         return suite.ceiling_mbps
-    found = ceiling_for(workers)
+    found = ceiling_for(workers, suite.backend)
     return round(found[0] * HEADROOM, 4) if found else suite.ceiling_mbps
 
 
@@ -251,7 +325,7 @@ def trend_rates(suite: Suite) -> dict[str, str]:
         if d.emulated_sizes:
             sizes = sorted(d.emulated_sizes)
             rates = [scale_ceiling(suite, w) for w in sizes]
-            shapes = [found[1] for w in sizes if (found := ceiling_for(w))]
+            shapes = [found[1] for w in sizes if (found := ceiling_for(w, suite.backend))]
         else:
             rates = [trend_ceiling(suite, d)]
             sizes = []

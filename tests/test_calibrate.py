@@ -96,3 +96,48 @@ def test_a_probe_is_faithful_only_within_tolerance_and_link_bound(machine):
     assert p["faithful"] is False                    # 3% over the analytic time, 1% allowed
     p = cal.probe(10.0, workers=2, seconds=1.0, tolerance=0.05, log=io.StringIO())
     assert p["faithful"] is True and p["elements"] == cal.elements_for(10.0, 1.0)
+
+
+# -- one ceiling per backend ---------------------------------------------------------
+
+
+def test_calibrating_bmv2_runs_bmv2_and_stores_its_ceiling_apart(machine, tmp_path, monkeypatch):
+    import emulation.session
+
+    backends = []
+    m = machine(ceiling=13.0)
+
+    def run(**kw):
+        backends.append(kw.get("backend"))
+        return m.run_allreduce(**kw)
+    monkeypatch.setattr(emulation.session, "run_allreduce", run)
+    fidelity.save_calibration({"ceiling_mbps": 20.0, "workers": 8})           # the soft backend's, earlier
+    record = cal.calibrate(workers=4, start=2, factor=2, limit=200, refine=0, log=io.StringIO(), backend="bmv2")
+    assert set(backends) == {"bmv2"} and record["ceiling_mbps"] == 8 and record["backend"] == "bmv2"
+    assert fidelity.load_calibration("bmv2")["ceiling_mbps"] == 8
+    assert fidelity.load_calibration()["ceiling_mbps"] == 20.0                  # soft's untouched
+    assert "backends" not in fidelity.load_calibration()
+    stored = json.loads((tmp_path / "calibration.json").read_text())
+    assert stored["ceiling_mbps"] == 20.0 and stored["backends"]["bmv2"]["ceiling_mbps"] == 8
+
+
+def test_a_file_without_backends_loads_as_the_soft_backends(tmp_path, monkeypatch):
+    path = tmp_path / "calibration.json"
+    monkeypatch.setenv("AGGLAB_CALIBRATION", str(path))
+    path.write_text(json.dumps({"ceiling_mbps": 3.0, "workers": 8,
+                                "shapes": {"fattree-k8-w128-rat": {"ceiling_mbps": 0.1, "workers": 128}}}))
+    assert fidelity.load_calibration("soft")["ceiling_mbps"] == 3.0
+    assert fidelity.ceiling_for(100) == (0.1, "fattree-k8-w128-rat")
+    assert fidelity.load_calibration("bmv2") is None and fidelity.ceiling_for(8, "bmv2") is None
+
+
+def test_each_backend_keeps_its_own_shapes(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGGLAB_CALIBRATION", str(tmp_path / "calibration.json"))
+    fidelity.save_calibration({"ceiling_mbps": 4.0, "workers": 8}, "bmv2")
+    fidelity.save_shape_calibration("fattree-k8-w32-rat", {"ceiling_mbps": 0.5, "workers": 32}, "bmv2")
+    fidelity.save_calibration({"ceiling_mbps": 10.0, "workers": 8})
+    fidelity.save_shape_calibration("fattree-k8-w32-rat", {"ceiling_mbps": 2.0, "workers": 32})
+    fidelity.save_calibration({"ceiling_mbps": 3.0, "workers": 8}, "bmv2")     # a new BMv2 run keeps its shape
+    assert fidelity.ceiling_for(8, "bmv2") == (3.0, "single-w8")
+    assert fidelity.ceiling_for(20, "bmv2") == (0.5, "fattree-k8-w32-rat")
+    assert fidelity.ceiling_for(8) == (10.0, "single-w8") and fidelity.ceiling_for(20) == (2.0, "fattree-k8-w32-rat")
