@@ -25,8 +25,12 @@ if str(REPO) not in sys.path:
 
 def pytest_configure(config):
     """In CI every skip must be on the allow-list (tests/skip_guard.py)."""
-    from tests.skip_guard import install
-
+    try:
+        from tests.skip_guard import install
+    except ModuleNotFoundError as exc:
+        if exc.name != "tests":
+            raise
+        return              # a copy of this file outside the checkout (tests/test_timeout_guard.py)
     install(config)
 
 
