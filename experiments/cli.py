@@ -205,8 +205,10 @@ def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO, calibrate_f
         print(interrupted_line("experiment", signum_of(exc), "everything it started was stopped and "
                                "removed; no run had finished"), file=log, flush=True)
         return 128 + signum_of(exc)
+    from experiments.report import write_report
     from experiments.runner import TURN_WAIT
 
+    write_report(outcome)
     ok = sum(1 for r in outcome.rows if r.get("ok"))
     waited = f", {TURN_WAIT['seconds']:.0f} s of it waiting for the network turn" if TURN_WAIT["seconds"] >= 1 else ""
     print(f"{ok}/{len(outcome.rows)} runs ok ({outcome.ran} ran now in {outcome.finished - outcome.started:.0f} s{waited}, "

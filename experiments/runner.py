@@ -431,9 +431,9 @@ def run_group(run_fn: RunFn, d: Definition, p: Point, repeats: list[int]) -> Ite
 
 def run_suite(suite: Suite, out_dir: Path, run_fn: RunFn | None = None, log: TextIO = sys.stderr,
               progress: bool = True) -> Outcome:
-    """Run what is not yet done, append each run to runs.jsonl, then write the report."""
+    """Run what is not yet done and append each run to runs.jsonl; the outcome's rows are the
+    suite's latest (the caller writes the report: experiments/report.py reads this module)."""
     from tqdm import tqdm
-    from experiments.report import write_report
     from ground.interrupts import signum_of
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -471,7 +471,6 @@ def run_suite(suite: Suite, out_dir: Path, run_fn: RunFn | None = None, log: Tex
     # rows of points this suite still plans (an edited definition leaves older rows behind)
     planned = {(d.name, p.key, r) for d, p, reps in steps for r in reps}
     outcome.rows = [r for r in latest(load_rows(runs_file)) if (r["definition"], r["key"], r["repeat"]) in planned]
-    write_report(outcome)
     return outcome
 
 
