@@ -330,6 +330,16 @@ def test_runnable_seconds_grow_for_a_process_on_a_cpu_of_its_own():
         spinner.wait()
 
 
+def _answer_then_fall_silent(probe, **channels) -> None:
+    """Add the channels to the probe, wait until each has answered 3 pings, then silence them all."""
+    for name, chan in channels.items():
+        probe.add(name, chan)
+    while any(chan.pings < 3 for chan in channels.values()):
+        threading.Event().wait(0.02)
+    for chan in channels.values():
+        chan.answering.clear()
+
+
 def test_a_late_switch_that_waited_for_a_cpu_gets_more_time_and_a_stopped_one_does_not(monkeypatch):
     import time
 
@@ -345,12 +355,7 @@ def test_a_late_switch_that_waited_for_a_cpu_gets_more_time_and_a_stopped_one_do
     try:
         starved, stopped = _PairPing(), _PairPing()
         starved.pid, stopped.pid = 101, 202
-        probe.add("starved", starved)
-        probe.add("stopped", stopped)
-        while starved.pings < 3 or stopped.pings < 3:
-            threading.Event().wait(0.02)
-        starved.answering.clear()
-        stopped.answering.clear()
+        _answer_then_fall_silent(probe, starved=starved, stopped=stopped)
         deadline = time.monotonic() + 10
         while len(hung) < 2 and time.monotonic() < deadline:
             threading.Event().wait(0.05)
@@ -374,12 +379,7 @@ def test_a_channel_with_a_bound_of_its_own_is_judged_by_it():
     try:
         short, patient = _PairPing(), _PairPing()
         patient.bound = 30.0
-        probe.add("short", short)
-        probe.add("patient", patient)
-        while short.pings < 3 or patient.pings < 3:
-            threading.Event().wait(0.02)
-        short.answering.clear()
-        patient.answering.clear()
+        _answer_then_fall_silent(probe, short=short, patient=patient)
         assert first.wait(60)
         assert hung == ["short"]
         assert probe.has_answered("patient")        # still pinged, not dropped
