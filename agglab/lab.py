@@ -290,7 +290,7 @@ class LabCLI(CLI):
         self.shown = ts
 
 
-# What each aggregation counter counts (agg_stats and agg_rejects, docs/design.md)
+# What each aggregation counter counts (agg_stats and agg_rejects, docs/design/)
 COUNTERS = {
     "contributions": "first copies of a packet added into a slot",
     "completions": "slots that completed (all children in): the result went down (or the partial up)",

@@ -1,7 +1,7 @@
 """Taking a BMv2 port away and back without hanging simple_switch.
 
 Two BMv2 facts shape a link failure on the bmv2 backend (both measured with BMv2 1.15.5 on
-Debian 12, see docs/design.md "Link failures on BMv2"):
+Debian 12, see docs/design/failures.md "Link failures on BMv2"):
 1. an interface that is administratively down blocks simple_switch's one receive thread inside
    libpcap, silencing every port of the switch, so a switch's end must leave the switch
    (`port_remove`) before its link goes down and come back (`port_add`) after it is up;

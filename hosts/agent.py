@@ -1,6 +1,6 @@
 """The SwitchML worker: `allreduce` an array through an aggregating switch.
 
-Protocol (design.md "Host agent"): the array is cut into blocks of K values
+Protocol (docs/design/host-agent.md "Host agent"): the array is cut into blocks of K values
 (last one zero-padded).  S = min(window, blocks) slots are used, each walking
 its own column of blocks: round 0 of slot s is a LEAD round (zero values, the
 exponent of the slot's first block; on slot 0 also the consistency lanes of
@@ -10,13 +10,13 @@ the result's max exponent is the scale every worker uses for the next round.
 int32 arrays go raw (exact wrap-around sum, exp 0).
 
 Versions: round r of slot s uses version (v0[s] + r) % 2.  v0 is 0 on a fresh
-switch, which gives design.md's `round % 2`; later calls on the same transport
+switch, which gives docs/design/'s `round % 2`; later calls on the same transport
 and job continue each slot's alternation (harmless on reset registers), because the switch
 still holds the last round's completed version and would answer a new packet
 of that version with the stale result.  After an error the switch state is
 unknown: reset the registers or move to a new epoch.
 
-Trees and epochs (design.md "Aggregation trees"): slot s travels on tree
+Trees and epochs (docs/design/trees.md "Aggregation trees"): slot s travels on tree
 tree_of_slot[s].  `control()` is polled every CONTROL_POLL seconds (less often in a job
 of more than CONTROL_POLL_WORKERS, hosts/slots.py control_poll); when it
 returns a new epoch (and/or tree_of_slot) every outstanding packet is rebuilt

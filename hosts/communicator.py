@@ -204,7 +204,7 @@ def _dense(comm: Communicator, array):
 @register("omnireduce", service_transport=True)
 def _sparse(comm: Communicator, array):
     """Block-sparse allreduce; repeated calls need no register reset in between (each
-    call's dense lead round re-arms the switch's sparse slots, design.md "Sparse pipeline")."""
+    call's dense lead round re-arms the switch's sparse slots, docs/design/sparse.md "Sparse pipeline")."""
     from hosts.sparse_agent import allreduce
 
     return allreduce(array, block_size=comm.spec.blocks, **comm.agent_options())

@@ -1,6 +1,6 @@
 """The sparse (OmniReduce-style) worker: only non-zero blocks travel.
 
-Protocol (design.md "Sparse pipeline"); S slots, slot s walks its column of
+Protocol (docs/design/sparse.md "Sparse pipeline"); S slots, slot s walks its column of
 K-blocks s, s+S, s+2S, ... in increasing order:
 
 1. Lead round, on the dense pipeline (no SPARSE flag, AGG_FLAG_LEAD): zero values; on
@@ -27,7 +27,7 @@ sparse allreduce on the same job without resetting the sp_ registers or moving
 to a new epoch), and the sums would be silently wrong, so SparseProtocolError.
 
 Acknowledgements: the switch keeps a slot-version's round until every child is done
-with it (design.md), so a worker that lost a result can still fetch it, however many
+with it (docs/design/), so a worker that lost a result can still fetch it, however many
 rounds it sits out.  A packet for block m' tells the switch its sender is done with
 every round below m'; a worker that accepts round m's result and does not send in the
 next round (or whose column is done) sends a header-only ACK (AGG_FLAG_ACK) for m.
@@ -200,7 +200,7 @@ class SparseRun(SlotRun):
     def before_expiry(self, now: float) -> None:
         """Handle results that arrived since the loop's last drain, before any timer fires.
 
-        Why: under design.md's rules a packet for a round whose result is already here
+        Why: under docs/design/'s rules a packet for a round whose result is already here
         is not harmless.  The column may have gone on without this worker, and if
         the version has been reused by then, the packet restarts a round there (see
         test_hosts_sparse_loss.py).  Such a spurious resend must be as rare as possible.

@@ -61,4 +61,4 @@ def lost_message(run, s: int, seen: int) -> str:
             f"({_slot_state(run, s)}) but the switch already holds block {seen} in that "
             f"version: the switch reused the version before this worker acknowledged the "
             f"round (its custody rule or the controller's reroute carry is broken, see "
-            f"design.md sparse pipeline); the sum cannot be recovered")
+            f"docs/design/ sparse pipeline); the sum cannot be recovered")

@@ -2,7 +2,7 @@
  * block-sparse aggregation for packets flagged AGG_FLAG_SPARSE, ATP-style best effort in a
  * shared pool for packets flagged AGG_FLAG_ATP) plus plain forwarding,
  * for BMv2 simple_switch.  The software switch (softswitch/) runs the same
- * pipeline with the same names; docs/design.md is the contract for both.
+ * pipeline with the same names; docs/design/ is the contract for both.
  */
 #include <core.p4>
 #include <v1model.p4>

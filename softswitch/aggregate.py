@@ -1,6 +1,6 @@
 """SwitchML aggregation (p4src/include/aggregate.p4), the per-packet hot path.
 
-The semantics are docs/design.md's pseudo-code ("Aggregation semantics",
+The semantics are docs/design/'s pseudo-code ("Aggregation semantics",
 "Aggregation trees"), line for line with the P4; the software switch is
 single-threaded, so the P4's @atomic block is simply a method body.  The
 agg_job entry of the ingress port (softswitch/roles.py, looked up once by the

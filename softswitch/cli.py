@@ -1,4 +1,4 @@
-"""The simple_switch_CLI command subset of docs/design.md, for the software switch.
+"""The simple_switch_CLI command subset of docs/design/, for the software switch.
 
 Why the same language: controller, conformance vectors and people at a shell
 program both targets with the same lines.  Answers follow BMv2's wording where

@@ -1,7 +1,7 @@
 """Block-sparse aggregation (p4src/include/sparse.p4), OmniReduce-style.
 
 Packets flagged AGG_FLAG_SPARSE take this path instead of softswitch.aggregate;
-the semantics are docs/design.md's "Sparse pipeline", step for step with the
+the semantics are docs/design/sparse.md's "Sparse pipeline", step for step with the
 P4 (the same agg_job entry, looked up once by the pipeline for both paths in
 roles.py; registers sp_*).  A block m is complete once m is below the minimum of the
 next blocks the switch's children announced: nobody will send for m any more.

@@ -1,7 +1,7 @@
 """`--backend bmv2` end to end: BMv2 simple_switch running the compiled agglab.p4 in Mininet.
 
 Why every scenario runs `agglab` in a child process: a BMv2 run that hangs (the reason this
-file exists, see docs/design.md "BMv2 reroute") must fail the test, not the CI run. The child
+file exists, see docs/design/failures.md "Link failures on BMv2") must fail the test, not the CI run. The child
 gets its own process group and a deadline; on timeout it is killed, its run directory's switch
 logs are attached to the failure, and `agglab clean` removes what it left.
 """

@@ -89,7 +89,7 @@ def block_sparse(rng, blocks: int, density: float) -> np.ndarray:
 @pytest.mark.parametrize("calls", [2, 3])
 def test_consecutive_sparse_allreduces_without_reset_are_exact(calls):
     """No register reset between the calls: the lead round's dense completion re-arms each
-    slot's sparse state (design.md "Sparse pipeline"), so no call sees another's announcements."""
+    slot's sparse state (docs/design/sparse.md "Sparse pipeline"), so no call sees another's announcements."""
     n = 3
     net = sparse_net(n)       # the software switch, one pipeline
     rng = np.random.default_rng(calls)

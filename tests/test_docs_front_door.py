@@ -22,6 +22,22 @@ def test_the_readme_is_at_most_12000_bytes():
     assert 0 < size <= 12_000, f"README.md is {size} bytes; move detail to docs/guide/"
 
 
+def test_the_design_is_a_page_per_contract_each_under_20000_bytes():
+    """docs/design/ is read a contract at a time; one page that grows past 20 KB holds two."""
+    pages = sorted((REPO / "docs" / "design").glob("*.md"))
+    index = (REPO / "docs" / "design" / "README.md").read_text()
+    assert len(pages) > 10 and not (REPO / "docs" / "design.md").exists()
+    assert [p.name for p in pages if p.stat().st_size > 20_000] == []
+    assert [p.name for p in pages if p.name != "README.md" and f"]({p.name})" not in index] == []
+
+
+def test_links_to_the_design_pages_lead_somewhere():
+    """A file that sends its reader to a page of docs/design/ names a page that exists."""
+    named = {(p.relative_to(REPO), m) for p in _texts()
+             for m in re.findall(r"docs/design/([\w-]+\.md)", p.read_text(errors="replace"))}
+    assert named and [f"{p}: {m}" for p, m in sorted(named) if not (REPO / "docs" / "design" / m).exists()] == []
+
+
 def test_no_code_or_doc_names_an_issue_number():
     found = [f"{p.relative_to(REPO)}:{n}" for p in _texts()
              for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1) if TICKET.search(line)]

@@ -1,8 +1,8 @@
-"""The sparse agent (hosts/sparse_agent.py) against design.md's sparse pipeline.
+"""The sparse agent (hosts/sparse_agent.py) against docs/design/'s sparse pipeline.
 
 The switch is softswitch.Pipeline (real frames, CLI-programmed agg_job entries), so the
 agent and the software switch are tested together; loss is in test_hosts_sparse_loss.py.
-What each worker must send is computed here from design.md's rule with plain loops
+What each worker must send is computed here from docs/design/'s rule with plain loops
 (`blocks_a_worker_sends`), not with hosts/sparse_blocks.py, whose vectorised version the
 agent uses; the two are compared on hand-worked layouts and on every scenario.
 """
@@ -33,7 +33,7 @@ def ok(results):
 
 
 def blocks_a_worker_sends(array, window, block_size=K, lookahead=DEFAULT_LOOKAHEAD) -> list[int]:
-    """design.md, written as loops: with S = min(window, K-blocks) columns (column s holds
+    """docs/design/, written as loops: with S = min(window, K-blocks) columns (column s holds
     K-blocks s, s+S, ...), after (virtually) sending m a worker announces, and later sends,
     the first K-block after m in m's column whose block_size block holds a non-zero value,
     or m + lookahead*S if that comes first; nothing beyond the array.  Its first block of a

@@ -1,6 +1,6 @@
 """The layering stays true: every import of a project package goes down the layers.
 
-Layers, bottom up (docs/design.md "Layout"):
+Layers, bottom up (docs/design/layout.md "Layout"):
   0 ground                 packet format, run directories, addresses, run description
   1 softswitch, hosts,     data plane and host agents; PACE and the training-iteration
     pace                   model (pure: profiles, schedulers, fusion, timelines)

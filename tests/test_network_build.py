@@ -100,7 +100,7 @@ def test_links_with_a_rate_are_shaped_at_both_ends():
 @pytest.mark.parametrize("offloads_off", [True, False], ids=["soft", "bmv2"])
 def test_switch_ends_keep_or_lose_their_offloads_as_the_backend_needs(offloads_off):
     """Software switch ports lose their offloads (softswitch/io.py re-injects frames as it got
-    them); BMv2's keep theirs (with them off BMv2 ran half as fast here, design.md)."""
+    them); BMv2's keep theirs (with them off BMv2 ran half as fast here, docs/design/)."""
     from emulation.veths import create_veths, delete_veths
 
     names = ("aglt0-a", "aglt0-b")

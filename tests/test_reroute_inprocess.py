@@ -53,7 +53,7 @@ def check(results, arrays, dtype: str, fail_at, net: TreeNet, injected) -> None:
 def core_link(job, i: int) -> tuple[str, str]:
     """An aggregation-core link of the active trees, on an aggregation switch no earlier
     failure touched: two such failures still leave every edge switch a direct path up, so
-    no edge switch has to relay for others (the case design.md says a carry cannot serve)."""
+    no edge switch has to relay for others (the case docs/design/ says a carry cannot serve)."""
     failed = {n for u, v, d in job.g.edges(data=True) if not d.get("up", True) for n in (u, v)}
     links = sorted({e for t in job.trees().trees for e in t.edges
                     if {job.g.nodes[n].get("tier") for n in e} == {"agg", "core"} and not set(e) & failed})

@@ -57,7 +57,7 @@ def assert_exact(results, arrays):
 def test_allreduce_survives_a_switch_death(tmp_path, pick, at, sparse):
     # dense: 2% loss on every hop (results lost on one path while the root dies: agg_block);
     # sparse: no loss, because a sparse round whose result was lost just below a switch that
-    # then dies is gone once every other subtree reused its version (design.md "Limits")
+    # then dies is gone once every other subtree reused its version (docs/design/failures.md "Limits")
     net = TreeNet(fat_tree(), "spt", 64, tmp_path / "epoch.json", loss=0.0 if sparse else 0.02, seed=7)
     if sparse:
         arrays = [sparse_gradient(r, ELEMENTS, "int32", 0.3, "random", K, 7, 0) for r in range(8)]

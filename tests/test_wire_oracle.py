@@ -1,5 +1,5 @@
 """The packet layout the agents and the software switch share (ground/wire.py, read from
-headers.p4) against the one docs/design.md writes down (agglab/testkit/layout.py, by hand).
+headers.p4) against the one docs/design/ writes down (agglab/testkit/layout.py, by hand).
 
 Why: the conformance vectors' expected frames are built by agglab/testkit/frames.py with
 layout.py; if they used ground.wire, a wrong layout there would be shared by packer, switch and

@@ -20,7 +20,7 @@ waiting for quiet.
 
 On a divergence, `write_vector` saves the sequence up to the packet that diverged as a
 vector file whose expectations are BMv2's, and the AssertionError names it; replay it with
-`agglab vectors run FILE --target soft` (or bmv2). Decide from docs/design.md which side
+`agglab vectors run FILE --target soft` (or bmv2). Decide from docs/design/ which side
 is wrong before keeping it in p4src/vectors/.
 """
 
@@ -206,7 +206,7 @@ def write_vector(seq: Sequence, frames, history, bmv2: FencedBmv2, touched, twin
     ctrs = bmv2.counters({name: len(twin_counters[name]) for name in COUNTERS})
     head = {"description": (f"Found by the differential test (tests/test_difftest.py), {seq.scheme} sequence, "
                             f"{seq.scenario} scenario: {problem.splitlines()[0]}. The expectations are what "
-                            f"BMv2 emitted and stored; decide from docs/design.md which side is right "
+                            f"BMv2 emitted and stored; decide from docs/design/ which side is right "
                             f"before keeping this file in p4src/vectors/."),
             "commands": seq.commands}
     lines = [yaml.safe_dump(head, sort_keys=False, width=100).rstrip(), "packets:"]

@@ -4,7 +4,7 @@ Why: the agent's protocol logic (windows, versions, loss recovery, consistency
 check) must be tested fast and deterministically enough for CI, without
 namespaces or root.  Two switch back-ends sit behind the same harness:
 
-* `ModelSwitch`: the aggregation semantics of design.md written directly on UDP
+* `ModelSwitch`: the aggregation semantics of docs/design/ written directly on UDP
   payloads, used to test the agent on its own;
 * the project's software switch (`softswitch.pipeline.Pipeline`), fed real
   Ethernet/IPv4/UDP frames and programmed with simple_switch_CLI commands, so the
@@ -55,7 +55,7 @@ def _with_result(payload: bytes, values: np.ndarray, exp: int) -> bytes:
 
 
 class ModelSwitch:
-    """design.md "Aggregation semantics" on payloads; children 0..n-1, one job, slot_base 0."""
+    """docs/design/aggregation.md "Aggregation semantics" on payloads; children 0..n-1, one job, slot_base 0."""
 
     def __init__(self, n: int) -> None:
         self.n = n

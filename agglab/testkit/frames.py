@@ -3,7 +3,7 @@
 Why a builder of our own (not scapy, not softswitch code, not ground.wire): the
 vectors must state what the wire carries independently of either target and of
 the packer they share, so the expected bytes come from here, with agg_h packed
-by layout.py from the layout docs/design.md writes down, and both the software
+by layout.py from the layout docs/design/ writes down, and both the software
 switch and BMv2 are held to them.
 Lengths and the IPv4 checksum are computed unless a vector pins them, which
 is how a vector says "the switch recomputed the checksum" without hex.

@@ -1,4 +1,4 @@
-"""The aggregation packet's byte layout, written from docs/design.md ("Wire format") by hand.
+"""The aggregation packet's byte layout, written from docs/design/wire-format.md ("Wire format") by hand.
 
 Why a second packer: the agents and the software switch both take their layout from
 ground/wire.py (which reads p4src/include/headers.p4). If the conformance vectors' expected
@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import struct
 
-UDP_PORT = 48879                     # AGG_UDP_PORT (0xBEEF), docs/design.md "Wire format"
+UDP_PORT = 48879                     # AGG_UDP_PORT (0xBEEF), docs/design/wire-format.md "Wire format"
 K = int(os.environ.get("AGGLAB_K", "").strip() or 64)
 ETH_BYTES, IPV4_BYTES, UDP_BYTES, AGG_H_BYTES = 14, 20, 8, 16
 AGG_OFFSET = ETH_BYTES + IPV4_BYTES + UDP_BYTES          # where agg_h starts in a frame

@@ -1,6 +1,6 @@
 """Carry a running dense allreduce across a tree change without losing a contribution.
 
-The protocol (docs/design.md, "Epochs"): freeze the old epoch, snapshot per slot the
+The protocol (docs/design/reroute.md, "Epochs"): freeze the old epoch, snapshot per slot the
 version the old root completed but some worker may not have seen, reset the new
 tree's state and preload that version as complete, then tell the agents. A lagging
 worker's retransmission is then answered (by the root, through the tree) with the

@@ -1,4 +1,4 @@
-"""Carry the sparse pipeline's rounds across a tree change (docs/design.md, "Sparse reroute").
+"""Carry the sparse pipeline's rounds across a tree change (docs/design/sparse.md, "Sparse reroute").
 
 Why not controller/reroute/failover.py's snapshot: in the sparse pipeline the result a lagging
 worker still needs is not always at the root. A switch keeps a completed round ("custody")

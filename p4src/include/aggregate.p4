@@ -1,4 +1,4 @@
-/* SwitchML-style aggregation (docs/design.md, "Aggregation semantics" and
+/* SwitchML-style aggregation (docs/design/aggregation.md, "Aggregation semantics" and
  * "Aggregation trees").
  *
  * State lives at top level so the control-plane names carry no control

@@ -1,4 +1,4 @@
-/* The job table and what both aggregation pipelines share (docs/design.md,
+/* The job table and what both aggregation pipelines share (docs/design/,
  * "Data-plane names", "Aggregation trees" and "Sparse pipeline").
  *
  * Why one table: the dense (aggregate.p4) and the sparse (sparse.p4) pipeline

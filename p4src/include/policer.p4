@@ -1,4 +1,4 @@
-/* The port policer (docs/design.md "Tenants": ports in no job).
+/* The port policer (docs/design/tenants.md "Tenants": ports in no job).
  *
  * Why: a port that leads to a host in no job has no agg_job entry, so every
  * aggregation frame from it is rejected, but each still costs the switch a

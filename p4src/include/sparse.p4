@@ -1,4 +1,4 @@
-/* Block-sparse streaming aggregation, OmniReduce-style (docs/design.md,
+/* Block-sparse streaming aggregation, OmniReduce-style (docs/design/,
  * "Sparse pipeline").  Packets with AGG_FLAG_SPARSE come here instead of
  * aggregate.p4; same header and the same agg_job entry (job.p4's JobRole,
  * applied before the branch), own registers (prefix sp_), so a job can run
