@@ -21,19 +21,10 @@ from pathlib import Path
 import networkx as nx
 
 from ground.wire import MAX_WORKERS
-from controller.topology import assign_ports, hosts, natural_key, single_switch, switches
+from controller.topology import (IFNAME_MAX, TopologyError, assign_ports, hosts, natural_key, single_switch,
+                                 switches)
 from controller.topology import workers as ranked_workers
-
-IFNAME_MAX = 15            # Linux IFNAMSIZ - 1
-
-
-class TopologyError(ValueError):
-    """A topology that cannot be built; `line` is set when it came from a file."""
-
-    def __init__(self, message: str, line: int | None = None, path: str | None = None):
-        self.line, self.path, self.reason = line, path, message
-        where = f"{path or '<topology>'}:{line}: " if line is not None else ""
-        super().__init__(where + message)
+from controller import topology_file
 
 
 def check_names(g: nx.Graph) -> nx.Graph:
@@ -179,9 +170,7 @@ def bcube(n: int = 3, k: int = 1, bw: float | None = None, workers: int | None =
 
 def from_yaml(path: str | Path) -> nx.Graph:
     """A topology file; see controller/topology_file.py for the format and its errors."""
-    from controller.topology_file import load
-
-    return load(path)
+    return topology_file.load(path)
 
 
 BUILDERS = {

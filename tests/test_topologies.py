@@ -10,8 +10,8 @@ import pytest
 import yaml
 from hypothesis import given, settings, strategies as st
 
-from controller.topologies import TopologyError, bcube, build, fat_tree, from_yaml, leaf_spine
-from controller.topology import hosts, port, single_switch, switches, workers
+from controller.topologies import bcube, build, fat_tree, from_yaml, leaf_spine
+from controller.topology import TopologyError, hosts, port, single_switch, switches, workers
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "experiments" / "topologies" / "example.yaml"
