@@ -122,7 +122,7 @@ def _experiment(args) -> int:
 
 
 def _clean(args) -> int:
-    from ground.rundir import clean
+    from ground.cleanup import clean
 
     clean(everything=args.all)
     return 0
