@@ -23,6 +23,7 @@ import os
 import sys
 
 from agglab.run_options import add_run_options, bad_input, spec_from_args
+from controller import topologies
 from controller.trees import SWITCH_TREES
 from ground import wire
 
@@ -176,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     x = sub.add_parser("export", help="write agglab's pipeline for another tool: "
                        "'p4app' = a p4-utils network (p4app.json + per-switch CLI files)")
     x.add_argument("format", choices=["p4app"])
-    x.add_argument("topology", help="single, leafspine, fattree, bcube or a YAML file")
+    x.add_argument("topology", help=topologies.help_text())
     x.add_argument("--k", type=int, default=None, help="fat-tree k (default 4) or BCube level count k")
     x.add_argument("--workers", type=int, default=8, help="worker hosts the trees aggregate (default 8)")
     x.add_argument("--tree", default="rat", choices=SWITCH_TREES,

@@ -14,13 +14,14 @@ import argparse
 import sys
 
 from agglab.run_options import add_run_options, bad_input, spec_from_args
+from controller import topologies
 
 
 def add_parser(sub) -> None:
     d = sub.add_parser("draw", help="draw the topology and the job's aggregation trees (SVG, PNG or DOT); "
                        "no network is built")
     d.add_argument("topology_name", metavar="TOPOLOGY",
-                   help="single, leafspine, fattree, bcube or a YAML file (as --topology)")
+                   help=f"{topologies.help_text()} (as --topology)")
     add_run_options(d, workers=8)
     d.add_argument("-o", "--output", required=True, metavar="FILE",
                    help="where to write the drawing: .svg, .png (Graphviz) or .dot (Graphviz source)")
@@ -57,7 +58,7 @@ def failed_links(fails: list[str] | None, g, algorithm: str, workers: list[str],
 def _draw(args) -> int:
     from pathlib import Path
 
-    from controller import drawing, topologies
+    from controller import drawing
     from controller.topology import workers as worker_hosts
     from controller.trees.base import TreeError
 

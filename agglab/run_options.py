@@ -14,6 +14,7 @@ import dataclasses
 import sys
 from dataclasses import fields
 
+from controller import topologies
 from controller.trees import TREE_ALGORITHMS as TREES
 from ground import schemes
 from ground.runspec import BACKENDS, DTYPES, PATTERNS, RunSpec
@@ -58,8 +59,8 @@ def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
     opt("--give-up", type=float, default=d["give_up"], help="seconds without progress before a worker "
         "gives up with an error")
     opt("--bw", type=float, default=d["bw"], help="link rate in Mb/s (tc htb); default unlimited")
-    opt("--topology", default=d["topology"], help=f"single, leafspine, fattree, bcube or a YAML file "
-        f"(nodes, links, bandwidth); default {d['topology']}")
+    opt("--topology", default=d["topology"], help=f"{topologies.help_text()} (nodes, links, bandwidth); "
+        f"default {d['topology']}")
     opt("--k", type=int, default=d["k"], help="fat-tree k (default 4) or BCube level count k")
     opt("--tree", default=d["tree"], choices=TREES,
         help=f"aggregation tree algorithm (default {d['tree']}; bml goes with bcube)")
