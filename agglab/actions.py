@@ -170,3 +170,16 @@ def progress(session, actions: Actions) -> Progress:
     rate = done / elapsed if elapsed else 0.0
     eta = (total - done) / rate if rate > 0 and len(seen) == len(workers) else None
     return Progress(len(workers), len(seen), done, total if len(seen) == len(workers) else 0, rate, eta, per)
+
+
+def summary(r: dict) -> str:
+    """One allreduce's outcome in words, as the lab prints it and the live page shows it."""
+    verdict = "exact" if r["exact"] else "NOT EXACT"
+    jobs = r.get("jobs", [])
+    return (f"allreduce: {verdict}, {r['elements']} {r['dtype']} x {r['workers']} workers"
+            + (f" x {len(jobs)} jobs" if len(jobs) > 1 else "") + " in "
+            f"{r['seconds']} s, {r['retransmissions']} retransmissions, epoch {r['epoch']}"
+            + (f", switches down: {' '.join(r['switches_down'])}" if r.get("switches_down") else "")
+            + "".join(f"\n  job {j['job']}: {'exact' if j['exact'] else 'NOT EXACT'} in {j['seconds']} s, "
+                      f"{j['retransmissions']} retransmissions" for j in jobs if len(jobs) > 1)
+            + "".join(f"\n  {e.splitlines()[0]}" for e in r.get("errors", [])))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agglab.cli import add_run_options, spec_from_args
+from agglab.run_options import add_run_options, spec_from_args
 from emulation.session import run_spec
 
 DENSITIES = (1.0, 0.5, 0.2, 0.1, 0.05, 0.01)

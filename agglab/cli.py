@@ -11,7 +11,8 @@
     agglab exercise     teaching labs: list, start N, check N [--json], solution N
 
 RUN OPTIONS are the fields of ground/runspec.py's RunSpec, one option per field
-(`add_run_options`); bad input (a bad field, topology or tree) prints one line and exits 2.
+(agglab/run_options.py); bad input (a bad field, topology or tree) prints one line and exits 2.
+This module only assembles the commands: it imports them, and none of them imports it.
 """
 
 from __future__ import annotations
@@ -20,20 +21,11 @@ import argparse
 import json
 import os
 import sys
-import dataclasses
-from dataclasses import fields
 
+from agglab.run_options import add_run_options, bad_input, spec_from_args
+from controller import topologies
+from controller.trees import SWITCH_TREES
 from ground import wire
-from ground import schemes
-from controller.trees import TREE_ALGORITHMS as TREES, SWITCH_TREES
-from ground.runspec import BACKENDS, DTYPES, PATTERNS, RunSpec
-
-
-def spec_from_args(args: argparse.Namespace) -> RunSpec:
-    """The RunSpec the options describe: each option is the RunSpec field of the same name
-    (options left unset keep the field's default), so no option list is restated here."""
-    names = {f.name for f in fields(RunSpec)}
-    return RunSpec(**{k: v for k, v in vars(args).items() if k in names and v is not None})
 
 
 def _checked_spec(cmd: str, args):
@@ -43,11 +35,6 @@ def _checked_spec(cmd: str, args):
     from controller.run_check import check_run
 
     return check_run(spec_from_args(args))
-
-
-def _bad_input(cmd: str, exc: Exception) -> int:
-    print(f"agglab {cmd}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
-    return 2
 
 
 def _needs_root(cmd: str) -> bool:
@@ -69,13 +56,13 @@ def _allreduce(args) -> int:
 
         web = web_options(args)
         if web:
-            from agglab.web.server import run_with_page
+            from agglab.web.server import run_with_page     # aiohttp: loaded only with --web
 
             result = run_with_page(spec, web, quiet=args.json, progress=args.progress or sys.stderr.isatty())
         else:
             result = run_spec(spec, quiet=args.json, progress=args.progress or sys.stderr.isatty())
     except (ValueError, TreeError) as exc:       # TopologyError is a ValueError
-        return _bad_input("allreduce", exc)
+        return bad_input("allreduce", exc)
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:
@@ -116,7 +103,7 @@ def _print_human(r: dict) -> None:
 
 
 def _lab(args) -> int:
-    from agglab.lab import run_lab
+    from agglab.lab import run_lab          # Mininet: loaded only by the commands that build a network
     from controller.trees.base import TreeError
 
     try:
@@ -127,7 +114,7 @@ def _lab(args) -> int:
 
         return run_lab(spec, script=args.script, web=web_options(args))
     except (ValueError, TreeError) as exc:
-        return _bad_input("lab", exc)
+        return bad_input("lab", exc)
 
 
 def _experiment(args) -> int:
@@ -136,7 +123,7 @@ def _experiment(args) -> int:
 
 
 def _clean(args) -> int:
-    from ground.rundir import clean
+    from ground.cleanup import clean
 
     clean(everything=args.all)
     return 0
@@ -146,78 +133,6 @@ def _doctor(args) -> int:
     from agglab.doctor import report
 
     return report()
-
-
-def _probabilities(text: str) -> list[float]:
-    try:
-        return [float(p) for p in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated probabilities, e.g. 0.1,0, got {text!r}") from None
-
-
-def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
-    """The RunSpec options, each named after its field (`--give-up` is `give_up`); defaults
-    are RunSpec's unless a command overrides one (the lab opens a fat-tree)."""
-    d = {f.name: f.default for f in fields(RunSpec) if f.default is not dataclasses.MISSING} | defaults
-    opt = parser.add_argument
-    opt("--workers", type=int, default=d["workers"], help=f"number of worker hosts (default {d['workers']})")
-    opt("--elements", type=int, default=d["elements"], help=f"array length per worker (default {d['elements']})")
-    opt("--dtype", choices=DTYPES, default=d["dtype"], help=f"gradient type: int32 sums exactly, float32 "
-        f"travels as SwitchML fixed point (default {d['dtype']})")
-    opt("--loss", type=float, default=d["loss"], help="drop probability per packet and direction, "
-        "applied by the switch's drop simulator (default 0)")
-    opt("--backend", choices=BACKENDS, default=d["backend"], help="data plane: the software switch or BMv2 "
-        f"simple_switch (default {d['backend']})")
-    opt("--window", type=int, default=d["window"], help="outstanding slots per worker (default: "
-        + (f"{d['window']}" if d["window"] is not None else "the algorithm's own, ground/runspec.py") + ")")
-    opt("--seed", type=int, default=d["seed"], help=f"seed of the workers' input arrays (default {d['seed']})")
-    opt("--give-up", type=float, default=d["give_up"], help="seconds without progress before a worker "
-        "gives up with an error")
-    opt("--bw", type=float, default=d["bw"], help="link rate in Mb/s (tc htb); default unlimited")
-    opt("--topology", default=d["topology"], help=f"single, leafspine, fattree, bcube or a YAML file "
-        f"(nodes, links, bandwidth); default {d['topology']}")
-    opt("--k", type=int, default=d["k"], help="fat-tree k (default 4) or BCube level count k")
-    opt("--tree", default=d["tree"], choices=TREES,
-        help=f"aggregation tree algorithm (default {d['tree']}; bml goes with bcube)")
-    opt("--algorithm", choices=schemes.NAMES, default=d["algorithm"],
-        help=f"aggregation scheme (default {d['algorithm']}): {schemes.help_text()}")
-    opt("--density", type=float, default=d["density"], help="fraction of non-zero blocks (block-sparse data)")
-    opt("--pattern", choices=PATTERNS, default=d["pattern"],
-        help="block-sparse data: where the non-zero blocks are across workers")
-    opt("--block-size", type=int, default=d["block_size"], help="omnireduce: values per block (multiple of K)")
-    opt("--zero-workers", type=int, default=d["zero_workers"], metavar="Z",
-        help="block-sparse data: ranks 0..Z-1 have no non-zero block at all (default 0)")
-    opt("--bml-variant", choices=["in-network", "host"], default=d["bml_variant"],
-        help="BML on BCube: level switches aggregate (in-network, default) or servers "
-             "reduce-scatter/all-gather through them as in the paper (host)")
-    opt("--jobs", type=int, default=d["jobs"], metavar="J",
-        help="run J concurrent allreduces (tenants) of --workers each, on hosts of their own, sharing the "
-             "switches and trees with disjoint slot ranges (default 1)")
-    opt("--job-loss", type=_probabilities, default=None, metavar="P0,P1,..",
-        help="with --jobs: loss on each job's worker links (one probability per job; default --loss)")
-    opt("--fail", action="append", metavar="A-B@FRACTION",
-        help="take link A-B down when FRACTION of the blocks are done; 'tree@0.5' picks a "
-             "link the active tree uses; may repeat")
-    opt("--fail-switch", action="append", metavar="NAME@FRACTION",
-        help="kill switch NAME's process (kill -9) when FRACTION of the blocks are done: all its links "
-             "fail, the controller reroutes around it; 'tree@0.5' picks an aggregating switch of the "
-             "active tree that is not some worker's only edge switch; may repeat")
-    opt("--hang-switch", action="append", metavar="NAME@FRACTION",
-        help="stop switch NAME's process (SIGSTOP: hung, not dead) when FRACTION of the blocks are done; "
-             "the liveness probe declares it hung within 0.6 s and it is fenced and rerouted around like "
-             "a killed switch; 'tree@0.5' as for --fail-switch; may repeat")
-    opt("--chaos", type=int, metavar="SEED", default=d["chaos"],
-        help="a seeded fault schedule during the run: link flaps, switch kills and restarts, hangs and "
-             "loss bursts at random moments (emulation/chaos.py); every job ends exact or with a clean "
-             "partition error, and the JSON lists each fault with its recovery times")
-    opt("--keep", metavar="DIR", default=d["keep"],
-        help="when the run ends, keep its directory in DIR (new or empty): per-switch logs, the "
-             "control commands sent, events, worker logs and reports, the JSON result")
-    opt("--cluster", metavar="FILE", default=d["cluster"],
-        help="run the network on the servers of this cluster file (YAML list of servers: address, user, "
-             "cores; `agglab cluster local up` makes a practice one); see docs/guide/cluster.md")
-    opt("--pcap", action="store_true", default=d["pcap"] or None,
-        help="the switches write per-port pcaps (DIR/pcaps/IFNAME_in.pcap, _out.pcap; with --keep)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -262,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     x = sub.add_parser("export", help="write agglab's pipeline for another tool: "
                        "'p4app' = a p4-utils network (p4app.json + per-switch CLI files)")
     x.add_argument("format", choices=["p4app"])
-    x.add_argument("topology", help="single, leafspine, fattree, bcube or a YAML file")
+    x.add_argument("topology", help=topologies.help_text())
     x.add_argument("--k", type=int, default=None, help="fat-tree k (default 4) or BCube level count k")
     x.add_argument("--workers", type=int, default=8, help="worker hosts the trees aggregate (default 8)")
     x.add_argument("--tree", default="rat", choices=SWITCH_TREES,

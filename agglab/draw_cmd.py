@@ -13,14 +13,15 @@ from __future__ import annotations
 import argparse
 import sys
 
+from agglab.run_options import add_run_options, bad_input, spec_from_args
+from controller import topologies
+
 
 def add_parser(sub) -> None:
-    from agglab.cli import add_run_options
-
     d = sub.add_parser("draw", help="draw the topology and the job's aggregation trees (SVG, PNG or DOT); "
                        "no network is built")
     d.add_argument("topology_name", metavar="TOPOLOGY",
-                   help="single, leafspine, fattree, bcube or a YAML file (as --topology)")
+                   help=f"{topologies.help_text()} (as --topology)")
     add_run_options(d, workers=8)
     d.add_argument("-o", "--output", required=True, metavar="FILE",
                    help="where to write the drawing: .svg, .png (Graphviz) or .dot (Graphviz source)")
@@ -57,8 +58,7 @@ def failed_links(fails: list[str] | None, g, algorithm: str, workers: list[str],
 def _draw(args) -> int:
     from pathlib import Path
 
-    from agglab.cli import _bad_input, spec_from_args
-    from controller import drawing, topologies
+    from controller import drawing
     from controller.topology import workers as worker_hosts
     from controller.trees.base import TreeError
 
@@ -75,7 +75,7 @@ def _draw(args) -> int:
         links = failed_links(fails, g, spec.tree, workers, spec.seed)
         epochs = drawing.after_failures(g, spec.tree, workers, links)
     except (ValueError, TreeError) as exc:
-        return _bad_input("draw", exc)
+        return bad_input("draw", exc)
     last = epochs[-1]
     title = f"{g.graph.get('name', spec.topology)}: {spec.tree} trees, {len(workers)} workers" + (
         f", after {' '.join(f'{a}-{b}' for a, b in links)} failed" if links else "")

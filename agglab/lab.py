@@ -16,8 +16,8 @@ import threading
 
 from mininet.cli import CLI
 
-from agglab.actions import Actions
-from agglab.cli import add_run_options
+from agglab.actions import Actions, progress, summary
+from agglab.run_options import add_run_options
 from ground.interrupts import Interrupted, arm
 from ground import wire
 from emulation.session import Session
@@ -327,23 +327,8 @@ def stats_table(rows: dict[str, dict[str, int]], what: str) -> str:
     return "\n".join(lines)
 
 
-def summary(r: dict) -> str:
-    """One allreduce's outcome, as the lab prints it."""
-    verdict = "exact" if r["exact"] else "NOT EXACT"
-    jobs = r.get("jobs", [])
-    return (f"allreduce: {verdict}, {r['elements']} {r['dtype']} x {r['workers']} workers"
-            + (f" x {len(jobs)} jobs" if len(jobs) > 1 else "") + " in "
-            f"{r['seconds']} s, {r['retransmissions']} retransmissions, epoch {r['epoch']}"
-            + (f", switches down: {' '.join(r['switches_down'])}" if r.get("switches_down") else "")
-            + "".join(f"\n  job {j['job']}: {'exact' if j['exact'] else 'NOT EXACT'} in {j['seconds']} s, "
-                      f"{j['retransmissions']} retransmissions" for j in jobs if len(jobs) > 1)
-            + "".join(f"\n  {e.splitlines()[0]}" for e in r.get("errors", [])))
-
-
 def progress_line(session: Session, actions: Actions) -> str:
     """`done/total blocks (P%), R blocks/s, ETA S s` of the running allreduce."""
-    from agglab.actions import progress
-
     if not actions.running:
         return "no allreduce is running" + (f"; the last one: {actions.run.outcome.splitlines()[0]}"
                                             if actions.run.outcome else "")
@@ -381,7 +366,7 @@ PER_RUN = ("elements", "dtype", "loss", "tree", "algorithm", "density", "pattern
 
 
 class _Options(argparse.ArgumentParser):
-    """The CLI's run options (agglab.cli.add_run_options), raising instead of exiting."""
+    """The CLI's run options (agglab/run_options.py), raising instead of exiting."""
 
     def error(self, message):
         raise ValueError(f"allreduce: {message}; see 'help allreduce'")
@@ -417,7 +402,7 @@ def run_lab(spec, script: str | None = None, web: dict | None = None) -> int:
         server = None
         try:
             if web is not None:
-                from agglab.web.server import serve
+                from agglab.web.server import serve     # aiohttp: loaded only with --web
 
                 server = serve(session, actions, lab=True, **web)
                 print(f"live page: {server.url}")

@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+from controller import topologies
 from controller.trees import SWITCH_TREES
 from ground import schemes
 
@@ -42,8 +43,7 @@ def add_train_parser(sub) -> None:
     t.add_argument("--loss", type=float, default=0.0, help="drop probability per packet and direction")
     t.add_argument("--fail", action="append", metavar="A-B@FRACTION",
                    help="take link A-B down at FRACTION of the training steps ('tree@0.5': a tree link)")
-    t.add_argument("--topology", default="single", help="single, leafspine, fattree, bcube or a YAML file "
-                   "(default single)")
+    t.add_argument("--topology", default="single", help=f"{topologies.help_text()} (default single)")
     t.add_argument("--k", type=int, default=None, help="fat-tree k (default 4) or BCube level count k")
     t.add_argument("--tree", default="spt", choices=SWITCH_TREES,
                    help="aggregation tree algorithm, a module of controller/trees/ (default spt)")

@@ -11,29 +11,26 @@ switches carry `tier` (leaf/spine, edge/agg/core, or `level<l>`). The graph reco
 family and parameters in g.graph so an algorithm such as BML can check what it runs on.
 
 Names stay short because Mininet interface names (`<node>-eth<N>`) must fit in 15 bytes.
+
+The built-in topologies are one table, TOPOLOGIES: a row per `--topology` name with its
+aliases, generator, run options and help words (below, with why).
 """
 
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import networkx as nx
 
+from ground.runspec import register_topologies
 from ground.wire import MAX_WORKERS
-from controller.topology import assign_ports, hosts, natural_key, single_switch, switches
+from controller.topology import (IFNAME_MAX, TopologyError, assign_ports, hosts, natural_key, single_switch,
+                                 switches)
 from controller.topology import workers as ranked_workers
-
-IFNAME_MAX = 15            # Linux IFNAMSIZ - 1
-
-
-class TopologyError(ValueError):
-    """A topology that cannot be built; `line` is set when it came from a file."""
-
-    def __init__(self, message: str, line: int | None = None, path: str | None = None):
-        self.line, self.path, self.reason = line, path, message
-        where = f"{path or '<topology>'}:{line}: " if line is not None else ""
-        super().__init__(where + message)
+from controller import topology_file
 
 
 def check_names(g: nx.Graph) -> nx.Graph:
@@ -179,59 +176,103 @@ def bcube(n: int = 3, k: int = 1, bw: float | None = None, workers: int | None =
 
 def from_yaml(path: str | Path) -> nx.Graph:
     """A topology file; see controller/topology_file.py for the format and its errors."""
-    from controller.topology_file import load
-
-    return load(path)
+    return topology_file.load(path)
 
 
-BUILDERS = {
-    "single": single_switch, "single_switch": single_switch, "singleswitch": single_switch,
-    "leafspine": leaf_spine, "leaf_spine": leaf_spine,
-    "fattree": fat_tree, "fat_tree": fat_tree,
-    "bcube": bcube,
-}
+def _key(name: str) -> str:
+    return str(name).lower().replace("-", "")
+
+
+def _single(workers: int = 8, bw: float | None = None) -> nx.Graph:
+    """One switch s1 with a host per worker (controller/topology.py), its names checked."""
+    return check_names(single_switch(workers, bw=bw))
+
+
+def _grown_leaf_spine(workers: int | None = None, racks: int = 4, hosts_per_rack: int | None = None,
+                      **kw) -> nx.Graph:
+    """A leaf-spine asked for more workers than its racks hold grows its racks instead of failing."""
+    if hosts_per_rack is None:
+        hosts_per_rack = max(2, -(-workers // racks)) if workers is not None else 2
+    return leaf_spine(racks=racks, hosts_per_rack=hosts_per_rack, workers=workers, **kw)
+
+
+def _single_options(spec, n: int) -> dict:
+    if n > MAX_WORKERS:     # the fan-in of s1, refused before anything is built
+        raise ValueError(f"switch s1 would aggregate {n} workers"
+                         + (f" (--workers x --jobs = {n})" if n != spec.workers else "")
+                         + f", but one switch aggregates at most {MAX_WORKERS} workers (its contribution "
+                         "bitmap, AGG_MAX_WORKERS): a tree of switches (--topology leafspine or fattree) "
+                         "takes more")
+    return {"bw": spec.bw}
+
+
+@dataclass(frozen=True)
+class Builtin:
+    """One built-in topology. name: what `--topology` takes; aliases: other spellings `build`
+    accepts (a '-' is ignored in any); build(workers=None, **keywords): the generator;
+    options(spec, n): the generator's keywords for a RunSpec whose jobs need n worker hosts
+    (ValueError refuses the run); summary: the help text's words."""
+    name: str
+    build: Callable[..., nx.Graph]
+    options: Callable[[object, int], dict]
+    summary: str
+    aliases: tuple[str, ...] = ()
+
+
+# Why a registry: a topology's name, spellings, generator and run options used to live in
+# separate lists (ground/runspec.py's names, a dispatch dict here, branches in for_run) that
+# nothing tied together. `--topology`'s names and help, `build`'s dispatch and `for_run`
+# derive from this table; ground/runspec.py, which validates `--topology` but cannot import
+# the controller, is given the names (as controller/trees/__init__.py gives it the trees).
+TOPOLOGIES: dict[str, Builtin] = {t.name: t for t in (
+    Builtin("single", _single, _single_options, "one switch, a host per worker",
+            aliases=("single_switch", "singleswitch")),
+    Builtin("leafspine", _grown_leaf_spine, lambda spec, n: {"host_bw": spec.bw},
+            "4 leaves x 2 spines, racks grown to hold the workers", aliases=("leaf_spine",)),
+    Builtin("fattree", fat_tree, lambda spec, n: {"k": spec.k or 4, "bw": spec.bw},
+            "k-ary fat-tree, --k (default 4)", aliases=("fat_tree",)),
+    Builtin("bcube", bcube, lambda spec, n: {"k": spec.k if spec.k is not None else 1, "bw": spec.bw},
+            "BCube(3,k), --k (default 1), with --tree bml"),
+)}
+SPELLINGS = {_key(spelling): t for t in TOPOLOGIES.values() for spelling in (t.name, *t.aliases)}
+register_topologies(TOPOLOGIES)
+
+
+def help_text() -> str:
+    """`--topology`'s help: every built-in topology with its summary, or a file."""
+    return "; ".join(f"{t.name}: {t.summary}" for t in TOPOLOGIES.values()) + "; or a YAML file"
+
+
+def builtin(name: str) -> Builtin:
+    """The built-in topology `name` spells (any alias, case and '-' ignored), or TopologyError."""
+    try:
+        return SPELLINGS[_key(name)]
+    except KeyError:
+        raise TopologyError(f"unknown topology {name!r}; choose one of "
+                            f"{', '.join(TOPOLOGIES)} or a .yaml file") from None
 
 
 def build(name: str, **kw) -> nx.Graph:
-    """Dispatch by name (CLI spelling) or load a .yaml/.yml file; None arguments are dropped.
+    """Dispatch by name (CLI spelling or alias) or load a .yaml/.yml file; None arguments are dropped.
 
     Why dropping None: CLI options that were not given arrive as None and should mean
-    "the generator's default", not an override. A leaf-spine asked for more workers than
-    its default racks hold grows its racks instead of failing.
+    "the generator's default", not an override.
     """
     kw = {key: value for key, value in kw.items() if value is not None}
     if str(name).endswith((".yaml", ".yml")):
         if kw:
             raise TopologyError(f"a topology file takes no parameters, got {sorted(kw)}")
         return from_yaml(name)
-    key = str(name).lower().replace("-", "")
-    if key not in BUILDERS:
-        raise TopologyError(f"unknown topology {name!r}; choose one of "
-                            f"single, leafspine, fattree, bcube or a .yaml file")
-    builder = BUILDERS[key]
-    if builder is single_switch:
-        return check_names(single_switch(kw.pop("workers", 8), **kw))
-    if builder is leaf_spine and "workers" in kw and "hosts_per_rack" not in kw:
-        racks = kw.get("racks", 4)
-        kw["hosts_per_rack"] = max(2, -(-kw["workers"] // racks))
-    return builder(**kw)
+    return builtin(name).build(**kw)
 
 
-__all__ = ["TopologyError", "leaf_spine", "fat_tree", "bcube", "from_yaml", "build", "check_names",
-           "hosts", "switches", "natural_key", "assign_ports"]
+__all__ = ["TOPOLOGIES", "Builtin", "TopologyError", "leaf_spine", "fat_tree", "bcube", "from_yaml", "build",
+           "builtin", "check_names", "for_run", "help_text", "hosts", "switches", "natural_key", "assign_ports"]
 
 
 def for_run(spec) -> nx.Graph:
     """The topology graph a RunSpec asks for (its workers placed, links at its --bw)."""
     n = spec.workers * getattr(spec, "jobs", 1)     # every job's workers on hosts of their own
-    if spec.topology == "single":
-        if n > MAX_WORKERS:     # the fan-in of s1, refused before anything is built
-            raise ValueError(f"switch s1 would aggregate {n} workers"
-                             + (f" (--workers x --jobs = {n})" if n != spec.workers else "")
-                             + f", but one switch aggregates at most {MAX_WORKERS} workers (its contribution "
-                             "bitmap, AGG_MAX_WORKERS): a tree of switches (--topology leafspine or fattree) "
-                             "takes more")
-        return single_switch(n, bw=spec.bw)
     if str(spec.topology).endswith((".yaml", ".yml")):      # the file places its own hosts
         try:
             g = from_yaml(spec.topology)
@@ -247,14 +288,7 @@ def for_run(spec) -> nx.Graph:
         for h in ranked[n:]:      # no ranks in the file: the first --workers (x --jobs) hosts work
             del g.nodes[h]["rank"]
         return g
-    kw = {"workers": n}
-    if spec.topology == "fattree":
-        kw.update(k=spec.k or 4, bw=spec.bw)
-    elif spec.topology == "bcube":
-        kw.update(k=spec.k if spec.k is not None else 1, bw=spec.bw)
-    elif spec.topology == "leafspine":
-        kw.update(host_bw=spec.bw)
     try:
-        return build(spec.topology, **kw)
+        return build(spec.topology, workers=n, **builtin(spec.topology).options(spec, n))
     except TopologyError as exc:
         raise ValueError(str(exc)) from exc

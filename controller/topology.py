@@ -16,6 +16,19 @@ from functools import lru_cache
 
 import networkx as nx
 
+IFNAME_MAX = 15            # Linux IFNAMSIZ - 1: the longest interface name Mininet can give
+
+
+class TopologyError(ValueError):
+    """A topology that cannot be built; `line` is set when it came from a file. Here, below
+    the generators (controller/topologies.py) and the file reader (controller/topology_file.py),
+    because both raise it and the generators load files."""
+
+    def __init__(self, message: str, line: int | None = None, path: str | None = None):
+        self.line, self.path, self.reason = line, path, message
+        where = f"{path or '<topology>'}:{line}: " if line is not None else ""
+        super().__init__(where + message)
+
 
 @lru_cache(maxsize=8192)
 def natural_key(name: str) -> tuple:

@@ -30,8 +30,7 @@ from pathlib import Path
 import networkx as nx
 import yaml
 
-from controller.topologies import IFNAME_MAX, TopologyError
-from controller.topology import assign_ports, natural_key
+from controller.topology import IFNAME_MAX, TopologyError, assign_ports, natural_key
 
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _construct = yaml.constructor.SafeConstructor()

@@ -22,7 +22,8 @@ import networkx as nx
 from ground.phases import Phases
 from ground import netlease
 from ground import rundir
-from ground.rundir import RunRecord, clean
+from ground.cleanup import clean
+from ground.rundir import RunRecord
 from controller import addressing
 from ground import addresses, links
 from controller.bmv2_client import Bmv2Client

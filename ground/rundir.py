@@ -2,10 +2,10 @@
 
 Why: the classic Mininet/P4 pain is leftover state ("RTNETLINK answers: File exists",
 stray simple_switch processes) after a run is killed. Each run writes what it starts
-into its own directory under RUN_ROOT; `agglab clean` removes whatever belongs to a
-run whose owner process is gone. It is idempotent: a second call finds nothing, and it
-never touches a live run's processes, interfaces or directory; interfaces that no run
-records are left to `agglab clean --all` (see clean()).
+into its own directory under RUN_ROOT; `agglab clean` (ground/cleanup.py) removes
+whatever belongs to a run whose owner process is gone. It is idempotent: a second call finds
+nothing, and it never touches a live run's processes, interfaces or directory; interfaces
+that no run records are left to `agglab clean --all` (see cleanup.clean()).
 
 The run root is checked before every use (`secure_dir`): owned by us, not group- or
 world-writable, not a symlink; otherwise the run is refused with one line (`Refused`).
@@ -233,66 +233,3 @@ def stray_interfaces() -> list[str]:
     """Interfaces in the root namespace named like ours (s1-eth1, h2-eth0)."""
     net = Path("/sys/class/net")
     return sorted(p.name for p in net.iterdir() if _OUR_INTF.match(p.name)) if net.exists() else []
-
-
-LEGACY_RUN_ROOT = Path("/tmp/agglab-run")
-
-
-def _legacy_live_run() -> str | None:
-    """A live run of an older agglab, which kept its runs in /tmp/agglab-run and holds no
-    lease, if there is one (read only to spare its interfaces: nothing there is trusted or
-    deleted)."""
-    try:
-        entries = list(os.scandir(LEGACY_RUN_ROOT))
-    except OSError:
-        return None
-    for e in entries:
-        if e.is_dir(follow_symlinks=False) and RunRecord(Path(e.path)).owner_alive():
-            return f"an older agglab's run in {e.path}"
-    return None
-
-
-def clean(everything: bool = False, verbose: bool = True) -> dict[str, int]:
-    """Remove what dead runs left (all runs with everything=True). Idempotent.
-
-    A live run (its owner process alive) is left alone. Interfaces only named like ours,
-    which no run directory records, are removed only with everything=True (`--all`), and
-    even then not while another process holds the machine's network lease
-    (ground/netlease.py) or an older agglab's run is live, and only those in an interface
-    group (every pair agglab makes has both ends in one; a hand-made `s1-eth1` is in
-    group 0). Why so careful: a run this process cannot see (another mount namespace's
-    /run, an older agglab's /tmp/agglab-run) may own them, and deleting a live network's
-    interfaces takes every link of it down. The run root is checked first
-    (secure_dir) and walked without following symlinks; rmtree removes a verified real
-    directory (Python's rmtree works on directory fds and does not follow symlinks in it)."""
-    from ground.netlease import holder_elsewhere
-
-    done = {"runs": 0, "processes": 0, "interfaces": 0}
-    live_runs = 0
-    if os.path.lexists(RUN_ROOT):
-        secure_dir(RUN_ROOT)
-        with os.scandir(RUN_ROOT) as entries:
-            paths = sorted(Path(e.path) for e in entries if e.is_dir(follow_symlinks=False))
-        for path in paths:
-            run = RunRecord(path)
-            if run.owner_alive() and not everything:
-                live_runs += 1
-                continue
-            done["processes"] += kill_pids(run.pids())
-            names = run.interfaces()
-            group = run.recorded_link_group()
-            present = sum(1 for n in names if group and group_of(n) == group)
-            delete_link_group(group or 0)    # all at once; by name only what is still in the run's group
-            delete_interfaces(names, group=group or -1)
-            done["interfaces"] += present
-            if not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-            done["runs"] += 1
-    other = holder_elsewhere() or _legacy_live_run()
-    if everything and live_runs == 0 and other is None:   # asked for: interfaces no run records
-        done["interfaces"] += delete_interfaces([n for n in stray_interfaces() if group_of(n)])
-    if verbose:
-        print(f"agglab clean: removed {done['runs']} run(s), stopped {done['processes']} process(es), "
-              f"deleted {done['interfaces']} interface(s)" + (f"; {live_runs} live run(s) left alone" if live_runs else "")
-              + (f"; the network of {other} left alone" if other else ""))
-    return done

@@ -17,12 +17,19 @@ from pathlib import Path
 from ground import wire
 from ground.schemes import DEFAULT as DEFAULT_SCHEME, DEFAULT_WINDOW, HOST_BASELINES, IN_NETWORK, SPARSE_WINDOW, SCHEMES, scheme
 
-TOPOLOGIES = ("single", "leafspine", "fattree", "bcube")      # or a YAML file
-# The tree algorithms. The controller discovers them (one module per algorithm in
-# controller/trees/) and registers their names here with `register_trees`, because the
-# ground layer cannot import the controller; until then any identifier passes the check.
+# The built-in topologies and the tree algorithms. The controller holds them (the table
+# controller/topologies.py TOPOLOGIES; one module per algorithm in controller/trees/) and
+# registers their names here with `register_topologies` and `register_trees`, because the
+# ground layer cannot import the controller; until then any identifier passes the check
+# (a topology file, FILE.yaml, always does).
+TOPOLOGIES: list[str] = []
 TREES: list[str] = []
 BCUBE_TREE = "bml"                       # BCube's stage schedule: the one tree for --topology bcube
+
+
+def register_topologies(names) -> None:
+    """The controller's built-in topologies (controller/topologies.py)."""
+    TOPOLOGIES[:] = list(names)
 
 
 def register_trees(names) -> None:
@@ -230,9 +237,11 @@ class RunSpec:
             raise ValueError(f"--bw must be a positive rate in Mb/s, got {self.bw}")
         if self.give_up <= 0:
             raise ValueError(f"--give-up must be positive seconds, got {self.give_up}")
-        if self.topology not in TOPOLOGIES and not self.topology.endswith((".yaml", ".yml")):
-            raise ValueError(f"--topology must be one of {', '.join(TOPOLOGIES)} or a .yaml file, "
-                             f"got {self.topology!r}")
+        named = not self.topology.endswith((".yaml", ".yml"))      # else a topology file
+        if named and (not re.fullmatch(r"[a-z_][a-z0-9_]*", self.topology)
+                      or (TOPOLOGIES and self.topology not in TOPOLOGIES)):
+            raise ValueError(f"--topology must be one of {', '.join(TOPOLOGIES) or 'the built-in topologies'} "
+                             f"or a .yaml file, got {self.topology!r}")
         if not re.fullmatch(r"[a-z_][a-z0-9_]*", self.tree) or (TREES and self.tree not in TREES):
             raise ValueError(f"--tree must be one of {', '.join(TREES) or 'the tree algorithms'}, got {self.tree!r}")
         if (self.host_baseline or self.shares_pool) and self.topology == "bcube":

@@ -19,7 +19,7 @@ import pytest
 
 from ground import wire
 from ground.paths import REPO, RUN_ROOT
-from ground.rundir import clean
+from ground.cleanup import clean
 from tests.leftovers import assert_clean
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.bmv2]

@@ -12,7 +12,8 @@ from dataclasses import fields
 
 import pytest
 
-from agglab.cli import build_parser, main, spec_from_args
+from agglab.cli import build_parser, main
+from agglab.run_options import spec_from_args
 from ground.runspec import RunSpec
 
 # Every RunSpec field is an option, except what only tests set.

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from ground import wire
-from ground.rundir import clean
+from ground.cleanup import clean
 from ground.paths import REPO, RUN_ROOT
 from tests.leftovers import assert_clean, leftovers
 

@@ -9,8 +9,10 @@ Layers, bottom up (docs/design/layout.md "Layout"):
   4 agglab, experiments    the program: CLI, lab, benchmarks; experiment sweeps and reports
 
 A package may import its own modules and any package of a lower layer; never one of its
-own layer or above. Run `python tests/test_layers.py` to print each package's layer and
-what it imports.
+own layer or above. No two modules import each other, directly or round a circle, even
+through an import inside a function (such an import only hides the circle: which module
+loads first then decides whether a name exists yet). Run `python tests/test_layers.py` to
+print each package's layer and what it imports, and any circle.
 """
 
 from __future__ import annotations
@@ -41,14 +43,72 @@ def imports_of(path: Path) -> set[str]:
     return found
 
 
+def product_files(repo: Path = REPO) -> list[Path]:
+    """Every .py file of the layered packages under `repo` (the repository, or a scratch tree)."""
+    return [f for pkg in LAYERS for f in sorted((repo / pkg).rglob("*.py"))]
+
+
 def package_imports(repo: Path = REPO) -> dict[str, dict[str, list[str]]]:
     """package -> imported package -> files that import it."""
     edges: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
-    for pkg in LAYERS:
-        for f in sorted((repo / pkg).rglob("*.py")):
-            for other in imports_of(f) - {pkg}:
-                edges[pkg][other].append(str(f.relative_to(repo)))
+    for f in product_files(repo):
+        pkg = f.relative_to(repo).parts[0]
+        for other in imports_of(f) - {pkg}:
+            edges[pkg][other].append(str(f.relative_to(repo)))
     return edges
+
+
+def module_name(path: Path, repo: Path = REPO) -> str:
+    """agglab/web/server.py -> agglab.web.server; a package's __init__.py is the package."""
+    parts = path.relative_to(repo).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules_imported(path: Path, modules: set[str], repo: Path = REPO) -> set[str]:
+    """The project modules (of `modules`) a file imports, module level and inside functions:
+    `from a.b import c` is module a.b.c when there is one, else a.b; `import a.b.c` whose
+    tail is no module is its longest prefix that is one."""
+    here = module_name(path, repo)
+    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+
+    def known(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found |= {known(a.name) for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:                       # relative: from the file's package upwards
+                up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in modules else known(base) for a in node.names}
+    return found - {None, here}
+
+
+def module_imports(repo: Path = REPO) -> nx.DiGraph:
+    """module -> module it imports, over the layered packages under `repo`."""
+    files = {module_name(f, repo): f for f in product_files(repo)}
+    g = nx.DiGraph()
+    g.add_nodes_from(files)
+    g.add_edges_from((name, other) for name, f in files.items() for other in modules_imported(f, set(files), repo))
+    return g
+
+
+def module_circles(repo: Path = REPO) -> list[list[str]]:
+    """Each group of modules that import each other round a circle (a strongly connected
+    component of the import graph), as one circle through it: [a, b, c] is a -> b -> c -> a."""
+    g = module_imports(repo)
+    circles = []
+    for group in nx.strongly_connected_components(g):
+        if len(group) > 1:
+            circle = [u for u, _ in nx.find_cycle(g.subgraph(group), source=min(group))]
+            first = circle.index(min(circle))
+            circles.append(circle[first:] + circle[:first])
+    return sorted(circles)
 
 
 def violations(edges) -> list[str]:
@@ -73,6 +133,29 @@ def test_imports_only_go_down():
 def test_no_import_cycles_between_packages():
     g = nx.DiGraph((pkg, other) for pkg, targets in package_imports().items() for other in targets)
     assert list(nx.simple_cycles(g)) == []
+
+
+def test_no_import_circles_between_modules():
+    assert module_circles() == []
+
+
+def test_the_checker_catches_a_circle_between_modules(tmp_path):
+    """The test above would be vacuous if it could not see a circle: plant one, closed by an
+    import inside a function, beside modules that import into it without being part of it."""
+    for pkg in LAYERS:
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / "agglab" / "web").mkdir()
+    (tmp_path / "agglab" / "web" / "__init__.py").write_text("")
+    (tmp_path / "agglab" / "cli.py").write_text("from agglab.lab import run_lab\nfrom ground import wire\n")
+    (tmp_path / "agglab" / "lab.py").write_text("import agglab.web.server\n")
+    (tmp_path / "agglab" / "web" / "server.py").write_text("def serve():\n    from agglab import cli\n")
+    (tmp_path / "agglab" / "draw.py").write_text("from agglab.cli import main\n")
+    (tmp_path / "ground" / "wire.py").write_text("import json\n")
+    assert module_imports(tmp_path).has_edge("agglab.cli", "ground.wire")
+    assert module_circles(tmp_path) == [["agglab.cli", "agglab.lab", "agglab.web.server"]]
+    (tmp_path / "agglab" / "web" / "server.py").write_text("def serve():\n    from agglab import actions\n")
+    assert module_circles(tmp_path) == []
 
 
 def product_files_importing_tests(repo: Path = REPO) -> list[str]:
@@ -115,6 +198,6 @@ if __name__ == "__main__":
     edges = package_imports()
     for pkg, layer in sorted(LAYERS.items(), key=lambda kv: (kv[1], kv[0])):
         print(f"layer {layer}  {pkg:12s} imports {', '.join(sorted(edges.get(pkg, {}))) or '-'}")
-    problems = violations(edges)
-    print("\n".join(problems) or "no upward or sideways imports")
+    problems = violations(edges) + [" -> ".join([*c, c[0]]) for c in module_circles()]
+    print("\n".join(problems) or "no upward or sideways imports, no circles")
     sys.exit(1 if problems else 0)

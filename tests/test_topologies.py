@@ -10,8 +10,12 @@ import pytest
 import yaml
 from hypothesis import given, settings, strategies as st
 
-from controller.topologies import TopologyError, bcube, build, fat_tree, from_yaml, leaf_spine
-from controller.topology import hosts, port, single_switch, switches, workers
+from agglab.cli import build_parser
+from agglab.run_options import spec_from_args
+from controller import topologies
+from controller.topologies import bcube, build, fat_tree, from_yaml, leaf_spine
+from controller.topology import TopologyError, hosts, port, single_switch, switches, workers
+from ground import runspec
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "experiments" / "topologies" / "example.yaml"
@@ -108,6 +112,38 @@ def test_build_dispatch():
         build("fattree", k=4, workers=17)
     with pytest.raises(TopologyError, match="even"):
         fat_tree(5)
+
+
+# Each built-in topology at a small size, as the CLI asks for it, and the hosts it must have,
+# counted from the topology's definition: a row registered without one here fails below.
+SMALL = {
+    "single": (["--workers", "3"], 3),                     # a host per worker
+    "leafspine": (["--workers", "9"], 12),                 # 4 racks grown to 3 hosts each
+    "fattree": (["--k", "2", "--workers", "2"], 2),        # k^3/4
+    "bcube": (["--k", "0", "--tree", "bml", "--workers", "3"], 3),   # n^(k+1), n = 3
+}
+
+
+def test_every_registered_topology_builds_its_hosts_and_the_cli_takes_exactly_those():
+    assert list(SMALL) == list(topologies.TOPOLOGIES) == runspec.TOPOLOGIES
+    parser = build_parser()
+    for name, (argv, count) in SMALL.items():
+        spec = spec_from_args(parser.parse_args(["allreduce", "--topology", name, *argv])).validate()
+        g = topologies.for_run(spec)
+        assert len(hosts(g)) == count and len(workers(g)) == spec.workers, name
+        for alias in topologies.TOPOLOGIES[name].aliases:
+            assert nx.utils.graphs_equal(build(alias, workers=spec.workers), build(name, workers=spec.workers))
+    with pytest.raises(ValueError) as info:
+        spec_from_args(parser.parse_args(["allreduce", "--topology", "torus"])).validate()
+    named = str(info.value).split("must be one of ", 1)[1].split(" or a .yaml file")[0]
+    assert named.split(", ") == list(SMALL)
+
+
+def test_the_topology_option_says_every_registered_topology(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["draw", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(f"{name}: " in text for name in SMALL) and "or a YAML file" in text
 
 
 def test_example_yaml():

@@ -16,7 +16,8 @@ PACKAGES = ("agglab", "controller", "emulation", "experiments", "ground", "hosts
 
 PROBE = r"""
 import json, sys
-from agglab.cli import build_parser, spec_from_args
+from agglab.cli import build_parser
+from agglab.run_options import spec_from_args
 from controller import topologies, trees
 from controller.topology import workers
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from agglab.actions import Actions
+from agglab.actions import Actions, summary
 from agglab.web.state import PERIOD, LiveState
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -174,8 +174,6 @@ class WebServer:
 
 def serve(session, actions: Actions, host: str, port: int = 0, lab: bool = True) -> WebServer:
     """Start sampling `session` and serving its page; returns the running server (stop() it)."""
-    from agglab.lab import summary            # the lab's wording of an outcome
-
     import ipaddress
     import sys
 

@@ -51,7 +51,8 @@ from emulation.cluster.remote import Remote, agglab_env
 from ground.cluster_file import Cluster
 from emulation.network import THRIFT_BASE, EmulatedNetwork
 from ground import addresses
-from ground.rundir import RunRecord, clean
+from ground.cleanup import clean
+from ground.rundir import RunRecord
 
 
 class ForwardedClient(SoftSwitchClient):

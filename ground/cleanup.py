@@ -1,0 +1,78 @@
+"""`agglab clean`: remove what crashed runs left (processes, interfaces, run directories).
+
+Why a module of its own, above ground/rundir.py and ground/netlease.py: cleaning reads the
+run records (rundir) and must leave alone the network of whoever holds the machine's lease
+(netlease), while the lease keeps its file in a directory rundir checks (`secure_dir`); so
+the lease imports rundir, and only this module imports both.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from ground.netlease import holder_elsewhere
+from ground.paths import RUN_ROOT
+from ground.rundir import (RunRecord, delete_interfaces, delete_link_group, group_of, kill_pids, secure_dir,
+                           stray_interfaces)
+
+LEGACY_RUN_ROOT = Path("/tmp/agglab-run")
+
+
+def _legacy_live_run() -> str | None:
+    """A live run of an older agglab, which kept its runs in /tmp/agglab-run and holds no
+    lease, if there is one (read only to spare its interfaces: nothing there is trusted or
+    deleted)."""
+    try:
+        entries = list(os.scandir(LEGACY_RUN_ROOT))
+    except OSError:
+        return None
+    for e in entries:
+        if e.is_dir(follow_symlinks=False) and RunRecord(Path(e.path)).owner_alive():
+            return f"an older agglab's run in {e.path}"
+    return None
+
+
+def clean(everything: bool = False, verbose: bool = True) -> dict[str, int]:
+    """Remove what dead runs left (all runs with everything=True). Idempotent.
+
+    A live run (its owner process alive) is left alone. Interfaces only named like ours,
+    which no run directory records, are removed only with everything=True (`--all`), and
+    even then not while another process holds the machine's network lease
+    (ground/netlease.py) or an older agglab's run is live, and only those in an interface
+    group (every pair agglab makes has both ends in one; a hand-made `s1-eth1` is in
+    group 0). Why so careful: a run this process cannot see (another mount namespace's
+    /run, an older agglab's /tmp/agglab-run) may own them, and deleting a live network's
+    interfaces takes every link of it down. The run root is checked first
+    (secure_dir) and walked without following symlinks; rmtree removes a verified real
+    directory (Python's rmtree works on directory fds and does not follow symlinks in it)."""
+    done = {"runs": 0, "processes": 0, "interfaces": 0}
+    live_runs = 0
+    if os.path.lexists(RUN_ROOT):
+        secure_dir(RUN_ROOT)
+        with os.scandir(RUN_ROOT) as entries:
+            paths = sorted(Path(e.path) for e in entries if e.is_dir(follow_symlinks=False))
+        for path in paths:
+            run = RunRecord(path)
+            if run.owner_alive() and not everything:
+                live_runs += 1
+                continue
+            done["processes"] += kill_pids(run.pids())
+            names = run.interfaces()
+            group = run.recorded_link_group()
+            present = sum(1 for n in names if group and group_of(n) == group)
+            delete_link_group(group or 0)    # all at once; by name only what is still in the run's group
+            delete_interfaces(names, group=group or -1)
+            done["interfaces"] += present
+            if not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            done["runs"] += 1
+    other = holder_elsewhere() or _legacy_live_run()
+    if everything and live_runs == 0 and other is None:   # asked for: interfaces no run records
+        done["interfaces"] += delete_interfaces([n for n in stray_interfaces() if group_of(n)])
+    if verbose:
+        print(f"agglab clean: removed {done['runs']} run(s), stopped {done['processes']} process(es), "
+              f"deleted {done['interfaces']} interface(s)" + (f"; {live_runs} live run(s) left alone" if live_runs else "")
+              + (f"; the network of {other} left alone" if other else ""))
+    return done
