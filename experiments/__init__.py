@@ -8,6 +8,7 @@ judged against the papers and reported.
 Run it as `python -m experiments [default|quick|FILE.yaml]` or `agglab experiment FILE.yaml`.
 """
 
-from experiments.definition import ConfigError, Definition, Point, load_definition
+from experiments.definition import ConfigError, Definition, Point
+from experiments.definition_file import load_definition
 
 __all__ = ["ConfigError", "Definition", "Point", "load_definition"]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from experiments.analysis import real_seconds, scale_groups, series_table, verdicts
 from ground import wire
-from experiments.definition import ring_vs_innet
+from experiments.paper_figures import ring_vs_innet
 from experiments.plots import write_plots
 from experiments.units import DELAY_NOTE, format_rate, format_size, format_time, parse_rate, parse_size
 

@@ -29,8 +29,8 @@ from emulation.fidelity import DEFAULT_CEILING_MBPS, SOFT, calibration_path, cei
 from ground import wire
 from ground.runspec import RunSpec
 from ground.schemes import IN_NETWORK
-from experiments.definition import (ConfigError, Definition, Point, ProgramRun, load_definition, parse_definition,
-                                    read_yaml)
+from experiments.definition import ConfigError, Definition, Point, ProgramRun
+from experiments.definition_file import load_definition, parse_definition, read_yaml
 
 # specs of one point (its repeats) -> results; a ProgramRun for program: pace points
 RunFn = Callable[[list["RunSpec | ProgramRun"]], Iterator[dict]]

@@ -1,7 +1,7 @@
 """Seconds per named step of something that runs in steps (the network's start-up).
 
 Why: a total alone ("built in 17 s") does not say which step to make faster; `make bench`
-prints the steps beside it (agglab/bench.py).
+prints the steps beside it (agglab/bench/scale.py).
 """
 
 from __future__ import annotations

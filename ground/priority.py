@@ -15,7 +15,7 @@ own session (setsid), so a daemon at nice -10 still got one share in ~30, like e
 worker; a session's group has a niceness of its own (/proc/PID/autogroup), which `urgent`
 raises too. Real time: the reroute's own threads run SCHED_FIFO inside the block, so none
 of its Python waits for a time slice behind the switches it raised; a switch daemon is
-SCHED_FIFO (below them) while it holds its ports (softswitch/daemon.py, `ports_hold`: it
+SCHED_FIFO (below them) while it holds its ports (softswitch/daemon_commands.py, `ports_hold`: it
 does nothing but serve its control socket then), so a command to a held switch is served
 the moment it arrives. A reroute raises the daemons it has just sent a hold to real-time
 itself, so that each serves its first batch after at most one port's frames instead of

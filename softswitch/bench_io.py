@@ -191,7 +191,7 @@ def run(mode: str, a: argparse.Namespace, start_switch=soft_switch) -> dict:
 
 
 def add_load_options(ap: argparse.ArgumentParser, window: int) -> None:
-    """The load's shape, shared with agglab.bench_bmv2 so both switches see the same packets."""
+    """The load's shape, shared with agglab.bench.bmv2 so both switches see the same packets."""
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--window", type=int, default=window, help="slots in flight per worker")
     ap.add_argument("--seconds", type=float, default=5.0)

@@ -1,4 +1,4 @@
-"""agglab/bench.py: the figures it writes carry their target, link rate, scale and link-boundness."""
+"""agglab/bench/: the figures it writes carry their target, link rate, scale and link-boundness."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from agglab import bench
+from agglab.bench import cli, twin
+from agglab.bench.figures import wire_seconds
 from ground import wire
 from ground.paths import REPO
 
@@ -17,8 +18,8 @@ def test_analytic_wire_time_of_one_million_int32_at_5_mbps():
     # ceil(1M / K) frames of 14 + 20 + 8 + 16 + 4K bytes (314 at K=64) each way, at 5 Mb/s
     k = wire.K
     frame = 14 + 20 + 8 + 16 + 4 * k
-    assert bench.wire_seconds(1_000_000, 5.0) == pytest.approx(-(-1_000_000 // k) * frame * 8 / 5e6)
-    assert bench.wire_seconds(k + 1, 1.0) == pytest.approx(2 * frame * 8 / 1e6)   # a partial packet counts
+    assert wire_seconds(1_000_000, 5.0) == pytest.approx(-(-1_000_000 // k) * frame * 8 / 5e6)
+    assert wire_seconds(k + 1, 1.0) == pytest.approx(2 * frame * 8 / 1e6)   # a partial packet counts
 
 
 def test_a_run_writes_json_and_compares_with_the_previous(tmp_path):
@@ -43,6 +44,34 @@ def test_bad_arguments_exit_2_with_one_line(args):
                          text=True, timeout=60)
     assert res.returncode == 2
     assert len(res.stderr.strip().splitlines()) == 1 and "agglab bench" in res.stderr
+
+
+def test_a_section_that_raises_is_skipped_with_the_exceptions_text(tmp_path, monkeypatch):
+    """The others still run; the reason is never empty: an exception with no text of its own is
+    named with where it was raised and what it came from."""
+    def bare(_a):
+        try:
+            {}["slots"]
+        except KeyError:
+            raise TimeoutError
+
+    def worded(_a):
+        raise RuntimeError("the run failed: w0 timed out")
+
+    out = tmp_path / "b.json"
+    monkeypatch.setattr(twin, "bench_pipeline", bare)
+    monkeypatch.setattr(twin, "bench_daemon", worded)
+    monkeypatch.setattr(cli.os, "geteuid", lambda: 1000)         # daemon needs root: skipped before it runs
+    assert cli.main(["--only", "pipeline,daemon", "--out", str(out)]) == 0
+    pipeline, daemon = json.loads(out.read_text())["skipped"]
+    assert pipeline["section"] == "pipeline" and daemon == {"section": "daemon", "why": "needs root"}
+    assert pipeline["why"].startswith("TimeoutError raised at tests/test_bench.py:"), pipeline["why"]
+    assert pipeline["why"].endswith("in bare: raise TimeoutError from KeyError: 'slots'"), pipeline["why"]
+    monkeypatch.setattr(cli.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(cli.netlease, "refuse_if_busy", lambda: None)
+    assert cli.main(["--only", "daemon", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["skipped"] == [{"section": "daemon",
+                                                       "why": "RuntimeError: the run failed: w0 timed out"}]
 
 
 @pytest.mark.root
@@ -116,7 +145,8 @@ def test_every_network_section_runs_tiny(tmp_path):
     sections = ["daemon", "wire", "wide", "reroute", "switchfail", "build", "sparse", "bmv2", "bmv2-reroute"]
     report = _bench(tmp_path, sections, timeout=1400)
     no_bmv2 = not (find_bmv2_tool("simple_switch") and find_bmv2_tool("p4c"))
-    _check_sections(report, sections, {"bmv2": "", "bmv2-reroute": ""} if no_bmv2 else {})
+    _check_sections(report, sections, {"bmv2": "simple_switch or p4c not found",
+                                        "bmv2-reroute": "simple_switch or p4c not found"} if no_bmv2 else {})
     (wire_run,) = [f for f in report["figures"] if f["section"] == "wire"]
     assert wire_run["name"].startswith("8 x 12,800 int32 at 20 Mb/s") and wire_run["exact"] is True
     reroutes = [f for f in report["figures"] if f["section"] == "reroute" and f["name"].startswith("reroute ")

@@ -1,4 +1,4 @@
-"""agglab/bench_bmv2.py's reporting: every build measured or named with its build command, the
+"""agglab/bench/bmv2.py's reporting: every build measured or named with its build command, the
 ratio to the twin and the ceiling. The switch runs are replaced by fixed results here (the
 real runs need root and BMv2: `make bench ONLY=bmv2`, tests/test_bench.py)."""
 
@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from agglab import bench, bench_bmv2
+from agglab.bench import bmv2
+from agglab.bench.cli import parse_args
 from controller import bmv2_tools
 
 
 def test_ceiling_is_the_link_rate_whose_wire_time_matches_the_switch():
     # 8,000 frames/s over 8 workers: 1,000 completions/s, each one 314-byte frame per link each way
-    assert bench_bmv2.ceiling_mbps(8000, 8) == pytest.approx(1000 * 314 * 8 / 1e6)
+    assert bmv2.ceiling_mbps(8000, 8) == pytest.approx(1000 * 314 * 8 / 1e6)
 
 
 def _fake_run(rates: dict):
@@ -25,12 +26,12 @@ def _fake_run(rates: dict):
 
 def test_a_missing_performance_build_is_one_line_with_its_build_command(monkeypatch, tmp_path, capsys):
     ref = tmp_path / "simple_switch"
-    monkeypatch.setattr(bench_bmv2, "installed_tool", lambda name: str(ref))
-    monkeypatch.setattr(bench_bmv2, "find_bmv2_tool", lambda name: str(tmp_path / name))
-    monkeypatch.setattr(bench_bmv2, "PERF_SWITCH", str(tmp_path / "absent" / "simple_switch"))
-    monkeypatch.setattr(bench_bmv2, "twin_calibrated_ceiling", lambda: None)
-    monkeypatch.setattr(bench_bmv2.bench_io, "run", _fake_run({"twin": 100_000, str(ref): 5_000}))
-    figures = bench_bmv2.section(bench.parse_args(["--daemon-seconds", "1"]), bench.figure)
+    monkeypatch.setattr(bmv2, "installed_tool", lambda name: str(ref))
+    monkeypatch.setattr(bmv2, "find_bmv2_tool", lambda name: str(tmp_path / name))
+    monkeypatch.setattr(bmv2, "PERF_SWITCH", str(tmp_path / "absent" / "simple_switch"))
+    monkeypatch.setattr(bmv2, "twin_calibrated_ceiling", lambda: None)
+    monkeypatch.setattr(bmv2.bench_io, "run", _fake_run({"twin": 100_000, str(ref): 5_000}))
+    figures = bmv2.bench_bmv2(parse_args(["--daemon-seconds", "1"]))
     lines = [line for line in capsys.readouterr().out.splitlines() if "not installed" in line]
     assert lines == [f"BMv2 performance build: not installed ({bmv2_tools.BUILD_PERF})"]
     assert [f["name"] for f in figures] == ["software twin aggregation frames/s (window 32)",
@@ -43,13 +44,13 @@ def test_both_builds_are_measured_and_scaled_from_the_twins_calibration(monkeypa
     ref, perf = tmp_path / "ref", tmp_path / "perf"
     perf.write_text("")
     perf.chmod(0o755)
-    monkeypatch.setattr(bench_bmv2, "installed_tool", lambda name: str(ref))
-    monkeypatch.setattr(bench_bmv2, "find_bmv2_tool", lambda name: str(tmp_path / name))
-    monkeypatch.setattr(bench_bmv2, "PERF_SWITCH", str(perf))
-    monkeypatch.setattr(bench_bmv2, "twin_calibrated_ceiling", lambda: 20.0)
-    monkeypatch.setattr(bench_bmv2.bench_io, "run", _fake_run({"twin": 100_000, str(ref): 4_000,
+    monkeypatch.setattr(bmv2, "installed_tool", lambda name: str(ref))
+    monkeypatch.setattr(bmv2, "find_bmv2_tool", lambda name: str(tmp_path / name))
+    monkeypatch.setattr(bmv2, "PERF_SWITCH", str(perf))
+    monkeypatch.setattr(bmv2, "twin_calibrated_ceiling", lambda: 20.0)
+    monkeypatch.setattr(bmv2.bench_io, "run", _fake_run({"twin": 100_000, str(ref): 4_000,
                                                                str(perf): 6_000}))
-    figures = bench_bmv2.section(bench.parse_args(["--daemon-seconds", "1"]), bench.figure)
+    figures = bmv2.bench_bmv2(parse_args(["--daemon-seconds", "1"]))
     by_name = {f["name"].split(" aggregation")[0]: f for f in figures}
     assert set(by_name) == {"software twin", "BMv2 reference build", "BMv2 performance build"}
     assert by_name["BMv2 performance build"]["ratio_to_twin"] == 0.06

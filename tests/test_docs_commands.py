@@ -139,7 +139,7 @@ def _agglab_parser() -> argparse.ArgumentParser:
 
 @functools.lru_cache(maxsize=None)
 def _bench_parser() -> argparse.ArgumentParser:
-    from agglab.bench import build_parser
+    from agglab.bench.cli import build_parser
 
     return build_parser()
 

@@ -16,7 +16,9 @@ import yaml
 from emulation.fidelity import _Direction, bottleneck, verdict
 from experiments import cli
 from experiments.analysis import judge
-from experiments.definition import ConfigError, load_definition, parse_definition, ring_vs_innet
+from experiments.definition import ConfigError
+from experiments.definition_file import load_definition, parse_definition
+from experiments.paper_figures import ring_vs_innet
 from experiments.runner import load_rows, load_suite, plan, run_suite
 from experiments.units import Scale, UnitError, parse_rate, parse_size, parse_time
 from ground import wire

@@ -16,7 +16,8 @@ from controller import topologies
 from controller.topology_file import load as load_topology
 from experiments import cli
 from experiments.analysis import claim_bound
-from experiments.definition import ConfigError, parse_definition
+from experiments.definition import ConfigError
+from experiments.definition_file import parse_definition
 from experiments.runner import load_suite, plan
 from ground import wire
 from ground.paths import REPO

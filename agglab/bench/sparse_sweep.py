@@ -1,4 +1,8 @@
-"""Sparse (OmniReduce) against dense (SwitchML) on the same network and data.
+"""Sparse (OmniReduce) against dense (SwitchML) on the same network and data, over densities.
+
+`sudo .venv/bin/python -m agglab.bench.sparse_sweep [run options]` prints one row per density
+(1 down to 0.01). Why beside `make bench`'s `sparse` section, which measures two densities
+against their targets: this is the whole curve, for finding where sparse stops paying.
 
 Links are shaped with tc htb (default 5 Mb/s) so the network, not the Python switch,
 is the bottleneck; each worker's data is the same block-sparse gradient for both

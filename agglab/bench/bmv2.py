@@ -1,4 +1,4 @@
-"""`make bench ONLY=bmv2` (and `python -m agglab.bench_bmv2`): the aggregation pipeline's
+"""`make bench ONLY=bmv2` (and `python -m agglab.bench.bmv2`): the aggregation pipeline's
 frames/s per BMv2 switch, for each simple_switch build, beside the software twin's.
 
 Workload: N worker namespaces (default 8) on one switch, each keeping a window of dense
@@ -27,6 +27,7 @@ import os
 import sys
 from pathlib import Path
 
+from agglab.bench.figures import figure
 from controller.bmv2_client import Bmv2Client
 from controller.bmv2_tools import BUILD_PERF, PERF_SWITCH, find_bmv2_tool, installed_tool, is_program
 from ground import wire
@@ -107,8 +108,8 @@ def _line(row: dict, opts) -> str:
             f"ceiling {row['ceiling_mbps']:.2f} Mb/s per link{calibrated}")
 
 
-def section(a, figure) -> list[dict]:
-    """`make bench`'s `bmv2` section: the figures of measure(), made by agglab.bench's `figure`."""
+def bench_bmv2(a) -> list[dict]:
+    """`make bench`'s `bmv2` section: the figures of measure()."""
     if not (installed_tool("simple_switch") and find_bmv2_tool("p4c")):
         raise RuntimeError("simple_switch or p4c not found (scripts/provision-vm.sh builds them)")
     opts = bench_io.options(["--seconds", str(a.daemon_seconds), "--window", "32"])
@@ -137,14 +138,14 @@ def section(a, figure) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m agglab.bench_bmv2", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m agglab.bench.bmv2", description=__doc__.splitlines()[0])
     bench_io.add_load_options(ap, window=32)
     a = ap.parse_args(argv)
     if os.geteuid() != 0:
-        print("bench_bmv2 needs root (network namespaces, raw sockets)", file=sys.stderr)
+        print("agglab.bench.bmv2 needs root (network namespaces, raw sockets)", file=sys.stderr)
         return 2
     if not (installed_tool("simple_switch") and find_bmv2_tool("p4c")):
-        print("bench_bmv2: simple_switch or p4c not found (sudo scripts/provision-vm.sh)", file=sys.stderr)
+        print("agglab.bench.bmv2: simple_switch or p4c not found (sudo scripts/provision-vm.sh)", file=sys.stderr)
         return 2
     measure(a)
     return 0
