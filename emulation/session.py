@@ -35,7 +35,6 @@ from ground.runspec import RunSpec
 from hosts.checker import check
 
 
-
 def run_allreduce(quiet: bool = True, **kwargs) -> dict:
     """Run one allreduce described by RunSpec(**kwargs) in a fresh network and return the result."""
     return run_spec(RunSpec(**kwargs), quiet=quiet)

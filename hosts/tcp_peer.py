@@ -135,14 +135,12 @@ class Peer:
         shut(self.sock)
 
 
-
 def shut(sock: socket.socket) -> None:
     try:
         sock.shutdown(socket.SHUT_RDWR)
     except OSError:
         pass
     sock.close()
-
 
 
 def hello_for(algorithm: str, array, rank: int, workers: int) -> Hello:
