@@ -28,7 +28,7 @@ from controller.switch_client import run_batches
 from controller.topology import switches, workers as worker_hosts
 from emulation.failures import hang_rows
 from emulation.network import EmulatedNetwork
-from emulation.workers import log, run_tenants, run_workers
+from emulation.workers import run_tenants, run_workers, say
 from ground import netlease, wire
 from ground.phases import Phases
 from ground.runspec import RunSpec
@@ -81,7 +81,7 @@ class Session:
         spec = checked.spec
         self.cancelled = threading.Event()     # cancel(): a running allreduce's workers are stopped
         self.g = checked.graph
-        self.events = EventLog(echo=echo or (None if quiet else (lambda line: log(line, False))))
+        self.events = EventLog(echo=echo or (None if quiet else (lambda line: say(line, False))))
         if spec.cluster:                     # on the servers of a cluster (emulation/cluster/)
             from emulation.cluster.network import ClusterNetwork
             from ground.cluster_file import load
@@ -109,7 +109,7 @@ class Session:
         spec, g = self.spec, self.g
         netlease.refuse_if_busy()       # one line naming the other run, before anything is built
         n_sw = len(switches(g))
-        log(f"building network: {spec.topology} ({n_sw} switch{'es' if n_sw > 1 else ''}, {spec.backend}), "
+        say(f"building network: {spec.topology} ({n_sw} switch{'es' if n_sw > 1 else ''}, {spec.backend}), "
              f"{spec.workers} workers", self.quiet)
         try:
             if spec.on_trees:
@@ -234,7 +234,7 @@ class Session:
         self.runs += 1
         before = self._switch_counters()
         hangs_before = len(self.net.hang_log)
-        log(f"allreduce of {spec.elements} {spec.dtype} per worker on {len(self.job.trees().trees)} "
+        say(f"allreduce of {spec.elements} {spec.dtype} per worker on {len(self.job.trees().trees)} "
              f"{spec.tree} tree(s), packet loss {spec.loss * 100:g}% per link direction", self.quiet)
         probe = self.net.fidelity_probe()
         try:
@@ -282,7 +282,7 @@ class Session:
             job.prepare(tspec.default_window(), tspec.algorithm)
         self.runs += 1
         before = self.job.stats()
-        log(f"{len(tenants)} concurrent allreduces of {spec.elements} {spec.dtype} x {spec.workers} workers "
+        say(f"{len(tenants)} concurrent allreduces of {spec.elements} {spec.dtype} x {spec.workers} workers "
              f"(jobs {spec.job}..{spec.job + spec.jobs - 1}), {spec.slots_per_job} slots each", self.quiet)
         probe = self.net.fidelity_probe()
         hangs_before = len(self.net.hang_log)

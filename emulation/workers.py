@@ -34,7 +34,7 @@ from ground.runspec import RunPlan, RunSpec, WorkerSeat
 from ground.start_gate import StartGate
 
 
-def log(msg: str, quiet: bool) -> None:
+def say(msg: str, quiet: bool) -> None:
     """One line for the person running (the session's steps, the workers' progress), unless quiet."""
     if not quiet:
         print(f"[agglab] {msg}", file=sys.stderr, flush=True)
@@ -97,11 +97,11 @@ def _open_gate(gate: StartGate, procs: list, spec: RunSpec, quiet: bool, jobs=()
     for job in jobs:
         wait = getattr(job, "wait_standby", None)
         if wait is not None and not wait(max(0.0, deadline - time.monotonic())):
-            log(f"  standby trees not ready after {STANDBY_WAIT:.0f} s: starting anyway", quiet)
+            say(f"  standby trees not ready after {STANDBY_WAIT:.0f} s: starting anyway", quiet)
             break
     alive = lambda: all(p.poll() is None for _, p, _ in procs)   # noqa: E731
     if not gate.open_when_ready(len(procs), alive, timeout=max(60.0, spec.give_up * 3)):
-        log(f"  start gate opened with {gate.seen} of {len(procs)} workers ready", quiet)
+        say(f"  start gate opened with {gate.seen} of {len(procs)} workers ready", quiet)
 
 
 def _start_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, out_dir: Path, prefix: str = "",
@@ -144,7 +144,7 @@ def _wait(procs: list, deadline: float, quiet: bool, progress_files: list[Path] 
                 elif time.monotonic() - last > 5:
                     last = time.monotonic()
                     done = sum(p.poll() is not None for _, p, _ in procs)
-                    log(f"  {done}/{len(procs)} workers finished after {last - started:.0f} s", quiet)
+                    say(f"  {done}/{len(procs)} workers finished after {last - started:.0f} s", quiet)
                 time.sleep(0.05)
             log.close()
     finally:
