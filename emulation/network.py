@@ -4,12 +4,16 @@ Why our own builder instead of `mn --topo`: port numbers, interface names and
 addresses must come from the graph (controller/topology.py) so that the code that
 programs tables uses exactly the ports Mininet created. Every process and interface
 is recorded in a RunRecord so `agglab clean` can undo a crashed run.
+
+This module is the network's build, teardown and use (links, workers, clients). Beside it:
+what each host's set-up script says (emulation/host_setup.py), the fork server of the
+allreduce workers (emulation/worker_launcher.py) and the switches' deaths, hangs and restarts
+(emulation/switch_failures.py, a mixin of EmulatedNetwork).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import subprocess
 import threading
 import time
@@ -25,93 +29,21 @@ from ground import rundir
 from ground.cleanup import clean
 from ground.rundir import RunRecord
 from controller import addressing
-from ground import addresses, links
+from ground import addresses
 from controller.bmv2_client import Bmv2Client
 from controller.switch_client import SoftSwitchClient, SwitchClient
 from controller.topology import hosts, port, switches
+from emulation.host_setup import SETUP_OK, host_setup
 from emulation.link_monitor import LinkMonitor
+from emulation.switch_failures import SwitchFailures
+from emulation.worker_launcher import FORKED_WORKERS, start_worker_launcher
 
 BACKENDS = ("soft", "bmv2")
-# What every allreduce worker (hosts/worker.py) starts with imported: forked from one process
-# that imported them, a worker costs ~0.01 CPU-s to start instead of ~0.12 (tools/scale_costs.py;
-# 128 workers: 15 CPU-s less on two cores), and its PSS is what it adds to memory.
-FORKED_WORKERS = ("hosts.worker",)
-WORKER_PRELOAD = ("hosts.worker", "hosts.agent", "hosts.sparse_agent")
-
-
-def start_worker_launcher(run: RunRecord):
-    """The network's worker launcher (ground/forkserver.py), recorded in `run`; it imports
-    while the rest of the network is built and forks each worker into its host's namespace."""
-    import os
-
-    from ground.forkserver import Launcher
-    from ground.paths import REPO
-
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    launcher = Launcher(run.path / "worker-launcher.out", WORKER_PRELOAD, cwd=REPO, env=env, what="worker launcher")
-    run.add_pid(launcher.pid, "worker launcher")
-    return launcher
-
-
 THRIFT_BASE = 9090
 
 
-def host_setup(g: nx.Graph, h: str, intfs: list[str]) -> tuple[list[str], list[str], list[str]]:
-    """What host `h` runs to join the network: (shell lines, `ip -batch` lines, `tc -batch`
-    lines shaping its NICs whose links have a rate). Sysctls are written to /proc/sys by the
-    shell itself (`echo`: no `sysctl` process).
-
-    Every NIC gets its address and MAC (NIC 0 the host's), loopback comes up; no IPv6
-    chatter and no checksum/segmentation offloads (switches re-inject frames); no
-    reverse-path filtering between the NICs of multi-NIC hosts and a route to a peer's NIC
-    over the switch both hang off; every NIC knows the aggregation service and every host's
-    MAC statically (no ARP in the data plane). A single-NIC host on a slow shaped link gets
-    a TCP retransmission floor on its route (ground/links.py `rto_min_ms`)."""
-    from emulation.veths import htb_lines
-
-    sysctls = [("ipv6/conf/all/disable_ipv6", 1), ("ipv6/conf/default/disable_ipv6", 1),
-               ("ipv4/conf/all/rp_filter", 0), ("ipv4/conf/default/rp_filter", 0)]
-    lines = [f"ethtool -K {intf} rx off tx off tso off gso off gro off >/dev/null 2>&1 || true"
-             for intf in intfs]
-    batch, shaping = ["link set dev lo up"], []
-    for nbr in g.neighbors(h):
-        e = g.edges[h, nbr]
-        ip, mac = e["addrs"][h]
-        intf = e["intfs"][h]
-        batch += [f"link set dev {intf} address {mac}", f"addr replace {ip}/{addresses.PREFIX_LEN} dev {intf}",
-                  f"link set dev {intf} up"]
-        sysctls.append((f"ipv4/conf/{intf}/rp_filter", 0))
-        if e.get("bw"):
-            shaping += htb_lines(intf, e["bw"])
-            rto = links.rto_min_ms(e["bw"])
-            if rto > links.RTO_MIN_MS and g.degree(h) == 1:     # the NIC's one connected route
-                net = ipaddress.ip_interface(f"{ip}/{addresses.PREFIX_LEN}").network
-                batch.append(f"route replace {net} dev {intf} proto kernel scope link src {ip} rto_min {rto}ms")
-    if g.degree(h) > 1:
-        for sw in g.neighbors(h):
-            mine = g.edges[h, sw]["intfs"][h]
-            for peer in g.neighbors(sw):
-                if peer != h and g.nodes[peer]["kind"] == "host":
-                    ip, mac = g.edges[sw, peer]["addrs"][peer]
-                    batch += [f"route replace {ip}/32 dev {mine}",
-                              f"neigh replace {ip} lladdr {mac} dev {mine} nud permanent"]
-    for intf in intfs:
-        batch.append(f"neigh replace {addresses.SERVICE_IP} lladdr {addresses.SERVICE_MAC} "
-                     f"dev {intf} nud permanent")
-    for other in hosts(g):
-        if other != h:
-            o = g.nodes[other]
-            batch.append(f"neigh replace {o['ip']} lladdr {o['mac']} dev {intfs[0]} nud permanent")
-    return [*(f"echo {value} > /proc/sys/net/{key}" for key, value in sysctls), *lines], batch, shaping
-
-
-_SETUP_OK = "agglab-host-setup-ok"
-
-
-class EmulatedNetwork:
+class EmulatedNetwork(SwitchFailures):
     """A running Mininet network built from `graph`; use as a context manager."""
-
-    LIVENESS_PROBE = True      # watch_switches pings the switches (hang detection); a cluster does not
 
     def __init__(self, graph: nx.Graph, backend: str = "soft", seed: int = 0, pcap: bool = False,
                  keep: str | Path | None = None, t0: float | None = None):
@@ -288,7 +220,7 @@ class EmulatedNetwork:
             script = scripts[h] = self.run.path / f"{h}.setup.sh"
             tc = ["tc -batch - <<'EOF'", *shaping, "EOF"] if shaping else []
             script.write_text("\n".join(["set -e", *lines,
-                                         "ip -batch - <<'EOF'", *batch, "EOF", *tc, f"echo {_SETUP_OK}", ""]))
+                                         "ip -batch - <<'EOF'", *batch, "EOF", *tc, f"echo {SETUP_OK}", ""]))
         self._ship_host_scripts(scripts)
         started = []
         for h, script in scripts.items():
@@ -296,7 +228,7 @@ class EmulatedNetwork:
             node.sendCmd(f"sh {script} 2>&1")
             started.append((h, node))
         failed = [(h, out.strip()) for h, out in ((h, node.waitOutput()) for h, node in started)
-                  if _SETUP_OK not in out]
+                  if SETUP_OK not in out]
         if failed:
             raise RuntimeError("host set-up failed: " + "; ".join(f"{h}: {out[:300]}" for h, out in failed))
 
@@ -467,162 +399,3 @@ class EmulatedNetwork:
 
     def client(self, switch: str) -> SwitchClient:
         return self.clients[switch]
-
-    # -- switch failures -------------------------------------------------------------
-    def watch_switches(self, on_exit, on_hang=None) -> None:
-        """Call `on_exit(switch, code, t)` (its own thread) the moment a switch process exits
-        (pidfd: emulation/switch_watch.py), then take the dead switch's ports down, as a dead
-        box's ports lose their link: netlink then reports its links down (the controller has
-        already marked them). Stopped by stop(). BMv2: the ports are left alone, because an
-        administratively down port stalls a neighbour simple_switch's receive thread (see
-        set_link); the neighbours' packets into the dead switch are lost either way.
-
-        A switch that stops answering the liveness probe (emulation/switch_probe.py) is hung:
-        `on_hang(switch, t)` is called, then it is fenced with SIGKILL, which a stopped or
-        wedged process cannot block or outlive, so a late SIGCONT finds nothing to wake and
-        no stale frame or register can come back. Its death then takes exactly the path of a
-        killed switch (on_exit with t = when the hang was declared, ports down, restartable
-        with restart_switch). Why kill rather than only take its ports down: a hung process
-        still holds its control socket and would answer the controller's next command with
-        state from before the reroute; a dead one is the case everything already handles."""
-        from emulation.switch_probe import SwitchProbe
-        from emulation.switch_watch import SwitchWatcher
-
-        def exited(name: str, code: int, t: float) -> None:
-            # before `dead` says so: restart_switch waits on it until the ports are down, or a
-            # restart right after a hung switch's fencing (nothing made this event for it
-            # then) raced this thread, which took the new process's ports down after the
-            # restart brought them up (chaos: a job's worker cut off for good)
-            handled = self._handled.setdefault(name, threading.Event())
-            hang = self.hung.get(name)
-            self.dead[name] = (f"switch {name} stopped answering (no reply to a ping for "
-                               f"{(hang['t_detect'] - hang['t_last_answer']) * 1e3:.0f} ms): fenced (killed)"
-                               if hang else self.net.get(name).died() or f"switch {name} exited with code {code}")
-            try:
-                on_exit(name, code, hang["t_detect"] if hang else t)
-            finally:
-                if self.backend == "soft":
-                    self._ports(name, up=False)
-                handled.set()
-
-        def hung(name: str, last_answer: float, t: float) -> None:
-            import os
-            import signal
-
-            proc = self.net.get(name).proc
-            if self.probe is None or name in self.dead or proc is None or proc.poll() is not None:
-                return                              # gone already (the exit watcher reports it) or torn down
-            self.hung[name] = {"t_detect": t, "t_last_answer": last_answer}
-            self.hang_log.append({"switch": name, **self.hung[name]})
-            if on_hang is not None:
-                on_hang(name, t)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGKILL)
-
-        self.watcher = SwitchWatcher(exited).start()
-        self.probe = SwitchProbe(hung).start() if self.LIVENESS_PROBE else None
-        for s in switches(self.graph):
-            self.watcher.add(s, self.net.get(s).proc)
-            self._probe(s)
-
-    def _probe(self, name: str) -> None:
-        """Ping switch `name` from now on (after it answered its client: started or restarted)."""
-        from emulation.switch_probe import ping_channel
-
-        if self.probe is not None:
-            try:
-                self.probe.add(name, ping_channel(self.backend, self.net.get(name)))
-            except OSError:                          # gone before it could be pinged: the watcher's case
-                pass
-
-    def kill_switch(self, name: str, wait: float | None = None) -> float:
-        """`kill -9` switch `name`'s data-plane process (a switch failure); returns the
-        monotonic time of the kill. The watcher (watch_switches) notices the exit; with
-        `wait` (seconds), return only once it has been handled (the controller rerouted)."""
-        import os
-        import signal
-
-        proc = self._switch_proc(name)
-        if proc.poll() is not None or name in self.dead or name in self._handled:
-            raise ValueError(f"switch {name} is not running")
-        done = self._handled[name] = threading.Event()
-        t = time.monotonic()
-        os.kill(proc.pid, signal.SIGKILL)
-        if wait and self.watcher is not None and not done.wait(wait):
-            raise RuntimeError(f"switch {name} was killed but its exit was not handled within {wait} s")
-        return t
-
-    def hang_switch(self, name: str) -> float:
-        """SIGSTOP switch `name`'s process (a hung switch: alive, silent); returns the
-        monotonic time. The liveness probe (watch_switches) declares it hung and fences it."""
-        import os
-        import signal
-
-        proc = self._switch_proc(name)
-        if proc.poll() is not None or name in self.dead:
-            raise ValueError(f"switch {name} is not running")
-        t = time.monotonic()
-        os.kill(proc.pid, signal.SIGSTOP)
-        return t
-
-    def restart_switch(self, name: str) -> float:
-        """Start a dead switch again on the same ports and control socket (or Thrift port),
-        with empty tables and registers, bring back the ports that died with it and connect
-        a new client (in `clients`, which the job shares). Returns the monotonic time it
-        answered; the caller re-programs it (Session.restart_switch)."""
-        proc = self._switch_proc(name)
-        if proc.poll() is None:
-            raise ValueError(f"switch {name} is running; kill it first")
-        handled = self._handled.get(name)
-        if handled is not None and self.watcher is not None:
-            handled.wait(10)                     # its death is handled before it comes back
-        if self.backend == "soft":
-            self._ports(name, up=True)
-        node = self.net.get(name)
-        node.start([])
-        old = self.clients.pop(name, None)
-        if old is not None:
-            old.close()
-        self.clients[name] = self._connect(name)
-        self.dead.pop(name, None)
-        self.hung.pop(name, None)
-        self._handled.pop(name, None)
-        self.incarnation[name] = self.incarnation.get(name, 0) + 1
-        if self.watcher is not None:
-            self.watcher.add(name, node.proc)
-            self._probe(name)
-        return time.monotonic()
-
-    def _switch_proc(self, name: str):
-        if name not in self.graph or self.graph.nodes[name]["kind"] != "switch":
-            raise ValueError(f"no switch {name!r} in this network (switches: {', '.join(switches(self.graph))})")
-        return self.net.get(name).proc
-
-    def _ports(self, name: str, up: bool) -> None:
-        """Take a dead switch's (root-namespace) ports down, remembering which were up; or
-        bring exactly those back."""
-        if up:
-            names = self._downed.pop(name, [])
-        else:
-            names = [i.name for i in self.net.get(name).intfList() if i.name != "lo"
-                     and Path(f"/sys/class/net/{i.name}/flags").exists()
-                     and int(Path(f"/sys/class/net/{i.name}/flags").read_text(), 16) & 1]
-            self._downed[name] = names
-        if names:
-            subprocess.run(["ip", "-batch", "-"], input="".join(f"link set dev {n} {'up' if up else 'down'}\n"
-                                                            for n in names),
-                           text=True, capture_output=True, check=False)
-
-    def check_switches(self) -> dict[str, str]:
-        """The switches whose data-plane process is gone, with why (exit code, log tail). A
-        switch killed a moment ago is waited for (at most 5 s) until the watcher has handled its
-        exit, so a kill near a run's end is reported with that run, not lost in between."""
-        if self.watcher is not None:
-            for done in list(self._handled.values()):
-                done.wait(5)
-        out = dict(self.dead)
-        for s in switches(self.graph):
-            reason = self.net.get(s).died()
-            if reason and s not in out:
-                out[s] = reason
-        return out

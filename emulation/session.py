@@ -3,20 +3,19 @@
 Used by `agglab allreduce`, the experiments and the end-to-end tests. Every worker
 runs as its own process inside its Mininet host; the checker recomputes each
 worker's input from (rank, seed) and compares the returned aggregate with numpy.
+
+The session holds the network, the job and the switches' drop simulators, and assembles a
+run's result; the workers' processes (their plan, start gate, wait and reports) are
+emulation/workers.py's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
-import sys
 import threading
-import time
 from dataclasses import replace
 from pathlib import Path
-
-import numpy as np
 
 from controller import drop_sim, forward, policer, trees
 from controller.events import EventLog
@@ -27,21 +26,13 @@ from controller.run_check import CheckedRun, check_override, check_run
 from controller.standby import StandbyWorker
 from controller.switch_client import run_batches
 from controller.topology import switches, workers as worker_hosts
-from emulation.failures import FailureInjector, hang_rows
+from emulation.failures import hang_rows
 from emulation.network import EmulatedNetwork
-from ground.addresses import SERVICE_IP
-from ground import progress as progress_file, wire
-from ground import lifeline, netlease
+from emulation.workers import run_tenants, run_workers, say
+from ground import netlease, wire
 from ground.phases import Phases
-from ground.paths import REPO
-from ground.runspec import RunPlan, RunSpec, WorkerSeat
-from ground.start_gate import StartGate
+from ground.runspec import RunSpec
 from hosts.checker import check
-
-
-def _log(msg: str, quiet: bool) -> None:
-    if not quiet:
-        print(f"[agglab] {msg}", file=sys.stderr, flush=True)
 
 
 def run_allreduce(quiet: bool = True, **kwargs) -> dict:
@@ -90,7 +81,7 @@ class Session:
         spec = checked.spec
         self.cancelled = threading.Event()     # cancel(): a running allreduce's workers are stopped
         self.g = checked.graph
-        self.events = EventLog(echo=echo or (None if quiet else (lambda line: _log(line, False))))
+        self.events = EventLog(echo=echo or (None if quiet else (lambda line: say(line, False))))
         if spec.cluster:                     # on the servers of a cluster (emulation/cluster/)
             from emulation.cluster.network import ClusterNetwork
             from ground.cluster_file import load
@@ -118,7 +109,7 @@ class Session:
         spec, g = self.spec, self.g
         netlease.refuse_if_busy()       # one line naming the other run, before anything is built
         n_sw = len(switches(g))
-        _log(f"building network: {spec.topology} ({n_sw} switch{'es' if n_sw > 1 else ''}, {spec.backend}), "
+        say(f"building network: {spec.topology} ({n_sw} switch{'es' if n_sw > 1 else ''}, {spec.backend}), "
              f"{spec.workers} workers", self.quiet)
         try:
             if spec.on_trees:
@@ -243,14 +234,14 @@ class Session:
         self.runs += 1
         before = self._switch_counters()
         hangs_before = len(self.net.hang_log)
-        _log(f"allreduce of {spec.elements} {spec.dtype} per worker on {len(self.job.trees().trees)} "
+        say(f"allreduce of {spec.elements} {spec.dtype} per worker on {len(self.job.trees().trees)} "
              f"{spec.tree} tree(s), packet loss {spec.loss * 100:g}% per link direction", self.quiet)
         probe = self.net.fidelity_probe()
         try:
             with self.job.running():
-                reports, injector = _run_workers(self.net, spec, self.job, self.quiet, f"run{self.runs}",
-                                                 progress=self.progress, cancel=self.cancelled,
-                                                 make_injector=self._chaos(spec))
+                reports, injector = run_workers(self.net, spec, self.job, self.quiet, f"run{self.runs}",
+                                                progress=self.progress, cancel=self.cancelled,
+                                                make_injector=self._chaos(spec))
         finally:
             fidelity = probe.stop()
         dead = self.net.check_switches()
@@ -291,7 +282,7 @@ class Session:
             job.prepare(tspec.default_window(), tspec.algorithm)
         self.runs += 1
         before = self.job.stats()
-        _log(f"{len(tenants)} concurrent allreduces of {spec.elements} {spec.dtype} x {spec.workers} workers "
+        say(f"{len(tenants)} concurrent allreduces of {spec.elements} {spec.dtype} x {spec.workers} workers "
              f"(jobs {spec.job}..{spec.job + spec.jobs - 1}), {spec.slots_per_job} slots each", self.quiet)
         probe = self.net.fidelity_probe()
         hangs_before = len(self.net.hang_log)
@@ -299,9 +290,9 @@ class Session:
             with contextlib.ExitStack() as running:
                 for _, job in tenants:
                     running.enter_context(job.running())
-                reports, injector = _run_tenants(self.net, tenants, self.quiet, f"run{self.runs}",
-                                                 progress=self.progress, cancel=self.cancelled, group=self.group,
-                                                 make_injector=self._chaos(spec))
+                reports, injector = run_tenants(self.net, tenants, self.quiet, f"run{self.runs}",
+                                                progress=self.progress, cancel=self.cancelled, group=self.group,
+                                                make_injector=self._chaos(spec))
         finally:
             fidelity = probe.stop()
         dead = self.net.check_switches()
@@ -344,8 +335,8 @@ class Session:
         self.job.prepare(self.spec.default_window(), self.spec.algorithm)
         self.runs += 1
         with self.job.running():
-            reports, injector = _run_workers(self.net, self.spec, self.job, self.quiet, name,
-                                             module, tuple(extra_args), deadline_s, cancel=self.cancelled)
+            reports, injector = run_workers(self.net, self.spec, self.job, self.quiet, name,
+                                            module, tuple(extra_args), deadline_s, cancel=self.cancelled)
         return reports, injector.report() if injector else []
 
     def cancel(self) -> None:
@@ -395,192 +386,3 @@ def _job_figures(result: dict, job: Job, spec: RunSpec) -> dict:
     return {"job": job.job, "hosts": list(job.workers), "slot_base": getattr(job, "slot_base", 0),
             "slots": getattr(job, "slots", None), "window": job.window, "loss": spec.loss, "seed": spec.seed,
             **{k: result[k] for k in keys if k in result}}
-
-
-def _run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, progress: bool = False,
-                 cancel: threading.Event | None = None, group: JobGroup | None = None, make_injector=None):
-    """Start every job's workers at once (one start gate for all), with the spec's scripted
-    failures (each one event for every job: `group`), wait for all; per job its reports by
-    rank, and the failure injector (None without failures)."""
-    out_dir = net.run.path / name
-    out_dir.mkdir()
-    gate = StartGate()
-    try:
-        started = [_start_workers(net, tspec, job, out_dir, f"job{t}-", gate=gate)
-                   for t, (tspec, job) in enumerate(tenants)]
-        _open_gate(gate, [p for procs in started for p in procs], tenants[0][0], quiet,
-                   [job for _, job in tenants])
-    finally:
-        gate.close()
-    deadline = time.monotonic() + tenants[0][0].give_up * 3 + 30 + sum(
-        s.elements * s.workers for s, _ in tenants) / 50_000
-    files = [out_dir / f"job{t}-rank{r}.progress" for t, procs in enumerate(started) for r, _, _ in procs]
-    spec = tenants[0][0]
-    injector = None
-    if make_injector is not None:                     # --chaos (emulation/chaos.py)
-        injector = make_injector(files)
-        injector.start()
-    elif spec.fail_specs or spec.fail_switch_specs:   # progress: the slowest worker of any job
-        injector = FailureInjector(net, group or JobGroup([job for _, job in tenants]),
-                                   [*spec.fail_specs, *spec.fail_switch_specs], files, spec.seed)
-        injector.start()
-    _wait([p for procs in started for p in procs], deadline, quiet, files if progress else None, cancel)
-    net.worker_outputs(out_dir)
-    reports = [_collect(out_dir, procs, f"job{t}-") for t, procs in enumerate(started)]
-    if injector:
-        injector.stop()
-        injector.join(1)
-    return reports, injector
-
-
-# How long workers wait at most, before an allreduce, for the standby trees of the job's
-# current trees (controller/tree_job.py wait_standby): a k=4 fat-tree's 40 took 0.9-3 s here.
-STANDBY_WAIT = 10.0
-
-
-def _host_link_mbps(graph, host: str) -> float | None:
-    """The rate of a host's own link (its slowest, for a multi-NIC BCube server); None when
-    any of them is unshaped."""
-    rates = [graph.edges[host, peer].get("bw") for peer in graph.neighbors(host)]
-    return min(rates) if rates and all(rates) else None
-
-
-def _open_gate(gate: StartGate, procs: list, spec: RunSpec, quiet: bool, jobs=()) -> None:
-    """Let the workers start together once every one of them is ready (ground/start_gate.py)
-    and the jobs' standby trees are computed (TreeJob.wait_standby, at most STANDBY_WAIT s;
-    the workers prepare meanwhile); a worker that died before it got ready opens the gate for
-    the others, whose allreduce then fails with its reason, as it did before there was a gate."""
-    deadline = time.monotonic() + STANDBY_WAIT
-    for job in jobs:
-        wait = getattr(job, "wait_standby", None)
-        if wait is not None and not wait(max(0.0, deadline - time.monotonic())):
-            _log(f"  standby trees not ready after {STANDBY_WAIT:.0f} s: starting anyway", quiet)
-            break
-    alive = lambda: all(p.poll() is None for _, p, _ in procs)   # noqa: E731
-    if not gate.open_when_ready(len(procs), alive, timeout=max(60.0, spec.give_up * 3)):
-        _log(f"  start gate opened with {gate.seen} of {len(procs)} workers ready", quiet)
-
-
-def _start_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, out_dir: Path, prefix: str = "",
-                   module: str = "hosts.worker", extra_args: tuple = (), gate: StartGate | None = None) -> list:
-    """One job's worker processes (rank, proc, log); its plan is `<prefix>run.json`. With a
-    `gate` each worker inherits it and waits there once it is ready."""
-    env = dict(os.environ, PYTHONPATH=str(REPO), **(gate.env if gate else {}))
-    plans = job.write_plans(out_dir)
-    seats = [WorkerSeat(rank=rank, local_ip=net.graph.nodes[h]["ip"], out=str(out_dir / f"{prefix}rank{rank}"),
-                        progress=str(out_dir / f"{prefix}rank{rank}.progress"),
-                        bml_plan=str(plans[h]) if h in plans else None, link_mbps=_host_link_mbps(net.graph, h))
-             for rank, h in enumerate(job.workers)]
-    plan = RunPlan(spec, SERVICE_IP, job.window, str(job.epoch_file), seats).write(out_dir / f"{prefix}run.json")
-    procs = []
-    for rank, h in enumerate(job.workers):
-        argv = [sys.executable, "-m", module, str(plan), str(rank), *extra_args]
-        log = open(out_dir / f"{prefix}rank{rank}.log", "wb")
-        proc = net.start_worker(h, argv, log, cwd=str(REPO), gate=gate,
-                                preexec_fn=lifeline.preexec(bound_to_thread=True),    # _wait reaps them
-                                env=dict(env, AGGLAB_PLAN=str(plan), AGGLAB_RANK=str(rank)))
-        net.run.add_pid(proc.pid, f"worker {rank}" + (f" of job {job.job}" if prefix else "") + f" on {h}")
-        procs.append((rank, proc, log))
-    return procs
-
-
-def _wait(procs: list, deadline: float, quiet: bool, progress_files: list[Path] | None = None,
-          cancel: threading.Event | None = None) -> None:
-    """Until every worker exits (killed at the deadline or on cancel); a progress bar over
-    `progress_files`, else a line every 5 s."""
-    started = last = time.monotonic()      # the first line after 5 s, not "0/N finished after 0 s"
-    bar = ProgressBar(progress_files) if progress_files else None
-    try:
-        for rank, proc, log in procs:
-            while proc.poll() is None:
-                if time.monotonic() > deadline or (cancel is not None and cancel.is_set()):
-                    proc.kill()
-                    break
-                if bar:
-                    bar.poll()
-                elif time.monotonic() - last > 5:
-                    last = time.monotonic()
-                    done = sum(p.poll() is not None for _, p, _ in procs)
-                    _log(f"  {done}/{len(procs)} workers finished after {last - started:.0f} s", quiet)
-                time.sleep(0.05)
-            log.close()
-    finally:
-        if bar:
-            bar.close()
-
-
-def _collect(out_dir: Path, procs: list, prefix: str = "") -> list[dict]:
-    """The workers' reports by rank (their result arrays loaded)."""
-    reports = []
-    for rank, proc, _ in procs:
-        path = out_dir / f"{prefix}rank{rank}.json"
-        if path.exists():
-            reports.append(json.loads(path.read_text()))
-        else:
-            tail = (out_dir / f"{prefix}rank{rank}.log").read_text(errors="replace")[-1500:]
-            reports.append({"rank": rank, "ok": False, "error": f"worker {rank} exited with "
-                            f"{proc.returncode} and no report; log tail:\n{tail}"})
-        if reports[-1].get("ok") and (out_dir / f"{prefix}rank{rank}.npy").exists():
-            reports[-1]["result"] = np.load(out_dir / f"{prefix}rank{rank}.npy")
-    return reports
-
-
-def _run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, name: str,
-                 module: str = "hosts.worker", extra_args: tuple = (), deadline_s: float | None = None,
-                 progress: bool = False, cancel: threading.Event | None = None, make_injector=None):
-    out_dir = net.run.path / name
-    out_dir.mkdir()
-    gate = StartGate() if module == "hosts.worker" else None     # the programs that wait at it
-    try:
-        procs = _start_workers(net, spec, job, out_dir, "", module, extra_args, gate=gate)
-        if gate:
-            _open_gate(gate, procs, spec, quiet, [job])
-    finally:
-        if gate:
-            gate.close()
-    injector = None
-    if make_injector is not None:             # --chaos (emulation/chaos.py)
-        injector = make_injector([out_dir / f"rank{r}.progress" for r in range(len(job.workers))])
-        injector.start()
-    elif spec.fail_specs or spec.fail_switch_specs:
-        injector = FailureInjector(net, job, [*spec.fail_specs, *spec.fail_switch_specs],
-                                   [out_dir / f"rank{r}.progress" for r in range(len(job.workers))], spec.seed)
-        injector.start()
-    deadline = time.monotonic() + (deadline_s or spec.give_up * 3 + 30 + spec.elements * spec.workers / 50_000)
-    files = [out_dir / f"rank{r}.progress" for r in range(len(job.workers))]
-    _wait(procs, deadline, quiet, files if progress else None, cancel)
-    net.worker_outputs(out_dir)
-    reports = _collect(out_dir, procs)
-    if injector:
-        injector.stop()
-        injector.join(1)
-    return reports, injector
-
-
-class ProgressBar:
-    """Blocks done by all workers and their rate, on stderr (tqdm), from the progress files
-    the workers rewrite as they go (ground/progress.py)."""
-
-    def __init__(self, files: list[Path]):
-        from tqdm import tqdm
-
-        self.files = files
-        self.bar = tqdm(total=None, unit=" blocks", file=sys.stderr, desc="allreduce", dynamic_ncols=True,
-                        mininterval=0.2, smoothing=0.3)
-
-    def poll(self) -> None:
-        done = total = 0
-        reported = 0
-        for f in self.files:
-            seen = progress_file.read(f)
-            if seen is not None:
-                done, total, reported = done + seen[0], total + seen[1], reported + 1
-        if reported == len(self.files) and self.bar.total != total:
-            self.bar.total = total
-            self.bar.refresh()
-        if done > self.bar.n:
-            self.bar.update(done - self.bar.n)
-
-    def close(self) -> None:
-        self.poll()
-        self.bar.close()

@@ -1,7 +1,7 @@
 """A worker's progress file: 'done total' blocks, rewritten in place as the allreduce goes.
 
 Why its own format module: the worker writes it (hosts/worker.py), the failure injector
-(emulation/failures.py) and the progress bar (emulation/session.py) read it, from other
+(emulation/failures.py) and the progress bar (emulation/workers.py) read it, from other
 processes and namespaces; the only thing they share is the filesystem.
 
 Why in place: the first version wrote a temporary file and renamed it every 10 ms, which

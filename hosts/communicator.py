@@ -118,7 +118,8 @@ class Communicator:
         handshakes would otherwise cross the emulated links on every call. `connections(rank,
         n)` says which ranks to connect to and accept from. A different length or dtype
         opens new ones."""
-        from hosts.tcp_mesh import BASE_PORT, hello_for, open_mesh
+        from hosts.tcp_mesh import BASE_PORT, open_mesh
+        from hosts.tcp_peer import hello_for
 
         hello = hello_for(algorithm, array, self.rank, self.workers)
         if self._mesh is not None and self._mesh.hello != hello:

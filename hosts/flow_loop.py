@@ -8,7 +8,7 @@ work with one thread: what a thread per flow bought (a flow slowed by its receiv
 up the others on the same uplink) a selector gives as well, since it writes to whichever
 socket has room and reads whichever has data.
 
-The frames are tcp_mesh's: (tag = message number on this direction, byte count), then the
+The frames are tcp_peer's: (tag = message number on this direction, byte count), then the
 payload; every message is checked against what the caller said comes next on that socket,
 and a flow with work pending that moves no byte for `give_up` seconds ends the allreduce with
 an AllreduceTimeout naming the peer and the message, as a blocking socket's timeout did."""
@@ -21,7 +21,8 @@ from collections import deque
 from itertools import islice
 
 from hosts.diagnostics import AllreduceTimeout
-from hosts.tcp_mesh import _FRAME, Mesh, Peer, PeerError
+from hosts.tcp_mesh import Mesh
+from hosts.tcp_peer import FRAME_STRUCT, Peer, PeerError
 
 _BATCH = 64            # buffers per sendmsg call (well under IOV_MAX)
 
@@ -34,7 +35,7 @@ class _Flow:
         self.peer = peer
         self.sendq: deque[memoryview] = deque()
         self.expected: deque[tuple[memoryview, str, object]] = deque()
-        self.header = bytearray(_FRAME.size)
+        self.header = bytearray(FRAME_STRUCT.size)
         self.got = 0                 # bytes of the current header (in_header) or payload
         self.in_header = True
         self.last_tx = self.last_rx = time.monotonic()
@@ -64,7 +65,7 @@ class FlowLoop:
         flow = self._flow(peer)
         if not flow.sendq:
             flow.last_tx = time.monotonic()        # the clock runs while bytes wait
-        flow.sendq.append(memoryview(_FRAME.pack(peer.sent, view.nbytes)))
+        flow.sendq.append(memoryview(FRAME_STRUCT.pack(peer.sent, view.nbytes)))
         if view.nbytes:
             flow.sendq.append(view)
         peer.sent += 1
@@ -170,7 +171,7 @@ class FlowLoop:
                 if flow.got < target.nbytes:
                     continue
             if flow.in_header:
-                tag, nbytes = _FRAME.unpack(flow.header)
+                tag, nbytes = FRAME_STRUCT.unpack(flow.header)
                 if tag != p.received or nbytes != view.nbytes:
                     raise PeerError(f"rank {self.me}: {p.name} sent message {tag} of {nbytes} bytes, expected "
                                     f"message {p.received} of {view.nbytes} bytes ({what}): protocol out of step")

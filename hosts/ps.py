@@ -26,7 +26,8 @@ from __future__ import annotations
 import numpy as np
 
 from hosts.flow_loop import FlowLoop
-from hosts.tcp_mesh import BASE_PORT, CONNECT_AT_ONCE, Mesh, allreduce_over_mesh, chunk_bounds, segment_bounds
+from hosts.mesh_allreduce import allreduce_over_mesh, chunk_bounds, segment_bounds
+from hosts.tcp_mesh import BASE_PORT, CONNECT_AT_ONCE, Mesh
 
 CHUNK_BYTES = 64 * 1024
 

@@ -1,4 +1,4 @@
-"""TCP connections between worker hosts for the host baselines (hosts/ring.py, hosts/ps.py).
+"""The TCP connections between the worker hosts of a host baseline (hosts/ring.py, hosts/ps.py).
 
 Why TCP: the baselines are what a cluster without in-network aggregation runs (NCCL's
 ring, a parameter server), and those rely on the kernel's reliable transport; on the
@@ -6,147 +6,31 @@ emulated network it is TCP, forwarded (not aggregated) by the same switches, tha
 recovers from the drop simulator's loss and, once the controller has recomputed the
 IP routes (controller/forwarding_job.py), from a failed link.
 
-What this module gives the algorithms:
-
-* `open_mesh`: one directed connection per (client -> server) pair the algorithm asks
-  for, set up with retries until a deadline (peers start at different times), each
-  opened with a hello that carries (algorithm, rank, workers, length, dtype) so workers
-  that disagree fail at once with a ConsistencyError naming both values, never sum garbage;
-* `Peer.send` / `Peer.recv_into`: length-prefixed messages (tag = per-direction message
-  number, byte count) checked against what the algorithm expects next;
-* no hang: after setup every socket call has the `give_up` timeout (no progress for that
-  long raises AllreduceTimeout naming the peer); an error names the peer's rank and address.
+Why a module of its own: setting up the mesh is the part that must survive peers starting
+at different times and, for a parameter server of 128 workers, 16,256 handshakes.
+`open_mesh` opens one directed connection per (client -> server) pair the algorithm asks
+for, with retries until a deadline, each checked by its hello (hosts/tcp_peer.py, which
+also frames the messages once it is open); what the algorithms do over it is
+hosts/mesh_allreduce.py's.
 """
 
 from __future__ import annotations
 
 import socket
-import struct
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 
-import numpy as np
-
-from hosts.consistency import (DTYPES, DtypeMismatchError, LengthMismatchError,
-                               WorkerCountMismatchError)
 from hosts.diagnostics import AllreduceTimeout
+from hosts.tcp_peer import HELLO_STRUCT, Hello, Peer, PeerError, shut
 
 BASE_PORT = 29500                        # + job: the port every worker listens on
-ALGORITHM_CODES = {"ring": 1, "ps": 2}
-_HELLO = struct.Struct(">4sBHHQB")       # magic, algorithm, rank, workers, length, dtype
-_MAGIC = b"AGLB"
-_FRAME = struct.Struct(">II")            # tag (message number on this direction), byte count
 _RETRY = 0.05                            # seconds between connection attempts to a peer not yet listening
 CONNECT_AT_ONCE = 16                     # connections a worker opens at a time (a PS of 128 opens 127)
 SETUP_BYTES = 230                        # bytes one connection's setup puts on a worker's link, each
                                          # way: SYN or SYN-ACK, ACK, a hello (with headers), its ACK
 SETUP_SLACK = 4                          # for the fabric: oversubscribed cores carry many workers'
                                          # handshakes, and a dropped SYN waits a second to be resent
-
-
-class PeerError(ConnectionError):
-    """A peer closed its connection, reset it or broke the protocol; the message names it."""
-
-
-@dataclass(frozen=True)
-class Hello:
-    """What both ends of every connection must agree on."""
-    algorithm: str
-    rank: int
-    workers: int
-    length: int
-    dtype: np.dtype
-
-    def pack(self) -> bytes:
-        return _HELLO.pack(_MAGIC, ALGORITHM_CODES[self.algorithm], self.rank, self.workers, self.length,
-                           DTYPES.index(np.dtype(self.dtype)))
-
-    @classmethod
-    def unpack(cls, data: bytes, who: str) -> "Hello":
-        magic, algo, rank, workers, length, dtype = _HELLO.unpack(data)
-        names = {code: name for name, code in ALGORITHM_CODES.items()}
-        if magic != _MAGIC or algo not in names or dtype >= len(DTYPES):
-            raise PeerError(f"{who} sent a malformed hello {data!r} (not an agglab baseline worker?)")
-        return cls(names[algo], rank, workers, length, DTYPES[dtype])
-
-    def check(self, theirs: "Hello", who: str) -> None:
-        """Raise the ConsistencyError that says how the peer disagrees with us."""
-        if theirs.algorithm != self.algorithm:
-            raise PeerError(f"{who} runs --algorithm {theirs.algorithm}, this worker {self.algorithm}")
-        if theirs.workers != self.workers:
-            raise WorkerCountMismatchError(f"{who} was started for {theirs.workers} workers, "
-                                           f"this worker for {self.workers}")
-        if theirs.length != self.length:
-            raise LengthMismatchError(f"{who} has an array of {theirs.length} elements, "
-                                      f"this worker {self.length}: every worker must pass the same length")
-        if theirs.dtype != self.dtype:
-            raise DtypeMismatchError(f"{who} has dtype {theirs.dtype}, this worker {self.dtype}")
-
-
-class Peer:
-    """One connected socket to the worker of rank `rank`, with framed, timed-out I/O."""
-
-    def __init__(self, sock: socket.socket, me: int, rank: int, addr: str, give_up: float):
-        self.sock, self.me, self.rank, self.addr, self.give_up = sock, me, rank, addr, give_up
-        self.sent = self.received = 0            # messages, for the tags
-        self.bytes_sent = 0
-        sock.settimeout(give_up)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    @property
-    def name(self) -> str:
-        return f"rank {self.rank} ({self.addr})"
-
-    def send(self, payload) -> None:
-        """Send one message (a bytes-like or a numpy array view)."""
-        view = memoryview(payload).cast("B")
-        with self._errors(lambda: f"{self.name} accepted no data for {self.give_up:g} s (message {self.sent}, "
-                          f"{view.nbytes} bytes): peer stalled or unreachable (failed link not rerouted?)",
-                          lambda: f"sending to {self.name} failed"):
-            # one call: with TCP_NODELAY a separate header would leave as a segment of its own
-            self.sock.sendall(_FRAME.pack(self.sent, view.nbytes) + view)
-        self.sent += 1
-        self.bytes_sent += view.nbytes
-
-    def recv_into(self, out, what: str) -> None:
-        """Receive the next message into `out` (a writable buffer of exactly its size)."""
-        view = memoryview(out).cast("B")
-        header = bytearray(_FRAME.size)
-        self._read(memoryview(header), what)
-        tag, nbytes = _FRAME.unpack(header)
-        if tag != self.received or nbytes != view.nbytes:
-            raise PeerError(f"rank {self.me}: {self.name} sent message {tag} of {nbytes} bytes, expected "
-                            f"message {self.received} of {view.nbytes} bytes ({what}): protocol out of step")
-        self._read(view, what)
-        self.received += 1
-
-    def _read(self, view: memoryview, what: str) -> None:
-        got = 0
-        while got < view.nbytes:
-            with self._errors(lambda: f"no data from {self.name} for {self.give_up:g} s while receiving {what} "
-                              f"({got}/{view.nbytes} bytes of message {self.received})",
-                              lambda: f"receiving {what} from {self.name} failed"):
-                n = self.sock.recv_into(view[got:])
-            if n == 0:
-                raise PeerError(f"rank {self.me}: {self.name} closed the connection while this worker "
-                                f"waited for {what} (did it fail? see its own error)")
-            got += n
-
-    @contextmanager
-    def _errors(self, timed_out, failed):
-        """Socket errors as this module's: a timeout names what was awaited, an error the peer."""
-        try:
-            yield
-        except socket.timeout:
-            raise AllreduceTimeout(f"rank {self.me}: {timed_out()}") from None
-        except OSError as exc:
-            raise PeerError(f"rank {self.me}: {failed()}: {exc}") from exc
-
-    def close(self) -> None:
-        """Shut down first: that (not close) wakes another thread blocked on this socket."""
-        _shut(self.sock)
 
 
 @dataclass
@@ -218,21 +102,13 @@ def open_mesh(hello: Hello, addrs: list[str], out_to: list[int], in_from: list[i
                                    f"never connected to {addrs[me]}:{port} within the setup deadline")
     except BaseException:
         abort.set()
-        _shut(listener)                      # wakes the acceptor, resets connections not yet accepted
+        shut(listener)                      # wakes the acceptor, resets connections not yet accepted
         acceptor.join(1)
         for p in list(out.values()) + list(accepted.values()):
             p.close()
         raise
-    _shut(listener)
+    shut(listener)
     return Mesh(out, dict(accepted), hello, setup - max(0.0, deadline - time.monotonic()))
-
-
-def _shut(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    sock.close()
 
 
 def _connect_all(hello: Hello, addrs: list[str], out_to: list[int], port: int, deadline: float,
@@ -292,7 +168,7 @@ def _connect(hello: Hello, source: str, r: int, addr: str, port: int, deadline: 
     try:
         sock.settimeout(max(0.1, deadline - time.monotonic()))
         _send_hello(sock, hello, peer.name)
-        theirs = Hello.unpack(_read_exact(sock, _HELLO.size, peer.name, me), peer.name)
+        theirs = Hello.unpack(_read_exact(sock, HELLO_STRUCT.size, peer.name, me), peer.name)
         if theirs.rank != r:
             raise PeerError(f"rank {me}: {addr}:{port} answered as rank {theirs.rank}, expected rank {r}")
         hello.check(theirs, peer.name)
@@ -319,7 +195,7 @@ def _accept_all(listener, hello: Hello, addrs, expected: set[int], deadline: flo
                 return
             who = f"a worker at {ip}"
             sock.settimeout(max(0.1, deadline - time.monotonic()))
-            theirs = Hello.unpack(_read_exact(sock, _HELLO.size, who, me), who)
+            theirs = Hello.unpack(_read_exact(sock, HELLO_STRUCT.size, who, me), who)
             if theirs.rank not in expected or theirs.rank in accepted:
                 sock.close()
                 raise PeerError(f"rank {me}: {ip} connected as rank {theirs.rank}, expected one of "
@@ -357,149 +233,3 @@ def _read_exact(sock: socket.socket, n: int, who: str, me: int) -> bytes:
             raise PeerError(f"rank {me}: {who} closed the connection during setup")
         buf += chunk
     return bytes(buf)
-
-
-class Threads:
-    """The threads of one allreduce: the first error (naming its peer) is kept, the mesh
-    closed and the counters aborted so every other thread unblocks at once, and `join`
-    re-raises that first error in the caller (later ones are consequences of the closing)."""
-
-    def __init__(self, mesh: Mesh, counters: list["Progress"]):
-        self.mesh, self.counters = mesh, counters
-        self.errors: list[BaseException] = []
-        self.threads: list[threading.Thread] = []
-        self.lock = threading.Lock()
-
-    def spawn(self, name: str, fn, *args) -> None:
-        def body():
-            try:
-                fn(*args)
-            except BaseException as exc:
-                with self.lock:
-                    self.errors.append(exc)
-                self.mesh.close()
-                for c in self.counters:
-                    c.abort()
-        t = threading.Thread(target=body, name=name, daemon=True)
-        self.threads.append(t)
-        t.start()
-
-    def join(self) -> None:
-        for t in self.threads:
-            t.join()
-        if self.errors:
-            raise self.errors[0]
-
-
-class Progress:
-    """A counter threads bump and wait on (the ring's chunk dependencies, the PS's arrivals)."""
-
-    def __init__(self, give_up: float, me: int):
-        self.cond = threading.Condition()
-        self.done = 0
-        self.give_up, self.me = give_up, me
-        self.aborted = False
-
-    def bump(self) -> None:
-        with self.cond:
-            self.done += 1
-            self.cond.notify_all()
-
-    def abort(self) -> None:
-        with self.cond:
-            self.aborted = True
-            self.cond.notify_all()
-
-    def wait_for(self, count: int, what: str) -> None:
-        """Block until done >= count; at most give_up seconds without a bump."""
-        with self.cond:
-            while self.done < count:
-                seen = self.done
-                if self.aborted:
-                    raise PeerError(f"rank {self.me}: aborted while waiting for {what}")
-                if not self.cond.wait(self.give_up) and self.done == seen and not self.aborted:
-                    raise AllreduceTimeout(f"rank {self.me}: waited {self.give_up:g} s for {what} "
-                                           f"({self.done}/{count} done)")
-
-
-def tcp_counters() -> dict[str, int]:
-    """This network namespace's TCP counters from /proc/net/snmp (per namespace in Mininet):
-    OutSegs (segments sent, ACKs included) and RetransSegs (segments retransmitted)."""
-    with open("/proc/net/snmp") as f:
-        rows = [line.split() for line in f if line.startswith("Tcp:")]
-    table = dict(zip(rows[0][1:], rows[1][1:]))
-    return {"OutSegs": int(table["OutSegs"]), "RetransSegs": int(table["RetransSegs"])}
-
-
-@dataclass
-class BaselineStats:
-    """The same keys the in-network agents report (hosts/diagnostics.AllreduceStats) where they
-    mean the same thing: packets_sent = TCP segments this host sent (ACKs included),
-    retransmissions = TCP segments it retransmitted, both from its namespace's counters."""
-    packets_sent: int = 0
-    retransmissions: int = 0
-    seconds: float = 0.0
-    setup_seconds: float = 0.0
-    bytes_sent: int = 0               # payload bytes handed to TCP (frames and hellos excluded)
-    messages_sent: int = 0
-
-
-def hello_for(algorithm: str, array, rank: int, workers: int) -> Hello:
-    """What a worker's connections agree on for `array` (checked: 1-D, a supported dtype)."""
-    arr = np.asarray(array)
-    if arr.dtype not in DTYPES or arr.ndim != 1:
-        raise TypeError(f"allreduce supports 1-D {[str(d) for d in DTYPES]} arrays, got {arr.dtype} "
-                        f"with shape {arr.shape}")
-    if not 0 <= rank < workers:
-        raise ValueError(f"rank {rank} is not within 0..{workers - 1} (one address per worker)")
-    return Hello(algorithm, rank, workers, len(arr), arr.dtype)
-
-
-def allreduce_over_mesh(algorithm: str, body, array, *, rank: int, peers: list[str],
-                        out_to: list[int], in_from: list[int], port: int = BASE_PORT,
-                        give_up: float = 10.0, return_stats: bool = False, link_mbps: float | None = None,
-                        mesh: Mesh | None = None):
-    """Shared frame of the baselines: check the call, open the mesh (unless `mesh`, already
-    open for this array's length and dtype, is given: then it stays open, and the time and
-    segments counted are the allreduce's alone), run `body(arr, mesh)` (which returns the
-    sum), close what it opened, count TCP segments around it."""
-    arr = np.ascontiguousarray(array)
-    hello = hello_for(algorithm, arr, rank, len(peers))
-    if mesh is not None and mesh.hello != hello:
-        raise ValueError(f"rank {rank}: the open connections were set up for {mesh.hello}, not for {hello}")
-    before, t0 = tcp_counters(), time.monotonic()
-    stats = BaselineStats()
-    if len(peers) == 1:
-        result = arr.copy()
-    else:
-        own = mesh is None
-        if own:
-            mesh = open_mesh(hello, peers, out_to, in_from, port=port, give_up=give_up, link_mbps=link_mbps)
-            stats.setup_seconds = time.monotonic() - t0
-        sent_before = (mesh.bytes_sent(), sum(p.sent for p in mesh.peers()))
-        try:
-            result = body(arr, mesh)
-        finally:
-            if own:
-                mesh.close()
-        stats.bytes_sent = mesh.bytes_sent() - sent_before[0]
-        stats.messages_sent = sum(p.sent for p in mesh.peers()) - sent_before[1]
-    after = tcp_counters()
-    stats.seconds = time.monotonic() - t0
-    stats.packets_sent = after["OutSegs"] - before["OutSegs"]
-    stats.retransmissions = after["RetransSegs"] - before["RetransSegs"]
-    return (result, stats) if return_stats else result
-
-
-def chunk_bounds(lo: int, hi: int, chunk: int) -> list[tuple[int, int]]:
-    """[lo, hi) cut into pieces of at most `chunk` elements; an empty range is one empty
-    piece, so every segment is at least one message and the schedule never depends on data."""
-    if hi <= lo:
-        return [(lo, lo)]
-    return [(a, min(a + chunk, hi)) for a in range(lo, hi, chunk)]
-
-
-def segment_bounds(length: int, parts: int) -> list[tuple[int, int]]:
-    """`length` elements split into `parts` contiguous segments whose sizes differ by at most 1."""
-    edges = [length * i // parts for i in range(parts + 1)]
-    return list(zip(edges[:-1], edges[1:]))

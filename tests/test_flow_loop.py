@@ -12,7 +12,8 @@ import pytest
 from hosts import ps
 from hosts.diagnostics import AllreduceTimeout
 from hosts.flow_loop import FlowLoop
-from hosts.tcp_mesh import Mesh, Peer, PeerError
+from hosts.tcp_mesh import Mesh
+from hosts.tcp_peer import Peer, PeerError
 
 FRAME = struct.Struct(">II")        # the wire format, written out here: tag, byte count
 

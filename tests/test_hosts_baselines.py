@@ -21,7 +21,8 @@ from hosts.checker import summation_error_bound
 from hosts.consistency import ConsistencyError, LengthMismatchError
 from hosts.diagnostics import AllreduceTimeout
 from hosts.gradients import exact_sum, inputs_for
-from hosts.tcp_mesh import PeerError, segment_bounds
+from hosts.mesh_allreduce import segment_bounds
+from hosts.tcp_peer import PeerError
 
 ALGORITHMS = {"ring": ring.allreduce, "ps": ps.allreduce}
 _ports = itertools.count(31_000)          # a fresh port per run: no TIME_WAIT surprises
@@ -265,7 +266,8 @@ def test_a_worker_connects_to_its_peers_at_once_not_one_after_another():
     import socket
     import threading
 
-    from hosts.tcp_mesh import _HELLO, Hello, open_mesh
+    from hosts.tcp_mesh import open_mesh
+    from hosts.tcp_peer import HELLO_STRUCT, Hello
 
     n, port = 9, next(_ports)
     addrs = [f"127.0.0.{r + 1}" for r in range(n)]
@@ -282,8 +284,8 @@ def test_a_worker_connects_to_its_peers_at_once_not_one_after_another():
         conn, _ = listener.accept()
         with conn:
             got = b""
-            while len(got) < _HELLO.size:
-                got += conn.recv(_HELLO.size - len(got))
+            while len(got) < HELLO_STRUCT.size:
+                got += conn.recv(HELLO_STRUCT.size - len(got))
             all_hellos.wait()
             conn.sendall(Hello("ps", r, n, 10, np.dtype(np.int32)).pack())
             conn.recv(1)                     # until rank 0 closes

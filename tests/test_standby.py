@@ -64,7 +64,7 @@ def test_a_reroute_takes_the_standby_trees_and_stays_exact(tmp_path):
 
 
 def test_wait_standby_returns_once_every_tree_link_failure_is_computed(tmp_path):
-    """What the session waits for before it lets the workers start (emulation/session.py)."""
+    """What the session waits for before it lets the workers start (emulation/workers.py)."""
     net = TreeNet(fat_tree(), "spt", 64, tmp_path / "epoch.json")
     job = net.job
     assert job.wait_standby(60)
