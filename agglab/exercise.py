@@ -11,7 +11,9 @@ and an exercise's skeleton is the file with its regions' bodies replaced by a TO
 region and its hint (Python also raises NotImplementedError there, so a missing part fails
 loudly). The markers stay in the skeleton, so a student's regions can be spliced back into the
 *current* repo file for checking: only the regions count, and the skeleton never rots.
-Exercise texts live in exercises/<N>-<slug>/README.md; the checks in agglab/exercise_checks.py.
+An exercise is its folder, exercises/<N>-<slug>/: the text in README.md, what it is and its
+checks in check.py beside it, discovered (agglab/exercise_folders.py); the checker that runs
+them on a student's work is agglab/exercise_runner.py.
 """
 
 from __future__ import annotations
@@ -25,58 +27,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from agglab.exercise_folders import Exercise, ExerciseError, exercises, get
 from ground import lifeline
-from ground.paths import EXERCISES as EXERCISE_DIR, REPO
+from ground.paths import REPO
 
 _BEGIN = re.compile(r"^(?P<indent>[ \t]*)(?P<c>#|//) EXERCISE (?P<name>[\w-]+) BEGIN hint: (?P<hint>.*)$")
 _END = re.compile(r"^[ \t]*(#|//) EXERCISE END$")
 TODO = "TODO(exercise"
-
-
-@dataclass(frozen=True)
-class Exercise:
-    number: int
-    slug: str
-    title: str
-    minutes: int
-    files: tuple[str, ...]          # repo-relative files holding this exercise's regions
-    regions: tuple[str, ...]        # region names the student writes
-    extra: tuple[str, ...] = ()     # files copied from exercises/<N>-<slug>/ (answer templates)
-
-    @property
-    def folder(self) -> Path:
-        return EXERCISE_DIR / f"{self.number}-{self.slug}"
-
-    @property
-    def p4(self) -> bool:
-        return any(f.endswith(".p4") for f in self.files)
-
-
-EXERCISES = (
-    Exercise(1, "aggregation-action", "The aggregation action: add, detect duplicates, complete, multicast",
-             90, ("softswitch/aggregate.py", "p4src/include/aggregate.p4"),
-             ("aggregate-add", "aggregate-duplicate")),
-    Exercise(2, "loss-recovery", "Loss recovery: two versions per slot, the shadow copy, the retransmission timer",
-             75, ("softswitch/aggregate.py", "p4src/include/aggregate.p4", "hosts/agent.py", "hosts/slots.py"),
-             ("shadow-copy", "slot-version", "retransmit-timer")),
-    Exercise(3, "block-sparse", "Block-sparse aggregation: the min(next) rule",
-             60, ("softswitch/sparse.py", "p4src/include/sparse.p4"), ("sparse-min-next",)),
-    Exercise(4, "rack-aware-trees", "Aggregation trees: rack-aware trees on an oversubscribed leaf-spine",
-             60, ("controller/trees/rat.py",), ("rack-aware",)),
-    Exercise(5, "link-failures", "Link failures: find the active tree, cut it, explain the epoch change",
-             45, (), (), ("answers.yaml",)),
-)
-
-
-class ExerciseError(ValueError):
-    """Bad exercise number, missing work folder, broken markers: one line for the user."""
-
-
-def get(number: int) -> Exercise:
-    for ex in EXERCISES:
-        if ex.number == number:
-            return ex
-    raise ExerciseError(f"no exercise {number}; `agglab exercise list` shows 1..{len(EXERCISES)}")
 
 
 # -- the generator -------------------------------------------------------------------------
@@ -209,7 +166,7 @@ def build_overlay(ex: Exercise, work: Path, overlay: Path) -> None:
 
 
 def check(ex: Exercise, work: Path, bmv2: str = "auto", timeout: float = 600) -> dict:
-    """Grade `work`: run agglab.exercise_checks in a fresh interpreter with the student's code
+    """Grade `work`: run agglab.exercise_runner in a fresh interpreter with the student's code
     loaded in place of the project's modules (nothing in the repo changes)."""
     if not work.is_dir():
         raise ExerciseError(f"{work} does not exist: run `agglab exercise start {ex.number} --dir {work}` first")
@@ -217,7 +174,7 @@ def check(ex: Exercise, work: Path, bmv2: str = "auto", timeout: float = 600) ->
         overlay = Path(tmp) / "overlay"
         overlay.mkdir()
         build_overlay(ex, work, overlay)
-        cmd = [sys.executable, "-m", "agglab.exercise_checks", str(ex.number), "--overlay", str(overlay),
+        cmd = [sys.executable, "-m", "agglab.exercise_runner", str(ex.folder), "--overlay", str(overlay),
                "--work", str(work), "--bmv2", bmv2]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
         try:
@@ -276,7 +233,7 @@ def main(args) -> int:
     """Entry point of `agglab exercise` (agglab/cli.py)."""
     try:
         if args.action == "list":
-            for ex in EXERCISES:
+            for ex in exercises():
                 kind = "P4 + Python" if ex.p4 else ("Python" if ex.files else "lab + answers")
                 print(f"{ex.number}  {ex.title}  [{kind}, ~{ex.minutes} min]")
             return 0

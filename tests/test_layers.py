@@ -7,6 +7,11 @@ Layers, bottom up (docs/design/layout.md "Layout"):
   2 controller             topology graph, trees, switch clients, jobs, failover
   3 emulation              Mininet builder, switch nodes, P4 build, link monitor, failures, session
   4 agglab, experiments    the program: CLI, lab, benchmarks; experiment sweeps and reports
+  5 exercises              the teaching labs' checks (exercises/<N>-<slug>/check.py): plug-ins of
+                           `agglab exercise`, which loads them from their folders by path, never
+                           by import; they use agglab's exercise kit and test kit, so they sit
+                           above agglab, and import only what agglab may import (agglab itself
+                           and layers 0-3, never experiments)
 
 A package may import its own modules and any package of a lower layer; never one of its
 own layer or above. No two modules import each other, directly or round a circle, even
@@ -26,7 +31,7 @@ import networkx as nx
 
 REPO = Path(__file__).resolve().parent.parent
 LAYERS = {"ground": 0, "softswitch": 1, "hosts": 1, "pace": 1, "controller": 2, "emulation": 3,
-          "agglab": 4, "experiments": 4}
+          "agglab": 4, "experiments": 4, "exercises": 5}
 
 
 def imports_of(path: Path) -> set[str]:
@@ -156,6 +161,15 @@ def test_the_checker_catches_a_circle_between_modules(tmp_path):
     assert module_circles(tmp_path) == [["agglab.cli", "agglab.lab", "agglab.web.server"]]
     (tmp_path / "agglab" / "web" / "server.py").write_text("def serve():\n    from agglab import actions\n")
     assert module_circles(tmp_path) == []
+
+
+def test_exercise_checks_import_only_what_agglab_may():
+    """agglab runs the checks in its checker: layer 5 is for their import of agglab, not a door
+    to experiments (agglab's sideways neighbour)."""
+    may = {pkg for pkg, layer in LAYERS.items() if layer < LAYERS["agglab"]} | {"agglab"}
+    imported = set(package_imports().get("exercises", {}))
+    assert "agglab" in imported                 # the checks are seen (exercises/*/check.py)
+    assert imported <= may, imported - may
 
 
 def product_files_importing_tests(repo: Path = REPO) -> list[str]:

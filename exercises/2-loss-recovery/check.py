@@ -1,0 +1,54 @@
+"""Exercise 2's checks: loss recovery, the switch's two versions per slot and the host's timer.
+
+Its vectors cover the shadow copy and duplicates after completion; then an allreduce at 5%
+loss, and two allreduces in a row on the same switch state (the versions must alternate
+across calls, which no single call shows).
+"""
+
+from __future__ import annotations
+
+from agglab.exercise_kit import dense_allreduce, explain, result, short_error
+
+TITLE = "Loss recovery: two versions per slot, the shadow copy, the retransmission timer"
+MINUTES = 75
+FILES = ("softswitch/aggregate.py", "p4src/include/aggregate.p4", "hosts/agent.py", "hosts/slots.py")
+REGIONS = ("shadow-copy", "slot-version", "retransmit-timer")
+VECTORS = ("version_flip_shadow", "duplicate_after_completion", "completion_multicast")
+BMV2_RUN = dict(elements=4096, loss=0.05)
+
+ABOUT_LOSS = ("at 5% loss per packet and direction every slot needs retransmissions: the host's "
+              "timer must resend and re-arm until a result comes, and the switch must tell a "
+              "retransmission (bit already set) from a new round of the other version")
+ABOUT_TWO_CALLS = ("the first call gives every slot 3 rounds (versions v, v+1, v), so the switch "
+                   "still holds each slot's last, completed version; the second call must start "
+                   "each slot on the other version, or the switch answers it with the old result")
+
+
+def two_allreduces(name: str) -> dict:
+    """Two allreduces in a row on the same switch state: the versions must alternate across calls.
+    The first call gives every slot three rounds (a lead and two blocks: versions v, v+1, v), so
+    the second call must start each slot at the other version (v0), not at version 0 again."""
+    import numpy as np
+
+    from agglab.testkit.fakenet import FakeNet
+    from ground.wire import K
+
+    n, window = 3, 16
+    net = FakeNet(n, backend="pipeline")
+    for call, length in enumerate((2 * window * K, window * K)):
+        arrays = [np.full(length, r + 10 * call, np.int32) for r in range(n)]
+        results = net.run(arrays, join_timeout=60, give_up=3, window=window)
+        expected = np.sum(np.stack(arrays), axis=0, dtype=np.int32)
+        for rank, r in enumerate(results):
+            if isinstance(r, BaseException):
+                return result(name, False, f"call {call + 1}, rank {rank}: {short_error(r)}")
+            if not np.array_equal(r[0], expected):
+                return result(name, False, f"call {call + 1}, rank {rank}: got {r[0][0]}, expected "
+                                           f"{expected[0]} (a stale result of the previous call?)")
+    return result(name, True, "second call got fresh sums")
+
+
+def checks(work):
+    return [explain(dense_allreduce("allreduce 4 workers at 5% loss (software switch)", loss=0.05, seed=3),
+                    ABOUT_LOSS),
+            explain(two_allreduces("two allreduces in a row (software switch)"), ABOUT_TWO_CALLS)]
