@@ -29,7 +29,8 @@ from controller.reroute.failover import drop_rows, kept_rows
 from controller.events import EventLog
 from controller.job_protocol import Job
 from controller.standby import StandbyWorker
-from controller.switch_client import SwitchClient, SwitchCommandError, collect_batches, run_batches, run_built, send_batches
+from controller.switch_batches import collect_batches, run_batches, run_built, send_batches
+from controller.switch_client import SwitchClient, SwitchCommandError
 from controller.topology import switches
 from controller.trees.base import TreeError
 
