@@ -174,8 +174,8 @@ def bench_wide(a) -> list[dict]:
 
 
 def _phases() -> tuple[str, ...]:
-    """The figures of a reroute: its total's parts, then controller.tree_job.REROUTE_PHASES."""
-    from controller.tree_job import REROUTE_PHASES
+    """The figures of a reroute: its total's parts, then controller.reroute.record.REROUTE_PHASES."""
+    from controller.reroute.record import REROUTE_PHASES
 
     return ("detect_ms", "recompute_ms", "install_ms") + REROUTE_PHASES
 
