@@ -4,7 +4,7 @@ Why: through BMv2's runtime_CLI every line is one blocking round trip, and a rer
 few hundred lines (entries deleted and added, multicast groups, register reads, resets and
 preload writes) to each of ~20 switches. Turned into Thrift requests, a batch is sent first
 and its answers read afterwards (one connection answers in order), so every switch of a
-reroute works on its batch at once (controller/switch_client.run_batches) and no switch waits
+reroute works on its batch at once (controller/switch_batches.run_batches) and no switch waits
 for the controller between two lines. The answers are given back as the text
 simple_switch_CLI prints for them ("Entry has been added with handle 3", "agg_count[0:4]=
 1, 2, 3, 4"), so callers parse one vocabulary on both targets.

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import networkx as nx
 
-from controller.switch_client import SwitchClient, parse_handle, run_batches, table_add_line
+from controller.switch_batches import run_batches
+from controller.switch_client import SwitchClient, parse_handle, table_add_line
 from controller.topology import hosts, port, switches
 from controller.trees.base import live_graph
 

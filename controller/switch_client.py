@@ -6,7 +6,8 @@ conformance vectors, the controller and a human at a CLI use one vocabulary:
 - Bmv2Client (controller/bmv2_client.py) talks Thrift to simple_switch, through
   p4-utils' SimpleSwitchThriftAPI when installed, else BMv2's own runtime_CLI module,
   else the simple_switch_CLI program.
-Typed helpers (table_add, register_read, ...) are built once on top of command().
+Typed helpers (table_add, register_read, ...) are built once on top of command(); batches
+to many switches at once (a reroute's rounds) are controller/switch_batches.py.
 """
 
 from __future__ import annotations
@@ -14,13 +15,9 @@ from __future__ import annotations
 import base64
 import re
 from abc import ABC, abstractmethod
-from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, TypeVar
+from typing import Callable
 
 import numpy as np
-
-T = TypeVar("T")
-
 
 class SwitchCommandError(RuntimeError):
     """A control command was rejected by the switch."""
@@ -31,10 +28,10 @@ class SwitchClient(ABC):
     # True when a commands() batch runs between two packets (no packet sees half of it) and
     # text table_add/mc_node_create lines answer with their handles: the software switch's
     # one event loop. A reroute then needs no drain and goes out as bulk batches
-    # (controller/tree_job.py); BMv2's pipeline threads do not give that.
+    # (controller/reroute/bulk.py); BMv2's pipeline threads do not give that.
     atomic_batches: bool = False
     # True when send_commands() really sends before it reads (software switch; BMv2 over
-    # Thrift), so that a reroute's rounds reach every switch at once (controller/tree_job.py)
+    # Thrift), so that a reroute's rounds reach every switch at once (controller/reroute/bulk.py)
     pipelined_batches: bool = False
     # True when a whole-register reset costs next to nothing (the software switch's numpy
     # arrays); BMv2 clears every cell of a register, so a job resets only its window there
@@ -50,7 +47,7 @@ class SwitchClient(ABC):
     def send_commands(self, lines: list[str]) -> Callable[[], list[str]]:
         """Start a batch; the returned call gives its outputs (raising as commands() would).
         Targets that can, send now and read later, so batches to many switches overlap
-        (run_batches); the default runs the batch at once."""
+        (switch_batches.run_batches); the default runs the batch at once."""
         outs = self.commands(lines)
         return lambda: outs
 
@@ -306,105 +303,6 @@ def parse_handle(name: str, what: str, out: str) -> int:
     if not match:
         raise SwitchCommandError(f"{name}: {what}: {out.strip()}")
     return int(match.group(1))
-
-
-_POOL: ThreadPoolExecutor | None = None
-
-
-def on_each(clients: dict[str, SwitchClient], switches, fn: Callable[[str], T]) -> dict[str, T]:
-    """fn(switch) for every switch: at once (threads) when every client's batches are atomic
-    (software switches, each its own process and socket), else one after the other."""
-    global _POOL
-    switches = list(switches)
-    if len(switches) < 2 or not all(clients[sw].atomic_batches for sw in switches):
-        return {sw: fn(sw) for sw in switches}
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=32, thread_name_prefix="switch-batch")
-    futures = {sw: _POOL.submit(fn, sw) for sw in switches}
-    return {sw: f.result() for sw, f in futures.items()}
-
-
-def run_batches(clients: dict[str, SwitchClient], batches: dict[str, list[str]],
-                each: Callable[[str, list[str]], None] | None = None,
-                sent: Callable[[], None] | None = None) -> dict[str, list[str]]:
-    """One batch per switch, all sent before any answer is read (software switches work on
-    them at once); outputs per switch, each also handed to `each(switch, outputs)` as soon as
-    read. `sent()` runs once every batch is sent, before the first answer is read. Both
-    overlap the caller's work with the switches'. Every answer is read before the first error
-    is raised."""
-    pending = send_batches(clients, batches)
-    if sent is not None:
-        sent()
-    return collect_batches(pending, each and {sw: each for sw in pending})
-
-
-def send_batches(clients: dict[str, SwitchClient], batches: dict[str, list[str]]) -> dict[str, Callable]:
-    """run_batches' first half: every batch sent; collect_batches reads their answers (a
-    caller may send a switch more batches meanwhile: they are answered in order). A switch
-    that cannot be sent to (it died) does not stop the others: its collector raises the
-    error, after collect_batches has read every other switch's answers."""
-    pending = {}
-    for sw, lines in batches.items():
-        if not lines:
-            continue
-        try:
-            pending[sw] = clients[sw].send_commands(lines)
-        except SwitchCommandError as exc:
-            pending[sw] = _raiser(exc)
-    return pending
-
-
-def _raiser(exc: Exception) -> Callable[[], list[str]]:
-    def collect() -> list[str]:
-        raise exc
-    return collect
-
-
-def collect_batches(pending: dict[str, Callable[[], list[str]]],
-                    each: dict[str, Callable[[str, list[str]], None]] | None = None) -> dict[str, list[str]]:
-    """Every switch's answers, in turn, each handed to each[switch](switch, outputs) as soon
-    as read; the first error is raised once all were read."""
-    outs, failed = {}, None
-    for sw, collect in pending.items():
-        try:
-            outs[sw] = collect()
-        except SwitchCommandError as exc:
-            failed = failed or exc
-            continue
-        if each and sw in each and failed is None:
-            each[sw](sw, outs[sw])
-    if failed:
-        raise failed
-    return outs
-
-
-def read_ranges(clients: dict[str, SwitchClient], name: str,
-                ranges_of: dict[str, list[tuple[int, int]]]) -> dict[str, list[np.ndarray]]:
-    """Register `name`'s cells of ranges_of[switch] [(start, count), ...], one array per
-    range: from every switch at once in one batch each where batches pipeline (run_batches:
-    a reroute's second round), else through register_read_ranges (on_each)."""
-    ranges_of = {sw: ranges for sw, ranges in ranges_of.items() if ranges}
-    if not all(clients[sw].pipelined_batches for sw in ranges_of):
-        return on_each(clients, list(ranges_of), lambda sw: [
-            np.asarray(cells) for cells in clients[sw].register_read_ranges(name, ranges_of[sw])])
-    outs = run_batches(clients, {sw: clients[sw].register_read_runs_lines(name, ranges)
-                                 for sw, ranges in ranges_of.items()})
-    got = {}
-    for sw, ranges in ranges_of.items():
-        cells = clients[sw].parse_read_runs(ranges, outs[sw])
-        got[sw] = np.split(cells, np.cumsum([count for _, count in ranges])[:-1])
-    return got
-
-
-def run_built(clients: dict[str, SwitchClient], switches, build: Callable[[str], list[str]]) -> dict[str, list[str]]:
-    """run_batches, each switch's batch sent as soon as `build(switch)` made it: the switches
-    already sent to work while the rest are built."""
-    pending = {}
-    for sw in switches:
-        lines = build(sw)
-        if lines:
-            pending[sw] = clients[sw].send_commands(lines)
-    return collect_batches(pending)
 
 
 class SoftSwitchClient(SwitchClient):

@@ -16,7 +16,7 @@ from pathlib import Path
 from ground import progress
 from ground.priority import urgent
 from ground.runspec import FailSpec, SwitchFailSpec
-from controller.tree_job import REROUTE_PHASES
+from controller.reroute.record import REROUTE_PHASES
 
 
 def read_progress(files: list[Path]) -> float:

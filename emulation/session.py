@@ -24,7 +24,7 @@ from controller.job_group import JobGroup
 from controller.job_protocol import Job
 from controller.run_check import CheckedRun, check_override, check_run
 from controller.standby import StandbyWorker
-from controller.switch_client import run_batches
+from controller.switch_batches import run_batches
 from controller.topology import switches, workers as worker_hosts
 from emulation.failures import hang_rows
 from emulation.network import EmulatedNetwork

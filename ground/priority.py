@@ -1,6 +1,6 @@
 """Run the calling process, and for a while given processes, ahead of the rest (Linux, as root).
 
-Why: a reroute (controller/tree_job.py) is a few tens of milliseconds of Python on a machine
+Why: a reroute (controller/reroute/run.py) is a few tens of milliseconds of Python on a machine
 whose two cores are shared by 20 software switches, the workers and whatever else runs; at
 the default priority every millisecond of its own work waits its turn behind them, and so
 does the link monitor's wake-up on a netlink event. The reroute's rounds wait for the

@@ -8,7 +8,8 @@ import pytest
 
 from controller.bmv2_client import Bmv2Client
 from controller.bmv2_thrift import BatchTranslator, describe_error, port_map
-from controller.switch_client import SwitchCommandError, run_batches
+from controller.switch_batches import run_batches
+from controller.switch_client import SwitchCommandError
 from test_bmv2_client import FakeP4Utils
 
 

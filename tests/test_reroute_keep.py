@@ -12,7 +12,7 @@ import pytest
 from controller.reroute import failover
 from controller.reroute.failover import CompletedVersion, drop_rows, kept_rows, preload_cells, reset_lines, slot_index
 from controller.tree_install import Installation, SwitchRole
-from controller.tree_job import partition_slots
+from controller.slot_partition import partition_slots
 from ground import wire
 
 K = wire.K

@@ -1,6 +1,6 @@
 """A software switch whose control socket is gone (killed, not yet restarted) fails its batch
 with the controller's SwitchCommandError, like any dead switch, and never stops the batches
-to the others (controller/switch_client.py). The socket layer (softswitch/control.py) has an
+to the others (controller/switch_batches.py). The socket layer (softswitch/control.py) has an
 error class of its own for "cannot connect" and "closed the connection"; it used to leave
 SoftSwitchClient unconverted, so send_batches raised it before the other switches' answers
 were read, and a reroute failed without its clean-up: their answers ("held for at most
@@ -14,7 +14,8 @@ import threading
 
 import pytest
 
-from controller.switch_client import SoftSwitchClient, SwitchCommandError, collect_batches, send_batches
+from controller.switch_batches import collect_batches, send_batches
+from controller.switch_client import SoftSwitchClient, SwitchCommandError
 
 
 class _Answering:

@@ -2,7 +2,7 @@
 
 Why together: each fails a tree link or kills a tree switch mid-run on a k=4 fat-tree and
 reports the same phases (detect, recompute, install, and the install's own steps from
-controller.tree_job.REROUTE_PHASES), for the software twin and for BMv2.
+controller.reroute.record.REROUTE_PHASES), for the software twin and for BMv2.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from ground import schemes
 
 
 def _phases() -> tuple[str, ...]:
-    """The figures of a reroute: its total's parts, then controller.tree_job.REROUTE_PHASES."""
-    from controller.tree_job import REROUTE_PHASES
+    """The figures of a reroute: its total's parts, then controller.reroute.record.REROUTE_PHASES."""
+    from controller.reroute.record import REROUTE_PHASES
 
     return ("detect_ms", "recompute_ms", "install_ms") + REROUTE_PHASES
 

@@ -147,7 +147,7 @@ class LiveState:
         Software switches: one pipelined batch to every switch at once under the job's lock
         (a reroute waits for one round trip, not 14 reads per switch); others: read in turn."""
         from controller import aggregate
-        from controller.switch_client import run_batches
+        from controller.switch_batches import run_batches
 
         job = self.session.job
         live = [sw for sw in job.live_switches() if sw in job.clients]

@@ -1,6 +1,6 @@
 """The reroute carry: what a job keeps of a running allreduce across a tree change.
 
-Why one interface: a reroute (controller/tree_job.py) always runs freeze, snapshot of the
+Why one interface: a reroute (steps.py, bulk.py) always runs freeze, snapshot of the
 old tree, reset, install, preload of the new tree; only what the snapshot looks for
 and where the preload puts it depends on the pipeline the allreduce uses. So the job
 holds one Carry, chosen by the allreduce algorithm with `carry_for`, and calls
@@ -61,7 +61,7 @@ class Carry(Protocol):
     # the first round's reads give the snapshot everything it needs when no switch is dead: a
     # bulk reroute then resets in the freeze's batch and preloads in the next (two rounds, not
     # three). Not with a dead switch: a dead root's results are read from the live switches
-    # below it, which the first reads do not cover (controller/tree_job.py falls back to three
+    # below it, which the first reads do not cover (bulk.py falls back to three
     # rounds); nor for the sparse carry, which reads the holders' values in a second round
     complete_ahead: bool
 
@@ -151,7 +151,7 @@ class SparseCarry(DenseCarry):
     # waits for the last round. Reading every live switch's whole sp_values window in the
     # first round instead (16,384 cells each at window 128) took the software switches and
     # the controller longer than the extra round does now that a held switch answers at once
-    # (controller/tree_job.py): first round 25-35 ms against 8-14 ms, on the loaded 2-core machine
+    # (bulk.py): first round 25-35 ms against 8-14 ms, on the loaded 2-core machine
     complete_ahead = False
 
     def snapshot(self, clients, old, tree_of_slot, regs: dict | None = None,

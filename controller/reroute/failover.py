@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ground import wire
-from controller.switch_client import SwitchClient, on_each, read_ranges, run_batches
+from controller.switch_batches import on_each, read_ranges, run_batches
+from controller.switch_client import SwitchClient
 from controller.tree_install import Installation
 
 # Everything a reset zeroes: the dense registers and the sparse pipeline's (p4src/include/sparse.p4);
