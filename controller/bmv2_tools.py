@@ -8,9 +8,12 @@ must be a choice (AGGLAB_SIMPLE_SWITCH), never the accident of a directory listi
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import shutil
+import subprocess
+import sys
 
 SIMPLE_SWITCH_ENV = "AGGLAB_SIMPLE_SWITCH"
 OPT_BINS = "/opt/*/bin"          # where prefixes outside PATH are looked for
@@ -62,3 +65,15 @@ def simple_switch_note() -> str:
                 f"--disable-logging-macros, e.g. scripts/build-bmv2.sh --perf, its log has no per-packet "
                 f"lines whatever -L says: unset {SIMPLE_SWITCH_ENV} for the reference build's)")
     return f"simple_switch {binary}"
+
+
+@functools.cache
+def cli_python() -> str:
+    """The interpreter to run simple_switch_CLI with. It is `#!/usr/bin/env python3` and needs
+    `thrift`, which a pyenv or venv python3 first on PATH often lacks (then the script dies on
+    its first import, and every batch of the simple_switch_CLI way with it): the first
+    interpreter that has it."""
+    for candidate in ("/usr/bin/python3", shutil.which("python3"), sys.executable):
+        if candidate and subprocess.run([candidate, "-c", "import thrift"], capture_output=True).returncode == 0:
+            return candidate
+    return "python3"

@@ -20,7 +20,7 @@ import subprocess
 import threading
 import time
 
-from controller.bmv2_tools import find_bmv2_tool
+from controller.bmv2_tools import cli_python, find_bmv2_tool
 from controller.switch_client import SwitchCommandError
 
 _ERROR = re.compile(r"Error|Invalid|exception|Traceback|\*\*\* Unknown")
@@ -309,7 +309,8 @@ def _cli_session(name: str, thrift_port: int, lines: list[str], thrift_ip: str =
     cli = find_bmv2_tool("simple_switch_CLI")
     if not cli:
         raise SwitchCommandError("simple_switch_CLI not found (is BMv2 installed?)")
-    proc = subprocess.run([cli, "--thrift-ip", thrift_ip, "--thrift-port", str(thrift_port)], input="\n".join(lines) + "\n",
+    proc = subprocess.run([cli_python(), cli, "--thrift-ip", thrift_ip, "--thrift-port", str(thrift_port)],
+                          input="\n".join(lines) + "\n",
                           capture_output=True, text=True, timeout=60 + len(lines) // 50)
     answers = [part.strip() for part in proc.stdout.split("RuntimeCmd: ")[1:1 + len(lines)]]
     if proc.returncode != 0 or len(answers) != len(lines):

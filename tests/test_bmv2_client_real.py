@@ -109,6 +109,24 @@ def test_p4utils_path(switch, monkeypatch):
     _exercise(client, switch)
 
 
+def test_simple_switch_cli_path(switch, monkeypatch):
+    """The third way in, one simple_switch_CLI process per batch (no BMv2 Python modules in the
+    controller's interpreter): it ran the script under whatever python3 came first on PATH,
+    which under pyenv or a venv has no `thrift`, so every batch died on the script's import."""
+    from controller.bmv2_client import Bmv2Client
+    from controller.bmv2_ways import API_ENV
+
+    monkeypatch.setenv(API_ENV, "simple_switch_CLI")
+    client = Bmv2Client("s", THRIFT_PORT, timeout=10)
+    assert client.via == "simple_switch_CLI"
+    name, size = _biggest_register(switch)
+    client.commands([f"register_write {name} 3 77", "table_add ipv4_lpm ipv4_forward 10.0.0.7/32 => 02:00:00:00:00:07 7"])
+    assert client.command(f"register_read {name} 3").endswith("= 77")
+    assert client.command("table_num_entries ipv4_lpm").strip().endswith("1")
+    with pytest.raises(SwitchCommandError):
+        client.commands([f"register_write {name} {size} 1"])       # one past the end
+
+
 def test_one_batch_as_pipelined_requests(switch, monkeypatch):
     """A reroute-shaped batch over runtime_CLI's connection: entries, a multicast node, range
     writes and reads sent as Thrift requests, a line runtime_CLI must run (table_num_entries)

@@ -13,17 +13,15 @@ from __future__ import annotations
 import atexit
 import re
 import select
-import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from ground import lifeline
 from ground.paths import P4SRC
-from controller.bmv2_tools import find_bmv2_tool, simple_switch_note
+from controller.bmv2_tools import cli_python, find_bmv2_tool, simple_switch_note
 from agglab.testkit.netns import Namespace, inside
 
 THRIFT_PORT = 9090                # inside our own namespace, so never in conflict
@@ -39,16 +37,6 @@ def find_tools() -> dict[str, str] | None:
         return None
     tools["cli_python"] = cli_python()
     return tools
-
-
-def cli_python() -> str:
-    """simple_switch_CLI is `#!/usr/bin/env python3` and needs `thrift`, which a pyenv or
-    venv python3 first on PATH often lacks; pick the first interpreter that has it."""
-    for candidate in ("/usr/bin/python3", shutil.which("python3"), sys.executable):
-        if candidate and subprocess.run([candidate, "-c", "import thrift"],
-                                        capture_output=True).returncode == 0:
-            return candidate
-    return "python3"
 
 
 def compile_p4(p4c: str, out_dir: Path) -> Path:
