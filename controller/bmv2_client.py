@@ -59,6 +59,10 @@ class Bmv2Client(SwitchClient):
         self._sizes: dict[str, int] | None = None
         self._unflushed = None                           # the transport while corked (_corked)
         self._cells = _cell_codec(self._thrift)          # single register cells, encoded here
+        # Through simple_switch_CLI a window's fill is a register_write line per cell (the CLI has no
+        # range write): tens of thousands of lines, minutes per job start; one register_reset each
+        # is one call. Over Thrift the window's one bm_register_write_range is cheaper.
+        self.cheap_register_reset = self._thrift is None
 
     def pids(self) -> list[int]:
         """simple_switch's threads (a reroute raises them: ground/priority.py). Every thread:
