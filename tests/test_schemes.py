@@ -65,9 +65,12 @@ def test_a_p4_scheme_missing_from_agglab_p4_is_named(tmp_path):
 
 
 def test_hosts_have_a_runner_per_scheme():
+    from hosts import schemes as host_schemes
     from hosts.communicator import RUNNERS
 
-    assert set(RUNNERS) == set(schemes.NAMES)
+    assert set(host_schemes.discover()) == set(RUNNERS) == set(schemes.NAMES)
+    assert host_schemes.SERVICE_TRANSPORT == {"switchml", "omnireduce"}     # the agents' UDP transport
+    assert set(host_schemes.PREPARE) == set(schemes.HOST_BASELINES)         # their TCP connections
 
 
 def test_controller_has_an_installer_per_scheme_and_a_carry_per_tree_scheme():
@@ -76,6 +79,15 @@ def test_controller_has_an_installer_per_scheme_and_a_carry_per_tree_scheme():
 
     assert set(INSTALLERS) == set(schemes.NAMES)
     assert set(CARRIES) == set(schemes.ON_TREES)
+
+
+def test_the_fuzzer_clears_the_flags_of_schemes_with_their_own_table():
+    from hosts import fuzz
+
+    assert fuzz.OWN_TABLE_FLAGS == schemes.SCHEMES["atp"].flag_bits == 32
+    frame = bytearray(fuzz.FLAGS_AT + 1)
+    frame[fuzz.FLAGS_AT] = 0xFF
+    assert fuzz._without_own_tables(bytes(frame))[fuzz.FLAGS_AT] == 0xFF & ~32
 
 
 @pytest.mark.parametrize("name", schemes.NAMES)
