@@ -74,11 +74,28 @@ def test_hosts_have_a_runner_per_scheme():
 
 
 def test_controller_has_an_installer_per_scheme_and_a_carry_per_tree_scheme():
+    from controller import schemes as controller_schemes
     from controller.installers import INSTALLERS
-    from controller.reroute import CARRIES
+    from controller.reroute import CARRIES, carry_for
 
-    assert set(INSTALLERS) == set(schemes.NAMES)
+    assert set(controller_schemes.discover()) == set(INSTALLERS) == set(schemes.NAMES)
     assert set(CARRIES) == set(schemes.ON_TREES)
+    for name in schemes.ON_TREES:
+        assert carry_for(name, slot_base=8).algorithm == name
+    with pytest.raises(ValueError, match="no reroute carry for algorithm 'atp'"):
+        carry_for("atp")
+
+
+def test_the_wire_model_comes_from_the_scheme_and_a_scheme_without_one_has_no_bound():
+    from controller import topologies
+    from emulation import wire_model
+    from ground.runspec import RunSpec
+
+    g = topologies.single_switch(4, bw=10)
+    for name in ("switchml", "omnireduce", "ring", "ps"):
+        assert wire_model.wire_seconds(RunSpec(algorithm=name, workers=4, bw=10), g) > 0, name
+    with pytest.raises(wire_model.BoundError, match="--algorithm atp has no wire model"):
+        wire_model.wire_seconds(RunSpec(algorithm="atp", workers=4, bw=10, dtype="int32"), g)
 
 
 def test_the_fuzzer_clears_the_flags_of_schemes_with_their_own_table():
