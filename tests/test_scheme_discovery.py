@@ -114,6 +114,11 @@ sent = [(1, {"from": "h1", "ip": {"dst": "10.0.0.3"}, "agg": {"flags": 64, "job"
         (2, {"from": "h2", "ip": {"dst": "10.0.0.3"}, "agg": {"flags": 64, "job": 1, "worker": 2, "block": 5,
                                                               "next_block": 4}, "values": {"fill": -3}})]
 out = [p.process(port, build(spec)) for port, spec in sent]
+# both pools' flags: ATP's control takes it (the first row, as agglab.p4's first branch); with
+# no atp_job entry for job 1 there, it is only forwarded (ATP_STAT_PASS)
+both = {"from": "h1", "ip": {"dst": "10.0.0.3"}, "agg": {"flags": 96, "job": 1, "worker": 1, "block": 9,
+                                                         "next_block": 2}, "values": {"fill": 1}}
+out.append(p.process(1, build(both)))
 want = build({"from": "h2", "eth": {"dst": "02:00:00:00:00:03"}, "ip": {"dst": "10.0.0.3", "ttl": 63},
               "udp": {"checksum": 0}, "agg": {"flags": 64, "job": 1, "worker": 2, "block": 5, "next_block": 6},
               "values": {"fill": 4}})
@@ -152,10 +157,11 @@ def test_a_copied_scheme_is_its_own_files_plus_one_row(scratch: Path):
     assert got["fuzz"] == 32 | 64 and got["gaps"] == []
     assert "--algorithm myatp has no wire model" in got["bound"]   # as ATP's: no bound, said loudly
     # the twin aggregated in the copied control: the first packet claimed the aggregator (and
-    # was absorbed), the second added to it and completed it, and the sum left toward the PS;
-    # ATP's control saw nothing
-    assert got["out"] == [[], [3]] and got["sum"]
-    assert got["stats"][:3] == [1, 1, 1] and sum(got["atp_stats"]) == 0
+    # was absorbed), the second added to it and completed it, and the sum left toward the PS
+    assert got["out"][:2] == [[], [3]] and got["sum"]
+    assert got["stats"][:3] == [1, 1, 1] and sum(got["stats"]) == 3
+    # a packet with both flags went to ATP's control, which only forwarded it
+    assert got["out"][2] == [3] and got["atp_stats"] == [0, 0, 0, 0, 0, 0, 1, 0]
 
 
 E2E = r"""
