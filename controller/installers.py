@@ -2,7 +2,8 @@
 
 Why a registry: the session used to choose the job class by testing the algorithm's name
 (host baseline? BML? else trees); a new scheme then meant editing the session. Here each
-scheme of ground/schemes.py names the job that installs it, built from one `JobSeat`
+scheme of ground/schemes.py names the job that installs it (its module's `install`,
+controller/schemes/NAME.py: `INSTALLERS` is built from them), made from one `JobSeat`
 (what every job gets: graph, clients, its workers, window, epoch file, id, events, and for
 tenants the slot range and which tenant owns the routes). tests/test_schemes.py checks
 every scheme has one. BCube's BML is a tree algorithm with a job of its own, chosen by
@@ -13,12 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import networkx as nx
 
 from controller.events import EventLog
 from controller.job_protocol import Job
+from controller.schemes import INSTALLERS
 from controller.switch_client import SwitchClient
 from ground.runspec import BCUBE_TREE, RunSpec
 
@@ -39,44 +40,11 @@ class JobSeat:
     reply_ports: dict = field(default_factory=dict)   # shared by tenants' TreeJobs
 
 
-def _tree_job(seat: JobSeat) -> Job:
-    from controller.tree_job import TreeJob
-
-    extra = {} if seat.slots is None else {"slot_base": seat.slot_base, "slots": seat.slots,
-                                           "reply_ports": seat.reply_ports}
-    return TreeJob(seat.graph, seat.clients, seat.spec.tree, seat.workers, seat.spec.default_window(),
-                   seat.epoch_file, job=seat.job, events=seat.events, **extra)
-
-
-def _forwarding_job(seat: JobSeat) -> Job:
-    from controller.forwarding_job import ForwardingJob
-
-    return ForwardingJob(seat.graph, seat.clients, seat.workers, seat.spec.default_window(), seat.epoch_file,
-                         job=seat.job, events=seat.events, algorithm=seat.spec.algorithm)
-
-
-def _atp_job(seat: JobSeat) -> Job:
-    from controller.atp_job import AtpJob
-
-    return AtpJob(seat.graph, seat.clients, seat.workers, seat.spec.default_window(), seat.epoch_file,
-                  job=seat.job, events=seat.events, owns_routes=seat.tenant == 0)
-
-
 def _bml_job(seat: JobSeat) -> Job:
     from controller.bml_job import BmlJob
 
     return BmlJob(seat.graph, seat.clients, seat.spec.default_window(), seat.epoch_file, job=seat.job,
                   events=seat.events, variant=seat.spec.bml_variant)
-
-
-# scheme (ground/schemes.py) -> the job that installs it (not yet started)
-INSTALLERS: dict[str, Callable[[JobSeat], Job]] = {
-    "switchml": _tree_job,
-    "omnireduce": _tree_job,
-    "ring": _forwarding_job,
-    "ps": _forwarding_job,
-    "atp": _atp_job,
-}
 
 
 def job_for(seat: JobSeat) -> Job:

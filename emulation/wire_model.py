@@ -21,6 +21,8 @@ does, recomputed here by the code the run uses, not typed in:
   as its busiest link: host-based transfers are TCP, one switch hop; in-network steps are
   aggregation frames to and from the level switch; after a failed NIC or level switch, the
   relay re-plan's group steps (`bml_relay_seconds`), each the whole gradient;
+* ATP: no bound (its best-effort pool is shared with the other tenants): BoundError, as
+  for any scheme whose controller module names no WIRE_MODEL;
 * scripted link failures (`A-B@F`): the bytes after fraction F run on the graph without
   that link, with the trees and routes recomputed as the controller does.
 
@@ -35,9 +37,11 @@ import networkx as nx
 
 from controller import topologies, trees
 from controller.forward import next_hops
+from controller.schemes import WIRE_MODELS
 from controller.topology import mark_link, workers as ranked_workers
 from ground import links, wire
-from ground.runspec import RunSpec
+from ground.runspec import BCUBE_TREE, RunSpec
+from ground.schemes import SCHEMES
 
 TCP_SEGMENT, TCP_FRAME = 1448, 1514          # a full TCP segment and its Ethernet frame
 
@@ -248,21 +252,28 @@ def bml_relay_seconds(spec: RunSpec, g: nx.Graph) -> float:
     return total
 
 
+# a scheme's wire model by the name its controller module gives (controller/schemes/NAME.py
+# WIRE_MODEL); a scheme without one has no bound (ATP: its pool's share depends on the others)
+MODELS: dict[str, Callable[[RunSpec, nx.Graph], float]] = {
+    "tree": innet_seconds, "sparse": sparse_seconds, "ring": ring_seconds, "ps": ps_seconds}
+
+
 def one_graph_seconds(spec: RunSpec, g: nx.Graph) -> float:
-    if spec.algorithm == "ring":
-        return ring_seconds(spec, g)
-    if spec.algorithm == "ps":
-        return ps_seconds(spec, g)
-    if spec.tree == "bml":
+    """The wire time on `g` as it is: BML's schedule for an in-network scheme on BCube (its
+    job is BML's whatever the scheme), else the scheme's own model."""
+    if spec.tree == BCUBE_TREE and SCHEMES[spec.algorithm].in_network:
         try:
             return bml_seconds(spec, g)
         except trees.TreeError:          # a failed NIC or level switch: the relay re-plan
             if spec.bml_variant == "host":
                 raise BoundError("the host variant of BML does not re-plan around a failure") from None
             return bml_relay_seconds(spec, g)
-    if spec.algorithm == "omnireduce":
-        return sparse_seconds(spec, g)
-    return innet_seconds(spec, g)
+    try:
+        model = MODELS[WIRE_MODELS[spec.algorithm]]
+    except KeyError:
+        raise BoundError(f"--algorithm {spec.algorithm} has no wire model (controller/schemes/"
+                         f"{spec.algorithm}.py WIRE_MODEL, one of {', '.join(MODELS)})") from None
+    return model(spec, g)
 
 
 def wire_seconds(spec: RunSpec, g: nx.Graph | None = None) -> float:

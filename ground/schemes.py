@@ -4,15 +4,19 @@ Why one table: a scheme's facts (does the network or do the hosts sum, does it n
 P4 pipeline, is its data block-sparse, its default window, what it costs in the PACE model)
 used to be restated as string literals in about twenty files. Every choice list, validation
 message, help text, cost model, experiment and benchmark derives from `SCHEMES`; each layer
-keeps one registry keyed by the same names (softswitch/pipeline.py BRANCHES, hosts/schemes.py
-RUNNERS, controller/reroute CARRIES) and tests/test_schemes.py checks every layer registers
-every row. Adding a scheme = one row here + one entry per registry.
+finds a module of the same name per layer (softswitch/schemes/NAME.py, hosts/schemes/NAME.py,
+controller/schemes/NAME.py; p4src/agglab.p4's branch is checked against the rows), and builds
+its registries from them (the twin's BRANCHES, the hosts' RUNNERS, the controller's
+INSTALLERS and CARRIES, the wire model's dispatch). tests/test_schemes.py checks every layer
+has every row. Adding a scheme = one row here + its own module per layer.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
+
+from ground import wire
 
 # Outstanding slots per worker when a run does not say (hosts/slots.py uses the same).
 # Dense: 128 keeps a 20 Mb/s link busy through the emulator's millisecond round trips.
@@ -34,7 +38,9 @@ class Scheme:
     software-switch twin. sparse: its inputs are block-sparse. window: outstanding blocks per
     worker by default. cost: the PACE model's (bytes factor, start-ups) as functions of the
     worker count n (pace/fusion.py CostModel). shares_pool: tenants share one aggregator pool
-    best-effort instead of disjoint slot ranges. summary: the help text's words."""
+    best-effort instead of disjoint slot ranges (its P4 control has a table of its own, applied
+    before agg_job's lookup). flag: the constants.p4 define of the agg_h flag bit that selects
+    its P4 control ('' = none: the dense default). summary: the help text's words."""
     name: str
     in_network: bool
     p4: bool
@@ -45,6 +51,12 @@ class Scheme:
     startups: Callable[[int], float] = lambda n: 1.0       # latency start-ups per allreduce
     shares_pool: bool = False
     dtypes: tuple[str, ...] = ("int32", "float32")
+    flag: str = ""
+
+    @property
+    def flag_bits(self) -> int:
+        """The agg_h flag value that selects its P4 control (0 for the dense default)."""
+        return wire.CONST[self.flag] if self.flag else 0
 
     def cost(self, workers: int) -> tuple[float, float]:
         """(bytes factor, start-ups) of the PACE cost model for `workers` ranks."""
@@ -55,10 +67,10 @@ class Scheme:
 SCHEMES: dict[str, Scheme] = {s.name: s for s in (
     Scheme("switchml", in_network=True, p4=True, sparse=False, window=DEFAULT_WINDOW,
            summary="dense, the switches sum (SwitchML)"),
-    Scheme("omnireduce", in_network=True, p4=True, sparse=True, window=SPARSE_WINDOW,
+    Scheme("omnireduce", in_network=True, p4=True, sparse=True, window=SPARSE_WINDOW, flag="AGG_FLAG_SPARSE",
            summary="block-sparse, the switches sum (OmniReduce)"),
     Scheme("atp", in_network=True, p4=True, sparse=False, window=DEFAULT_WINDOW, shares_pool=True,
-           dtypes=("int32",), summary="best effort in a pool every job shares, the rest at a "
+           flag="AGG_FLAG_ATP", dtypes=("int32",), summary="best effort in a pool every job shares, the rest at a "
            "parameter server (ATP); int32"),
     Scheme("ring", in_network=False, p4=False, sparse=False, window=DEFAULT_WINDOW,
            summary="ring allreduce between the hosts over TCP",
@@ -75,6 +87,8 @@ HOST_BASELINES: tuple[str, ...] = tuple(n for n, s in SCHEMES.items() if not s.i
 P4_SCHEMES: tuple[str, ...] = tuple(n for n, s in SCHEMES.items() if s.p4)
 # in-network schemes aggregated along the controller's trees (rerouted with a carry)
 ON_TREES: tuple[str, ...] = tuple(n for n, s in SCHEMES.items() if s.in_network and not s.shares_pool)
+# P4 schemes whose control has a table of its own (branched to by flag before agg_job)
+OWN_TABLE: tuple[str, ...] = tuple(n for n in P4_SCHEMES if SCHEMES[n].shares_pool)
 
 
 def kind(name: str) -> str:

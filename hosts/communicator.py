@@ -15,8 +15,8 @@ so this object holds that wiring once:
 
 The scheme comes from the run's spec (`--algorithm`, ground/schemes.py); each one is an
 entry of `RUNNERS` (scheme name -> function(comm, array) -> (sum, stats)), the hosts'
-one registry: hosts/worker.py runs the synthetic allreduce through it too, so a new scheme
-plugs in behind both with one `register`.
+one registry, built from the scheme modules (hosts/schemes/NAME.py): hosts/worker.py runs
+the synthetic allreduce through it too, so a new scheme plugs in behind both with its module.
 """
 
 from __future__ import annotations
@@ -26,33 +26,13 @@ import json
 import os
 import time
 import traceback
-from typing import Callable
 
 import numpy as np
 
 from ground.priority import as_batch_work
 from ground.runspec import RunPlan
 from ground.timerslack import set_timer_slack
-
-RUNNERS: dict[str, Callable] = {}
-SERVICE_TRANSPORT: set[str] = set()     # runners that send to the service address (comm.transport)
-PREPARE: dict[str, Callable] = {}       # what a scheme sets up before its first call (comm.prepare)
-
-
-def register(name: str, service_transport: bool = False, prepare: Callable | None = None):
-    """Add a scheme's allreduce on the hosts: fn(comm: Communicator, array) -> (sum, stats).
-    service_transport: it uses `comm.transport` (opened before the first call), else it
-    opens its own sockets. prepare(comm, array): what it sets up before the first call on
-    arrays like `array` (`Communicator.prepare`)."""
-    def add(fn):
-        RUNNERS[name] = fn
-        if service_transport:
-            SERVICE_TRANSPORT.add(name)
-        if prepare is not None:
-            PREPARE[name] = prepare
-        return fn
-    return add
-
+from hosts.schemes import PREPARE, RUNNERS, SERVICE_TRANSPORT
 
 class Communicator:
     """One rank of a job: `allreduce(array)` returns the sum over all workers."""
@@ -193,63 +173,3 @@ def rank_program(description: str, input_help: str, body, argv: list[str] | None
     with open(plan.seats[args.rank].out + ".json", "w") as f:
         json.dump(report, f)
     return 0 if report["ok"] else 1
-
-
-@register("switchml", service_transport=True)
-def _dense(comm: Communicator, array):
-    from hosts.agent import allreduce
-
-    return allreduce(array, **comm.agent_options())
-
-
-@register("omnireduce", service_transport=True)
-def _sparse(comm: Communicator, array):
-    """Block-sparse allreduce; repeated calls need no register reset in between (each
-    call's dense lead round re-arms the switch's sparse slots, docs/design/sparse.md "Sparse pipeline")."""
-    from hosts.sparse_agent import allreduce
-
-    return allreduce(array, block_size=comm.spec.blocks, **comm.agent_options())
-
-
-def _host_baseline(module_name: str):
-    """ring / ps: the hosts sum over TCP with their peers (the seats' addresses), over
-    connections the communicator keeps open between calls (`Communicator.tcp_mesh`); the
-    call that opened them reports how long that took as its `setup_seconds`."""
-    def module():
-        from importlib import import_module
-
-        return import_module(module_name)
-
-    def prepare(comm: Communicator, array) -> None:
-        m = module()
-        comm.tcp_mesh(comm.spec.algorithm, m.connections, array)
-
-    def run(comm: Communicator, array):
-        from hosts.tcp_mesh import BASE_PORT
-
-        m = module()
-        mesh = comm.tcp_mesh(comm.spec.algorithm, m.connections, array)
-        try:
-            result, stats = m.allreduce(array, rank=comm.rank, peers=comm.plan.peers(), port=BASE_PORT + comm.spec.job,
-                                        give_up=comm.spec.give_up, return_stats=True, on_progress=comm.block_progress,
-                                        link_mbps=comm.seat.link_mbps, mesh=mesh)
-        except BaseException:
-            comm.close()                 # a failed call leaves its connections out of step
-            raise
-        stats.setup_seconds, comm._setup_seconds = comm._setup_seconds, 0.0
-        return result, stats
-    return run, prepare
-
-
-_ring, _ring_prepare = _host_baseline("hosts.ring")
-_ps, _ps_prepare = _host_baseline("hosts.ps")
-register("ring", prepare=_ring_prepare)(_ring)
-register("ps", prepare=_ps_prepare)(_ps)
-
-
-@register("atp")
-def _atp(comm: Communicator, array):
-    """ATP: best effort in the switches' shared pool, the rest at rank 0's PS (hosts/atp.py)."""
-    from hosts.atp import allreduce
-
-    return allreduce(comm, array)

@@ -26,7 +26,9 @@ switch's counters.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import operator
 import random
 import socket
 import struct
@@ -36,6 +38,7 @@ from collections import Counter
 
 from ground import wire
 from ground.addresses import SERVICE_IP, SERVICE_MAC
+from ground.schemes import OWN_TABLE, SCHEMES
 
 KINDS = ("scapy", "random", "truncated", "length", "duplicate", "replay")
 ACK_ONLY = wire.CONST["AGG_FLAG_ACK"] | wire.CONST["AGG_FLAG_SPARSE"]
@@ -55,14 +58,16 @@ def frame(src_mac: bytes, src_ip: bytes, payload: bytes, ip_len: int | None = No
 
 
 FLAGS_AT = wire.AGG_OFFSET + 3
-ATP = wire.CONST["AGG_FLAG_ATP"]
+# the flags of the P4 schemes with a table of their own (ground/schemes.py OWN_TABLE: ATP)
+OWN_TABLE_FLAGS = functools.reduce(operator.or_, (SCHEMES[n].flag_bits for n in OWN_TABLE), 0)
 
 
-def _without_atp(data: bytes) -> bytes:
-    """The frame with AGG_FLAG_ATP clear: an ATP packet is not judged by agg_job (atp.p4 has
-    its own table and forwards what it does not aggregate by IPv4), so it has no reject reason."""
-    if len(data) > FLAGS_AT and data[FLAGS_AT] & ATP:
-        data = data[:FLAGS_AT] + bytes((data[FLAGS_AT] & ~ATP,)) + data[FLAGS_AT + 1:]
+def _without_own_tables(data: bytes) -> bytes:
+    """The frame with the own-table schemes' flags clear: such a packet is not judged by
+    agg_job (atp.p4 has its own table and forwards what it does not aggregate by IPv4), so
+    it has no reject reason."""
+    if len(data) > FLAGS_AT and data[FLAGS_AT] & OWN_TABLE_FLAGS:
+        data = data[:FLAGS_AT] + bytes((data[FLAGS_AT] & ~OWN_TABLE_FLAGS,)) + data[FLAGS_AT + 1:]
     return data
 
 
@@ -120,7 +125,7 @@ class Fuzzer:
             out = frame(self.mac, self.ip, hdr + self._values()), "no_entry"
         else:                          # random (and a duplicate before any frame)
             out = frame(self.mac, self.ip, self._header() + self._values()), "no_entry"
-        out = _without_atp(out[0]), out[1]
+        out = _without_own_tables(out[0]), out[1]
         self.last = out
         return out
 

@@ -73,7 +73,7 @@ def run_seat(plan: RunPlan, seat: WorkerSeat) -> int:
 
 def _prepare_scheme(plan: RunPlan, seat: WorkerSeat, data):
     """Any scheme of ground/schemes.py: its runner in the hosts' one registry
-    (hosts/communicator.py RUNNERS), with the progress file counting blocks."""
+    (hosts/schemes RUNNERS), with the progress file counting blocks."""
     from hosts.communicator import Communicator
 
     comm = Communicator(plan, seat.rank, block_progress=True)

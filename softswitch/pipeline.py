@@ -16,9 +16,9 @@ vectors in p4src/vectors check against BMv2 itself.
 
 `process` follows AgglabIngress/AgglabEgress: the port policer (policer.py: a port in no
 job, over its meter, is dropped first), ingress drop simulator, parser
-error check, the agg_job lookup (roles.py, JobRole) then aggregation (dense,
-or sparse.py for AGG_FLAG_SPARSE; a dense completion re-arms the slot's sparse
-state, SparseRearm) or forwarding, replication (ascending port order), then per
+error check, the agg_job lookup (roles.py, JobRole) then aggregation (dense, or
+the control its agg_h flag selects: softswitch/schemes; a dense completion re-arms the
+slot's sparse state, SparseRearm) or forwarding, replication (ascending port order), then per
 replica the egress drop simulator, agg_reply or flood pruning, and the IPv4 checksum.  It is
 the daemon's per-packet hot path, hence the flat code.
 """
@@ -26,7 +26,7 @@ the daemon's per-packet hot path, hence the flat code.
 from __future__ import annotations
 
 from ground import wire
-from softswitch import atp, cli, parser, sparse
+from softswitch import cli, parser
 from softswitch.batch import DenseBatch
 from softswitch.aggregate import STAT_REJECT, Aggregate, make_state
 from softswitch.deparser import update_ipv4_checksum
@@ -36,22 +36,16 @@ from softswitch.multicast import Multicast
 from softswitch.policer import PortPolicer
 from softswitch.registers import CounterArray
 from softswitch.roles import ACK_ONLY as _ACK_ONLY, REJ_MALFORMED, job_table, lookup_role
+from softswitch.schemes import BRANCHES, MODULES
 
 DROP_PORT = 511          # simple_switch's default drop port (egress_spec after mark_to_drop)
 _AGG, _IPV4, _ERROR, _L2 = parser.AGG, parser.IPV4, parser.ERROR, parser.L2
 
-# The software switch's registry of P4 schemes (ground/schemes.py rows with p4=True): scheme
-# -> (the agg_h flag that selects its control, the Pipeline attribute holding that control,
-# whether the control takes agg_job's role: a scheme with a table of its own, ATP, is
-# branched to before that lookup). p4src/agglab.p4 branches on the same flags;
-# tests/test_schemes.py checks every P4 scheme has its branch here.
-BRANCHES: dict[str, tuple[int, str, bool]] = {
-    "switchml": (0, "aggregate", True),
-    "omnireduce": (sparse.FLAG_SPARSE, "sparse", True),
-    "atp": (atp.FLAG_ATP, "atp", False),
-}
+# The P4 schemes' branches (softswitch/schemes: one module per P4 row of ground/schemes.py):
+# flags & _ROLE_FLAGS select a control that takes agg_job's role, flags & _OWN_FLAGS one with
+# a table of its own, branched to before that lookup; p4src/agglab.p4 branches on the same flags.
 _ROLE_FLAGS = _OWN_FLAGS = 0
-for _flag, _, _role in BRANCHES.values():
+for _flag, _role in BRANCHES.values():
     if _role:
         _ROLE_FLAGS |= _flag
     else:
@@ -59,36 +53,45 @@ for _flag, _, _role in BRANCHES.values():
 _FLAGS_OFF = wire.AGG_OFFSET + 3
 
 
+def _dispatch(role: bool) -> dict[int, str]:
+    """Every value of flags & (the role-taking or the own-table branches' flags) -> the scheme
+    whose control takes the packet: the first in the rows' order whose flag is set (the order
+    of agglab.p4's if/else branches), else the one selected by flag 0 (dense)."""
+    mask = _ROLE_FLAGS if role else _OWN_FLAGS
+    out = {}
+    for bits in range(256):
+        if bits & mask == bits:
+            named = [n for n, (flag, r) in BRANCHES.items() if r == role and (bits & flag if flag else not bits)]
+            if named:
+                out[bits] = named[0]
+    return out
+
+
 class Pipeline:
     def __init__(self, seed: int | None = None, clock=None):
         self.register_arrays, self.stats = make_state()
-        self.register_arrays.update(sparse.make_state())
-        atp_registers, self.atp_stats = atp.make_state()
-        self.register_arrays.update(atp_registers)
         self.rejects = CounterArray("agg_rejects", wire.CONST["AGG_REJECTS_SIZE"])
         self.policer = PortPolicer(self.stats, self.rejects, **({"clock": clock} if clock else {}))
         self.meters = {"port_meter": self.policer}
-        self.counter_arrays = {c.name: c for c in (self.stats, self.rejects, self.atp_stats)}
+        self.counter_arrays = {c.name: c for c in (self.stats, self.rejects)}
         self.drop_sim = DropSim(self.stats, seed)
         self.agg_job = job_table()               # JobRole: one lookup for both pipelines
-        self.sparse = sparse.Sparse(self.register_arrays, self.stats)
-        self.aggregate = Aggregate(self.register_arrays, self.stats, on_complete=self.sparse.rearm,
-                                   lead=self.sparse)
+        self.aggregate = Aggregate(self.register_arrays, self.stats)   # the base: every result's egress
         self.forward = Forward()
-        self.atp = atp.Atp(self.register_arrays, self.atp_stats, self.forward)
         self.mc = Multicast()
         self.tables = {t.name: t for t in (
             self.policer.table, self.drop_sim.ingress_table, self.agg_job, self.forward.ipv4_lpm,
-            self.forward.l2_exact, self.drop_sim.egress_table, self.aggregate.agg_reply,
-            self.atp.atp_job)}
+            self.forward.l2_exact, self.drop_sim.egress_table, self.aggregate.agg_reply)}
+        # every P4 scheme's control (softswitch/schemes), each adding its state and tables
+        self.controls = {name: module.build(self) for name, module in MODULES.items()}
         self.registers = {name: reg.data for name, reg in self.register_arrays.items()}
         self.counters = {name: c.packets for name, c in self.counter_arrays.items()}
         self._cli = cli.Cli(self)
         self._batch = DenseBatch(self, other_flags=_ROLE_FLAGS | _OWN_FLAGS)   # every branch's flag but dense's 0
         # flags & _ROLE_FLAGS -> the branch's ingress(port, frame, role); flags & _OWN_FLAGS ->
         # ingress(port, frame) of a branch with its own table
-        self._branch = {flag: getattr(self, attr).ingress for flag, attr, role in BRANCHES.values() if role}
-        self._own = {flag: getattr(self, attr).ingress for flag, attr, role in BRANCHES.values() if not role}
+        self._branch = {bits: self.controls[n].ingress for bits, n in _dispatch(True).items()}
+        self._own = {bits: self.controls[n].ingress for bits, n in _dispatch(False).items()}
 
     def process_batch(self, ingress_port: int, rows, lens):
         """A whole receive batch at once where that is exactly `process` frame after frame

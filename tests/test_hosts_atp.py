@@ -1,4 +1,4 @@
-"""hosts/atp.py: the PS's pieces (difference of a covering set, duplicates, waiting sets)
+"""hosts/schemes/atp.py: the PS's pieces (difference of a covering set, duplicates, waiting sets)
 and a whole ATP allreduce between threads on loopback addresses with random loss on every
 send: no switch aggregates, so every packet falls back to the PS, which must deduplicate the
 resends and answer lost results; every rank's sum is exact."""
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from ground import wire
-from hosts import atp
+from hosts.schemes import atp
 from hosts.protocol import decode, encode
 
 K = wire.K

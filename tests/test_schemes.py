@@ -1,7 +1,9 @@
-"""Every layer registers every scheme of ground/schemes.py, and nothing else: the software
-switch a branch for each P4 scheme, the hosts a runner for each, the controller an
-installer for each and a reroute carry for each scheme aggregated on trees. A scheme added
-to the table but missing from a layer fails here, naming the layer."""
+"""Every layer has a module for every scheme of ground/schemes.py, and nothing else: the
+software switch one per P4 scheme (softswitch/schemes), the hosts and the controller one per
+scheme (hosts/schemes, controller/schemes), each found by the row's name; the registries
+(BRANCHES, RUNNERS, INSTALLERS, CARRIES, the wire models) are built from them, and
+p4src/agglab.p4's include, instance and branch are checked against the rows. A scheme added
+to the table but missing from a layer fails here (or at import), naming the layer."""
 
 from __future__ import annotations
 
@@ -20,28 +22,89 @@ def test_the_table_derives_the_lists():
 
 
 def test_softswitch_has_a_branch_per_p4_scheme():
-    from softswitch.pipeline import BRANCHES, Pipeline
+    from softswitch import schemes as twin
+    from softswitch.pipeline import Pipeline
 
-    assert set(BRANCHES) == set(schemes.P4_SCHEMES)
-    flags = [flag for flag, _, _ in BRANCHES.values()]
+    assert set(twin.discover()) == set(twin.BRANCHES) == set(schemes.P4_SCHEMES)
+    flags = [flag for flag, _ in twin.BRANCHES.values()]
     assert len(set(flags)) == len(flags)                      # one flag selects one branch
+    assert twin.BRANCHES["switchml"] == (0, True) and twin.BRANCHES["atp"] == (32, False)
     p = Pipeline()
-    for name, (_, attr, _) in BRANCHES.items():
-        assert callable(getattr(p, attr).ingress), name
+    for name in twin.BRANCHES:
+        assert callable(p.controls[name].ingress), name
+
+
+def test_the_twins_registers_are_the_p4_programs():
+    """The twin's registers, as the schemes' modules build them, are the P4 program's, at the
+    widths it declares (the width every vector's register values are read at)."""
+    from agglab.testkit.vectors import REGISTER_WIDTHS
+    from softswitch.pipeline import Pipeline
+
+    p = Pipeline()
+    assert {name: reg.width for name, reg in p.register_arrays.items()} == REGISTER_WIDTHS
+    assert REGISTER_WIDTHS["atp_owner_job"] == 8 and REGISTER_WIDTHS["sp_next"] == 32
+
+
+def test_agglab_p4_has_each_p4_schemes_include_instance_and_branch():
+    from softswitch.schemes import p4_gaps
+
+    assert p4_gaps() == []
+
+
+def test_a_p4_scheme_missing_from_agglab_p4_is_named(tmp_path):
+    from ground.paths import P4SRC
+    from softswitch.schemes import p4_gaps
+
+    text = (P4SRC / "agglab.p4").read_text()
+    (tmp_path / "include").symlink_to(P4SRC / "include")
+    program = tmp_path / "agglab.p4"
+    program.write_text(text.replace('#include "include/atp.p4"', "").replace("atp.apply(", "atp_off("))
+    assert p4_gaps(program) == ['atp: agglab.p4 has no #include "include/atp.p4"', "atp: AgglabIngress never applies atp"]
+    program.write_text(text.replace("(hdr.agg.flags & AGG_FLAG_SPARSE)", "(hdr.agg.flags & 4)"))
+    assert p4_gaps(program) == ["omnireduce: AgglabIngress branches on no AGG_FLAG_SPARSE"]
 
 
 def test_hosts_have_a_runner_per_scheme():
+    from hosts import schemes as host_schemes
     from hosts.communicator import RUNNERS
 
-    assert set(RUNNERS) == set(schemes.NAMES)
+    assert set(host_schemes.discover()) == set(RUNNERS) == set(schemes.NAMES)
+    assert host_schemes.SERVICE_TRANSPORT == {"switchml", "omnireduce"}     # the agents' UDP transport
+    assert set(host_schemes.PREPARE) == set(schemes.HOST_BASELINES)         # their TCP connections
 
 
 def test_controller_has_an_installer_per_scheme_and_a_carry_per_tree_scheme():
+    from controller import schemes as controller_schemes
     from controller.installers import INSTALLERS
-    from controller.reroute import CARRIES
+    from controller.reroute import CARRIES, carry_for
 
-    assert set(INSTALLERS) == set(schemes.NAMES)
+    assert set(controller_schemes.discover()) == set(INSTALLERS) == set(schemes.NAMES)
     assert set(CARRIES) == set(schemes.ON_TREES)
+    for name in schemes.ON_TREES:
+        assert carry_for(name, slot_base=8).algorithm == name
+    with pytest.raises(ValueError, match="no reroute carry for algorithm 'atp'"):
+        carry_for("atp")
+
+
+def test_the_wire_model_comes_from_the_scheme_and_a_scheme_without_one_has_no_bound():
+    from controller import topologies
+    from emulation import wire_model
+    from ground.runspec import RunSpec
+
+    g = topologies.single_switch(4, bw=10)
+    for name in ("switchml", "omnireduce", "ring", "ps"):
+        assert wire_model.wire_seconds(RunSpec(algorithm=name, workers=4, bw=10), g) > 0, name
+    with pytest.raises(wire_model.BoundError, match="--algorithm atp has no wire model"):
+        wire_model.wire_seconds(RunSpec(algorithm="atp", workers=4, bw=10, dtype="int32"), g)
+
+
+def test_the_fuzzer_clears_the_flags_of_schemes_with_their_own_table():
+    from hosts import fuzz
+
+    assert fuzz.OWN_TABLE_FLAGS == schemes.SCHEMES["atp"].flag_bits == 32
+    frame = bytearray(fuzz.FLAGS_AT + 1)
+    frame[fuzz.FLAGS_AT] = 0xFF
+    assert fuzz._without_own_tables(bytes(frame))[fuzz.FLAGS_AT] == 0xFF & ~32
 
 
 @pytest.mark.parametrize("name", schemes.NAMES)

@@ -24,15 +24,28 @@ import yaml
 
 from ground import wire
 from agglab.testkit.frames import build
-from ground.paths import VECTORS as VECTOR_ROOT
+from ground.paths import P4_INCLUDE, VECTORS as VECTOR_ROOT
 
 # The program variant's own vectors: register indices are r * K, frame sizes 4 * K,
 # so each K has its set (vectors/ for AGG_K, vectors/k<K>/ for the wide variant).
 VECTOR_DIR = VECTOR_ROOT / f"k{wire.K}" if wire.WIDE else VECTOR_ROOT
-REGISTER_WIDTHS = {"agg_values": 32, "agg_bitmap": 32, "agg_count": 8, "agg_exp": 8, "agg_final": 8, "agg_block": 32,
-                   "agg_rnext": 32, "sp_values": 32, "sp_block": 32, "sp_bitmap": 32, "sp_final": 8, "sp_exp": 8,
-                   "sp_rnext": 32, "sp_done": 8, "sp_ack": 32, "sp_next": 32, "sp_exp_next": 8,
-                   "atp_values": 32, "atp_bitmap": 32, "atp_owner_job": 8, "atp_owner_seq": 32, "atp_count": 8}
+_REGISTER = re.compile(r"^\s*register<bit<(\d+)>>\s*\([^)]*\)\s*(\w+)\s*;", re.M)
+
+
+def register_widths(include: Path = P4_INCLUDE) -> dict[str, int]:
+    """name -> bit width of every `register<bit<W>>(size) name;` of the P4 program: a vector's
+    register values are read at the width the program declares (no list to keep by hand
+    when a scheme adds registers)."""
+    return {name: int(bits) for f in sorted(include.glob("*.p4")) for bits, name in _REGISTER.findall(f.read_text())}
+
+
+REGISTER_WIDTHS = register_widths()
+_COUNTER = re.compile(r"^\s*counter\s*\([^)]*\)\s*(\w+)\s*;", re.M)
+
+
+def counter_names(include: Path = P4_INCLUDE) -> tuple[str, ...]:
+    """Every `counter(size, type) name;` of the P4 program (what a differential run compares)."""
+    return tuple(name for f in sorted(include.glob("*.p4")) for name in _COUNTER.findall(f.read_text()))
 _INDEX = re.compile(r"^(\w+)\[(\d+)(?::(\d+))?\]$")
 
 

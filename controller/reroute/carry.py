@@ -180,7 +180,7 @@ class SparseCarry(DenseCarry):
             sparse_failover.sparse_preload_cells(new, tree_of_slot, carried.sparse, self.slot_base)]
 
 
-CARRIES = {c.algorithm: c for c in (DenseCarry, SparseCarry)}
+from controller.schemes import CARRIES  # noqa: E402  scheme -> its carry (controller/schemes/NAME.py carry)
 
 
 def carry_for(algorithm: str, slot_base: int = 0) -> Carry:

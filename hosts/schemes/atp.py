@@ -1,5 +1,5 @@
 """ATP-style allreduce on the hosts: workers send to their job's parameter server, the
-switches aggregate best effort in a shared pool (softswitch/atp.py, p4src/include/atp.p4),
+switches aggregate best effort in a shared pool (softswitch/schemes/atp.py, p4src/include/atp.p4),
 and the PS sums what fell back, deduplicates resends and returns every result.
 
 Why a PS: ATP's switches keep no per-job memory, so a packet whose aggregator is held by
@@ -37,13 +37,14 @@ import time
 import numpy as np
 
 from ground import fdwait, wire
+from ground.schemes import SCHEMES
 from hosts.atp_window import DelayWindow
 from hosts.diagnostics import AllreduceTimeout
 from hosts.protocol import decode, encode
 from hosts.rto import RtoEstimator, backoff
 
 K = wire.K
-FLAG_ATP = wire.CONST["AGG_FLAG_ATP"]
+FLAG_ATP = SCHEMES["atp"].flag_bits
 RESULT = wire.FLAG_RESULT
 RETX = wire.FLAG_RETX
 SEQ_BITS = 24                     # block index bits of seq; the call's generation above them
@@ -369,7 +370,7 @@ class AtpEndpoint:
 
 
 def allreduce(comm, array):
-    """The hosts' runner for `--algorithm atp` (hosts/communicator.py RUNNERS)."""
+    """The hosts' runner for `--algorithm atp` (hosts/schemes: RUNNERS)."""
     endpoint = getattr(comm, "_atp", None)
     if endpoint is None:
         endpoint = comm._atp = AtpEndpoint(comm.seat.local_ip, comm.plan.peers(), comm.rank, comm.spec.job)

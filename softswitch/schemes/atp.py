@@ -21,7 +21,7 @@ whose job has an `atp_job` entry here (else it is only forwarded, ATP_STAT_PASS)
 - when the aggregator holds every sender of `expect`, its sum leaves toward the PS (the
   packet's own addresses, the IPv4 route) with the set in `next_block`, and the aggregator
   is released at once.
-Nothing here is exact on its own: the PS (hosts/atp.py) deduplicates and completes.
+Nothing here is exact on its own: the PS (hosts/schemes/atp.py) deduplicates and completes.
 """
 
 from __future__ import annotations
@@ -31,13 +31,15 @@ import zlib
 import numpy as np
 
 from ground import wire
+from ground.schemes import SCHEMES
 from softswitch.aggregate import BLOCK_OFF, DATA_END, DATA_OFF, FLAGS_OFF, NEXT_OFF, UDP_CSUM
 from softswitch.registers import CounterArray, RegisterArray
 from softswitch.tables import KeySpec, Table
 
 C = wire.CONST
 K, POOL = wire.K, C["ATP_POOL"]
-FLAG_ATP = C["AGG_FLAG_ATP"]
+FLAG_ATP = SCHEMES["atp"].flag_bits
+P4 = ("atp.p4", "Atp")             # the P4 control this one mirrors (p4src/include)
 RESULT, RETX = wire.FLAG_RESULT, wire.FLAG_RETX
 JOB_OFF = wire.AGG_OFFSET
 (STAT_CLAIM, STAT_ADD, STAT_DONE, STAT_COLLIDE, STAT_OVERLAP, STAT_RELEASE, STAT_PASS) = (
@@ -59,6 +61,16 @@ def make_state() -> tuple[dict[str, RegisterArray], CounterArray]:
             RegisterArray("atp_owner_job", 8, POOL), RegisterArray("atp_owner_seq", 32, POOL),
             RegisterArray("atp_count", 8, POOL)]
     return {r.name: r for r in regs}, CounterArray("atp_stats", C["ATP_STATS_SIZE"])
+
+
+def build(pipeline) -> "Atp":
+    """atp.p4 on the pipeline: its registers, its atp_stats counter and atp_job table."""
+    registers, stats = make_state()
+    pipeline.register_arrays.update(registers)
+    pipeline.counter_arrays[stats.name] = stats
+    control = Atp(pipeline.register_arrays, stats, pipeline.forward)
+    pipeline.tables[control.atp_job.name] = control.atp_job
+    return control
 
 
 class Atp:

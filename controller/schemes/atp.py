@@ -15,6 +15,9 @@ enter the network, so its bit is in no `expect`.
 
 Tenants (`--jobs J`) share the pool: job 0's AtpJob owns the routes and reroutes them (the
 session hands it the link events), the others only install their atp_job entries.
+
+No WIRE_MODEL: the wire time of a best-effort pool depends on the other tenants' packets, so
+emulation/wire_model.py has no bound for it and says so.
 """
 
 from __future__ import annotations
@@ -119,4 +122,10 @@ class AtpJob(ForwardingJob):
         return stats
 
 
-__all__ = ["AtpJob", "expected_senders", "star_pairs"]
+def install(seat) -> AtpJob:
+    """The tenant's job (controller/schemes; seat: controller.installers.JobSeat): job 0's owns the routes."""
+    return AtpJob(seat.graph, seat.clients, seat.workers, seat.spec.default_window(), seat.epoch_file,
+                  job=seat.job, events=seat.events, owns_routes=seat.tenant == 0)
+
+
+__all__ = ["AtpJob", "expected_senders", "install", "star_pairs"]

@@ -1,0 +1,13 @@
+"""`--algorithm ps` on the controller: the hosts sum over TCP, so the job only installs IP
+routes and recomputes them after a link failure (controller/forwarding_job.py)."""
+
+from __future__ import annotations
+
+WIRE_MODEL = "ps"
+
+
+def install(seat):
+    from controller.forwarding_job import ForwardingJob
+
+    return ForwardingJob(seat.graph, seat.clients, seat.workers, seat.spec.default_window(), seat.epoch_file,
+                         job=seat.job, events=seat.events, algorithm=seat.spec.algorithm)

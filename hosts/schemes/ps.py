@@ -1,0 +1,7 @@
+"""`--algorithm ps` on the hosts: hosts/ps.py over the kept TCP connections (_tcp.py)."""
+
+from __future__ import annotations
+
+from hosts.schemes._tcp import host_baseline
+
+allreduce, prepare = host_baseline("hosts.ps")

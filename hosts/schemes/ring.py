@@ -1,0 +1,7 @@
+"""`--algorithm ring` on the hosts: hosts/ring.py over the kept TCP connections (_tcp.py)."""
+
+from __future__ import annotations
+
+from hosts.schemes._tcp import host_baseline
+
+allreduce, prepare = host_baseline("hosts.ring")
