@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from agglab.bench import cli, twin
-from agglab.bench.figures import wire_seconds
+from emulation.fidelity import switchml_wire_seconds as wire_seconds
 from ground import wire
 from ground.paths import REPO
 

@@ -1,7 +1,7 @@
 """The `wire`, `wide` and `sparse` sections: allreduce time on one switch against the links' wire time.
 
 Why together: each runs whole allreduces on shaped links and judges them by what the wire
-allows (figures.wire_seconds, and for sparse runs the frames the protocol must send,
+allows (`switchml_wire_seconds`, and for sparse runs the frames the protocol must send,
 `sparse_ceiling`), so a figure says whether the emulation was link-bound and, if not, where
 the time went.
 """
@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from agglab.bench.figures import LINK_BOUND, figure, wire_seconds
+from agglab.bench.figures import LINK_BOUND, figure
+from emulation.fidelity import switchml_wire_seconds
 from ground import lifeline, wire
 from ground.paths import REPO
 
@@ -46,7 +47,7 @@ def bench_wire(a) -> list[dict]:
     wide = wire.WIDE                              # the optional variant: informational, no target
     for mbps in a.rates:
         r = _checked(run_allreduce(workers=8, elements=a.elements, dtype="int32", bw=mbps))
-        ideal = wire_seconds(a.elements, mbps)
+        ideal = switchml_wire_seconds(a.elements, mbps)
         ratio = r["seconds"] / ideal
         at_target = mbps == 20 and not wide
         out.append(figure(f"8 x {a.elements:,} int32 at {mbps:g} Mb/s" + (f", K={wire.K}" if wide else ""),
@@ -110,7 +111,7 @@ def bench_sparse(a) -> list[dict]:
 
     common = dict(workers=8, elements=a.elements, bw=5.0, pattern="overlap")
     dense = _checked(run_allreduce(algorithm="switchml", density=0.1, **common))   # dense time: density-free
-    ideal = wire_seconds(a.elements, 5.0)
+    ideal = switchml_wire_seconds(a.elements, 5.0)
     out = []
     from ground.runspec import RunSpec
 

@@ -1,13 +1,12 @@
 """One bench figure: the record every section returns and the line `make bench` prints for it.
 
 Why its own module: every section builds its figures with `figure`, and the sections' modules
-must not import the CLI that runs them; the analytic wire time is here for the same reason
-(the wire and sparse sections judge their runs by it).
+must not import the CLI that runs them. The analytic wire time the wire and sparse sections
+judge their runs by is emulation/fidelity.py's `switchml_wire_seconds`, the one the calibration
+uses too.
 """
 
 from __future__ import annotations
-
-from ground import wire
 
 LINK_BOUND = 1.10          # a run within 10% of its analytic wire time is link-bound
 
@@ -19,13 +18,6 @@ def figure(name: str, value: float, unit: str, *, target: str | None = None, met
     return {"name": name, "value": round(value, 4) if isinstance(value, float) else value, "unit": unit,
             "target": target, "met": met, "link_mbps": link_mbps, "scale": scale,
             "link_bound": link_bound, **extra}
-
-
-def wire_seconds(elements: int, mbps: float) -> float:
-    """Analytic time of a dense allreduce on one switch: every worker's link carries
-    ceil(elements/K) frames of FRAME_BYTES each way (full duplex), nothing else."""
-    packets = -(-elements // wire.K)
-    return packets * wire.FRAME_BYTES * 8 / (mbps * 1e6)
 
 
 def show(f: dict, previous: dict | None = None) -> str:
