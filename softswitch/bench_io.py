@@ -36,7 +36,7 @@ from ground import wire
 from ground.mmsg import MsgBatch
 from softswitch.control import wait_ready
 from softswitch.io import SO_RCVBUFFORCE
-from softswitch.netlab import Host, Lab, agg_frame, program_aggregation
+from softswitch.scratchnet import Host, ScratchNet, agg_frame, program_aggregation
 
 
 class Reflect:
@@ -137,7 +137,7 @@ def _cpu_seconds(pid: int) -> tuple[float, float]:
     return int(fields[11]) / tick, int(fields[12]) / tick
 
 
-def soft_switch(lab: Lab, wd: Path, mode: str):
+def soft_switch(lab: ScratchNet, wd: Path, mode: str):
     """Start the software switch daemon on the lab's ports: (process, control client, port_stats)."""
     extra = ["--stats-interval", "3600"] + (["--pipeline", "softswitch.bench_io:Reflect"]
                                            if mode == "reflect" else [])
@@ -150,7 +150,7 @@ def run(mode: str, a: argparse.Namespace, start_switch=soft_switch) -> dict:
     """One measurement with a fresh lab; returns the figures. `start_switch(lab, workdir, mode)`
     starts the data plane under test (default: this daemon) and returns (process, a client that
     takes simple_switch_CLI lines, a port-counter function or None)."""
-    with Lab() as lab, tempfile.TemporaryDirectory(prefix="agglab-bench-") as wd:
+    with ScratchNet() as lab, tempfile.TemporaryDirectory(prefix="agglab-bench-") as wd:
         hosts = [lab.add_host(i) for i in range(1, a.workers + 1)]
         proc, client, port_stats = start_switch(lab, Path(wd), mode)
         if mode == "agg":

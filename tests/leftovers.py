@@ -22,15 +22,15 @@ def named_namespaces() -> list[str]:
 
 def ours(namespace: str) -> bool:
     """agglab's namespaces, except another process's conformance or software-switch lab
-    namespaces: a conformance module keeps one for all its vectors, and softswitch.netlab labs
+    namespaces: a conformance module keeps one for all its vectors, and softswitch.scratchnet networks
     (daemon tests, `make bench`'s daemon section) run outside the network lock, so another
     checkout's may exist while this one runs. Ours are still counted."""
-    from softswitch import netlab
+    from softswitch import scratchnet
     from agglab.testkit import netns
 
     if not namespace.startswith("agglab"):
         return False
-    for module in (netns, netlab):
+    for module in (netns, scratchnet):
         if namespace.startswith(module.PREFIX):
             return namespace in module.CREATED_HERE
     return True
@@ -93,5 +93,5 @@ def assert_clean() -> None:
 def new_leftovers(before: dict[str, list[str]]) -> dict[str, list[str]]:
     """What is left now that was not there `before` (leftovers() taken when the test began):
     a test checks only what its own command left, not another checkout's concurrent test
-    namespaces (the conformance and netlab tests name theirs agglab-*)."""
+    namespaces (the conformance and scratchnet tests name theirs agglab-*)."""
     return {k: sorted(set(v) - set(before.get(k, []))) for k, v in leftovers().items()}

@@ -25,7 +25,7 @@ import pytest
 from ground import wire
 from ground.addresses import SERVICE_IP
 from softswitch.control import ControlClient, SwitchCommandError, SwitchNotReady, wait_ready
-from softswitch.netlab import Lab, icmp_ping, in_netns, program_aggregation
+from softswitch.scratchnet import ScratchNet, icmp_ping, in_netns, program_aggregation
 from softswitch.pcap import read_pcap
 
 pytestmark = [pytest.mark.root,
@@ -36,7 +36,7 @@ REFLECT = ("--pipeline", "softswitch.bench_io:Reflect")
 
 @pytest.fixture(scope="module")
 def lab():
-    lab = Lab()
+    lab = ScratchNet()
     try:
         lab.add_host(1)
         lab.add_host(2)
@@ -402,7 +402,7 @@ def test_wait_ready_explains_a_switch_that_died(lab, tmp_path):
 
 
 def test_lab_teardown_leaves_nothing(tmp_path):
-    with Lab() as lab:
+    with ScratchNet() as lab:
         h = lab.add_host(1)
         proc, paths = lab.start_switch(tmp_path, *REFLECT)
         wait_ready(paths["control"], 20, log=paths["log"], process=proc).close()

@@ -40,7 +40,7 @@ def bmv2_switch(lab, wd: Path, mode: str, binary: str | None = None):
     """simple_switch (`binary`, default the one agglab runs) on the lab's ports running the
     compiled agglab.p4 (per-packet logging off)."""
     from emulation.p4build import compile_p4
-    from softswitch.netlab import sh
+    from softswitch.scratchnet import sh
 
     for h in lab.hosts:          # libpcap only opens interfaces that are up; no IPv6 chatter
         sh("sysctl", "-qw", f"net.ipv6.conf.{h.switch_if}.disable_ipv6=1", check=False)

@@ -1,8 +1,10 @@
-"""A throw-away network for the daemon's tests and benchmark: hosts in namespaces, one switch.
+"""A scratch network for the daemon's tests and benchmark: hosts in namespaces, one switch.
+
+Not "the lab" (`agglab lab`, the interactive Mininet network); a ScratchNet is a test fixture.
 
 Why not Mininet: the daemon must be testable on any Linux box with iproute2,
 and a test must own every object it creates so teardown can remove exactly
-those.  Names are unique per Lab (root-side veths `agc<tag>p<N>`, namespaces
+those.  Names are unique per ScratchNet (root-side veths `agc<tag>p<N>`, namespaces
 `agglab-t-<tag>-<host>`), so parallel or crashed runs never collide, and
 `close()` removes them even after a failed test.
 
@@ -148,7 +150,7 @@ PREFIX = "agglab-t-"
 CREATED_HERE: set[str] = set()     # live namespaces this process made (tests/leftovers.py reads it)
 
 
-class Lab:
+class ScratchNet:
     """Hosts h1..hN in namespaces, each wired to one switch port; tears down what it made."""
 
     def __init__(self, tag: str | None = None):
@@ -232,7 +234,7 @@ class Lab:
         self.hosts.clear()
         self.procs.clear()
 
-    def __enter__(self) -> "Lab":
+    def __enter__(self) -> "ScratchNet":
         return self
 
     def __exit__(self, *exc) -> None:
