@@ -92,6 +92,66 @@ def test_actions_reach_the_lab_actions(server):
                                     ("link", "x", "y", False)]
 
 
+def _request(server, path: str, headers: dict, body: dict | None = None) -> tuple[int, bytes]:
+    req = urllib.request.Request(f"http://{LOOPBACK}:{server.port}{path}", headers=headers,
+                                 data=None if body is None else json.dumps(body).encode())
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def test_an_action_from_another_origin_is_refused_even_with_the_token(server):
+    own = f"http://{LOOPBACK}:{server.port}"
+    path = f"/api/action?token={server.token}"
+    body = {"do": "kill", "switch": "a1"}
+    json_type = {"Content-Type": "application/json"}
+    for origin in ("http://evil.example", "null", f"http://{LOOPBACK}:{server.port + 1}", f"https://{LOOPBACK}:{server.port}"):
+        status, text = _request(server, path, {**json_type, "Origin": origin}, body)
+        assert (status, text) == (403, b"403: an action must come from this page\n"), origin
+    assert server.actions.calls == []
+    assert _request(server, path, {**json_type, "Origin": own}, body)[0] == 200     # the page's own fetch
+    assert server.actions.calls == [("switch", "a1", False)]
+
+
+def test_a_dns_rebinding_name_is_refused(server, monkeypatch):
+    """A page at rebind.example whose name later resolves to 127.0.0.1 sends Host: rebind.example."""
+    port = server.port
+    for path in ("/", f"/?token={server.token}", f"/api/state?token={server.token}"):
+        status, text = _request(server, path, {"Host": f"rebind.example:{port}"})
+        assert status == 403 and b"not served under the name 'rebind.example:" in text, path
+    status, _ = _request(server, f"/api/action?token={server.token}",
+                         {"Host": f"rebind.example:{port}", "Content-Type": "application/json"},
+                         {"do": "kill", "switch": "a1"})
+    assert status == 403 and server.actions.calls == []
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}"):
+        assert _request(server, f"/api/state?token={server.token}", {"Host": host})[0] == 200, host
+
+
+def test_names_the_user_allows(monkeypatch):
+    from agglab.web.server import HOSTS_ENV, allowed_names, host_allowed
+
+    assert not host_allowed("lab.example.org:8080", allowed_names("0.0.0.0"))
+    assert host_allowed("lab.example.org:8080", allowed_names("lab.example.org"))    # --web-host NAME
+    monkeypatch.setenv(HOSTS_ENV, "Lab.Example.org, other.example")
+    assert host_allowed("lab.example.org:8080", allowed_names("0.0.0.0"))
+    assert host_allowed("other.example", allowed_names("0.0.0.0"))
+    assert not host_allowed("", allowed_names("0.0.0.0"))
+    assert not host_allowed("a.b:notaport:1", allowed_names("0.0.0.0"))
+
+
+def test_actions_are_post_only_and_the_token_is_never_logged(server, caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    assert _get(f"http://{LOOPBACK}:{server.port}/api/action?token={server.token}")[0] == 405
+    assert _get(server.url)[0] == 200
+    assert _get(f"http://{LOOPBACK}:{server.port}/api/nothing?token={server.token}")[0] == 404
+    assert _post(server, {"do": "fail", "a": "a1", "b": "c1"})["ok"]
+    assert server.token not in caplog.text
+
+
 def test_loopback_unless_told():
     class Args:
         web, web_host, web_port = True, None, 0

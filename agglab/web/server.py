@@ -1,7 +1,12 @@
 """The live page's HTTP server (aiohttp, in a thread with its own event loop).
 
 Routes, every one behind the token (`?token=...`, or the `X-Agglab-Token` header; anything
-else gets 403, as Jupyter's token does):
+else gets 403, as Jupyter's token does) and behind two checks Jupyter makes as well: the `Host`
+a request names must be an IP address, `localhost`, or a name the user allowed (`--web-host
+NAME`, AGGLAB_WEB_HOSTS): a DNS-rebinding page reaches the port under a domain of its own; and
+a POST's `Origin`, when the browser sends one, must be this page's own (a page elsewhere that
+somehow holds the token still cannot press the buttons). The token is never logged (no access
+log: it travels in the query string).
   GET  /                 the page (static/index.html)
   GET  /static/NAME      its script, style and cytoscape.js (shipped here: works offline)
   GET  /api/topology     nodes with their tiered positions, links, switches (once)
@@ -18,9 +23,12 @@ ends its stream; `stop()` (the lab's clean-up, on exit or Ctrl-C) ends the serve
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
+import os
 import secrets
 import threading
+import urllib.parse
 from pathlib import Path
 
 from aiohttp import web
@@ -30,6 +38,33 @@ from agglab.web.state import PERIOD, LiveState
 
 STATIC = Path(__file__).resolve().parent / "static"
 TOKEN_HEADER = "X-Agglab-Token"
+HOSTS_ENV = "AGGLAB_WEB_HOSTS"      # comma-separated names the page may be reached by
+
+
+def allowed_names(host: str) -> frozenset[str]:
+    """The names besides IP addresses and localhost that a request's Host may give: the
+    listening address when it is a name, and AGGLAB_WEB_HOSTS."""
+    names = {n.strip().lower() for n in os.environ.get(HOSTS_ENV, "").split(",") if n.strip()}
+    if not _is_address(host):
+        names.add(host.lower())
+    return frozenset(names)
+
+
+def _is_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name.strip("[]"))
+        return True
+    except ValueError:
+        return False
+
+
+def host_allowed(host_header: str, names: frozenset[str]) -> bool:
+    """Whether a request's Host header names this page by an address, localhost or an allowed name."""
+    try:
+        name = urllib.parse.urlsplit("//" + host_header).hostname
+    except ValueError:
+        return False
+    return bool(name) and (name == "localhost" or _is_address(name) or name in names)
 
 
 class WebServer:
@@ -37,6 +72,7 @@ class WebServer:
         self.state, self.actions = state, actions
         self.host, self.port = host, port
         self.token = secrets.token_urlsafe(24)
+        self.names = allowed_names(host)
         self.summarise = summarise
         self.loop: asyncio.AbstractEventLoop | None = None
         self.runner: web.AppRunner | None = None
@@ -88,7 +124,7 @@ class WebServer:
 
     # -- the app --------------------------------------------------------------------------
     def _app(self) -> web.Application:
-        app = web.Application(middlewares=[self._token_check])
+        app = web.Application(middlewares=[self._guard])
         app.router.add_get("/", self._index)
         app.router.add_get("/static/{name}", self._static)
         app.router.add_get("/api/topology", self._topology)
@@ -98,7 +134,13 @@ class WebServer:
         return app
 
     @web.middleware
-    async def _token_check(self, request: web.Request, handler):
+    async def _guard(self, request: web.Request, handler):
+        if not host_allowed(request.host, self.names):
+            return web.Response(status=403, text=f"403: this page is not served under the name {request.host!r} "
+                                                 f"(reach it by its address, or allow the name: {HOSTS_ENV})\n")
+        origin = request.headers.get("Origin")
+        if request.method != "GET" and origin is not None and origin != f"{request.scheme}://{request.host}":
+            return web.Response(status=403, text="403: an action must come from this page\n")
         given = request.query.get("token") or request.headers.get(TOKEN_HEADER) or ""
         if not secrets.compare_digest(given.encode(), self.token.encode()):
             return web.Response(status=403, text="403: this page needs the token printed with its URL\n")
