@@ -110,12 +110,11 @@ def calibrate_args(shape: dict) -> list[str]:
 
 
 def calibrate_seconds(shape: dict, switches: int) -> float:
-    """About how long calibrating `shape` takes: 7 probes (a step down from the 2 Mb/s start
-    or two up, then the refinement), each 3 s of wire at 1.5x plus the set-up the runner's
-    estimate charges for `switches` (1 s + 0.4 s a switch). The default shape took 22 s for 4
-    probes on 2026-12-06 (experiments/cli.py CALIBRATE_TIME); a shape that steps down twice
-    runs about 7."""
-    return 7 * (1.0 + 0.4 * switches + 0.5 + 1.5 * 3.0)
+    """About how long calibrating `shape` takes: 6 probes (the 2 Mb/s start, a step or two
+    down or up, two bisections), each 3 s of wire plus its set-up, 0.4 s a switch and 0.8 s a
+    worker over 4. Fitted to BMv2 on the 2-core machine, 2026-12-06: 22 s for 8 workers on one
+    switch (4 probes; this gives 6.6 s a probe), 69 s for 16 (5 probes; 13 s a probe)."""
+    return 6 * (3.0 + 0.4 * switches + 0.8 * max(0, shape["workers"] - 4))
 
 
 def shape_switches(shape: dict) -> int:
