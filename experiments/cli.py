@@ -47,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, help="override every definition's repeats")
     p.add_argument("--out", type=Path, default=Path("results"), help="results root (default: %(default)s)")
     p.add_argument("--backend", choices=["soft", "bmv2"], help="data plane of every run (default: each definition's); "
-                   "the suite runs at that backend's calibrated ceiling, a BMv2 without one is calibrated first, "
+                   "the suite runs at that backend's calibrated ceiling; on BMv2 each trend at its own shape's, and every "
+                   "missing calibration (the default, each trend shape) is measured first, "
                    "and results go to OUT/NAME-bmv2")
     p.add_argument("--cluster", metavar="FILE", help="run every network on the servers of this cluster file "
                    "(docs/guide/cluster.md)")
