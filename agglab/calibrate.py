@@ -31,6 +31,10 @@ needs per link-second grows with its workers and switches (every worker's agent,
 1.6 frames through switches per worker frame on a k=8 fat-tree), so a large shape is
 faithful only at lower rates. The analytic time is the same: in a tree every link carries
 one frame per block each way, as a worker's own link does.
+`--scheme sparse --density D` probes OmniReduce's block-sparse pipeline (its own shape,
+`single-w8-sparse`): a sparse frame carries a block index and walks the bitmap, so a BMv2
+switch spends more per frame than on the dense one; the analytic time is then
+emulation.wire_model's for those blocks.
 """
 
 from __future__ import annotations
@@ -53,18 +57,35 @@ def elements_for(rate_mbps: float, seconds: float) -> int:
 DEFAULT_SHAPE = {"topology": "single"}
 
 
+# A sparse probe's gradient grows by 1/density so it stays about `seconds` on the wire, at most
+# this many elements (64 MiB of int32 per worker: 8 workers' inputs and sums fit in memory)
+SPARSE_MAX_ELEMENTS = 1 << 24
+
+
 def probe(rate: float, workers: int, seconds: float, tolerance: float, log, window: int | None = None,
           shape: dict | None = None, backend: str = "soft") -> dict:
     """One allreduce at `rate` on `shape` (RunSpec fields: topology, k, tree; default one
-    switch): its time against the analytic wire time, and its fidelity."""
+    switch; `scheme: sparse` with a `density` runs OmniReduce's block-sparse pipeline instead
+    of the dense one): its time against the analytic wire time, and its fidelity."""
     from emulation.session import run_allreduce
 
     from ground.runspec import DEFAULT_WINDOW
 
+    run = {k: v for k, v in (shape or DEFAULT_SHAPE).items() if k not in ("scheme", "density")}
     elements = elements_for(rate, seconds)
     ideal = switchml_wire_seconds(elements, rate, window or DEFAULT_WINDOW)
-    result = run_allreduce(workers=workers, elements=elements, bw=rate, window=window, backend=backend,
-                           **(shape or DEFAULT_SHAPE))
+    if (shape or {}).get("scheme") == "sparse":
+        from emulation.wire_model import wire_seconds
+        from ground.runspec import RunSpec
+
+        density = float(shape.get("density") or 0.1)
+        elements = min(SPARSE_MAX_ELEMENTS, int(elements / density) // wire.K * wire.K)
+        run.update(algorithm="omnireduce", density=density)
+        ideal = wire_seconds(RunSpec(workers=workers, elements=elements, bw=rate, window=window, **run))
+        if ideal > seconds * 1.5:          # the union of random blocks is larger: about `seconds` again
+            elements = max(wire.K, int(elements * seconds / ideal) // wire.K * wire.K)
+            ideal = wire_seconds(RunSpec(workers=workers, elements=elements, bw=rate, window=window, **run))
+    result = run_allreduce(workers=workers, elements=elements, bw=rate, window=window, backend=backend, **run)
     took = result.get("seconds") or float("inf")
     fid = result.get("fidelity") or {}
     faithful = bool(result.get("ok")) and took <= ideal * (1 + tolerance) and bool(fid.get("link_bound"))
@@ -149,7 +170,7 @@ def calibrate(workers: int = 8, start: float = 2.0, factor: float = 2.0, limit: 
                        f"faithful up to the search limit {limit} Mb/s")}
     default = shape == DEFAULT_SHAPE and workers <= 8    # more workers on one switch: a shape of its own
     if good is not None:
-        key = shape_key(shape["topology"], workers, shape.get("k"), shape.get("tree"))
+        key = shape_key(shape["topology"], workers, shape.get("k"), shape.get("tree"), shape.get("scheme"))
         path = save_calibration(record, backend) if default else save_shape_calibration(key, record, backend)
         where = f"{workers} workers on one switch" if default else key
         print(f"fidelity ceiling ({backend}): {good:g} Mb/s per link ({where}) -> {path}", file=log)
@@ -167,15 +188,23 @@ def main(args) -> int:
         return 2
     shape = {"topology": args.topology, **({"k": args.k} if args.k is not None else {}),
              **({"tree": args.tree} if args.tree else {})}
+    run_shape = dict(shape)
+    if args.scheme == "sparse":
+        if not 0 < args.density < 1:
+            print("agglab calibrate: --scheme sparse needs --density within (0, 1)", file=sys.stderr)
+            return 2
+        shape.update(scheme="sparse", density=args.density)
     try:                                     # bad shapes: one line before any network is built
         from emulation.session import graph_for
         from ground.runspec import RunSpec
 
-        graph_for(RunSpec(workers=args.workers, bw=args.start, **shape))
+        graph_for(RunSpec(workers=args.workers, bw=args.start, **run_shape))
     except ValueError as exc:
         print(f"agglab calibrate: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2
-    where = "on one switch" if args.topology == "single" else f"on {shape_key(args.topology, args.workers, args.k, args.tree)}"
+    where = ("on one switch" if args.topology == "single" else
+             f"on {shape_key(args.topology, args.workers, args.k, args.tree)}")
+    where += f", sparse pipeline at density {args.density:g}" if args.scheme == "sparse" else ""
     print(f"calibrating {args.backend}: {args.workers} workers {where}, rates from {args.start:g} Mb/s x{args.factor:g} "
           f"(at most {args.limit:g}, or down at most {args.down} steps), faithful = within {args.tolerance:.0%} "
           "of the analytic wire time and bottleneck >= 90% busy", file=sys.stderr)
@@ -195,6 +224,11 @@ def add_parser(sub) -> None:
                    "as that shape's own ceiling")
     c.add_argument("--k", type=int, default=None, help="fat-tree / BCube parameter of --topology")
     c.add_argument("--tree", default=None, help="aggregation tree of the runs (default spt)")
+    c.add_argument("--scheme", choices=["dense", "sparse"], default="dense", help="pipeline the probes run: "
+                   "dense (SwitchML, default) or sparse (OmniReduce's block-sparse one, which costs a BMv2 switch "
+                   "more per frame; stored as its own shape, e.g. single-w8-sparse)")
+    c.add_argument("--density", type=float, default=0.1, help="fraction of non-zero blocks of a sparse probe "
+                   "(default 0.1)")
     c.add_argument("--down", type=int, default=4, help="steps down from --start when it is not faithful (default 4)")
     c.add_argument("--start", type=float, default=2.0, help="first rate in Mb/s (default 2)")
     c.add_argument("--factor", type=float, default=2.0, help="step-up factor (default 2)")

@@ -106,10 +106,14 @@ def _write_calibration(data: dict) -> Path:
     return path
 
 
-def shape_key(topology: str, workers: int, k: int | None = None, tree: str | None = None) -> str:
-    """The name a calibrated shape is stored under: fattree-k8-w128-rat, single-w8."""
+def shape_key(topology: str, workers: int, k: int | None = None, tree: str | None = None,
+              scheme: str | None = None) -> str:
+    """The name a calibrated shape is stored under: fattree-k8-w128-rat, single-w8,
+    single-w8-sparse. The scheme is named only when it is not the dense pipeline (a sparse
+    frame costs a BMv2 switch more), so every key written before schemes counted still reads."""
     parts = [str(topology)] + ([f"k{k}"] if k is not None and topology in ("fattree", "bcube") else [])
-    return "-".join(parts + [f"w{workers}"] + ([tree] if tree and topology != "single" else []))
+    return "-".join(parts + [f"w{workers}"] + ([tree] if tree and topology != "single" else [])
+                    + ([scheme] if scheme and scheme != "dense" else []))
 
 
 def save_shape_calibration(key: str, record: dict, backend: str = SOFT) -> Path:
@@ -136,6 +140,21 @@ def ceiling_for(workers: int, backend: str = SOFT) -> tuple[float, str] | None:
     fits = sorted((r["workers"], key, r["ceiling_mbps"]) for key, r in records
                   if r.get("ceiling_mbps") and (r.get("workers") or 0) >= workers)
     return (float(fits[0][2]), fits[0][1]) if fits else None
+
+
+def ceiling_for_shape(key: str, backend: str = SOFT) -> float | None:
+    """The calibrated ceiling (Mb/s) of exactly the shape `key` on `backend`, None when that
+    shape was never calibrated (the default record answers its own key, single-w8).
+
+    Why exact, not the smallest shape at least as large (ceiling_for): a trend on a
+    leaf-spine or with the sparse pipeline costs BMv2 more CPU per link-second than the same
+    number of workers on one switch, so only its own shape's ceiling says how fast it stays
+    faithful."""
+    data = load_calibration(backend) or {}
+    record = (data.get("shapes") or {}).get(key)
+    if not record and data.get("ceiling_mbps") and key == shape_key("single", data.get("workers") or 8):
+        record = data
+    return float(record["ceiling_mbps"]) if record and record.get("ceiling_mbps") else None
 
 
 def switchml_wire_seconds(elements: int, rate_mbps: float, window: int | None = None,

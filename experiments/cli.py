@@ -11,6 +11,7 @@ import argparse
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import TextIO
 
@@ -18,7 +19,8 @@ from experiments.definition import ConfigError
 from ground import wire
 from ground.interrupts import interrupted_line, signum_of
 from experiments.runner import (RunFn, SetupError, estimate_seconds, load_suite, needs_calibration, plan,
-                                results_name, run_suite, uncalibrated_sizes)
+                                results_name, run_suite)
+from experiments.shapes import calibrate_args, calibrate_seconds, key_of, shape_switches, uncalibrated_shapes
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
 
@@ -45,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, help="override every definition's repeats")
     p.add_argument("--out", type=Path, default=Path("results"), help="results root (default: %(default)s)")
     p.add_argument("--backend", choices=["soft", "bmv2"], help="data plane of every run (default: each definition's); "
-                   "the suite runs at that backend's calibrated ceiling, a BMv2 without one is calibrated first, "
+                   "the suite runs at that backend's calibrated ceiling; on BMv2 each trend at its own shape's, and every "
+                   "missing calibration (the default, each trend shape) is measured first, "
                    "and results go to OUT/NAME-bmv2")
     p.add_argument("--cluster", metavar="FILE", help="run every network on the servers of this cluster file "
                    "(docs/guide/cluster.md)")
@@ -104,40 +107,70 @@ DEFAULT_SUITE = {"soft": "default", "bmv2": "default"}
 CALIBRATE_TIME = "about a minute"
 
 
-def calibrate_backend(backend: str, workers: int | None = None) -> int:
-    """`agglab calibrate --backend BACKEND` in a child process (its probes print as they
-    finish), holding the network turn (AGGLAB_NET_LOCK) for its whole search as the docs'
-    `flock` does. A child, not an import: the calibration command is the CLI's, one layer
-    with this package."""
+def calibrate_backend(backend: str, shape: dict | None = None) -> int:
+    """`agglab calibrate --backend BACKEND` (with `shape`, that trend shape's options,
+    experiments/shapes.py) in a child process (its probes print as they finish), holding the
+    network turn (AGGLAB_NET_LOCK) for its whole search as the docs' `flock` does. A child,
+    not an import: the calibration command is the CLI's, one layer with this package."""
     import subprocess
 
     from experiments.runner import network_turn
 
     with network_turn():
         return subprocess.run([sys.executable, "-m", "agglab", "calibrate", "--backend", backend,
-                               *(["--workers", str(workers)] if workers else [])]).returncode
+                               *(calibrate_args(shape) if shape else [])]).returncode
 
 
-def calibrate_first(backend: str, calibrate_fn, log: TextIO, workers: int | None = None) -> int:
+def calibrate_first(backend: str, calibrate_fn, log: TextIO, shape: dict | None = None,
+                    trends: list[str] | None = None) -> int:
     """Calibrate a backend that has no ceiling before its first suite: what `make experiment
     BACKEND=bmv2` on a fresh clone should do (the soft backend's 5 Mb/s default flags half of
-    BMv2's runs CPU-bound); with `workers`, that many workers on one switch (a trend larger
-    than the default 8). 0 when a ceiling was stored, else 2 with the command to retry."""
-    from emulation.fidelity import ceiling_for
+    BMv2's runs CPU-bound); with `shape`, that trend shape (experiments/shapes.py: a
+    leaf-spine, BCube or fat-tree, the sparse pipeline, more than 8 workers). One line before
+    and one after with its time. 0 when a ceiling was stored, else 2 with the command to retry."""
+    from emulation.fidelity import ceiling_for, ceiling_for_shape
 
-    command = f"agglab calibrate --backend {backend}" + (f" --workers {workers}" if workers else "")
-    what = f"{workers} workers on one switch" if workers else "8 workers on one switch"
-    print(f"no {backend} calibration for {what} yet: calibrating it first ({CALIBRATE_TIME} on a "
+    command = f"agglab calibrate --backend {backend}" + (" " + " ".join(calibrate_args(shape)) if shape else "")
+    key = key_of(shape) if shape else None
+    what = f"shape {key} ({', '.join(trends or [])})" if shape else "8 workers on one switch"
+    took = f"~{calibrate_seconds(shape, shape_switches(shape)):.0f} s" if shape else CALIBRATE_TIME
+    print(f"no {backend} calibration for {what} yet: calibrating it first ({took} on a "
           f"2-core machine; `{command}` does it alone)", file=log, flush=True)
-    if workers:
-        calibrate_fn(backend, workers)
+    started = time.monotonic()
+    if shape:
+        calibrate_fn(backend, shape)
     else:
         calibrate_fn(backend)
-    if ceiling_for(workers or 1, backend) is None:
-        print(f"error: calibrating {backend} found no faithful rate (is the machine busy?); nothing ran. "
-              f"Retry with `sudo .venv/bin/{command}`", file=log)
+    found = ceiling_for_shape(key, backend) if shape else (ceiling_for(1, backend) or [None])[0]
+    if found is None:
+        print(f"error: calibrating {backend} for {what} found no faithful rate (is the machine busy?); "
+              f"nothing ran. Retry with `sudo .venv/bin/{command}`", file=log)
         return 2
+    print(f"{backend} ceiling for {key or 'single-w8'}: {found:g} Mb/s per link "
+          f"(calibrated in {time.monotonic() - started:.0f} s)", file=log, flush=True)
     return 0
+
+
+def calibrate_shapes(suite, calibrate_fn, log: TextIO) -> int:
+    """Every trend shape of a BMv2 suite that has no calibration yet, one after the other."""
+    for _, shape, trends in uncalibrated_shapes(suite):
+        code = calibrate_first(suite.backend, calibrate_fn, log, shape, trends)
+        if code:
+            return code
+    return 0
+
+
+def dry_run_calibrations(suite, log: TextIO) -> None:
+    """What a real run would calibrate first, with each shape's estimate: the cost in sight."""
+    todo = uncalibrated_shapes(suite)
+    if not todo:
+        return
+    costs = [calibrate_seconds(shape, shape_switches(shape)) for _, shape, _ in todo]
+    print(f"  {len(todo)} {suite.backend} trend shape(s) without a calibration: a real run calibrates each "
+          f"first, ~{sum(costs) / 60:.0f} min in all on a 2-core machine:", file=log)
+    for (key, shape, trends), cost in zip(todo, costs):
+        print(f"    {key} ({', '.join(trends)}): ~{cost:.0f} s, `agglab calibrate --backend {suite.backend} "
+              f"{' '.join(calibrate_args(shape))}`", file=log)
 
 
 def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO, calibrate_fn=None) -> int:
@@ -150,11 +183,10 @@ def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO, calibrate_f
             if code:
                 return code
             suite = load_suite(resolve(config), args.repeats, args.backend)
-            for n in uncalibrated_sizes(suite):      # trends larger than 8 workers: their own ceiling
-                code = calibrate_first(suite.backend, calibrate_fn or calibrate_backend, log, n)
-                if code:
-                    return code
-            suite = load_suite(resolve(config), args.repeats, args.backend)
+        if uncalibrated_shapes(suite) and (run_fn is None or calibrate_fn) and not args.dry_run:
+            code = calibrate_shapes(suite, calibrate_fn or calibrate_backend, log)   # each trend's own
+            if code:
+                return code
         if args.cluster:
             from ground.cluster_file import ClusterFileError, load
 
@@ -186,6 +218,7 @@ def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO, calibrate_f
         if needs_calibration(suite.backend):
             print(f"  ({suite.backend} is not calibrated: a real run calibrates it first, "
                   f"{CALIBRATE_TIME}; the plan above is at the default)", file=log)
+        dry_run_calibrations(suite, log)
         for d, p, reps in steps:
             what = p.error or f"~{estimate_seconds(p, len(reps)):.0f} s{_emulated(d, p)}"
             print(f"  {d.name}: {p.label()} x{len(reps)} ({what})", file=log)

@@ -25,12 +25,14 @@ from typing import Any, Callable, Iterator, TextIO
 from controller import topologies
 from controller.topology import switches
 from emulation.wire_model import BoundError, wire_seconds
-from emulation.fidelity import DEFAULT_CEILING_MBPS, SOFT, calibration_path, ceiling_for, load_calibration
+from emulation.fidelity import (DEFAULT_CEILING_MBPS, SOFT, calibration_path, ceiling_for, ceiling_for_shape,
+                                load_calibration)
 from ground import wire
 from ground.runspec import RunSpec
 from ground.schemes import IN_NETWORK
 from experiments.definition import ConfigError, Definition, Point, ProgramRun
 from experiments.definition_file import load_definition, parse_definition, read_yaml
+from experiments.shapes import calibrated_by_shape, key_of, trend_shape
 
 # specs of one point (its repeats) -> results; a ProgramRun for program: pace points
 RunFn = Callable[[list["RunSpec | ProgramRun"]], Iterator[dict]]
@@ -274,30 +276,19 @@ def trend_workers(d: Definition) -> int:
                 for over in (d.series.values() or [{}])), default=4)
 
 
-def uncalibrated_sizes(suite: Suite) -> list[int]:
-    """Worker counts over 8 of the suite's trends (not per-scale ones) that no calibrated shape
-    of its backend covers, largest first: each needs `agglab calibrate --backend B --workers N`
-    to run at its own ceiling (16 BMv2 workers on one switch were CPU-bound at the 8-worker
-    ceiling: a switch used 125% of a core)."""
-    if suite.ceiling_source.startswith("fixed by"):
-        return []
-    sizes = sorted({trend_workers(d) for d in suite.definitions if not d.emulated_sizes and d.program != "pace"},
-                   reverse=True)
-    out: list[int] = []
-    for n in sizes:
-        if n > 8 and ceiling_for(n, suite.backend) is None and not any(m >= n for m in out):
-            out.append(n)
-    return out
-
-
 def trend_ceiling(suite: Suite, d: Definition) -> float:
-    """The rate a trend's fastest link runs at: the suite's, or lower for a trend larger than
-    the default calibration (8 workers) when a shape at least its size was calibrated
-    (`agglab calibrate --topology fattree --k 8 --workers 128 ...`): more workers and
-    switches need more CPU per link-second, so their faithful rate is lower. A suite that
-    fixes its ceiling keeps it."""
+    """The rate a trend's fastest link runs at: the suite's, or lower where its own shape
+    needs it. On BMv2, HEADROOM of its own shape's ceiling (experiments/shapes.py: its
+    network, workers and scheme) when that shape was calibrated; otherwise (and on the soft
+    backend) HEADROOM of the smallest calibrated shape with at least its workers when it has
+    more than 8 (`agglab calibrate --topology fattree --k 8 --workers 128 ...`): more workers
+    and switches need more CPU per link-second. A suite that fixes its ceiling keeps it."""
     if suite.ceiling_source.startswith("fixed by"):
         return suite.ceiling_mbps
+    if calibrated_by_shape(suite) and not d.emulated_sizes:
+        own = ceiling_for_shape(key_of(trend_shape(d)), suite.backend)
+        if own:
+            return min(suite.ceiling_mbps, round(own * HEADROOM, 3))
     workers = trend_workers(d)
     found = ceiling_for(workers, suite.backend) if workers > 8 else None
     return min(suite.ceiling_mbps, round(found[0] * HEADROOM, 3)) if found else suite.ceiling_mbps
@@ -315,8 +306,10 @@ def scale_ceiling(suite: Suite, workers: int) -> float:
 
 
 def trend_rates(suite: Suite) -> dict[str, str]:
-    """Each trend's fastest link where it is not the suite's (a calibrated shape set it), as
-    the report says it: `2.4 / 0.6 / 0.1 Mb/s at 8 / 32 / 128 workers (80% of shapes ...)`.
+    """Each trend's fastest link where it is not the suite's (a calibrated shape set it), and
+    on BMv2 every trend's with the shape it was calibrated as, as the report says it:
+    `2.4 / 0.6 / 0.1 Mb/s at 8 / 32 / 128 workers (80% of shapes ...)`,
+    `1.2 Mb/s (shape leafspine-w8-rat, 80% of its 1.5 Mb/s)`.
 
     Why: the suite's one figure (which may be the uncalibrated default) would otherwise stand
     for trends that ran at a hundredth of it."""
@@ -327,9 +320,13 @@ def trend_rates(suite: Suite) -> dict[str, str]:
             rates = [scale_ceiling(suite, w) for w in sizes]
             shapes = [found[1] for w in sizes if (found := ceiling_for(w, suite.backend))]
         else:
-            rates = [trend_ceiling(suite, d)]
-            sizes = []
-            shapes = []
+            rates, sizes, shapes = [trend_ceiling(suite, d)], [], []
+            if calibrated_by_shape(suite):
+                key = key_of(trend_shape(d))
+                own = ceiling_for_shape(key, suite.backend)
+                out[d.name] = (f"{rates[0]:g} Mb/s (shape {key}, " +
+                               (f"{HEADROOM:.0%} of its {own:g} Mb/s)" if own else "not calibrated: the suite's rate)"))
+                continue
         if all(r == suite.ceiling_mbps for r in rates) or suite.ceiling_source.startswith("fixed by"):
             continue
         text = " / ".join(f"{r:g}" for r in rates) + " Mb/s"

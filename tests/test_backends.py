@@ -152,7 +152,8 @@ def test_a_trend_larger_than_8_workers_gets_its_own_bmv2_calibration_first(tmp_p
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     asked, seen = [], []
 
-    def calibrate(backend, workers=None):
+    def calibrate(backend, shape=None):
+        workers = shape and shape["workers"]
         asked.append(workers)
         rate = {None: 2.5, 16: 1.25}[workers]
         if workers:
