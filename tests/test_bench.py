@@ -74,6 +74,15 @@ def test_a_section_that_raises_is_skipped_with_the_exceptions_text(tmp_path, mon
                                                        "why": "RuntimeError: the run failed: w0 timed out"}]
 
 
+def test_a_wrapped_socket_error_is_named():
+    """Thrift's transport error reads "unexpected exception"; what happened is its `inner`."""
+    from thrift.transport.TTransport import TTransportException
+
+    exc = TTransportException(message="unexpected exception", inner=ConnectionResetError(104, "Connection reset by peer"))
+    assert cli.failure_text(exc) == ("TTransportException: unexpected exception from "
+                                     "ConnectionResetError: [Errno 104] Connection reset by peer")
+
+
 @pytest.mark.root
 @pytest.mark.mininet
 def test_the_wide_section_runs_the_256_value_variant(tmp_path):

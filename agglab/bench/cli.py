@@ -100,11 +100,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def failure_text(exc: BaseException) -> str:
-    """Why a section has no figures: the exception's type and text. An exception raised with no
+    """Why a section has no figures: the exception's type and text (and the error it wraps, where
+    it keeps one in `inner`: Thrift's "unexpected exception" says nothing without its socket
+    error). An exception raised with no
     text (a bare `assert`, `TimeoutError()`) would leave the reason empty, so then its text is
     what a traceback ends with: where it was raised, and the exception it came from."""
+    inner = getattr(exc, "inner", None)      # Thrift's transport errors keep the socket's own there
     if str(exc).strip():
-        return f"{type(exc).__name__}: {exc}"
+        text = f"{type(exc).__name__}: {exc}"
+        return text + (f" from {failure_text(inner)}" if isinstance(inner, BaseException) else "")
     parts = [type(exc).__name__]
     for frame in traceback.extract_tb(exc.__traceback__)[-1:]:
         path = Path(frame.filename)
