@@ -117,35 +117,9 @@ def test_the_dry_run_lists_the_shapes_it_would_calibrate(tmp_path, calibration):
             and "`agglab calibrate --backend bmv2 --workers 16 --topology fattree --k 4`" in text)
 
 
-def test_a_bmv2_suite_calibrates_its_trend_shapes_first(tmp_path, calibration):
-    suite = tmp_path / "s.yaml"
-    suite.write_text(yaml.safe_dump({"name": "s", "repeats": 1, "definitions": [
-        {"file": str(ROOT / "experiments" / "trends" / "rat.yaml"), "sweep": {"oversubscription": [4]}}]}))
-    write(calibration, {"ceiling_mbps": 2.0, "workers": 8})
-    asked, seen = [], []
-
-    def calibrate(backend, shape=None):
-        asked.append(key_of(shape))
-        fidelity.save_shape_calibration(key_of(shape), {"ceiling_mbps": 1.0, "workers": 8}, backend)
-
-    def run(specs):
-        for s in specs:
-            seen.append(s)
-            yield {"ok": True, "exact": True, "seconds": 1.0, "fidelity": {"cpu_bound": False, "link_bound": True}}
-
-    log = io.StringIO()
-    code = cli.main([str(suite), "--backend", "bmv2", "--out", str(tmp_path / "out")], run_fn=run, log=log,
-                    calibrate_fn=calibrate)
-    assert code == 0 and asked == ["leafspine-w8-rat"]
-    assert "no bmv2 calibration for shape leafspine-w8-rat (rat) yet: calibrating it first" in log.getvalue()
-    assert "bmv2 ceiling for leafspine-w8-rat: 1 Mb/s per link (calibrated in" in log.getvalue()
-    rates = {link[2] for s in seen for link in yaml.safe_load(Path(s.topology).read_text())["links"]}
-    assert seen and max(rates) == 0.8                 # the fastest (host) links at 80% of the shape's 1 Mb/s
-
-
-def test_a_shape_with_no_faithful_rate_does_not_stop_the_suite(tmp_path, calibration):
-    """BMv2's k=4 fat-tree with 16 workers found no faithful rate on 2 cores (2026-12-06): the
-    suite aborted after 16 minutes with nothing run. Its trends now run at the suite's ceiling."""
+def _rat_suite_on_bmv2(tmp_path, calibration, calibrate_fn) -> tuple[int, str, list]:
+    """The rat trend at 1:4 as a BMv2 suite whose default shape was calibrated at 2 Mb/s, its
+    runs faked: (exit code, log, the specs it ran)."""
     suite = tmp_path / "s.yaml"
     suite.write_text(yaml.safe_dump({"name": "s", "repeats": 1, "definitions": [
         {"file": str(ROOT / "experiments" / "trends" / "rat.yaml"), "sweep": {"oversubscription": [4]}}]}))
@@ -159,12 +133,37 @@ def test_a_shape_with_no_faithful_rate_does_not_stop_the_suite(tmp_path, calibra
 
     log = io.StringIO()
     code = cli.main([str(suite), "--backend", "bmv2", "--out", str(tmp_path / "out")], run_fn=run, log=log,
-                    calibrate_fn=lambda backend, shape=None: None)          # stores nothing: no faithful rate
+                    calibrate_fn=calibrate_fn)
+    return code, log.getvalue(), seen
+
+
+def _fastest_link(seen) -> float:
+    return max(link[2] for s in seen for link in yaml.safe_load(Path(s.topology).read_text())["links"])
+
+
+def test_a_bmv2_suite_calibrates_its_trend_shapes_first(tmp_path, calibration):
+    asked = []
+
+    def calibrate(backend, shape=None):
+        asked.append(key_of(shape))
+        fidelity.save_shape_calibration(key_of(shape), {"ceiling_mbps": 1.0, "workers": 8}, backend)
+
+    code, log, seen = _rat_suite_on_bmv2(tmp_path, calibration, calibrate)
+    assert code == 0 and asked == ["leafspine-w8-rat"]
+    assert "no bmv2 calibration for shape leafspine-w8-rat (rat) yet: calibrating it first" in log
+    assert "bmv2 ceiling for leafspine-w8-rat: 1 Mb/s per link (calibrated in" in log
+    assert seen and _fastest_link(seen) == 0.8        # the fastest (host) links at 80% of the shape's 1 Mb/s
+
+
+def test_a_shape_with_no_faithful_rate_does_not_stop_the_suite(tmp_path, calibration):
+    """BMv2's k=4 fat-tree with 16 workers found no faithful rate on 2 cores (2026-12-06): the
+    suite aborted after 16 minutes with nothing run. Its trends now run at the suite's ceiling."""
+    code, log, seen = _rat_suite_on_bmv2(tmp_path, calibration,
+                                         lambda backend, shape=None: None)    # stores nothing: no faithful rate
     assert code == 0 and seen
-    assert "warning: calibrating bmv2 for shape leafspine-w8-rat (rat) found no faithful rate" in log.getvalue()
-    assert "rat: run at the suite's ceiling; runs that are CPU-bound there are flagged" in log.getvalue()
-    rates = {link[2] for s in seen for link in yaml.safe_load(Path(s.topology).read_text())["links"]}
-    assert max(rates) == 1.6                          # 80% of the suite's 2 Mb/s
+    assert "warning: calibrating bmv2 for shape leafspine-w8-rat (rat) found no faithful rate" in log
+    assert "rat: run at the suite's ceiling; runs that are CPU-bound there are flagged" in log
+    assert _fastest_link(seen) == 1.6                 # 80% of the suite's 2 Mb/s
 
 
 def test_a_sparse_shape_is_probed_on_the_sparse_pipeline_and_stored_as_its_own(monkeypatch):
