@@ -169,13 +169,17 @@ def calibrate(workers: int = 8, start: float = 2.0, factor: float = 2.0, limit: 
                        if good is None else f"first unfaithful rate: {bad} Mb/s" if bad else
                        f"faithful up to the search limit {limit} Mb/s")}
     default = shape == DEFAULT_SHAPE and workers <= 8    # more workers on one switch: a shape of its own
+    key = shape_key(shape["topology"], workers, shape.get("k"), shape.get("tree"), shape.get("scheme"))
     if good is not None:
-        key = shape_key(shape["topology"], workers, shape.get("k"), shape.get("tree"), shape.get("scheme"))
         path = save_calibration(record, backend) if default else save_shape_calibration(key, record, backend)
         where = f"{workers} workers on one switch" if default else key
         print(f"fidelity ceiling ({backend}): {good:g} Mb/s per link ({where}) -> {path}", file=log)
-    else:
+    elif default:                            # the record every trend scales by: never store an empty one
         print("no rate was faithful (is the machine overloaded?); nothing stored", file=log)
+    else:                                    # remembered, so a suite does not search it again
+        path = save_shape_calibration(key, record, backend)
+        print(f"no rate was faithful for {key} (is the machine overloaded?); the search is stored in {path}, "
+              "so suites run its trends at their ceiling without searching again", file=log)
     return record
 
 

@@ -142,6 +142,21 @@ def ceiling_for(workers: int, backend: str = SOFT) -> tuple[float, str] | None:
     return (float(fits[0][2]), fits[0][1]) if fits else None
 
 
+def shape_record(key: str, backend: str = SOFT) -> dict | None:
+    """The stored calibration record of exactly the shape `key` on `backend`, also one whose
+    search found no faithful rate (`ceiling_mbps` None, its probes kept); None when that shape
+    was never searched.
+
+    Why keep a search that found nothing: BMv2's 20-switch k=4 fat-tree with 16 workers is
+    faithful at no rate on 2 cores, and its search takes over 8 minutes; a suite that forgot
+    it would search it again on every run. `agglab calibrate` of that shape replaces it."""
+    data = load_calibration(backend) or {}
+    record = (data.get("shapes") or {}).get(key)
+    if not record and data.get("ceiling_mbps") and key == shape_key("single", data.get("workers") or 8):
+        record = data
+    return record or None
+
+
 def ceiling_for_shape(key: str, backend: str = SOFT) -> float | None:
     """The calibrated ceiling (Mb/s) of exactly the shape `key` on `backend`, None when that
     shape was never calibrated (the default record answers its own key, single-w8).
@@ -150,10 +165,7 @@ def ceiling_for_shape(key: str, backend: str = SOFT) -> float | None:
     leaf-spine or with the sparse pipeline costs BMv2 more CPU per link-second than the same
     number of workers on one switch, so only its own shape's ceiling says how fast it stays
     faithful."""
-    data = load_calibration(backend) or {}
-    record = (data.get("shapes") or {}).get(key)
-    if not record and data.get("ceiling_mbps") and key == shape_key("single", data.get("workers") or 8):
-        record = data
+    record = shape_record(key, backend)
     return float(record["ceiling_mbps"]) if record and record.get("ceiling_mbps") else None
 
 

@@ -20,7 +20,8 @@ from ground import wire
 from ground.interrupts import interrupted_line, signum_of
 from experiments.runner import (RunFn, SetupError, estimate_seconds, load_suite, needs_calibration, plan,
                                 results_name, run_suite)
-from experiments.shapes import calibrate_args, calibrate_seconds, key_of, shape_switches, uncalibrated_shapes
+from experiments.shapes import (calibrate_args, calibrate_seconds, faithless_shapes, key_of, shape_switches,
+                               uncalibrated_shapes)
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
 
@@ -167,6 +168,18 @@ def calibrate_shapes(suite, calibrate_fn, log: TextIO) -> int:
     return 0
 
 
+def warn_faithless(suite, log: TextIO) -> None:
+    """One line per trend shape whose stored search found no faithful rate: its trends run at
+    the suite's ceiling and their CPU-bound runs are flagged; the command to search again."""
+    for key, record, trends in faithless_shapes(suite):
+        lowest = min((p["rate_mbps"] for p in record.get("probes") or []), default=None)
+        searched = f"searched {record.get('when', '?')}" + (f", down to {lowest:g} Mb/s" if lowest else "")
+        print(f"  warning: {suite.backend} shape {key} ({', '.join(trends)}) has no faithful rate on this machine "
+              f"({searched}): run at the suite's ceiling, CPU-bound runs flagged; "
+              f"`agglab calibrate --backend {suite.backend} {' '.join(calibrate_args(record.get('shape') or {}))}` "
+              "searches again", file=log, flush=True)
+
+
 def dry_run_calibrations(suite, log: TextIO) -> None:
     """What a real run would calibrate first, with each shape's estimate: the cost in sight."""
     todo = uncalibrated_shapes(suite)
@@ -216,6 +229,7 @@ def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO, calibrate_f
         except NetworkBusy as exc:
             print(f"agglab experiment: {exc}", file=log)
             return exc.exit_code
+    warn_faithless(suite, log)
     est = sum(estimate_seconds(p, len(reps)) for _, p, reps in steps)
     runs = sum(len(reps) for _, _, reps in steps)
     print(f"{suite.name}: {len(suite.definitions)} trend(s), {runs} runs, estimated {est / 60:.1f} min "

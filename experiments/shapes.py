@@ -14,7 +14,7 @@ stores it under shape_key, and experiments.runner.trend_ceiling runs the trend a
 
 from __future__ import annotations
 
-from emulation.fidelity import SOFT, ceiling_for_shape, shape_key
+from emulation.fidelity import SOFT, shape_key, shape_record
 from experiments.definition import Definition
 from ground.schemes import DEFAULT as DEFAULT_SCHEME, SCHEMES
 
@@ -88,11 +88,25 @@ def suite_shapes(suite) -> dict[str, tuple[dict, list[str]]]:
 
 def uncalibrated_shapes(suite) -> list[tuple[str, dict, list[str]]]:
     """(key, shape, trends) of every trend shape other than the default that the suite's
-    backend has no calibration of: what a BMv2 suite calibrates before it runs."""
+    backend has never searched: what a BMv2 suite calibrates before it runs. A shape whose
+    search found no faithful rate is not searched again (faithless_shapes)."""
     if not calibrated_by_shape(suite):
         return []
     return [(key, shape, names) for key, (shape, names) in suite_shapes(suite).items()
-            if not is_default(shape) and ceiling_for_shape(key, suite.backend) is None]
+            if not is_default(shape) and shape_record(key, suite.backend) is None]
+
+
+def faithless_shapes(suite) -> list[tuple[str, dict, list[str]]]:
+    """(key, search record, trends) of every trend shape whose stored search found no faithful
+    rate on this machine: their trends run at the suite's ceiling, flagged where CPU-bound."""
+    if not calibrated_by_shape(suite):
+        return []
+    out = []
+    for key, (_, names) in suite_shapes(suite).items():
+        record = shape_record(key, suite.backend)
+        if record is not None and not record.get("ceiling_mbps"):
+            out.append((key, record, names))
+    return out
 
 
 def calibrate_args(shape: dict) -> list[str]:

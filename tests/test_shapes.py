@@ -184,3 +184,48 @@ def test_a_sparse_shape_is_probed_on_the_sparse_pipeline_and_stored_as_its_own(m
     assert {(r["algorithm"], r["density"]) for r in runs} == {("omnireduce", 0.01)}
     assert fidelity.ceiling_for_shape("single-w8-sparse", "bmv2") == 1.0
     assert fidelity.load_calibration("bmv2")["ceiling_mbps"] == 2.5            # the dense default kept
+
+
+def test_a_search_that_found_no_rate_is_stored_and_not_repeated(tmp_path, calibration, monkeypatch):
+    """The k=4 fat-tree's search on BMv2 took over 8 minutes and found nothing; a suite that
+    forgot it searched it again on every run. The search is now stored with no ceiling: the
+    next suite does not calibrate that shape, says so in one line, and runs its trends at the
+    suite's ceiling."""
+    import emulation.session
+    from agglab import calibrate as cal
+
+    monkeypatch.setattr(emulation.session, "run_allreduce",     # never within the tolerance
+                        lambda **kw: {"ok": True, "seconds": 1e9, "retransmissions": 0,
+                                      "fidelity": {"link_bound": False, "reason": "cpu"}})
+    log = io.StringIO()
+    record = cal.calibrate(workers=8, start=1, factor=2, limit=2, refine=0, down=1, log=log, backend="bmv2",
+                           shape={"topology": "leafspine", "tree": "rat"})
+    assert record["ceiling_mbps"] is None
+    assert "no rate was faithful for leafspine-w8-rat" in log.getvalue()
+    assert fidelity.shape_record("leafspine-w8-rat", "bmv2")["probes"]            # the search is kept
+    assert fidelity.ceiling_for_shape("leafspine-w8-rat", "bmv2") is None
+    assert fidelity.load_calibration("bmv2").get("ceiling_mbps") is None          # no default record made up
+
+    def searched_again(backend, shape=None):
+        if shape is None:                                     # the default shape is still to calibrate
+            fidelity.save_calibration({"ceiling_mbps": 2.0, "workers": 8}, backend)
+            return
+        pytest.fail(f"searched {key_of(shape)} again")
+
+    suite = tmp_path / "s.yaml"
+    suite.write_text(yaml.safe_dump({"name": "s", "repeats": 1, "definitions": [
+        {"file": str(ROOT / "experiments" / "trends" / "rat.yaml"), "sweep": {"oversubscription": [4]}}]}))
+    seen, out = [], io.StringIO()
+
+    def run(specs):
+        for s in specs:
+            seen.append(s)
+            yield {"ok": True, "exact": True, "seconds": 1.0, "fidelity": {"cpu_bound": False, "link_bound": True}}
+
+    assert cli.main([str(suite), "--backend", "bmv2", "--out", str(tmp_path / "out")], run_fn=run, log=out,
+                    calibrate_fn=searched_again) == 0
+    text = out.getvalue()
+    assert ("warning: bmv2 shape leafspine-w8-rat (rat) has no faithful rate on this machine (searched "
+            in text and ", down to 0.5 Mb/s)" in text)
+    assert "`agglab calibrate --backend bmv2 --workers 8 --topology leafspine --tree rat` searches again" in text
+    assert seen and _fastest_link(seen) == 1.6                 # 80% of the suite's 2 Mb/s
