@@ -19,13 +19,14 @@ from controller import topologies
 def network_for(run: dict, net: dict, link_mbps: float, topo_dir: Path) -> dict:
     """RunSpec fields for the network: `bw` for a generated topology, or a topology file
     written under topo_dir when links differ (oversubscribed uplinks, slow links). On a
-    fat-tree, oversubscription slows the agg-core links (topologies.fat_tree's core_bw)."""
+    fat-tree, oversubscription slows the agg-core links (topologies.fat_tree's core_bw). The
+    file ranks every job's workers (`workers` x `jobs`): the jobs share the network."""
     topo = run.get("topology", "single")
     over = float(net.get("oversubscription") or 1)
     slow = float(net.get("slow_fraction") or 0)
     if topo not in ("leafspine",) and not slow and (topo != "fattree" or over == 1):
         return {"bw": link_mbps}
-    workers = int(run.get("workers", 4))
+    workers = int(run.get("workers", 4)) * int(run.get("jobs", 1))
     if topo == "leafspine":
         racks, spines = int(net.get("racks", 4)), int(net.get("spines", 2))
         per = int(net.get("hosts_per_rack", max(2, -(-workers // racks))))
