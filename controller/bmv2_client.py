@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import threading
 
 from typing import Callable
@@ -22,7 +23,13 @@ from controller.bmv2_thrift import FAST_METHODS, BatchTranslator, CellCodec, Req
 from controller.switch_client import SwitchClient, SwitchCommandError
 
 RANGE_CELLS = 2048          # up to this many cells, register_read_ranges reads cells, not the register
-PIPELINE_WINDOW = 256       # requests in flight per Thrift connection (answers must fit the socket buffer)
+# Requests in flight on a connection are bounded by the bytes of their unread answers, which
+# must fit this end's socket receive buffer: else the switch blocks writing answers, stops
+# reading requests, and both ends wait. A small answer (a write's, a handle's) is under
+# ANSWER_BYTES; a whole-register read's is 8 bytes a cell.
+ANSWER_BYTES = 64
+PIPELINE_WINDOW = 256       # small answers in flight where the receive buffer is not known
+RECEIVE_BUFFER = 8 << 20    # asked of the kernel for each connection (SO_RCVBUFFORCE as root)
 from controller.bmv2_ways import (THRIFT_IP, _captured, _check, _cli_session, _p4utils_command,
                                   _wait_for_port, connect_api, load_runtime_cli_program)
 
@@ -59,6 +66,9 @@ class Bmv2Client(SwitchClient):
         self._sizes: dict[str, int] | None = None
         self._unflushed = None                           # the transport while corked (_corked)
         self._cells = _cell_codec(self._thrift)          # single register cells, encoded here
+        self._in_flight = 0                              # bytes of the posted requests' answers
+        self.answer_budget = min(filter(None, (_answer_budget(c) for c in (self._thrift, self._mc))),
+                                 default=PIPELINE_WINDOW * ANSWER_BYTES)
         # Through simple_switch_CLI a window's fill is a register_write line per cell (the CLI has no
         # range write): tens of thousands of lines, minutes per job start; one register_reset each
         # is one call. Over Thrift the window's one bm_register_write_range is cheaper.
@@ -186,10 +196,12 @@ class Bmv2Client(SwitchClient):
         client = self._thrift if req.service == "standard" else self._mc
         if client is None:
             raise SwitchCommandError(f"{self.name}: {line!r}: no Thrift client for the PRE")
-        if len(self._posted) >= PIPELINE_WINDOW:
+        cost = self._answer_cost(req)
+        if self._posted and self._in_flight + cost > self.answer_budget:
             self._settle(keep_posted=True)
-            if len(self._posted) >= PIPELINE_WINDOW:
+            if self._posted and self._in_flight + cost > self.answer_budget:
                 self._settle()
+        self._in_flight += cost
         if self._cells is not None and req.service == "standard" and req.method in FAST_METHODS:
             codec, trans, read, errors = self._cells
             try:
@@ -197,13 +209,19 @@ class Bmv2Client(SwitchClient):
                 trans.flush()                  # as send_X does (a no-op while corked)
             except Exception as exc:
                 raise SwitchCommandError(f"{self.name}: {line!r}: {exc!r}") from exc
-            self._posted.append((req, line, codec.receiver(read, req.method, errors)))
+            self._posted.append((req, line, codec.receiver(read, req.method, errors), cost))
             return
         try:
             getattr(client, "send_" + req.method)(*req.args)
         except Exception as exc:
             raise SwitchCommandError(f"{self.name}: {line!r}: {exc!r}") from exc
-        self._posted.append((req, line, getattr(client, "recv_" + req.method)))
+        self._posted.append((req, line, getattr(client, "recv_" + req.method), cost))
+
+    def _answer_cost(self, req: Request) -> int:
+        """The most bytes `req`'s answer can take (a whole register: 8 a cell)."""
+        if req.method == "bm_register_read_all":
+            return ANSWER_BYTES + 8 * self._register_sizes().get(req.args[1], 1 << 17)
+        return ANSWER_BYTES
 
     def _settle(self, keep_posted: bool = False) -> None:
         """Read the outstanding answers in order, each into its Request (`keep_posted`: the
@@ -217,7 +235,8 @@ class Bmv2Client(SwitchClient):
                 upto -= 1
         read, self._posted = self._posted[:upto], self._posted[upto:]
         failed = None
-        for req, line, recv in read:
+        for req, line, recv, cost in read:
+            self._in_flight -= cost
             try:
                 req.result = recv()
             except Exception as exc:             # InvalidRegisterOperation and friends (generated types)
@@ -312,6 +331,25 @@ class Bmv2Client(SwitchClient):
         if transport:
             with contextlib.suppress(Exception):
                 transport()
+
+
+def _answer_budget(client) -> int | None:
+    """Bytes of answers that may be unread on `client`'s connection: half of the receive
+    buffer, raised first to RECEIVE_BUFFER (a reroute's round then goes out to every switch
+    before any answer is read: with 256 requests in flight at most, each switch's batch of
+    a few hundred stopped half-way to wait for its answers, one switch after the other).
+    None where the client has no socket of its own here (a stand-in)."""
+    trans = getattr(getattr(client, "_iprot", None), "trans", None)
+    sock = getattr(getattr(trans, "_TBufferedTransport__trans", trans), "handle", None)
+    if not isinstance(sock, socket.socket):
+        return None
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), RECEIVE_BUFFER)
+    if sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) < RECEIVE_BUFFER:     # not root: up to rmem_max
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+    # the kernel reports twice what it grants for data (the rest is its bookkeeping)
+    return max(PIPELINE_WINDOW * ANSWER_BYTES, sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 4)
 
 
 def _cell_codec(thrift):

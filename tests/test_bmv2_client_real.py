@@ -165,3 +165,26 @@ def test_one_batch_as_pipelined_requests(switch, monkeypatch):
     with pytest.raises(SwitchCommandError, match=f"register_read_range {name} {size - 1} 2"):
         client.commands([f"register_read_range {name} {size - 1} 2"])
     assert client.command(f"register_read {name} 100") == f"{name}[100]= 7"     # still in step
+
+
+def test_a_reroute_sized_batch_is_all_in_flight_before_an_answer_is_read(switch):
+    """A reroute's round is one batch per switch, sent to every switch before any answer is
+    read. With 256 requests in flight at most, a switch's batch of a few hundred writes
+    stopped half-way to wait for its answers, one switch after the other; the connection's
+    receive buffer now bounds the answers in flight instead (8 MB asked, as root)."""
+    from controller.bmv2_client import ANSWER_BYTES, Bmv2Client
+    from controller.bmv2_ways import _runtime_cli_api, _wait_for_port, add_bmv2_python_path
+
+    add_bmv2_python_path()
+    _wait_for_port("s", THRIFT_PORT, 10)
+    client = Bmv2Client("s", THRIFT_PORT, api=_runtime_cli_api(THRIFT_PORT), via="runtime_CLI")
+    assert client.answer_budget >= 2 << 20                       # 8 MB asked, half usable, halved again
+    name, size = _biggest_register(switch)
+    cells = 4096
+    values = [(i * 31 + 5) & 0xFFFFFFFF for i in range(cells)]
+    collect = client.send_commands(client.register_write_range_lines(name, 0, values)
+                                   + [f"register_read_range {name} 0 {cells}"])
+    assert len(client._posted) >= cells                           # nothing read back yet
+    assert cells * ANSWER_BYTES < client.answer_budget
+    assert collect()[-1] == f"{name}[0:{cells}]= " + ", ".join(map(str, values))
+    assert not client._posted and client._in_flight == 0
