@@ -51,6 +51,15 @@ def workers(g: nx.Graph) -> list[str]:
     return sorted(ranked, key=lambda h: g.nodes[h]["rank"])
 
 
+def tenant_hosts(g: nx.Graph, jobs: int) -> list[list[str]]:
+    """Per job of a --jobs run, its worker hosts in rank order: job j takes worker hosts j,
+    j+J, j+2J, ... (interleaved, so on a fat-tree the jobs hang off different edge switches
+    and share the aggregation and core switches). Here, below the session and the wire
+    model, so both split the hosts the same way."""
+    ranked = workers(g)
+    return [ranked[j::jobs] for j in range(jobs)]
+
+
 def assign_ports(g: nx.Graph) -> nx.Graph:
     """Number every node's ports deterministically (neighbours in natural order).
 

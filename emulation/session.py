@@ -25,7 +25,7 @@ from controller.job_protocol import Job
 from controller.run_check import CheckedRun, check_override, check_run
 from controller.standby import StandbyWorker
 from controller.switch_batches import run_batches
-from controller.topology import switches, workers as worker_hosts
+from controller.topology import switches, tenant_hosts, workers as worker_hosts
 from emulation.failures import hang_rows
 from emulation.network import EmulatedNetwork
 from emulation.workers import run_tenants, run_workers, say
@@ -361,14 +361,6 @@ class Session:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-def tenant_hosts(g, jobs: int) -> list[list[str]]:
-    """Per job, its worker hosts in rank order: job j takes worker hosts j, j+J, j+2J, ...
-    (interleaved, so on a fat-tree the jobs hang off different edge switches and share the
-    aggregation and core switches)."""
-    hosts = worker_hosts(g)
-    return [hosts[j::jobs] for j in range(jobs)]
 
 
 def tenant_spec(spec: RunSpec, j: int) -> RunSpec:

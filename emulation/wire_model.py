@@ -21,8 +21,15 @@ does, recomputed here by the code the run uses, not typed in:
   as its busiest link: host-based transfers are TCP, one switch hop; in-network steps are
   aggregation frames to and from the level switch; after a failed NIC or level switch, the
   relay re-plan's group steps (`bml_relay_seconds`), each the whole gradient;
-* ATP: no bound (its best-effort pool is shared with the other tenants): BoundError, as
-  for any scheme whose controller module names no WIRE_MODEL;
+* ATP (`atp_seconds`): its two levels, as controller/schemes/atp.py installs them: each
+  worker's frames to its ToR, one aggregated stream from each worker ToR over the routes to
+  the PS's ToR, one from there to the PS (rank 0's host), and the PS's unicast of every
+  result to every worker; a `fallback` share of each worker's frames (what found its
+  aggregator taken, measured in a run as the PS's fallback packets) crosses to the PS
+  alone. With fallback 0 (no collision: the best the pool can do) it is a lower bound;
+* with `jobs` J (tenants on their own hosts, controller/topology.tenant_hosts), every job's
+  bytes at once on the shared links: the in-network schemes' trees and ATP's streams per
+  job; a scheme without a WIRE_MODEL has no bound (BoundError);
 * scripted link failures (`A-B@F`): the bytes after fraction F run on the graph without
   that link, with the trees and routes recomputed as the controller does.
 
@@ -38,7 +45,7 @@ import networkx as nx
 from controller import topologies, trees
 from controller.forward import next_hops
 from controller.schemes import WIRE_MODELS
-from controller.topology import mark_link, workers as ranked_workers
+from controller.topology import mark_link, tenant_hosts, workers as ranked_workers
 from ground import links, wire
 from ground.runspec import BCUBE_TREE, RunSpec
 from ground.schemes import SCHEMES
@@ -146,9 +153,61 @@ def frames(spec: RunSpec) -> int:
 
 
 def innet_seconds(spec: RunSpec, g: nx.Graph) -> float:
-    ts = trees.compute(spec.tree, g, ranked_workers(g))
+    """Each job's trees (tenants: each its own, over its own hosts) carry its frames up and
+    its results down, all jobs at once."""
     total = frames(spec) * wire.FRAME_BYTES
-    return link_seconds(g, tree_loads(ts, lambda t, n: t.weight * total, lambda t, n: t.weight * total))
+    loads: Loads = {}
+    for hosts in tenant_hosts(g, spec.jobs):
+        ts = trees.compute(spec.tree, g, hosts)
+        for edge, nbytes in tree_loads(ts, lambda t, n: t.weight * total, lambda t, n: t.weight * total).items():
+            _add(loads, *edge, nbytes)
+    return link_seconds(g, loads)
+
+
+def _edge(g: nx.Graph, host: str) -> str:
+    return next(n for n in g.neighbors(host) if g.nodes[n]["kind"] == "switch")
+
+
+def atp_loads(g: nx.Graph, hosts: list[str], nbytes: float, fallback: float = 0.0) -> Loads:
+    """One ATP job's directed loads (rank 0's host the PS): `nbytes` per worker each way.
+    Aggregated (1 - fallback): each worker to its ToR; each worker ToR's one stream over the
+    routes to the PS's ToR (the switches between aggregate nothing: ATP's two levels); the
+    PS's ToR's one stream to the PS. Fallen back (fallback): each worker's own frames to the
+    PS. Down: the PS unicasts every result to every worker (hosts/schemes/atp.py)."""
+    loads: Loads = {}
+    hops: dict = {}
+    ps, others = hosts[0], hosts[1:]
+    if not others:
+        return loads
+    ps_tor = _edge(g, ps)
+    agg = (1 - fallback) * nbytes
+    racks = sorted({_edge(g, w) for w in others})
+    for w in others:
+        _add(loads, w, _edge(g, w), agg)
+        p = route(g, w, ps, hops)
+        for u, v in zip(p, p[1:]):
+            _add(loads, u, v, fallback * nbytes)
+        p = route(g, ps, w, hops)
+        for u, v in zip(p, p[1:]):
+            _add(loads, u, v, nbytes)
+    for tor in racks:
+        if tor != ps_tor:
+            p = route(g, next(w for w in others if _edge(g, w) == tor), ps, hops)[1:-1]   # ToR .. PS's ToR
+            for u, v in zip(p, p[1:]):
+                _add(loads, u, v, agg)
+    _add(loads, ps_tor, ps, agg)
+    return loads
+
+
+def atp_seconds(spec: RunSpec, g: nx.Graph, fallback: float = 0.0) -> float:
+    """ATP's wire time, every job at once (atp_loads): one frame per K-block per worker
+    (int32: no lead frames), a `fallback` share of them summed at the PS alone."""
+    nbytes = -(-spec.elements // wire.K) * wire.FRAME_BYTES
+    loads: Loads = {}
+    for hosts in tenant_hosts(g, spec.jobs):
+        for edge, b in atp_loads(g, hosts, nbytes, fallback).items():
+            _add(loads, *edge, b)
+    return link_seconds(g, loads)
 
 
 def sparse_kblocks(spec: RunSpec) -> dict[int, set[int]]:
@@ -253,9 +312,9 @@ def bml_relay_seconds(spec: RunSpec, g: nx.Graph) -> float:
 
 
 # a scheme's wire model by the name its controller module gives (controller/schemes/NAME.py
-# WIRE_MODEL); a scheme without one has no bound (ATP: its pool's share depends on the others)
+# WIRE_MODEL); a scheme without one has no bound
 MODELS: dict[str, Callable[[RunSpec, nx.Graph], float]] = {
-    "tree": innet_seconds, "sparse": sparse_seconds, "ring": ring_seconds, "ps": ps_seconds}
+    "tree": innet_seconds, "sparse": sparse_seconds, "ring": ring_seconds, "ps": ps_seconds, "atp": atp_seconds}
 
 
 def one_graph_seconds(spec: RunSpec, g: nx.Graph) -> float:

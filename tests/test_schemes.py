@@ -86,7 +86,9 @@ def test_controller_has_an_installer_per_scheme_and_a_carry_per_tree_scheme():
         carry_for("atp")
 
 
-def test_the_wire_model_comes_from_the_scheme_and_a_scheme_without_one_has_no_bound():
+def test_the_wire_model_comes_from_the_scheme_and_a_scheme_without_one_has_no_bound(monkeypatch):
+    """ATP once had no model and silently got SwitchML's tree time; a scheme without one is
+    now refused (BoundError), never given another scheme's time."""
     from controller import topologies
     from emulation import wire_model
     from ground.runspec import RunSpec
@@ -94,8 +96,18 @@ def test_the_wire_model_comes_from_the_scheme_and_a_scheme_without_one_has_no_bo
     g = topologies.single_switch(4, bw=10)
     for name in ("switchml", "omnireduce", "ring", "ps"):
         assert wire_model.wire_seconds(RunSpec(algorithm=name, workers=4, bw=10), g) > 0, name
+    assert wire_model.wire_seconds(RunSpec(algorithm="atp", workers=4, bw=10, dtype="int32"), g) > 0
+    monkeypatch.delitem(wire_model.WIRE_MODELS, "atp")          # a scheme that names no model
     with pytest.raises(wire_model.BoundError, match="--algorithm atp has no wire model"):
         wire_model.wire_seconds(RunSpec(algorithm="atp", workers=4, bw=10, dtype="int32"), g)
+
+
+def test_every_scheme_names_a_wire_model():
+    from controller.schemes import WIRE_MODELS
+    from emulation.wire_model import MODELS
+
+    assert sorted(set(schemes.SCHEMES) - set(WIRE_MODELS)) == []
+    assert {name: model for name, model in WIRE_MODELS.items() if model not in MODELS} == {}
 
 
 def test_the_fuzzer_clears_the_flags_of_schemes_with_their_own_table():

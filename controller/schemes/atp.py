@@ -16,8 +16,9 @@ enter the network, so its bit is in no `expect`.
 Tenants (`--jobs J`) share the pool: job 0's AtpJob owns the routes and reroutes them (the
 session hands it the link events), the others only install their atp_job entries.
 
-No WIRE_MODEL: the wire time of a best-effort pool depends on the other tenants' packets, so
-emulation/wire_model.py has no bound for it and says so.
+WIRE_MODEL "atp" (emulation/wire_model.atp_seconds): these two levels' streams, the PS's
+unicast of every result, every tenant's at once; the best the pool can do (no collision), a
+lower bound on the time, since what falls back crosses to the PS alone.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from controller.forwarding_job import ForwardingJob, Routes
 from controller.switch_client import SwitchClient
 from ground import wire
 
+WIRE_MODEL = "atp"
 POOL_REGISTERS = ("atp_bitmap", "atp_count")          # a zero bitmap is a free aggregator
 ATP_STATS = ("atp_claim", "atp_add", "atp_done", "atp_collide", "atp_overlap", "atp_release", "atp_pass")
 assert len(ATP_STATS) <= wire.CONST["ATP_STATS_SIZE"]
@@ -128,4 +130,4 @@ def install(seat) -> AtpJob:
                   job=seat.job, events=seat.events, owns_routes=seat.tenant == 0)
 
 
-__all__ = ["AtpJob", "expected_senders", "install", "star_pairs"]
+__all__ = ["WIRE_MODEL", "AtpJob", "expected_senders", "install", "star_pairs"]
