@@ -198,10 +198,9 @@ def test_the_policer_and_chaos_sections_run_tiny(tmp_path):
 def test_the_limit_section_runs_tiny(tmp_path):
     """The kernel (a bridge), the software switch and an agent through one veth + htb chain, at
     both rates: CPU per frame that is positive and made of the parts it names, each path's
-    ratio to the kernel's at its rate, the switch dearer per frame than the kernel (and the agent
-    at the low rate),
-    an agent's receive batches of one result at the low rate and of more at the high rate;
-    and nothing left behind (the leftovers check after every network test)."""
+    ratio to the kernel's at its rate, the switch dearer per frame than the kernel (the agent
+    too, at the low rate), an agent's receive batches of one result at the low rate and of more
+    at the high rate; and nothing left behind (the leftovers check after every network test)."""
     report = _bench(tmp_path, ["limit"], timeout=540)
     _check_sections(report, ["limit"], {})
     figs = {(f["path"], f["rate"]): f for f in report["figures"] if f["section"] == "limit"}

@@ -209,6 +209,7 @@ def figures(rows: dict, a) -> list[dict]:
         for path in WHAT:
             r = rows[path, rate]
             us = _us(r)
+            ratio = round(us / kernel_us, 3)      # printed and recorded alike
             parts = ", ".join(f"{k} {v / r['frames'] / 1e3:.2f}" for k, v in r["cpu_ns"].items())
             extra = (f", {r['per_batch']:.1f} results per receive batch, window {r['window']}"
                      if path == "agent" else "")
@@ -216,9 +217,9 @@ def figures(rows: dict, a) -> list[dict]:
                 f"{WHAT[path]} CPU per frame, {rate_text}", us, "µs/frame", link_mbps=None, link_bound=False,
                 links="veth + htb chain (htb at 10 Gb/s: it never holds a frame back)",
                 scale=f"{r['frames']:,} frames of {wire.FRAME_BYTES} bytes, {r['frames'] / r['seconds']:,.0f}/s",
-                detail=f"{us / kernel_us:.1f}x the kernel's; CPU counted: {COUNTED[path]} ({parts} µs){extra}; "
+                detail=f"{ratio:.1f}x the kernel's; CPU counted: {COUNTED[path]} ({parts} µs){extra}; "
                        f"lost {r['lost']}",
-                path=path, rate=rate, ratio_to_kernel=round(us / kernel_us, 3), frames=r["frames"],
+                path=path, rate=rate, ratio_to_kernel=ratio, frames=r["frames"],
                 lost=r["lost"], results_per_batch=round(r["per_batch"], 2) if path == "agent" else None,
                 cpu_us_per_frame_parts={k: round(v / r["frames"] / 1e3, 3)
                                                        for k, v in r["cpu_ns"].items()}))
