@@ -38,7 +38,7 @@ def test_a_run_writes_json_and_compares_with_the_previous(tmp_path):
 
 
 @pytest.mark.parametrize("args", [["--only", "nothing"], ["--rates", "5,x"], ["--wide-rates", "0"],
-                                  ["--compare", "/nonexistent.json"]])
+                                  ["--compare", "/nonexistent.json"], ["--limit-seconds", "0"]])
 def test_bad_arguments_exit_2_with_one_line(args):
     res = subprocess.run([sys.executable, "-m", "agglab.bench", *args], cwd=REPO, capture_output=True,
                          text=True, timeout=60)
@@ -74,6 +74,19 @@ def test_a_section_that_raises_is_skipped_with_the_exceptions_text(tmp_path, mon
                                                        "why": "RuntimeError: the run failed: w0 timed out"}]
 
 
+def test_ctrl_c_in_a_section_ends_the_run_with_one_line(tmp_path, monkeypatch, capsys):
+    """What the section started it removes on its way out (its `with` blocks); the run says so
+    in one line and exits 130, with no traceback and no half-written JSON."""
+    def interrupted(_a):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(twin, "bench_pipeline", interrupted)
+    out = tmp_path / "b.json"
+    assert cli.main(["--only", "pipeline,trees", "--out", str(out)]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["agglab bench: interrupted during pipeline; nothing written"] and not out.exists()
+
+
 def test_a_wrapped_socket_error_is_named():
     """Thrift's transport error reads "unexpected exception"; what happened is its `inner`."""
     from thrift.transport.TTransport import TTransportException
@@ -104,7 +117,8 @@ FIGURE_KEYS = {"name", "value", "unit", "target", "met", "link_mbps", "scale", "
                "cpu_reference_s"}
 TINY = ["--elements", "12800", "--rates", "20", "--wide-rates", "50", "--reroute-elements", "20000",
         "--switchfail-kills", "1", "--daemon-seconds", "1", "--bmv2-reroute-runs", "1",
-        "--policer-frames", "20000", "--policer-runs", "1", "--chaos-seeds", "2", "--chaos-elements", "20000"]
+        "--policer-frames", "20000", "--policer-runs", "1", "--chaos-seeds", "2", "--chaos-elements", "20000",
+        "--limit-seconds", "1", "--limit-elements", "32768"]
 
 
 def _bench(tmp_path, sections: list[str], timeout: float) -> dict:
@@ -176,3 +190,32 @@ def test_the_policer_and_chaos_sections_run_tiny(tmp_path):
     assert policed[0]["policed"] > 0 and policed[1]["policed"] == 0
     (seeds,) = [f for f in report["figures"] if f["name"].startswith("chaos seeds ending")]
     assert sum(seeds["outcomes"].values()) == 2
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+@pytest.mark.net_timeout(600)
+def test_the_limit_section_runs_tiny(tmp_path):
+    """The kernel (a bridge), the software switch and an agent through one veth + htb chain, at
+    both rates: CPU per frame that is positive and made of the parts it names, each path's
+    ratio to the kernel's at its rate, the switch dearer per frame than the kernel (the agent
+    too, at the low rate), an agent's receive batches of one result at the low rate and of more
+    at the high rate; and nothing left behind (the leftovers check after every network test)."""
+    report = _bench(tmp_path, ["limit"], timeout=540)
+    _check_sections(report, ["limit"], {})
+    figs = {(f["path"], f["rate"]): f for f in report["figures"] if f["section"] == "limit"}
+    assert set(figs) == {(p, r) for p in ("kernel", "switch", "agent") for r in ("high", "low")}
+    for (path, rate), f in figs.items():
+        kernel = figs["kernel", rate]["value"]
+        assert f["value"] > 0 and f["unit"] == "µs/frame" and f["frames"] > 0, f
+        assert f["ratio_to_kernel"] == pytest.approx(f["value"] / kernel, rel=0.01, abs=0.002), f
+        parts = f["cpu_us_per_frame_parts"]
+        assert all(v > 0 for v in parts.values()) and sum(parts.values()) == pytest.approx(f["value"], rel=0.01), f
+        assert f"{f['ratio_to_kernel']:.1f}x the kernel's" in f["detail"]
+    for rate in ("high", "low"):
+        assert set(figs["switch", rate]["cpu_us_per_frame_parts"]) == {"switch process", "NAPI thread"}
+        assert figs["switch", rate]["value"] >= figs["kernel", rate]["value"]
+    # an agent's frame is counted each way, and at the high rate its batches are full (1.6x the
+    # kernel's seen under load), so only the low rate, a wake-up per frame, is compared
+    assert figs["agent", "low"]["value"] >= figs["kernel", "low"]["value"]
+    assert figs["agent", "low"]["results_per_batch"] <= 1.5 < figs["agent", "high"]["results_per_batch"]

@@ -31,6 +31,9 @@ an emulation is only faithful while the links, not the CPU, are the bottleneck):
              (skipped without BMv2/p4c; a build not installed says how to build it)
   bmv2-reroute  k=4 fat-tree of BMv2 switches, a rat tree link fails mid-run, dense and
              sparse, 3 runs each (--bmv2-reroute-runs): phases, exactness  (install < 250 ms)
+  limit      CPU µs per frame through one veth + htb chain: the kernel (a Linux bridge),
+             the software switch and an agent, at a high rate (batches full) and a low
+             rate (a frame per wake-up), each as a ratio to the kernel's  (informational)
 
     sudo .venv/bin/python -m agglab.bench                      # everything, results/bench/<time>.json
     sudo .venv/bin/python -m agglab.bench --only daemon,build --compare results/bench/PREV.json
@@ -51,6 +54,8 @@ client), and the table below is the one place a section is named, in the order t
   faults.py     policer, chaos: hostile traffic and seeded faults
   scale.py      build, trees: the control plane at scale
   bmv2.py       bmv2: BMv2 builds beside the twin (also `python -m agglab.bench.bmv2`)
+  limit.py      limit: the switch's and the agent's CPU per frame beside the kernel's
+  limit_chain.py  the namespaces, shaped veths and NAPI threads the limit section runs on
   sparse_sweep.py  dense vs sparse over densities (`python -m agglab.bench.sparse_sweep`; not a section)
 """
 
@@ -76,6 +81,7 @@ TABLE = {
     "trees": ("scale", False),
     "bmv2": ("bmv2", True),
     "bmv2-reroute": ("recovery", True),
+    "limit": ("limit", True),
 }
 SECTIONS = tuple(TABLE)
 ROOT_SECTIONS = frozenset(name for name, (_, root) in TABLE.items() if root)

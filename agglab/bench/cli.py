@@ -72,6 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="slots per worker of the sparse runs (default the run default, ground/runspec.py "
                          "SPARSE_WINDOW): each slot "
                          "is a column whose lead round is sent whatever the density")
+    ap.add_argument("--limit-seconds", type=float, default=5.0,
+                    help="seconds each kernel and switch run of the limit section is measured (default 5)")
+    ap.add_argument("--limit-elements", type=int, default=1_048_576,
+                    help="int32 of each agent allreduce of the limit section (default 1048576)")
+    ap.add_argument("--limit-gap-ms", type=float, default=0.0,
+                    help="ms between a frame's arrival and the next frame at the limit section's low rate, "
+                         "kernel and switch (default 0: back to back, as the agent's window of 1)")
     ap.add_argument("--out", type=Path, help="JSON file (default results/bench/<time>.json)")
     ap.add_argument("--compare", type=Path, metavar="PREV.json", help="print each figure's change since PREV")
     return ap
@@ -92,6 +99,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         unknown.append(f"--wide-rates {a.wide_rates}")
     if a.sparse_window is not None and not 1 <= a.sparse_window <= wire.SLOTS:
         unknown.append(f"--sparse-window {a.sparse_window}")
+    if a.limit_seconds <= 0 or a.limit_elements < 1 or a.limit_gap_ms < 0:
+        unknown.append("--limit-seconds/--limit-elements/--limit-gap-ms")
     if unknown or a.elements < 1 or any(r <= 0 for r in (a.rates or [1]) + (a.wide_rates or [1])):
         ap.exit(2, f"agglab bench: bad arguments {unknown or [a.elements]}; sections are {', '.join(SECTIONS)}\n")
     if a.compare and not a.compare.is_file():
@@ -146,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         try:
             figures = bench.measure(section, a)
+        except KeyboardInterrupt:                    # the section removed what it started on its way out
+            print(f"agglab bench: interrupted during {section}; nothing written", file=sys.stderr)
+            return 130
         except Exception as exc:                     # one broken section must not lose the others
             why = failure_text(exc)
             report["skipped"].append({"section": section, "why": why})
