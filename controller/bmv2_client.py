@@ -30,8 +30,9 @@ RANGE_CELLS = 2048          # up to this many cells, register_read_ranges reads 
 ANSWER_BYTES = 64
 PIPELINE_WINDOW = 256       # small answers in flight where the receive buffer is not known
 RECEIVE_BUFFER = 8 << 20    # asked of the kernel for each connection (SO_RCVBUFFORCE as root)
-from controller.bmv2_ways import (THRIFT_IP, _captured, _check, _cli_session, _p4utils_command,
-                                  _wait_for_port, connect_api, load_runtime_cli_program)
+from controller.bmv2_cli_session import CliSession
+from controller.bmv2_ways import (THRIFT_IP, _captured, _check, _p4utils_command, _wait_for_port, connect_api,
+                                  load_runtime_cli_program)
 
 
 class Bmv2Client(SwitchClient):
@@ -52,6 +53,7 @@ class Bmv2Client(SwitchClient):
             _wait_for_port(name, thrift_port, timeout, thrift_ip)
             api, via = connect_api(name, thrift_port, thrift_ip)
         self.via = via or "runtime_CLI"
+        self._cli = CliSession(name, thrift_port, thrift_ip) if self.via == "simple_switch_CLI" else None
         # Batches (a reroute's entries and groups) go out as pipelined Thrift requests, encoded
         # with runtime_CLI's parsers, through p4-utils too: its API is one blocking call a
         # line, and a reroute through it took 600-900 ms where runtime_CLI's took under 250.
@@ -99,6 +101,10 @@ class Bmv2Client(SwitchClient):
         waiting (registers always; tables and multicast too through runtime_CLI); a line it
         does not translate runs through the API in its place, after the answers before it.
         register_resets stay posted: acknowledged at this client's next call."""
+        if self._cli is not None:                   # the whole batch down the CLI's pipe at once
+            with self._lock:
+                outs = self._run_lines(lines)
+            return lambda: outs
         answers: list[Callable[[], str]] = []
         mine: list[tuple[Request, str]] = []
         with self._lock, self._corked():
@@ -146,7 +152,7 @@ class Bmv2Client(SwitchClient):
             return [_check(self.name, line, _p4utils_command(self._api, line)) for line in lines]
         if self.via == "runtime_CLI":
             return [_check(self.name, line, _captured(self._api.onecmd, line)[1]) for line in lines]
-        return _cli_session(self.name, self.thrift_port, lines, self.thrift_ip)
+        return [_check(self.name, line, answer) for line, answer in zip(lines, self._cli.run(lines))]
 
     @contextlib.contextmanager
     def _corked(self):
@@ -324,6 +330,8 @@ class Bmv2Client(SwitchClient):
         return [f"register_fill {name} {start} {count} {int(value)}"]
 
     def close(self) -> None:
+        if self._cli is not None:
+            self._cli.close()
         if self._thrift is not None:
             with self._lock, contextlib.suppress(SwitchCommandError):
                 self._settle()

@@ -4,7 +4,8 @@ Why three: users of p4-utils program BMv2 through its `SimpleSwitchThriftAPI` (P
 table_add(table, action, keys, params), register_read(name), mc_node_create(rid, ports) ...),
 so where p4-utils imports, that is what agglab uses too. Without p4-utils, BMv2's own
 runtime_CLI module (the code behind simple_switch_CLI) takes the same command lines through
-`onecmd`; without BMv2's Python modules, one simple_switch_CLI process per batch. Each way
+`onecmd`; without BMv2's Python modules, a simple_switch_CLI process per switch, fed through a pipe
+(controller/bmv2_cli_session.py). Each way
 takes simple_switch_CLI's command lines and answers in its words, so Bmv2Client
 (controller/bmv2_client.py) speaks one language whichever is in use.
 """
@@ -16,11 +17,10 @@ import os
 import re
 import shlex
 import socket
-import subprocess
 import threading
 import time
 
-from controller.bmv2_tools import cli_python, find_bmv2_tool
+from controller.bmv2_tools import find_bmv2_tool
 from controller.switch_client import SwitchCommandError
 
 _ERROR = re.compile(r"Error|Invalid|exception|Traceback|\*\*\* Unknown")
@@ -300,20 +300,3 @@ def _describe(verb: str, args: list[str], result) -> str:
     if verb == "table_num_entries" and result is not None:
         return str(result)
     return ""
-
-
-def _cli_session(name: str, thrift_port: int, lines: list[str], thrift_ip: str = THRIFT_IP) -> list[str]:
-    """All lines through one simple_switch_CLI process; answers split at its prompts."""
-    if not lines:
-        return []
-    cli = find_bmv2_tool("simple_switch_CLI")
-    if not cli:
-        raise SwitchCommandError("simple_switch_CLI not found (is BMv2 installed?)")
-    proc = subprocess.run([cli_python(), cli, "--thrift-ip", thrift_ip, "--thrift-port", str(thrift_port)],
-                          input="\n".join(lines) + "\n",
-                          capture_output=True, text=True, timeout=60 + len(lines) // 50)
-    answers = [part.strip() for part in proc.stdout.split("RuntimeCmd: ")[1:1 + len(lines)]]
-    if proc.returncode != 0 or len(answers) != len(lines):
-        raise SwitchCommandError(f"{name}: simple_switch_CLI failed ({proc.returncode}): "
-                                 f"{(proc.stdout + proc.stderr)[-2000:]}")
-    return [_check(name, line, answer) for line, answer in zip(lines, answers)]

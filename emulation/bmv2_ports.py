@@ -12,6 +12,17 @@ Debian 12, see docs/design/failures.md "Link failures on BMv2"):
 So the emulator pauses the traffic sources (the processes in the hosts' namespaces: workers)
 with SIGSTOP, waits until the switches' interfaces stop counting packets, changes the ports,
 and lets the sources go on. The pause lasts the drain (typically 50-200 ms) plus the Thrift calls.
+
+Counters that stopped are a guess, not the event: a packet is counted when it reaches the
+interface, before simple_switch's receive thread reads it, and on a loaded 2-core machine that
+thread can wait longer than the 50 ms settle for a CPU with packets still to read. Nor is an
+idle switch safe at any instant: the receive thread (bmi_port.c run_select) leaves select() every
+100 ms and takes the port manager's read lock before it selects again; a port_remove whose write
+lock comes first waits for an echo that thread can no longer give. Either way the Thrift call
+never returns and ends at the client's CALL_TIMEOUT as `TTransportException: unexpected
+exception` (inner `TimeoutError('timed out')`: Thrift only names errno ETIMEDOUT a timeout).
+So before each port change the network also waits for the event itself: the switch's receive
+thread asleep inside select() (/proc/PID/task/*/syscall), the one place where it answers.
 """
 
 from __future__ import annotations
@@ -89,3 +100,52 @@ def sources_paused(pids: list[int]):
         yield stop(pids, stopped)
     finally:
         resume(stopped)
+
+
+# select() and pselect6() per machine: simple_switch's receive thread is its only thread in one
+# (glibc's select() is pselect6 on x86-64 Debian 12; its Thrift and other threads poll or wait
+# on futexes)
+SELECT_SYSCALLS = {"x86_64": {"23", "270"}, "aarch64": {"72"}}
+
+
+def receive_thread_asleep(pid: int) -> bool | None:
+    """True when a thread of process `pid` sleeps inside select() (BMv2: its receive thread,
+    idle: a port change now is answered); None where that cannot be read (another machine
+    kind, the process gone)."""
+    numbers = SELECT_SYSCALLS.get(os.uname().machine)
+    if numbers is None:
+        return None
+    readable = False
+    for entry in _tasks(pid):
+        try:
+            with open(f"/proc/{pid}/task/{entry}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            with open(f"/proc/{pid}/task/{entry}/syscall") as f:
+                number = f.read().split(" ", 1)[0]
+        except (OSError, IndexError):
+            continue
+        readable = True
+        if number in numbers and state == "S":
+            return True
+    return False if readable else None
+
+
+def _tasks(pid: int) -> list[str]:
+    try:
+        return os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+
+
+def wait_receive_asleep(pid: int | None, limit: float = 2.0) -> bool:
+    """Wait (at most `limit` s) until switch process `pid`'s receive thread sleeps in select();
+    whether it did (False also where it cannot be seen: the caller goes on as before)."""
+    if pid is None:
+        return False
+    end = time.monotonic() + limit
+    while True:
+        asleep = receive_thread_asleep(pid)
+        if asleep or asleep is None or time.monotonic() > end:
+            return bool(asleep)
+        time.sleep(0.001)
+

@@ -339,13 +339,22 @@ class EmulatedNetwork(SwitchFailures):
         with self._sources_quiet():
             if not up:
                 for n, _intf, number in ends:
+                    self._receive_asleep(n)
                     self.clients[n].command(f"port_remove {number}")
             changed = time.monotonic()
             self.net.configLinkStatus(a, b, "up" if up else "down")
             if up:
                 for n, intf, number in ends:
+                    self._receive_asleep(n)
                     self.clients[n].command(f"port_add {intf} {number}")
         return changed
+
+    def _receive_asleep(self, switch: str) -> None:
+        """Right before a port change: wait until the switch's receive thread sleeps in select()
+        (emulation/bmv2_ports.py says why the idle counters alone are a guess)."""
+        from emulation import bmv2_ports
+
+        bmv2_ports.wait_receive_asleep(getattr(self.net.get(switch).proc, "pid", None))
 
     @contextlib.contextmanager
     def _sources_quiet(self):

@@ -110,9 +110,11 @@ def test_p4utils_path(switch, monkeypatch):
 
 
 def test_simple_switch_cli_path(switch, monkeypatch):
-    """The third way in, one simple_switch_CLI process per batch (no BMv2 Python modules in the
-    controller's interpreter): it ran the script under whatever python3 came first on PATH,
-    which under pyenv or a venv has no `thrift`, so every batch died on the script's import."""
+    """The third way in, simple_switch_CLI fed through a pipe (no BMv2 Python modules in the
+    controller's interpreter). It ran the script under whatever python3 came first on PATH,
+    which under pyenv or a venv has no `thrift`, so every batch died on the script's import;
+    and it started a CLI process per line, so a fat-tree's set-up took many minutes: one
+    process now serves every call, and a CLI that died is replaced at the next call."""
     from controller.bmv2_client import Bmv2Client
     from controller.bmv2_ways import API_ENV
 
@@ -121,10 +123,20 @@ def test_simple_switch_cli_path(switch, monkeypatch):
     assert client.via == "simple_switch_CLI"
     name, size = _biggest_register(switch)
     client.commands([f"register_write {name} 3 77", "table_add ipv4_lpm ipv4_forward 10.0.0.7/32 => 02:00:00:00:00:07 7"])
+    cli = client._cli.proc.pid
     assert client.command(f"register_read {name} 3").endswith("= 77")
     assert client.command("table_num_entries ipv4_lpm").strip().endswith("1")
     with pytest.raises(SwitchCommandError):
         client.commands([f"register_write {name} {size} 1"])       # one past the end
+    assert client.register_read(name, 3) == 77                     # the same CLI goes on after an error
+    assert client._cli.proc.pid == cli
+    client.command("table_clear ipv4_lpm")
+    client._cli.proc.kill()
+    client._cli.proc.wait()
+    _exercise(client, switch)                                       # a new CLI, every call through it
+    assert client._cli.proc.pid != cli
+    client.close()
+    assert client._cli.proc is None
 
 
 def test_one_batch_as_pipelined_requests(switch, monkeypatch):

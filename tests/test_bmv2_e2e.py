@@ -107,3 +107,19 @@ def test_lab_script_on_bmv2(tmp_path):
     assert proc.stdout.count("allreduce: exact") == 2, proc.stdout + proc.stderr
     assert "link_down" in proc.stdout
     assert_clean()
+
+
+def test_fat_tree_reroute_step_by_step_through_simple_switch_cli(monkeypatch):
+    """The third way in (simple_switch_CLI, no BMv2 Python modules in the controller) has no
+    pipelined batches, so a failure reroutes through controller/reroute/steps.py: freeze,
+    drain, snapshot, new trees, reset, install, preload, one step after the other. Its first
+    run on BMv2: a tree link fails half-way, and the sum is still exact."""
+    from controller.bmv2_ways import API_ENV
+
+    monkeypatch.setenv(API_ENV, "simple_switch_CLI")
+    r = allreduce("--topology", "fattree", "--k", "4", "--workers", "8", "--tree", "rat",
+                  "--elements", "20000", "--fail", "tree@0.5", timeout=300)
+    assert r["ok"] and r["exact"], r
+    [failure] = r["failures"]
+    assert failure["on_tree"] and failure["install_ms"] is not None, failure
+    assert "snapshot_ms" in failure and "first_round_ms" not in failure, failure   # the step path's phases

@@ -1,8 +1,8 @@
 """The reroute one step after the other: where a switch's batches do not pipeline.
 
 Why a path of its own: without a client that sends a batch before it reads the answers
-(BMv2 without its Thrift modules: one `simple_switch_CLI` process per batch), the rounds of
-bulk.py would not overlap the switches' work, so the reroute runs its steps in turn on every
+(BMv2 without its Thrift modules: lines down a `simple_switch_CLI` pipe, answered in turn),
+the rounds of bulk.py would not overlap the switches' work, so the reroute runs its steps in turn on every
 switch: freeze, drain, snapshot, new trees, reset, install, preload, publish. BMv2's pipeline
 threads can run a packet that matched an `agg_job` entry before its delete returned, hence
 the drain (the job's `drain`) after the freeze.

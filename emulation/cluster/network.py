@@ -411,6 +411,10 @@ class ClusterNetwork(EmulatedNetwork):
         """Every server's sources stopped and switch ports idle, through its agent (bmv2.py)."""
         return bmv2.sources_quiet(self)
 
+    def _receive_asleep(self, switch: str) -> None:
+        """Not here: the switch's threads are on its server (the pid here is ssh's), and its
+        agent's idle wait (bmv2.sources_quiet) is the counters' only."""
+
     def hang_switch(self, name: str) -> float:
         raise ValueError("hanging a switch is not supported in cluster mode (no liveness probe across servers)")
 
