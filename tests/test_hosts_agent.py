@@ -112,9 +112,9 @@ def test_consistency_check_raises_iff_lengths_differ(lengths, window):
     if len(set(lengths)) == 1:
         check_lead(total, n=n, rank=0, length=lengths[0], window=window, dtype=np.int32)
     else:
-        with pytest.raises(LengthMismatchError):
+        with pytest.raises(LengthMismatchError, match=f"rank 0: length {lengths[0]} differs from the other workers'"):
             check_lead(total, n=n, rank=0, length=lengths[0], window=window, dtype=np.int32)
-    with pytest.raises(WorkerCountMismatchError):
+    with pytest.raises(WorkerCountMismatchError, match=f"aggregated {n} contributions but workers={n + 1};"):
         check_lead(total, n=n + 1, rank=0, length=lengths[0], window=window, dtype=np.int32)
 
 
@@ -184,7 +184,7 @@ def test_a_large_job_polls_the_controller_less_often(monkeypatch, workers, polls
     clock = _FakeClock()
     monkeypatch.setattr(slots_module, "time", clock)
     calls = []
-    with pytest.raises(AllreduceTimeout):
+    with pytest.raises(AllreduceTimeout, match="made no progress for 0.40 s; 5 of 5 slots unfinished"):
         allreduce(np.zeros(5 * K, np.int32), transport=_Silent(clock), rank=0, workers=workers, give_up=0.4,
                   control=lambda: calls.append(clock.now))
     assert abs(len(calls) - polls) <= 2, len(calls)

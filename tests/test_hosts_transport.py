@@ -245,7 +245,7 @@ def test_a_socket_above_fd_setsize_still_waits_for_the_pacer():
         with UdpTransport("127.0.0.1", SERVICE, port=port) as t:
             fd = t.sock.fileno()
             assert fd >= FD_SETSIZE
-            with pytest.raises(ValueError):
+            with pytest.raises(ValueError, match="filedescriptor out of range in select"):
                 select.select((fd,), (), (), 0)
             assert not t._readable(fd, 0.01)
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
