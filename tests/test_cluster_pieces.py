@@ -98,7 +98,7 @@ def test_what_a_cluster_cannot_run_is_refused_in_one_line_before_anything_is_bui
     base = dict(topology="fattree", k=4, workers=8, tree="rat", cluster=str(f))
     for backend in ("soft", "bmv2"):                  # both data planes run on a cluster
         assert check_run(RunSpec(backend=backend, **base)).spec.cluster == str(f)
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(ValueError, match=f"^{flag}: not supported with --cluster") as err:
         check_run(RunSpec(**base, **extra))
     assert str(err.value).startswith(f"{flag}: not supported with --cluster") and "\n" not in str(err.value)
 
@@ -115,6 +115,7 @@ def test_agent_stops_the_hosts_processes_resumes_them_and_signals_a_pid(tmp_path
     import sys
     from pathlib import Path
 
+    from agglab.testkit.waits import wait_until
     from tests.conftest import REPO
 
     def state(pid: int) -> str:
@@ -126,13 +127,8 @@ def test_agent_stops_the_hosts_processes_resumes_them_and_signals_a_pid(tmp_path
                              stdout=subprocess.PIPE)
     inside = None
     try:
-        for _ in range(200):                          # the sleep the namespaced shell started
-            kids = Path(f"/proc/{shell.pid}/task/{shell.pid}/children").read_text().split()
-            if kids:
-                inside = int(kids[0])
-                break
-            subprocess.run(["sleep", "0.01"])
-        assert inside is not None
+        inside = int(wait_until(lambda: Path(f"/proc/{shell.pid}/task/{shell.pid}/children").read_text().split(),
+                                60, "the sleep the namespaced shell starts")[0])
 
         def ask(line: str) -> list[bytes]:
             agent.stdin.write(line.encode() + b"\n")
