@@ -321,3 +321,59 @@ def test_agent_forwards_a_watched_interfaces_changes_from_netlink(tmp_path):
     finally:
         agent.stdin.close()
         assert agent.wait(5) == 0
+
+
+def test_each_server_with_an_empty_list_runs_on_none():
+    """A stop with no switch started on any server passes an empty list: that is no server, not
+    every server (9e5025e: `servers or self.remotes` made it every one)."""
+    from emulation.cluster.network import ClusterNetwork
+
+    net = ClusterNetwork.__new__(ClusterNetwork)           # no servers reached: only the fan-out
+    net.remotes = {"s1": "remote s1", "s2": "remote s2"}
+    assert net._each_server(lambda r: r, []) == []
+    assert net._each_server(lambda r: r, ["s2"]) == ["remote s2"]
+    assert sorted(net._each_server(lambda r: r)) == ["remote s1", "remote s2"]     # default: every server
+
+
+# An agent whose clock answer and link report disagree by a second, as one round trip's
+# asymmetry can make the head's offset estimate wrong: the report's own time, shifted by the
+# estimate, would fall before the change was made.
+_SKEWED_AGENT = """
+import sys, time
+for line in sys.stdin:
+    words = line.split()
+    if words[:1] == ["clock"]:
+        print("clock", repr(time.monotonic()), flush=True)
+    elif words[:1] == ["links"]:
+        print("links 1", flush=True)
+        print("link", words[1], "down", repr(time.monotonic() - 1.0), flush=True)
+"""
+
+
+def test_a_forwarded_link_event_is_dated_when_the_head_gets_it(tmp_path):
+    """8fcf446: the head dates a server's link event on its own clock when the report arrives,
+    never before the change was made (a failure's detection is measured from when it was made)."""
+    import queue
+    import subprocess
+    import sys
+    import time
+    from types import SimpleNamespace
+
+    from emulation.cluster.agent import AgentLink
+
+    class Remote:
+        server = SimpleNamespace(name="s1")
+
+        def popen(self, _cmd, **kwargs):
+            return subprocess.Popen([sys.executable, "-c", _SKEWED_AGENT], **kwargs)
+
+    link = AgentLink(Remote(), tmp_path).start()
+    try:
+        got: queue.Queue = queue.Queue()
+        made = time.monotonic()                       # the head makes the change
+        assert link.watch_links(["veth1"], lambda intf, up, t: got.put((intf, up, t)), wait=60)
+        intf, up, t = got.get(timeout=60)
+        assert (intf, up) == ("veth1", False)
+        assert made <= t <= time.monotonic()
+    finally:
+        link.close()
