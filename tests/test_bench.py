@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from agglab import bench
 from agglab.bench import cli, twin
 from emulation.fidelity import switchml_wire_seconds as wire_seconds
 from ground import wire
@@ -46,9 +47,10 @@ def test_bad_arguments_exit_2_with_one_line(args):
     assert len(res.stderr.strip().splitlines()) == 1 and "agglab bench" in res.stderr
 
 
-def test_a_section_that_raises_is_skipped_with_the_exceptions_text(tmp_path, monkeypatch):
-    """The others still run; the reason is never empty: an exception with no text of its own is
-    named with where it was raised and what it came from."""
+def test_a_section_that_raises_is_failed_with_the_exceptions_text(tmp_path, monkeypatch):
+    """A section that broke is a failure, not a skip (exit 1); the others still run; the reason
+    is never empty: an exception with no text of its own is named with where it was raised and
+    what it came from."""
     def bare(_a):
         try:
             {}["slots"]
@@ -62,16 +64,36 @@ def test_a_section_that_raises_is_skipped_with_the_exceptions_text(tmp_path, mon
     monkeypatch.setattr(twin, "bench_pipeline", bare)
     monkeypatch.setattr(twin, "bench_daemon", worded)
     monkeypatch.setattr(cli.os, "geteuid", lambda: 1000)         # daemon needs root: skipped before it runs
-    assert cli.main(["--only", "pipeline,daemon", "--out", str(out)]) == 0
-    pipeline, daemon = json.loads(out.read_text())["skipped"]
-    assert pipeline["section"] == "pipeline" and daemon == {"section": "daemon", "why": "needs root"}
+    assert cli.main(["--only", "pipeline,daemon", "--out", str(out)]) == 1
+    report = json.loads(out.read_text())
+    assert report["skipped"] == [{"section": "daemon", "why": "needs root"}]
+    (pipeline,) = report["failed"]
+    assert pipeline["section"] == "pipeline"
     assert pipeline["why"].startswith("TimeoutError raised at tests/test_bench.py:"), pipeline["why"]
     assert pipeline["why"].endswith("in bare: raise TimeoutError from KeyError: 'slots'"), pipeline["why"]
     monkeypatch.setattr(cli.os, "geteuid", lambda: 0)
     monkeypatch.setattr(cli.netlease, "refuse_if_busy", lambda: None)
-    assert cli.main(["--only", "daemon", "--out", str(out)]) == 0
-    assert json.loads(out.read_text())["skipped"] == [{"section": "daemon",
-                                                       "why": "RuntimeError: the run failed: w0 timed out"}]
+    assert cli.main(["--only", "daemon", "--out", str(out)]) == 1
+    report = json.loads(out.read_text())
+    assert report["skipped"] == [] and report["failed"] == [
+        {"section": "daemon", "why": "RuntimeError: the run failed: w0 timed out"}]
+
+
+def test_a_section_without_its_tool_is_skipped_not_failed(tmp_path, monkeypatch):
+    """BMv2 absent: the bmv2 sections are skipped with exactly that reason, and the run passes."""
+    from agglab.bench import bmv2
+
+    out = tmp_path / "b.json"
+    monkeypatch.setattr(cli.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(cli.netlease, "refuse_if_busy", lambda: None)
+    monkeypatch.setattr(bmv2, "installed_tool", lambda _name: None)
+    monkeypatch.setattr(bmv2, "find_bmv2_tool", lambda _name: None)
+    monkeypatch.setattr("controller.bmv2_tools.find_bmv2_tool", lambda _name: None)     # recovery's import
+    assert cli.main(["--only", "bmv2,bmv2-reroute", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["failed"] == [] and report["figures"] == []
+    assert report["skipped"] == [{"section": "bmv2", "why": bench.NO_BMV2},
+                                 {"section": "bmv2-reroute", "why": bench.NO_BMV2}]
 
 
 def test_ctrl_c_in_a_section_ends_the_run_with_one_line(tmp_path, monkeypatch, capsys):
@@ -104,7 +126,7 @@ def test_the_wide_section_runs_the_256_value_variant(tmp_path):
                     "--wide-rates", "50", "--out", str(out)], cwd=REPO, check=True, capture_output=True,
                    timeout=240)
     report = json.loads(out.read_text())
-    assert report["skipped"] == [] and report["values_per_packet"] == wire.K  # the parent's variant
+    assert report["skipped"] == report["failed"] == [] and report["values_per_packet"] == wire.K  # the parent's variant
     (f,) = report["figures"]
     assert f["name"] == "8 x 25,600 int32 at 50 Mb/s, K=256" and f["section"] == "wide"
     assert f["target"] is None and f["exact"] is True and "256 per packet" in f["scale"]
@@ -128,18 +150,20 @@ def _bench(tmp_path, sections: list[str], timeout: float) -> dict:
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     report = json.loads(out.read_text())
     assert {"time", "host", "cpus", "load_average", "load_average_end", "commit", "values_per_packet",
-            "figures", "skipped"} <= set(report)
+            "figures", "skipped", "failed"} <= set(report)
     return report
 
 
 def _check_sections(report: dict, sections: list[str], may_skip: dict[str, str]) -> None:
-    """Each section gave figures with every key, or was skipped for the reason allowed here
-    (a section that raised is listed in `skipped` with its exception: that fails)."""
+    """No section failed; each gave figures with every key, or was skipped for exactly the
+    reason allowed here."""
+    assert report["failed"] == [], report["failed"]
     skipped = {s["section"]: s["why"] for s in report["skipped"]}
+    for section, why in skipped.items():
+        assert section in sections and may_skip.get(section) == why, (section, why)
     for section in sections:
         figures = [f for f in report["figures"] if f["section"] == section]
         if section in skipped:
-            assert section in may_skip and may_skip[section] in skipped[section], (section, skipped[section])
             continue
         assert figures, f"section {section} gave no figure"
         for f in figures:
@@ -168,8 +192,7 @@ def test_every_network_section_runs_tiny(tmp_path):
     sections = ["daemon", "wire", "wide", "reroute", "switchfail", "build", "sparse", "bmv2", "bmv2-reroute"]
     report = _bench(tmp_path, sections, timeout=1400)
     no_bmv2 = not (find_bmv2_tool("simple_switch") and find_bmv2_tool("p4c"))
-    _check_sections(report, sections, {"bmv2": "simple_switch or p4c not found",
-                                        "bmv2-reroute": "simple_switch or p4c not found"} if no_bmv2 else {})
+    _check_sections(report, sections, {"bmv2": bench.NO_BMV2, "bmv2-reroute": bench.NO_BMV2} if no_bmv2 else {})
     (wire_run,) = [f for f in report["figures"] if f["section"] == "wire"]
     assert wire_run["name"].startswith("8 x 12,800 int32 at 20 Mb/s") and wire_run["exact"] is True
     reroutes = [f for f in report["figures"] if f["section"] == "reroute" and f["name"].startswith("reroute ")

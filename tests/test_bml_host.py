@@ -12,12 +12,12 @@ import json
 import os
 import socket
 import threading
-import time
 import warnings
 
 import numpy as np
 import pytest
 
+from agglab.testkit.waits import wait_until
 from controller.topologies import bcube
 from controller.trees.bml import schedule, simulate_bml
 from hosts.bml_host import (FRAME, HELLO, BmlHostError, plan_from_json, plan_to_json,
@@ -208,12 +208,14 @@ def test_a_wrong_frame_stops_the_host_at_once_though_another_peer_hangs():
     worker.start()
     try:
         for h in ("h2", "h3"):
-            while True:                                   # until h1 listens
+            def connected(h=h):                           # until h1 listens
                 try:
                     fakes.append(socket.create_connection((ips["h1", 0], port), source_address=(ips[h, 0], 0)))
-                    break
+                    return True
                 except ConnectionRefusedError:
-                    time.sleep(0.01)
+                    return False
+
+            wait_until(connected, 60, "h1 to listen")
             fakes[-1].sendall(HELLO.pack(b"BMLh", 0, len(h)) + h.encode())
         t = next(t for t in sched.stages[0] if (t.src, t.dst) == ("h2", "h1"))
         fakes[2].sendall(FRAME.pack(b"BMLf", 1, t.part, t.piece, 1, 40) + bytes(40))   # 30/3 int32 = 40 bytes

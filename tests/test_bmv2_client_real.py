@@ -56,7 +56,7 @@ def _exercise(client, program):
     assert client.register_read(name) == values
     assert client.register_read_ranges(name, [(5, 3), (size - 2, 2)]) == [values[5:8], values[-2:]]
     assert client.register_read(name, 9) == values[9]
-    with pytest.raises(SwitchCommandError):
+    with pytest.raises(SwitchCommandError, match=f"'register_write {name} {size} 1': .*INVALID_INDEX"):
         client.commands([f"register_write {name} {size} 1"])       # one past the end
     client.register_reset(name)
     assert set(client.register_read(name)) == {0}
@@ -66,7 +66,7 @@ def _exercise(client, program):
     assert client.command("table_num_entries ipv4_lpm").strip().endswith("2")
     client.command(f"table_delete ipv4_lpm {h1}")
     assert client.command("table_num_entries ipv4_lpm").strip().endswith("1")
-    with pytest.raises(SwitchCommandError):
+    with pytest.raises(SwitchCommandError, match="(?i)table ipv4_lpm has no action no_such_action"):
         client.table_add("ipv4_lpm", "no_such_action", ["10.0.0.3/32"], [])
     # the policer's set-up (meter rates as RATE:BURST words), read back in the CLI's words
     from controller.policer import policer_lines
@@ -126,7 +126,7 @@ def test_simple_switch_cli_path(switch, monkeypatch):
     cli = client._cli.proc.pid
     assert client.command(f"register_read {name} 3").endswith("= 77")
     assert client.command("table_num_entries ipv4_lpm").strip().endswith("1")
-    with pytest.raises(SwitchCommandError):
+    with pytest.raises(SwitchCommandError, match=f"'register_write {name} {size} 1': .*INVALID_INDEX"):
         client.commands([f"register_write {name} {size} 1"])       # one past the end
     assert client.register_read(name, 3) == 77                     # the same CLI goes on after an error
     assert client._cli.proc.pid == cli

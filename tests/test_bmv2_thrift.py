@@ -21,7 +21,7 @@ def test_port_map_is_the_pre_bitmap_with_port_zero_rightmost():
     assert port_map(["1", "2", "4"]) == "10110"
     assert port_map(["0"]) == "1"
     assert port_map([]) == ""
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"bad port in \['-1'\]"):
         port_map(["-1"])
 
 

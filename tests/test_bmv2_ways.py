@@ -68,7 +68,7 @@ def test_a_thrift_call_without_an_answer_gives_up():
 
     try:
         bmv2_ways._bound_calls(Api(), seconds=0.2)
-        with pytest.raises(TTransport.TTransportException):
+        with pytest.raises(TTransport.TTransportException, match="unexpected exception"):
             Client._iprot.readI32()
     finally:
         transport.close()

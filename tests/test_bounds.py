@@ -129,7 +129,7 @@ def test_ring_vs_rat_with_an_uplink_failing_half_way():
 
 def test_a_failure_picked_at_run_time_has_no_bound():
     g = ideal(topologies.single_switch(4, bw=10))
-    with pytest.raises(bounds.BoundError):
+    with pytest.raises(bounds.BoundError, match="tree@F picks its link at run time: no bound"):
         bounds.wire_seconds(spec(workers=4, fail=["tree@0.5"]), g)
 
 

@@ -5,6 +5,7 @@ nothing is left on any server, nor after `down`, on the head."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from agglab.testkit.waits import wait_until
 from ground.paths import RUN_ROOT
 from tests.test_cluster_practice import _leftovers, _ssh, in_head_pidns
 
@@ -109,7 +111,6 @@ def test_a_link_taken_down_on_a_server_itself_reaches_the_controller(cluster_fil
     """Not through the head's set_link: `ip link set ... down` on the server, as a pulled
     cable would be. The server's agent forwards netlink's event, the controller logs the
     link down and up again, and the next allreduce is exact."""
-    import time
 
     from emulation.session import Session
     from ground.runspec import RunSpec
@@ -121,12 +122,9 @@ def test_a_link_taken_down_on_a_server_itself_reaches_the_controller(cluster_fil
         remote = session.net.net.get(u).remote
 
         def logged(kind: str) -> list[dict]:
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                got = [info for _, info in session.events.of_kind(kind) if set(info["link"].split("-")) == {u, v}]
-                if got:
-                    return got
-                time.sleep(0.05)
+            with contextlib.suppress(AssertionError):
+                return wait_until(lambda: [info for _, info in session.events.of_kind(kind)
+                                           if set(info["link"].split("-")) == {u, v}], 60, kind)
             return []
 
         remote.run(f"ip link set dev {intf} down")

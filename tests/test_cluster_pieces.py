@@ -98,7 +98,7 @@ def test_what_a_cluster_cannot_run_is_refused_in_one_line_before_anything_is_bui
     base = dict(topology="fattree", k=4, workers=8, tree="rat", cluster=str(f))
     for backend in ("soft", "bmv2"):                  # both data planes run on a cluster
         assert check_run(RunSpec(backend=backend, **base)).spec.cluster == str(f)
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(ValueError, match=f"^{flag}: not supported with --cluster") as err:
         check_run(RunSpec(**base, **extra))
     assert str(err.value).startswith(f"{flag}: not supported with --cluster") and "\n" not in str(err.value)
 
@@ -115,6 +115,7 @@ def test_agent_stops_the_hosts_processes_resumes_them_and_signals_a_pid(tmp_path
     import sys
     from pathlib import Path
 
+    from agglab.testkit.waits import wait_until
     from tests.conftest import REPO
 
     def state(pid: int) -> str:
@@ -126,13 +127,8 @@ def test_agent_stops_the_hosts_processes_resumes_them_and_signals_a_pid(tmp_path
                              stdout=subprocess.PIPE)
     inside = None
     try:
-        for _ in range(200):                          # the sleep the namespaced shell started
-            kids = Path(f"/proc/{shell.pid}/task/{shell.pid}/children").read_text().split()
-            if kids:
-                inside = int(kids[0])
-                break
-            subprocess.run(["sleep", "0.01"])
-        assert inside is not None
+        inside = int(wait_until(lambda: Path(f"/proc/{shell.pid}/task/{shell.pid}/children").read_text().split(),
+                                60, "the sleep the namespaced shell starts")[0])
 
         def ask(line: str) -> list[bytes]:
             agent.stdin.write(line.encode() + b"\n")
@@ -325,3 +321,59 @@ def test_agent_forwards_a_watched_interfaces_changes_from_netlink(tmp_path):
     finally:
         agent.stdin.close()
         assert agent.wait(5) == 0
+
+
+def test_each_server_with_an_empty_list_runs_on_none():
+    """A stop with no switch started on any server passes an empty list: that is no server, not
+    every server (9e5025e: `servers or self.remotes` made it every one)."""
+    from emulation.cluster.network import ClusterNetwork
+
+    net = ClusterNetwork.__new__(ClusterNetwork)           # no servers reached: only the fan-out
+    net.remotes = {"s1": "remote s1", "s2": "remote s2"}
+    assert net._each_server(lambda r: r, []) == []
+    assert net._each_server(lambda r: r, ["s2"]) == ["remote s2"]
+    assert sorted(net._each_server(lambda r: r)) == ["remote s1", "remote s2"]     # default: every server
+
+
+# An agent whose clock answer and link report disagree by a second, as one round trip's
+# asymmetry can make the head's offset estimate wrong: the report's own time, shifted by the
+# estimate, would fall before the change was made.
+_SKEWED_AGENT = """
+import sys, time
+for line in sys.stdin:
+    words = line.split()
+    if words[:1] == ["clock"]:
+        print("clock", repr(time.monotonic()), flush=True)
+    elif words[:1] == ["links"]:
+        print("links 1", flush=True)
+        print("link", words[1], "down", repr(time.monotonic() - 1.0), flush=True)
+"""
+
+
+def test_a_forwarded_link_event_is_dated_when_the_head_gets_it(tmp_path):
+    """8fcf446: the head dates a server's link event on its own clock when the report arrives,
+    never before the change was made (a failure's detection is measured from when it was made)."""
+    import queue
+    import subprocess
+    import sys
+    import time
+    from types import SimpleNamespace
+
+    from emulation.cluster.agent import AgentLink
+
+    class Remote:
+        server = SimpleNamespace(name="s1")
+
+        def popen(self, _cmd, **kwargs):
+            return subprocess.Popen([sys.executable, "-c", _SKEWED_AGENT], **kwargs)
+
+    link = AgentLink(Remote(), tmp_path).start()
+    try:
+        got: queue.Queue = queue.Queue()
+        made = time.monotonic()                       # the head makes the change
+        assert link.watch_links(["veth1"], lambda intf, up, t: got.put((intf, up, t)), wait=60)
+        intf, up, t = got.get(timeout=60)
+        assert (intf, up) == ("veth1", False)
+        assert made <= t <= time.monotonic()
+    finally:
+        link.close()

@@ -124,7 +124,7 @@ def test_a_second_process_is_refused_naming_the_holder(tmp_path):
                               env=refusing_env())
     try:
         assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(netlease.NetworkBusy) as busy:
+        with pytest.raises(netlease.NetworkBusy, match=f"another network is running on this machine: pid {holder.pid} ") as busy:
             netlease.acquire(tmp_path, path=lease, wait=0)
         line = str(busy.value)
         assert f"pid {holder.pid}" in line and "/somewhere/net-x" in line and "\n" not in line

@@ -48,5 +48,5 @@ def test_natural_key():
 
 
 def test_bad_worker_count():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="need at least one worker"):
         single_switch(0)

@@ -147,7 +147,7 @@ def test_a_divergence_is_written_as_a_vector_that_replays(tmp_path):
     agg = {"job": 1, "slot": 1, "exp": 130}
     seq = Sequence("dense", "root", [(p, {"from": f"h{p}", "agg": {**agg, "worker": p - 1}, "values": [p]})
                                      for p in (1, 2, 3)])
-    with pytest.raises(difftest.Divergence) as caught:
+    with pytest.raises(difftest.Divergence, match="packet 3 on port 3: twin and BMv2 emit differently") as caught:
         difftest.run_pair(seq, Pipeline(seed=1), other, tmp_path)
     message = str(caught.value)
     assert "packet 3 on port 3" in message

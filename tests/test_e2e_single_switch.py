@@ -7,10 +7,10 @@ import json
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
+from agglab.testkit.waits import wait_until
 from ground import wire
 from ground.cleanup import clean
 from ground.paths import REPO, RUN_ROOT
@@ -78,17 +78,21 @@ def test_killed_run_is_cleaned_by_agglab_clean():
     proc = subprocess.Popen([sys.executable, "-m", "agglab", "allreduce", "--workers", "4",
                              "--elements", "3000000", "--json"], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:          # wait until workers are running
-        if any(RUN_ROOT.glob("*/run*/rank0.log")):
-            break
-        time.sleep(0.2)
-    time.sleep(1.0)
+    wait_until(lambda: any(RUN_ROOT.glob("*/run*/rank0.log")) and leftovers()["interfaces"],
+               what="the run's workers to start on its network")
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert any(leftovers().values()), "the killed run should have left something to clean"
     subprocess.run([sys.executable, "-m", "agglab", "clean"], check=True, cwd=REPO)
-    time.sleep(0.5)
+
+    def cleaned() -> bool:                       # namespace removal finishes asynchronously
+        try:
+            assert_clean()
+        except AssertionError:
+            return False
+        return True
+
+    wait_until(cleaned, 30, "what agglab clean removed to be gone")
     assert_clean()
     again = clean(verbose=False)                 # idempotent
     assert again == {"runs": 0, "processes": 0, "interfaces": 0}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,7 +50,7 @@ def test_sizes_parse_to_bytes(text, size):
 
 @pytest.mark.parametrize("bad", ["100", "100 Gbps/s", "fast", "10 MB/s"])
 def test_a_rate_without_a_unit_is_refused(bad):
-    with pytest.raises(UnitError):
+    with pytest.raises(UnitError, match=f"^{re.escape(repr(bad))} is not a rate: write e.g. 100Gbps"):
         parse_rate(bad)
 
 
@@ -118,7 +119,7 @@ def test_five_trends_ship_with_paper_claims():
     (base(plot="pie"), "plot"),
 ])
 def test_bad_definitions_name_the_key(raw, where, tmp_path):
-    with pytest.raises(ConfigError) as exc:
+    with pytest.raises(ConfigError, match=re.escape(where)) as exc:
         parse_definition(raw, "t.yaml").points(5.0, tmp_path)
     assert where in str(exc.value)
 
@@ -403,7 +404,7 @@ def test_pace_points_scale_each_model_by_its_own_gradient(tmp_path):
     (base(program="tensorflow"), "program"),
 ])
 def test_bad_pace_definitions_name_the_key(raw, where, tmp_path):
-    with pytest.raises(ConfigError) as exc:
+    with pytest.raises(ConfigError, match=re.escape(where)) as exc:
         parse_definition(raw, "t.yaml").points(5.0, tmp_path)
     assert where in str(exc.value)
 

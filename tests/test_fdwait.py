@@ -27,7 +27,7 @@ def test_a_pipe_above_fd_setsize_is_waited_for(high_fds):
     r, w = os.pipe()
     try:
         assert r >= 1024
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="filedescriptor out of range in select"):
             select.select([r], [], [], 0)            # what this module exists to avoid
         assert readable([r], 0.01) == []
         os.write(w, b"x")

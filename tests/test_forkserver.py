@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+from agglab.testkit.waits import wait_until
 from ground.forkserver import Launcher
 from tests.conftest import REPO
 
@@ -22,10 +23,8 @@ def test_a_forked_program_runs_in_the_namespace_and_with_the_descriptors_given(t
     read, write = os.pipe()
     try:
         target = holder.pid
-        for _ in range(100):                  # until unshare has made the namespace and exec'd
-            if os.stat(f"/proc/{target}/ns/net").st_ino != os.stat("/proc/self/ns/net").st_ino:
-                break
-            subprocess.run(["sleep", "0.05"])
+        wait_until(lambda: os.stat(f"/proc/{target}/ns/net").st_ino != os.stat("/proc/self/ns/net").st_ino,
+                   60, "unshare to make the namespace and exec")
         env = dict(os.environ, PYTHONPATH=str(REPO), CHILD_FD="77", CHILD_TAG="tagged")
         proc = launcher.spawn("tests.forkserver_child", ["3", "x"], tmp_path / "child.out", name="child",
                               env=env, cwd=tmp_path, netns=target, pass_fds={write: 77})

@@ -1,8 +1,7 @@
-"""The worker protocol against the model switch of agglab/testkit/fakenet.py (no softswitch needed).
-
-Why a model: it isolates the agent (windows, versions, duplicates, loss,
-consistency check, give-up) from the switch implementation; the same
-scenarios run through the real software switch in test_hosts_fakenet.py.
+"""The worker protocol (windows, versions, duplicates, loss, consistency check, give-up, timers)
+against the software switch's Pipeline in-process (agglab/testkit/fakenet.py), not a second
+hand-written model of the switch; a switch that misbehaves on purpose (silent, echoing late
+copies and junk) is a transport of the test's own.
 """
 
 
@@ -11,7 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ground import wire
-from agglab.testkit.fakenet import FakeNet, ModelSwitch, _get
+from agglab.testkit.fakenet import FakeNet, PayloadSwitch, _get
 import hosts.slots as slots_module           # the per-slot timers read slots.time
 from hosts import quantization as qz
 from hosts.agent import (AllreduceTimeout, DtypeMismatchError, LengthMismatchError,
@@ -67,7 +66,7 @@ def test_loss_recovered_exactly():
     for out, stats in results:
         assert np.array_equal(out, np.sum(arrays, axis=0, dtype=np.int32))
     assert sum(s.retransmissions for _, s in results) > 0
-    assert net.switch.stats["dup_reply"] + net.switch.stats["dup_drop"] > 0
+    assert net.payloads.stat("DUP_REPLY") + net.payloads.stat("DUP_DROP") > 0
 
 
 def test_window_smaller_than_job_and_successive_calls_continue_versions():
@@ -112,9 +111,9 @@ def test_consistency_check_raises_iff_lengths_differ(lengths, window):
     if len(set(lengths)) == 1:
         check_lead(total, n=n, rank=0, length=lengths[0], window=window, dtype=np.int32)
     else:
-        with pytest.raises(LengthMismatchError):
+        with pytest.raises(LengthMismatchError, match=f"rank 0: length {lengths[0]} differs from the other workers'"):
             check_lead(total, n=n, rank=0, length=lengths[0], window=window, dtype=np.int32)
-    with pytest.raises(WorkerCountMismatchError):
+    with pytest.raises(WorkerCountMismatchError, match=f"aggregated {n} contributions but workers={n + 1};"):
         check_lead(total, n=n + 1, rank=0, length=lengths[0], window=window, dtype=np.int32)
 
 
@@ -184,7 +183,7 @@ def test_a_large_job_polls_the_controller_less_often(monkeypatch, workers, polls
     clock = _FakeClock()
     monkeypatch.setattr(slots_module, "time", clock)
     calls = []
-    with pytest.raises(AllreduceTimeout):
+    with pytest.raises(AllreduceTimeout, match="made no progress for 0.40 s; 5 of 5 slots unfinished"):
         allreduce(np.zeros(5 * K, np.int32), transport=_Silent(clock), rank=0, workers=workers, give_up=0.4,
                   control=lambda: calls.append(clock.now))
     assert abs(len(calls) - polls) <= 2, len(calls)
@@ -199,7 +198,7 @@ class _SlowLink:
 
     def __init__(self, clock, mbps, base=0.001):
         self.clock, self.byte_time, self.base = clock, 8 / (mbps * 1e6), base
-        self.switch, self.leaves_at, self.due = ModelSwitch(1), 0.0, []
+        self.switch, self.leaves_at, self.due = PayloadSwitch(1), 0.0, []
 
     def send(self, payload):
         self.leaves_at = max(self.clock.now, self.leaves_at) + (len(payload) + wire.AGG_OFFSET) * self.byte_time
@@ -274,7 +273,7 @@ class _Echo:
     """
 
     def __init__(self, delay):
-        self.switch, self.out, self.late, self.sent, self.delay = ModelSwitch(1), [], [], 0, delay
+        self.switch, self.out, self.late, self.sent, self.delay = PayloadSwitch(1), [], [], 0, delay
 
     def send(self, payload):
         self.sent += 1
@@ -341,8 +340,22 @@ def test_float_zero_blocks_extremes_and_mixed_scales():
             assert err.max() <= qz.error_bound(e, 2), b
 
 
+def _star(n: int, trees=(0,), epochs=(0,)):
+    """A star's pipeline with agg_job entries for each of `trees` and `epochs` (one job)."""
+    from softswitch.pipeline import Pipeline
+    from softswitch.star import star_commands
+
+    pipeline = Pipeline()
+    first = star_commands(n, tree=trees[0], epoch=epochs[0])
+    more = [c for t in trees for e in epochs if (t, e) != (trees[0], epochs[0])
+            for c in star_commands(n, tree=t, epoch=e) if c.startswith("table_add agg_job ")]
+    for cmd in first + more:
+        pipeline.command(cmd)
+    return pipeline
+
+
 def test_tree_of_slot_and_progress():
-    net = FakeNet(2)
+    net = FakeNet(2, pipeline=_star(2, trees=(3, 1)))
     net.record = True
     progress = [[], []]
     arrays = ints(2, 10 * K)
@@ -363,7 +376,7 @@ def test_epoch_change_rebuilds_outstanding_packets():
     controller announces epoch 1: agents must resend everything outstanding with epoch 1,
     or they would stall and time out."""
     n, arrays = 3, ints(3, 40 * K, seed=4)
-    net = FakeNet(n)
+    net = FakeNet(n, pipeline=_star(n, epochs=(0, 1)))
     net.record = True
 
     def progress(done, total):
@@ -387,24 +400,44 @@ def window_queue_mbps(seconds: float, slots: int) -> float:
     return slots * (wire.FRAME_BYTES * 8) / seconds / 1e6
 
 
-def test_a_window_queued_at_a_slow_link_longer_than_the_rto_cap_needs_the_path_rate():
+class _SlowTreeLink(_SlowLink):
+    """The slow link is on the tree, past the switch: each result waits for the ones before it
+    on a FIFO at the link rate (the worker's own sends leave at once). On the fake clock."""
+
+    frames = 0
+
+    def send(self, payload):
+        for _, res in self.switch.process(0, payload):
+            self.frames += 1
+            self.leaves_at = max(self.clock.now + self.base, self.leaves_at) + (len(res) + wire.AGG_OFFSET) * self.byte_time
+            self.due.append((self.leaves_at, res))
+
+
+def test_a_window_queued_at_a_slow_link_longer_than_the_rto_cap_needs_the_path_rate(monkeypatch):
     """16 results queued at a link where they take 0.75 s (2.5 x the 0.3 s cap): told the
     tree's rate, the timers wait for the queue (a handful of resends at most); not told,
     every slot times out while its result is still queued and the resends lengthen the queue."""
     from hosts.rto import MAX_RTO
-    window, n = 16, 2
+    window = 16
     mbps = window_queue_mbps(2.5 * MAX_RTO, window)
-    arrays = ints(n, window * K * 3, seed=5)
-    expected = np.sum(arrays, axis=0, dtype=np.int32)
-    told = FakeNet(n, bottleneck_mbps=mbps)
-    for out, stats in ok(told.run(arrays, window=window, give_up=30, tree_mbps={"0": mbps})):
-        assert np.array_equal(out, expected)
-        assert stats.retransmissions <= 2
-    one_round = [a[:window * K] for a in arrays]       # the storm is slow: one round shows it
-    told, blind = FakeNet(n, bottleneck_mbps=mbps), FakeNet(n, bottleneck_mbps=mbps)
-    told.run(one_round, window=window, give_up=30, tree_mbps={"0": mbps})
-    results = blind.run(one_round, window=window, give_up=30)
-    resent = [r[1].retransmissions for r in results if not isinstance(r, BaseException)]
-    assert not resent or max(resent) > window
+    (x,) = ints(1, window * K * 3, seed=5)
+
+    def run(data, **told):
+        clock = _FakeClock()
+        monkeypatch.setattr(slots_module, "time", clock)
+        link = _SlowTreeLink(clock, mbps)
+        try:
+            return (*allreduce(data, transport=link, rank=0, workers=1, window=window, give_up=30,
+                               return_stats=True, **told), link)
+        except AllreduceTimeout:
+            return None, None, link
+
+    out, stats, _ = run(x, tree_mbps={"0": mbps})
+    assert np.array_equal(out, x)
+    assert stats.retransmissions <= 2
+    one_round = x[:window * K]                         # the storm is slow: one round shows it
+    _, _, told = run(one_round, tree_mbps={"0": mbps})
+    _, blind_stats, blind = run(one_round)
+    assert blind_stats is None or blind_stats.retransmissions > window
     # the spurious resends' answers are frames on the slow link: far more than the results
-    assert blind.link.frames > told.link.frames + window
+    assert blind.frames > told.frames + window

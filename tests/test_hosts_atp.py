@@ -9,10 +9,12 @@ import random
 import socket
 import threading
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from agglab.testkit.waits import wait_until
 from ground import wire
 from hosts.schemes import atp
 from hosts.protocol import decode, encode
@@ -110,13 +112,27 @@ def test_allreduce_on_loopback_is_exact_under_loss(loss, monkeypatch):
         assert sum(results[r][1]["retransmissions"] for r in range(1, n)) > 0
 
 
-def test_a_result_lost_after_the_ps_finished_is_answered_however_long_the_worker_was_silent():
+class _Clock:
+    """atp's time.monotonic, pushed ahead on demand; counts its reads, so a test knows the PS's
+    linger has looked at the clock since (the silence is a fake clock's jump, not a sleep)."""
+
+    def __init__(self):
+        self.ahead, self.reads = 0.0, 0
+
+    def monotonic(self) -> float:
+        self.reads += 1
+        return time.monotonic() + self.ahead
+
+
+def test_a_result_lost_after_the_ps_finished_is_answered_however_long_the_worker_was_silent(monkeypatch):
     """The frame behind the loss test's rare hangs: the PS's result of a job's last block to
     one worker is lost, and so are that worker's resends for a while (a run of losses, or a
     worker starved of CPU), while the PS has already completed every block. The PS must not
     forget the answer on a quiet timer: only the worker knows it still needs it."""
     ip = f"127.0.{random.randrange(2, 200)}."
     peers, nb, silence = [ip + "1", ip + "2"], 3, 3.5     # silent longer than the PS used to wait
+    clock = _Clock()
+    monkeypatch.setattr(atp, "time", SimpleNamespace(monotonic=clock.monotonic))
     ps = atp.AtpEndpoint(peers[0], peers, 0, job=5)
     ps_rows, w_rows = np.arange(nb * K, dtype=np.int32).reshape(nb, K), np.full((nb, K), 7, dtype=np.int32)
     served = {}
@@ -141,7 +157,9 @@ def test_a_result_lost_after_the_ps_finished_is_answered_however_long_the_worker
         assert sorted(result()[0] for _ in range(nb)) == list(range(nb))    # the last one is "lost"
         t.join(10)
         assert not t.is_alive() and "out" in served                          # the PS completed every block
-        time.sleep(silence)                                                  # the worker's resends are lost
+        clock.ahead, reads = silence, clock.reads                            # the worker's resends are lost
+        wait_until(lambda: clock.reads >= reads + 2 or not ps._linger.is_alive(),
+                   what="the PS's linger to look at the clock after the silence")
         send(nb - 1, atp.RETX)
         b, vals = result()
         assert b == nb - 1 and np.array_equal(vals, ps_rows[nb - 1] + 7)

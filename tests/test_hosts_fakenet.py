@@ -1,7 +1,7 @@
 """Agents and the software switch together: real frames through softswitch.Pipeline.
 
-Why: the agent tests use a model of the switch; this file proves the agent and
-the project's P4 pipeline (programmed with the same CLI commands the controller
+Why: beside the agent's own tests (tests/test_hosts_agent.py, on the same pipeline),
+this file proves the agent and the project's P4 pipeline (programmed with the same CLI commands the controller
 uses) agree on the wire format, the slot/version semantics, the reply
 addressing and loss recovery.
 """

@@ -82,9 +82,9 @@ def test_dissects_on_either_port():
 
 
 def test_encode_rejects_wrong_shapes_and_dtypes():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=rf"exactly K={K} values, got shape \({K - 1},\)"):
         encode({}, np.zeros(K - 1, np.int32))
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="values must be int32 .* got float32"):
         encode({}, np.zeros(K, np.float32))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=f"payload has {wire.PAYLOAD_BYTES - 1} bytes, need {wire.PAYLOAD_BYTES}"):
         decode(b"\0" * (wire.PAYLOAD_BYTES - 1))

@@ -2,7 +2,7 @@
 
 Why: `agglab allreduce --algorithm omnireduce` runs this entry point in every
 host namespace and checks its .npy/.json against expected_sparse_sum; here the
-same argv runs in threads against the sparse model switch behind a UDP socket
+same argv runs in threads against the software switch's sparse pipeline behind a UDP socket
 (as tests/test_hosts_transport.py does for the dense agent), on a free port.
 """
 

@@ -59,7 +59,7 @@ def test_disjoint_beyond_one_wraps_and_shares_evenly():
 
 
 @pytest.mark.parametrize("dtype", ["int32", "float32"])
-def test_expected_sum_and_bad_arguments(dtype):
+def test_expected_sum(dtype):
     args = (K * 50 + 1, dtype, 0.3, "random", K, 7)
     exp = expected_sparse_sum(3, *args)
     acc = sum(sparse_gradient(r, *args).astype(np.float64 if dtype == "float32" else np.int64)
@@ -68,12 +68,19 @@ def test_expected_sum_and_bad_arguments(dtype):
         assert exp.dtype == np.int32 and np.array_equal(exp, acc.astype(np.int32))
     else:
         assert exp.dtype == np.float64 and np.array_equal(exp, acc)
-    for bad in (dict(density=1.5), dict(pattern="striped"), dict(block_size=K + 1),
-                dict(dtype="float64"), dict(elements=-1)):
-        kw = dict(rank=0, elements=100, dtype="int32", density=0.5, pattern="random",
-                  block_size=K, seed=0) | bad
-        with pytest.raises(ValueError):
-            sparse_gradient(**kw)
+
+
+@pytest.mark.parametrize("bad,message", [
+    (dict(density=1.5), r"density must be in \[0, 1\], got 1.5"),
+    (dict(pattern="striped"), r"pattern must be one of \('random', 'overlap', 'disjoint'\), got 'striped'"),
+    (dict(block_size=K + 1), f"block_size must be a positive multiple of K={K}, got {K + 1}"),
+    (dict(dtype="float64"), r"dtype must be one of \('int32', 'float32'\), got 'float64'"),
+    (dict(elements=-1), "elements must be >= 0, got -1"),
+])
+def test_a_bad_argument_is_named(bad, message):
+    kw = dict(rank=0, elements=100, dtype="int32", density=0.5, pattern="random", block_size=K, seed=0) | bad
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        sparse_gradient(**kw)
 
 
 def test_zero_workers_have_nothing_and_change_nobody_else():
@@ -86,7 +93,7 @@ def test_zero_workers_have_nothing_and_change_nobody_else():
             assert np.array_equal(x, sparse_gradient(r, *args)) and x.any()
     total = expected_sparse_sum(4, *args, zero_workers=2)
     assert np.array_equal(total, sparse_gradient(2, *args) + sparse_gradient(3, *args))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="zero_workers must be >= 0, got -1"):
         sparse_gradient(0, *args, zero_workers=-1)
 
 
@@ -97,7 +104,7 @@ def test_nonzero_kblocks_spreads_a_block_to_its_k_sub_blocks():
     assert nonzero_kblocks(rows, K).tolist() == [i in (1, 9) for i in range(10)]
     assert nonzero_kblocks(rows, 2 * K).tolist() == [i in (0, 1, 8, 9) for i in range(10)]
     assert nonzero_kblocks(rows, 4 * K).tolist() == [i in (0, 1, 2, 3, 8, 9) for i in range(10)]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=f"block_size must be a positive multiple of K={K}, got 3"):
         nonzero_kblocks(rows, 3)
 
 

@@ -1,7 +1,7 @@
 """Real UDP sockets (loopback) and the retransmission-timeout estimator.
 
 Why: the in-process harness never touches `UdpTransport`; Mininet runs do.  A
-tiny UDP aggregation service on 127.0.0.x (the model switch behind a socket)
+tiny UDP aggregation service on 127.0.0.x (the software switch's pipeline behind a socket)
 proves the agent works over real datagrams, on a free port so it cannot
 collide with anything else on the machine.
 """
@@ -13,7 +13,7 @@ import threading
 import numpy as np
 import pytest
 
-from agglab.testkit.fakenet import ModelSwitch
+from agglab.testkit.fakenet import PayloadSwitch
 from hosts.agent import allreduce
 from hosts.rto import MAX_RTO, MIN_RTO, PEAK_HALF_LIFE, RtoEstimator
 from hosts.transport import Transport, UdpTransport
@@ -29,7 +29,7 @@ def free_port() -> int:
 
 def serve(sock: socket.socket, n: int, stop: threading.Event) -> None:
     """Aggregation service: child = last octet - 1 of the source address."""
-    switch, port = ModelSwitch(n), sock.getsockname()[1]
+    switch, port = PayloadSwitch(n), sock.getsockname()[1]
     sock.settimeout(0.05)
     while not stop.is_set():
         try:
@@ -37,8 +37,7 @@ def serve(sock: socket.socket, n: int, stop: threading.Event) -> None:
         except socket.timeout:
             continue
         for dest, res in switch.process(int(ip.rsplit(".", 1)[1]) - 1, payload):
-            for d in range(n) if dest is None else (dest,):
-                sock.sendto(res, (f"127.0.0.{d + 1}", port))
+            sock.sendto(res, (f"127.0.0.{dest + 1}", port))
 
 
 def test_allreduce_over_loopback_udp():
@@ -245,7 +244,7 @@ def test_a_socket_above_fd_setsize_still_waits_for_the_pacer():
         with UdpTransport("127.0.0.1", SERVICE, port=port) as t:
             fd = t.sock.fileno()
             assert fd >= FD_SETSIZE
-            with pytest.raises(ValueError):
+            with pytest.raises(ValueError, match="filedescriptor out of range in select"):
                 select.select((fd,), (), (), 0)
             assert not t._readable(fd, 0.01)
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:

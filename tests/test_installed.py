@@ -7,6 +7,12 @@ product module importing tests/, which is not installed) fails only for users. S
 copies the project's files (those git tracks or would track, as a fresh clone has them),
 `pip install`s that copy (not editable) into a fresh venv, and runs agglab from another
 directory, with no PYTHONPATH, so nothing can come from the checkout.
+
+Offline: the install uses no package index (`--no-index --no-build-isolation --no-deps`): the
+build backend is the system's setuptools, and the dependencies are those already installed,
+the system's (`--system-site-packages`) and the test environment's (its site-packages on the
+new venv's path, after the venv's own). As root it runs in a network namespace of its own, so
+it cannot reach the network even by mistake.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -44,8 +51,15 @@ def installed(tmp_path_factory):
     venv = root / "venv"
     python = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
     subprocess.run([python, "-m", "venv", "--system-site-packages", str(venv)], check=True)
-    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(src)], cwd=root,
-                         capture_output=True, text=True, env=_clean_env())
+    venv_site = next((venv / "lib").glob("python3*/site-packages"))
+    # the dependencies this test environment already has; a path line, so none of its own .pth
+    # files (the checkout's editable install) is read
+    (venv_site / "zz-test-dependencies.pth").write_text("".join(f"{p}\n" for p in site.getsitepackages()))
+    offline = ["unshare", "--net"] if os.geteuid() == 0 and shutil.which("unshare") else []
+    pip = subprocess.run([*offline, str(venv / "bin" / "pip"), "install", "-q", "--no-index", "--no-build-isolation",
+                          "--no-deps", str(src)], cwd=root, capture_output=True, text=True,
+                         env=dict(_clean_env(), PIP_NO_INDEX="1", PIP_FIND_LINKS="",
+                                  HTTP_PROXY="http://127.0.0.1:9", HTTPS_PROXY="http://127.0.0.1:9"))
     assert pip.returncode == 0, pip.stderr[-3000:]
     shutil.rmtree(src)                       # nothing may be read from the copy either
     work = root / "elsewhere"

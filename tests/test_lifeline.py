@@ -3,16 +3,17 @@ software switch, launcher, worker or standby process running."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
+from agglab.testkit.waits import wait_until
 from ground import lifeline
 from tests.leftovers import new_leftovers, leftovers
 
@@ -28,9 +29,8 @@ def _alive(pid: int) -> bool:
 
 def _gone_within(pids: set[int], seconds: float) -> set[int]:
     """The pids still alive after waiting up to `seconds` for them to go."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
-        time.sleep(0.1)
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: not any(_alive(p) for p in pids), seconds, "the processes to go")
     return {p for p in pids if _alive(p)}
 
 
@@ -92,10 +92,11 @@ def test_kill_9_of_a_run_leaves_no_switch_or_worker_running(tmp_path):
                             cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 120
-        while not any(_progress(f) > 0 for f in root.glob("*/*/rank*.progress")):
-            assert proc.poll() is None and time.monotonic() < deadline, "the run never started its allreduce"
-            time.sleep(0.05)
+        def started():
+            assert proc.poll() is None, "the run ended before its allreduce started"
+            return any(_progress(f) > 0 for f in root.glob("*/*/rank*.progress"))
+
+        wait_until(started, 120, "the run to start its allreduce")
         tree = _descendants(proc.pid)
         recorded = {int(line.split()[0]) for f in root.glob("*/pids") for line in f.read_text().splitlines()
                     if line.strip() and "shell" not in line}

@@ -67,6 +67,6 @@ def test_a_datagram_longer_than_its_slot_is_flagged_truncated(udp_pair):
 
 def test_receiving_on_a_closed_descriptor_raises():
     rx = mmsg.MsgBatch(2, 100)
-    with pytest.raises(OSError) as info:
+    with pytest.raises(OSError, match="Bad file descriptor") as info:
         rx.recv(10_000)
     assert info.value.errno == errno.EBADF

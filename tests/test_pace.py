@@ -132,5 +132,5 @@ def test_cost_model_fit_through_calls():
     assert fit.alpha_ms == pytest.approx(1.0) and fit.beta_ms_per_byte == pytest.approx(0.002)
     one = CostModel.fit([1000, 1000], [3.2, 2.8], beta_ms_per_byte=0.002)
     assert one.alpha_ms == pytest.approx(1.0) and one.beta_ms_per_byte == 0.002
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="calls of one size: give the per-byte cost"):
         CostModel.fit([1000, 1000], [3.2, 2.8])

@@ -142,7 +142,7 @@ def test_per_scale_sizes_must_cover_every_worker_count(tmp_path):
 @pytest.mark.parametrize("gradient,where", [({"eight": "1MiB"}, "emulated.gradient.eight"),
                                             ({}, "emulated.gradient"), ({2: "1 parsec"}, "network")])
 def test_bad_per_scale_sizes_name_the_key(gradient, where):
-    with pytest.raises(ConfigError) as exc:
+    with pytest.raises(ConfigError, match=f"^small.yaml: {re.escape(where)}: ") as exc:
         parse_definition(small(emulated={"gradient": gradient}), "small.yaml")
     assert where in str(exc.value)
 

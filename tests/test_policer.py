@@ -89,11 +89,11 @@ def test_the_batch_form_drops_the_same_number_and_a_job_port_is_never_metered():
 
 def test_bad_meter_commands_are_refused():
     p = Pipeline(seed=0)
-    with pytest.raises(CommandError):
+    with pytest.raises(CommandError, match="the peak rate must not be below the committed rate"):
         p.command("meter_set_rates port_meter 3 0.002:10 0.001:10")     # peak below committed
-    with pytest.raises(CommandError):
+    with pytest.raises(CommandError, match=r"meter index 900 out of range \(0\.\.511\)"):
         p.command("meter_set_rates port_meter 900 0.001:10 0.001:10")   # no such index
-    with pytest.raises(CommandError):
+    with pytest.raises(CommandError, match=r"Invalid meter name \(nometer\)"):
         p.command("meter_set_rates nometer 3 0.001:10 0.001:10")
     p.command("meter_set_rates port_meter 3 0.001:10 0.002:20")
     assert "0.002" in p.command("meter_get_rates port_meter 3")

@@ -90,7 +90,7 @@ def test_a_kept_result_is_preloaded_without_its_lanes_and_only_at_its_holder():
     cells = preload_cells(new, [0, 0], done)
     assert set(cells.lanes["c2"]["agg_values"]) == {slot_index(0, 0, 1)}    # slot 1's values, not slot 0's
     assert cells.rows["c2"][slot_index(1, 0, 0)]["agg_final"] == 1          # slot 0 still complete at the root
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="slot 0: result kept at c2, new root c3"):
         preload_cells(_installation({0: "c3"}), [0, 0], done)               # kept at c2, root now c3
 
 
@@ -164,7 +164,7 @@ def test_answers_are_read_to_their_last_byte_and_errors_raise_as_generated():
     read, at = _reader(stream)
     assert CellCodec.receiver(read, "bm_register_read", errors)() == -5
     assert CellCodec.receiver(read, "bm_register_write", errors)() is None
-    with pytest.raises(InvalidRegisterOperation) as exc:
+    with pytest.raises(InvalidRegisterOperation, match=r"code=2") as exc:
         CellCodec.receiver(read, "bm_register_write", errors)()
     assert exc.value.code == 2
     assert CellCodec.receiver(read, "bm_register_read", errors)() == -5     # the stream stays in step

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from controller import topologies
@@ -33,7 +35,7 @@ from ground.runspec import FailSpec, RunPlan, RunSpec, SwitchFailSpec, WorkerSea
      "host variant does not re-plan"),
 ])
 def test_bad_fields_are_refused_with_one_line_naming_the_option(changes, words):
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(ValueError, match=re.escape(words)) as info:
         RunSpec(**changes).validate()
     assert words in str(info.value) and "\n" not in str(info.value)
 

@@ -10,11 +10,11 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
+from agglab.testkit.waits import wait_until
 from tests.leftovers import leftovers, new_leftovers
 
 REPO = Path(__file__).resolve().parent.parent
@@ -108,11 +108,11 @@ def test_signal_stops_the_command_cleanly(command, moment, signum, tmp_path):
                threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True)]
     for r in readers:
         r.start()
-    deadline = time.monotonic() + 120
-    while not REACHED[moment](root, "".join(err)):
+    def reached():
         assert proc.poll() is None, f"finished before the {moment} moment: {''.join(err)[-2000:]}"
-        assert time.monotonic() < deadline, f"never reached {moment}: {''.join(err)[-2000:]}"
-        time.sleep(0.02)
+        return REACHED[moment](root, "".join(err))
+
+    wait_until(reached, 120, lambda: f"the {moment} moment: {''.join(err)[-2000:]}")
     proc.send_signal(signum)
     code = proc.wait(timeout=90)
     for r in readers:

@@ -22,6 +22,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from agglab.testkit.waits import wait_until
 from ground import wire
 from ground.addresses import SERVICE_IP
 from softswitch.control import ControlClient, SwitchCommandError, SwitchNotReady, wait_ready
@@ -214,6 +215,8 @@ def test_aggregation_bursts_take_the_batched_path(switch, lab):
     program_aggregation(switch.client, lab.hosts, job=1)
     vals = [[(w + 1) * 1000 + s * 7 + i for i in range(wire.K)] for s in range(slots) for w in (0, 1)]
     socks = [_udp_socket(h) for h in lab.hosts]
+    received = [f"/sys/class/net/{h.switch_if}/statistics/rx_packets" for h in lab.hosts]
+    before = [int(open(f).read()) for f in received]
     os.kill(switch.proc.pid, signal.SIGSTOP)
     try:
         for w, s in enumerate(socks):
@@ -222,7 +225,8 @@ def test_aggregation_bursts_take_the_batched_path(switch, lab):
                 burst.put(slot, wire.pack_agg(job=1, slot=slot, worker=w, exp=wire.EXP_BIAS, block=slot)
                           + struct.pack(f"!{wire.K}i", *vals[2 * slot + w]))
             assert burst.send(burst.fd, slots) == slots
-        time.sleep(0.2)
+        wait_until(lambda: all(int(open(f).read()) >= b + slots for f, b in zip(received, before)),
+                   what="the bursts to reach the stopped switch's ports")
     finally:
         os.kill(switch.proc.pid, signal.SIGCONT)
     try:
@@ -362,16 +366,19 @@ def test_a_held_switch_sleeps_between_commands(reflector):
     def state() -> str:
         """The daemon's scheduler state: S (waiting in a system call) or R (running / runnable)."""
         return open(f"/proc/{reflector.proc.pid}/stat").read().rsplit(")", 1)[1].split()[0]
-    reflector.client.command("ports_hold 3000")
+    seen = []
+
+    def waited_five_times() -> bool:             # a spinning loop is never seen waiting
+        seen.append(state())
+        return seen.count("S") >= 5
+
+    reflector.client.command("ports_hold 10000")
     try:
-        seen = []
-        for _ in range(20):                      # a spinning loop is R at (almost) every look
-            seen.append(state())
-            time.sleep(0.02)
+        wait_until(waited_five_times, 8, lambda: f"the held switch to wait in poll; states: {''.join(seen)}")
         assert reflector.client.command("ping") == "pong"
     finally:
-        reflector.client.command("ports_release")
-    assert seen.count("S") >= 15, f"states seen during the hold: {''.join(seen)}"
+        released = reflector.client.command("ports_release")
+    assert released == "released"                # the looks were all during the hold
 
 
 def test_sigterm_removes_socket_and_pidfile(reflector):
@@ -408,7 +415,5 @@ def test_lab_teardown_leaves_nothing(tmp_path):
         wait_ready(paths["control"], 20, log=paths["log"], process=proc).close()
     assert proc.poll() == 0
     assert h.ns not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    deadline = time.monotonic() + 5                   # netns deletion is asynchronous
-    while os.path.exists(f"/sys/class/net/{h.switch_if}") and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not os.path.exists(f"/sys/class/net/{h.switch_if}")
+    wait_until(lambda: not os.path.exists(f"/sys/class/net/{h.switch_if}"),  # netns deletion is asynchronous
+               what=f"{h.switch_if} to go with its namespace")

@@ -50,7 +50,7 @@ def test_forked_switches_answer_and_report_their_own_exit(launcher, tmp_path):
         assert proc.poll() is None
         assert open(f"/proc/{proc.pid}/comm").read().strip() == f"softswitch:{name}"
         assert os.getsid(proc.pid) == proc.pid                  # its own session, as start_new_session
-    with pytest.raises(subprocess.TimeoutExpired):
+    with pytest.raises(subprocess.TimeoutExpired, match="timed out after 0.2 seconds"):
         a.wait(timeout=0.2)
     b.kill()
     assert b.wait(timeout=10) == -signal.SIGKILL

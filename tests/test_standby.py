@@ -6,11 +6,12 @@ computed itself with that link down; a reroute must then take them instead of co
 
 from __future__ import annotations
 
+import contextlib
 import json
-import time
 
 import numpy as np
 
+from agglab.testkit.waits import wait_until
 from controller import topologies, trees
 from controller.reroute import failover
 from controller.addressing import assign_addresses
@@ -25,12 +26,9 @@ def fat_tree(workers: int = 8):
 
 
 def wait_for(cond, seconds: float = 60.0) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return cond()
+    with contextlib.suppress(AssertionError):
+        return bool(wait_until(cond, seconds))
+    return bool(cond())
 
 
 def test_the_standby_process_hands_back_each_failed_links_trees():

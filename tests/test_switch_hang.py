@@ -12,6 +12,7 @@ import threading
 
 import pytest
 
+from agglab.testkit.waits import wait_until
 from emulation.switch_probe import SwitchProbe
 
 
@@ -51,16 +52,15 @@ def test_the_probe_declares_only_the_silent_switch_hung():
         live, silent = _PairPing(), _PairPing()
         probe.add("s1", live)
         probe.add("s2", silent)
-        while silent.pings < 3:                 # both answer for a while
-            threading.Event().wait(0.02)
+        wait_until(lambda: silent.pings >= 3, what="the switches to answer")   # both answer for a while
         silent.answering.clear()
         assert seen.wait(30), "the silent switch was never declared hung"
         assert [h[0] for h in hung] == ["s2"]
         name, last, t = hung[0]
         assert t - last >= 0.3                  # silent for at least the bound
         count = live.pings
-        threading.Event().wait(0.5)
-        assert live.pings > count and [h[0] for h in hung] == ["s2"]   # s1 is still pinged, still live
+        wait_until(lambda: live.pings > count + 3, what="s1's next pings")        # s1 is still pinged, still live
+        assert [h[0] for h in hung] == ["s2"]
     finally:
         probe.stop()
 
@@ -71,9 +71,10 @@ def test_a_closed_channel_is_left_to_the_exit_watcher():
     try:
         chan = _PairPing()
         probe.add("s1", chan)
+        wait_until(lambda: probe.has_answered("s1"), what="s1 to answer")   # judged from now on
         chan.peer.close()                       # the process died: its socket closed
-        threading.Event().wait(1.0)
-        assert hung == []
+        wait_until(lambda: not probe.has_answered("s1"), what="the probe to drop the closed channel")
+        assert hung == []                       # dropped, never to be judged
     finally:
         probe.stop()
 
@@ -125,14 +126,20 @@ def test_a_bad_hang_switch_is_one_line_and_exit_2():
 
 
 def test_a_channel_that_never_answered_is_never_declared_hung():
+    """A witness that answered, then fell silent after the mute channel's ping went, is declared
+    hung: by then the mute channel's ping had waited longer, so it would have been too."""
     hung = []
-    probe = SwitchProbe(lambda *a: hung.append(a), bound=0.1, interval=0.02).start()
+    probe = SwitchProbe(lambda name, *a: hung.append(name), bound=0.1, interval=0.02).start()
     try:
         mute = _PairPing()
         mute.answering.clear()                  # e.g. a ping the target does not understand
         probe.add("s1", mute)
-        threading.Event().wait(0.8)
-        assert mute.pings >= 1 and hung == []
+        wait_until(lambda: mute.pings >= 1, what="the mute channel's first ping")
+        _answer_then_fall_silent(probe, witness=_PairPing())
+        wait_until(lambda: hung, what="the witness to be declared hung")
+        wait_until(lambda: not any(t.name.startswith("hung-") for t in threading.enumerate()),
+                   what="the probe's hang callbacks to return")
+        assert hung == ["witness"]
     finally:
         probe.stop()
 
@@ -228,22 +235,18 @@ def test_a_hung_switch_restarted_the_moment_it_is_fenced_comes_back_with_its_por
 
         def slowly(*args, **kwargs):
             if args[1] is False:
-                time.sleep(0.5)
+                time.sleep(0.5)          # the slowness under test: a job handling a failure under load
             return handle(*args, **kwargs)
 
         assert session.allreduce()["exact"]
-        deadline = time.monotonic() + 30                 # the probe judges a switch once it answered
-        while not session.net.probe.has_answered(sw):
-            assert time.monotonic() < deadline, "the probe never heard from the switch"
-            time.sleep(0.01)
+        wait_until(lambda: session.net.probe.has_answered(sw),   # the probe judges a switch once it answered
+                   what="the probe to hear from the switch")
         session.group.switch_changed = slowly
         session.net.hang_switch(sw)
-        deadline = time.monotonic() + 30
-        while sw not in session.net.dead:
-            assert time.monotonic() < deadline, "the hung switch was never fenced"
-            time.sleep(0.005)
+        wait_until(lambda: sw in session.net.dead, what="the hung switch to be fenced", every=0.005)
+        handled = session.net._handled[sw]   # set when the watcher's thread is done (reroute, ports down)
         session.restart_switch(sw)
-        time.sleep(2.0)                 # the watcher's thread is done by now either way (reroute, ports)
+        wait_until(handled.is_set, what="the watcher to handle the fenced switch's death")
         ports = [i.name for i in session.net.host(sw).intfList() if i.name != "lo"]
         down = [p for p in ports if not int(Path(f"/sys/class/net/{p}/flags").read_text(), 16) & 1]
         assert ports and down == [], f"{sw}'s ports down after its restart: {down}"
@@ -266,14 +269,18 @@ def test_runnable_seconds_grow_for_a_process_kept_off_the_cpu_and_not_for_a_stop
         for p in busy:
             os.sched_setaffinity(p.pid, {0})         # three runnable processes, one CPU
         os.kill(stopped.pid, signal.SIGSTOP)
-        while open(f"/proc/{stopped.pid}/stat").read().split(") ")[1][0] != "T":
-            time.sleep(0.01)                         # the stop itself runs in the process
-        time.sleep(0.1)
-        before = {p.pid: runnable_seconds(p.pid) for p in busy + [stopped]}
-        time.sleep(1.0)
-        grew = {pid: runnable_seconds(pid) - w for pid, w in before.items()}
-        assert all(grew[p.pid] > 0.2 for p in busy), grew      # each waited ~2/3 of the second
-        assert grew[stopped.pid] == 0.0
+        wait_until(lambda: open(f"/proc/{stopped.pid}/stat").read().split(") ")[1][0] == "T",
+                   what="the stop to take effect")   # the stop itself runs in the process
+        before = {p.pid: (runnable_seconds(p.pid), _on_cpu_seconds(p.pid)) for p in busy + [stopped]}
+
+        def grew(pid):
+            return runnable_seconds(pid) - before[pid][0], _on_cpu_seconds(pid) - before[pid][1]
+
+        wait_until(lambda: all(grew(p.pid)[0] > 0.5 for p in busy), what="the spinners' runnable time")
+        for p in busy:                               # each ran a third of the time and waited the rest
+            runnable, on_cpu = grew(p.pid)
+            assert runnable > 1.5 * on_cpu, (runnable, on_cpu)
+        assert grew(stopped.pid) == (0.0, 0.0)
         assert runnable_seconds(None) is None and runnable_seconds(2 ** 22 + 12345) is None
     finally:
         for p in busy + [stopped]:
@@ -295,15 +302,17 @@ def test_runnable_seconds_count_every_thread_of_a_process():
                                  "time.sleep(60)"])
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
-        while len(os.listdir(f"/proc/{threaded.pid}/task")) < 2:
-            time.sleep(0.01)                          # its busy thread has started
+        wait_until(lambda: len(os.listdir(f"/proc/{threaded.pid}/task")) >= 2,
+                   what="its busy thread to start")
         for p in [threaded, *spinners]:
             for tid in os.listdir(f"/proc/{p.pid}/task"):
                 os.sched_setaffinity(int(tid), {0})
-        time.sleep(0.3)
-        before = runnable_seconds(threaded.pid)
-        time.sleep(1.0)
-        assert runnable_seconds(threaded.pid) - before > 0.2        # its busy thread waited ~2/3 s
+        before, on_cpu = runnable_seconds(threaded.pid), _on_cpu_seconds(threaded.pid)
+        main = _on_cpu_seconds(threaded.pid, main_only=True)
+        wait_until(lambda: runnable_seconds(threaded.pid) - before > 0.5, what="its runnable time to grow")
+        runnable, ran = runnable_seconds(threaded.pid) - before, _on_cpu_seconds(threaded.pid) - on_cpu
+        assert runnable > 1.5 * ran, (runnable, ran)       # its busy thread waited two thirds of the time
+        assert _on_cpu_seconds(threaded.pid, main_only=True) - main < 0.1 * runnable   # not the main thread's
     finally:
         for p in [threaded, *spinners]:
             p.kill()
@@ -323,44 +332,77 @@ def test_runnable_seconds_grow_for_a_process_on_a_cpu_of_its_own():
     try:
         os.sched_setaffinity(spinner.pid, {1 % os.cpu_count()})
         before = runnable_seconds(spinner.pid)
-        time.sleep(0.5)
-        assert runnable_seconds(spinner.pid) - before > 0.1
+        wait_until(lambda: runnable_seconds(spinner.pid) - before > 0.1, what="its runnable time to grow")
     finally:
         spinner.kill()
         spinner.wait()
 
 
-def _answer_then_fall_silent(probe, **channels) -> None:
-    """Add the channels to the probe, wait until each has answered 3 pings, then silence them all."""
+def _on_cpu_seconds(pid: int, main_only: bool = False) -> float:
+    """Seconds process `pid`'s threads (or its main thread) ran on a CPU (schedstat's first field)."""
+    tasks = [str(pid)] if main_only else os.listdir(f"/proc/{pid}/task")
+    return sum(int(open(f"/proc/{pid}/task/{t}/schedstat").read().split()[0]) for t in tasks) / 1e9
+
+
+def _answer_then_fall_silent(probe, tick=lambda: None, **channels) -> None:
+    """Add the channels to the probe, wait until each has answered 3 pings, then silence them all
+    (`tick` moves a fake clock on while waiting, so the next pings fall due)."""
     for name, chan in channels.items():
         probe.add(name, chan)
-    while any(chan.pings < 3 for chan in channels.values()):
-        threading.Event().wait(0.02)
+    wait_until(lambda: (tick(), all(chan.pings >= 3 for chan in channels.values()))[1],
+               what="every channel to answer 3 pings")
     for chan in channels.values():
         chan.answering.clear()
 
 
+class _FakeClock:
+    """The probe's time.monotonic: moves only when the test says; counts its reads, so the test
+    knows the probe has looked at the new time."""
+
+    def __init__(self):
+        self.now, self.reads = 1000.0, 0
+
+    def monotonic(self) -> float:
+        self.reads += 1
+        return self.now
+
+
 def test_a_late_switch_that_waited_for_a_cpu_gets_more_time_and_a_stopped_one_does_not(monkeypatch):
-    import time
+    """On a fake clock moved STEP at a time, each step looked at by the probe: the stopped
+    switch is judged within a step of its bound, the starved one only at the starvation limit."""
+    from types import SimpleNamespace
 
     from emulation import switch_probe
 
-    start = time.monotonic()
-    waits = {101: lambda: 0.5 * (time.monotonic() - start),    # runnable, half the time off the CPU
+    clock, bound, interval, step = _FakeClock(), 0.3, 0.02, 0.1
+    monkeypatch.setattr(switch_probe, "time", SimpleNamespace(monotonic=clock.monotonic))
+    start = clock.now
+    waits = {101: lambda: 0.5 * (clock.now - start),         # runnable, half the time off the CPU
              202: lambda: 0.0}                               # stopped: never runnable
     monkeypatch.setattr(switch_probe, "runnable_seconds", lambda pid: waits[pid]() if pid in waits else None)
     monkeypatch.setattr(switch_probe, "STARVED_LIMIT", 2.0)
     hung: dict = {}
-    probe = SwitchProbe(lambda name, last, t: hung.setdefault(name, t - last), bound=0.3, interval=0.02).start()
+    probe = SwitchProbe(lambda name, last, t: hung.setdefault(name, t - last), bound=bound,
+                        interval=interval).start()
+
+    def look(seconds: float) -> None:
+        """Move the clock on, and wait until the probe has made a pass at the new time."""
+        clock.now += seconds
+        reads = clock.reads
+        wait_until(lambda: clock.reads >= reads + 3, what="the probe to look at the clock")
+
+    def a_step() -> bool:
+        look(step)
+        return len(hung) == 2
+
     try:
         starved, stopped = _PairPing(), _PairPing()
         starved.pid, stopped.pid = 101, 202
-        _answer_then_fall_silent(probe, starved=starved, stopped=stopped)
-        deadline = time.monotonic() + 10
-        while len(hung) < 2 and time.monotonic() < deadline:
-            threading.Event().wait(0.05)
-        assert 0.3 <= hung["stopped"] < 1.0                     # judged at the bound
-        assert hung["starved"] >= 2.0                           # only at the starvation limit
+        _answer_then_fall_silent(probe, tick=lambda: look(interval), starved=starved, stopped=stopped)
+        wait_until(a_step, what="both switches to be judged")
+        # the last answer, its next ping a step later at most, the bound, a step to see it pass
+        assert bound < hung["stopped"] <= interval + step + bound + step + 1e-9, hung   # judged at the bound
+        assert 2.0 < hung["starved"] <= 2.0 + bound + step + 1e-9, hung   # only at the starvation limit
         assert probe.starved["starved"] >= 3 and "stopped" not in probe.starved
     finally:
         probe.stop()

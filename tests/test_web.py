@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from agglab.testkit.waits import wait_until
 from tests.leftovers import assert_clean
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.browser, pytest.mark.slow,
@@ -63,13 +64,7 @@ class Steps:
 
 
 def _wait(what: str, cond, timeout: float = 60.0, every: float = 0.05):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = cond()
-        if got:
-            return got
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+    return wait_until(cond, timeout, what, every)
 
 
 def _kernel_up(intf: str) -> bool:
@@ -151,10 +146,10 @@ def test_live_page_in_a_browser(tmp_path):
         port = int(base.rsplit(":", 1)[1])
 
         # the token and the loopback
-        with pytest.raises(urllib.error.HTTPError) as no_token:
+        with pytest.raises(urllib.error.HTTPError, match="HTTP Error 403") as no_token:
             urllib.request.urlopen(base + "/", timeout=10)
         assert no_token.value.code == 403
-        with pytest.raises(urllib.error.HTTPError) as wrong:
+        with pytest.raises(urllib.error.HTTPError, match="HTTP Error 403") as wrong:
             urllib.request.urlopen(base + "/api/state?token=not" + token, timeout=10)
         assert wrong.value.code == 403
         listening = _listeners(port)

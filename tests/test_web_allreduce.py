@@ -9,13 +9,13 @@ import os
 import re
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from agglab.testkit.waits import wait_until
 from tests.leftovers import assert_clean
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.slow, pytest.mark.net_timeout(600)]
@@ -42,22 +42,28 @@ def test_allreduce_serves_its_page_while_it_runs(tmp_path):
                 break
         assert url and url.startswith("http://127.0.0.1:"), url
         base, token = url.split("/?token=")
-        seen = []
-        while proc.poll() is None:
+        seen, answers = [], []
+
+        def ended() -> bool:
+            """One look at the page (and, once it shows the run, one allreduce asked of it);
+            True when the run, and the server with it, has ended."""
+            if proc.poll() is not None:
+                return True
             try:
                 st = _get(f"{base}/api/state?token={token}")
             except (urllib.error.URLError, ConnectionError):
-                break                                   # the run ended: the server with it
+                return True
             if "run" in st:
                 seen.append((st["run"]["running"], st["jobs"][0]["epoch"], len(st["reroutes"])))
-            time.sleep(0.3)
-            if len(seen) == 3:                           # refused: the page belongs to this run
+            if seen and not answers:                     # refused: the page belongs to this run
                 req = urllib.request.Request(f"{base}/api/action?token={token}", method="POST",
                                              data=json.dumps({"do": "allreduce"}).encode(),
                                              headers={"Content-Type": "application/json"})
                 with urllib.request.urlopen(req, timeout=10) as r:
-                    answer = json.loads(r.read())
-                assert answer["ok"] is False and "agglab lab --web" in answer["message"]
+                    answers.append(json.loads(r.read()))
+            return False
+
+        wait_until(ended, 300, "the run to end", every=0.1)
         out, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
@@ -66,6 +72,8 @@ def test_allreduce_serves_its_page_while_it_runs(tmp_path):
     result = json.loads(out)
     assert result["exact"], err[-2000:]
     assert (True, 0, 0) in seen and (True, 1, 1) in seen, seen    # the run, then its reroute, live
-    with pytest.raises(urllib.error.URLError):
+    assert len(answers) == 1, seen                                # asked while the page showed the run
+    assert answers[0]["ok"] is False and "agglab lab --web" in answers[0]["message"], answers
+    with pytest.raises(urllib.error.URLError, match="Connection refused"):
         _get(f"{base}/api/state?token={token}")
     assert_clean()

@@ -78,8 +78,8 @@ def bench_wide(a) -> list[dict]:
         if proc.returncode != 0 or not out.exists():
             raise RuntimeError(f"the AGGLAB_K={wire.WIDE_K} bench failed: {proc.stdout[-1500:]}")
         report = json.loads(out.read_text())
-    if report["skipped"]:
-        raise RuntimeError(f"the AGGLAB_K={wire.WIDE_K} bench skipped: {report['skipped']}")
+    if report["skipped"] or report["failed"]:
+        raise RuntimeError(f"the AGGLAB_K={wire.WIDE_K} bench skipped {report['skipped']}, failed {report['failed']}")
     return report["figures"]
 
 

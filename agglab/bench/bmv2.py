@@ -27,6 +27,7 @@ import os
 import sys
 from pathlib import Path
 
+from agglab.bench import NO_BMV2, SectionSkipped
 from agglab.bench.figures import figure
 from controller.bmv2_client import Bmv2Client
 from controller.bmv2_tools import BUILD_PERF, PERF_SWITCH, find_bmv2_tool, installed_tool, is_program
@@ -111,7 +112,7 @@ def _line(row: dict, opts) -> str:
 def bench_bmv2(a) -> list[dict]:
     """`make bench`'s `bmv2` section: the figures of measure()."""
     if not (installed_tool("simple_switch") and find_bmv2_tool("p4c")):
-        raise RuntimeError("simple_switch or p4c not found (scripts/provision-vm.sh builds them)")
+        raise SectionSkipped(NO_BMV2)
     opts = bench_io.options(["--seconds", str(a.daemon_seconds), "--window", "32"])
     rows = measure(opts, log=lambda line: None)
     missing = [f"{row['name']}: not installed ({row['build_with']})" for row in rows if row["result"] is None]

@@ -3,7 +3,8 @@
 Why apart from the sections: this is what every run shares, whichever sections it names: the
 options of all of them, root and the network lease checked once, the machine's state recorded
 beside the figures (load, CPUs, commit, a reference loop's CPU time per section), a section
-that raises listed under `skipped` with the reason so the others still run, `--compare`.
+that cannot run here listed under `skipped` with the reason and one that raised under `failed`
+with its error (the others still run; the exit status is 1), `--compare`.
 """
 
 from __future__ import annotations
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         except netlease.NetworkBusy as exc:
             print(f"agglab bench: {exc}", file=sys.stderr)
             return exc.exit_code
-    report = {**environment(), "figures": [], "skipped": []}
+    report = {**environment(), "figures": [], "skipped": [], "failed": []}
     for section in a.sections:
         if section in ROOT_SECTIONS and os.geteuid() != 0:
             report["skipped"].append({"section": section, "why": "needs root"})
@@ -158,9 +159,13 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:                    # the section removed what it started on its way out
             print(f"agglab bench: interrupted during {section}; nothing written", file=sys.stderr)
             return 130
+        except bench.SectionSkipped as exc:          # cannot run here: a tool is absent
+            report["skipped"].append({"section": section, "why": str(exc)})
+            print(f"{section}: skipped ({exc})", flush=True)
+            continue
         except Exception as exc:                     # one broken section must not lose the others
             why = failure_text(exc)
-            report["skipped"].append({"section": section, "why": why})
+            report["failed"].append({"section": section, "why": why})
             print(f"{section} failed: {why}", flush=True)
             continue
         for f in figures:
@@ -177,4 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{sum(bool(f['met']) for f in targets)} of {len(targets)} targets met; "
           f"load average {report['load_average']} at the start, {report['load_average_end']} at the end, "
           f"on {report['cpus']} CPUs; written to {out}")
+    if report["failed"]:
+        print(f"failed: {', '.join(f['section'] for f in report['failed'])}", file=sys.stderr)
+        return 1
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import statistics
 
+from agglab.bench import NO_BMV2, SectionSkipped
 from agglab.bench.figures import figure
 from ground import schemes
 
@@ -92,7 +93,7 @@ def bench_bmv2_reroute(a) -> list[dict]:
     from emulation.session import run_allreduce
 
     if not (find_bmv2_tool("simple_switch") and find_bmv2_tool("p4c")):
-        raise RuntimeError("simple_switch or p4c not found (scripts/provision-vm.sh builds them)")
+        raise SectionSkipped(NO_BMV2)
     out = []
     scale = "BMv2 fat-tree k=4, 8 workers x 20,000 int32, rat"
     for algorithm in schemes.ON_TREES:

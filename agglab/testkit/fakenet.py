@@ -2,19 +2,14 @@
 
 Why: the agent's protocol logic (windows, versions, loss recovery, consistency
 check) must be tested fast and deterministically enough for CI, without
-namespaces or root.  Two switch back-ends sit behind the same harness:
-
-* `ModelSwitch`: the aggregation semantics of docs/design/ written directly on UDP
-  payloads, used to test the agent on its own;
-* the project's software switch (`softswitch.pipeline.Pipeline`), fed real
-  Ethernet/IPv4/UDP frames and programmed with simple_switch_CLI commands, so the
-  agent and the switch are tested together.
+namespaces or root.  The switch is the project's software switch
+(`softswitch.pipeline.Pipeline`), in-process, fed real Ethernet/IPv4/UDP frames and
+programmed with simple_switch_CLI commands, so every agent test runs against the
+switch the emulator runs, not a second hand-written model of it (`PayloadSwitch`
+puts the same pipeline behind an agent's payloads, for transports of a test's own).
 
 Worker i sits on switch port i+1 with IP 10.0.0.(i+1).  Loss is simulated on
 both directions with a seeded RNG; `mute` ranks never receive anything.
-`bottleneck_mbps` puts every frame the switch sends on one FIFO link of that rate (a slow
-link between the switch and the workers: a result crosses it once, then fans out), so a
-window's queueing delay and what resends add to it are modelled.
 `accept_epoch` (when set) drops worker packets of any other epoch, like a
 switch whose agg_job entries were replaced; `record` keeps every packet's
 (rank, slot, tree, epoch) in `sent`.
@@ -27,9 +22,6 @@ import queue
 import random
 import struct
 import threading
-import time
-
-import numpy as np
 
 from softswitch.star import star_commands
 
@@ -38,56 +30,34 @@ from ground.addresses import SERVICE_IP, SERVICE_MAC, host_ip, host_mac
 from hosts.agent import allreduce
 from hosts.protocol import LAYOUT
 
-_H = wire.AGG_HEADER_BYTES
-
 
 def _get(payload: bytes, name: str) -> int:
     word, shift, mask = LAYOUT[name]
     return (wire.AGG_STRUCT.unpack_from(payload)[word] >> shift) & mask
 
 
-def _with_result(payload: bytes, values: np.ndarray, exp: int) -> bytes:
-    words = list(wire.AGG_STRUCT.unpack_from(payload))
-    for name, value in (("flags", _get(payload, "flags") | wire.FLAG_RESULT), ("exp", exp)):
-        word, shift, mask = LAYOUT[name]
-        words[word] = (words[word] & ~(mask << shift)) | (value << shift)
-    return wire.AGG_STRUCT.pack(*words) + values.astype(">i4").tobytes()
+class PayloadSwitch:
+    """The software switch's Pipeline behind agents' payloads: worker `rank` on port rank+1 of a
+    star of `n` (softswitch/star.py), its payloads framed as the kernel would, the results
+    unframed. For transports of a test's own (a slow link on a fake clock, a loopback service)."""
 
+    def __init__(self, n: int, pipeline=None) -> None:
+        if pipeline is None:
+            from softswitch.pipeline import Pipeline
 
-class ModelSwitch:
-    """docs/design/aggregation.md "Aggregation semantics" on payloads; children 0..n-1, one job, slot_base 0."""
+            pipeline = Pipeline()
+            for cmd in star_commands(n):
+                pipeline.command(cmd)
+        self.n, self.pipeline = n, pipeline
 
-    def __init__(self, n: int) -> None:
-        self.n = n
-        rows = 2 * wire.SLOTS
-        self.values = np.zeros((rows, wire.K), np.int32)
-        self.bitmap, self.count, self.exp = [0] * rows, [0] * rows, [0] * rows
-        self.stats = {"contrib": 0, "complete": 0, "dup_reply": 0, "dup_drop": 0}
+    def process(self, rank: int, payload: bytes) -> list[tuple[int, bytes]]:
+        """The (worker, result payload) deliveries of one payload from worker `rank`."""
+        return [(port - 1, frame[wire.AGG_OFFSET:])
+                for port, frame in self.pipeline.process(rank + 1, make_frame(rank, payload))]
 
-    def process(self, child: int, p: bytes) -> list[tuple[int, bytes]]:
-        """Returns (child, payload) deliveries; child None means multicast to all."""
-        v, slot = _get(p, "ver"), _get(p, "slot")
-        r, o, bit = v * wire.SLOTS + slot, (1 - v) * wire.SLOTS + slot, 1 << child
-        lanes = np.frombuffer(p, ">i4", wire.K, _H).astype(np.int32)
-        if not self.bitmap[r] & bit:
-            self.bitmap[o] &= ~bit
-            if self.bitmap[r] == 0:
-                self.values[r], self.exp[r], self.count[r] = lanes, _get(p, "exp"), 1
-            else:
-                self.values[r] += lanes            # int32 wrap-around
-                self.exp[r] = max(self.exp[r], _get(p, "exp"))
-                self.count[r] += 1
-            self.bitmap[r] |= bit
-            self.stats["contrib"] += 1
-            if self.count[r] == self.n:
-                self.stats["complete"] += 1
-                return [(None, _with_result(p, self.values[r], self.exp[r]))]
-            return []
-        if self.count[r] == self.n:
-            self.stats["dup_reply"] += 1
-            return [(child, _with_result(p, self.values[r], self.exp[r]))]
-        self.stats["dup_drop"] += 1
-        return []
+    def stat(self, name: str) -> int:
+        """agg_stats[STAT_<name>] (p4src/include/constants.p4), e.g. stat("DUP_REPLY")."""
+        return int(self.pipeline.counters["agg_stats"][wire.CONST[f"STAT_{name}"]])
 
 
 class MemTransport:
@@ -138,52 +108,21 @@ def frame_header(mac: str, ip_addr: str, size: int) -> bytes:
     return eth + bytes(ip) + udp
 
 
-class SlowLink:
-    """A FIFO link of `mbps` in a thread: put(deliver) runs deliver() once the frame before it
-    and this frame's own wire.FRAME_BYTES have been serialized."""
-
-    def __init__(self, mbps: float) -> None:
-        self.frame_time = wire.FRAME_BYTES * 8 / (mbps * 1e6)
-        self.queue: queue.SimpleQueue = queue.SimpleQueue()
-        self.frames = 0
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def put(self, deliver) -> None:
-        self.frames += 1
-        self.queue.put(deliver)
-
-    def _serve(self) -> None:
-        free = time.monotonic()
-        while True:
-            deliver = self.queue.get()
-            free = max(free, time.monotonic()) + self.frame_time
-            time.sleep(max(0.0, free - time.monotonic()))
-            deliver()
-
-
 class FakeNet:
     """N workers around one switch; `run` performs one allreduce on every worker."""
 
-    def __init__(self, n: int, *, backend: str = "model", loss: float = 0.0, seed: int = 0,
-                 mute: tuple[int, ...] = (), pipeline=None, bottleneck_mbps: float | None = None) -> None:
+    def __init__(self, n: int, *, backend: str = "pipeline", loss: float = 0.0, seed: int = 0,
+                 mute: tuple[int, ...] = (), pipeline=None) -> None:
+        assert backend == "pipeline", backend      # the only switch (the callers still name it)
         self.n, self.loss, self.mute = n, loss, set(mute)
-        self.link = SlowLink(bottleneck_mbps) if bottleneck_mbps else None
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.transports = [MemTransport(self, i) for i in range(n)]
-        self.frames = backend == "pipeline"
         self.delivered = [0] * n
         self.accept_epoch: int | None = None
         self.record, self.sent = False, []
-        if self.frames:
-            if pipeline is None:
-                from softswitch.pipeline import Pipeline
-                pipeline = Pipeline()
-                for cmd in star_commands(n):
-                    pipeline.command(cmd)
-            self.switch = pipeline
-        else:
-            self.switch = ModelSwitch(n)
+        self.payloads = PayloadSwitch(n, pipeline)
+        self.switch = self.payloads.pipeline
 
     def _lost(self) -> bool:
         return self.loss > 0 and self.rng.random() < self.loss
@@ -197,29 +136,16 @@ class FakeNet:
                 return
             if self.accept_epoch is not None and _get(payload, "epoch") != self.accept_epoch:
                 return
-            if self.frames:
-                out = [(port - 1, frame) for port, frame in
-                       self.switch.process(rank + 1, make_frame(rank, payload))]
-            else:
-                out = self.switch.process(rank, payload)
+            out = [(port - 1, frame) for port, frame in self.switch.process(rank + 1, make_frame(rank, payload))]
             for dest, data in out:
-                if self.link:
-                    self.link.put(functools.partial(self._deliver_locked, dest, data))
-                else:
-                    self._deliver(dest, data)
+                self._deliver(dest, data)
 
-    def _deliver_locked(self, dest: int | None, data: bytes) -> None:
-        with self.lock:
-            self._deliver(dest, data)
-
-    def _deliver(self, dest: int | None, data: bytes) -> None:
-        for d in (range(self.n) if dest is None else (dest,)):
-            if d in self.mute or self._lost():
-                continue
-            if self.frames:
-                self._check_frame(d, data)
-            self.delivered[d] += 1
-            self.transports[d].inbox.put(data[wire.AGG_OFFSET:] if self.frames else data)
+    def _deliver(self, dest: int, data: bytes) -> None:
+        if dest in self.mute or self._lost():
+            return
+        self._check_frame(dest, data)
+        self.delivered[dest] += 1
+        self.transports[dest].inbox.put(data[wire.AGG_OFFSET:])
 
     @staticmethod
     def _check_frame(rank: int, frame: bytes) -> None:

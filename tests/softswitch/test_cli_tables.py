@@ -84,7 +84,7 @@ def test_registers_and_counters_answers(p):
     p.command("register_write sp_block 7 2")
     p.command("register_reset agg_exp,sp_block")              # several in one (an extension)
     assert p.registers["agg_exp"].sum() == 0 and p.registers["sp_block"].sum() == 0
-    with pytest.raises(CommandError):
+    with pytest.raises(CommandError, match=r"Invalid register name \(nosuch\)"):
         p.command("register_reset agg_exp,nosuch")
     assert p.command("counter_read agg_stats 4") == "agg_stats[4]= BmCounterValue(packets=0, bytes=0)"
     p.process(1, build({"raw": "02a667fffffe02000000000188b5"}))   # not IPv4: l2 drop, no count
