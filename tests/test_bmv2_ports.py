@@ -7,9 +7,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import pytest
+
+from agglab.testkit.waits import wait_until
 
 from emulation import bmv2_ports
 
@@ -44,9 +45,8 @@ def test_a_thread_asleep_in_select_is_seen():
 def test_a_process_not_in_select_is_not_asleep_in_it(code):
     proc = _child(code)
     try:
-        deadline = time.monotonic() + 30          # the child is past its print, in its loop or sleep
-        while open(f"/proc/{proc.pid}/stat").read().rsplit(")", 1)[1].split()[0] not in ("R", "S"):
-            assert time.monotonic() < deadline
+        wait_until(lambda: open(f"/proc/{proc.pid}/stat").read().rsplit(")", 1)[1].split()[0] in ("R", "S"),
+                   what="the child in its loop or sleep")
         assert bmv2_ports.receive_thread_asleep(proc.pid) is False
         assert bmv2_ports.wait_receive_asleep(proc.pid, limit=0.05) is False
     finally:
