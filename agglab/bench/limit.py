@@ -33,7 +33,7 @@ Each at two rates:
 CPU is read from each process's and thread's CPU-time clock (nanoseconds, limit_chain.cpu_ns);
 the load generator (this process, its sockets made in the sender's and receiver's namespaces)
 is not counted. Every figure is also given as a ratio to the kernel's at the same rate: the
-figure issue 35 drives down.
+figure the fast data path drives down.
 """
 
 from __future__ import annotations
