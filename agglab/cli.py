@@ -26,6 +26,7 @@ from agglab.run_options import add_run_options, bad_input, spec_from_args
 from controller import topologies
 from controller.trees import SWITCH_TREES
 from ground import wire
+from ground.oneline_parser import OneLineParser
 
 
 def _checked_spec(cmd: str, args):
@@ -50,11 +51,11 @@ def _allreduce(args) -> int:
 
     try:
         spec = _checked_spec("allreduce", args)
-        if _needs_root("allreduce"):
-            return 2
         from agglab.web import web_options
 
         web = web_options(args)
+        if _needs_root("allreduce"):
+            return 2
         if web:
             from agglab.web.server import run_with_page     # aiohttp: loaded only with --web
 
@@ -108,11 +109,14 @@ def _lab(args) -> int:
 
     try:
         spec = _checked_spec("lab", args)
-        if _needs_root("lab"):
-            return 2
         from agglab.web import web_options
 
-        return run_lab(spec, script=args.script, web=web_options(args))
+        web = web_options(args)
+        if args.script is not None and not os.path.isfile(args.script):
+            raise ValueError(f"--script {args.script}: no such file")
+        if _needs_root("lab"):
+            return 2
+        return run_lab(spec, script=args.script, web=web)
     except (ValueError, TreeError) as exc:
         return bad_input("lab", exc)
 
@@ -136,7 +140,7 @@ def _doctor(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="agglab", description="In-network aggregation emulator "
+    ap = OneLineParser(prog="agglab", description="In-network aggregation emulator "
                                  "(SwitchML-style P4 pipelines on BMv2 or a software switch in Mininet)")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
