@@ -127,9 +127,31 @@ def _experiment(args) -> int:
 
 
 def _clean(args) -> int:
-    from ground.cleanup import clean
+    """`clean --all` stops live runs too: it lists them and asks on a terminal (or takes
+    --yes); with neither it refuses in one line. It returns once their processes are gone."""
+    from ground.cleanup import clean, live_runs
 
-    clean(everything=args.all)
+    stop = None
+    if args.all:
+        runs = live_runs()
+        if runs and not args.yes:
+            if not sys.stdin.isatty():
+                print(f"agglab clean --all: would stop {len(runs)} live run(s) ("
+                      + "; ".join(r.line() for r in runs) + "): give --yes to stop them (no terminal to ask on)",
+                      file=sys.stderr)
+                return 2
+            print(f"agglab clean --all would stop {len(runs)} live run(s), and their networks:")
+            for r in runs:
+                print(f"  {r.line()}")
+            try:
+                answer = input("stop them? [y/N] ")
+            except EOFError:
+                answer = ""
+            if answer.strip().lower() not in ("y", "yes"):
+                print("agglab clean --all: nothing stopped, nothing removed", file=sys.stderr)
+                return 1
+        stop = {r.path for r in runs}
+    clean(everything=args.all, stop=stop)
     return 0
 
 
@@ -172,7 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_calibrate(sub)
 
     c = sub.add_parser("clean", help="remove what crashed runs left behind (idempotent)")
-    c.add_argument("--all", action="store_true", help="also stop runs whose owner is still alive, and delete interfaces named like agglab's that no run records (not while another network holds the machine)")
+    c.add_argument("--all", action="store_true", help="also stop runs whose owner is still alive (listed first; "
+                   "asks on a terminal, else needs --yes), and delete interfaces named like agglab's that no run "
+                   "records (not while another network holds the machine)")
+    c.add_argument("--yes", "-y", action="store_true", help="with --all: stop the live runs without asking")
     c.set_defaults(func=_clean)
 
     d = sub.add_parser("doctor", help="check the installation")
