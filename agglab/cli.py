@@ -112,8 +112,11 @@ def _lab(args) -> int:
         from agglab.web import web_options
 
         web = web_options(args)
-        if args.script is not None and not os.path.isfile(args.script):
-            raise ValueError(f"--script {args.script}: no such file")
+        if args.script is not None:             # readable now, not when the network is up
+            try:
+                open(args.script).close()
+            except OSError as exc:
+                raise ValueError(f"--script {args.script}: {exc.strerror or exc}") from None
         if _needs_root("lab"):
             return 2
         return run_lab(spec, script=args.script, web=web)
