@@ -1,5 +1,5 @@
-"""Bad input on every surface is one clear line and exit 2, never a traceback: the survey of
-issue 37, kept. Each case was a traceback, a usage block, or a run that started on input it
+"""Bad input on every surface is one clear line and exit 2, never a traceback: a survey of
+bad inputs by hand, kept. Each case was a traceback, a usage block, or a run that started on input it
 should have refused (then the network stopped it later, or never).
 
 The CLI runs in-process (agglab.cli.main; `agglab experiment` through experiments.cli.main,
@@ -40,7 +40,7 @@ def no_network(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
 
 
-def run(argv: list[str]) -> int:
+def exit_code(argv: list[str]) -> int:
     """`agglab ARGV`'s exit code, as the program would exit (argparse's refusals raise SystemExit)."""
     try:
         return main(argv)
@@ -112,7 +112,7 @@ CASES = [
 @pytest.mark.parametrize("argv,message", CASES, ids=[" ".join(a) for a, _ in CASES])
 def test_each_bad_input_is_one_line_and_exit_2(argv, message, files, capsys):
     argv = [a.replace("{files}", str(files)) for a in argv]
-    assert run(argv) == 2
+    assert exit_code(argv) == 2
     out, err = capsys.readouterr()
     assert err.count("\n") == 1 and message.replace("{files}", str(files)) in err, err
     assert "Traceback" not in err + out
@@ -123,7 +123,7 @@ def test_a_web_port_in_use_is_one_line_before_the_network(capsys):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        assert run(["allreduce", "--web", "--web-port", str(port)]) == 2
+        assert exit_code(["allreduce", "--web", "--web-port", str(port)]) == 2
     err = capsys.readouterr().err
     assert err == f"agglab allreduce: --web-port {port}: already in use on 127.0.0.1 (give another, or 0 for a " \
                   "free one)\n"

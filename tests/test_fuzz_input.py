@@ -1,5 +1,5 @@
 """Generated bad input, on the CLI's parser and on the lab's command parser: one line, never
-a traceback (issue 37). Fast and deterministic for CI: Hypothesis derandomized (the same
+a traceback. Fast and deterministic for CI: Hypothesis derandomized (the same
 examples every run), no deadline.
 
 The CLI: `agglab.cli.main` in-process, with argv built from the real parsers' option names
