@@ -96,7 +96,11 @@ class Actions:
         first); `summarise(result) -> str` words the outcome for `say`."""
         if self.running:
             raise ValueError("an allreduce is already running (cancel stops it)")
-        self.session.spec.with_(**opts)        # validated before any tree changes
+        spec = self.session.spec.with_(**opts)          # validated before any tree changes
+        if opts.get("fail") or opts.get("fail_switch"):   # and the links and switches they name
+            from controller.run_check import check_override
+
+            check_override(spec, self.session.g, None)
         tree = opts.pop("tree", None)
         if tree and tree != self.session.job.state().algorithm:
             from controller.trees.base import TreeError

@@ -39,6 +39,7 @@ emulation.wire_model's for those blocks.
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import sys
@@ -183,12 +184,22 @@ def calibrate(workers: int = 8, start: float = 2.0, factor: float = 2.0, limit: 
     return record
 
 
+def _refusal(args) -> str | None:
+    """Why these options cannot calibrate (one line), or None."""
+    finite = all(math.isfinite(v) for v in (args.start, args.factor, args.limit, args.seconds, args.tolerance))
+    if not finite or args.workers < 2 or args.start <= 0 or args.factor <= 1 or args.limit < args.start:
+        return "need --workers >= 2, --start > 0, --factor > 1, --limit >= --start (finite numbers)"
+    if args.seconds <= 0 or args.tolerance < 0:
+        return f"need --seconds > 0 and --tolerance >= 0, got {args.seconds:g} and {args.tolerance:g}"
+    if args.refine < 0 or args.down < 0:
+        return f"need --refine >= 0 and --down >= 0, got {args.refine} and {args.down}"
+    return None
+
+
 def main(args) -> int:
-    if os.geteuid() != 0:
-        print("agglab calibrate needs root (Mininet): run it with sudo", file=sys.stderr)
-        return 2
-    if args.workers < 2 or args.start <= 0 or args.factor <= 1 or args.limit < args.start:
-        print("agglab calibrate: need --workers >= 2, --start > 0, --factor > 1, --limit >= --start", file=sys.stderr)
+    refusal = _refusal(args)
+    if refusal:
+        print(f"agglab calibrate: {refusal}", file=sys.stderr)
         return 2
     shape = {"topology": args.topology, **({"k": args.k} if args.k is not None else {}),
              **({"tree": args.tree} if args.tree else {})}
@@ -202,9 +213,12 @@ def main(args) -> int:
         from emulation.session import graph_for
         from ground.runspec import RunSpec
 
-        graph_for(RunSpec(workers=args.workers, bw=args.start, **run_shape))
+        graph_for(RunSpec(workers=args.workers, bw=args.start, window=args.window or None, **run_shape))
     except ValueError as exc:
         print(f"agglab calibrate: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    if os.geteuid() != 0:
+        print("agglab calibrate needs root (Mininet): run it with sudo", file=sys.stderr)
         return 2
     where = ("on one switch" if args.topology == "single" else
              f"on {shape_key(args.topology, args.workers, args.k, args.tree)}")

@@ -26,6 +26,7 @@ from agglab.run_options import add_run_options, bad_input, spec_from_args
 from controller import topologies
 from controller.trees import SWITCH_TREES
 from ground import wire
+from ground.oneline_parser import OneLineParser
 
 
 def _checked_spec(cmd: str, args):
@@ -50,11 +51,11 @@ def _allreduce(args) -> int:
 
     try:
         spec = _checked_spec("allreduce", args)
-        if _needs_root("allreduce"):
-            return 2
         from agglab.web import web_options
 
         web = web_options(args)
+        if _needs_root("allreduce"):
+            return 2
         if web:
             from agglab.web.server import run_with_page     # aiohttp: loaded only with --web
 
@@ -108,11 +109,17 @@ def _lab(args) -> int:
 
     try:
         spec = _checked_spec("lab", args)
-        if _needs_root("lab"):
-            return 2
         from agglab.web import web_options
 
-        return run_lab(spec, script=args.script, web=web_options(args))
+        web = web_options(args)
+        if args.script is not None:             # readable now, not when the network is up
+            try:
+                open(args.script).close()
+            except OSError as exc:
+                raise ValueError(f"--script {args.script}: {exc.strerror or exc}") from None
+        if _needs_root("lab"):
+            return 2
+        return run_lab(spec, script=args.script, web=web)
     except (ValueError, TreeError) as exc:
         return bad_input("lab", exc)
 
@@ -123,9 +130,31 @@ def _experiment(args) -> int:
 
 
 def _clean(args) -> int:
-    from ground.cleanup import clean
+    """`clean --all` stops live runs too: it lists them and asks on a terminal (or takes
+    --yes); with neither it refuses in one line. It returns once their processes are gone."""
+    from ground.cleanup import clean, live_runs
 
-    clean(everything=args.all)
+    stop = None
+    if args.all:
+        runs = live_runs()
+        if runs and not args.yes:
+            if not sys.stdin.isatty():
+                print(f"agglab clean --all: would stop {len(runs)} live run(s) ("
+                      + "; ".join(r.line() for r in runs) + "): give --yes to stop them (no terminal to ask on)",
+                      file=sys.stderr)
+                return 2
+            print(f"agglab clean --all would stop {len(runs)} live run(s), and their networks:")
+            for r in runs:
+                print(f"  {r.line()}")
+            try:
+                answer = input("stop them? [y/N] ")
+            except EOFError:
+                answer = ""
+            if answer.strip().lower() not in ("y", "yes"):
+                print("agglab clean --all: nothing stopped, nothing removed", file=sys.stderr)
+                return 1
+        stop = {r.path for r in runs}
+    clean(everything=args.all, stop=stop)
     return 0
 
 
@@ -136,7 +165,7 @@ def _doctor(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="agglab", description="In-network aggregation emulator "
+    ap = OneLineParser(prog="agglab", description="In-network aggregation emulator "
                                  "(SwitchML-style P4 pipelines on BMv2 or a software switch in Mininet)")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
@@ -168,7 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_calibrate(sub)
 
     c = sub.add_parser("clean", help="remove what crashed runs left behind (idempotent)")
-    c.add_argument("--all", action="store_true", help="also stop runs whose owner is still alive, and delete interfaces named like agglab's that no run records (not while another network holds the machine)")
+    c.add_argument("--all", action="store_true", help="also stop runs whose owner is still alive (listed first; "
+                   "asks on a terminal, else needs --yes), and delete interfaces named like agglab's that no run "
+                   "records (not while another network holds the machine)")
+    c.add_argument("--yes", "-y", action="store_true", help="with --all: stop the live runs without asking")
     c.set_defaults(func=_clean)
 
     d = sub.add_parser("doctor", help="check the installation")

@@ -79,15 +79,18 @@ def _draw(args) -> int:
     last = epochs[-1]
     title = f"{g.graph.get('name', spec.topology)}: {spec.tree} trees, {len(workers)} workers" + (
         f", after {' '.join(f'{a}-{b}' for a, b in links)} failed" if links else "")
-    drawing.write(drawing.to_dot(g, last.treeset, last.down, title=title, workers=workers), out)
-    written = [out]
-    if args.each and links:
-        for i, ep in enumerate(epochs[:-1]):
-            path = out.with_name(f"{out.stem}-step{i}{out.suffix}")
-            what = "before any failure" if ep.failed is None else f"after {ep.failed[0]}-{ep.failed[1]} failed"
-            drawing.write(drawing.to_dot(g, ep.treeset, ep.down, title=f"{title.split(',')[0]}, {what}",
-                                         workers=workers), path)
-            written.append(path)
+    try:                                          # an unwritable -o is bad input too: one line
+        drawing.write(drawing.to_dot(g, last.treeset, last.down, title=title, workers=workers), out)
+        written = [out]
+        if args.each and links:
+            for i, ep in enumerate(epochs[:-1]):
+                path = out.with_name(f"{out.stem}-step{i}{out.suffix}")
+                what = "before any failure" if ep.failed is None else f"after {ep.failed[0]}-{ep.failed[1]} failed"
+                drawing.write(drawing.to_dot(g, ep.treeset, ep.down, title=f"{title.split(',')[0]}, {what}",
+                                             workers=workers), path)
+                written.append(path)
+    except OSError as exc:
+        return bad_input("draw", ValueError(f"-o {args.output}: {exc.strerror or exc}"))
     print(f"wrote {', '.join(map(str, written))}: {len(last.treeset.trees)} tree(s) at epoch {last.treeset.epoch}"
           + (f", links down: {' '.join(f'{a}-{b}' for a, b in sorted(last.down))}" if last.down else ""),
           file=sys.stderr)

@@ -248,6 +248,9 @@ def main(args) -> int:
     except ExerciseError as exc:
         print(f"agglab exercise: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:                  # --dir names no folder we may write or read
+        print(f"agglab exercise: {exc.filename or args.dir}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     print(json.dumps(result, sort_keys=True) if args.json else show(result, verbose=args.verbose))
     return 0 if result["ok"] else 1
 

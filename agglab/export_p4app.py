@@ -113,7 +113,10 @@ def main(args) -> int:
         spec.validate()
         conf = p4app(spec, Path(args.out))
     except ValueError as exc:
-        print(f"agglab export p4app: {exc}", file=sys.stderr)
+        print(f"agglab export p4app: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    except OSError as exc:                  # --out names no directory we may write
+        print(f"agglab export p4app: --out {args.out}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     topo = conf["topology"]
     entries = sum(len(re.findall(r"^table_add", Path(s["cli_input"]).read_text(), re.M))

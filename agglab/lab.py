@@ -36,12 +36,16 @@ class LabCLI(CLI):
         CLI.__init__(self, session.net.net, **kw)
 
     def onecmd(self, line):
-        """A switch that died under a command (its socket closed) is one line, not the lab's end."""
+        """A switch that died under a command (its socket closed), or a command that failed on
+        what it was given, is one line, not the lab's end (a stop signal still ends it)."""
         try:
             return CLI.onecmd(self, line)
         except SwitchCommandError as exc:
             print(str(exc).splitlines()[0])
-            return False
+        except Exception as exc:       # noqa: BLE001 - the lab goes on; the person reads one line
+            print(f"{line.split()[0] if line.split() else 'command'} failed: "
+                  f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+        return False
 
     # -- stop signals ----------------------------------------------------------------
     # Mininet's CLI swallows KeyboardInterrupt (at the prompt and while a host command
@@ -166,8 +170,9 @@ class LabCLI(CLI):
     def do_slots(self, line):
         """slots SWITCH [N]: aggregation state of the first N (default 8) busy slots of a switch."""
         args = line.split()
-        if not args or args[0] not in switches(self.session.g):
-            print("usage: slots SWITCH [N]")
+        if not 1 <= len(args) <= 2 or args[0] not in switches(self.session.g) or \
+                (len(args) == 2 and not args[1].isdecimal()):
+            print("usage: slots SWITCH [N]   (N: how many busy slots to show, default 8)")
             return
         if args[0] not in self.session.job.live_switches():
             print(f"switch {args[0]} is down (restart {args[0]} brings it back)")
@@ -233,7 +238,7 @@ class LabCLI(CLI):
 
     def do_events(self, line):
         """events [N]: the controller's timestamped log (link down seen, trees recomputed, installed)."""
-        for entry in self.session.events.lines(int(line) if line.strip().isdigit() else None):
+        for entry in self.session.events.lines(int(line) if line.strip().isdecimal() else None):
             print("  " + entry)
 
     # -- traffic -----------------------------------------------------------------

@@ -45,11 +45,34 @@ def _target(kind: str, vectors):
     return target
 
 
+def _load(load, name: str):
+    """One vector file, or ValueError with one line saying why it is not one (a missing file,
+    not YAML, a missing or mistyped field: the loader reads the format, it does not explain it)."""
+    import yaml
+
+    try:
+        vector = load(Path(name))
+    except OSError as exc:
+        raise ValueError(f"{name}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ValueError(f"{name}: not a YAML text file ({str(exc).splitlines()[0]})") from None
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        raise ValueError(f"{name}: not a vector file ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; "
+                         "see p4src/vectors/)") from None
+    if not vector.steps:
+        raise ValueError(f"{name}: not a vector file (no packets; see p4src/vectors/)")
+    return vector
+
+
 def _run(args) -> int:
     from agglab.testkit.conformance import run_vector
     from agglab.testkit.vectors import load
 
-    vectors = [load(Path(f)) for f in args.files]
+    try:
+        vectors = [_load(load, f) for f in args.files]
+    except ValueError as exc:
+        print(f"agglab vectors run: {exc}", file=sys.stderr)
+        return 2
     target = _target(args.target, vectors)
     failed = 0
     try:

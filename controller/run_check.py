@@ -10,6 +10,7 @@ surfaces before Mininet with one line, and a `CheckedRun` is what the Session ta
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,6 +66,9 @@ def check_run(spec: RunSpec | CheckedRun) -> CheckedRun:
         if keep.exists() and (not keep.is_dir() or any(keep.iterdir())):
             raise ValueError(f"--keep {spec.keep}: exists and is not an empty directory (a kept run is never "
                              "written over)")
+        parent = next(p for p in keep.absolute().parents if p.exists())   # where it will be made
+        if not keep.exists() and not (parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)):
+            raise ValueError(f"--keep {spec.keep}: cannot be made ({parent} is not a directory you may write)")
     return CheckedRun(spec, g)
 
 

@@ -99,6 +99,12 @@ def leaf_spine(racks: int = 4, hosts_per_rack: int = 2, spines: int = 2, host_bw
     return check_names(assign_ports(g))
 
 
+# The largest shapes built: above them a graph no run can use (at most 1024 workers) would
+# take minutes and gigabytes to build before any other check ran.
+MAX_FAT_TREE_K = 64
+MAX_BCUBE_SERVERS = 4096
+
+
 def fat_tree(k: int = 4, bw: float | None = None, workers: int | None = None,
              core_bw: float | None = None) -> nx.Graph:
     """k-ary fat-tree (Al-Fares et al.): k pods of k/2 edge + k/2 agg switches, (k/2)^2 cores.
@@ -115,6 +121,9 @@ def fat_tree(k: int = 4, bw: float | None = None, workers: int | None = None,
     """
     if k < 2 or k % 2:
         raise TopologyError(f"fat-tree k must be an even number >= 2, got {k}")
+    if k > MAX_FAT_TREE_K:          # refused before a graph of k^3/4 hosts is built
+        raise TopologyError(f"fat-tree k must be at most {MAX_FAT_TREE_K} ({MAX_FAT_TREE_K ** 3 // 4} hosts; "
+                            f"a run takes at most 1024 workers), got {k}")
     half = k // 2
     g = nx.Graph(name=f"fattree-{k}", topology="fattree", k=k)
     core_bw = bw if core_bw is None else core_bw
@@ -157,6 +166,9 @@ def bcube(n: int = 3, k: int = 1, bw: float | None = None, workers: int | None =
     """
     if n < 2 or k < 0:
         raise TopologyError(f"BCube needs n >= 2 and k >= 0, got n={n}, k={k}")
+    if n ** (k + 1) > MAX_BCUBE_SERVERS:     # refused before n^(k+1) servers are built
+        raise TopologyError(f"BCube({n},{k}) has {n ** (k + 1)} servers; at most {MAX_BCUBE_SERVERS} "
+                            "(a run takes at most 1024 workers)")
     levels, count = k + 1, n ** (k + 1)
     g = nx.Graph(name=f"bcube-{n}-{k}", topology="bcube", n=n, k=k)
     for i in range(count):
@@ -229,7 +241,7 @@ TOPOLOGIES: dict[str, Builtin] = {t.name: t for t in (
             aliases=("single_switch", "singleswitch")),
     Builtin("leafspine", _grown_leaf_spine, lambda spec, n: {"host_bw": spec.bw},
             "4 leaves x 2 spines, racks grown to hold the workers", aliases=("leaf_spine",)),
-    Builtin("fattree", fat_tree, lambda spec, n: {"k": spec.k or 4, "bw": spec.bw},
+    Builtin("fattree", fat_tree, lambda spec, n: {"k": 4 if spec.k is None else spec.k, "bw": spec.bw},
             "k-ary fat-tree, --k (default 4)", aliases=("fat_tree",)),
     Builtin("bcube", bcube, lambda spec, n: {"k": spec.k if spec.k is not None else 1, "bw": spec.bw},
             "BCube(3,k), --k (default 1), with --tree bml"),

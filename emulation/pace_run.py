@@ -67,7 +67,7 @@ class PaceOptions:
         if self.plan_cost not in ("measured", "model"):
             raise ValueError(f"--plan-cost must be measured or model, got {self.plan_cost!r}")
         for name, value in asdict(self).items():
-            if name != "plan_cost" and value <= 0:
+            if name != "plan_cost" and not 0 < value < float("inf"):      # nan is refused too
                 raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value}")
         return self
 

@@ -34,7 +34,7 @@ def check_train_spec(spec: RunSpec, cfg: Config) -> None:
                          f"(have: {', '.join(sorted(communicator.RUNNERS))})")
     if spec.tree not in SWITCH_TREES:
         raise ValueError(f"agglab train runs on switch trees ({', '.join(SWITCH_TREES)}), not --tree {spec.tree}")
-    if cfg.steps < 1 or cfg.batch < 1 or cfg.lr <= 0:
+    if cfg.steps < 1 or cfg.batch < 1 or not 0 < cfg.lr < float("inf"):      # nan is refused too
         raise ValueError("--steps, --batch and --lr must be positive")
     if not 0 < cfg.topk <= 1:
         raise ValueError(f"--topk must be a fraction within (0, 1], got {cfg.topk}")

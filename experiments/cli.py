@@ -17,6 +17,7 @@ from typing import TextIO
 
 from experiments.definition import ConfigError
 from ground import wire
+from ground.oneline_parser import OneLineParser
 from ground.interrupts import interrupted_line, signum_of
 from experiments.runner import (RunFn, SetupError, estimate_seconds, load_suite, needs_calibration, plan,
                                 results_name, run_suite)
@@ -35,7 +36,7 @@ def resolve(config: str) -> Path:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="agglab experiment", description=(
+    p = OneLineParser(prog="agglab experiment", description=(
         "Run trend definitions (experiments/*.yaml) or a suite of them (experiments/configs/*.yaml) "
         "on the emulator at a scale under this machine's fidelity ceiling, and write "
         "OUT/NAME/report.md with each trend beside the paper's claim. Resumes: finished runs "
@@ -216,10 +217,15 @@ def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO, calibrate_f
                 raise ConfigError("--cluster", args.cluster, str(exc)) from None
             for d in suite.definitions:
                 d.run["cluster"] = str(Path(args.cluster).resolve())
+        if args.name is not None and (not args.name or os.sep in args.name or args.name in (".", "..")):
+            raise ConfigError("--name", repr(args.name), "a directory name under --out, not a path")
         out_dir = args.out / results_name(args.name or suite.name, wire.K, suite.backend)
-        steps = plan(suite, out_dir)
+        steps = plan(suite, out_dir)            # writes OUT/NAME/topologies/ (the generated shapes)
     except ConfigError as exc:
         print(f"error: {exc}", file=log)
+        return 2
+    except OSError as exc:                      # --out names no directory we may write
+        print(f"error: --out {args.out}: {exc.filename or ''}: {exc.strerror or exc}", file=log)
         return 2
     if run_fn is None and not args.dry_run:   # every run would be refused: say so once (ground/netlease.py)
         from ground.netlease import NetworkBusy, refuse_if_busy

@@ -83,8 +83,13 @@ def read_yaml(path: Path) -> Any:
         return yaml.safe_load(path.read_text())
     except OSError as exc:
         raise ConfigError(str(path), "<file>", f"cannot read: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(str(path), "<file>", f"not valid YAML: {exc}") from exc
+    except UnicodeDecodeError:
+        raise ConfigError(str(path), "<file>", "not a text file (not UTF-8)") from None
+    except yaml.YAMLError as exc:     # PyYAML's message spans lines (a caret under the spot): its first line
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(str(path), "<file>", f"not valid YAML{where}: {problem}") from None
 
 
 def load_definition(path: str | Path, overrides: dict[str, Any] | None = None) -> Definition:

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from ground.netlease import holder_elsewhere
 from ground.paths import RUN_ROOT
-from ground.rundir import (RunRecord, delete_interfaces, delete_link_group, group_of, kill_pids, secure_dir,
-                           stray_interfaces)
+from ground.rundir import (RunRecord, alive, delete_interfaces, delete_link_group, group_of, kill_pids,
+                           secure_dir, stray_interfaces)
 
 LEGACY_RUN_ROOT = Path("/tmp/agglab-run")
+OWNER_GRACE = 20.0        # seconds a live run's owner has to take its own network down on SIGTERM
 
 
 def _legacy_live_run() -> str | None:
@@ -34,10 +36,60 @@ def _legacy_live_run() -> str | None:
     return None
 
 
-def clean(everything: bool = False, verbose: bool = True) -> dict[str, int]:
+@dataclass(frozen=True)
+class LiveRun:
+    """A run whose owner process is alive: what `agglab clean --all` would stop."""
+    path: Path
+    owner: int
+    command: str                   # the owner's command line, as ps shows it
+    processes: int                 # the processes it recorded that still run
+
+    def line(self) -> str:
+        return f"{self.path.name}: owner pid {self.owner} (`{self.command}`), {self.processes} process(es) it started"
+
+
+def live_runs() -> list[LiveRun]:
+    """Every run under the run root whose owner is alive, by directory name."""
+    if not os.path.lexists(RUN_ROOT):
+        return []
+    secure_dir(RUN_ROOT)
+    with os.scandir(RUN_ROOT) as entries:
+        paths = sorted(Path(e.path) for e in entries if e.is_dir(follow_symlinks=False))
+    found = []
+    for path in paths:
+        run = RunRecord(path)
+        if run.owner_alive():
+            owner = _owner(path)
+            if owner is None:                  # it ended (and its directory went) meanwhile
+                continue
+            found.append(LiveRun(path, owner, _command_of(owner), sum(1 for p in run.pids() if alive(p))))
+    return found
+
+
+def _owner(path: Path) -> int | None:
+    try:
+        return int((path / "owner.pid").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _command_of(pid: int) -> str:
+    try:
+        words = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").split()
+    except OSError:
+        return "?"
+    line = " ".join(words) or "?"                # one line, however the command was spelled
+    return line if len(line) <= 100 else line[:99] + "…"
+
+
+def clean(everything: bool = False, verbose: bool = True, stop: set[Path] | None = None) -> dict[str, int]:
     """Remove what dead runs left (all runs with everything=True). Idempotent.
 
-    A live run (its owner process alive) is left alone. Interfaces only named like ours,
+    A live run (its owner process alive) is left alone, unless everything=True and it is one
+    of `stop` (None: every live run): its owner is sent SIGTERM first (its own clean-up runs),
+    then the processes it recorded; this returns only once they are gone (ground/rundir.py's
+    kill_pids waits on each process). `stop` is the list a person was shown and agreed to, so
+    a run that started since is not stopped unasked. Interfaces only named like ours,
     which no run directory records, are removed only with everything=True (`--all`), and
     even then not while another process holds the machine's network lease
     (ground/netlease.py) or an older agglab's run is live, and only those in an interface
@@ -48,16 +100,19 @@ def clean(everything: bool = False, verbose: bool = True) -> dict[str, int]:
     (secure_dir) and walked without following symlinks; rmtree removes a verified real
     directory (Python's rmtree works on directory fds and does not follow symlinks in it)."""
     done = {"runs": 0, "processes": 0, "interfaces": 0}
-    live_runs = 0
+    live = 0
     if os.path.lexists(RUN_ROOT):
         secure_dir(RUN_ROOT)
         with os.scandir(RUN_ROOT) as entries:
             paths = sorted(Path(e.path) for e in entries if e.is_dir(follow_symlinks=False))
         for path in paths:
             run = RunRecord(path)
-            if run.owner_alive() and not everything:
-                live_runs += 1
-                continue
+            if run.owner_alive():
+                if not everything or (stop is not None and path not in stop):
+                    live += 1
+                    continue
+                owner = _owner(path)
+                done["processes"] += kill_pids([owner] if owner else [], grace=OWNER_GRACE)
             done["processes"] += kill_pids(run.pids())
             names = run.interfaces()
             group = run.recorded_link_group()
@@ -69,10 +124,10 @@ def clean(everything: bool = False, verbose: bool = True) -> dict[str, int]:
                 shutil.rmtree(path, ignore_errors=True)
             done["runs"] += 1
     other = holder_elsewhere() or _legacy_live_run()
-    if everything and live_runs == 0 and other is None:   # asked for: interfaces no run records
+    if everything and live == 0 and other is None:   # asked for: interfaces no run records
         done["interfaces"] += delete_interfaces([n for n in stray_interfaces() if group_of(n)])
     if verbose:
         print(f"agglab clean: removed {done['runs']} run(s), stopped {done['processes']} process(es), "
-              f"deleted {done['interfaces']} interface(s)" + (f"; {live_runs} live run(s) left alone" if live_runs else "")
+              f"deleted {done['interfaces']} interface(s)" + (f"; {live} live run(s) left alone" if live else "")
               + (f"; the network of {other} left alone" if other else ""))
     return done

@@ -79,6 +79,8 @@ def load(path: str | Path) -> Cluster:
         data = yaml.safe_load(p.read_text())
     except OSError as exc:
         raise ClusterFileError(f"cluster file {p}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ClusterFileError(f"cluster file {p}: not text (not UTF-8)") from None
     except yaml.YAMLError as exc:
         raise ClusterFileError(f"cluster file {p}: not YAML ({str(exc).splitlines()[0]})") from None
     ssh_config = None

@@ -112,12 +112,17 @@ class RunRecord:
             return None
 
     def pids(self) -> list[int]:
-        f = self.path / "pids"
-        return [int(line.split()[0]) for line in f.read_text().splitlines() if line.strip()] if f.exists() else []
+        """The pids recorded ([] once the run's own teardown has removed its directory)."""
+        try:
+            return [int(line.split()[0]) for line in (self.path / "pids").read_text().splitlines() if line.strip()]
+        except FileNotFoundError:
+            return []
 
     def interfaces(self) -> list[str]:
-        f = self.path / "interfaces"
-        return [n for n in f.read_text().split() if n] if f.exists() else []
+        try:
+            return [n for n in (self.path / "interfaces").read_text().split() if n]
+        except FileNotFoundError:
+            return []
 
     def keep(self, dest: Path) -> Path:
         """Copy what the run wrote (logs, commands, events, pcaps, worker reports) to `dest`,
@@ -146,6 +151,11 @@ class RunRecord:
             return False
 
 
+def alive(pid: int) -> bool:
+    """The process runs (a zombie counts as gone)."""
+    return _alive(pid)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -159,20 +169,51 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def kill_pids(pids: list[int], grace: float = 2.0) -> int:
-    """SIGTERM, wait up to `grace`, then SIGKILL. Returns how many were alive."""
+def kill_pids(pids: list[int], grace: float = 2.0, gone_within: float = 60.0) -> int:
+    """SIGTERM, wait up to `grace` for them to exit, then SIGKILL the rest and wait until they
+    are gone (up to `gone_within`: only a process stuck in the kernel takes that long).
+    Returns how many were alive. Why pidfds: each process is waited on by its own descriptor
+    (readable when it exits), not polled by pid with sleeps, and a pid the kernel reuses after
+    the wait began is never signalled."""
     live = [p for p in pids if p > 1 and p != os.getpid() and _alive(p)]
-    for p in live:
-        with _quiet():
-            os.kill(p, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(_alive(p) for p in live):
-        time.sleep(0.05)
-    for p in live:
-        if _alive(p):
+    fds = _pidfds(live)
+    try:
+        for pid, fd in fds.items():
             with _quiet():
-                os.kill(p, signal.SIGKILL)
+                signal.pidfd_send_signal(fd, signal.SIGTERM)
+        left = _wait_gone(fds, grace)
+        for pid in left:
+            with _quiet():
+                signal.pidfd_send_signal(fds[pid], signal.SIGKILL)
+        _wait_gone({pid: fds[pid] for pid in left}, gone_within)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
     return len(live)
+
+
+def _pidfds(pids: list[int]) -> dict[int, int]:
+    """pid -> a pidfd of it, for those still running."""
+    fds = {}
+    for pid in pids:
+        try:
+            fds[pid] = os.pidfd_open(pid)
+        except ProcessLookupError:
+            pass
+    return fds
+
+
+def _wait_gone(fds: dict[int, int], timeout: float) -> list[int]:
+    """Wait until every process of `fds` (pid -> pidfd) has exited, at most `timeout` s;
+    the pids still running then."""
+    from ground.fdwait import readable
+
+    left = {fd: pid for pid, fd in fds.items() if _alive(pid)}     # a zombie has exited already
+    deadline = time.monotonic() + timeout
+    while left and (remaining := deadline - time.monotonic()) > 0:
+        for fd in readable(list(left), remaining):
+            del left[fd]
+    return list(left.values())
 
 
 class _quiet:

@@ -10,6 +10,7 @@ the rules that derive a worker's gradient from it.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -233,10 +234,15 @@ class RunSpec:
             raise ValueError(f"--backend must be soft or bmv2, got {self.backend!r}")
         if self.window is not None and not 1 <= self.window <= wire.SLOTS:
             raise ValueError(f"--window must be within 1..{wire.SLOTS}, got {self.window}")
-        if self.bw is not None and self.bw <= 0:
+        if self.bw is not None and not (0 < self.bw < math.inf):
             raise ValueError(f"--bw must be a positive rate in Mb/s, got {self.bw}")
-        if self.give_up <= 0:
+        if not 0 < self.give_up < math.inf:
             raise ValueError(f"--give-up must be positive seconds, got {self.give_up}")
+        if self.k is not None and self.k < 0:
+            raise ValueError(f"--k must be a non-negative integer, got {self.k}")
+        for name, seed in (("--seed", self.seed), ("--chaos", self.chaos)):
+            if seed is not None and not 0 <= seed < 2 ** 32:      # numpy's and the switches' seeds
+                raise ValueError(f"{name} must be within 0..{2 ** 32 - 1}, got {seed}")
         named = not self.topology.endswith((".yaml", ".yml"))      # else a topology file
         if named and (not re.fullmatch(r"[a-z_][a-z0-9_]*", self.topology)
                       or (TOPOLOGIES and self.topology not in TOPOLOGIES)):

@@ -41,7 +41,7 @@ PACKAGE_OF = {"cpp": "cpp", "shellcheck": "shellcheck", "tshark": "tshark", "pin
               "mn": "mininet", "tc": "iproute2", "ip": "iproute2", "ethtool": "ethtool",
               "tcpdump": "tcpdump", "bash": None, "sudo": None, "p4c": None, "simple_switch": None,
               "simple_switch_CLI": None, "git": None, "env": None, "kill": None, "flock": None,
-              "pgrep": "procps", "ps": "procps", "make": "make", "sleep": None, "true": None, "unshare": None,
+              "pgrep": "procps", "ps": "procps", "make": "make", "sleep": None, "true": None, "unshare": None, "setpriv": None,
               "nsenter": None, "python3": None}
 
 

@@ -56,10 +56,15 @@ def _get(url: str) -> tuple[int, bytes]:
 
 
 def _post(server, body: dict) -> dict:
+    """The action's JSON answer (a refusal comes with 400: agglab/web/server.py)."""
     req = urllib.request.Request(f"http://{LOOPBACK}:{server.port}/api/action?token={server.token}",
                                  data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as r:
-        return json.loads(r.read())
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 400, exc.code
+        return json.loads(exc.read())
 
 
 def test_token_is_required_everywhere(server):

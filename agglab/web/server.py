@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import json
 import os
 import secrets
 import threading
@@ -178,15 +177,22 @@ class WebServer:
         return resp
 
     async def _action(self, request: web.Request) -> web.Response:
+        """Bad JSON or a refused action: 400 with the one line that says why (the page shows
+        it); an action that failed otherwise: 500 with its first line, never a traceback."""
         try:
-            body = await request.json()
-        except (ValueError, json.JSONDecodeError):
-            return web.json_response({"ok": False, "message": "expected a JSON body"}, status=400)
+            body = await request.json()            # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return web.json_response({"ok": False, "message": 'expected a JSON object, e.g. {"do": "fail", '
+                                      '"a": "e1", "b": "a1"}'}, status=400)
         try:
             message = await asyncio.get_running_loop().run_in_executor(None, self._do, body)
             return web.json_response({"ok": True, "message": message})
         except ValueError as exc:
-            return web.json_response({"ok": False, "message": str(exc).splitlines()[0]})
+            return web.json_response({"ok": False, "message": _line(exc)}, status=400)
+        except Exception as exc:      # noqa: BLE001 - the page shows one line; the lab goes on
+            return web.json_response({"ok": False, "message": f"{body.get('do')} failed: {_line(exc)}"}, status=500)
 
     def _do(self, body: dict) -> str:
         """One action through agglab/actions.py (a worker thread: they block)."""
@@ -205,13 +211,17 @@ class WebServer:
             try:
                 if body.get("elements"):
                     opts["elements"] = int(body["elements"])
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 raise ValueError(f"elements must be a whole number, got {body.get('elements')!r}") from None
             for key in ("algorithm", "tree", "dtype"):
                 if body.get(key):
                     opts[key] = str(body[key])
             return a.allreduce(opts, self.summarise)
         raise ValueError(f"unknown action {what!r}")
+
+
+def _line(exc: Exception) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def serve(session, actions: Actions, host: str, port: int = 0, lab: bool = True) -> WebServer:
