@@ -24,6 +24,7 @@ from emulation.p4build import p4c_options
 from ground import addresses, wire
 from ground.paths import P4SRC
 from ground.runspec import RunSpec
+from softswitch.schemes import write_p4
 
 THRIFT_BASE = 9090
 
@@ -83,6 +84,7 @@ def p4app(spec: RunSpec, out_dir: Path) -> dict:
         cli = out_dir / f"{sw}-commands.txt"
         cli.write_text("".join(line + "\n" for line in clients[sw].lines if not line.startswith("register_reset")))
         switch_conf[sw] = {"cli_input": str(cli.resolve()), "thrift_port": THRIFT_BASE + i}
+    write_p4()                          # p4run compiles p4_src itself: the schemes' lines first
     conf = {
         "p4_src": str(P4SRC / "agglab.p4"),
         "cli": True,

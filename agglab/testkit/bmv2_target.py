@@ -23,6 +23,7 @@ from ground import lifeline
 from ground.paths import P4SRC
 from controller.bmv2_tools import cli_python, find_bmv2_tool, simple_switch_note
 from agglab.testkit.netns import Namespace, inside
+from softswitch.schemes import write_p4
 
 THRIFT_PORT = 9090                # inside our own namespace, so never in conflict
 ETH_P_ALL = 0x0003
@@ -48,6 +49,7 @@ def compile_p4(p4c: str, out_dir: Path) -> Path:
 
     if Path(P4SRC) == paths.P4SRC:
         return cached()
+    write_p4(Path(P4SRC) / "include")
     proc = subprocess.run(p4c_command(p4c, P4SRC / "agglab.p4", out_dir), capture_output=True, text=True,
                           timeout=600)
     json_path = out_dir / "agglab.json"
