@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 from controller import forward
@@ -107,8 +108,6 @@ def p4app(spec: RunSpec, out_dir: Path) -> dict:
 
 def main(args) -> int:
     """CLI entry: agglab export p4app TOPOLOGY [--k K] [--workers N] [--tree T] [--out DIR]."""
-    import sys
-
     try:
         spec = RunSpec(topology=args.topology, k=args.k, workers=args.workers, tree=args.tree,
                        backend="bmv2", bw=args.bw)

@@ -31,6 +31,7 @@ import time
 
 import numpy as np
 
+from softswitch.pipeline import Pipeline
 from softswitch.star import star_commands
 
 from ground import wire
@@ -177,7 +178,6 @@ class FakeNet:
         self.record, self.sent = False, []
         if self.frames:
             if pipeline is None:
-                from softswitch.pipeline import Pipeline
                 pipeline = Pipeline()
                 for cmd in star_commands(n):
                     pipeline.command(cmd)
@@ -255,8 +255,6 @@ class FakeNet:
 
 def sparse_net(n: int, **kwargs) -> FakeNet:
     """N workers around a Pipeline with one job's agg_job and sp_job entries."""
-    from softswitch.pipeline import Pipeline
-
     pipeline = Pipeline(seed=kwargs.get("seed", 0))
     for cmd in star_commands(n):
         pipeline.command(cmd)
