@@ -32,7 +32,7 @@ help:
 	@echo "                                                    speed figures vs targets, JSON in results/bench/"
 	@echo "make clean                                          remove leftovers of crashed runs"
 	@echo "make p4                                             compile p4src/ for BMv2 (p4c on PATH or /opt/*/bin) into build/p4/kK"
-	@echo "make p4gen                                          regenerate p4src/include/values.p4 after changing AGG_K(_WIDE)"
+	@echo "make p4gen                                          regenerate p4src/include/values.p4 after changing AGG_K(_WIDE), and schemes.p4"
 
 setup: .venv/.installed
 
@@ -60,6 +60,6 @@ clean:
 p4gen:
 	$(PY) -m agglab.p4gen
 
-p4:
+p4: p4gen
 	@[ -n "$(P4C)" ] || { echo 'p4c not found (PATH or /opt/*/bin)' >&2; exit 2; }
 	$(P4C) --target bmv2 --arch v1model -DAGG_K=$(K_BUILD) -o build/p4/k$(K_BUILD) p4src/agglab.p4

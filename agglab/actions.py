@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 
 from controller.topology import switches
+from controller.trees.base import TreeError
+from ground import progress as progress_file
 
 
 @dataclass
@@ -103,8 +105,6 @@ class Actions:
             check_override(spec, self.session.g, None)
         tree = opts.pop("tree", None)
         if tree and tree != self.session.job.state().algorithm:
-            from controller.trees.base import TreeError
-
             try:
                 for job in self.session.jobs:
                     job.reinstall(tree, why="requested by allreduce --tree")
@@ -163,8 +163,6 @@ class Progress:
 def progress(session, actions: Actions) -> Progress:
     """Blocks done by every worker of the allreduce running now (or last), from the progress
     files the workers rewrite as they go (ground/progress.py)."""
-    from ground import progress as progress_file
-
     workers = list(session.job.workers) if session.job else []
     run_dir = session.net.run.path / f"run{session.runs}" if session.net.run is not None else None
     per = [progress_file.read(run_dir / f"rank{r}.progress") if run_dir else None for r in range(len(workers))]

@@ -47,6 +47,8 @@ import time
 
 from emulation.fidelity import save_calibration, save_shape_calibration, shape_key, switchml_wire_seconds
 from ground import wire
+from ground.runspec import DEFAULT_WINDOW, RunSpec
+from ground.timerslack import set_timer_slack, wakeup_latency
 
 
 def elements_for(rate_mbps: float, seconds: float) -> int:
@@ -68,16 +70,13 @@ def probe(rate: float, workers: int, seconds: float, tolerance: float, log, wind
     """One allreduce at `rate` on `shape` (RunSpec fields: topology, k, tree; default one
     switch; `scheme: sparse` with a `density` runs OmniReduce's block-sparse pipeline instead
     of the dense one): its time against the analytic wire time, and its fidelity."""
-    from emulation.session import run_allreduce
-
-    from ground.runspec import DEFAULT_WINDOW
+    from emulation.session import run_allreduce  # lazy: loads numpy, networkx, PyYAML, pyroute2, only probe() needs it
 
     run = {k: v for k, v in (shape or DEFAULT_SHAPE).items() if k not in ("scheme", "density")}
     elements = elements_for(rate, seconds)
     ideal = switchml_wire_seconds(elements, rate, window or DEFAULT_WINDOW)
     if (shape or {}).get("scheme") == "sparse":
-        from emulation.wire_model import wire_seconds
-        from ground.runspec import RunSpec
+        from emulation.wire_model import wire_seconds  # lazy: loads numpy, networkx, PyYAML, only probe() needs it
 
         density = float(shape.get("density") or 0.1)
         elements = min(SPARSE_MAX_ELEMENTS, int(elements / density) // wire.K * wire.K)
@@ -156,7 +155,6 @@ def calibrate(workers: int = 8, start: float = 2.0, factor: float = 2.0, limit: 
     good, bad, probes = search(lambda rate: probe(rate, workers, seconds, tolerance, log, window, shape, backend),
                                start, factor, limit, refine, down)
     shape = {**DEFAULT_SHAPE, **(shape or {})}
-    from ground.timerslack import set_timer_slack, wakeup_latency
 
     set_timer_slack()                  # as the emulator's processes run (ground/timerslack.py)
     record = {"ceiling_mbps": good, "backend": backend, "workers": workers, "window": window, "tolerance": tolerance,
@@ -210,8 +208,7 @@ def main(args) -> int:
             return 2
         shape.update(scheme="sparse", density=args.density)
     try:                                     # bad shapes: one line before any network is built
-        from emulation.session import graph_for
-        from ground.runspec import RunSpec
+        from emulation.session import graph_for  # lazy: loads numpy, networkx, PyYAML, pyroute2, only main() needs it
 
         graph_for(RunSpec(workers=args.workers, bw=args.start, window=args.window or None, **run_shape))
     except ValueError as exc:

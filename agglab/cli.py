@@ -22,18 +22,29 @@ import json
 import os
 import sys
 
+from agglab.calibrate import add_parser as add_calibrate
+from agglab.cluster_cmd import add_cluster_parser   # cluster mode (Mininet's cluster edition)
+from agglab.doctor import report
+from agglab.draw_cmd import add_parser as add_draw_parser
+from agglab.exercise import add_parser as add_exercise_parser   # teaching labs
 from agglab.run_options import add_run_options, bad_input, spec_from_args
+from agglab.train_cmd import add_train_parser
+from agglab.vectors_cmd import add_parser as add_vectors_parser   # replay vector files
+from agglab.web import add_web_options, web_options
 from controller import topologies
 from controller.trees import SWITCH_TREES
+from controller.trees.base import TreeError
 from ground import wire
 from ground.oneline_parser import OneLineParser
+from ground.cleanup import clean, live_runs
+from ground.interrupts import run_interruptible
 
 
 def _checked_spec(cmd: str, args):
     """Validate the options and build the topology graph (no root needed): bad input fails
     here with one line, before any network exists. Returns the CheckedRun the session takes
     (controller/run_check.py: checked once)."""
-    from controller.run_check import check_run
+    from controller.run_check import check_run  # lazy: loads numpy, only _checked_spec() needs it
 
     return check_run(spec_from_args(args))
 
@@ -46,18 +57,16 @@ def _needs_root(cmd: str) -> bool:
 
 
 def _allreduce(args) -> int:
-    from controller.trees.base import TreeError
-    from emulation.session import run_spec
+    from emulation.session import run_spec  # lazy: loads numpy, pyroute2, only _allreduce() needs it
 
     try:
         spec = _checked_spec("allreduce", args)
-        from agglab.web import web_options
 
         web = web_options(args)
         if _needs_root("allreduce"):
             return 2
         if web:
-            from agglab.web.server import run_with_page     # aiohttp: loaded only with --web
+            from agglab.web.server import run_with_page     # lazy: aiohttp: loaded only with --web
 
             result = run_with_page(spec, web, quiet=args.json, progress=args.progress or sys.stderr.isatty())
         else:
@@ -104,12 +113,10 @@ def _print_human(r: dict) -> None:
 
 
 def _lab(args) -> int:
-    from agglab.lab import run_lab          # Mininet: loaded only by the commands that build a network
-    from controller.trees.base import TreeError
+    from agglab.lab import run_lab          # lazy: Mininet: loaded only by the commands that build a network
 
     try:
         spec = _checked_spec("lab", args)
-        from agglab.web import web_options
 
         web = web_options(args)
         if args.script is not None:             # readable now, not when the network is up
@@ -132,8 +139,6 @@ def _experiment(args) -> int:
 def _clean(args) -> int:
     """`clean --all` stops live runs too: it lists them and asks on a terminal (or takes
     --yes); with neither it refuses in one line. It returns once their processes are gone."""
-    from ground.cleanup import clean, live_runs
-
     stop = None
     if args.all:
         runs = live_runs()
@@ -159,8 +164,6 @@ def _clean(args) -> int:
 
 
 def _doctor(args) -> int:
-    from agglab.doctor import report
-
     return report()
 
 
@@ -174,7 +177,6 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--json", action="store_true", help="print one JSON object")
     a.add_argument("--progress", action="store_true", help="a bar of blocks done and their rate on stderr "
                    "(default when stderr is a terminal; never on stdout)")
-    from agglab.web import add_web_options
     add_web_options(a)
     a.set_defaults(func=_allreduce)
 
@@ -184,16 +186,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_web_options(lab)
     lab.set_defaults(func=_lab)
 
-    from agglab.train_cmd import add_train_parser
     add_train_parser(sub)
-    from agglab.draw_cmd import add_parser as add_draw_parser
     add_draw_parser(sub)
     # experiments (layer 4, run as its own program: no sideways import) and calibration
     e = sub.add_parser("experiment", add_help=False, prefix_chars="+",    # every argument passes through
                        help="run a trend definition or suite (python -m experiments; see `agglab experiment --help`)")
     e.add_argument("rest", nargs="*")
     e.set_defaults(func=_experiment)
-    from agglab.calibrate import add_parser as add_calibrate
     add_calibrate(sub)
 
     c = sub.add_parser("clean", help="remove what crashed runs left behind (idempotent)")
@@ -217,18 +216,13 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--bw", type=float, default=None, help="link rate in Mb/s written on every link")
     x.add_argument("--out", default="p4app", help="output directory (default ./p4app)")
     x.set_defaults(func=lambda args: __import__("agglab.export_p4app", fromlist=["main"]).main(args))
-    from agglab.exercise import add_parser as add_exercise_parser   # teaching labs
     add_exercise_parser(sub)
-    from agglab.cluster_cmd import add_cluster_parser   # cluster mode (Mininet's cluster edition)
     add_cluster_parser(sub)
-    from agglab.vectors_cmd import add_parser as add_vectors_parser   # replay vector files
     add_vectors_parser(sub)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ground.interrupts import run_interruptible
-
     args = build_parser().parse_args(argv)
     try:
         return run_interruptible(args.cmd, lambda: args.func(args))

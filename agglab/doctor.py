@@ -10,6 +10,8 @@ import shutil
 import subprocess
 import sys
 
+from controller.bmv2_tools import find_bmv2_tool
+
 
 def _check(label: str, ok: bool, why: str) -> bool:
     print(f"  [{'ok' if ok else '--'}] {label}" + ("" if ok else f": {why}"))
@@ -45,8 +47,7 @@ def package_version(dist: str) -> str | None:
 
 def bmv2_tools() -> list[tuple[str, str | None, str]]:
     """(label, version or None when absent, what its absence means) for the BMv2 tool chain."""
-    from controller.bmv2_ways import add_bmv2_python_path
-    from controller.bmv2_tools import find_bmv2_tool
+    from controller.bmv2_ways import add_bmv2_python_path  # lazy: loads numpy, only bmv2_tools() needs it
 
     simple_switch = find_bmv2_tool("simple_switch")
     cli = find_bmv2_tool("simple_switch_CLI")

@@ -43,8 +43,8 @@ def explain(check: dict, about: str) -> dict:
 
 def conformance(target, names, ordered: bool, label: str) -> list[dict]:
     """Each named vector on `target`; the first differing packet or register on failure."""
-    from agglab.testkit.conformance import run_vector
-    from agglab.testkit.vectors import VECTOR_DIR, load
+    from agglab.testkit.conformance import run_vector  # lazy: loads PyYAML, only conformance() needs it
+    from agglab.testkit.vectors import VECTOR_DIR, load  # lazy: loads PyYAML, only conformance() needs it
 
     out = []
     for name in names:
@@ -68,9 +68,9 @@ def conformance(target, names, ordered: bool, label: str) -> list[dict]:
 
 def allreduce_soft(name: str, n: int, arrays, expected, **kw) -> dict:
     """One allreduce by n real agents through the software switch (agglab/testkit/fakenet.py)."""
-    import numpy as np
+    import numpy as np  # lazy: numpy, only allreduce_soft() needs it
 
-    from agglab.testkit.fakenet import FakeNet
+    from agglab.testkit.fakenet import FakeNet  # lazy: loads numpy, only allreduce_soft() needs it
 
     loss, seed = kw.pop("loss", 0.0), kw.pop("seed", 0)
     try:
@@ -90,7 +90,7 @@ def allreduce_soft(name: str, n: int, arrays, expected, **kw) -> dict:
 
 
 def dense_allreduce(name: str, n: int = 4, length: int = 4096, **kw) -> dict:
-    import numpy as np
+    import numpy as np  # lazy: numpy, only dense_allreduce() needs it
 
     rng = np.random.default_rng(7)
     arrays = [rng.integers(-1000, 1000, length, dtype=np.int32) for _ in range(n)]

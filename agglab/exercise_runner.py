@@ -34,6 +34,7 @@ from agglab.exercise import TODO, regions
 from agglab.exercise_folders import Exercise, load
 from agglab.exercise_kit import conformance, result, short_error
 from ground.paths import P4SRC, REPO
+from ground.runspec import RunSpec
 
 
 class OverlayFinder(importlib.abc.MetaPathFinder):
@@ -83,7 +84,7 @@ def bmv2_plan(ex: Exercise, mode: str) -> tuple[bool, str]:
     """(run the BMv2 checks?, why not)."""
     if not ex.p4 or mode == "no":
         return False, "--bmv2 no" if ex.p4 else ""
-    from agglab.testkit.bmv2_target import find_tools
+    from agglab.testkit.bmv2_target import find_tools  # lazy: loads numpy, only bmv2_plan() needs it
 
     if find_tools() is None:
         return False, "BMv2 simple_switch/p4c not found (PATH or /opt/p4/bin)"
@@ -94,7 +95,7 @@ def bmv2_plan(ex: Exercise, mode: str) -> tuple[bool, str]:
 
 def bmv2_checks(ex: Exercise, overlay: Path) -> list[dict]:
     """The exercise's vectors on BMv2, compiled from the repo's p4src with the student's files."""
-    import agglab.testkit.bmv2_target as bt
+    import agglab.testkit.bmv2_target as bt  # lazy: loads numpy, only bmv2_checks() needs it
 
     tools = bt.find_tools()
     src = overlay / "bmv2-p4src"
@@ -105,7 +106,7 @@ def bmv2_checks(ex: Exercise, overlay: Path) -> list[dict]:
     bt.P4SRC = src                     # compile_p4 reads it at call time: the include override
     work = overlay / "bmv2"
     work.mkdir()
-    from agglab.testkit.vectors import VECTOR_DIR, load as load_vector
+    from agglab.testkit.vectors import VECTOR_DIR, load as load_vector  # lazy: loads PyYAML, only bmv2_checks() needs it
 
     ports = set()
     for name in ex.vectors:
@@ -130,9 +131,8 @@ def bmv2_allreduce(kw: dict, json_path: Path) -> dict:
             f"{', loss ' + format(kw['loss'], '.0%') if 'loss' in kw else ''} (BMv2, Mininet)")
     if shutil.which("mnexec") is None:
         return {**result(name, True, "Mininet (mnexec) not found: the allreduce on BMv2 needs it"), "skipped": True}
-    import emulation.p4build as p4build
-    from emulation.session import run_spec
-    from ground.runspec import RunSpec
+    import emulation.p4build as p4build  # lazy: loads numpy, only bmv2_allreduce() needs it
+    from emulation.session import run_spec  # lazy: loads numpy, networkx, PyYAML, pyroute2, only bmv2_allreduce() needs it
 
     p4build.compile_p4 = lambda out_dir=None: json_path      # the student's P4, not p4src's
     try:
@@ -154,7 +154,7 @@ def run(folder: Path, overlay: Path, work: Path, bmv2: str) -> list[dict]:
     use_bmv2, why = bmv2_plan(ex, bmv2)
     checks = regions_filled(ex, overlay, use_bmv2, why)
     if ex.vectors:
-        from agglab.testkit.soft_target import SoftTarget
+        from agglab.testkit.soft_target import SoftTarget  # lazy: loads numpy, only run() needs it
 
         checks += conformance(SoftTarget(), ex.vectors, True, "software switch")
     checks += ex.checks(work)

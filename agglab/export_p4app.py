@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 from controller import forward
@@ -24,6 +25,7 @@ from emulation.p4build import p4c_options
 from ground import addresses, wire
 from ground.paths import P4SRC
 from ground.runspec import RunSpec
+from softswitch.schemes import write_p4
 
 THRIFT_BASE = 9090
 
@@ -83,6 +85,7 @@ def p4app(spec: RunSpec, out_dir: Path) -> dict:
         cli = out_dir / f"{sw}-commands.txt"
         cli.write_text("".join(line + "\n" for line in clients[sw].lines if not line.startswith("register_reset")))
         switch_conf[sw] = {"cli_input": str(cli.resolve()), "thrift_port": THRIFT_BASE + i}
+    write_p4()                          # p4run compiles p4_src itself: the schemes' lines first
     conf = {
         "p4_src": str(P4SRC / "agglab.p4"),
         "cli": True,
@@ -105,8 +108,6 @@ def p4app(spec: RunSpec, out_dir: Path) -> dict:
 
 def main(args) -> int:
     """CLI entry: agglab export p4app TOPOLOGY [--k K] [--workers N] [--tree T] [--out DIR]."""
-    import sys
-
     try:
         spec = RunSpec(topology=args.topology, k=args.k, workers=args.workers, tree=args.tree,
                        backend="bmv2", bw=args.bw)

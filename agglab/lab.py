@@ -15,9 +15,12 @@ import sys
 import threading
 
 from mininet.cli import CLI
+from mininet.log import setLogLevel
+from mininet.util import quietRun
 
 from agglab.actions import Actions, progress, summary
 from agglab.run_options import add_run_options
+from controller import drawing
 from ground.interrupts import Interrupted, arm
 from ground import wire
 from emulation.session import Session
@@ -59,8 +62,6 @@ class LabCLI(CLI):
                 node.sendInt()
                 node.waitOutput()
         if self.isatty():
-            from mininet.util import quietRun
-
             quietRun("stty echo sane intr ^C")
         while True:
             try:
@@ -279,8 +280,6 @@ class LabCLI(CLI):
         """show [FILE.svg|.png|.dot]: the trees as text (root, children, links down marked DOWN,
         what changed since the epoch before), and the drawing of the topology
         with the trees (agglab draw's) written to FILE (default agglab-trees-epochN.svg)."""
-        from controller import drawing
-
         job = self.session.job
         ts = self.actions.note_trees()
         print(drawing.as_text(self.session.g, ts, self.actions.previous_trees(ts.epoch)))
@@ -353,7 +352,7 @@ def say(line: str) -> None:
     line, print, then redraw the prompt and the half-typed line (readline's buffer); while a
     command runs (or before the prompt first shows), just print the line."""
     try:
-        import readline
+        import readline  # lazy: readline is not on every Python
 
         typed = readline.get_line_buffer()
     except (ImportError, AttributeError):
@@ -397,8 +396,6 @@ def run_lab(spec, script: str | None = None, web: dict | None = None) -> int:
     """Open the lab on `spec` (a RunSpec or the CLI's CheckedRun); with `script` (a file of
     commands) run them and return at its end; with `web` ({"host", "port"}) also serve the live
     page (agglab/web) until the lab closes."""
-    from mininet.log import setLogLevel
-
     with Session(spec, quiet=False, echo=lambda line: say(f"[event] {line}")) as session:
         setLogLevel("output")               # Mininet's own commands (nodes, net, dump, ...) print
         session.quiet = True                # progress is `progress`/`wait`, not a line every 5 s
@@ -407,7 +404,7 @@ def run_lab(spec, script: str | None = None, web: dict | None = None) -> int:
         server = None
         try:
             if web is not None:
-                from agglab.web.server import serve     # aiohttp: loaded only with --web
+                from agglab.web.server import serve     # lazy: aiohttp: loaded only with --web
 
                 server = serve(session, actions, lab=True, **web)
                 print(f"live page: {server.url}")

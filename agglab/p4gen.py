@@ -11,6 +11,8 @@ written once per program variant (AGG_K, and AGG_K_WIDE for p4c -DAGG_K=...),
 each under `#if AGG_K == k`, so one committed file serves both builds and any
 other K stops p4c with an #error.  Run `make p4gen` after changing a
 constant; tests/test_p4gen.py fails if the committed file is out of date.
+`make p4gen` also writes include/schemes.p4 from the scheme table (softswitch.schemes.write_p4),
+which is built before every p4c run and not committed.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import sys
 
 from ground.paths import P4_INCLUDE
 from ground.wire import read_constants
+from softswitch.schemes import write_p4
 
 TARGET = P4_INCLUDE / "values.p4"
 
@@ -56,6 +59,7 @@ def main() -> int:
     ks, workers = (const["AGG_K"], const["AGG_K_WIDE"]), const["AGG_MAX_WORKERS"]
     TARGET.write_text(render(ks, workers))
     print(f"wrote {TARGET} (K in {', '.join(map(str, ks))}, MAX_WORKERS={workers})")
+    print(f"wrote {write_p4()} (every P4 scheme's include, instance and branch)")
     return 0
 
 

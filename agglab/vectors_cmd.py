@@ -30,9 +30,9 @@ def add_parser(sub) -> None:
 
 def _target(kind: str, vectors):
     if kind != "bmv2":
-        from agglab.testkit.soft_target import SoftTarget
+        from agglab.testkit.soft_target import SoftTarget  # lazy: loads numpy, only _target() needs it
         return SoftTarget(batch=kind == "soft-batch")
-    from agglab.testkit.bmv2_target import Bmv2Target, find_tools
+    from agglab.testkit.bmv2_target import Bmv2Target, find_tools  # lazy: loads numpy, only _target() needs it
 
     tools = find_tools()
     if tools is None:
@@ -65,8 +65,8 @@ def _load(load, name: str):
 
 
 def _run(args) -> int:
-    from agglab.testkit.conformance import run_vector
-    from agglab.testkit.vectors import load
+    from agglab.testkit.conformance import run_vector  # lazy: loads PyYAML, only _run() needs it
+    from agglab.testkit.vectors import load  # lazy: loads PyYAML, only _run() needs it
 
     try:
         vectors = [_load(load, f) for f in args.files]

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import networkx as nx
 
+from controller.reroute import failover
 from ground import wire
 from ground.addresses import SERVICE_IP, SERVICE_MAC
 from ground.schemes import DEFAULT as DEFAULT_SCHEME
@@ -38,6 +39,7 @@ from controller.trees import compute
 from controller.trees.base import TreeError
 from controller.trees.bml import schedule
 from controller.trees.bml_relay import RelayPlan, host_steps, relay_plan, step_job
+from hosts.bml_host import plan_to_json
 
 
 class BmlJob(Job):
@@ -113,8 +115,6 @@ class BmlJob(Job):
         plan = {"me": host, "variant": self.variant, "levels": self.levels, "n": self.sched.n, "window": self.window,
                 "nics": nics, "rank_in_group": rank_in_group}
         if self.variant == "host":
-            from hosts.bml_host import plan_to_json
-
             plan["schedule"] = plan_to_json(self.sched)
             plan["nic_ip"] = {f"{h}|{l}": interface_address(self.g, h, sw)[0]
                               for h in self.sched.hosts for sw in self.g.neighbors(h)
@@ -146,8 +146,6 @@ class BmlJob(Job):
 
     def prepare(self, window: int, algorithm: str = DEFAULT_SCHEME) -> None:
         """Fresh registers on the live switches; `algorithm` as TreeJob.prepare (BML runs switchml)."""
-        from controller.reroute import failover
-
         with self.locked():
             failover.reset(self.clients, self.live_switches())
 
@@ -214,7 +212,6 @@ class BmlJob(Job):
                 lines += [f"mc_node_dissociate {group} {handle}", f"mc_node_destroy {handle}",
                           f"mc_mgrp_destroy {group}"]
             self.clients[sw].commands(lines)
-        from controller.reroute import failover
 
         failover.reset(self.clients, live)
         self.epoch += 1

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import sys
 import threading
 
 from typing import Callable
@@ -142,7 +143,6 @@ class Bmv2Client(SwitchClient):
     def _register_sizes(self) -> dict[str, int]:
         """Cells per register of the loaded program, where runtime_CLI parsed it."""
         if self._sizes is None:
-            import sys
             arrays = getattr(sys.modules.get("runtime_CLI"), "REGISTER_ARRAYS", {}) if self._batch_tables else {}
             self._sizes = {name: reg.size for name, reg in arrays.items() if reg.size}
         return self._sizes
@@ -371,8 +371,8 @@ def _cell_codec(thrift):
             or not getattr(oprot, "strictWrite", True):
         return None
     try:
-        from bm_runtime.standard.ttypes import InvalidRegisterOperation  # type: ignore
-        from thrift.Thrift import TApplicationException
+        from bm_runtime.standard.ttypes import InvalidRegisterOperation  # type: ignore  # lazy: BMv2's Python, on the path only where BMv2 is
+        from thrift.Thrift import TApplicationException  # lazy: BMv2's Python, on the path only where BMv2 is
     except ImportError:
         return None
     codec = CellCodec(getattr(oprot, "serviceName", None), getattr(thrift, "_seqid", 0))

@@ -25,6 +25,7 @@ Match keys and action data are parsed by runtime_CLI's own functions from the pr
 from __future__ import annotations
 
 import struct as _struct
+import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -146,8 +147,8 @@ class BatchTranslator:
 
     # -- tables and multicast (runtime_CLI's parsers) -----------------------------------------
     def _table_add(self, args):
-        import runtime_CLI  # type: ignore  # BMv2's module, loaded with the program by the client
-        from bm_runtime.standard.ttypes import BmAddEntryOptions  # type: ignore
+        import runtime_CLI  # type: ignore  # lazy: BMv2's module, loaded with the program by the client
+        from bm_runtime.standard.ttypes import BmAddEntryOptions  # type: ignore  # lazy: BMv2's Python, on the path only where BMv2 is
 
         if len(args) < 3 or "=>" not in args:
             raise ValueError("table_add TABLE ACTION KEY... => PARAM... [PRIORITY]")
@@ -173,7 +174,7 @@ class BatchTranslator:
         return Translated([req], lambda: f"Entry has been added with handle {req.result}")
 
     def _table_delete(self, args):
-        import runtime_CLI  # type: ignore
+        import runtime_CLI  # type: ignore  # lazy: BMv2's Python, on the path only where BMv2 is
 
         name, handle = _exactly(args, 2, "table_delete TABLE HANDLE")
         table = _resource(runtime_CLI, "table", name, runtime_CLI.ResType.table)
@@ -215,7 +216,6 @@ def describe_error(exc: Exception) -> str:
     kind = type(exc).__name__
     if code is None or not kind.startswith("Invalid") or not kind.endswith("Operation"):
         return repr(exc)
-    import sys
 
     enum_name = kind[len("Invalid"):] + "ErrorCode"          # TableOperationErrorCode
     module = sys.modules.get(type(exc).__module__)

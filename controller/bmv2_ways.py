@@ -12,11 +12,13 @@ takes simple_switch_CLI's command lines and answers in its words, so Bmv2Client
 
 from __future__ import annotations
 
+import glob
 import io
 import os
 import re
 import shlex
 import socket
+import sys
 import threading
 import time
 
@@ -79,8 +81,6 @@ _INSTALL = threading.Lock()
 def _install_streams() -> None:
     """sys.stdout and sys.stderr as _PerThreadStream (again where someone, e.g. pytest's
     capture, has replaced them since)."""
-    import sys
-
     with _INSTALL:
         for name in ("stdout", "stderr"):
             current = getattr(sys, name)
@@ -113,9 +113,6 @@ def add_bmv2_python_path() -> None:
     PREFIX/lib/python3*/site-packages, which Debian's python does not search; p4-utils imports
     those modules too. PREFIX: that of simple_switch_CLI (which runs runtime_CLI), else of
     simple_switch; a prefix without the runtime (a second simple_switch build) adds nothing."""
-    import glob
-    import sys
-
     for tool in ("simple_switch_CLI", "simple_switch"):
         binary = find_bmv2_tool(tool)
         if not binary:
@@ -155,7 +152,7 @@ def connect_api(name: str, thrift_port: int, thrift_ip: str = THRIFT_IP):
         return None, choice
     add_bmv2_python_path()
     try:
-        from p4utils.utils.sswitch_thrift_API import SimpleSwitchThriftAPI  # type: ignore
+        from p4utils.utils.sswitch_thrift_API import SimpleSwitchThriftAPI  # type: ignore  # lazy: p4-utils, only for its API way (may be missing)
     except ImportError as exc:
         if choice == "p4-utils":
             raise SwitchCommandError(f"{name}: {API_ENV}=p4-utils, but p4-utils does not import ({exc})") from None
@@ -188,7 +185,7 @@ def _accelerate(api) -> None:
     readI64 and buffered reads across the switches' threads). The same connection, same
     bytes on the wire, decoded and encoded with the accelerated protocol where python3-thrift
     has it (as _runtime_cli_api does)."""
-    from thrift.protocol import TBinaryProtocol, TMultiplexedProtocol
+    from thrift.protocol import TBinaryProtocol, TMultiplexedProtocol  # lazy: BMv2's Python, on the path only where BMv2 is
 
     fast = getattr(TBinaryProtocol, "TBinaryProtocolAccelerated", None)
     for client in (getattr(api, name, None) for name in ("client", "mc_client", "sswitch_client")):
@@ -220,10 +217,10 @@ def _runtime_cli_api(thrift_port: int, thrift_ip: str = THRIFT_IP):
     """BMv2's runtime_CLI API on a connection of our own: the same services as
     simple_switch_CLI, over Thrift's accelerated binary protocol (C encoding and decoding,
     where python3-thrift has it: a 131,072-cell register reads in ~40 ms instead of ~105)."""
-    import runtime_CLI  # type: ignore  # BMv2's module, installed beside simple_switch
-    from sswitch_CLI import SimpleSwitchAPI  # type: ignore
-    from thrift.protocol import TBinaryProtocol, TMultiplexedProtocol
-    from thrift.transport import TSocket, TTransport
+    import runtime_CLI  # type: ignore  # lazy: BMv2's module, installed beside simple_switch
+    from sswitch_CLI import SimpleSwitchAPI  # type: ignore  # lazy: BMv2's Python, on the path only where BMv2 is
+    from thrift.protocol import TBinaryProtocol, TMultiplexedProtocol  # lazy: BMv2's Python, on the path only where BMv2 is
+    from thrift.transport import TSocket, TTransport  # lazy: BMv2's Python, on the path only where BMv2 is
 
     services = runtime_CLI.RuntimeAPI.get_thrift_services(runtime_CLI.PreType.SimplePreLAG)
     services.extend(SimpleSwitchAPI.get_thrift_services())
@@ -249,7 +246,7 @@ def load_runtime_cli_program(api) -> bool:
     """Load runtime_CLI's parsers for the program behind p4-utils' `api` (its standard client),
     so that batches can be encoded as Thrift requests; False where runtime_CLI does not import."""
     try:
-        import runtime_CLI  # type: ignore
+        import runtime_CLI  # type: ignore  # lazy: BMv2's Python, on the path only where BMv2 is
     except ImportError:
         return False
     _captured(_load_program, runtime_CLI, api.client)

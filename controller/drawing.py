@@ -14,6 +14,7 @@ run would install.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,7 +103,7 @@ def to_dot(g: nx.Graph, treeset: TreeSet | None, down=(), title: str = "", worke
     """A pydot graph: nodes ranked by tier, each tree's links in its colour (several trees on
     one link: parallel strokes), roots double-circled, link rates as edge labels, `down`
     links dashed, a legend of tree shares."""
-    import pydot
+    import pydot  # lazy: pydot, only to_dot() needs it
 
     down = {edge_key(*e) for e in down} | down_links(g)
     workers = set(workers) or {n for n, d in g.nodes(data=True) if d.get("rank") is not None}
@@ -168,8 +169,6 @@ def to_dot(g: nx.Graph, treeset: TreeSet | None, down=(), title: str = "", worke
 def positions(g: nx.Graph) -> dict[str, tuple[float, float]]:
     """Each node's place in the tiered layout (points, y growing downwards), for a page that
     draws the topology itself: the same layout as the files."""
-    import shlex
-
     plain = to_dot(g, None).create(prog="dot", format="plain").decode()
     height = 0.0
     out = {}

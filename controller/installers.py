@@ -17,6 +17,7 @@ from pathlib import Path
 
 import networkx as nx
 
+from controller.bml_job import BmlJob
 from controller.events import EventLog
 from controller.job_protocol import Job
 from controller.schemes import INSTALLERS
@@ -41,8 +42,6 @@ class JobSeat:
 
 
 def _bml_job(seat: JobSeat) -> Job:
-    from controller.bml_job import BmlJob
-
     return BmlJob(seat.graph, seat.clients, seat.spec.default_window(), seat.epoch_file, job=seat.job,
                   events=seat.events, variant=seat.spec.bml_variant)
 

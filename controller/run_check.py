@@ -17,9 +17,11 @@ from pathlib import Path
 import networkx as nx
 
 from controller import topologies, tree_install, trees
+from controller.bml_job import BmlJob
 from controller.job_protocol import partitions
 from controller.topology import switches, workers as worker_hosts
 from ground import wire
+from ground.cluster_file import load
 from ground.runspec import BCUBE_TREE, RunSpec
 
 
@@ -49,13 +51,10 @@ def check_run(spec: RunSpec | CheckedRun) -> CheckedRun:
         raise ValueError(f"switch {busiest} has {g.degree(busiest)} links, but P4 ports are bit<9> "
                          f"(at most {tree_install.MAX_PORT} usable)")
     if spec.tree == BCUBE_TREE:
-        from controller.bml_job import BmlJob
-
         BmlJob.check(g)
     else:
         check_failures(spec, g, first_links(spec, g))
     if spec.cluster:                           # a bad cluster file fails before anything is built
-        from ground.cluster_file import load
 
         load(spec.cluster)
         if spec.hang_switch or spec.chaos is not None:

@@ -128,8 +128,8 @@ def warm_up() -> None:
     """Import every tree algorithm and run each once on a small graph, before the first task:
     rat and packing import scipy and load its LP solver (~0.8 s of CPU), which under a
     running job's load took longer than the job took to reach a failure halfway through."""
-    from controller import topologies, trees
-    from controller.topology import workers
+    from controller import topologies, trees  # lazy: only the child loads the trees (networkx, scipy): the controller imports this module to start it
+    from controller.topology import workers  # lazy: as above
 
     g = topologies.build("leafspine", racks=2, hosts_per_rack=2, spines=2)
     for name in trees.TREE_ALGORITHMS:
@@ -142,8 +142,9 @@ def warm_up() -> None:
 def main() -> int:
     """The child: compute each link's trees, newest task first."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)       # Ctrl-C is the controller's to handle:
-    from controller import trees                        # it closes our stdin, and we exit
-    from controller.trees.base import TreeError
+                                                        # it closes our stdin, and we exit
+    from controller import trees  # lazy: only the child loads the trees (see warm_up)
+    from controller.trees.base import TreeError  # lazy: as above
 
     warm_up()
 

@@ -19,6 +19,8 @@ from typing import Callable
 
 import numpy as np
 
+from softswitch.control import ControlClient, SwitchCommandError as SoftError, wait_ready
+
 class SwitchCommandError(RuntimeError):
     """A control command was rejected by the switch."""
 
@@ -313,8 +315,6 @@ class SoftSwitchClient(SwitchClient):
     cheap_register_reset = True
 
     def __init__(self, name: str, socket_path: str, timeout: float = 10.0):
-        from softswitch.control import ControlClient, wait_ready
-
         self.name = name
         self._path = socket_path
         wait_ready(socket_path, timeout)
@@ -324,14 +324,10 @@ class SoftSwitchClient(SwitchClient):
         """A new control connection: answers still due on the old one (a batch someone sent
         and never read, when a reroute failed half-way) go with it, instead of being taken
         for the answers of the next command."""
-        from softswitch.control import ControlClient
-
         old, self._client = self._client, ControlClient(self._path)
         old.close()
 
     def command(self, line: str) -> str:
-        from softswitch.control import SwitchCommandError as SoftError
-
         try:
             return self._client.command(line)
         except SoftError as exc:
@@ -375,8 +371,6 @@ class SoftSwitchClient(SwitchClient):
         return dict(zip(names, np.split(cells, len(names))))
 
     def commands(self, lines: list[str]) -> list[str]:
-        from softswitch.control import SwitchCommandError as SoftError
-
         outs = []
         for start in range(0, len(lines), 512):      # bounded socket buffers both ways
             chunk = lines[start:start + 512]
@@ -391,8 +385,6 @@ class SoftSwitchClient(SwitchClient):
         return outs
 
     def send_commands(self, lines: list[str]) -> Callable[[], list[str]]:
-        from softswitch.control import SwitchCommandError as SoftError
-
         if len(lines) > 4096:                   # the daemon buffers replies; keep it bounded
             return super().send_commands(lines)
         # the socket layer's own error too ("cannot connect": a switch killed, not yet

@@ -14,6 +14,7 @@ allreduce workers (emulation/worker_launcher.py) and the switches' deaths, hangs
 from __future__ import annotations
 
 import contextlib
+import shutil
 import subprocess
 import threading
 import time
@@ -23,6 +24,10 @@ from pathlib import Path
 
 import networkx as nx
 
+from emulation import bmv2_ports
+from emulation.command_log import LoggedClient
+from emulation.fidelity import FidelityProbe
+from emulation.p4build import compile_p4
 from ground.phases import Phases
 from ground import netlease
 from ground import rundir
@@ -37,6 +42,7 @@ from emulation.host_setup import SETUP_OK, host_setup
 from emulation.link_monitor import LinkMonitor
 from emulation.switch_failures import SwitchFailures
 from emulation.worker_launcher import FORKED_WORKERS, start_worker_launcher
+from ground.rundir import delete_interfaces, kill_pids
 
 BACKENDS = ("soft", "bmv2")
 THRIFT_BASE = 9090
@@ -73,9 +79,9 @@ class EmulatedNetwork(SwitchFailures):
 
     # -- lifecycle ----------------------------------------------------------------
     def start(self) -> "EmulatedNetwork":
-        from mininet.link import TCLink
-        from mininet.log import setLogLevel
-        from mininet.net import Mininet
+        from mininet.link import TCLink  # lazy: Mininet, only start() needs it
+        from mininet.log import setLogLevel  # lazy: Mininet, only start() needs it
+        from mininet.net import Mininet  # lazy: Mininet, only start() needs it
 
         setLogLevel("error")
         try:                                     # a signal at any moment still cleans up
@@ -87,7 +93,7 @@ class EmulatedNetwork(SwitchFailures):
                 clean(verbose=False)             # leftovers of dead runs would collide
             with self.phases.timed("launcher"):
                 if self.backend == "soft":
-                    from emulation.switch_nodes import start_launcher
+                    from emulation.switch_nodes import start_launcher  # lazy: loads Mininet, only start() needs it
 
                     self.launcher = start_launcher(self.run)
                 self.worker_launcher = start_worker_launcher(self.run)
@@ -123,13 +129,11 @@ class EmulatedNetwork(SwitchFailures):
         unchanged and the nodes are added to the network in graph order.
         Mininet's build() is not run: its per-host configuration (three shell commands each)
         is part of the hosts' set-up scripts (_configure_hosts)."""
-        from mininet.node import Host
+        from mininet.node import Host  # lazy: Mininet, only _add_nodes() needs it
 
         g = self.graph
         json_path = None
         if self.backend == "bmv2":
-            from emulation.p4build import compile_p4
-
             json_path = str(compile_p4())
         makers = {}
         for h in hosts(g):
@@ -137,12 +141,12 @@ class EmulatedNetwork(SwitchFailures):
             makers[h] = partial(Host, h, ip=f"{a['ip']}/{addresses.PREFIX_LEN}", mac=a["mac"])
         for i, s in enumerate(switches(g)):
             if self.backend == "soft":
-                from emulation.switch_nodes import SoftP4Switch
+                from emulation.switch_nodes import SoftP4Switch  # lazy: loads Mininet, only _add_nodes() needs it
 
                 makers[s] = partial(SoftP4Switch, s, inNamespace=False, run=self.run, launcher=self.launcher,
                                     seed=self.seed + i, pcap=self.pcap)
             else:
-                from emulation.switch_nodes import Bmv2Switch
+                from emulation.switch_nodes import Bmv2Switch  # lazy: loads Mininet, only _add_nodes() needs it
 
                 makers[s] = partial(Bmv2Switch, s, inNamespace=False, run=self.run, json_path=json_path,
                                     thrift_port=THRIFT_BASE + i, device_id=i, pcap=self.pcap)
@@ -171,7 +175,7 @@ class EmulatedNetwork(SwitchFailures):
 
     def _add_links(self) -> None:
         """Every veth pair in one `ip -batch` (emulation/veths.py), then Mininet adopts them."""
-        from emulation.veths import PrebuiltLink, QuietIntf, create_veths, shape
+        from emulation.veths import PrebuiltLink, QuietIntf, create_veths, shape  # lazy: loads Mininet, only _add_links() needs it
 
         g, pairs = self.graph, []
         for u, v, e in g.edges(data=True):
@@ -255,7 +259,6 @@ class EmulatedNetwork(SwitchFailures):
             reason = node.died()
             raise RuntimeError(reason or f"switch {s} did not come up: {exc}") from exc
         if self.keep:                 # kept runs record every control call (SWITCH.commands)
-            from emulation.command_log import LoggedClient
 
             client = LoggedClient(client, self.run.path / f"{s}.commands", self.t0)
         return client
@@ -274,7 +277,7 @@ class EmulatedNetwork(SwitchFailures):
             try:
                 self._stop_data_planes()
                 if self.run is not None:
-                    from emulation.veths import delete_veths
+                    from emulation.veths import delete_veths  # lazy: loads Mininet, only stop() needs it
 
                     delete_veths(self.run.recorded_link_group() or 0, self.run.interfaces())
                 self.net.stop()
@@ -285,9 +288,6 @@ class EmulatedNetwork(SwitchFailures):
                 launcher.close()
         self.launcher = self.worker_launcher = None
         if self.run is not None:
-            from ground.rundir import delete_interfaces, kill_pids
-            import shutil
-
             kill_pids(self.run.pids())
             delete_interfaces(self.run.interfaces(), group=self.run.recorded_link_group() or -1)
             try:
@@ -361,8 +361,6 @@ class EmulatedNetwork(SwitchFailures):
         """The block runs with the traffic sources (the processes in the hosts' namespaces)
         stopped and the switches' ports idle (emulation/bmv2_ports.py); they go on after.
         A cluster's servers do it through their agents (emulation/cluster/bmv2.py)."""
-        from emulation import bmv2_ports
-
         shells = [self.net.get(h).pid for h in hosts(self.graph)]
         ports_of = [i.name for s in switches(self.graph) for i in self.net.get(s).intfList() if i.name != "lo"]
         with bmv2_ports.sources_paused(bmv2_ports.processes_in_netns(shells)):
@@ -388,8 +386,6 @@ class EmulatedNetwork(SwitchFailures):
 
     def fidelity_probe(self):
         """A started FidelityProbe over this network's links and processes (emulation/fidelity.py)."""
-        from emulation.fidelity import FidelityProbe
-
         return FidelityProbe(self.graph, self.run.path / "pids").start()
 
     # -- access -------------------------------------------------------------------

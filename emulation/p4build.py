@@ -1,5 +1,8 @@
 """Compile p4src/agglab.p4 with p4c for BMv2, cached by the hash of the P4 sources and K.
 
+Every build first writes p4src/include/schemes.p4 from the scheme table (softswitch.schemes
+.write_p4: each P4 scheme's include, instance and branch), which is built, not committed.
+
 The program variant (K values per packet, ground.wire.K from AGGLAB_K) is a
 preprocessor define, so each variant has its own build directory and JSON.
 """
@@ -14,6 +17,7 @@ from ground import wire
 from ground import paths
 from ground.paths import P4SRC
 from controller.bmv2_tools import find_bmv2_tool
+from softswitch.schemes import write_p4
 
 BUILD = paths.BUILD / "p4"
 
@@ -41,6 +45,7 @@ def compile_p4(out_dir: Path | None = None) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path = out_dir / "agglab.json"
     stamp = out_dir / "agglab.digest"
+    write_p4(P4SRC / "include")
     digest = sources_digest()
     if json_path.exists() and stamp.exists() and stamp.read_text() == digest:
         return json_path

@@ -26,10 +26,13 @@ from controller.run_check import CheckedRun, check_override, check_run
 from controller.standby import StandbyWorker
 from controller.switch_batches import run_batches
 from controller.topology import switches, tenant_hosts, workers as worker_hosts
+from emulation.chaos import Chaos, draw
 from emulation.failures import hang_rows
 from emulation.network import EmulatedNetwork
+from emulation.wire_model import BoundError, wire_seconds
 from emulation.workers import run_tenants, run_workers, say
 from ground import netlease, wire
+from ground.cluster_file import load
 from ground.phases import Phases
 from ground.runspec import RunSpec
 from hosts.checker import check
@@ -58,8 +61,6 @@ def run_wire_seconds(spec: RunSpec) -> float | None:
     """The run's wire time (emulation/wire_model.py: its bytes over its busiest link), to read
     its measured time against; None where the model has none (unshaped links, tenants,
     `tree@F` failures)."""
-    from emulation.wire_model import BoundError, wire_seconds
-
     if spec.jobs > 1 or spec.fail_switch:
         return None
     try:
@@ -83,8 +84,7 @@ class Session:
         self.g = checked.graph
         self.events = EventLog(echo=echo or (None if quiet else (lambda line: say(line, False))))
         if spec.cluster:                     # on the servers of a cluster (emulation/cluster/)
-            from emulation.cluster.network import ClusterNetwork
-            from ground.cluster_file import load
+            from emulation.cluster.network import ClusterNetwork  # lazy: loads Mininet, only __init__() needs it
 
             self.net = ClusterNetwork(self.g, load(spec.cluster), backend=spec.backend, seed=spec.seed,
                                       pcap=spec.pcap, keep=spec.keep, t0=self.events.t0)
@@ -182,7 +182,6 @@ class Session:
         are known (emulation/chaos.py); else None."""
         if spec.chaos is None:
             return None
-        from emulation.chaos import Chaos, draw
 
         faults = draw(spec.chaos, self.g)
         return lambda files: Chaos(self, faults, files, spec.chaos)

@@ -15,9 +15,11 @@ from pathlib import Path
 
 from mininet.node import Switch
 
+from controller.bmv2_tools import find_bmv2_tool, simple_switch_note
 from ground import lifeline
 from ground.paths import REPO
 from ground.rundir import RunRecord
+from softswitch.launcher import Launcher
 
 LAUNCHER_LABEL = "switch launcher"       # its line in the run's pids (not a data plane)
 
@@ -76,8 +78,6 @@ def _env() -> dict[str, str]:
 def start_launcher(run: RunRecord):
     """The network's software-switch launcher (softswitch/launcher.py), recorded in `run`;
     it imports while the rest of the network is built."""
-    from softswitch.launcher import Launcher
-
     launcher = Launcher(run.path / "launcher.out", cwd=REPO, env=_env())
     run.add_pid(launcher.pid, LAUNCHER_LABEL)
     return launcher
@@ -118,7 +118,6 @@ class Bmv2Switch(_ProcessSwitch):
 
     def start(self, controllers):
         binary = bmv2_binary()
-        from controller.bmv2_tools import simple_switch_note
 
         with open(self.log_path.with_suffix(".out"), "a") as out:    # which build wrote these logs
             out.write(simple_switch_note() + "\n")
@@ -141,8 +140,6 @@ class Bmv2Switch(_ProcessSwitch):
 
 def bmv2_binary() -> str:
     """simple_switch's path here (a cluster's servers must have it at the same path)."""
-    from controller.bmv2_tools import find_bmv2_tool
-
     binary = find_bmv2_tool("simple_switch")
     if not binary:
         raise RuntimeError("simple_switch not found: install BMv2 (sudo scripts/provision-vm.sh, or the Vagrant VM) "

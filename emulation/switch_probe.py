@@ -46,6 +46,7 @@ server alive; no Thrift library in the prober's loop).
 
 from __future__ import annotations
 
+import glob
 import socket
 import struct
 import threading
@@ -68,7 +69,6 @@ def runnable_seconds(pid: int | None) -> float | None:
     /proc/PID/schedstat alone describes, sleeps while the switch works or starves."""
     if pid is None:
         return None
-    import glob
 
     total, seen = 0, False
     for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):

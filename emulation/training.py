@@ -23,6 +23,8 @@ from emulation.session import Session
 from ground.runspec import RunSpec
 from hosts import communicator
 from hosts.mlp import Config, MLP, train_single_process
+from pace.fusion import CostModel
+from pace.schedule import MiB
 
 FLOAT_ACCURACY_POINTS = 0.02
 
@@ -88,9 +90,6 @@ def call_cost(call_log: list, spec: RunSpec) -> dict | None:
     """One rank's allreduce calls as alpha + beta*s beside the link model's (the emulated
     network's own units). Every step allreduces the same size, which cannot separate alpha
     from beta: beta is then the link model's and alpha what a call took beyond it."""
-    from pace.fusion import CostModel
-    from pace.schedule import MiB
-
     if not call_log:
         return None
     sizes, secs = zip(*call_log)
@@ -107,9 +106,9 @@ def call_cost(call_log: list, spec: RunSpec) -> dict | None:
 
 
 def plot_curves(result: dict, path: Path) -> Path:
-    import matplotlib
+    import matplotlib  # lazy: matplotlib, only plot_curves() needs it
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: matplotlib, only plot_curves() needs it
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
     for curve, label, style in ((result["curve"], f"{result['workers']} workers through the switches", "-"),

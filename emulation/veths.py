@@ -105,7 +105,7 @@ def quiet_ends(names: list[str], offloads_off: bool = True) -> None:
     offloads, as they always had here: with them off, a k=4 fat-tree of BMv2 switches (8 x
     20,000 int32, unshaped) took 22-27 s with 58,000-73,000 resends instead of 10-16 s with
     26,000-39,000 (measured on 2026-12-02)."""
-    from pyroute2.ethtool.ioctl import IoctlEthtool
+    from pyroute2.ethtool.ioctl import IoctlEthtool  # lazy: pyroute2, only quiet_ends() needs it
 
     ethtool = IoctlEthtool()
     try:

@@ -46,9 +46,11 @@ from controller import topologies, trees
 from controller.forward import next_hops
 from controller.schemes import WIRE_MODELS
 from controller.topology import mark_link, tenant_hosts, workers as ranked_workers
+from controller.trees.bml_relay import relay_plan
 from ground import links, wire
 from ground.runspec import BCUBE_TREE, RunSpec
 from ground.schemes import SCHEMES
+from hosts.sparse_workload import nonzero_block_ids
 
 TCP_SEGMENT, TCP_FRAME = 1448, 1514          # a full TCP segment and its Ethernet frame
 
@@ -212,8 +214,6 @@ def atp_seconds(spec: RunSpec, g: nx.Graph, fallback: float = 0.0) -> float:
 
 def sparse_kblocks(spec: RunSpec) -> dict[int, set[int]]:
     """Per rank, the K-blocks its input has non-zero (the run's own workload and seed)."""
-    from hosts.sparse_workload import nonzero_block_ids
-
     g = spec.blocks // wire.K
     nb = -(-spec.elements // wire.K)
     out = {}
@@ -298,8 +298,6 @@ def bml_relay_seconds(spec: RunSpec, g: nx.Graph) -> float:
     """BML re-planned around a failure (controller/trees/bml_relay.py): its group steps one
     after the other, each a star allreduce of the whole gradient through one level switch:
     every member sends its frames to the switch and gets the sum back."""
-    from controller.trees.bml_relay import relay_plan
-
     plan = relay_plan(g, ranked_workers(g))
     blocks = -(-spec.elements // wire.K)
     each = (blocks + leads(spec, blocks)) * wire.FRAME_BYTES

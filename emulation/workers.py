@@ -205,7 +205,7 @@ class ProgressBar:
     the workers rewrite as they go (ground/progress.py)."""
 
     def __init__(self, files: list[Path]):
-        from tqdm import tqdm
+        from tqdm import tqdm  # lazy: tqdm, only __init__() needs it
 
         self.files = files
         self.bar = tqdm(total=None, unit=" blocks", file=sys.stderr, desc="allreduce", dynamic_ncols=True,

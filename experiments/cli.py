@@ -10,15 +10,22 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import TextIO
 
+from emulation.fidelity import ceiling_for, ceiling_for_shape
+from emulation.wire_model import BoundError, wire_seconds
+from experiments.analysis import claim_bound
 from experiments.definition import ConfigError
+from experiments.runner import TURN_WAIT, network_turn
 from ground import wire
+from ground.cluster_file import ClusterFileError, load
+from ground.interrupts import arm, interrupted_line, signum_of
+from ground.netlease import NetworkBusy, refuse_if_busy
 from ground.oneline_parser import OneLineParser
-from ground.interrupts import interrupted_line, signum_of
 from experiments.runner import (RunFn, SetupError, estimate_seconds, load_suite, needs_calibration, plan,
                                 results_name, run_suite)
 from experiments.shapes import (calibrate_args, calibrate_seconds, faithless_shapes, key_of, shape_switches,
@@ -66,8 +73,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def _print_bounds(suite, log: TextIO) -> None:
     """Every claim's paper figure beside this network's bound (experiments/bounds.py), before
     anything runs: what the report's "bound" column will hold."""
-    from experiments.analysis import claim_bound
-
     print("claims: paper figure / this network's bound", file=log)
     for d in suite.definitions:
         for c, _ in d.claims():
@@ -79,8 +84,6 @@ def _print_bounds(suite, log: TextIO) -> None:
 def _emulated(d, p) -> str:
     """What a planned point runs: its emulated gradient, fastest link rate and wire time
     (emulation/wire_model.py), so a per-scale plan shows each size's own scale."""
-    from emulation.wire_model import BoundError, wire_seconds
-
     if p.spec is None or p.program or p.scale is None:
         return ""
     try:
@@ -92,8 +95,6 @@ def _emulated(d, p) -> str:
 
 def main(argv: list[str] | None = None, run_fn: RunFn | None = None, log: TextIO = sys.stderr,
          calibrate_fn=None) -> int:
-    from ground.interrupts import arm
-
     previous = arm()             # SIGTERM and SIGHUP unwind like Ctrl-C (ground/interrupts.py)
     try:
         return _main(argv, run_fn, log, calibrate_fn)
@@ -114,10 +115,6 @@ def calibrate_backend(backend: str, shape: dict | None = None) -> int:
     experiments/shapes.py) in a child process (its probes print as they finish), holding the
     network turn (AGGLAB_NET_LOCK) for its whole search as the docs' `flock` does. A child,
     not an import: the calibration command is the CLI's, one layer with this package."""
-    import subprocess
-
-    from experiments.runner import network_turn
-
     with network_turn():
         return subprocess.run([sys.executable, "-m", "agglab", "calibrate", "--backend", backend,
                                *(calibrate_args(shape) if shape else [])]).returncode
@@ -130,8 +127,6 @@ def calibrate_first(backend: str, calibrate_fn, log: TextIO, shape: dict | None 
     BMv2's runs CPU-bound); with `shape`, that trend shape (experiments/shapes.py: a
     leaf-spine, BCube or fat-tree, the sparse pipeline, more than 8 workers). One line before
     and one after with its time. 0 when a ceiling was stored, else 2 with the command to retry."""
-    from emulation.fidelity import ceiling_for, ceiling_for_shape
-
     command = f"agglab calibrate --backend {backend}" + (" " + " ".join(calibrate_args(shape)) if shape else "")
     key = key_of(shape) if shape else None
     what = f"shape {key} ({', '.join(trends or [])})" if shape else "8 workers on one switch"
@@ -209,8 +204,6 @@ def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO, calibrate_f
             if code:
                 return code
         if args.cluster:
-            from ground.cluster_file import ClusterFileError, load
-
             try:
                 load(args.cluster)
             except ClusterFileError as exc:
@@ -228,7 +221,6 @@ def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO, calibrate_f
         print(f"error: --out {args.out}: {exc.filename or ''}: {exc.strerror or exc}", file=log)
         return 2
     if run_fn is None and not args.dry_run:   # every run would be refused: say so once (ground/netlease.py)
-        from ground.netlease import NetworkBusy, refuse_if_busy
 
         try:
             refuse_if_busy()
@@ -265,8 +257,7 @@ def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO, calibrate_f
         print(interrupted_line("experiment", signum_of(exc), "everything it started was stopped and "
                                "removed; no run had finished"), file=log, flush=True)
         return 128 + signum_of(exc)
-    from experiments.report import write_report
-    from experiments.runner import TURN_WAIT
+    from experiments.report import write_report  # lazy: loads matplotlib, only _main() needs it
 
     write_report(outcome)
     ok = sum(1 for r in outcome.rows if r.get("ok"))

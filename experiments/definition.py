@@ -25,6 +25,7 @@ from ground.runspec import RunSpec
 from experiments.networks import network_for
 from experiments.paper_figures import evaluate
 from experiments.units import Scale, parse_rate, parse_size
+from pace.schedule import load_profile
 
 RUN_FIELDS = tuple(f.name for f in fields(RunSpec) if f.name not in ("length_override", "job"))
 NETWORK_KEYS = ("link", "gradient", "oversubscription", "racks", "hosts_per_rack", "spines",
@@ -106,8 +107,6 @@ class ProgramRun:
 
 def model_bytes(model: str) -> int:
     """A layer profile's gradient per worker and iteration (float32)."""
-    from pace.schedule import load_profile
-
     return sum(x.nbytes for x in load_profile(model).layers)
 
 

@@ -11,13 +11,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import networkx as nx
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 
+from controller import topologies, trees
 from experiments.analysis import scale_groups, select
 from experiments.definition import Definition
+from experiments.tree_drawings import write_tree_drawings     # the trees the numbers are about
 from experiments.units import format_rate, parse_rate
+from ground.runspec import RunSpec
 
 
 def _xlabels(values: list) -> tuple[list, list[str], bool]:
@@ -154,10 +158,6 @@ def scale_plot(rows: list[dict], d: Definition, path: Path) -> Path:
 def _tier_layout(g) -> dict:
     """Switch tiers top-down (spine, aggregation/core, leaf/edge), hosts at the bottom, each
     row in name order; graphs without tiers fall back to a seeded spring layout."""
-    import networkx as nx
-
-    from controller import topologies
-
     order = {"core": 3, "spine": 3, "agg": 2, "aggregation": 2, "leaf": 1, "edge": 1}
     if not all(g.nodes[n].get("kind") == "host" or g.nodes[n].get("tier") in order for n in g):
         return nx.spring_layout(g, seed=0)
@@ -174,9 +174,6 @@ def _tier_layout(g) -> dict:
 
 def _packed(spec_dict: dict):
     """(graph, packed trees, slow links) of one packing run, recomputed from its own topology."""
-    from controller import topologies, trees
-    from ground.runspec import RunSpec
-
     spec = RunSpec.from_dict(spec_dict)
     g = topologies.for_run(spec)
     fastest = max((e.get("bw") or 0) for _, _, e in g.edges(data=True))
@@ -190,8 +187,6 @@ def shares_plot(rows: list[dict], d: Definition, path: Path) -> Path | None:
     links drawn thick and dashed, every tree's links in its own colour, and a bar per tree
     with its share of the gradient and whether it crosses a slow link. Recomputed from each
     run's own topology file, so the picture is the trees that run used."""
-    import networkx as nx
-
     by_fraction: dict = {}
     for r in rows:
         if r["definition"] == d.name and r.get("spec") and r["spec"].get("tree") == "packing":
@@ -242,6 +237,5 @@ def write_plots(rows: list[dict], d: Definition, out_dir: Path) -> list[Path]:
         shares = shares_plot(rows, d, out_dir / f"{d.name}-shares.png")
         if shares:
             out.append(shares)
-    from experiments.tree_drawings import write_tree_drawings     # the trees the numbers are about
     out += write_tree_drawings(rows, d, out_dir)
     return out

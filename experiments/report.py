@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from experiments.analysis import real_seconds, scale_groups, series_table, verdicts
+from experiments.analysis import real_seconds, scale_groups, select, series_table, verdicts
+from experiments.backends import side_by_side
+from experiments.runner import trend_rates
 from ground import wire
 from experiments.paper_figures import ring_vs_innet
 from experiments.plots import write_plots
@@ -177,8 +180,6 @@ def _pace_scale(rows: list[dict], d) -> str:
 def _pace_table(outcome: "Outcome", d) -> list[str]:
     """program: pace - per model: both schedulers' iteration through the emulator beside the
     pure model's (pace/schedule.py with the modelled real network), and the scale."""
-    import statistics
-
     lines = ["Per model (medians over repeats; real-network ms). *Pure model*: the same schedulers "
              "on the modelled network (alpha + beta*s of a 10 Gb/s link), no emulator.", "",
              "| model | compute ms | FIFO ms | PACE ms | speed-up | pure-model FIFO / PACE ms | pure-model speed-up "
@@ -260,8 +261,6 @@ def _ring_check(outcome: "Outcome") -> list[str]:
     """Measured ring / in-network at 8 workers beside 2(n-1)/n x the wire-efficiency ratio:
     over every run, and over the runs not flagged CPU-bound (the ones that measure the
     network; those should be within 10% of the analytic value, or the emulator is not faithful)."""
-    from experiments.analysis import select
-
     out = []
     for d in outcome.suite.definitions:
         if "ring" not in d.series or "in-network" not in d.series or 8 not in d.sweep.get("workers", []):
@@ -316,7 +315,6 @@ def render(outcome: "Outcome", facts: dict[str, str], plots: dict[str, list[Path
     ok = sum(1 for r in outcome.rows if r.get("ok"))
     flagged = sum(1 for r in outcome.rows if r.get("ok") and (r.get("fidelity") or {}).get("cpu_bound"))
     state = " **Interrupted**: rerun the same command to resume." if outcome.interrupted else ""
-    from experiments.backends import side_by_side
 
     lines = [f"# agglab experiment `{suite.name}` on {BACKEND_NAMES.get(suite.backend, suite.backend)}", "",
              f"Backend: **{suite.backend}**. "
@@ -325,7 +323,6 @@ def render(outcome: "Outcome", facts: dict[str, str], plots: dict[str, list[Path
     lines += side_by_side(outcome)
     lines += ["## Machine and scale", "", "| fact | value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in {"backend": suite.backend, **facts}.items()]
-    from experiments.runner import trend_rates
 
     own = trend_rates(suite)
     every = own and len(own) == len(suite.definitions) and not any(   # on BMv2 each names its shape

@@ -28,6 +28,7 @@ from emulation.wire_model import BoundError, wire_seconds
 from emulation.fidelity import (DEFAULT_CEILING_MBPS, SOFT, calibration_path, ceiling_for, ceiling_for_shape,
                                 load_calibration)
 from ground import wire
+from ground.interrupts import signum_of
 from ground.runspec import RunSpec
 from ground.schemes import IN_NETWORK
 from experiments.definition import ConfigError, Definition, Point, ProgramRun
@@ -174,13 +175,13 @@ def default_run_fn(out_dir: Path | None = None) -> RunFn:
     `agglab train --profile-only` for both schedulers in one network against one calibration
     (a paired comparison); the other scheduler's result waits for its own point."""
     try:
-        from emulation.session import Session, run_spec
+        from emulation.session import Session, run_spec  # lazy: a broken install is one line (SetupError), not a traceback
     except ImportError as exc:
         raise SetupError(f"cannot import emulation.session ({exc}): run `make setup` in the repository") from exc
     pending: dict[str, dict] = {}        # the other scheduler of a PACE pair, by the pair's identity
 
     def pace(job: ProgramRun) -> dict:
-        from emulation.pace_run import PaceOptions, per_scheduler, run_profile
+        from emulation.pace_run import PaceOptions, per_scheduler, run_profile  # lazy: loads pyroute2, only default_run_fn() needs it
 
         scheduler = job.option("scheduler")
         pair = json.dumps({k: v for k, v in job.to_dict().items() if k != "scheduler"}, sort_keys=True, default=str)
@@ -430,8 +431,7 @@ def run_suite(suite: Suite, out_dir: Path, run_fn: RunFn | None = None, log: Tex
               progress: bool = True) -> Outcome:
     """Run what is not yet done and append each run to runs.jsonl; the outcome's rows are the
     suite's latest (the caller writes the report: experiments/report.py reads this module)."""
-    from tqdm import tqdm
-    from ground.interrupts import signum_of
+    from tqdm import tqdm  # lazy: tqdm, only run_suite() needs it
 
     out_dir.mkdir(parents=True, exist_ok=True)
     runs_file = out_dir / "runs.jsonl"

@@ -15,7 +15,10 @@ stores it under shape_key, and experiments.runner.trend_ceiling runs the trend a
 from __future__ import annotations
 
 from emulation.fidelity import SOFT, shape_key, shape_record
+from controller import topologies
+from controller.topology import switches
 from experiments.definition import Definition
+from ground.runspec import RunSpec
 from ground.schemes import DEFAULT as DEFAULT_SCHEME, SCHEMES
 
 TREE_TOPOLOGIES = ("fattree", "bcube", "leafspine")
@@ -133,10 +136,6 @@ def calibrate_seconds(shape: dict, switches: int) -> float:
 
 def shape_switches(shape: dict) -> int:
     """The switch count of `shape`'s network (0 when it cannot be built here)."""
-    from controller import topologies
-    from controller.topology import switches
-    from ground.runspec import RunSpec
-
     run = {k: v for k, v in shape.items() if k in ("topology", "k", "tree") and v is not None}
     try:
         return len(switches(topologies.for_run(RunSpec(workers=shape["workers"], **run))))

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from controller import drawing, topologies
+from controller.topology import workers
 from experiments.definition import Definition
+from ground.runspec import RunSpec
 
 
 def _specs(rows: list[dict], d: Definition, tree: str) -> list:
-    from ground.runspec import RunSpec
-
     seen, out = set(), []
     for r in rows:
         spec = r.get("spec") if r.get("definition") == d.name else None
@@ -32,16 +33,11 @@ def _specs(rows: list[dict], d: Definition, tree: str) -> list:
 
 
 def _write(g, epoch, title: str, path: Path) -> Path:
-    from controller import drawing
-
     return drawing.write(drawing.to_dot(g, epoch.treeset, epoch.down, title=title), path)
 
 
 def failure_drawings(rows: list[dict], d: Definition, out_dir: Path) -> list[Path]:
     """rat_failures: the RAT run with the most named link failures, one picture per epoch."""
-    from controller import drawing, topologies
-    from controller.topology import workers
-
     specs = sorted(_specs(rows, d, "rat"), key=lambda s: -len(s.fail_specs))
     if not specs:
         return []
@@ -58,9 +54,6 @@ def failure_drawings(rows: list[dict], d: Definition, out_dir: Path) -> list[Pat
 
 def packing_drawings(rows: list[dict], d: Definition, out_dir: Path) -> list[Path]:
     """packing: the packed trees and their shares on each topology the packing series ran on."""
-    from controller import drawing, topologies
-    from controller.topology import workers
-
     out = []
     for i, spec in enumerate(_specs(rows, d, "packing")):
         g = topologies.for_run(spec)

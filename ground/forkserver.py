@@ -24,6 +24,9 @@ stops them, as it stops processes it spawned itself (and `agglab clean` after a 
 
 from __future__ import annotations
 
+import atexit
+import ctypes
+import fcntl
 import importlib
 import json
 import os
@@ -101,8 +104,6 @@ def _send(sock: socket.socket, message: dict) -> bool:
 def _setns(pid: int) -> None:
     """Enter process `pid`'s network namespace (and its mount namespace if it has its own),
     as `mnexec -a PID` does for Mininet's popen."""
-    import ctypes
-
     libc = ctypes.CDLL(None, use_errno=True)
     for kind, flag in (("net", CLONE_NEWNET), ("mnt", CLONE_NEWNS)):
         path = f"/proc/{pid}/ns/{kind}"
@@ -154,8 +155,6 @@ def _child(request: dict, passed: list[int], inherited: list[int], server: int) 
     except BaseException:                     # noqa: BLE001 - reported in its out file, exit 1
         traceback.print_exc()
     finally:
-        import atexit
-
         atexit._run_exitfuncs()               # what the interpreter's exit would run (logging's
                                               # flush, a transport's last staged frames)
         for stream in (sys.stdout, sys.stderr):
@@ -168,8 +167,6 @@ def _child(request: dict, passed: list[int], inherited: list[int], server: int) 
 
 def fcntl_dup_above(fd: int, lowest: int) -> int:
     """A copy of `fd` numbered at least `lowest` (the original is closed)."""
-    import fcntl
-
     new = fcntl.fcntl(fd, fcntl.F_DUPFD, lowest)
     os.close(fd)
     return new
@@ -179,8 +176,6 @@ def _name_process(name: str) -> None:
     """Every child's command line is the server's: put its own name in its comm (what top and
     `ps -o comm` show) instead."""
     try:
-        import ctypes
-
         ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)   # PR_SET_NAME
     except (OSError, AttributeError, ValueError):
         pass

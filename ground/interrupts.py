@@ -19,6 +19,8 @@ import sys
 import threading
 from collections.abc import Callable
 
+from ground.rundir import Refused
+
 HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -77,8 +79,6 @@ def interrupted_line(command: str, signum: int, what: str = "everything it start
 def run_interruptible(command: str, func: Callable[[], int]) -> int:
     """Run `func` with the stop signals turned into Interrupted; on one, say what was
     interrupted in one line (after the clean-up ran) and return 128 + the signal number."""
-    from ground.rundir import Refused
-
     previous = arm()
     try:
         return func()

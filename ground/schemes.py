@@ -5,7 +5,8 @@ P4 pipeline, is its data block-sparse, its default window, what it costs in the 
 used to be restated as string literals in about twenty files. Every choice list, validation
 message, help text, cost model, experiment and benchmark derives from `SCHEMES`; each layer
 finds a module of the same name per layer (softswitch/schemes/NAME.py, hosts/schemes/NAME.py,
-controller/schemes/NAME.py; p4src/agglab.p4's branch is checked against the rows), and builds
+controller/schemes/NAME.py; p4src/agglab.p4's include, instance and branch are generated from
+the rows), and builds
 its registries from them (the twin's BRANCHES, the hosts' RUNNERS, the controller's
 INSTALLERS and CARRIES, the wire model's dispatch). tests/test_schemes.py checks every layer
 has every row. Adding a scheme = one row here + its own module per layer.
@@ -39,7 +40,7 @@ class Scheme:
     worker by default. cost: the PACE model's (bytes factor, start-ups) as functions of the
     worker count n (pace/fusion.py CostModel). shares_pool: tenants share one aggregator pool
     best-effort instead of disjoint slot ranges (its P4 control has a table of its own, applied
-    before agg_job's lookup). flag: the constants.p4 define of the agg_h flag bit that selects
+    before agg_job's lookup). flag: the #define (in its own p4src/include .p4) of the agg_h flag bit that selects
     its P4 control ('' = none: the dense default). summary: the help text's words."""
     name: str
     in_network: bool

@@ -29,6 +29,18 @@ def read_constants(path: Path = P4_INCLUDE / "constants.p4") -> dict[str, int]:
     return {name: int(value, 0) for name, value in _DEFINE.findall(path.read_text())}
 
 
+def read_all_constants(include: Path = P4_INCLUDE) -> dict[str, int]:
+    """constants.p4's numeric #defines, then every other include's (a scheme's flag and counter
+    indices live in its own .p4, so adding one touches no shared file). A name defined twice
+    with two values is an error here, not a silent pick."""
+    const = read_constants(include / "constants.p4")
+    for path in sorted(include.glob("*.p4")):
+        for name, value in read_constants(path).items():
+            if const.setdefault(name, value) != value:
+                raise ValueError(f"{path.name}: #define {name} {value} clashes with {const[name]} elsewhere")
+    return const
+
+
 def read_header_fields(header: str, path: Path = P4_INCLUDE / "headers.p4") -> list[tuple[str, int]]:
     """The (name, bit width) fields of `header NAME { ... }` in headers.p4, in order."""
     text = path.read_text()
@@ -38,7 +50,7 @@ def read_header_fields(header: str, path: Path = P4_INCLUDE / "headers.p4") -> l
     return [(name, int(bits)) for bits, name in _FIELD.findall(match.group(1))]
 
 
-CONST = read_constants()
+CONST = read_all_constants()
 K_VARIANTS: tuple[int, ...] = (CONST["AGG_K"], CONST["AGG_K_WIDE"])
 
 

@@ -46,6 +46,7 @@ from __future__ import annotations
 import numpy as np
 
 from ground import wire
+from hosts import sparse_agent
 from hosts.codec import PAYLOAD_BYTES, lanes, lanes_of, unpack
 from hosts.protocol import LAYOUT
 from hosts.consistency import (DTYPES, ConsistencyError, DtypeMismatchError,  # noqa: F401 (API)
@@ -84,8 +85,6 @@ def allreduce(array, *, transport: Transport, rank: int, workers: int, job: int 
     there do `block_size`, `lookahead` and `sparse_options` apply; stats gain `blocks_sent`).
     """
     if sparse:
-        from hosts import sparse_agent
-
         extra = {k: v for k, v in (("block_size", block_size), ("lookahead", lookahead))
                  if v is not None}
         return sparse_agent.allreduce(

@@ -22,6 +22,7 @@ import time
 import numpy as np
 
 from ground import wire
+from ground.epoch_file import EpochFile
 from hosts.agent import allreduce
 from hosts.transport import UdpTransport
 
@@ -41,8 +42,6 @@ class ScheduleWatch:
     BML agent's epoch and trees are the schedule's, not the file's)."""
 
     def __init__(self, path: str | None, epoch: int = 0):
-        from ground.epoch_file import EpochFile
-
         self.file = EpochFile(path) if path else None
         self.epoch = epoch
 

@@ -29,10 +29,16 @@ import traceback
 
 import numpy as np
 
+from ground.epoch_file import EpochFile
 from ground.priority import as_batch_work
+from ground.progress import ProgressFile
 from ground.runspec import RunPlan
 from ground.timerslack import set_timer_slack
 from hosts.schemes import PREPARE, RUNNERS, SERVICE_TRANSPORT
+from hosts import tcp_mesh as mesh_ports   # its BASE_PORT read at use (a harness moves it)
+from hosts.tcp_mesh import open_mesh
+from hosts.tcp_peer import hello_for
+from hosts import transport as udp_transport   # its UdpTransport looked up at use (a harness swaps it)
 
 class Communicator:
     """One rank of a job: `allreduce(array)` returns the sum over all workers."""
@@ -40,9 +46,6 @@ class Communicator:
     def __init__(self, plan: RunPlan, rank: int, transport=None, block_progress: bool = False):
         """block_progress: the progress file counts blocks (hosts/worker.py's synthetic
         allreduce, where `--fail tree@F` triggers on the blocks done), not training steps."""
-        from ground.epoch_file import EpochFile
-        from ground.progress import ProgressFile
-
         self.plan, self.spec, self.rank = plan, plan.spec, rank
         self.seat = plan.seats[rank]
         self.workers = self.spec.workers
@@ -66,9 +69,7 @@ class Communicator:
         """The agents' UDP transport to the service address, opened on first use (the host
         baselines open TCP connections of their own)."""
         if self._transport is None:
-            from hosts.transport import UdpTransport
-
-            self._transport = UdpTransport(self.seat.local_ip, self.plan.service_ip)
+            self._transport = udp_transport.UdpTransport(self.seat.local_ip, self.plan.service_ip)
         return self._transport
 
     @classmethod
@@ -98,15 +99,12 @@ class Communicator:
         handshakes would otherwise cross the emulated links on every call. `connections(rank,
         n)` says which ranks to connect to and accept from. A different length or dtype
         opens new ones."""
-        from hosts.tcp_mesh import BASE_PORT, open_mesh
-        from hosts.tcp_peer import hello_for
-
         hello = hello_for(algorithm, array, self.rank, self.workers)
         if self._mesh is not None and self._mesh.hello != hello:
             self.close()
         if self._mesh is None and self.workers > 1:
             out_to, in_from = connections(self.rank, self.workers)
-            self._mesh = open_mesh(hello, self.plan.peers(), out_to, in_from, port=BASE_PORT + self.spec.job,
+            self._mesh = open_mesh(hello, self.plan.peers(), out_to, in_from, port=mesh_ports.BASE_PORT + self.spec.job,
                                    give_up=self.spec.give_up, link_mbps=self.seat.link_mbps)
             self._setup_seconds = self._mesh.setup_seconds
         return self._mesh

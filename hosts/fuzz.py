@@ -26,6 +26,7 @@ switch's counters.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import functools
 import json
 import operator
@@ -38,6 +39,7 @@ from collections import Counter
 
 from ground import wire
 from ground.addresses import SERVICE_IP, SERVICE_MAC
+from ground.priority import as_batch_work
 from ground.schemes import OWN_TABLE, SCHEMES
 
 KINDS = ("scapy", "random", "truncated", "length", "duplicate", "replay")
@@ -98,8 +100,8 @@ class Fuzzer:
         if kind == "duplicate" and self.last is not None:
             return self.last
         if kind == "scapy":
-            from scapy.packet import fuzz
-            from hosts.scapy_layer import Agg
+            from scapy.packet import fuzz  # lazy: scapy, only make() needs it
+            from hosts.scapy_layer import Agg  # lazy: loads scapy, only make() needs it
 
             agg = bytes(fuzz(Agg(values=[r.randrange(-2**31, 2**31) for _ in range(wire.K)])))
             out = frame(self.mac, self.ip, agg[:wire.PAYLOAD_BYTES]), "no_entry"
@@ -143,8 +145,6 @@ class Fuzzer:
 
 def interface_address(iface: str) -> tuple[str, str]:
     """(MAC, IPv4) of a local interface."""
-    import fcntl
-
     mac = open(f"/sys/class/net/{iface}/address").read().strip()
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
@@ -211,7 +211,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.frames < 1 or (args.rate is not None and args.rate <= 0):
         print("hosts.fuzz: --frames and --rate must be positive", file=sys.stderr)
         return 2
-    from ground.priority import as_batch_work
 
     as_batch_work()          # a program of an emulated host, as the workers: it never preempts a switch
     try:

@@ -56,7 +56,7 @@ class Config:
 def load_digits_split(seed: int):
     """scikit-learn's 8x8 digits (1,797 images, shipped with the package), pixels / 16,
     split 80/20 by a seeded permutation."""
-    from sklearn.datasets import load_digits
+    from sklearn.datasets import load_digits  # lazy: scikit-learn, only load_digits_split() needs it
 
     x, y = load_digits(return_X_y=True)
     x = (x / 16.0).astype(np.float32)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from hosts.diagnostics import AllreduceTimeout
@@ -115,8 +116,6 @@ def _connect_all(hello: Hello, addrs: list[str], out_to: list[int], port: int, d
                  give_up: float, out: dict, abort: threading.Event) -> None:
     """Connect to every rank of `out_to`, CONNECT_AT_ONCE at a time, into `out`; the first
     error stops the others' retries and is raised (the caller closes what connected)."""
-    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-
     me = hello.rank
     if len(out_to) <= 1:
         for r in out_to:

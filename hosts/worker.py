@@ -8,19 +8,25 @@ Errors are written to the JSON too, so the parent can report them by rank.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
 import sys
 import time
 import traceback
+from dataclasses import asdict
 
 import numpy as np
 
 from ground.priority import as_batch_work
+from ground.progress import ProgressFile
 from ground.timerslack import set_timer_slack
 from ground.runspec import RunPlan, WorkerSeat
 from ground.start_gate import wait_to_start
 from ground.epoch_file import EpochFile  # noqa: F401 (the agents' reader, imported from here by harnesses)
+from hosts.bml import ScheduleChanged, allreduce_bml, allreduce_relay, finished, linger
+from hosts.bml_host import plan_from_json, run_host_bml
+from hosts.communicator import Communicator
 from hosts.gradients import gradient_for
 
 
@@ -52,7 +58,6 @@ def run_seat(plan: RunPlan, seat: WorkerSeat) -> int:
         report["gate_wait_s"] = round(wait_to_start(spec.give_up * 3), 4)
         started, cpu = time.monotonic(), os.times()
         if os.environ.get("AGGLAB_PROFILE"):
-            import cProfile
             prof = cProfile.Profile(time.process_time)
             result, stats = prof.runcall(go)
             prof.dump_stats(seat.out + ".prof")
@@ -74,8 +79,6 @@ def run_seat(plan: RunPlan, seat: WorkerSeat) -> int:
 def _prepare_scheme(plan: RunPlan, seat: WorkerSeat, data):
     """Any scheme of ground/schemes.py: its runner in the hosts' one registry
     (hosts/schemes RUNNERS), with the progress file counting blocks."""
-    from hosts.communicator import Communicator
-
     comm = Communicator(plan, seat.rank, block_progress=True)
     comm.prepare(data)                  # before the start gate: a baseline's connections
 
@@ -90,8 +93,6 @@ def _prepare_bml(run_plan: RunPlan, seat: WorkerSeat, data):
         plan = json.load(f)
     give_up = run_plan.spec.give_up
     if plan["variant"] == "host":
-        from hosts.bml_host import plan_from_json, run_host_bml
-
         nic_ip = {tuple([k.split("|")[0], int(k.split("|")[1])]): ip for k, ip in plan["nic_ip"].items()}
         schedule = plan_from_json(plan["schedule"])
 
@@ -100,14 +101,9 @@ def _prepare_bml(run_plan: RunPlan, seat: WorkerSeat, data):
                                          return_stats=True)
             return result, {"packets_sent": 0, "retransmissions": 0, "bytes_sent": _get(stats, "bytes_sent")}
     else:
-        from ground.progress import ProgressFile
-        from hosts.bml import ScheduleChanged, allreduce_bml, allreduce_relay
-
         progress = ProgressFile(seat.progress) if seat.progress else None
         options = dict(give_up=give_up, link_mbps=seat.link_mbps, epoch_file=run_plan.epoch_file,
                        on_progress=progress)
-
-        from hosts.bml import finished, linger
 
         markers = [s.out + ".done" for s in run_plan.seats]
 
@@ -158,8 +154,6 @@ def _stats_dict(stats) -> dict:
     if isinstance(stats, dict):
         return dict(stats)
     if hasattr(stats, "__dataclass_fields__"):
-        from dataclasses import asdict
-
         return asdict(stats)
     return dict(vars(stats))
 

@@ -32,15 +32,16 @@ struct meta_t {
     bit<8>  fin;        /* OUT_DUP: the stored sum is the tree's result */
     bit<32> color;      /* port_meter's colour for a policed port (policer.p4) */
     bit<1>  policed;    /* red: dropped before anything else */
-    bit<1>  atp_absorbed;  /* atp.p4: the packet stays in an aggregator (else forwarded) */
+    bit<1>  absorbed;   /* a scheme with a table of its own (atp.p4): the packet stays in an aggregator (else forwarded) */
 }
 
 #include "include/parser.p4"
 #include "include/job.p4"         /* agg_job, agg_stats, AggOut: both pipelines */
 #include "include/policer.p4"     /* ports in no job, metered */
-#include "include/sparse.p4"      /* AGG_FLAG_SPARSE packets (OmniReduce) */
-#include "include/aggregate.p4"   /* dense (SwitchML); a sparse lead also registers sp_next */
-#include "include/atp.p4"         /* AGG_FLAG_ATP packets: the shared pool (ATP) */
+#include "include/schemes.p4"     /* GENERATED from ground/schemes.py's P4 rows (built, not committed):
+                                     each scheme's control (aggregate.p4: dense, SwitchML; sparse.p4:
+                                     AGG_FLAG_SPARSE, OmniReduce; atp.p4: AGG_FLAG_ATP, the shared pool)
+                                     and the AGGLAB_* lines expanded in AgglabIngress */
 #include "include/drop_sim.p4"
 #include "include/forward.p4"
 #include "include/deparser.p4"
@@ -50,12 +51,10 @@ control AgglabIngress(inout headers_t hdr, inout meta_t meta,
     PortPolicer() policer;
     DropSimIngress() drop_sim_in;
     JobRole() job_role;
-    Aggregate() aggregate;
-    Sparse() sparse;
     SparseRearm() sparse_rearm;
     AggOut() agg_out;
     Forward() forward;
-    Atp() atp;
+    AGGLAB_SCHEME_INSTANCES             /* each scheme's control: aggregate, sparse, atp, ... */
 
     apply {
         policer.apply(hdr, meta, standard_metadata);
@@ -67,26 +66,14 @@ control AgglabIngress(inout headers_t hdr, inout meta_t meta,
                     mark_to_drop(standard_metadata);
                     agg_stats.count(STAT_REJECT);
                     agg_rejects.count(REJ_MALFORMED);
-                } else if (hdr.agg.isValid() && (hdr.agg.flags & AGG_FLAG_ATP) != 0 && !hdr.data.isValid()) {
-                    /* ATP with SPARSE|ACK: a header the parser took as an ACK, no values
-                     * for the pool to add */
-                    mark_to_drop(standard_metadata);
-                    agg_stats.count(STAT_REJECT);
-                    agg_rejects.count(REJ_MALFORMED);
-                } else if (hdr.agg.isValid() && (hdr.agg.flags & AGG_FLAG_ATP) != 0) {
-                    atp.apply(hdr, meta, standard_metadata);        /* its own table, not agg_job */
-                    if (meta.atp_absorbed == 0) {
-                        forward.apply(hdr, meta, standard_metadata);
-                    } else {
-                        mark_to_drop(standard_metadata);
-                    }
-                } else if (hdr.agg.isValid()) {
-                    job_role.apply(hdr, meta, standard_metadata);   /* one lookup for both */
+                } else
+                AGGLAB_OWN_TABLE_BRANCHES       /* per scheme with its own table: `if (its flag) {...} else` */
+                if (hdr.agg.isValid()) {
+                    job_role.apply(hdr, meta, standard_metadata);   /* one lookup for the rest */
                     if (meta.role != ROLE_NONE) {
-                        if ((hdr.agg.flags & AGG_FLAG_SPARSE) != 0) {
-                            sparse.apply(hdr, meta, standard_metadata);
-                        } else {
-                            aggregate.apply(hdr, meta, standard_metadata);
+                        AGGLAB_ROLE_BRANCHES    /* per flagged scheme on agg_job: `if (its flag) {...} else` */
+                        {
+                            aggregate.apply(hdr, meta, standard_metadata);   /* the dense default */
                             if (meta.verdict == OUT_DONE) {
                                 /* a dense round (a sparse call's lead round) completed */
                                 sparse_rearm.apply(hdr, meta, standard_metadata);

@@ -35,7 +35,7 @@ class CostModel:
         """alpha + beta*s through measured calls (bytes, ms) by least squares, alpha >= 0 and
         beta > 0. Calls of one size cannot separate the two: then beta is the given one (the
         link's) and alpha what the calls took beyond it, on average."""
-        import numpy as np
+        import numpy as np  # lazy: numpy, only fit() needs it
 
         x, y = np.asarray(nbytes, float), np.asarray(ms, float)
         if len(set(x.tolist())) < 2:

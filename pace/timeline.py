@@ -44,9 +44,9 @@ def write_trace(runs: dict[str, list[Iteration]], path: Path) -> Path:
 def plot(runs: dict[str, list[Iteration]], path: Path, title: str) -> Path:
     """One row pair (compute, allreduce) per scheduler and worker; transfers coloured by the
     layer the next forward needs first (dark = early)."""
-    import matplotlib
+    import matplotlib  # lazy: matplotlib, only plot() needs it
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: matplotlib, only plot() needs it
 
     rows = [(s, r, it) for s, its in runs.items() for r, it in enumerate(its)]
     fig, ax = plt.subplots(figsize=(12, 1.0 + 0.8 * len(rows)))

@@ -14,6 +14,7 @@ import logging
 import sys
 
 from ground.timerslack import set_timer_slack
+from softswitch.daemon import Daemon
 
 
 def _port(spec: str) -> tuple[int, str]:
@@ -71,7 +72,6 @@ def main(argv: list[str] | None = None) -> int:
     except Exception:
         log.exception("cannot create pipeline %s", args.pipeline)
         return 1
-    from softswitch.daemon import Daemon
     daemon = Daemon(args.name, dict(args.port), args.control, pipeline, log=log,
                     pcap_dir=args.pcap_dir, pidfile=args.pidfile, batch=args.batch,
                     stats_interval=args.stats_interval, prepare_ports=not args.no_prepare)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import secrets
 import select
 import signal
@@ -30,7 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ground import lifeline, wire
+from ground.addresses import SERVICE_IP, SERVICE_MAC, host_ip, host_mac
 from ground.paths import REPO
+from softswitch.roles import job_entry
 
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -95,10 +98,6 @@ def icmp_ping(ns: str, dst: str, count: int = 3, timeout: float = 2.0) -> int:
 
 def agg_frame(h: "Host", values, **fields) -> bytes:
     """Ethernet/IPv4/UDP/agg_h/values frame from host `h` to the aggregation service."""
-    from ground import wire
-    from ground.addresses import SERVICE_IP, SERVICE_MAC
-    from softswitch.roles import job_entry
-
     payload = wire.pack_agg(**fields) + struct.pack(f"!{wire.K}i", *values)
     udp = struct.pack("!HHHH", wire.UDP_PORT, wire.UDP_PORT, 8 + len(payload), 0)
     ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp) + len(payload), 0, 0x4000, 64, 17, 0,
@@ -111,11 +110,6 @@ def agg_frame(h: "Host", values, **fields) -> bytes:
 def program_aggregation(client, hosts: list["Host"], job: int = 0, tree: int = 0,
                         epoch: int = 0) -> None:
     """One switch aggregates `hosts` (child index = list position), results multicast to all."""
-    import re
-
-    from ground.addresses import SERVICE_IP, SERVICE_MAC
-    from softswitch.roles import job_entry
-
     group = 1 + job
     for child, h in enumerate(hosts):
         client.command(job_entry(job, tree, epoch, h.port, child=child, fan_in=len(hosts), mgrp=group).command())
@@ -159,8 +153,6 @@ class ScratchNet:
         self.procs: list[subprocess.Popen] = []
 
     def add_host(self, index: int, ip: str | None = None, mac: str | None = None) -> Host:
-        from ground.addresses import SERVICE_IP, SERVICE_MAC, host_ip, host_mac
-
         ns = f"{PREFIX}{self.tag}-h{index}"
         h = Host(f"h{index}", ns, ip or host_ip(index), mac or host_mac(index), index,
                  f"agc{self.tag}p{index}")

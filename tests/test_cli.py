@@ -94,11 +94,12 @@ def test_bad_input_is_one_line_and_exit_2(cmd, argv, message, capsys, monkeypatc
 
 def test_lab_allreduce_line_takes_the_per_run_options(monkeypatch):
     """The lab's `allreduce` command parses the CLI's options; those that shape the network
-    are refused with one line (agglab.lab imports Mininet's CLI: a stand-in is enough here)."""
-    cli_module = types.ModuleType("mininet.cli")
-    cli_module.CLI = type("CLI", (), {})
+    are refused with one line (agglab.lab imports Mininet's CLI, log and util: stand-ins are enough here)."""
+    stand_ins = {"mininet.cli": {"CLI": type("CLI", (), {})}, "mininet.log": {"setLogLevel": print},
+                 "mininet.util": {"quietRun": print}}
     monkeypatch.setitem(sys.modules, "mininet", types.ModuleType("mininet"))
-    monkeypatch.setitem(sys.modules, "mininet.cli", cli_module)
+    for name, attrs in stand_ins.items():
+        monkeypatch.setitem(sys.modules, name, types.SimpleNamespace(**attrs))
     saved = sys.modules.pop("agglab.lab", None)
     try:
         from agglab.lab import _parse_allreduce

@@ -2,14 +2,17 @@
 
 In a scratch copy of the repository (as tests/test_tree_discovery.py makes one), `myatp` is
 made the way a developer would: ATP's own files copied and renamed (softswitch/schemes,
-hosts/schemes, controller/schemes, its P4 control), a row in ground/schemes.py with a flag
-bit of its own, that flag in constants.p4, and agglab.p4's include, instance and branch.
-Every layer then finds it by name (the twin's branch, the hosts' runner, the controller's
-installer, the fuzzer's exceptions, the P4 check), and the root test runs it end to end on
-the software switch in Mininet: the sum is exact and the switches' `myatp_stats` counted the
-pool at work, which only the copied control can do (the checkout's pipeline would reject a
-packet with the new flag, and its hosts have no runner for the name). The count of files
-added or touched is printed; ATP itself took 21 (docs/guide/atp.md).
+hosts/schemes, controller/schemes, its P4 control with its own flag and counters, the flag
+given a bit of its own) and a row in ground/schemes.py. No shared file is touched: agglab.p4's
+include, instance and branch are generated from the rows (include/schemes.p4, built before
+every p4c run, not committed), and a scheme's defines are read from its own .p4. Every layer
+then finds it by name (the twin's branch, the hosts' runner, the controller's installer, the
+fuzzer's exceptions, the generated P4 lines), the BMv2 test compiles the copy's program with
+p4c, and the root test runs it end to end on the software switch in Mininet: the sum is exact
+and the switches' `myatp_stats` counted the pool at work, which only the copied control can do
+(the checkout's pipeline would reject a packet with the new flag, and its hosts have no runner
+for the name). The count of files added or touched is printed: the scheme's four own files
+plus its row; ATP itself took 21 (docs/guide/atp.md).
 """
 
 from __future__ import annotations
@@ -28,9 +31,10 @@ import pytest
 from ground.paths import REPO
 from tests.test_tree_discovery import PACKAGES
 
-# ATP's own files, one per layer; everything else a new scheme needs is in ADDED_TO
+# ATP's own files, one per layer; the one shared file a new scheme touches is its row's
 OWN = ("p4src/include/atp.p4", "softswitch/schemes/atp.py", "hosts/schemes/atp.py", "controller/schemes/atp.py")
-ADDED_TO = ("ground/schemes.py", "p4src/include/constants.p4", "p4src/agglab.p4")
+ADDED_TO = ("ground/schemes.py",)
+GENERATED = "p4src/include/schemes.p4"   # built from the rows before every p4c run, not committed
 ROW = '''    Scheme("myatp", in_network=True, p4=True, sparse=False, window=DEFAULT_WINDOW, shares_pool=True,
            flag="AGG_FLAG_MYATP", dtypes=("int32",), summary="a copy of atp"),
 '''
@@ -50,21 +54,12 @@ def rename(text: str) -> str:
 def make_scheme(root: Path) -> None:
     for rel in OWN:
         (root / rel.replace("atp", "myatp")).write_text(rename((root / rel).read_text()))
+    own_p4 = root / "p4src/include/myatp.p4"     # its flag: a bit of its own (ATP has 32)
+    text = own_p4.read_text()
+    own_p4.write_text(re.sub(r"^(#define AGG_FLAG_MYATP\s+)32\b", r"\g<1>64", text, count=1, flags=re.M))
     schemes = root / "ground/schemes.py"
     text = schemes.read_text()
     schemes.write_text(text.replace('    Scheme("ring",', ROW + '    Scheme("ring",', 1))
-    constants = root / "p4src/include/constants.p4"
-    text = constants.read_text()
-    flag = re.search(r"^#define AGG_FLAG_ATP .*\n", text, re.M).group(0)
-    constants.write_text(text.replace(flag, flag + "#define AGG_FLAG_MYATP   64          /* a copy of ATP */\n"))
-    program = root / "p4src/agglab.p4"
-    text = program.read_text()
-    text = text.replace("    bit<1>  atp_absorbed;", "    bit<1>  atp_absorbed;\n    bit<1>  myatp_absorbed;")
-    text = text.replace('#include "include/atp.p4"', '#include "include/atp.p4"\n#include "include/myatp.p4"')
-    text = text.replace("    Atp() atp;\n", "    Atp() atp;\n    MyAtp() myatp;\n")
-    start = text.index("} else if (hdr.agg.isValid() && (hdr.agg.flags & AGG_FLAG_ATP) != 0 && !hdr.data.isValid())")
-    end = text.index("} else if (hdr.agg.isValid()) {")
-    program.write_text(text[:end] + rename(text[start:end]) + text[end:])
 
 
 def changed_files(root: Path) -> tuple[list[str], list[str]]:
@@ -72,9 +67,9 @@ def changed_files(root: Path) -> tuple[list[str], list[str]]:
     added, touched = [], []
     for name in PACKAGES:
         for f in sorted((root / name).rglob("*")):
-            if not f.is_file() or "__pycache__" in f.parts:
-                continue
             rel = str(f.relative_to(root))
+            if not f.is_file() or "__pycache__" in f.parts or rel == GENERATED:
+                continue
             if not (REPO / rel).is_file():
                 added.append(rel)
             elif not filecmp.cmp(f, REPO / rel, shallow=False):
@@ -86,7 +81,7 @@ def changed_files(root: Path) -> tuple[list[str], list[str]]:
 def scratch(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("repo")
     for name in PACKAGES:
-        shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__", "build"))
+        shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__", "build", "schemes.p4"))
     make_scheme(root)
     return root
 
@@ -101,7 +96,7 @@ from ground.runspec import RunSpec
 from hosts import fuzz
 from hosts.communicator import RUNNERS
 from softswitch.pipeline import Pipeline
-from softswitch.schemes import BRANCHES, p4_gaps
+from softswitch.schemes import BRANCHES, p4_gaps, render_p4, write_p4
 
 # the twin, as the ATP vector atp_collision_fallback with the copy's names and flag: job 1's
 # ranks 1 and 2 complete an aggregator; the sum leaves toward the PS (h3) by the IPv4 route
@@ -131,6 +126,7 @@ print(json.dumps({
     "scheme": schemes.SCHEMES["myatp"].flag_bits, "branch": list(BRANCHES["myatp"]),
     "runner": "myatp" in RUNNERS, "installer": INSTALLERS["myatp"].__module__,
     "fuzz": fuzz.OWN_TABLE_FLAGS, "gaps": p4_gaps(), "module": schemes.__file__,
+    "p4": render_p4(), "written": str(write_p4()),
     "stats": [int(c) for c in p.counters["myatp_stats"]], "atp_stats": [int(c) for c in p.counters["atp_stats"]],
     "out": [[port for port, _ in o] for o in out], "sum": out[1] == [(3, want)], "bound": bound,
 }))
@@ -147,7 +143,8 @@ def test_a_copied_scheme_is_its_own_files_plus_one_row(scratch: Path):
     print(f"\nmyatp, a copy of atp: {len(added) + len(touched)} files ({len(added)} added: {', '.join(added)}; "
           f"{len(touched)} touched: {', '.join(touched)})")
     assert sorted(added) == sorted(rel.replace("atp", "myatp") for rel in OWN)
-    assert sorted(touched) == sorted(ADDED_TO)
+    assert touched == ["ground/schemes.py"]                      # its own files plus one row
+    assert len(added) + len(touched) == len(OWN) + 1
     out = _python(scratch, PROBE, 120, PATH="/usr/bin:/bin")
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
@@ -156,12 +153,42 @@ def test_a_copied_scheme_is_its_own_files_plus_one_row(scratch: Path):
     assert got["runner"] and got["installer"] == "controller.schemes.myatp"
     assert got["fuzz"] == 32 | 64 and got["gaps"] == []
     assert "--algorithm myatp has no wire model" in got["bound"]   # as ATP's: no bound, said loudly
+    # the P4 lines generated from the rows: its include and instance, its branch after ATP's
+    p4 = got["p4"]
+    assert '#include "myatp.p4"' in p4 and "MyAtp() myatp;" in p4 and "myatp.apply(hdr, meta, standard_metadata);" in p4
+    assert p4.index("AGG_FLAG_ATP") < p4.index("AGG_FLAG_MYATP") < p4.index("#define AGGLAB_ROLE_BRANCHES")
+    assert got["written"] == str(scratch / GENERATED) and (scratch / GENERATED).read_text() == p4
     # the twin aggregated in the copied control: the first packet claimed the aggregator (and
     # was absorbed), the second added to it and completed it, and the sum left toward the PS
     assert got["out"][:2] == [[], [3]] and got["sum"]
     assert got["stats"][:3] == [1, 1, 1] and sum(got["stats"]) == 3
     # a packet with both flags went to ATP's control, which only forwarded it
     assert got["out"][2] == [3] and got["atp_stats"] == [0, 0, 0, 0, 0, 0, 1, 0]
+
+
+COMPILE = r"""
+import json, sys
+from pathlib import Path
+from emulation.p4build import compile_p4
+
+j = json.loads(compile_p4(Path(sys.argv[1])).read_text())
+print(json.dumps({"tables": [t["name"] for pl in j["pipelines"] for t in pl["tables"]],
+                  "registers": {r["name"]: r["bitwidth"] for r in j["register_arrays"]},
+                  "counters": {c["name"]: c["size"] for c in j["counter_arrays"]}}))
+"""
+
+
+@pytest.mark.bmv2
+def test_the_copied_schemes_p4_compiles_with_p4c(scratch: Path, tmp_path: Path):
+    """p4c on the scratch copy's agglab.p4, its schemes.p4 generated first (as every build does):
+    the copied control is in the program beside ATP's, with its own table, registers and counter."""
+    out = subprocess.run([sys.executable, "-c", COMPILE, str(tmp_path)], cwd=scratch, capture_output=True, text=True,
+                         timeout=900, env={**os.environ, "PYTHONPATH": str(scratch)})
+    assert out.returncode == 0, out.stderr[-4000:]
+    got = json.loads(out.stdout)
+    assert {"myatp_job", "atp_job", "agg_job"} <= set(got["tables"])
+    assert got["registers"]["myatp_owner_job"] == got["registers"]["atp_owner_job"] == 8
+    assert got["counters"]["myatp_stats"] == got["counters"]["atp_stats"] == 8
 
 
 E2E = r"""

@@ -2,7 +2,7 @@
 software switch one per P4 scheme (softswitch/schemes), the hosts and the controller one per
 scheme (hosts/schemes, controller/schemes), each found by the row's name; the registries
 (BRANCHES, RUNNERS, INSTALLERS, CARRIES, the wire models) are built from them, and
-p4src/agglab.p4's include, instance and branch are checked against the rows. A scheme added
+p4src/agglab.p4's include, instance and branch are generated from the rows (include/schemes.p4). A scheme added
 to the table but missing from a layer fails here (or at import), naming the layer."""
 
 from __future__ import annotations
@@ -45,23 +45,58 @@ def test_the_twins_registers_are_the_p4_programs():
     assert REGISTER_WIDTHS["atp_owner_job"] == 8 and REGISTER_WIDTHS["sp_next"] == 32
 
 
-def test_agglab_p4_has_each_p4_schemes_include_instance_and_branch():
-    from softswitch.schemes import p4_gaps
+def test_agglab_p4_expands_the_generated_include_instance_and_branch_of_each_p4_scheme():
+    from softswitch.schemes import p4_gaps, render_p4
 
     assert p4_gaps() == []
+    text = render_p4()
+    assert text.index('#include "aggregate.p4"') < text.index('#include "sparse.p4"') < text.index('#include "atp.p4"')
+    instances = text[text.index("#define AGGLAB_SCHEME_INSTANCES"):].split("\n\n")[0]
+    assert [line.strip(" \\") for line in instances.splitlines()[1:]] == [
+        "Aggregate() aggregate;", "Sparse() sparse;", "Atp() atp;"]
+    own = text[text.index("#define AGGLAB_OWN_TABLE_BRANCHES"):].split("\n\n")[0]
+    role = text[text.index("#define AGGLAB_ROLE_BRANCHES"):].split("\n\n")[0]
+    assert "AGG_FLAG_ATP" in own and "atp.apply(" in own and "AGG_FLAG_SPARSE" not in own
+    assert "AGG_FLAG_SPARSE" in role and "sparse.apply(" in role and "AGG_FLAG_ATP" not in role
+    assert own.endswith("} else") and role.endswith("} else")
 
 
-def test_a_p4_scheme_missing_from_agglab_p4_is_named(tmp_path):
+def test_a_program_not_using_the_generated_lines_is_named(tmp_path):
     from ground.paths import P4SRC
     from softswitch.schemes import p4_gaps
 
     text = (P4SRC / "agglab.p4").read_text()
     (tmp_path / "include").symlink_to(P4SRC / "include")
     program = tmp_path / "agglab.p4"
-    program.write_text(text.replace('#include "include/atp.p4"', "").replace("atp.apply(", "atp_off("))
-    assert p4_gaps(program) == ['atp: agglab.p4 has no #include "include/atp.p4"', "atp: AgglabIngress never applies atp"]
-    program.write_text(text.replace("(hdr.agg.flags & AGG_FLAG_SPARSE)", "(hdr.agg.flags & 4)"))
-    assert p4_gaps(program) == ["omnireduce: AgglabIngress branches on no AGG_FLAG_SPARSE"]
+    program.write_text(text.replace('#include "include/schemes.p4"', "").replace("    AGGLAB_ROLE_BRANCHES", "    "))
+    assert p4_gaps(program) == ['agglab.p4 has no #include "include/schemes.p4"',
+                                "AgglabIngress does not expand AGGLAB_ROLE_BRANCHES"]
+    program.write_text(text.replace("aggregate.apply(", "aggregate_off("))
+    assert p4_gaps(program) == ["switchml: AgglabIngress never applies aggregate (the dense default)"]
+
+
+def test_the_schemes_flags_are_distinct_bits_beside_the_wire_formats_own():
+    """A scheme's flag is #defined in its own .p4 (ground/wire.py reads every include): one bit,
+    none shared with another scheme or with the header's own flags."""
+    from ground import wire
+
+    own = [wire.CONST[f"AGG_FLAG_{name}"] for name in ("RESULT", "RETX", "ACK", "LEAD")]
+    flags = [s.flag_bits for s in schemes.SCHEMES.values() if s.flag]
+    assert flags == [4, 32]
+    for flag in flags:
+        assert flag & (flag - 1) == 0 and not flag & sum(own)
+    assert len(set(flags)) == len(flags)
+
+
+def test_a_define_given_two_values_is_refused(tmp_path):
+    from ground import wire
+
+    (tmp_path / "constants.p4").write_text("#define AGG_K 64\n")
+    (tmp_path / "atp.p4").write_text("#define ATP_POOL 256\n#define AGG_K 64\n")
+    assert wire.read_all_constants(tmp_path) == {"AGG_K": 64, "ATP_POOL": 256}
+    (tmp_path / "myatp.p4").write_text("#define ATP_POOL 128\n")
+    with pytest.raises(ValueError, match="myatp.p4: #define ATP_POOL 128 clashes with 256"):
+        wire.read_all_constants(tmp_path)
 
 
 def test_hosts_have_a_runner_per_scheme():

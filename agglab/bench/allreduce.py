@@ -21,6 +21,10 @@ from agglab.bench.figures import LINK_BOUND, figure
 from emulation.fidelity import switchml_wire_seconds
 from ground import lifeline, wire
 from ground.paths import REPO
+from ground.runspec import RunSpec
+from hosts.gradients import gradient_for
+from hosts.sparse_agent import DEFAULT_LOOKAHEAD
+from hosts.sparse_blocks import announcements, nonzero_kblocks, sent_blocks
 
 
 def _checked(r: dict) -> dict:
@@ -41,7 +45,7 @@ def _where_time_went(r: dict) -> str:
 
 
 def bench_wire(a) -> list[dict]:
-    from emulation.session import run_allreduce
+    from emulation.session import run_allreduce  # lazy: loads networkx, PyYAML, pyroute2, only bench_wire() needs it
 
     out = []
     wide = wire.WIDE                              # the optional variant: informational, no target
@@ -91,11 +95,6 @@ def sparse_ceiling(elements: int, density: float, pattern: str = "overlap",
     look-ahead blocks; the first of each column is announced in the lead), and receives one
     result per round (with `overlap` every worker's blocks are the same: rounds = its sends).
     Returns (ceiling, sparse frames, dense frames)."""
-    from ground.runspec import RunSpec
-    from hosts.gradients import gradient_for
-    from hosts.sparse_agent import DEFAULT_LOOKAHEAD
-    from hosts.sparse_blocks import announcements, nonzero_kblocks, sent_blocks
-
     spec = RunSpec(workers=8, elements=elements, algorithm="omnireduce", density=density, pattern=pattern,
                    window=window)
     S, blocks = spec.default_window(), -(-elements // wire.K)
@@ -107,13 +106,12 @@ def sparse_ceiling(elements: int, density: float, pattern: str = "overlap",
 
 
 def bench_sparse(a) -> list[dict]:
-    from emulation.session import run_allreduce
+    from emulation.session import run_allreduce  # lazy: loads networkx, PyYAML, pyroute2, only bench_sparse() needs it
 
     common = dict(workers=8, elements=a.elements, bw=5.0, pattern="overlap")
     dense = _checked(run_allreduce(algorithm="switchml", density=0.1, **common))   # dense time: density-free
     ideal = switchml_wire_seconds(a.elements, 5.0)
     out = []
-    from ground.runspec import RunSpec
 
     sparse_window = RunSpec(algorithm="omnireduce", elements=a.elements, window=a.sparse_window).default_window()
     for density, want in ((0.1, 9), (0.01, 50)):

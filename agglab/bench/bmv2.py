@@ -31,8 +31,11 @@ from agglab.bench import NO_BMV2, SectionSkipped
 from agglab.bench.figures import figure
 from controller.bmv2_client import Bmv2Client
 from controller.bmv2_tools import BUILD_PERF, PERF_SWITCH, find_bmv2_tool, installed_tool, is_program
+from emulation.fidelity import load_calibration
+from emulation.p4build import compile_p4
 from ground import wire
 from softswitch import bench_io
+from softswitch.scratchnet import sh
 
 THRIFT_PORT = 29611
 
@@ -40,9 +43,6 @@ THRIFT_PORT = 29611
 def bmv2_switch(lab, wd: Path, mode: str, binary: str | None = None):
     """simple_switch (`binary`, default the one agglab runs) on the lab's ports running the
     compiled agglab.p4 (per-packet logging off)."""
-    from emulation.p4build import compile_p4
-    from softswitch.scratchnet import sh
-
     for h in lab.hosts:          # libpcap only opens interfaces that are up; no IPv6 chatter
         sh("sysctl", "-qw", f"net.ipv6.conf.{h.switch_if}.disable_ipv6=1", check=False)
         sh("ip", "link", "set", h.switch_if, "up")
@@ -71,8 +71,6 @@ def ceiling_mbps(frames_per_s: float, workers: int) -> float:
 
 def twin_calibrated_ceiling() -> float | None:
     """`agglab calibrate`'s ceiling for the software switch on this machine, if measured."""
-    from emulation.fidelity import load_calibration
-
     return (load_calibration() or {}).get("ceiling_mbps")
 
 

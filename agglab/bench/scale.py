@@ -16,6 +16,7 @@ import time
 from agglab.bench.figures import figure
 from ground import lifeline
 from ground.paths import REPO
+from ground.runspec import RunSpec
 
 
 def bench_build(_a) -> list[dict]:
@@ -23,8 +24,7 @@ def bench_build(_a) -> list[dict]:
     links, switch processes, host set-up, switches answering) and the controller's
     (standby trees' process, forwarding, drop simulators, the job's trees, link and switch
     watchers); then one allreduce and the teardown."""
-    from emulation.session import Session
-    from ground.runspec import RunSpec
+    from emulation.session import Session  # lazy: loads numpy, networkx, PyYAML, pyroute2, only bench_build() needs it
 
     session = Session(RunSpec(topology="fattree", k=8, workers=16, elements=10_000))
     t0 = time.monotonic()

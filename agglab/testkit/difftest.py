@@ -34,9 +34,12 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from agglab.testkit.bmv2_target import THRIFT_PORT
 from agglab.testkit.frames import build, describe, first_difference
+from agglab.testkit.netns import inside
 from agglab.testkit.seqgen import PORTS, Sequence
 from agglab.testkit.vectors import counter_names
+from controller.bmv2_client import Bmv2Client
 
 COUNTERS = counter_names()         # the P4 program's counters (every scheme's): agg_stats, agg_rejects, atp_stats
 FENCE_NET = "10.250.0."            # fence frames go to FENCE_NET<port>: no sequence uses that net
@@ -56,10 +59,6 @@ class FencedBmv2:
     """A started Bmv2Target's simple_switch, driven through a Bmv2Client in its namespace."""
 
     def __init__(self, target, ports=PORTS):
-        from agglab.testkit.bmv2_target import THRIFT_PORT
-        from agglab.testkit.netns import inside
-        from controller.bmv2_client import Bmv2Client
-
         self.target, self.ports = target, tuple(ports)
         target.reset(set(self.ports))                    # starts simple_switch
         with inside(target.ns.name):                     # the client's socket stays in the namespace

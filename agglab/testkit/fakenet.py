@@ -23,6 +23,7 @@ import random
 import struct
 import threading
 
+from softswitch.pipeline import Pipeline
 from softswitch.star import star_commands
 
 from ground import wire
@@ -43,8 +44,6 @@ class PayloadSwitch:
 
     def __init__(self, n: int, pipeline=None) -> None:
         if pipeline is None:
-            from softswitch.pipeline import Pipeline
-
             pipeline = Pipeline()
             for cmd in star_commands(n):
                 pipeline.command(cmd)
@@ -181,8 +180,6 @@ class FakeNet:
 
 def sparse_net(n: int, **kwargs) -> FakeNet:
     """N workers around a Pipeline with one job's agg_job and sp_job entries."""
-    from softswitch.pipeline import Pipeline
-
     pipeline = Pipeline(seed=kwargs.get("seed", 0))
     for cmd in star_commands(n):
         pipeline.command(cmd)

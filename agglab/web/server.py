@@ -26,6 +26,7 @@ import asyncio
 import ipaddress
 import os
 import secrets
+import sys
 import threading
 import urllib.parse
 from pathlib import Path
@@ -226,9 +227,6 @@ def _line(exc: Exception) -> str:
 
 def serve(session, actions: Actions, host: str, port: int = 0, lab: bool = True) -> WebServer:
     """Start sampling `session` and serving its page; returns the running server (stop() it)."""
-    import ipaddress
-    import sys
-
     try:
         loopback = ipaddress.ip_address(host).is_loopback
     except ValueError:
@@ -247,9 +245,7 @@ def serve(session, actions: Actions, host: str, port: int = 0, lab: bool = True)
 def run_with_page(spec, web: dict, quiet: bool, progress: bool) -> dict:
     """`agglab allreduce --web`: one allreduce in a fresh network, with its live page served
     from the moment the network is up until the run ends."""
-    import sys
-
-    from emulation.session import Session
+    from emulation.session import Session  # lazy: loads numpy, PyYAML, pyroute2, only run_with_page() needs it
 
     with Session(spec, quiet=quiet, progress=progress) as session:
         actions = Actions(session, say=lambda line: print(line, file=sys.stderr))

@@ -146,8 +146,8 @@ class LiveState:
         """Per live switch: its aggregation counters and how many slot-versions hold a round.
         Software switches: one pipelined batch to every switch at once under the job's lock
         (a reroute waits for one round trip, not 14 reads per switch); others: read in turn."""
-        from controller import aggregate
-        from controller.switch_batches import run_batches
+        from controller import aggregate  # lazy: loads numpy, only _switch_sample() needs it
+        from controller.switch_batches import run_batches  # lazy: loads numpy, only _switch_sample() needs it
 
         job = self.session.job
         live = [sw for sw in job.live_switches() if sw in job.clients]

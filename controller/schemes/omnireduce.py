@@ -10,7 +10,7 @@ WIRE_MODEL = "sparse"
 
 
 def carry(slot_base: int = 0):
-    from controller.reroute.carry import SparseCarry
+    from controller.reroute.carry import SparseCarry  # lazy: circle: controller.reroute.carry builds CARRIES from this package's modules (discovery, unseen by tests/test_layers.py)
 
     return SparseCarry(slot_base)
 

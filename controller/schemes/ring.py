@@ -3,11 +3,11 @@ routes and recomputes them after a link failure (controller/forwarding_job.py)."
 
 from __future__ import annotations
 
+from controller.forwarding_job import ForwardingJob
+
 WIRE_MODEL = "ring"
 
 
 def install(seat):
-    from controller.forwarding_job import ForwardingJob
-
     return ForwardingJob(seat.graph, seat.clients, seat.workers, seat.spec.default_window(), seat.epoch_file,
                          job=seat.job, events=seat.events, algorithm=seat.spec.algorithm)

@@ -9,7 +9,7 @@ WIRE_MODEL = "tree"
 
 
 def carry(slot_base: int = 0):
-    from controller.reroute.carry import DenseCarry
+    from controller.reroute.carry import DenseCarry  # lazy: circle: controller.reroute.carry builds CARRIES from this package's modules (discovery, unseen by tests/test_layers.py)
 
     return DenseCarry(slot_base)
 

@@ -31,10 +31,17 @@ import base64
 import json
 import os
 import queue
+import shlex
+import subprocess
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
+
+from emulation import bmv2_ports
+from emulation.fidelity import ServerSampler
+from ground.paths import REPO
 
 POLL = 0.02
 
@@ -74,13 +81,11 @@ def serve() -> int:
             elif words[0] == "clock":
                 say(b"clock %r" % time.monotonic())
             elif words[0] == "probe" and len(words) == 4:
-                from emulation.fidelity import ServerSampler
-
                 run_dir = Path(words[2])
                 sampler = ServerSampler([i for i in words[3].split(",") if i not in ("", "-")],
                                         lambda: [run_dir, *dirs()], float(words[1])).start()
             elif words[0] == "links" and len(words) == 2:
-                from emulation.link_monitor import LinkMonitor
+                from emulation.link_monitor import LinkMonitor  # lazy: loads pyroute2, only serve() needs it
 
                 if monitor is not None:
                     monitor.stop()
@@ -89,18 +94,12 @@ def serve() -> int:
                     b"link %s %s %r" % (name.encode(), b"up" if up else b"down", t))).start()
                 say(b"links %d" % len(names))          # watching from here on
             elif words[0] == "pause" and len(words) == 2:
-                from emulation import bmv2_ports
-
                 shells = [int(p) for p in words[1].split(",") if p.isdigit()]
                 bmv2_ports.stop(bmv2_ports.processes_in_netns(shells), paused)
                 say(b"paused %d" % len(paused))
             elif words[0] == "idle" and len(words) == 2:
-                from emulation import bmv2_ports
-
                 say(b"idle %r" % bmv2_ports.wait_idle([i for i in words[1].split(",") if i not in ("", "-")]))
             elif words[0] == "resume":
-                from emulation import bmv2_ports
-
                 bmv2_ports.resume(paused)
                 say(b"resumed %d" % len(paused))
                 paused.clear()
@@ -114,7 +113,6 @@ def serve() -> int:
                 sampler = None
                 say(b"samples " + base64.b64encode(json.dumps(data).encode()))
         if paused:                        # the head hung up: nothing stays stopped
-            from emulation import bmv2_ports
 
             bmv2_ports.resume(paused)
         os._exit(0)                       # ... done
@@ -150,11 +148,7 @@ class AgentLink:
         self.on_link = None           # on_link(intf, up, t: when the head got it), once watch_links
 
     def start(self) -> "AgentLink":
-        import shlex
-        import subprocess
-
-        from emulation.cluster.remote import python_env_words
-        from ground.paths import REPO
+        from emulation.cluster.remote import python_env_words  # lazy: loads PyYAML, only start() needs it
 
         cmd = (f"cd {shlex.quote(str(REPO))} && exec env {python_env_words(REPO)} "
                f"{shlex.quote(sys.executable)} -m emulation.cluster.agent")
@@ -228,7 +222,6 @@ class AgentLink:
                 try:
                     self.on_link(words[1], words[2] == "up", time.monotonic())
                 except Exception:  # noqa: BLE001 - the reader must go on: progress files come here too
-                    import traceback
 
                     traceback.print_exc()
             elif len(words) == 3 and words[0] == "file":

@@ -29,15 +29,22 @@ interface group there and removes that directory; the head's own ssh processes e
 
 from __future__ import annotations
 
+import queue
 import random
 import shlex
+import shutil
 import signal
 import subprocess
 import threading
 import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
+
+from mininet.link import TCLink
+from mininet.log import setLogLevel
+from mininet.net import Mininet
 
 from controller.bmv2_client import Bmv2Client
 from controller.switch_client import SoftSwitchClient, SwitchClient
@@ -45,14 +52,17 @@ from controller.topology import hosts, switches
 from emulation.cluster import links as tunnels
 from emulation.cluster.agent import AgentLink
 from emulation.cluster import bmv2
+from emulation.cluster.fidelity import ClusterProbe
 from emulation.cluster.nodes import RemoteAggHost, RemoteBmv2Switch, RemoteSoftSwitch, read_pids, start_remote
 from emulation.cluster.placement import crossing, place
 from emulation.cluster.remote import Remote, agglab_env
+from emulation.command_log import LoggedClient
+from emulation.veths import PrebuiltLink, QuietIntf
 from ground.cluster_file import Cluster
 from emulation.network import THRIFT_BASE, EmulatedNetwork
 from ground import addresses
 from ground.cleanup import clean
-from ground.rundir import RunRecord
+from ground.rundir import RunRecord, kill_pids
 
 
 class ForwardedClient(SoftSwitchClient):
@@ -97,10 +107,6 @@ class ClusterNetwork(EmulatedNetwork):
 
     # -- lifecycle ----------------------------------------------------------------
     def start(self) -> "ClusterNetwork":
-        from mininet.link import TCLink
-        from mininet.log import setLogLevel
-        from mininet.net import Mininet
-
         setLogLevel("error")
         with self.phases.timed("old runs cleaned"):
             clean(verbose=False)
@@ -170,8 +176,6 @@ class ClusterNetwork(EmulatedNetwork):
                 add(name, cls=lambda _name, _node=node, **_params: _node)
 
     def _add_links(self) -> None:
-        from emulation.veths import PrebuiltLink, QuietIntf
-
         g = self.graph
         self.tunnels = crossing(g, self.placement)
         per_server = tunnels.server_lines(g, self.placement, {n: self.net.get(n).pid for n in g.nodes},
@@ -254,8 +258,6 @@ class ClusterNetwork(EmulatedNetwork):
             reason = node.died()
             raise RuntimeError(reason or f"switch {s} on {self.placement[s]} did not come up: {exc}") from exc
         if self.keep:
-            from emulation.command_log import LoggedClient
-
             client = LoggedClient(client, self.run.path / f"{s}.commands", self.t0)
         return client
 
@@ -292,10 +294,6 @@ class ClusterNetwork(EmulatedNetwork):
                 for remote in self.remotes.values():
                     remote.close()
             if self.run is not None:
-                import shutil
-
-                from ground.rundir import kill_pids
-
                 kill_pids(self.run.pids())                 # the head's ssh processes only
                 try:
                     if self.keep:
@@ -363,8 +361,6 @@ class ClusterNetwork(EmulatedNetwork):
 
     def fidelity_probe(self):
         """Every server's samples merged on the head (emulation/cluster/fidelity.py)."""
-        from emulation.cluster.fidelity import ClusterProbe
-
         return ClusterProbe(self.graph, self.placement, self.agents, self.run.path, self.tunnels).start()
 
     # -- links and switches -----------------------------------------------------------
@@ -457,8 +453,6 @@ class _LinkEvents:
     the head's set_link and the agents' forwards."""
 
     def __init__(self, on_change):
-        import queue
-
         self.queue: "queue.Queue" = queue.Queue()
         self.on_change = on_change
         self.thread = threading.Thread(target=self._run, daemon=True, name="cluster-link-events")
@@ -472,7 +466,6 @@ class _LinkEvents:
             try:
                 self.on_change(*event)
             except Exception:  # noqa: BLE001 - as LinkMonitor: the next change must still arrive
-                import traceback
 
                 traceback.print_exc()
 

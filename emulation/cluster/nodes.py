@@ -13,6 +13,7 @@ means another process.
 from __future__ import annotations
 
 import shlex
+import signal
 import subprocess
 import sys
 
@@ -92,13 +93,9 @@ class RemoteProcess:
             self.remote.run(f"kill -{int(sig)} {self.remote_pid} 2>/dev/null; true", check=False)
 
     def terminate(self) -> None:
-        import signal
-
         self.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
-        import signal
-
         self.send_signal(signal.SIGKILL)
 
 

@@ -12,10 +12,12 @@ import io
 import os
 import shlex
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
 from ground.cluster_file import Cluster, Server
+from ground.paths import REPO
 
 SSH_BASE = ["ssh", "-q", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=15"]
 
@@ -108,10 +110,6 @@ PRECHECK = ("sudo -n true || echo 'no passwordless sudo'; command -v mnexec >/de
 def precheck(cluster: Cluster, python: str | None = None, repo: str | None = None) -> dict[str, str]:
     """What is wrong with each server (as `MininetCluster.precheck` does: ssh and sudo first,
     then what agglab needs there); {} when every server is ready."""
-    import sys
-
-    from ground.paths import REPO
-
     problems = {}
     for server in cluster.servers:
         cmd = PRECHECK.format(python=python or sys.executable, repo=repo or REPO, address=server.address)

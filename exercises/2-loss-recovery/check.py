@@ -8,6 +8,7 @@ across calls, which no single call shows).
 from __future__ import annotations
 
 from agglab.exercise_kit import dense_allreduce, explain, result, short_error
+from ground.wire import K
 
 TITLE = "Loss recovery: two versions per slot, the shadow copy, the retransmission timer"
 MINUTES = 75
@@ -28,10 +29,9 @@ def two_allreduces(name: str) -> dict:
     """Two allreduces in a row on the same switch state: the versions must alternate across calls.
     The first call gives every slot three rounds (a lead and two blocks: versions v, v+1, v), so
     the second call must start each slot at the other version (v0), not at version 0 again."""
-    import numpy as np
+    import numpy as np  # lazy: numpy, only two_allreduces() needs it (`agglab exercise list` loads check.py for its title)
 
-    from agglab.testkit.fakenet import FakeNet
-    from ground.wire import K
+    from agglab.testkit.fakenet import FakeNet  # lazy: loads numpy, only two_allreduces() needs it (`agglab exercise list` loads check.py for its title)
 
     n, window = 3, 16
     net = FakeNet(n, backend="pipeline")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from importlib import import_module
 
+from hosts import tcp_mesh   # its BASE_PORT read at use (a harness moves it)
+
 
 def host_baseline(module_name: str):
     """(allreduce, prepare) of the baseline implemented in `module_name` (its `connections`
@@ -16,12 +18,10 @@ def host_baseline(module_name: str):
         comm.tcp_mesh(comm.spec.algorithm, m.connections, array)
 
     def allreduce(comm, array):
-        from hosts.tcp_mesh import BASE_PORT
-
         m = import_module(module_name)
         mesh = comm.tcp_mesh(comm.spec.algorithm, m.connections, array)
         try:
-            result, stats = m.allreduce(array, rank=comm.rank, peers=comm.plan.peers(), port=BASE_PORT + comm.spec.job,
+            result, stats = m.allreduce(array, rank=comm.rank, peers=comm.plan.peers(), port=tcp_mesh.BASE_PORT + comm.spec.job,
                                         give_up=comm.spec.give_up, return_stats=True, on_progress=comm.block_progress,
                                         link_mbps=comm.seat.link_mbps, mesh=mesh)
         except BaseException:

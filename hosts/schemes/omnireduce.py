@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
+from hosts.sparse_agent import allreduce as sparse
+
 SERVICE_TRANSPORT = True
 
 
 def allreduce(comm, array):
     """Block-sparse allreduce; repeated calls need no register reset in between (each
     call's dense lead round re-arms the switch's sparse slots, docs/design/sparse.md "Sparse pipeline")."""
-    from hosts.sparse_agent import allreduce as sparse
-
     return sparse(array, block_size=comm.spec.blocks, **comm.agent_options())

@@ -3,10 +3,10 @@ service transport, following the controller's reroutes between calls."""
 
 from __future__ import annotations
 
+from hosts.agent import allreduce as dense
+
 SERVICE_TRANSPORT = True
 
 
 def allreduce(comm, array):
-    from hosts.agent import allreduce as dense
-
     return dense(array, **comm.agent_options())

@@ -12,6 +12,8 @@
 #ifndef AGGLAB_AGGREGATE_P4
 #define AGGLAB_AGGREGATE_P4
 
+#include "sparse.p4"   /* sp_next, sp_exp_next: a sparse call's lead round registers its first block */
+
 register<bit<32>>(2 * AGG_SLOTS * AGG_K) agg_values;
 register<bit<32>>(2 * AGG_SLOTS) agg_bitmap;
 register<bit<8>>(2 * AGG_SLOTS) agg_count;

@@ -8,11 +8,23 @@
  * the PS and the aggregator is released. An aggregator held by another (job, seq), or a
  * sender set it already holds (a resend), sends the packet on unaggregated: the PS sums
  * what falls back. A result coming back from the PS releases an aggregator (job, seq) still
- * holds. Everything that leaves goes by forward.p4's ipv4_lpm (meta.atp_absorbed == 0).
+ * holds. Everything that leaves goes by forward.p4's ipv4_lpm (meta.absorbed == 0).
  * softswitch/atp.py is the same control in Python.
  */
 #ifndef AGGLAB_ATP_P4
 #define AGGLAB_ATP_P4
+
+/* ATP's own defines (read by ground/wire.py with constants.p4's) */
+#define AGG_FLAG_ATP     32          /* agg_h flag: best effort in the shared pool (atp.p4); next_block = the sender set */
+#define ATP_POOL         256         /* aggregators per switch, indexed by crc32(job, seq) % ATP_POOL */
+#define ATP_STATS_SIZE   8           /* entries of the atp_stats counter      */
+#define ATP_STAT_CLAIM   0           /* a free aggregator taken by (job, seq) */
+#define ATP_STAT_ADD     1           /* contribution added to its own aggregator */
+#define ATP_STAT_DONE    2           /* aggregator complete: its sum goes on to the PS, released */
+#define ATP_STAT_COLLIDE 3           /* aggregator held by another (job, seq): sent on unaggregated */
+#define ATP_STAT_OVERLAP 4           /* a resend (RETX, or senders already in it) or foreign senders: sent on unaggregated */
+#define ATP_STAT_RELEASE 5           /* the holder's result passed: aggregator released */
+#define ATP_STAT_PASS    6           /* ATP packet of a job this switch does not aggregate: forwarded */
 
 register<bit<32>>(ATP_POOL * AGG_K) atp_values;
 register<bit<32>>(ATP_POOL) atp_bitmap;      /* senders in the aggregator; 0 = free */
@@ -56,7 +68,7 @@ control Atp(inout headers_t hdr, inout meta_t meta,
     }
 
     apply {
-        meta.atp_absorbed = 0;
+        meta.absorbed = 0;
         hit = 0;
         expect = 0;                                  /* set by atp_aggregate; read only after a hit */
         atp_job.apply();
@@ -86,7 +98,7 @@ control Atp(inout headers_t hdr, inout meta_t meta,
                     atp_count.write(idx, 1);
                     held = hdr.agg.next_block;
                     atp_stats.count(ATP_STAT_CLAIM);
-                    meta.atp_absorbed = 1;
+                    meta.absorbed = 1;
                 } else if (mine == 1 && (hdr.agg.next_block & held) == 0
                            && (hdr.agg.next_block & ~expect) == 0) {
                     keep = 32w0xFFFFFFFF;            /* its own: add the senders it lacks */
@@ -96,20 +108,20 @@ control Atp(inout headers_t hdr, inout meta_t meta,
                     atp_count.read(cnt, idx);
                     atp_count.write(idx, cnt + 1);
                     atp_stats.count(ATP_STAT_ADD);
-                    meta.atp_absorbed = 1;
+                    meta.absorbed = 1;
                 } else if (held != 0 && mine == 0) {
                     atp_stats.count(ATP_STAT_COLLIDE);   /* another (job, seq): on to the PS as it is */
                 } else {
                     atp_stats.count(ATP_STAT_OVERLAP);   /* a resend or foreign senders: as it is */
                 }
-                if (meta.atp_absorbed == 1 && (held & expect) == expect) {
+                if (meta.absorbed == 1 && (held & expect) == expect) {
                     /* complete: the packet carries the sum (LANE_ADD wrote it) on to the PS */
                     hdr.agg.next_block = held;
                     hdr.udp.checksum = 0;
                     atp_bitmap.write(idx, 0);
                     atp_count.write(idx, 0);
                     atp_stats.count(ATP_STAT_DONE);
-                    meta.atp_absorbed = 0;
+                    meta.absorbed = 0;
                 }
             }
         }

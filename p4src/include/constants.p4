@@ -3,6 +3,8 @@
  * This file is the ONE place the aggregation packet geometry is defined.
  * P4 includes it; Python (agglab/wire.py) parses the #define lines, so the
  * scapy layer, the host agents and the software switch read the same numbers.
+ * A scheme's own defines (its agg_h flag, its counters' indices) live in its own
+ * include (atp.p4), read alike: a scheme added is its own file, not a line here.
  * After changing AGG_K or AGG_K_WIDE run `make p4gen` to regenerate include/values.p4.
  * A program variant is chosen at build time: p4c -DAGG_K=<AGG_K or AGG_K_WIDE>,
  * and AGGLAB_K=<same> in the environment of every agglab process (ground/wire.py).
@@ -12,17 +14,6 @@
 
 #ifndef AGG_K                        /* p4c -DAGG_K=256 builds the wide variant */
 #define AGG_K            64          /* int32 values per aggregation packet   */
-/* ATP (atp.p4): one pool of aggregators every job shares, best effort */
-#define ATP_POOL         256         /* aggregators per switch, indexed by crc32(job, seq) % ATP_POOL */
-#define ATP_STATS_SIZE   8           /* entries of the atp_stats counter      */
-#define ATP_STAT_CLAIM   0           /* a free aggregator taken by (job, seq) */
-#define ATP_STAT_ADD     1           /* contribution added to its own aggregator */
-#define ATP_STAT_DONE    2           /* aggregator complete: its sum goes on to the PS, released */
-#define ATP_STAT_COLLIDE 3           /* aggregator held by another (job, seq): sent on unaggregated */
-#define ATP_STAT_OVERLAP 4           /* a resend (RETX, or senders already in it) or foreign senders: sent on unaggregated */
-#define ATP_STAT_RELEASE 5           /* the holder's result passed: aggregator released */
-#define ATP_STAT_PASS    6           /* ATP packet of a job this switch does not aggregate: forwarded */
-
 #endif
 #define AGG_K_WIDE       256         /* the second program variant's AGG_K (as SwitchML's 256 with recirculation; 1082-byte frames) */
 #define AGG_UDP_PORT     48879       /* UDP port of aggregation traffic       */
@@ -37,7 +28,6 @@
 #define AGG_FLAG_SPARSE  4           /* sparse (OmniReduce) pipeline           */
 #define AGG_FLAG_ACK     8           /* sparse: header-only acknowledgement    */
 #define AGG_FLAG_LEAD    16          /* dense lead round of a sparse call: next_block/exp announce the sender's first sparse block */
-#define AGG_FLAG_ATP     32          /* ATP: best effort in the shared pool (atp.p4); next_block = the sender set */
 #define AGG_NEXT_NONE    0xFFFFFFFF  /* next_block value meaning "no more"    */
 #define AGG_EXP_BIAS     128         /* exp field = exponent + AGG_EXP_BIAS   */
 
@@ -63,16 +53,5 @@
 #define REJ_FROM_PARENT  5           /* not a result, on the parent port                   */
 #define REJ_ENTRY        6           /* the entry's child index does not fit the bitmap    */
 #define REJ_POLICED      7           /* from a port in no job, over its meter (policer.p4)  */
-
-/* ATP (atp.p4): one pool of aggregators every job shares, best effort */
-#define ATP_POOL         256         /* aggregators per switch, indexed by crc32(job, seq) % ATP_POOL */
-#define ATP_STATS_SIZE   8           /* entries of the atp_stats counter      */
-#define ATP_STAT_CLAIM   0           /* a free aggregator taken by (job, seq) */
-#define ATP_STAT_ADD     1           /* contribution added to its own aggregator */
-#define ATP_STAT_DONE    2           /* aggregator complete: its sum goes on to the PS, released */
-#define ATP_STAT_COLLIDE 3           /* aggregator held by another (job, seq): sent on unaggregated */
-#define ATP_STAT_OVERLAP 4           /* a resend (RETX, or senders already in it) or foreign senders: sent on unaggregated */
-#define ATP_STAT_RELEASE 5           /* the holder's result passed: aggregator released */
-#define ATP_STAT_PASS    6           /* ATP packet of a job this switch does not aggregate: forwarded */
 
 #endif
