@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from controller.topology import switches
 from controller.trees.base import TreeError
 from ground import progress as progress_file
+from controller.run_check import check_override
 
 
 @dataclass
@@ -100,8 +101,6 @@ class Actions:
             raise ValueError("an allreduce is already running (cancel stops it)")
         spec = self.session.spec.with_(**opts)          # validated before any tree changes
         if opts.get("fail") or opts.get("fail_switch"):   # and the links and switches they name
-            from controller.run_check import check_override
-
             check_override(spec, self.session.g, None)
         tree = opts.pop("tree", None)
         if tree and tree != self.session.job.state().algorithm:

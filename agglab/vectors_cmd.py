@@ -48,7 +48,7 @@ def _target(kind: str, vectors):
 def _load(load, name: str):
     """One vector file, or ValueError with one line saying why it is not one (a missing file,
     not YAML, a missing or mistyped field: the loader reads the format, it does not explain it)."""
-    import yaml
+    import yaml  # lazy: PyYAML, only when a vector file is read
 
     try:
         vector = load(Path(name))

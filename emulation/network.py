@@ -352,8 +352,6 @@ class EmulatedNetwork(SwitchFailures):
     def _receive_asleep(self, switch: str) -> None:
         """Right before a port change: wait until the switch's receive thread sleeps in select()
         (emulation/bmv2_ports.py says why the idle counters alone are a guess)."""
-        from emulation import bmv2_ports
-
         bmv2_ports.wait_receive_asleep(getattr(self.net.get(switch).proc, "pid", None))
 
     @contextlib.contextmanager

@@ -25,6 +25,7 @@ import time
 import uuid
 from pathlib import Path
 
+from ground.fdwait import readable
 from ground.paths import RUN_ROOT
 
 class Refused(Exception):
@@ -206,8 +207,6 @@ def _pidfds(pids: list[int]) -> dict[int, int]:
 def _wait_gone(fds: dict[int, int], timeout: float) -> list[int]:
     """Wait until every process of `fds` (pid -> pidfd) has exited, at most `timeout` s;
     the pids still running then."""
-    from ground.fdwait import readable
-
     left = {fd: pid for pid, fd in fds.items() if _alive(pid)}     # a zombie has exited already
     deadline = time.monotonic() + timeout
     while left and (remaining := deadline - time.monotonic()) > 0:

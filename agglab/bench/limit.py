@@ -49,12 +49,17 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 from agglab.bench.figures import figure
 from agglab.bench.limit_chain import Chain, agg_frame_to, cpu_ns
 from ground import wire
 from ground.addresses import SERVICE_IP, SERVICE_MAC
 from ground.mmsg import MsgBatch
 from softswitch.io import SO_RCVBUFFORCE
+from softswitch.control import wait_ready
+from softswitch.roles import job_entry
+from hosts.agent import UdpTransport, allreduce
 
 HIGH_WINDOW = 256         # frames in flight at the high rate
 BATCH = 64                # frames per sendmmsg at the high rate (the switch's --batch default)
@@ -109,9 +114,6 @@ def start_switch(chain: Chain, wd: Path, name: str, job: int, out_port: int, out
     """The software switch on the chain's middle namespace, started with the emulator's
     arguments (emulation/switch_nodes.py), one job aggregating port 1 alone (fan-in 1) whose
     results go out of `out_port` to (out_mac, out_ip)."""
-    from softswitch.control import wait_ready
-    from softswitch.roles import job_entry
-
     control, log = wd / f"{name}.sock", wd / f"{name}.log"
     argv = [sys.executable, "-m", "softswitch", "--name", "s1", "--control", str(control), "--log", str(log),
             "--seed", "0", "--no-prepare", "--port", f"1={chain.ifs['a']}", "--port", f"2={chain.ifs['b']}"]
@@ -233,10 +235,6 @@ def _us(r: dict) -> float:
 def agent_main(argv: list[str]) -> int:
     """The agent of `agent_run`, inside the sender's namespace: one allreduce of 0..n-1 (int32,
     one worker: the result is the input), its CPU and counts as one JSON line."""
-    import numpy as np
-
-    from hosts.agent import UdpTransport, allreduce
-
     ap = argparse.ArgumentParser(prog="python -m agglab.bench.limit --agent")
     ap.add_argument("--agent", action="store_true")
     ap.add_argument("--ip", required=True)

@@ -104,7 +104,7 @@ class Chain:
         return scratchnet.sh(*argv, ns=self.ns[role] if role else None, check=check).stdout
 
     def _build(self) -> None:
-        from emulation.veths import htb_lines          # the emulator's links' shaping, line for line
+        from emulation.veths import htb_lines  # lazy: loads Mininet; the emulator's links' shaping, line for line
 
         for role, ns in self.ns.items():
             scratchnet.sh("ip", "netns", "add", ns)

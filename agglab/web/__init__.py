@@ -9,6 +9,9 @@ on the loopback only unless told otherwise, behind a one-time token.
 
 from __future__ import annotations
 
+import errno
+import socket
+
 LOOPBACK = "127.0.0.1"
 
 
@@ -41,9 +44,6 @@ def check_listen(host: str, port: int) -> None:
     """Bind (and close) a socket where the page will listen, as the server does (SO_REUSEADDR,
     aiohttp's default); ValueError with one line naming the option if that fails. Port 0 (a free
     one) checks the address only."""
-    import errno
-    import socket
-
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
