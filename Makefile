@@ -36,7 +36,7 @@ help:
 
 setup: .venv/.installed
 
-.venv/.installed: pyproject.toml scripts/install-system.sh
+.venv/.installed: pyproject.toml setup.py scripts/install-system.sh
 	$(SUDO) bash scripts/install-system.sh
 	[ -x $(PY) ] || /usr/bin/python3 -m venv --system-site-packages .venv
 	$(PY) -m pip install -q -e '.[test]'
@@ -46,7 +46,7 @@ test: setup
 	$(SUDO) $(RUNENV) $(PY) -m pytest -q $(PYTEST_ARGS)
 
 experiment: setup
-	$(SUDO) $(RUNENV) $(PY) -m experiments $(CONFIG) --backend $(BACKEND)
+	$(SUDO) $(RUNENV) $(PY) -m agglab.experiments $(CONFIG) --backend $(BACKEND)
 
 calibrate: setup
 	$(SUDO) $(RUNENV) $(PY) -m agglab calibrate --backend $(BACKEND)

@@ -13,10 +13,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from controller.topology import switches
-from controller.trees.base import TreeError
-from ground import progress as progress_file
-from controller.run_check import check_override
+from agglab.controller.topology import switches
+from agglab.controller.trees.base import TreeError
+from agglab.ground import progress as progress_file
+from agglab.controller.run_check import check_override
 
 
 @dataclass

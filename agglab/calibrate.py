@@ -4,7 +4,7 @@ Why: the emulator is faithful only while the links, not Python, are the bottlene
 (measured on a 2-core machine before hosts were paced: 8 workers x 1M int32 at 94% of the wire-time ideal at 5 Mb/s, 61% at
 10 Mb/s, 14% at 40 Mb/s). The ceiling is the highest per-link rate at which an N-worker
 dense allreduce on one switch finishes within `tolerance` of its analytic wire time
-(emulation.fidelity.switchml_wire_seconds) with its bottleneck link at least 90% busy.
+(agglab.emulation.fidelity.switchml_wire_seconds) with its bottleneck link at least 90% busy.
 The experiments scale every real network so that its fastest link runs at the ceiling.
 
 Window: 16 slots per worker by default, the value the trend definitions use. With the
@@ -16,17 +16,17 @@ Search: rates step up by `factor` from `start` while runs stay faithful, or down
 (at most `--down` steps) while they do not; then a bisection between the faithful and the
 unfaithful rate next to it (`--refine` steps). Each rate runs a gradient sized for
 `seconds` of wire time, so every probe costs about the same.
-The result goes to emulation.fidelity.calibration_path() (results/calibration.json in the
+The result goes to agglab.emulation.fidelity.calibration_path() (results/calibration.json in the
 checkout, or $AGGLAB_CALIBRATION).
 
 Backend: `--backend bmv2` calibrates BMv2's simple_switch, stored apart from the software
-twin's (emulation.fidelity.load_calibration): BMv2 spends much more CPU per frame, so its
+twin's (agglab.emulation.fidelity.load_calibration): BMv2 spends much more CPU per frame, so its
 ceiling is its own (at the twin's 5 Mb/s a BMv2 switch used 111% of a core with 2 workers).
 
 Shape: by default 8 workers on one switch, the record the experiments scale every trend by
 (more than 8 workers on one switch are stored as a shape, `single-w16`).
 `--topology fattree --k 8 --workers 128 --tree rat` calibrates that run's own shape instead
-(stored under `shapes` in the same file, emulation.fidelity.ceiling_for): the CPU a shape
+(stored under `shapes` in the same file, agglab.emulation.fidelity.ceiling_for): the CPU a shape
 needs per link-second grows with its workers and switches (every worker's agent, and about
 1.6 frames through switches per worker frame on a k=8 fat-tree), so a large shape is
 faithful only at lower rates. The analytic time is the same: in a tree every link carries
@@ -34,7 +34,7 @@ one frame per block each way, as a worker's own link does.
 `--scheme sparse --density D` probes OmniReduce's block-sparse pipeline (its own shape,
 `single-w8-sparse`): a sparse frame carries a block index and walks the bitmap, so a BMv2
 switch spends more per frame than on the dense one; the analytic time is then
-emulation.wire_model's for those blocks.
+agglab.emulation.wire_model's for those blocks.
 """
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ import platform
 import sys
 import time
 
-from emulation.fidelity import save_calibration, save_shape_calibration, shape_key, switchml_wire_seconds
-from ground import wire
-from ground.runspec import DEFAULT_WINDOW, RunSpec
-from ground.timerslack import set_timer_slack, wakeup_latency
+from agglab.emulation.fidelity import save_calibration, save_shape_calibration, shape_key, switchml_wire_seconds
+from agglab.ground import wire
+from agglab.ground.runspec import DEFAULT_WINDOW, RunSpec
+from agglab.ground.timerslack import set_timer_slack, wakeup_latency
 
 
 def elements_for(rate_mbps: float, seconds: float) -> int:
@@ -70,13 +70,13 @@ def probe(rate: float, workers: int, seconds: float, tolerance: float, log, wind
     """One allreduce at `rate` on `shape` (RunSpec fields: topology, k, tree; default one
     switch; `scheme: sparse` with a `density` runs OmniReduce's block-sparse pipeline instead
     of the dense one): its time against the analytic wire time, and its fidelity."""
-    from emulation.session import run_allreduce  # lazy: loads numpy, networkx, PyYAML, pyroute2, only probe() needs it
+    from agglab.emulation.session import run_allreduce  # lazy: loads numpy, networkx, PyYAML, pyroute2, only probe() needs it
 
     run = {k: v for k, v in (shape or DEFAULT_SHAPE).items() if k not in ("scheme", "density")}
     elements = elements_for(rate, seconds)
     ideal = switchml_wire_seconds(elements, rate, window or DEFAULT_WINDOW)
     if (shape or {}).get("scheme") == "sparse":
-        from emulation.wire_model import wire_seconds  # lazy: loads numpy, networkx, PyYAML, only probe() needs it
+        from agglab.emulation.wire_model import wire_seconds  # lazy: loads numpy, networkx, PyYAML, only probe() needs it
 
         density = float(shape.get("density") or 0.1)
         elements = min(SPARSE_MAX_ELEMENTS, int(elements / density) // wire.K * wire.K)
@@ -208,7 +208,7 @@ def main(args) -> int:
             return 2
         shape.update(scheme="sparse", density=args.density)
     try:                                     # bad shapes: one line before any network is built
-        from emulation.session import graph_for  # lazy: loads numpy, networkx, PyYAML, pyroute2, only main() needs it
+        from agglab.emulation.session import graph_for  # lazy: loads numpy, networkx, PyYAML, pyroute2, only main() needs it
 
         graph_for(RunSpec(workers=args.workers, bw=args.start, window=args.window or None, **run_shape))
     except ValueError as exc:

@@ -31,20 +31,20 @@ from agglab.run_options import add_run_options, bad_input, spec_from_args
 from agglab.train_cmd import add_train_parser
 from agglab.vectors_cmd import add_parser as add_vectors_parser   # replay vector files
 from agglab.web import add_web_options, web_options
-from controller import topologies
-from controller.trees import SWITCH_TREES
-from controller.trees.base import TreeError
-from ground import wire
-from ground.oneline_parser import OneLineParser
-from ground.cleanup import clean, live_runs
-from ground.interrupts import run_interruptible
+from agglab.controller import topologies
+from agglab.controller.trees import SWITCH_TREES
+from agglab.controller.trees.base import TreeError
+from agglab.ground import wire
+from agglab.ground.oneline_parser import OneLineParser
+from agglab.ground.cleanup import clean, live_runs
+from agglab.ground.interrupts import run_interruptible
 
 
 def _checked_spec(cmd: str, args):
     """Validate the options and build the topology graph (no root needed): bad input fails
     here with one line, before any network exists. Returns the CheckedRun the session takes
     (controller/run_check.py: checked once)."""
-    from controller.run_check import check_run  # lazy: loads numpy, only _checked_spec() needs it
+    from agglab.controller.run_check import check_run  # lazy: loads numpy, only _checked_spec() needs it
 
     return check_run(spec_from_args(args))
 
@@ -57,7 +57,7 @@ def _needs_root(cmd: str) -> bool:
 
 
 def _allreduce(args) -> int:
-    from emulation.session import run_spec  # lazy: loads numpy, pyroute2, only _allreduce() needs it
+    from agglab.emulation.session import run_spec  # lazy: loads numpy, pyroute2, only _allreduce() needs it
 
     try:
         spec = _checked_spec("allreduce", args)
@@ -132,8 +132,8 @@ def _lab(args) -> int:
 
 
 def _experiment(args) -> int:
-    """Hand over to `python -m experiments` with the remaining arguments."""
-    os.execv(sys.executable, [sys.executable, "-m", "experiments", *args.rest])
+    """Hand over to `python -m agglab.experiments` with the remaining arguments."""
+    os.execv(sys.executable, [sys.executable, "-m", "agglab.experiments", *args.rest])
 
 
 def _clean(args) -> int:
@@ -190,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_draw_parser(sub)
     # experiments (layer 4, run as its own program: no sideways import) and calibration
     e = sub.add_parser("experiment", add_help=False, prefix_chars="+",    # every argument passes through
-                       help="run a trend definition or suite (python -m experiments; see `agglab experiment --help`)")
+                       help="run a trend definition or suite (python -m agglab.experiments; see `agglab experiment --help`)")
     e.add_argument("rest", nargs="*")
     e.set_defaults(func=_experiment)
     add_calibrate(sub)
@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         # a switch's control channel failed outside a handled failure (a hang or death is
         # handled by the switch watcher and probe): one line, not a traceback
-        client = sys.modules.get("controller.switch_client")
+        client = sys.modules.get("agglab.controller.switch_client")
         if client is None or not isinstance(exc, client.SwitchCommandError):
             raise
         print(f"agglab {args.cmd}: a switch stopped answering its controller: {str(exc).splitlines()[0]}",

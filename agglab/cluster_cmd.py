@@ -39,7 +39,7 @@ def _root(what: str) -> bool:
 
 
 def _local_up(args) -> int:
-    from emulation.cluster import practice  # lazy: loads PyYAML, only _local_up() needs it
+    from agglab.emulation.cluster import practice  # lazy: loads PyYAML, only _local_up() needs it
 
     if not _root("local up"):
         return 2
@@ -57,7 +57,7 @@ def _local_up(args) -> int:
 
 
 def _local_down(args) -> int:
-    from emulation.cluster import practice  # lazy: loads PyYAML, only _local_down() needs it
+    from agglab.emulation.cluster import practice  # lazy: loads PyYAML, only _local_down() needs it
 
     if not _root("local down"):
         return 2
@@ -67,8 +67,8 @@ def _local_down(args) -> int:
 
 
 def _check(args) -> int:
-    from ground.cluster_file import ClusterFileError, load  # lazy: loads PyYAML, only _check() needs it
-    from emulation.cluster.remote import precheck  # lazy: loads PyYAML, only _check() needs it
+    from agglab.ground.cluster_file import ClusterFileError, load  # lazy: loads PyYAML, only _check() needs it
+    from agglab.emulation.cluster.remote import precheck  # lazy: loads PyYAML, only _check() needs it
 
     try:
         cluster = load(args.file)

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import sys
 
-from ground import wire
-from ground.paths import REPO
+from agglab.ground import wire
+from agglab.ground.paths import REPO
 
 TARGET = REPO / "tools" / "wireshark" / "agglab.lua"
 FLAG_NAMES = ("RESULT", "RETX", "SPARSE", "ACK")   # AGG_FLAG_<name> in constants.p4

@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import sys
 
-from controller.bmv2_tools import find_bmv2_tool
+from agglab.controller.bmv2_tools import find_bmv2_tool
 
 
 def _check(label: str, ok: bool, why: str) -> bool:
@@ -47,7 +47,7 @@ def package_version(dist: str) -> str | None:
 
 def bmv2_tools() -> list[tuple[str, str | None, str]]:
     """(label, version or None when absent, what its absence means) for the BMv2 tool chain."""
-    from controller.bmv2_ways import add_bmv2_python_path  # lazy: loads numpy, only bmv2_tools() needs it
+    from agglab.controller.bmv2_ways import add_bmv2_python_path  # lazy: loads numpy, only bmv2_tools() needs it
 
     simple_switch = find_bmv2_tool("simple_switch")
     cli = find_bmv2_tool("simple_switch_CLI")
@@ -80,7 +80,7 @@ def report() -> int:
         _check("mnexec", shutil.which("mnexec") is not None, "apt-get install mininet"),
         _check("numpy/networkx/scapy/yaml", all(map(_importable, ["numpy", "networkx", "scapy", "yaml"])),
                "make setup"),
-        _check("software switch", _importable("softswitch.pipeline"), "repository incomplete?"),
+        _check("software switch", _importable("agglab.softswitch.pipeline"), "repository incomplete?"),
     ]
     print("optional (real BMv2 backend):")
     for label, version, why in bmv2_tools():

@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 
 from agglab.run_options import add_run_options, bad_input, spec_from_args
-from controller import drawing, topologies
-from controller.drawing import after_failures
-from controller.topology import workers as worker_hosts
-from controller.trees.base import TreeError
+from agglab.controller import drawing, topologies
+from agglab.controller.drawing import after_failures
+from agglab.controller.topology import workers as worker_hosts
+from agglab.controller.trees.base import TreeError
 
 
 def add_parser(sub) -> None:
@@ -38,7 +38,7 @@ def failed_links(fails: list[str] | None, g, algorithm: str, workers: list[str],
     """The links `--fail` names, in order: A-B (a fraction @F is accepted and ignored: a
     drawing has no progress), or tree[@F] for the link `--fail tree@F` would take down on
     the trees in force at that point (job_protocol.pick_link, as the run picks it)."""
-    from controller.job_protocol import pick_link  # lazy: loads numpy, only failed_links() needs it
+    from agglab.controller.job_protocol import pick_link  # lazy: loads numpy, only failed_links() needs it
 
     out: list[tuple[str, str]] = []
     for text in fails or []:

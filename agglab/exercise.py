@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agglab.exercise_folders import Exercise, ExerciseError, exercises, get
-from ground import lifeline
-from ground.paths import REPO
+from agglab.ground import lifeline
+from agglab.ground.paths import REPO
 
 _BEGIN = re.compile(r"^(?P<indent>[ \t]*)(?P<c>#|//) EXERCISE (?P<name>[\w-]+) BEGIN hint: (?P<hint>.*)$")
 _END = re.compile(r"^[ \t]*(#|//) EXERCISE END$")

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ground.paths import EXERCISES as EXERCISE_DIR
+from agglab.ground.paths import EXERCISES as EXERCISE_DIR
 
 _FOLDER = re.compile(r"^(?P<number>[0-9]+)-(?P<slug>[a-z0-9][a-z0-9-]*)$")
 REQUIRED = ("TITLE", "MINUTES", "FILES", "REGIONS", "checks")

@@ -33,15 +33,22 @@ from pathlib import Path
 from agglab.exercise import TODO, regions
 from agglab.exercise_folders import Exercise, load
 from agglab.exercise_kit import conformance, result, short_error
-from ground.paths import P4SRC, REPO
-from ground.runspec import RunSpec
+from agglab.ground.paths import P4SRC
+from agglab.ground.runspec import RunSpec
+
+
+def module_of(rel: Path) -> str:
+    """The module a repo-relative file is: hosts/slots.py is agglab.hosts.slots (the folders are
+    the namespace's subpackages, agglab/__init__.py), agglab/lab.py is agglab.lab."""
+    parts = rel.with_suffix("").parts
+    return ".".join(parts if parts[0] == "agglab" else ("agglab", *parts))
 
 
 class OverlayFinder(importlib.abc.MetaPathFinder):
-    """Finds the overlay's files first: `hosts.slots` is overlay/hosts/slots.py when it exists."""
+    """Finds the overlay's files first: `agglab.hosts.slots` is overlay/hosts/slots.py when it exists."""
 
     def __init__(self, overlay: Path):
-        self.files = {".".join(p.relative_to(overlay).with_suffix("").parts): p for p in overlay.rglob("*.py")}
+        self.files = {module_of(p.relative_to(overlay)): p for p in overlay.rglob("*.py")}
 
     def find_spec(self, name, path=None, target=None):
         if name in self.files:
@@ -131,8 +138,8 @@ def bmv2_allreduce(kw: dict, json_path: Path) -> dict:
             f"{', loss ' + format(kw['loss'], '.0%') if 'loss' in kw else ''} (BMv2, Mininet)")
     if shutil.which("mnexec") is None:
         return {**result(name, True, "Mininet (mnexec) not found: the allreduce on BMv2 needs it"), "skipped": True}
-    import emulation.p4build as p4build  # lazy: loads numpy, only bmv2_allreduce() needs it
-    from emulation.session import run_spec  # lazy: loads numpy, networkx, PyYAML, pyroute2, only bmv2_allreduce() needs it
+    import agglab.emulation.p4build as p4build  # lazy: loads numpy, only bmv2_allreduce() needs it
+    from agglab.emulation.session import run_spec  # lazy: loads numpy, networkx, PyYAML, pyroute2, only bmv2_allreduce() needs it
 
     p4build.compile_p4 = lambda out_dir=None: json_path      # the student's P4, not p4src's
     try:
@@ -172,8 +179,6 @@ def main(argv=None) -> int:
     ap.add_argument("--work", required=True)
     ap.add_argument("--bmv2", choices=["auto", "yes", "no"], default="auto")
     args = ap.parse_args(argv)
-    if str(REPO) not in sys.path:               # the project's modules, the overlay's originals
-        sys.path.insert(0, str(REPO))
     checks = run(Path(args.folder), Path(args.overlay), Path(args.work), args.bmv2)
     print(json.dumps(checks))
     return 0

@@ -15,17 +15,17 @@ import re
 import sys
 from pathlib import Path
 
-from controller import forward
-from controller.addressing import assign_addresses
-from controller.tree_job import TreeJob
-from controller.switch_client import SwitchClient
-from controller.topologies import for_run
-from controller.topology import hosts, switches, workers as worker_hosts
-from emulation.p4build import p4c_options
-from ground import addresses, wire
-from ground.paths import P4SRC
-from ground.runspec import RunSpec
-from softswitch.schemes import write_p4
+from agglab.controller import forward
+from agglab.controller.addressing import assign_addresses
+from agglab.controller.tree_job import TreeJob
+from agglab.controller.switch_client import SwitchClient
+from agglab.controller.topologies import for_run
+from agglab.controller.topology import hosts, switches, workers as worker_hosts
+from agglab.emulation.p4build import p4c_options
+from agglab.ground import addresses, wire
+from agglab.ground.paths import P4SRC
+from agglab.ground.runspec import RunSpec
+from agglab.softswitch.schemes import write_p4
 
 THRIFT_BASE = 9090
 

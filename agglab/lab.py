@@ -20,13 +20,13 @@ from mininet.util import quietRun
 
 from agglab.actions import Actions, progress, summary
 from agglab.run_options import add_run_options
-from controller import drawing
-from ground.interrupts import Interrupted, arm
-from ground import wire
-from emulation.session import Session
-from ground.runspec import RunSpec
-from controller.switch_client import SwitchCommandError
-from controller.topology import switches
+from agglab.controller import drawing
+from agglab.ground.interrupts import Interrupted, arm
+from agglab.ground import wire
+from agglab.emulation.session import Session
+from agglab.ground.runspec import RunSpec
+from agglab.controller.switch_client import SwitchCommandError
+from agglab.controller.topology import switches
 
 
 class LabCLI(CLI):

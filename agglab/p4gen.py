@@ -11,7 +11,7 @@ written once per program variant (AGG_K, and AGG_K_WIDE for p4c -DAGG_K=...),
 each under `#if AGG_K == k`, so one committed file serves both builds and any
 other K stops p4c with an #error.  Run `make p4gen` after changing a
 constant; tests/test_p4gen.py fails if the committed file is out of date.
-`make p4gen` also writes include/schemes.p4 from the scheme table (softswitch.schemes.write_p4),
+`make p4gen` also writes include/schemes.p4 from the scheme table (agglab.softswitch.schemes.write_p4),
 which is built before every p4c run and not committed.
 """
 
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import sys
 
-from ground.paths import P4_INCLUDE
-from ground.wire import read_constants
-from softswitch.schemes import write_p4
+from agglab.ground.paths import P4_INCLUDE
+from agglab.ground.wire import read_constants
+from agglab.softswitch.schemes import write_p4
 
 TARGET = P4_INCLUDE / "values.p4"
 

@@ -14,10 +14,10 @@ import dataclasses
 import sys
 from dataclasses import fields
 
-from controller import topologies
-from controller.trees import TREE_ALGORITHMS as TREES
-from ground import schemes
-from ground.runspec import BACKENDS, DTYPES, PATTERNS, RunSpec
+from agglab.controller import topologies
+from agglab.controller.trees import TREE_ALGORITHMS as TREES
+from agglab.ground import schemes
+from agglab.ground.runspec import BACKENDS, DTYPES, PATTERNS, RunSpec
 
 
 def spec_from_args(args: argparse.Namespace) -> RunSpec:

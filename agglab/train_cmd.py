@@ -14,11 +14,11 @@ import os
 import sys
 from pathlib import Path
 
-from controller import topologies
-from controller.trees import SWITCH_TREES
-from controller.trees.base import TreeError
-from ground import schemes
-from ground.runspec import RunSpec
+from agglab.controller import topologies
+from agglab.controller.trees import SWITCH_TREES
+from agglab.controller.trees.base import TreeError
+from agglab.ground import schemes
+from agglab.ground.runspec import RunSpec
 
 PROFILE_MODELS = ("resnet50", "vgg16", "bert-base")
 
@@ -100,7 +100,7 @@ def run_train(args) -> int:
     needs_root = not (args.profile_only and args.no_network)
     if needs_root:
         try:                                # bad input first: one line before "needs root"
-            from emulation.session import graph_for  # lazy: loads numpy, pyroute2, only run_train() needs it
+            from agglab.emulation.session import graph_for  # lazy: loads numpy, pyroute2, only run_train() needs it
 
             graph_for(_spec(args))
         except (ValueError, TreeError) as exc:
@@ -126,8 +126,8 @@ def run_train(args) -> int:
 
 
 def _mlp(args) -> dict:
-    from emulation.training import run_training  # lazy: loads numpy, pyroute2, only _mlp() needs it
-    from hosts.mlp import Config  # lazy: loads numpy, only _mlp() needs it
+    from agglab.emulation.training import run_training  # lazy: loads numpy, pyroute2, only _mlp() needs it
+    from agglab.hosts.mlp import Config  # lazy: loads numpy, only _mlp() needs it
 
     if args.model != "mlp":
         raise ValueError(f"--model {args.model}: only mlp trains for real; {', '.join(PROFILE_MODELS)} "
@@ -138,7 +138,7 @@ def _mlp(args) -> dict:
 
 
 def _profile(args) -> dict:
-    from emulation.pace_run import PaceOptions, run_profile  # lazy: loads numpy, pyroute2, only _profile() needs it
+    from agglab.emulation.pace_run import PaceOptions, run_profile  # lazy: loads numpy, pyroute2, only _profile() needs it
 
     opts = PaceOptions(args.link_gbps, args.alpha_us, args.partition_mb, args.threshold_mb, args.cycle_ms,
                        args.emulated_mb, args.plan_cost)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import networkx as nx
 
-from controller.topology import hosts
-from ground.addresses import host_ip, host_mac, nic_ip, nic_mac
+from agglab.controller.topology import hosts
+from agglab.ground.addresses import host_ip, host_mac, nic_ip, nic_mac
 
 
 def assign_addresses(g: nx.Graph) -> nx.Graph:

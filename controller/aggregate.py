@@ -12,8 +12,8 @@ preloaded by controller/reroute/failover.py and controller/reroute/carry.py).
 
 from __future__ import annotations
 
-from controller.switch_client import SwitchClient, parse_counter
-from softswitch.roles import REJECTS, JobEntry, job_entry  # noqa: F401 (the controller's name for them)
+from agglab.controller.switch_client import SwitchClient, parse_counter
+from agglab.softswitch.roles import REJECTS, JobEntry, job_entry  # noqa: F401 (the controller's name for them)
 
 STATS = ("contributions", "completions", "dup_dropped", "dup_answered", "rejected", "sim_dropped", "dup_up")
 

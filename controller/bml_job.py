@@ -24,22 +24,22 @@ from pathlib import Path
 
 import networkx as nx
 
-from controller.reroute import failover
-from ground import wire
-from ground.addresses import SERVICE_IP, SERVICE_MAC
-from ground.schemes import DEFAULT as DEFAULT_SCHEME
-from controller.addressing import interface_address
-from controller.aggregate import job_entry
-from controller.events import EventLog
-from controller.job_protocol import Job
-from controller.switch_client import SwitchClient
-from controller.topology import mark_link, port, workers as worker_hosts
-from controller.tree_install import tree_group
-from controller.trees import compute
-from controller.trees.base import TreeError
-from controller.trees.bml import schedule
-from controller.trees.bml_relay import RelayPlan, host_steps, relay_plan, step_job
-from hosts.bml_host import plan_to_json
+from agglab.controller.reroute import failover
+from agglab.ground import wire
+from agglab.ground.addresses import SERVICE_IP, SERVICE_MAC
+from agglab.ground.schemes import DEFAULT as DEFAULT_SCHEME
+from agglab.controller.addressing import interface_address
+from agglab.controller.aggregate import job_entry
+from agglab.controller.events import EventLog
+from agglab.controller.job_protocol import Job
+from agglab.controller.switch_client import SwitchClient
+from agglab.controller.topology import mark_link, port, workers as worker_hosts
+from agglab.controller.tree_install import tree_group
+from agglab.controller.trees import compute
+from agglab.controller.trees.base import TreeError
+from agglab.controller.trees.bml import schedule
+from agglab.controller.trees.bml_relay import RelayPlan, host_steps, relay_plan, step_job
+from agglab.hosts.bml_host import plan_to_json
 
 
 class BmlJob(Job):

@@ -21,8 +21,8 @@ import subprocess
 import threading
 import time
 
-from controller.bmv2_tools import cli_python, find_bmv2_tool
-from controller.switch_client import SwitchCommandError
+from agglab.controller.bmv2_tools import cli_python, find_bmv2_tool
+from agglab.controller.switch_client import SwitchCommandError
 
 PROMPT = b"RuntimeCmd: "
 

@@ -20,8 +20,8 @@ import threading
 
 from typing import Callable
 
-from controller.bmv2_thrift import FAST_METHODS, BatchTranslator, CellCodec, Request, describe_error
-from controller.switch_client import SwitchClient, SwitchCommandError
+from agglab.controller.bmv2_thrift import FAST_METHODS, BatchTranslator, CellCodec, Request, describe_error
+from agglab.controller.switch_client import SwitchClient, SwitchCommandError
 
 RANGE_CELLS = 2048          # up to this many cells, register_read_ranges reads cells, not the register
 # Requests in flight on a connection are bounded by the bytes of their unread answers, which
@@ -31,8 +31,8 @@ RANGE_CELLS = 2048          # up to this many cells, register_read_ranges reads 
 ANSWER_BYTES = 64
 PIPELINE_WINDOW = 256       # small answers in flight where the receive buffer is not known
 RECEIVE_BUFFER = 8 << 20    # asked of the kernel for each connection (SO_RCVBUFFORCE as root)
-from controller.bmv2_cli_session import CliSession
-from controller.bmv2_ways import (THRIFT_IP, _captured, _check, _p4utils_command, _wait_for_port, connect_api,
+from agglab.controller.bmv2_cli_session import CliSession
+from agglab.controller.bmv2_ways import (THRIFT_IP, _captured, _check, _p4utils_command, _wait_for_port, connect_api,
                                   load_runtime_cli_program)
 
 

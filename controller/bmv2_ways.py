@@ -22,8 +22,8 @@ import sys
 import threading
 import time
 
-from controller.bmv2_tools import find_bmv2_tool
-from controller.switch_client import SwitchCommandError
+from agglab.controller.bmv2_tools import find_bmv2_tool
+from agglab.controller.switch_client import SwitchCommandError
 
 _ERROR = re.compile(r"Error|Invalid|exception|Traceback|\*\*\* Unknown")
 

@@ -7,7 +7,7 @@ it draws several colours on one link side by side (`color="a:b"`), so a link sha
 trees shows both. Each tree of a TreeSet gets one colour; its root is drawn as a double
 circle in that colour; the legend gives each tree's share of the gradient. Failed links are
 dashed. `after_failures` replays failures the way the controller does (the link marked down
-in the graph, then `controller.trees.compute` over live links under the next epoch, only when
+in the graph, then `agglab.controller.trees.compute` over live links under the next epoch, only when
 an active tree used the link: TreeJob.link_changed / reroute), so a drawing shows the trees a
 run would install.
 """
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import networkx as nx
 
-from controller import trees as tree_algorithms
-from controller.topology import natural_key
-from controller.trees.base import TreeSet, edge_key
+from agglab.controller import trees as tree_algorithms
+from agglab.controller.topology import natural_key
+from agglab.controller.trees.base import TreeSet, edge_key
 
 # Tableau 10: distinct on screen and in print; a job rarely has more trees than this
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",

@@ -6,7 +6,7 @@ drop simulator does) and therefore works identically on BMv2 and the software sw
 
 from __future__ import annotations
 
-from controller.switch_client import SwitchClient, table_add_line
+from agglab.controller.switch_client import SwitchClient, table_add_line
 
 
 def threshold(probability: float) -> int:

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import networkx as nx
 
-from controller.switch_batches import run_batches
-from controller.switch_client import SwitchClient, parse_handle, table_add_line
-from controller.topology import hosts, port, switches
-from controller.trees.base import live_graph
+from agglab.controller.switch_batches import run_batches
+from agglab.controller.switch_client import SwitchClient, parse_handle, table_add_line
+from agglab.controller.topology import hosts, port, switches
+from agglab.controller.trees.base import live_graph
 
 FLOOD_GROUP = 1000          # multicast group id reserved for L2 flooding
 BROADCAST_MAC = "ff:ff:ff:ff:ff:ff"

@@ -10,7 +10,7 @@ rewrites only the ipv4_lpm entries whose next hop changed (table_modify by handl
 routes that did not change never disappear, not even for a moment); TCP's next
 retransmission takes the new path.
 
-It is a `controller.job_protocol.Job` (start, prepare, link_changed, stop, locked, running,
+It is a `agglab.controller.job_protocol.Job` (start, prepare, link_changed, stop, locked, running,
 trees, failure_records, pick_tree_link, stats; the epoch file's path only, as no
 baseline worker watches one); its `treeset` is the `Routes` the algorithm's traffic crosses (ring: each rank to
 its neighbours; ps: every pair), so `--fail tree@0.5` picks a link that traffic uses.
@@ -25,12 +25,12 @@ from pathlib import Path
 
 import networkx as nx
 
-from controller.events import EventLog
-from controller.forward import ipv4_routes, next_hops
-from controller.job_protocol import Job
-from controller.switch_client import SwitchClient
-from controller.topology import mark_link, switches
-from controller.trees.base import edge_key, live_graph
+from agglab.controller.events import EventLog
+from agglab.controller.forward import ipv4_routes, next_hops
+from agglab.controller.job_protocol import Job
+from agglab.controller.switch_client import SwitchClient
+from agglab.controller.topology import mark_link, switches
+from agglab.controller.trees.base import edge_key, live_graph
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import networkx as nx
 
-from controller.bml_job import BmlJob
-from controller.events import EventLog
-from controller.job_protocol import Job
-from controller.schemes import INSTALLERS
-from controller.switch_client import SwitchClient
-from ground.runspec import BCUBE_TREE, RunSpec
+from agglab.controller.bml_job import BmlJob
+from agglab.controller.events import EventLog
+from agglab.controller.job_protocol import Job
+from agglab.controller.schemes import INSTALLERS
+from agglab.controller.switch_client import SwitchClient
+from agglab.ground.runspec import BCUBE_TREE, RunSpec
 
 
 @dataclass

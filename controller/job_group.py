@@ -21,9 +21,9 @@ import random
 from contextlib import ExitStack, contextmanager
 from typing import Iterator
 
-from controller.job_protocol import Job, _fan_in, _partitions_without, mark_switch, partitions
-from controller.topology import mark_link, natural_key
-from ground.runspec import only_edge_switches
+from agglab.controller.job_protocol import Job, _fan_in, _partitions_without, mark_switch, partitions
+from agglab.controller.topology import mark_link, natural_key
+from agglab.ground.runspec import only_edge_switches
 
 
 class JobGroup:

@@ -24,13 +24,13 @@ from typing import Iterator
 
 import networkx as nx
 
-from ground.schemes import DEFAULT as DEFAULT_SCHEME
-from controller import aggregate
-from ground.runspec import only_edge_switches
-from controller.events import EventLog
-from controller.switch_client import SwitchClient, SwitchCommandError
-from controller.topology import natural_key, switches
-from controller.trees.base import TreeSet
+from agglab.ground.schemes import DEFAULT as DEFAULT_SCHEME
+from agglab.controller import aggregate
+from agglab.ground.runspec import only_edge_switches
+from agglab.controller.events import EventLog
+from agglab.controller.switch_client import SwitchClient, SwitchCommandError
+from agglab.controller.topology import natural_key, switches
+from agglab.controller.trees.base import TreeSet
 
 
 @dataclass(frozen=True)

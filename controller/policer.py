@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import networkx as nx
 
-from controller.switch_client import SwitchClient, table_add_line
+from agglab.controller.switch_client import SwitchClient, table_add_line
 
 POLICE_PPS = 1000
 POLICE_BURST = 100

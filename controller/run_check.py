@@ -16,13 +16,13 @@ from pathlib import Path
 
 import networkx as nx
 
-from controller import topologies, tree_install, trees
-from controller.bml_job import BmlJob
-from controller.job_protocol import partitions
-from controller.topology import switches, workers as worker_hosts
-from ground import wire
-from ground.cluster_file import load
-from ground.runspec import BCUBE_TREE, RunSpec
+from agglab.controller import topologies, tree_install, trees
+from agglab.controller.bml_job import BmlJob
+from agglab.controller.job_protocol import partitions
+from agglab.controller.topology import switches, workers as worker_hosts
+from agglab.ground import wire
+from agglab.ground.cluster_file import load
+from agglab.ground.runspec import BCUBE_TREE, RunSpec
 
 
 @dataclass(frozen=True)

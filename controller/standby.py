@@ -2,7 +2,7 @@
 
 Why a process: tree computation is pure Python (rat: an LP per call; ~1 s under load), and a
 thread in the controller would hold the GIL that the reroute and the link monitor need the
-moment a link fails. Why a plain subprocess (`python -m controller.standby`) and not
+moment a link fails. Why a plain subprocess (`python -m agglab.controller.standby`) and not
 multiprocessing: spawn re-imports the caller's main script, which a user's program need not
 guard.
 
@@ -23,8 +23,8 @@ import subprocess
 import sys
 import threading
 
-from ground import lifeline
-from ground.paths import REPO
+from agglab.ground import lifeline
+from agglab.ground.paths import REPO
 
 _LEN = struct.Struct("!I")
 
@@ -70,7 +70,7 @@ class StandbyWorker:
 
     def __init__(self) -> None:
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        self.proc = subprocess.Popen([sys.executable, "-m", "controller.standby"], cwd=REPO, env=env,
+        self.proc = subprocess.Popen([sys.executable, "-m", "agglab.controller.standby"], cwd=REPO, env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, preexec_fn=lifeline.preexec(then=_nice),
                                      start_new_session=True)
         self.gen, self.store = 0, None
@@ -128,8 +128,8 @@ def warm_up() -> None:
     """Import every tree algorithm and run each once on a small graph, before the first task:
     rat and packing import scipy and load its LP solver (~0.8 s of CPU), which under a
     running job's load took longer than the job took to reach a failure halfway through."""
-    from controller import topologies, trees  # lazy: only the child loads the trees (networkx, scipy): the controller imports this module to start it
-    from controller.topology import workers  # lazy: as above
+    from agglab.controller import topologies, trees  # lazy: only the child loads the trees (networkx, scipy): the controller imports this module to start it
+    from agglab.controller.topology import workers  # lazy: as above
 
     g = topologies.build("leafspine", racks=2, hosts_per_rack=2, spines=2)
     for name in trees.TREE_ALGORITHMS:
@@ -143,8 +143,8 @@ def main() -> int:
     """The child: compute each link's trees, newest task first."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)       # Ctrl-C is the controller's to handle:
                                                         # it closes our stdin, and we exit
-    from controller import trees  # lazy: only the child loads the trees (see warm_up)
-    from controller.trees.base import TreeError  # lazy: as above
+    from agglab.controller import trees  # lazy: only the child loads the trees (see warm_up)
+    from agglab.controller.trees.base import TreeError  # lazy: as above
 
     warm_up()
 

@@ -16,7 +16,7 @@ from typing import Callable, TypeVar
 
 import numpy as np
 
-from controller.switch_client import SwitchClient, SwitchCommandError
+from agglab.controller.switch_client import SwitchClient, SwitchCommandError
 
 T = TypeVar("T")
 

@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from softswitch.control import ControlClient, SwitchCommandError as SoftError, wait_ready
+from agglab.softswitch.control import ControlClient, SwitchCommandError as SoftError, wait_ready
 
 class SwitchCommandError(RuntimeError):
     """A control command was rejected by the switch."""

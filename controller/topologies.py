@@ -25,12 +25,12 @@ from typing import Callable
 
 import networkx as nx
 
-from ground.runspec import register_topologies
-from ground.wire import MAX_WORKERS
-from controller.topology import (IFNAME_MAX, TopologyError, assign_ports, hosts, natural_key, single_switch,
+from agglab.ground.runspec import register_topologies
+from agglab.ground.wire import MAX_WORKERS
+from agglab.controller.topology import (IFNAME_MAX, TopologyError, assign_ports, hosts, natural_key, single_switch,
                                  switches)
-from controller.topology import workers as ranked_workers
-from controller import topology_file
+from agglab.controller.topology import workers as ranked_workers
+from agglab.controller import topology_file
 
 
 def check_names(g: nx.Graph) -> nx.Graph:

@@ -30,7 +30,7 @@ from pathlib import Path
 import networkx as nx
 import yaml
 
-from controller.topology import IFNAME_MAX, TopologyError, assign_ports, natural_key
+from agglab.controller.topology import IFNAME_MAX, TopologyError, assign_ports, natural_key
 
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _construct = yaml.constructor.SafeConstructor()

@@ -6,7 +6,7 @@ port), the parent port gets agg_from_parent, and a multicast group per (job, tre
 replicates results to the children. All port numbers come from the shared graph.
 One agg_job entry serves the dense and the sparse pipeline (the data plane looks it
 up before it branches on AGG_FLAG_SPARSE); entries are built by
-controller.aggregate.job_entry.
+agglab.controller.aggregate.job_entry.
 
 Handles are remembered so the epoch can be frozen (its agg_job entries deleted)
 before the next one is installed.
@@ -21,12 +21,12 @@ from functools import partial
 
 import networkx as nx
 
-from ground import wire
-from controller.addressing import interface_address
-from controller.aggregate import job_entry
-from ground.addresses import SERVICE_IP, SERVICE_MAC
-from controller.switch_client import SwitchClient, parse_handle, table_add_line
-from controller.topology import natural_key, port
+from agglab.ground import wire
+from agglab.controller.addressing import interface_address
+from agglab.controller.aggregate import job_entry
+from agglab.ground.addresses import SERVICE_IP, SERVICE_MAC
+from agglab.controller.switch_client import SwitchClient, parse_handle, table_add_line
+from agglab.controller.topology import natural_key, port
 
 GROUP_BASE = 2000          # multicast groups of trees: GROUP_BASE + 64*job + tree (epoch-parity offset)
 

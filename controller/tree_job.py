@@ -17,19 +17,19 @@ from pathlib import Path
 
 import networkx as nx
 
-from ground import wire
-from ground.epoch_file import publish as publish_epoch
-from ground.schemes import DEFAULT as DEFAULT_SCHEME
-from controller import tree_install, trees
-from controller.reroute import carry_for, reset_lines
-from controller.reroute.run import run_reroute
-from controller.events import EventLog
-from controller.job_protocol import Job
-from controller.slot_partition import partition_slots
-from controller.standby import StandbyWorker
-from controller.switch_client import SwitchClient, SwitchCommandError
-from controller.topology import switches
-from controller.trees.base import TreeError
+from agglab.ground import wire
+from agglab.ground.epoch_file import publish as publish_epoch
+from agglab.ground.schemes import DEFAULT as DEFAULT_SCHEME
+from agglab.controller import tree_install, trees
+from agglab.controller.reroute import carry_for, reset_lines
+from agglab.controller.reroute.run import run_reroute
+from agglab.controller.events import EventLog
+from agglab.controller.job_protocol import Job
+from agglab.controller.slot_partition import partition_slots
+from agglab.controller.standby import StandbyWorker
+from agglab.controller.switch_client import SwitchClient, SwitchCommandError
+from agglab.controller.topology import switches
+from agglab.controller.trees.base import TreeError
 
 
 class TreeJob(Job):

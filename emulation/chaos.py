@@ -30,11 +30,11 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 
-from controller import drop_sim
-from controller.switch_client import SwitchCommandError
-from controller.topology import natural_key, switches
-from emulation.failures import FailureInjector, read_progress
-from ground.runspec import only_edge_switches
+from agglab.controller import drop_sim
+from agglab.controller.switch_client import SwitchCommandError
+from agglab.controller.topology import natural_key, switches
+from agglab.emulation.failures import FailureInjector, read_progress
+from agglab.ground.runspec import only_edge_switches
 
 KINDS = ("link_flap", "switch_kill", "switch_hang", "loss_burst")
 FAULTS = 4

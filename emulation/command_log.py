@@ -14,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 
-from controller.switch_client import SwitchClient
+from agglab.controller.switch_client import SwitchClient
 
 
 def _text(arg) -> str:

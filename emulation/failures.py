@@ -13,10 +13,10 @@ import threading
 import time
 from pathlib import Path
 
-from ground import progress
-from ground.priority import urgent
-from ground.runspec import FailSpec, SwitchFailSpec
-from controller.reroute.record import REROUTE_PHASES
+from agglab.ground import progress
+from agglab.ground.priority import urgent
+from agglab.ground.runspec import FailSpec, SwitchFailSpec
+from agglab.controller.reroute.record import REROUTE_PHASES
 
 
 def read_progress(files: list[Path]) -> float:

@@ -33,8 +33,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ground import wire
-from ground.paths import RESULTS
+from agglab.ground import wire
+from agglab.ground.paths import RESULTS
 
 BUSY_MIN = 0.90          # bottleneck link must be at least this busy while it carries data
 CORE_MAX = 0.90          # a process this busy is saturated

@@ -1,10 +1,10 @@
 """Hostile frames at a running switch while a job aggregates through it: the switch must reject each by its reason and the job stay exact.
 
-    python -m emulation.fuzzing --frames 100000 [--rate 5000] [--workers 4] [--elements 200000]
+    python -m agglab.emulation.fuzzing --frames 100000 [--rate 5000] [--workers 4] [--elements 200000]
                                 [--bw MBPS] [--no-police] [--json]
 
 The software switch (its port counters say how many frames it took); one switch, `workers` worker hosts h1..hW in a job, and one more host (the fuzzer, h<W+1>)
-that is in no job. First the job runs alone (`--baseline` allreduces); then hosts.fuzz sends
+that is in no job. First the job runs alone (`--baseline` allreduces); then agglab.hosts.fuzz sends
 `--frames` frames from the extra host while the job runs allreduce after allreduce until the
 fuzzer is done. The report says whether every allreduce stayed exact, whether the switch
 survived, the rejects the switch counted per reason against those the fuzzer expects, and the
@@ -31,13 +31,13 @@ import threading
 import time
 from pathlib import Path
 
-from controller import policer
-from controller.aggregate import read_rejects
-from controller.switch_client import SoftSwitchClient
-from emulation.session import Session
-from ground import lifeline
-from ground.paths import REPO
-from ground.runspec import RunSpec
+from agglab.controller import policer
+from agglab.controller.aggregate import read_rejects
+from agglab.controller.switch_client import SoftSwitchClient
+from agglab.emulation.session import Session
+from agglab.ground import lifeline
+from agglab.ground.paths import REPO
+from agglab.ground.runspec import RunSpec
 
 
 def topology_file(workers: int, bw: float | None, directory: Path, fuzz_bw: float | None = None) -> tuple[Path, str]:
@@ -100,7 +100,7 @@ def _measure(session: Session, fuzz_host: str, frames: int, rate, baseline: int,
             samples.append((time.time(), sum(_frames_in(own).values())))
             stop.wait(0.25)
     out = Path(session.net.run.path) / "fuzz.json"
-    argv = [sys.executable, "-m", "hosts.fuzz", "--iface", f"{fuzz_host}-eth0", "--frames", str(frames),
+    argv = [sys.executable, "-m", "agglab.hosts.fuzz", "--iface", f"{fuzz_host}-eth0", "--frames", str(frames),
             "--seed", str(seed), "--job", str(session.spec.job), "--epoch", str(session.job.trees().epoch),
             "--json"] + (["--rate", str(rate)] if rate else [])
     log = open(out, "wb")
@@ -174,7 +174,7 @@ def _counts(counts) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m emulation.fuzzing", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m agglab.emulation.fuzzing", description=__doc__.splitlines()[0])
     ap.add_argument("--frames", type=int, default=100_000)
     ap.add_argument("--rate", type=float, default=None, help="fuzz frames per second (default: as fast as it can)")
     ap.add_argument("--workers", type=int, default=4)
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.frames < 1 or args.workers < 1 or args.elements < 1:
-        print("emulation.fuzzing: --frames, --workers and --elements must be positive", file=sys.stderr)
+        print("agglab.emulation.fuzzing: --frames, --workers and --elements must be positive", file=sys.stderr)
         return 2
     r = run(args.frames, args.rate, args.workers, args.elements, args.bw, args.baseline,
             args.seed, quiet=args.json, police=not args.no_police)

@@ -14,8 +14,8 @@ import ipaddress
 
 import networkx as nx
 
-from controller.topology import hosts
-from ground import addresses, links
+from agglab.controller.topology import hosts
+from agglab.ground import addresses, links
 
 SETUP_OK = "agglab-host-setup-ok"      # a host's script echoes it once everything succeeded
 
@@ -31,7 +31,7 @@ def host_setup(g: nx.Graph, h: str, intfs: list[str]) -> tuple[list[str], list[s
     over the switch both hang off; every NIC knows the aggregation service and every host's
     MAC statically (no ARP in the data plane). A single-NIC host on a slow shaped link gets
     a TCP retransmission floor on its route (ground/links.py `rto_min_ms`)."""
-    from emulation.veths import htb_lines     # lazy: here: veths imports Mininet, which importing the network does not need
+    from agglab.emulation.veths import htb_lines     # lazy: here: veths imports Mininet, which importing the network does not need
 
     sysctls = [("ipv6/conf/all/disable_ipv6", 1), ("ipv6/conf/default/disable_ipv6", 1),
                ("ipv4/conf/all/rp_filter", 0), ("ipv4/conf/default/rp_filter", 0)]

@@ -16,7 +16,7 @@ from typing import Callable
 from pyroute2 import IPRoute
 from pyroute2.netlink.rtnl import RTMGRP_LINK
 
-from ground.priority import URGENT_RT, raise_thread_priority, real_time
+from agglab.ground.priority import URGENT_RT, raise_thread_priority, real_time
 
 IFF_UP = 0x1
 IFF_RUNNING = 0x40

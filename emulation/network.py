@@ -24,25 +24,25 @@ from pathlib import Path
 
 import networkx as nx
 
-from emulation import bmv2_ports
-from emulation.command_log import LoggedClient
-from emulation.fidelity import FidelityProbe
-from emulation.p4build import compile_p4
-from ground.phases import Phases
-from ground import netlease
-from ground import rundir
-from ground.cleanup import clean
-from ground.rundir import RunRecord
-from controller import addressing
-from ground import addresses
-from controller.bmv2_client import Bmv2Client
-from controller.switch_client import SoftSwitchClient, SwitchClient
-from controller.topology import hosts, port, switches
-from emulation.host_setup import SETUP_OK, host_setup
-from emulation.link_monitor import LinkMonitor
-from emulation.switch_failures import SwitchFailures
-from emulation.worker_launcher import FORKED_WORKERS, start_worker_launcher
-from ground.rundir import delete_interfaces, kill_pids
+from agglab.emulation import bmv2_ports
+from agglab.emulation.command_log import LoggedClient
+from agglab.emulation.fidelity import FidelityProbe
+from agglab.emulation.p4build import compile_p4
+from agglab.ground.phases import Phases
+from agglab.ground import netlease
+from agglab.ground import rundir
+from agglab.ground.cleanup import clean
+from agglab.ground.rundir import RunRecord
+from agglab.controller import addressing
+from agglab.ground import addresses
+from agglab.controller.bmv2_client import Bmv2Client
+from agglab.controller.switch_client import SoftSwitchClient, SwitchClient
+from agglab.controller.topology import hosts, port, switches
+from agglab.emulation.host_setup import SETUP_OK, host_setup
+from agglab.emulation.link_monitor import LinkMonitor
+from agglab.emulation.switch_failures import SwitchFailures
+from agglab.emulation.worker_launcher import FORKED_WORKERS, start_worker_launcher
+from agglab.ground.rundir import delete_interfaces, kill_pids
 
 BACKENDS = ("soft", "bmv2")
 THRIFT_BASE = 9090
@@ -93,7 +93,7 @@ class EmulatedNetwork(SwitchFailures):
                 clean(verbose=False)             # leftovers of dead runs would collide
             with self.phases.timed("launcher"):
                 if self.backend == "soft":
-                    from emulation.switch_nodes import start_launcher  # lazy: loads Mininet, only start() needs it
+                    from agglab.emulation.switch_nodes import start_launcher  # lazy: loads Mininet, only start() needs it
 
                     self.launcher = start_launcher(self.run)
                 self.worker_launcher = start_worker_launcher(self.run)
@@ -141,12 +141,12 @@ class EmulatedNetwork(SwitchFailures):
             makers[h] = partial(Host, h, ip=f"{a['ip']}/{addresses.PREFIX_LEN}", mac=a["mac"])
         for i, s in enumerate(switches(g)):
             if self.backend == "soft":
-                from emulation.switch_nodes import SoftP4Switch  # lazy: loads Mininet, only _add_nodes() needs it
+                from agglab.emulation.switch_nodes import SoftP4Switch  # lazy: loads Mininet, only _add_nodes() needs it
 
                 makers[s] = partial(SoftP4Switch, s, inNamespace=False, run=self.run, launcher=self.launcher,
                                     seed=self.seed + i, pcap=self.pcap)
             else:
-                from emulation.switch_nodes import Bmv2Switch  # lazy: loads Mininet, only _add_nodes() needs it
+                from agglab.emulation.switch_nodes import Bmv2Switch  # lazy: loads Mininet, only _add_nodes() needs it
 
                 makers[s] = partial(Bmv2Switch, s, inNamespace=False, run=self.run, json_path=json_path,
                                     thrift_port=THRIFT_BASE + i, device_id=i, pcap=self.pcap)
@@ -175,7 +175,7 @@ class EmulatedNetwork(SwitchFailures):
 
     def _add_links(self) -> None:
         """Every veth pair in one `ip -batch` (emulation/veths.py), then Mininet adopts them."""
-        from emulation.veths import PrebuiltLink, QuietIntf, create_veths, shape  # lazy: loads Mininet, only _add_links() needs it
+        from agglab.emulation.veths import PrebuiltLink, QuietIntf, create_veths, shape  # lazy: loads Mininet, only _add_links() needs it
 
         g, pairs = self.graph, []
         for u, v, e in g.edges(data=True):
@@ -277,7 +277,7 @@ class EmulatedNetwork(SwitchFailures):
             try:
                 self._stop_data_planes()
                 if self.run is not None:
-                    from emulation.veths import delete_veths  # lazy: loads Mininet, only stop() needs it
+                    from agglab.emulation.veths import delete_veths  # lazy: loads Mininet, only stop() needs it
 
                     delete_veths(self.run.recorded_link_group() or 0, self.run.interfaces())
                 self.net.stop()
@@ -370,7 +370,7 @@ class EmulatedNetwork(SwitchFailures):
                      preexec_fn=None):
         """Start worker `argv` on host h (output to the open file `log`; with a start `gate`
         it inherits the gate's pipes). A cluster's network starts it on h's server.
-        `python -m hosts.worker ...` is forked by the worker launcher into h's namespace (it
+        `python -m agglab.hosts.worker ...` is forked by the worker launcher into h's namespace (it
         dies with the launcher, which dies with this process), other programs are started."""
         if argv[1] == "-m" and argv[2] in FORKED_WORKERS and self.worker_launcher is not None:
             return self.worker_launcher.spawn(argv[2], argv[3:], log.name, name=f"worker:{Path(log.name).stem}",

@@ -1,9 +1,9 @@
 """Compile p4src/agglab.p4 with p4c for BMv2, cached by the hash of the P4 sources and K.
 
-Every build first writes p4src/include/schemes.p4 from the scheme table (softswitch.schemes
+Every build first writes p4src/include/schemes.p4 from the scheme table (agglab.softswitch.schemes
 .write_p4: each P4 scheme's include, instance and branch), which is built, not committed.
 
-The program variant (K values per packet, ground.wire.K from AGGLAB_K) is a
+The program variant (K values per packet, agglab.ground.wire.K from AGGLAB_K) is a
 preprocessor define, so each variant has its own build directory and JSON.
 """
 
@@ -13,11 +13,11 @@ import hashlib
 import subprocess
 from pathlib import Path
 
-from ground import wire
-from ground import paths
-from ground.paths import P4SRC
-from controller.bmv2_tools import find_bmv2_tool
-from softswitch.schemes import write_p4
+from agglab.ground import wire
+from agglab.ground import paths
+from agglab.ground.paths import P4SRC
+from agglab.controller.bmv2_tools import find_bmv2_tool
+from agglab.softswitch.schemes import write_p4
 
 BUILD = paths.BUILD / "p4"
 

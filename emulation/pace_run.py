@@ -31,14 +31,14 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 
-from emulation.session import Session
-from hosts.replay_worker import answer_path
-from ground import wire
-from ground.runspec import RunSpec
-from pace.fusion import CostModel
-from ground.scale import Scale
-from pace.schedule import MiB, SCHEDULERS, load_profile, replay, simulate
-from pace.timeline import plot, write_trace
+from agglab.emulation.session import Session
+from agglab.hosts.replay_worker import answer_path
+from agglab.ground import wire
+from agglab.ground.runspec import RunSpec
+from agglab.pace.fusion import CostModel
+from agglab.ground.scale import Scale
+from agglab.pace.schedule import MiB, SCHEDULERS, load_profile, replay, simulate
+from agglab.pace.timeline import plot, write_trace
 
 DEFAULT_BW_MBPS = 5.0
 LINK_BOUND_FRACTION = 0.7
@@ -148,7 +148,7 @@ class Replayers:
 
     def _run(self, deadline_s: float) -> None:
         self.reports, self.failures = self.session.run_program(
-            "hosts.replay_worker", "pace", (str(self.inbox),), deadline_s=deadline_s)
+            "agglab.hosts.replay_worker", "pace", (str(self.inbox),), deadline_s=deadline_s)
 
     def _post(self, work: dict) -> int:
         n, self.n = self.n, self.n + 1

@@ -17,25 +17,25 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from controller import drop_sim, forward, policer, trees
-from controller.events import EventLog
-from controller.installers import JobSeat, job_for
-from controller.job_group import JobGroup
-from controller.job_protocol import Job
-from controller.run_check import CheckedRun, check_override, check_run
-from controller.standby import StandbyWorker
-from controller.switch_batches import run_batches
-from controller.topology import switches, tenant_hosts, workers as worker_hosts
-from emulation.chaos import Chaos, draw
-from emulation.failures import hang_rows
-from emulation.network import EmulatedNetwork
-from emulation.wire_model import BoundError, wire_seconds
-from emulation.workers import run_tenants, run_workers, say
-from ground import netlease, wire
-from ground.cluster_file import load
-from ground.phases import Phases
-from ground.runspec import RunSpec
-from hosts.checker import check
+from agglab.controller import drop_sim, forward, policer, trees
+from agglab.controller.events import EventLog
+from agglab.controller.installers import JobSeat, job_for
+from agglab.controller.job_group import JobGroup
+from agglab.controller.job_protocol import Job
+from agglab.controller.run_check import CheckedRun, check_override, check_run
+from agglab.controller.standby import StandbyWorker
+from agglab.controller.switch_batches import run_batches
+from agglab.controller.topology import switches, tenant_hosts, workers as worker_hosts
+from agglab.emulation.chaos import Chaos, draw
+from agglab.emulation.failures import hang_rows
+from agglab.emulation.network import EmulatedNetwork
+from agglab.emulation.wire_model import BoundError, wire_seconds
+from agglab.emulation.workers import run_tenants, run_workers, say
+from agglab.ground import netlease, wire
+from agglab.ground.cluster_file import load
+from agglab.ground.phases import Phases
+from agglab.ground.runspec import RunSpec
+from agglab.hosts.checker import check
 
 
 def run_allreduce(quiet: bool = True, **kwargs) -> dict:
@@ -84,7 +84,7 @@ class Session:
         self.g = checked.graph
         self.events = EventLog(echo=echo or (None if quiet else (lambda line: say(line, False))))
         if spec.cluster:                     # on the servers of a cluster (emulation/cluster/)
-            from emulation.cluster.network import ClusterNetwork  # lazy: loads Mininet, only __init__() needs it
+            from agglab.emulation.cluster.network import ClusterNetwork  # lazy: loads Mininet, only __init__() needs it
 
             self.net = ClusterNetwork(self.g, load(spec.cluster), backend=spec.backend, seed=spec.seed,
                                       pcap=spec.pcap, keep=spec.keep, t0=self.events.t0)
@@ -329,7 +329,7 @@ class Session:
 
     def run_program(self, module: str, name: str, extra_args: tuple = (), deadline_s: float = 600.0):
         """Run `python -m MODULE run.json RANK *extra_args` on every worker host (a program
-        using hosts.communicator, e.g. hosts.train_worker; AGGLAB_PLAN/AGGLAB_RANK are set),
+        using agglab.hosts.communicator, e.g. agglab.hosts.train_worker; AGGLAB_PLAN/AGGLAB_RANK are set),
         with the spec's scripted failures; return (reports by rank, failures)."""
         self.job.prepare(self.spec.default_window(), self.spec.algorithm)
         self.runs += 1

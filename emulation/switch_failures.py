@@ -23,9 +23,9 @@ import threading
 import time
 from pathlib import Path
 
-from controller.topology import switches
-from emulation.switch_probe import SwitchProbe, ping_channel
-from emulation.switch_watch import SwitchWatcher
+from agglab.controller.topology import switches
+from agglab.emulation.switch_probe import SwitchProbe, ping_channel
+from agglab.emulation.switch_watch import SwitchWatcher
 
 
 class SwitchFailures:

@@ -15,11 +15,11 @@ from pathlib import Path
 
 from mininet.node import Switch
 
-from controller.bmv2_tools import find_bmv2_tool, simple_switch_note
-from ground import lifeline
-from ground.paths import REPO
-from ground.rundir import RunRecord
-from softswitch.launcher import Launcher
+from agglab.controller.bmv2_tools import find_bmv2_tool, simple_switch_note
+from agglab.ground import lifeline
+from agglab.ground.paths import REPO
+from agglab.ground.rundir import RunRecord
+from agglab.softswitch.launcher import Launcher
 
 LAUNCHER_LABEL = "switch launcher"       # its line in the run's pids (not a data plane)
 
@@ -84,7 +84,7 @@ def start_launcher(run: RunRecord):
 
 
 class SoftP4Switch(_ProcessSwitch):
-    """The project's software switch (`python -m softswitch`, forked by `launcher`)."""
+    """The project's software switch (`python -m agglab.softswitch`, forked by `launcher`)."""
 
     def __init__(self, name, run: RunRecord, launcher, seed: int = 0, pcap: bool = False, **params):
         _ProcessSwitch.__init__(self, name, run, **params)
@@ -106,7 +106,7 @@ class SoftP4Switch(_ProcessSwitch):
 
 
 class Bmv2Switch(_ProcessSwitch):
-    """BMv2 simple_switch running the compiled agglab.p4 (JSON from emulation.p4build)."""
+    """BMv2 simple_switch running the compiled agglab.p4 (JSON from agglab.emulation.p4build)."""
 
     def __init__(self, name, run: RunRecord, json_path: str, thrift_port: int,
                  device_id: int = 0, pcap: bool = False, **params):

@@ -53,7 +53,7 @@ import threading
 import time
 from typing import Callable
 
-from ground.fdwait import readable
+from agglab.ground.fdwait import readable
 
 HANG_BOUND = 0.5          # seconds without an answer to a ping: hung
 BMV2_HANG_BOUND = 2.5     # BMv2's (ThriftPing.bound): see "BMv2's bound" above

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
-from controller.trees import SWITCH_TREES
-from emulation.session import Session
-from ground.runspec import RunSpec
-from hosts import communicator
-from hosts.mlp import Config, MLP, train_single_process
-from pace.fusion import CostModel
-from pace.schedule import MiB
+from agglab.controller.trees import SWITCH_TREES
+from agglab.emulation.session import Session
+from agglab.ground.runspec import RunSpec
+from agglab.hosts import communicator
+from agglab.hosts.mlp import Config, MLP, train_single_process
+from agglab.pace.fusion import CostModel
+from agglab.pace.schedule import MiB
 
 FLOAT_ACCURACY_POINTS = 0.02
 
@@ -53,7 +53,7 @@ def run_training(spec: RunSpec, cfg: Config, out_dir: Path, quiet: bool = True) 
         cfg_path = session.net.run.path / "train.json"
         cfg_path.write_text(json.dumps(asdict(cfg)))
         deadline = 120 + cfg.steps * (2 + spec.give_up * (1 if spec.loss or spec.fail else 0.2))
-        reports, failures = session.run_program("hosts.train_worker", "train", (str(cfg_path),), deadline)
+        reports, failures = session.run_program("agglab.hosts.train_worker", "train", (str(cfg_path),), deadline)
         events = session.events.lines()
     seconds = time.monotonic() - started
     reference = train_single_process(cfg)

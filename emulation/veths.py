@@ -22,8 +22,8 @@ from pathlib import Path
 
 from mininet.link import Intf, Link
 
-from ground import links
-from ground.rundir import Refused, delete_link_group, group_of
+from agglab.ground import links
+from agglab.ground.rundir import Refused, delete_link_group, group_of
 
 
 class QuietIntf(Intf):

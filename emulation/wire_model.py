@@ -10,14 +10,14 @@ busiest one deciding (a fluid model: links work in parallel, no start-up, no que
 what each link's full htb bucket sends at once (`link_seconds`). Bytes follow what the run
 does, recomputed here by the code the run uses, not typed in:
 
-* in-network (switchml) on the controller's trees (`controller.trees.compute`, with their
+* in-network (switchml) on the controller's trees (`agglab.controller.trees.compute`, with their
   weights): each tree edge carries its share of the aggregation frames up and the results
   down; every call adds its lead frames (float32: one per slot; int32: one);
 * block-sparse (omnireduce): the same, with each worker's own non-zero K-blocks going up
-  and the union of its subtree's coming down (`hosts.sparse_workload`, the run's seed);
+  and the union of its subtree's coming down (`agglab.hosts.sparse_workload`, the run's seed);
 * ring: rank r sends 2(n-1)/n of the gradient to rank r+1 over the installed IP routes
-  (`controller.forward.next_hops`), in TCP segments; ps: every ordered pair 2/n of it;
-* BML: the schedule's stages one after the other (`controller.trees.bml`), each as long
+  (`agglab.controller.forward.next_hops`), in TCP segments; ps: every ordered pair 2/n of it;
+* BML: the schedule's stages one after the other (`agglab.controller.trees.bml`), each as long
   as its busiest link: host-based transfers are TCP, one switch hop; in-network steps are
   aggregation frames to and from the level switch; after a failed NIC or level switch, the
   relay re-plan's group steps (`bml_relay_seconds`), each the whole gradient;
@@ -42,15 +42,15 @@ from typing import Any, Callable
 
 import networkx as nx
 
-from controller import topologies, trees
-from controller.forward import next_hops
-from controller.schemes import WIRE_MODELS
-from controller.topology import mark_link, tenant_hosts, workers as ranked_workers
-from controller.trees.bml_relay import relay_plan
-from ground import links, wire
-from ground.runspec import BCUBE_TREE, RunSpec
-from ground.schemes import SCHEMES
-from hosts.sparse_workload import nonzero_block_ids
+from agglab.controller import topologies, trees
+from agglab.controller.forward import next_hops
+from agglab.controller.schemes import WIRE_MODELS
+from agglab.controller.topology import mark_link, tenant_hosts, workers as ranked_workers
+from agglab.controller.trees.bml_relay import relay_plan
+from agglab.ground import links, wire
+from agglab.ground.runspec import BCUBE_TREE, RunSpec
+from agglab.ground.schemes import SCHEMES
+from agglab.hosts.sparse_workload import nonzero_block_ids
 
 TCP_SEGMENT, TCP_FRAME = 1448, 1514          # a full TCP segment and its Ethernet frame
 

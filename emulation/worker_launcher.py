@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import os
 
-from ground.forkserver import Launcher
-from ground.paths import REPO
-from ground.rundir import RunRecord
+from agglab.ground.forkserver import Launcher
+from agglab.ground.paths import REPO
+from agglab.ground.rundir import RunRecord
 
 # What every allreduce worker (hosts/worker.py) starts with imported (see above).
-FORKED_WORKERS = ("hosts.worker",)
-WORKER_PRELOAD = ("hosts.worker", "hosts.agent", "hosts.sparse_agent")
+FORKED_WORKERS = ("agglab.hosts.worker",)
+WORKER_PRELOAD = ("agglab.hosts.worker", "agglab.hosts.agent", "agglab.hosts.sparse_agent")
 
 
 def start_worker_launcher(run: RunRecord):

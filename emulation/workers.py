@@ -22,16 +22,16 @@ from pathlib import Path
 
 import numpy as np
 
-from controller.job_group import JobGroup
-from controller.job_protocol import Job
-from emulation.failures import FailureInjector
-from emulation.network import EmulatedNetwork
-from ground.addresses import SERVICE_IP
-from ground import progress as progress_file
-from ground import lifeline
-from ground.paths import REPO
-from ground.runspec import RunPlan, RunSpec, WorkerSeat
-from ground.start_gate import StartGate
+from agglab.controller.job_group import JobGroup
+from agglab.controller.job_protocol import Job
+from agglab.emulation.failures import FailureInjector
+from agglab.emulation.network import EmulatedNetwork
+from agglab.ground.addresses import SERVICE_IP
+from agglab.ground import progress as progress_file
+from agglab.ground import lifeline
+from agglab.ground.paths import REPO
+from agglab.ground.runspec import RunPlan, RunSpec, WorkerSeat
+from agglab.ground.start_gate import StartGate
 
 
 def say(msg: str, quiet: bool) -> None:
@@ -105,7 +105,7 @@ def _open_gate(gate: StartGate, procs: list, spec: RunSpec, quiet: bool, jobs=()
 
 
 def _start_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, out_dir: Path, prefix: str = "",
-                   module: str = "hosts.worker", extra_args: tuple = (), gate: StartGate | None = None) -> list:
+                   module: str = "agglab.hosts.worker", extra_args: tuple = (), gate: StartGate | None = None) -> list:
     """One job's worker processes (rank, proc, log); its plan is `<prefix>run.json`. With a
     `gate` each worker inherits it and waits there once it is ready."""
     env = dict(os.environ, PYTHONPATH=str(REPO), **(gate.env if gate else {}))
@@ -169,11 +169,11 @@ def _collect(out_dir: Path, procs: list, prefix: str = "") -> list[dict]:
 
 
 def run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, name: str,
-                module: str = "hosts.worker", extra_args: tuple = (), deadline_s: float | None = None,
+                module: str = "agglab.hosts.worker", extra_args: tuple = (), deadline_s: float | None = None,
                 progress: bool = False, cancel: threading.Event | None = None, make_injector=None):
     out_dir = net.run.path / name
     out_dir.mkdir()
-    gate = StartGate() if module == "hosts.worker" else None     # the programs that wait at it
+    gate = StartGate() if module == "agglab.hosts.worker" else None     # the programs that wait at it
     try:
         procs = _start_workers(net, spec, job, out_dir, "", module, extra_args, gate=gate)
         if gate:

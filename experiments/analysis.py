@@ -11,9 +11,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from experiments import bounds
-from experiments.definition import Claim, Definition
-from ground.runspec import RunSpec
+from agglab.experiments import bounds
+from agglab.experiments.definition import Claim, Definition
+from agglab.ground.runspec import RunSpec
 
 
 def real_seconds(row: dict[str, Any]) -> float:

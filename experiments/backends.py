@@ -18,11 +18,11 @@ import copy
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from experiments.analysis import Verdict, verdicts
-from experiments.runner import (SOFT, Suite, ceiling, latest, load_rows, plan, twin_dir)
+from agglab.experiments.analysis import Verdict, verdicts
+from agglab.experiments.runner import (SOFT, Suite, ceiling, latest, load_rows, plan, twin_dir)
 
 if TYPE_CHECKING:
-    from experiments.runner import Outcome
+    from agglab.experiments.runner import Outcome
 
 BACKENDS = ("soft", "bmv2")
 WITHIN = 0.10            # "agrees": the two ratios within 10% of each other

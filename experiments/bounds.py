@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from emulation.wire_model import BoundError, wire_seconds
+from agglab.emulation.wire_model import BoundError, wire_seconds
 
 MATCH_TOLERANCE = 0.10                       # "matches its bound" within this fraction
 

@@ -1,4 +1,4 @@
-"""`python -m experiments` / `agglab experiment`: run a suite or one trend definition.
+"""`python -m agglab.experiments` / `agglab experiment`: run a suite or one trend definition.
 
 Exit status: 0 every run ok, 1 some run failed, 2 unusable definition or no emulator,
 128 + signal when stopped by SIGINT (130), SIGTERM (143) or SIGHUP (129): the run in progress
@@ -16,19 +16,19 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from emulation.fidelity import ceiling_for, ceiling_for_shape
-from emulation.wire_model import BoundError, wire_seconds
-from experiments.analysis import claim_bound
-from experiments.definition import ConfigError
-from experiments.runner import TURN_WAIT, network_turn
-from ground import wire
-from ground.cluster_file import ClusterFileError, load
-from ground.interrupts import arm, interrupted_line, signum_of
-from ground.netlease import NetworkBusy, refuse_if_busy
-from ground.oneline_parser import OneLineParser
-from experiments.runner import (RunFn, SetupError, estimate_seconds, load_suite, needs_calibration, plan,
+from agglab.emulation.fidelity import ceiling_for, ceiling_for_shape
+from agglab.emulation.wire_model import BoundError, wire_seconds
+from agglab.experiments.analysis import claim_bound
+from agglab.experiments.definition import ConfigError
+from agglab.experiments.runner import TURN_WAIT, network_turn
+from agglab.ground import wire
+from agglab.ground.cluster_file import ClusterFileError, load
+from agglab.ground.interrupts import arm, interrupted_line, signum_of
+from agglab.ground.netlease import NetworkBusy, refuse_if_busy
+from agglab.ground.oneline_parser import OneLineParser
+from agglab.experiments.runner import (RunFn, SetupError, estimate_seconds, load_suite, needs_calibration, plan,
                                 results_name, run_suite)
-from experiments.shapes import (calibrate_args, calibrate_seconds, faithless_shapes, key_of, shape_switches,
+from agglab.experiments.shapes import (calibrate_args, calibrate_seconds, faithless_shapes, key_of, shape_switches,
                                uncalibrated_shapes)
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
@@ -257,7 +257,7 @@ def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO, calibrate_f
         print(interrupted_line("experiment", signum_of(exc), "everything it started was stopped and "
                                "removed; no run had finished"), file=log, flush=True)
         return 128 + signum_of(exc)
-    from experiments.report import write_report  # lazy: loads matplotlib, only _main() needs it
+    from agglab.experiments.report import write_report  # lazy: loads matplotlib, only _main() needs it
 
     write_report(outcome)
     ok = sum(1 for r in outcome.rows if r.get("ok"))

@@ -18,14 +18,14 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from controller import topologies
-from emulation.fidelity import DEFAULT_CEILING_MBPS
-from ground import wire
-from ground.runspec import RunSpec
-from experiments.networks import network_for
-from experiments.paper_figures import evaluate
-from experiments.units import Scale, parse_rate, parse_size
-from pace.schedule import load_profile
+from agglab.controller import topologies
+from agglab.emulation.fidelity import DEFAULT_CEILING_MBPS
+from agglab.ground import wire
+from agglab.ground.runspec import RunSpec
+from agglab.experiments.networks import network_for
+from agglab.experiments.paper_figures import evaluate
+from agglab.experiments.units import Scale, parse_rate, parse_size
+from agglab.pace.schedule import load_profile
 
 RUN_FIELDS = tuple(f.name for f in fields(RunSpec) if f.name not in ("length_override", "job"))
 NETWORK_KEYS = ("link", "gradient", "oversubscription", "racks", "hosts_per_rack", "spines",

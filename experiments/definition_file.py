@@ -63,8 +63,8 @@ from typing import Any
 
 import yaml
 
-from experiments.definition import NETWORK_KEYS, PACE_KEYS, RUN_FIELDS, ConfigError, Definition
-from experiments.units import UnitError, parse_rate, parse_size, parse_time
+from agglab.experiments.definition import NETWORK_KEYS, PACE_KEYS, RUN_FIELDS, ConfigError, Definition
+from agglab.experiments.units import UnitError, parse_rate, parse_size, parse_time
 
 TOP_KEYS = ("name", "title", "paper", "claim", "network", "emulated", "repeats", "run", "series",
             "sweep", "x", "plot", "claims", "notes", "program")

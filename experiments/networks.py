@@ -13,7 +13,7 @@ from pathlib import Path
 import networkx as nx
 import yaml
 
-from controller import topologies
+from agglab.controller import topologies
 
 
 def network_for(run: dict, net: dict, link_mbps: float, topo_dir: Path) -> dict:

@@ -12,7 +12,7 @@ import ast
 import operator
 from typing import Any
 
-from ground import wire
+from agglab.ground import wire
 
 
 def ring_vs_innet(n: int) -> float:

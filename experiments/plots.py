@@ -16,12 +16,12 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 
-from controller import topologies, trees
-from experiments.analysis import scale_groups, select
-from experiments.definition import Definition
-from experiments.tree_drawings import write_tree_drawings     # the trees the numbers are about
-from experiments.units import format_rate, parse_rate
-from ground.runspec import RunSpec
+from agglab.controller import topologies, trees
+from agglab.experiments.analysis import scale_groups, select
+from agglab.experiments.definition import Definition
+from agglab.experiments.tree_drawings import write_tree_drawings     # the trees the numbers are about
+from agglab.experiments.units import format_rate, parse_rate
+from agglab.ground.runspec import RunSpec
 
 
 def _xlabels(values: list) -> tuple[list, list[str], bool]:

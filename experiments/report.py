@@ -16,16 +16,16 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from experiments.analysis import real_seconds, scale_groups, select, series_table, verdicts
-from experiments.backends import side_by_side
-from experiments.runner import trend_rates
-from ground import wire
-from experiments.paper_figures import ring_vs_innet
-from experiments.plots import write_plots
-from experiments.units import DELAY_NOTE, format_rate, format_size, format_time, parse_rate, parse_size
+from agglab.experiments.analysis import real_seconds, scale_groups, select, series_table, verdicts
+from agglab.experiments.backends import side_by_side
+from agglab.experiments.runner import trend_rates
+from agglab.ground import wire
+from agglab.experiments.paper_figures import ring_vs_innet
+from agglab.experiments.plots import write_plots
+from agglab.experiments.units import DELAY_NOTE, format_rate, format_size, format_time, parse_rate, parse_size
 
 if TYPE_CHECKING:
-    from experiments.runner import Outcome
+    from agglab.experiments.runner import Outcome
 
 REPO = Path(__file__).resolve().parent.parent
 BACKEND_NAMES = {"soft": "the software twin (soft)", "bmv2": "BMv2 simple_switch (bmv2)"}

@@ -5,7 +5,7 @@ a crash or a reboot loses at most the run in flight, and a rerun skips every run
 recorded as ok (failed runs are tried again: the failure may have been fixed, e.g. a
 baseline that was not built yet). The report is rewritten from the file after every sweep.
 
-Why the run function is injected: `emulation.session.run_allreduce` needs root and Mininet;
+Why the run function is injected: `agglab.emulation.session.run_allreduce` needs root and Mininet;
 tests pass a fake taking a RunSpec so bookkeeping, resume, medians and the report are
 tested anywhere.
 """
@@ -22,18 +22,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
 
-from controller import topologies
-from controller.topology import switches
-from emulation.wire_model import BoundError, wire_seconds
-from emulation.fidelity import (DEFAULT_CEILING_MBPS, SOFT, calibration_path, ceiling_for, ceiling_for_shape,
+from agglab.controller import topologies
+from agglab.controller.topology import switches
+from agglab.emulation.wire_model import BoundError, wire_seconds
+from agglab.emulation.fidelity import (DEFAULT_CEILING_MBPS, SOFT, calibration_path, ceiling_for, ceiling_for_shape,
                                 load_calibration)
-from ground import wire
-from ground.interrupts import signum_of
-from ground.runspec import RunSpec
-from ground.schemes import IN_NETWORK
-from experiments.definition import ConfigError, Definition, Point, ProgramRun
-from experiments.definition_file import load_definition, parse_definition, read_yaml
-from experiments.shapes import calibrated_by_shape, key_of, trend_shape
+from agglab.ground import wire
+from agglab.ground.interrupts import signum_of
+from agglab.ground.runspec import RunSpec
+from agglab.ground.schemes import IN_NETWORK
+from agglab.experiments.definition import ConfigError, Definition, Point, ProgramRun
+from agglab.experiments.definition_file import load_definition, parse_definition, read_yaml
+from agglab.experiments.shapes import calibrated_by_shape, key_of, trend_shape
 
 # specs of one point (its repeats) -> results; a ProgramRun for program: pace points
 RunFn = Callable[[list["RunSpec | ProgramRun"]], Iterator[dict]]
@@ -175,13 +175,13 @@ def default_run_fn(out_dir: Path | None = None) -> RunFn:
     `agglab train --profile-only` for both schedulers in one network against one calibration
     (a paired comparison); the other scheduler's result waits for its own point."""
     try:
-        from emulation.session import Session, run_spec  # lazy: a broken install is one line (SetupError), not a traceback
+        from agglab.emulation.session import Session, run_spec  # lazy: a broken install is one line (SetupError), not a traceback
     except ImportError as exc:
-        raise SetupError(f"cannot import emulation.session ({exc}): run `make setup` in the repository") from exc
+        raise SetupError(f"cannot import agglab.emulation.session ({exc}): run `make setup` in the repository") from exc
     pending: dict[str, dict] = {}        # the other scheduler of a PACE pair, by the pair's identity
 
     def pace(job: ProgramRun) -> dict:
-        from emulation.pace_run import PaceOptions, per_scheduler, run_profile  # lazy: loads pyroute2, only default_run_fn() needs it
+        from agglab.emulation.pace_run import PaceOptions, per_scheduler, run_profile  # lazy: loads pyroute2, only default_run_fn() needs it
 
         scheduler = job.option("scheduler")
         pair = json.dumps({k: v for k, v in job.to_dict().items() if k != "scheduler"}, sort_keys=True, default=str)

@@ -8,18 +8,18 @@ workers on one switch ran CPU-bound (`make experiment BACKEND=bmv2`, 2026-12-06:
 runs flagged: omnireduce's sparse points, rat_failures, bml, atp). A trend's shape is read
 from its definition (run, sweep combinations, series): the network of its in-network series
 (the switches' work; ring and PS only forward), its most workers (all jobs together), and the
-scheme when it is the sparse one. `agglab calibrate` measures a shape, emulation.fidelity
-stores it under shape_key, and experiments.runner.trend_ceiling runs the trend at its own.
+scheme when it is the sparse one. `agglab calibrate` measures a shape, agglab.emulation.fidelity
+stores it under shape_key, and agglab.experiments.runner.trend_ceiling runs the trend at its own.
 """
 
 from __future__ import annotations
 
-from emulation.fidelity import SOFT, shape_key, shape_record
-from controller import topologies
-from controller.topology import switches
-from experiments.definition import Definition
-from ground.runspec import RunSpec
-from ground.schemes import DEFAULT as DEFAULT_SCHEME, SCHEMES
+from agglab.emulation.fidelity import SOFT, shape_key, shape_record
+from agglab.controller import topologies
+from agglab.controller.topology import switches
+from agglab.experiments.definition import Definition
+from agglab.ground.runspec import RunSpec
+from agglab.ground.schemes import DEFAULT as DEFAULT_SCHEME, SCHEMES
 
 TREE_TOPOLOGIES = ("fattree", "bcube", "leafspine")
 # Fewer workers than this on one switch (dense or sparse) are covered by the default calibration
@@ -61,7 +61,7 @@ def trend_shape(d: Definition) -> dict:
 
 
 def key_of(shape: dict) -> str:
-    """The calibration file's name of a shape (emulation.fidelity.shape_key)."""
+    """The calibration file's name of a shape (agglab.emulation.fidelity.shape_key)."""
     return shape_key(shape["topology"], shape["workers"], shape.get("k"), shape.get("tree"), shape.get("scheme"))
 
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from controller import drawing, topologies
-from controller.topology import workers
-from experiments.definition import Definition
-from ground.runspec import RunSpec
+from agglab.controller import drawing, topologies
+from agglab.controller.topology import workers
+from agglab.experiments.definition import Definition
+from agglab.ground.runspec import RunSpec
 
 
 def _specs(rows: list[dict], d: Definition, tree: str) -> list:

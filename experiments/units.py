@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ground.scale import Scale  # noqa: F401 (one Scale, shared with PACE runs)
+from agglab.ground.scale import Scale  # noqa: F401 (one Scale, shared with PACE runs)
 
 DELAY_NOTE = ("propagation delay is not emulated (no netem on this kernel): the emulated links "
               "have only their serialisation and queueing delay; a real delay d would be d*s/z here")

@@ -13,9 +13,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ground.netlease import holder_elsewhere
-from ground.paths import RUN_ROOT
-from ground.rundir import (RunRecord, alive, delete_interfaces, delete_link_group, group_of, kill_pids,
+from agglab.ground.netlease import holder_elsewhere
+from agglab.ground.paths import RUN_ROOT
+from agglab.ground.rundir import (RunRecord, alive, delete_interfaces, delete_link_group, group_of, kill_pids,
                            secure_dir, stray_interfaces)
 
 LEGACY_RUN_ROOT = Path("/tmp/agglab-run")

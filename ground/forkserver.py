@@ -3,7 +3,7 @@
 Why: a Python process spends 0.1-0.2 CPU-seconds importing Python, numpy and its own code
 before it does anything. The 80 switches of a k=8 fat-tree spent 16 of them, and its 128
 workers another 16, most of what a 2-core machine did while a run started.
-`python -m ground.forkserver FD MODULE...` imports the MODULEs once and then forks one child
+`python -m agglab.ground.forkserver FD MODULE...` imports the MODULEs once and then forks one child
 per request. Each child is a process as before (its own pid, session, log file and exit
 code; it crashes alone), it only starts with everything imported (the pages are shared
 copy-on-write, so what one more costs in memory is its own pages: its PSS, not its RSS).
@@ -38,7 +38,7 @@ import sys
 import threading
 import traceback
 
-from ground import lifeline
+from agglab.ground import lifeline
 
 MAX_MESSAGE = 1 << 20
 MAX_FDS = 16
@@ -189,12 +189,12 @@ def main() -> int:
 
 # -- the client side ---------------------------------------------------------------------------
 class Launcher:
-    """A running `python -m ground.forkserver` (importing `preload`) and what it forked for us."""
+    """A running `python -m agglab.ground.forkserver` (importing `preload`) and what it forked for us."""
 
     def __init__(self, out_path, preload=(), cwd=None, env=None, what: str = "launcher"):
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with open(out_path, "ab") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "ground.forkserver", str(theirs.fileno()), *preload],
+            self.proc = subprocess.Popen([sys.executable, "-m", "agglab.ground.forkserver", str(theirs.fileno()), *preload],
                                          pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=out,
                                          stderr=subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True,
                                          preexec_fn=lifeline.preexec())

@@ -1,7 +1,7 @@
 """SIGINT, SIGTERM and SIGHUP stop any agglab command the same clean way.
 
 Here in ground/ because every program needs it: the `agglab` commands (agglab/cli.py) and
-`python -m experiments`, which `agglab experiment` becomes by exec (so it installs its own).
+`python -m agglab.experiments`, which `agglab experiment` becomes by exec (so it installs its own).
 
 Why: `kill` (SIGTERM) or a closed terminal (SIGHUP) used to end the process at once,
 leaving interfaces, switch and worker processes behind until `agglab clean`, while
@@ -19,7 +19,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-from ground.rundir import Refused
+from agglab.ground.rundir import Refused
 
 HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 

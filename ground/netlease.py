@@ -29,8 +29,8 @@ import threading
 import time
 from pathlib import Path
 
-from ground.paths import NET_LEASE
-from ground.rundir import Refused, secure_dir
+from agglab.ground.paths import NET_LEASE
+from agglab.ground.rundir import Refused, secure_dir
 
 
 class NetworkBusy(Refused):

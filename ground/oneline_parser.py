@@ -4,7 +4,7 @@ Why: argparse's own `error()` prints the whole usage block (a dozen lines for `a
 allreduce`) before the message; the project's rule for bad input is one clear line and exit
 2. Subparsers made with `add_subparsers()` take their parent's class, so giving the top
 parser this class makes every subcommand refuse the same way. Here in ground/ because both
-programs use it: `agglab` (agglab/cli.py) and `python -m experiments`.
+programs use it: `agglab` (agglab/cli.py) and `python -m agglab.experiments`.
 """
 
 from __future__ import annotations

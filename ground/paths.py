@@ -1,11 +1,16 @@
 """Where things live: the project's files, results, and per-run state.
 
 One lookup serves a checkout and an installed agglab (`pip install .`): the source tree's
-top-level directories (ground/, p4src/, exercises/, ...) are installed side by side into
-site-packages, p4src/ and exercises/ as package data, so `REPO / "p4src"` is the P4 source
-in both. Only what a run writes differs: RESULTS is the checkout's results/ (not committed),
-or ./results under the current directory when agglab is installed, and BUILD the checkout's
-build/ or ~/.cache/agglab (site-packages is no place for output).
+top-level directories (ground/, p4src/, exercises/, ...) are installed side by side inside the
+one package site-packages/agglab/ (setup.py), p4src/ and exercises/ as package data, so REPO,
+this folder's parent, is the checkout's root or site-packages/agglab, and `REPO / "p4src"` is
+the P4 source in both. IMPORT_ROOT is the folder a child process needs on its path (or as its
+working directory) to import this same copy of `agglab`: the checkout's root, where agglab/ sits
+beside the other folders, or site-packages when installed (never site-packages/agglab, whose
+folders would then be top-level names again). Only what a run writes differs: RESULTS is the
+checkout's results/ (not committed), or ./results under the current directory when agglab is
+installed, and BUILD the checkout's build/ or ~/.cache/agglab (site-packages is no place for
+output).
 
 Every process the project starts records itself under RUN_ROOT so that
 `agglab clean` can find and remove what a crashed run left behind.
@@ -24,6 +29,7 @@ import os
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+IMPORT_ROOT = REPO.parent if (REPO / "__init__.py").is_file() else REPO
 P4SRC = REPO / "p4src"
 P4_INCLUDE = P4SRC / "include"
 # Conformance vectors: packets in, packets out and register state that the P4 program and the

@@ -25,8 +25,8 @@ import time
 import uuid
 from pathlib import Path
 
-from ground.fdwait import readable
-from ground.paths import RUN_ROOT
+from agglab.ground.fdwait import readable
+from agglab.ground.paths import RUN_ROOT
 
 class Refused(Exception):
     """A run that must not go ahead, said in one line (the CLI prints it, no traceback):

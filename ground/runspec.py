@@ -15,8 +15,8 @@ import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from ground import wire
-from ground.schemes import DEFAULT as DEFAULT_SCHEME, DEFAULT_WINDOW, HOST_BASELINES, IN_NETWORK, SPARSE_WINDOW, SCHEMES, scheme
+from agglab.ground import wire
+from agglab.ground.schemes import DEFAULT as DEFAULT_SCHEME, DEFAULT_WINDOW, HOST_BASELINES, IN_NETWORK, SPARSE_WINDOW, SCHEMES, scheme
 
 # The built-in topologies and the tree algorithms. The controller holds them (the table
 # controller/topologies.py TOPOLOGIES; one module per algorithm in controller/trees/) and

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ground import wire
+from agglab.ground import wire
 
 # Outstanding slots per worker when a run does not say (hosts/slots.py uses the same).
 # Dense: 128 keeps a 20 Mb/s link busy through the emulator's millisecond round trips.

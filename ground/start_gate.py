@@ -22,7 +22,7 @@ import os
 import time
 from typing import Callable
 
-from ground.fdwait import readable
+from agglab.ground.fdwait import readable
 
 ENV = "AGGLAB_START_FDS"
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ground.paths import P4_INCLUDE
+from agglab.ground.paths import P4_INCLUDE
 
 _DEFINE = re.compile(r"^\s*#define\s+(\w+)\s+(0x[0-9A-Fa-f]+|\d+)\b", re.M)
 _FIELD = re.compile(r"^\s*bit<(\d+)>\s+(\w+)\s*;", re.M)

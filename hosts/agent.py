@@ -45,17 +45,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from ground import wire
-from hosts import sparse_agent
-from hosts.codec import PAYLOAD_BYTES, lanes, lanes_of, unpack
-from hosts.protocol import LAYOUT
-from hosts.consistency import (DTYPES, ConsistencyError, DtypeMismatchError,  # noqa: F401 (API)
+from agglab.ground import wire
+from agglab.hosts import sparse_agent
+from agglab.hosts.codec import PAYLOAD_BYTES, lanes, lanes_of, unpack
+from agglab.hosts.protocol import LAYOUT
+from agglab.hosts.consistency import (DTYPES, ConsistencyError, DtypeMismatchError,  # noqa: F401 (API)
                                LengthMismatchError, WindowMismatchError,
                                WorkerCountMismatchError, check_lead)
-from hosts.diagnostics import (AllreduceStats, AllreduceTimeout, NetworkPartitionError,  # noqa: F401 (API)
+from agglab.hosts.diagnostics import (AllreduceStats, AllreduceTimeout, NetworkPartitionError,  # noqa: F401 (API)
                                timeout_message)
-from hosts.slots import CONTROL_POLL, DEFAULT_WINDOW, SlotRun, check_call  # noqa: F401 (API)
-from hosts.transport import Transport, UdpTransport  # noqa: F401 (API)
+from agglab.hosts.slots import CONTROL_POLL, DEFAULT_WINDOW, SlotRun, check_call  # noqa: F401 (API)
+from agglab.hosts.transport import Transport, UdpTransport  # noqa: F401 (API)
 
 K = wire.K
 

@@ -21,10 +21,10 @@ import time
 
 import numpy as np
 
-from ground import wire
-from ground.epoch_file import EpochFile
-from hosts.agent import allreduce
-from hosts.transport import UdpTransport
+from agglab.ground import wire
+from agglab.ground.epoch_file import EpochFile
+from agglab.hosts.agent import allreduce
+from agglab.hosts.transport import UdpTransport
 
 
 class ScheduleChanged(Exception):

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ground import wire
-from ground.runspec import RunSpec
-from ground.schemes import HOST_BASELINES, SCHEMES
-from hosts.gradients import exact_sum, inputs_for
-from hosts.quantization import biased_exponents, error_bound
+from agglab.ground import wire
+from agglab.ground.runspec import RunSpec
+from agglab.ground.schemes import HOST_BASELINES, SCHEMES
+from agglab.hosts.gradients import exact_sum, inputs_for
+from agglab.hosts.quantization import biased_exponents, error_bound
 
 
 def float32_error_bound(inputs: list[np.ndarray]) -> np.ndarray:
     """Per-element bound for float32 results: the agreed exponent of each block is the
-    max over workers, and hosts.quantization.error_bound(e, n) bounds that block."""
+    max over workers, and agglab.hosts.quantization.error_bound(e, n) bounds that block."""
     n, length = len(inputs), len(inputs[0])
     blocks = -(-length // wire.K)
     padded = np.zeros((n, blocks * wire.K), dtype=np.float32)

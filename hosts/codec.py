@@ -4,7 +4,7 @@ Why its own module: the dense agent (hosts/agent.py) and the sparse agent
 (hosts/sparse_agent.py) read the same agg_h fields of every result on their hot
 path; one `unpack` into struct words and a shift-and-mask per field is the cheapest
 way in Python, and both agents must read them the same way. Packing is
-hosts/protocol.py's HeaderPacker; both follow ground.wire, which reads the P4 header.
+hosts/protocol.py's HeaderPacker; both follow agglab.ground.wire, which reads the P4 header.
 
     w = unpack(payload)
     FLAGS(w), SLOT(w), VER(w), BLOCK(w), EXP(w), NEXT_BLOCK(w), JOB(w), WORKER(w)
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ground import wire
-from hosts.protocol import LAYOUT, values_of as lanes  # noqa: F401 (K lanes, no copy)
+from agglab.ground import wire
+from agglab.hosts.protocol import LAYOUT, values_of as lanes  # noqa: F401 (K lanes, no copy)
 
 K = wire.K
 BE = np.dtype(">i4")                 # lanes on the wire: big-endian int32

@@ -1,11 +1,11 @@
 """`Communicator`: allreduce from a user's own training loop inside an agglab host.
 
-Why: `hosts.agent.allreduce` needs a transport, the rank, the job, the window and the
+Why: `agglab.hosts.agent.allreduce` needs a transport, the rank, the job, the window and the
 controller's epoch file; hosts/worker.py wires those for one synthetic array. A training
 loop calls allreduce thousands of times and must keep following reroutes between calls,
 so this object holds that wiring once:
 
-    from hosts.communicator import Communicator
+    from agglab.hosts.communicator import Communicator
     comm = Communicator.from_env()          # AGGLAB_PLAN / AGGLAB_RANK, set by agglab
     for step in range(steps):
         grad = model.gradient(batch)
@@ -29,16 +29,16 @@ import traceback
 
 import numpy as np
 
-from ground.epoch_file import EpochFile
-from ground.priority import as_batch_work
-from ground.progress import ProgressFile
-from ground.runspec import RunPlan
-from ground.timerslack import set_timer_slack
-from hosts.schemes import PREPARE, RUNNERS, SERVICE_TRANSPORT
-from hosts import tcp_mesh as mesh_ports   # its BASE_PORT read at use (a harness moves it)
-from hosts.tcp_mesh import open_mesh
-from hosts.tcp_peer import hello_for
-from hosts import transport as udp_transport   # its UdpTransport looked up at use (a harness swaps it)
+from agglab.ground.epoch_file import EpochFile
+from agglab.ground.priority import as_batch_work
+from agglab.ground.progress import ProgressFile
+from agglab.ground.runspec import RunPlan
+from agglab.ground.timerslack import set_timer_slack
+from agglab.hosts.schemes import PREPARE, RUNNERS, SERVICE_TRANSPORT
+from agglab.hosts import tcp_mesh as mesh_ports   # its BASE_PORT read at use (a harness moves it)
+from agglab.hosts.tcp_mesh import open_mesh
+from agglab.hosts.tcp_peer import hello_for
+from agglab.hosts import transport as udp_transport   # its UdpTransport looked up at use (a harness swaps it)
 
 class Communicator:
     """One rank of a job: `allreduce(array)` returns the sum over all workers."""

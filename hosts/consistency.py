@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ground import wire
+from agglab.ground import wire
 
 DTYPES = (np.dtype(np.float32), np.dtype(np.int32))
 _VALUE_LIMBS, _SQUARE_LIMBS = 4, 8            # v < 2^64, v*v < 2^128

@@ -20,9 +20,9 @@ import time
 from collections import deque
 from itertools import islice
 
-from hosts.diagnostics import AllreduceTimeout
-from hosts.tcp_mesh import Mesh
-from hosts.tcp_peer import FRAME_STRUCT, Peer, PeerError
+from agglab.hosts.diagnostics import AllreduceTimeout
+from agglab.hosts.tcp_mesh import Mesh
+from agglab.hosts.tcp_peer import FRAME_STRUCT, Peer, PeerError
 
 _BATCH = 64            # buffers per sendmsg call (well under IOV_MAX)
 

@@ -1,8 +1,8 @@
 """A fuzzer for the switches' aggregation path: hostile frames from a host that is not in a job.
 
-    python -m hosts.fuzz --iface h3-eth0 --frames 100000 [--rate 20000] [--seed 1] [--json]
+    python -m agglab.hosts.fuzz --iface h3-eth0 --frames 100000 [--rate 20000] [--seed 1] [--json]
 
-Run it inside a host's network namespace (the lab: `h3 .venv/bin/python -m hosts.fuzz
+Run it inside a host's network namespace (the lab: `h3 .venv/bin/python -m agglab.hosts.fuzz
 --iface h3-eth0 ...`); it sends Ethernet/IPv4/UDP frames to the aggregation service address on
 the aggregation UDP port, mixing (round-robin over a seeded shuffle):
 
@@ -37,10 +37,10 @@ import sys
 import time
 from collections import Counter
 
-from ground import wire
-from ground.addresses import SERVICE_IP, SERVICE_MAC
-from ground.priority import as_batch_work
-from ground.schemes import OWN_TABLE, SCHEMES
+from agglab.ground import wire
+from agglab.ground.addresses import SERVICE_IP, SERVICE_MAC
+from agglab.ground.priority import as_batch_work
+from agglab.ground.schemes import OWN_TABLE, SCHEMES
 
 KINDS = ("scapy", "random", "truncated", "length", "duplicate", "replay")
 ACK_ONLY = wire.CONST["AGG_FLAG_ACK"] | wire.CONST["AGG_FLAG_SPARSE"]
@@ -101,7 +101,7 @@ class Fuzzer:
             return self.last
         if kind == "scapy":
             from scapy.packet import fuzz  # lazy: scapy, only make() needs it
-            from hosts.scapy_layer import Agg  # lazy: loads scapy, only make() needs it
+            from agglab.hosts.scapy_layer import Agg  # lazy: loads scapy, only make() needs it
 
             agg = bytes(fuzz(Agg(values=[r.randrange(-2**31, 2**31) for _ in range(wire.K)])))
             out = frame(self.mac, self.ip, agg[:wire.PAYLOAD_BYTES]), "no_entry"
@@ -198,7 +198,7 @@ def run(iface: str, count: int, rate: float | None = None, seed: int = 0, job: i
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m hosts.fuzz", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m agglab.hosts.fuzz", description=__doc__.splitlines()[0])
     ap.add_argument("--iface", required=True, help="the interface to send on (this host's link to a switch)")
     ap.add_argument("--frames", type=int, default=10_000)
     ap.add_argument("--rate", type=float, default=None, help="frames per second (default: as fast as possible)")
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the report as one JSON object")
     args = ap.parse_args(argv)
     if args.frames < 1 or (args.rate is not None and args.rate <= 0):
-        print("hosts.fuzz: --frames and --rate must be positive", file=sys.stderr)
+        print("agglab.hosts.fuzz: --frames and --rate must be positive", file=sys.stderr)
         return 2
 
     as_batch_work()          # a program of an emulated host, as the workers: it never preempts a switch
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
                      on_progress=None if args.json else
                      (lambda i, n: print(f"  {i}/{n} frames sent", file=sys.stderr, flush=True)))
     except OSError as exc:
-        print(f"hosts.fuzz: {args.iface}: {exc}", file=sys.stderr)
+        print(f"agglab.hosts.fuzz: {args.iface}: {exc}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(report, sort_keys=True))

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ground.runspec import RunSpec
-from hosts.sparse_workload import sparse_gradient
-from hosts.workload import make_gradient
+from agglab.ground.runspec import RunSpec
+from agglab.hosts.sparse_workload import sparse_gradient
+from agglab.hosts.workload import make_gradient
 
 
 def gradient_for(spec: RunSpec, rank: int, elements: int | None = None) -> np.ndarray:

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hosts.diagnostics import AllreduceTimeout
-from hosts.tcp_mesh import BASE_PORT, Mesh, open_mesh
-from hosts.tcp_peer import PeerError, hello_for
+from agglab.hosts.diagnostics import AllreduceTimeout
+from agglab.hosts.tcp_mesh import BASE_PORT, Mesh, open_mesh
+from agglab.hosts.tcp_peer import PeerError, hello_for
 
 
 class Threads:

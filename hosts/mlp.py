@@ -18,7 +18,7 @@ wrap-around that the clip rules out), so the one-process reference, which applie
 same clip and rounding to each rank's gradient, computes bit-identical parameters.
 float32 (`--dtype float32`): the switch's own float path (per-block exponent, SwitchML
 fixed point); the reference sums the float32 gradients in float64. Per step and element
-the aggregate differs by at most hosts.quantization.error_bound (about n^2 * max|g| *
+the aggregate differs by at most agglab.hosts.quantization.error_bound (about n^2 * max|g| *
 2^-31); over a run these differences feed back through later gradients, so the reported
 parameter difference is compared with the first-order bound lr/n * sum of per-step bounds
 only as a guide.
@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ground import wire
-from hosts import quantization as qz
+from agglab.ground import wire
+from agglab.hosts import quantization as qz
 
 FRACTION_BITS = 16
 

@@ -5,7 +5,7 @@ Why two representations: scapy is the convenient way to build, dissect and
 print packets in tests, pcaps and debugging, but it costs tens of
 microseconds per packet, far too much for the data path of eight agents on two
 cores.  The data path therefore uses `encode`/`decode` and `HeaderPacker`
-(struct + numpy only).  Both are generated from `ground.wire` (which reads the
+(struct + numpy only).  Both are generated from `agglab.ground.wire` (which reads the
 P4 headers), and tests/test_hosts_protocol.py proves they produce the same
 bytes, so neither can drift from the P4 program. Why two modules: importing scapy
 costs each agent process a third of a second of CPU at start, while seven other
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ground import wire
+from agglab.ground import wire
 
 K = wire.K
 HEADER_BYTES = wire.AGG_HEADER_BYTES

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from hosts.flow_loop import FlowLoop
-from hosts.mesh_allreduce import allreduce_over_mesh, chunk_bounds, segment_bounds
-from hosts.tcp_mesh import BASE_PORT, CONNECT_AT_ONCE, Mesh
+from agglab.hosts.flow_loop import FlowLoop
+from agglab.hosts.mesh_allreduce import allreduce_over_mesh, chunk_bounds, segment_bounds
+from agglab.hosts.tcp_mesh import BASE_PORT, CONNECT_AT_ONCE, Mesh
 
 CHUNK_BYTES = 64 * 1024
 

@@ -37,7 +37,7 @@ import math
 
 import numpy as np
 
-from ground import wire
+from agglab.ground import wire
 
 INT32_MAX = 2**31 - 1
 E_MIN = 1 - wire.EXP_BIAS          # biased 1: smallest representable exponent

@@ -1,13 +1,13 @@
 """Entry point of one rank replaying a scheduler's allreduces inside a Mininet host.
 
-`python -m hosts.replay_worker run.json RANK transfers.json`: the file lists, in the order
+`python -m agglab.hosts.replay_worker run.json RANK transfers.json`: the file lists, in the order
 a scheduler chose (pace/schedule.py), each transfer's ready time (seconds since the
 iteration starts, already dilated to emulated time: the simulated compute) and its element
 count (already shrunk). The rank sleeps until a transfer is ready, allreduces that many
 values through the emulated network (hosts/communicator.py), and records when it really
 started and ended. Every rank replays the same list, so the collectives always match.
 
-`python -m hosts.replay_worker run.json RANK INBOX/` (a directory): the rank stays up and
+`python -m agglab.hosts.replay_worker run.json RANK INBOX/` (a directory): the rank stays up and
 replays one list after another, `INBOX/000.json`, `001.json`, ... as the parent writes them
 (each atomically), answering each with `INBOX/NNN.rankR.json`, until a list says
 `{"stop": true}`. Why: a PACE run calibrates the network's cost and then replays FIFO's and
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hosts.communicator import Communicator, rank_program
+from agglab.hosts.communicator import Communicator, rank_program
 
 POLL_S = 0.002          # how often a serving rank looks for the next list
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from hosts.mesh_allreduce import Progress, Threads, allreduce_over_mesh, chunk_bounds, segment_bounds
-from hosts.tcp_mesh import BASE_PORT, Mesh
+from agglab.hosts.mesh_allreduce import Progress, Threads, allreduce_over_mesh, chunk_bounds, segment_bounds
+from agglab.hosts.tcp_mesh import BASE_PORT, Mesh
 
 CHUNK_BYTES = 64 * 1024        # one pipelined message: 45 full TCP segments at MSS 1448
 

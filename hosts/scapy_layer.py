@@ -1,6 +1,6 @@
 """The aggregation packet as a scapy layer, for tests, pcaps, fuzzing and debugging.
 
-Generated from ground.wire (which reads the P4 header), like hosts/protocol.py's fast
+Generated from agglab.ground.wire (which reads the P4 header), like hosts/protocol.py's fast
 helpers; tests/test_hosts_protocol.py proves both produce the same bytes. Importing this
 module binds the layer to the aggregation UDP port, so scapy dissects captures with it.
 """
@@ -11,7 +11,7 @@ from scapy.fields import BitField, FieldListField, SignedIntField
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_bottom_up, bind_top_down
 
-from ground import wire
+from agglab.ground import wire
 
 K = wire.K
 

@@ -34,15 +34,15 @@ import weakref
 
 import numpy as np
 
-from ground import epoch_file, links, wire
-from ground.runspec import DEFAULT_WINDOW
-from hosts import quantization as qz
-from hosts.consistency import DTYPES, lead_lanes
-from hosts.codec import BE, EXP, FLAGS, JOB, PAYLOAD_BYTES, SLOT, WORKER, unpack
-from hosts.diagnostics import AllreduceTimeout, NetworkPartitionError
-from hosts.protocol import HeaderPacker
-from hosts.rto import RtoEstimator, backoff
-from hosts.transport import batches
+from agglab.ground import epoch_file, links, wire
+from agglab.ground.runspec import DEFAULT_WINDOW
+from agglab.hosts import quantization as qz
+from agglab.hosts.consistency import DTYPES, lead_lanes
+from agglab.hosts.codec import BE, EXP, FLAGS, JOB, PAYLOAD_BYTES, SLOT, WORKER, unpack
+from agglab.hosts.diagnostics import AllreduceTimeout, NetworkPartitionError
+from agglab.hosts.protocol import HeaderPacker
+from agglab.hosts.rto import RtoEstimator, backoff
+from agglab.hosts.transport import batches
 
 K = wire.K
 INF = float("inf")

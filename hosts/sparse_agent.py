@@ -58,13 +58,13 @@ import weakref
 
 import numpy as np
 
-from ground import wire
-from ground.runspec import SPARSE_WINDOW
-from hosts.codec import BE, BLOCK, FLAGS, NEXT_BLOCK, SLOT, VER, lanes
-from hosts.consistency import LANES_USED, check_lead, lead_lanes
-from hosts.slots import SlotRun, check_call, save_versions, slot_versions, version_store
-from hosts.sparse_blocks import NONE, SparseStats, announcements, first_blocks, nonzero_kblocks
-from hosts.sparse_diagnostics import (DONE, LEAD, SPARSE, SparseMismatchError,  # noqa: F401
+from agglab.ground import wire
+from agglab.ground.runspec import SPARSE_WINDOW
+from agglab.hosts.codec import BE, BLOCK, FLAGS, NEXT_BLOCK, SLOT, VER, lanes
+from agglab.hosts.consistency import LANES_USED, check_lead, lead_lanes
+from agglab.hosts.slots import SlotRun, check_call, save_versions, slot_versions, version_store
+from agglab.hosts.sparse_blocks import NONE, SparseStats, announcements, first_blocks, nonzero_kblocks
+from agglab.hosts.sparse_diagnostics import (DONE, LEAD, SPARSE, SparseMismatchError,  # noqa: F401
                                        SparseProtocolError, SparseRoundLostError,
                                        lost_message, timeout_message)
 
@@ -89,7 +89,7 @@ def allreduce(array, *, transport, rank: int, workers: int, job: int = 0, tree: 
               control=None, on_progress=None, sparse: bool = True, block_size: int = K,
               lookahead: int = DEFAULT_LOOKAHEAD, every_round: bool = False,
               link_mbps: float | None = None, tree_mbps: dict | None = None):
-    """Sparse allreduce; arguments and return as hosts.agent.allreduce, stats are SparseStats.
+    """Sparse allreduce; arguments and return as agglab.hosts.agent.allreduce, stats are SparseStats.
 
     block_size (a multiple of K) decides what counts as a non-zero block; lookahead
     bounds, in rounds of a column, how far ahead a worker announces.  every_round:

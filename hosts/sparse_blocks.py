@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ground import wire
-from hosts.diagnostics import AllreduceStats
+from agglab.ground import wire
+from agglab.hosts.diagnostics import AllreduceStats
 
 K = wire.K
 NONE = wire.NEXT_NONE

@@ -3,13 +3,13 @@
 Why apart from hosts/sparse_agent.py: the wording is read by people (failing
 runs, experiment reports) and changes independently of the event loop, as
 hosts/diagnostics.py does for the dense agent.  `run` is a
-hosts.sparse_agent.SparseRun.
+agglab.hosts.sparse_agent.SparseRun.
 """
 
 from __future__ import annotations
 
-from ground import wire
-from hosts.consistency import ConsistencyError
+from agglab.ground import wire
+from agglab.hosts.consistency import ConsistencyError
 
 LEAD, SPARSE, DONE = 0, 1, 2     # phases of a slot
 

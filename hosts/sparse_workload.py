@@ -23,7 +23,7 @@ pattern as if those ranks did not exist, so Z changes nothing else.
 
 ``density`` is the fraction of non-zero blocks of ``block_size`` values:
 k = round(density * blocks) (so a tiny array at density 0.01 may have none).
-Values of a non-zero block follow hosts.workload (int32 in [-2^20, 2^20),
+Values of a non-zero block follow agglab.hosts.workload (int32 in [-2^20, 2^20),
 float32 normal scaled by 1 + rank); a drawn block is guaranteed to hold a
 non-zero value, so "non-zero block" means exactly what the agent detects.
 """
@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ground import wire
-from hosts.workload import DTYPES
+from agglab.ground import wire
+from agglab.hosts.workload import DTYPES
 
 PATTERNS = ("random", "overlap", "disjoint")
 

@@ -22,8 +22,8 @@ import time
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
-from hosts.diagnostics import AllreduceTimeout
-from hosts.tcp_peer import HELLO_STRUCT, Hello, Peer, PeerError, shut
+from agglab.hosts.diagnostics import AllreduceTimeout
+from agglab.hosts.tcp_peer import HELLO_STRUCT, Hello, Peer, PeerError, shut
 
 BASE_PORT = 29500                        # + job: the port every worker listens on
 _RETRY = 0.05                            # seconds between connection attempts to a peer not yet listening

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hosts.consistency import (DTYPES, DtypeMismatchError, LengthMismatchError,
+from agglab.hosts.consistency import (DTYPES, DtypeMismatchError, LengthMismatchError,
                                WorkerCountMismatchError)
-from hosts.diagnostics import AllreduceTimeout
+from agglab.hosts.diagnostics import AllreduceTimeout
 
 ALGORITHM_CODES = {"ring": 1, "ps": 2}
 HELLO_STRUCT = struct.Struct(">4sBHHQB")  # magic, algorithm, rank, workers, length, dtype

@@ -1,6 +1,6 @@
 """Entry point of one data-parallel training rank inside a Mininet host.
 
-`python -m hosts.train_worker run.json RANK train.json`: trains hosts/mlp.py's model on
+`python -m agglab.hosts.train_worker run.json RANK train.json`: trains hosts/mlp.py's model on
 this rank's shard, summing the encoded gradients over the job through the emulated
 network every step (hosts/communicator.py), and writes <out>.json (ok or error, the
 loss/accuracy curve, allreduce statistics) and <out>.npy (final parameters).
@@ -14,8 +14,8 @@ from dataclasses import fields
 
 import numpy as np
 
-from hosts.communicator import Communicator, rank_program
-from hosts.mlp import Config, train
+from agglab.hosts.communicator import Communicator, rank_program
+from agglab.hosts.mlp import Config, train
 
 COUNTED = ("packets_sent", "retransmissions", "blocks", "blocks_sent", "epoch_changes")
 
@@ -40,4 +40,4 @@ def train_rank(comm: Communicator, config_path: str) -> dict:
 
 if __name__ == "__main__":
     raise SystemExit(rank_program("one rank of `agglab train` (runs inside a host namespace)",
-                                  "train.json: hosts.mlp.Config fields", train_rank))
+                                  "train.json: agglab.hosts.mlp.Config fields", train_rank))

@@ -21,7 +21,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from ground import links, mmsg, wire
+from agglab.ground import links, mmsg, wire
 
 BUFFER_BYTES = 16 * 1024 * 1024   # the kernel caps this at net.core.{r,w}mem_max
 RECV_BYTES = 4096                 # payloads are wire.PAYLOAD_BYTES; more is foreign

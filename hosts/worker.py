@@ -18,16 +18,16 @@ from dataclasses import asdict
 
 import numpy as np
 
-from ground.priority import as_batch_work
-from ground.progress import ProgressFile
-from ground.timerslack import set_timer_slack
-from ground.runspec import RunPlan, WorkerSeat
-from ground.start_gate import wait_to_start
-from ground.epoch_file import EpochFile  # noqa: F401 (the agents' reader, imported from here by harnesses)
-from hosts.bml import ScheduleChanged, allreduce_bml, allreduce_relay, finished, linger
-from hosts.bml_host import plan_from_json, run_host_bml
-from hosts.communicator import Communicator
-from hosts.gradients import gradient_for
+from agglab.ground.priority import as_batch_work
+from agglab.ground.progress import ProgressFile
+from agglab.ground.timerslack import set_timer_slack
+from agglab.ground.runspec import RunPlan, WorkerSeat
+from agglab.ground.start_gate import wait_to_start
+from agglab.ground.epoch_file import EpochFile  # noqa: F401 (the agents' reader, imported from here by harnesses)
+from agglab.hosts.bml import ScheduleChanged, allreduce_bml, allreduce_relay, finished, linger
+from agglab.hosts.bml_host import plan_from_json, run_host_bml
+from agglab.hosts.communicator import Communicator
+from agglab.hosts.gradients import gradient_for
 
 
 def main(argv: list[str] | None = None) -> int:

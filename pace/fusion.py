@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import combinations
 
-from ground.schemes import scheme
+from agglab.ground.schemes import scheme
 
 
 @dataclass(frozen=True)

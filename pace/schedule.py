@@ -31,7 +31,7 @@ from pathlib import Path
 
 import yaml
 
-from pace.fusion import CostModel, fuse
+from agglab.pace.fusion import CostModel, fuse
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 SCHEDULERS = ("fifo", "pace")

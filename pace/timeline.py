@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pace.schedule import Iteration
+from agglab.pace.schedule import Iteration
 
 COMPUTE_TID, COMM_TID = 1, 2
 

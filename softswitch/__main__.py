@@ -1,4 +1,4 @@
-"""`python -m softswitch --name s1 --port 1=s1-eth1 ... --control /run/s1.sock`: run one switch.
+"""`python -m agglab.softswitch --name s1 --port 1=s1-eth1 ... --control /run/s1.sock`: run one switch.
 
 One process per switch, like one simple_switch per switch under Mininet, so a
 crash or a slow pipeline in one switch never stalls another.  See
@@ -13,8 +13,8 @@ import importlib
 import logging
 import sys
 
-from ground.timerslack import set_timer_slack
-from softswitch.daemon import Daemon
+from agglab.ground.timerslack import set_timer_slack
+from agglab.softswitch.daemon import Daemon
 
 
 def _port(spec: str) -> tuple[int, str]:
@@ -25,7 +25,7 @@ def _port(spec: str) -> tuple[int, str]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m softswitch", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m agglab.softswitch", description=__doc__.splitlines()[0])
     ap.add_argument("--name", required=True, help="switch name (used in logs)")
     ap.add_argument("--port", type=_port, action="append", default=[], metavar="N=IFNAME",
                     help="attach port number N to interface IFNAME (repeat per port)")
@@ -37,7 +37,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--batch", type=int, default=64, help="max frames per port per loop turn")
     ap.add_argument("--stats-interval", type=float, default=10.0,
                     help="seconds between stats lines in the log (only when counters changed)")
-    ap.add_argument("--pipeline", default="softswitch.pipeline:Pipeline", metavar="MOD:CLASS",
+    ap.add_argument("--pipeline", default="agglab.softswitch.pipeline:Pipeline", metavar="MOD:CLASS",
                     help="pipeline class, constructed as CLASS(seed=SEED) (for I/O benchmarks/tests)")
     ap.add_argument("--no-prepare", action="store_true",
                     help="do not touch the interfaces (link up, offloads, IPv6)")

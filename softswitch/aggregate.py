@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ground import wire
-from softswitch.deparser import update_ipv4_checksum
-from softswitch.forward import NORMAL, RESULT
-from softswitch.registers import CounterArray, RegisterArray
-from softswitch.tables import KeySpec, Table
+from agglab.ground import wire
+from agglab.softswitch.deparser import update_ipv4_checksum
+from agglab.softswitch.forward import NORMAL, RESULT
+from agglab.softswitch.registers import CounterArray, RegisterArray
+from agglab.softswitch.tables import KeySpec, Table
 
 K, SLOTS, MAX_WORKERS = wire.K, wire.SLOTS, wire.MAX_WORKERS
 C = wire.CONST
@@ -77,8 +77,8 @@ class Aggregate:
     def __init__(self, registers: dict[str, RegisterArray], stats: CounterArray, on_complete=None,
                  lead=None):
         """on_complete(r, o, flags): called when a round completes at this switch (agglab.p4
-        then applies the sparse pipeline's SparseRearm: softswitch.sparse.Sparse.rearm).
-        lead: the sparse pipeline (softswitch.sparse.Sparse), whose announce/first a sparse
+        then applies the sparse pipeline's SparseRearm: agglab.softswitch.sparse.Sparse.rearm).
+        lead: the sparse pipeline (agglab.softswitch.sparse.Sparse), whose announce/first a sparse
         call's lead round (AGG_FLAG_LEAD) uses to register every child's first sparse block
         and to name the column's first sparse round in the result."""
         self.on_complete = on_complete

@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ground import wire
-from softswitch.aggregate import (AGG_SET_DST, BE_U32, BLOCK_OFF, DATA_END, DATA_OFF, EXP_OFF, FLAG_LEAD, FLAGS_OFF,
+from agglab.ground import wire
+from agglab.softswitch.aggregate import (AGG_SET_DST, BE_U32, BLOCK_OFF, DATA_END, DATA_OFF, EXP_OFF, FLAG_LEAD, FLAGS_OFF,
                                   NEXT_OFF,
                                   RESULT_FLAG, STAT_COMPLETE, STAT_CONTRIB, UDP_CSUM, UP_FLAGS)
-from softswitch.roles import AGG_CHILD, AGG_CHILD_OF, ANY_WORKER
+from agglab.softswitch.roles import AGG_CHILD, AGG_CHILD_OF, ANY_WORKER
 
 K, SLOTS, MAX_WORKERS = wire.K, wire.SLOTS, wire.MAX_WORKERS
 FRAME = wire.FRAME_BYTES

@@ -1,7 +1,7 @@
-"""`python -m softswitch.bench_io`: packets/s through the real switch daemon on veths.
+"""`python -m agglab.softswitch.bench_io`: packets/s through the real switch daemon on veths.
 
 Set-up: N worker namespaces (default 8), each wired to one port of one
-`python -m softswitch` process.  Every worker runs a sender process in its
+`python -m agglab.softswitch` process.  Every worker runs a sender process in its
 namespace that keeps a window of aggregation slots in flight (SwitchML
 style: a slot's next packet goes out when its result arrives), transmitting
 with an AF_PACKET socket and receiving results on a UDP socket.  A closed
@@ -32,11 +32,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ground import wire
-from ground.mmsg import MsgBatch
-from softswitch.control import wait_ready
-from softswitch.io import SO_RCVBUFFORCE
-from softswitch.scratchnet import Host, ScratchNet, agg_frame, program_aggregation
+from agglab.ground import wire
+from agglab.ground.mmsg import MsgBatch
+from agglab.softswitch.control import wait_ready
+from agglab.softswitch.io import SO_RCVBUFFORCE
+from agglab.softswitch.scratchnet import Host, ScratchNet, agg_frame, program_aggregation
 
 
 class Reflect:
@@ -139,7 +139,7 @@ def _cpu_seconds(pid: int) -> tuple[float, float]:
 
 def soft_switch(lab: ScratchNet, wd: Path, mode: str):
     """Start the software switch daemon on the lab's ports: (process, control client, port_stats)."""
-    extra = ["--stats-interval", "3600"] + (["--pipeline", "softswitch.bench_io:Reflect"]
+    extra = ["--stats-interval", "3600"] + (["--pipeline", "agglab.softswitch.bench_io:Reflect"]
                                            if mode == "reflect" else [])
     proc, paths = lab.start_switch(wd, *extra)
     client = wait_ready(paths["control"], 20, log=paths["log"], process=proc)
@@ -159,7 +159,7 @@ def run(mode: str, a: argparse.Namespace, start_switch=soft_switch) -> dict:
         start_at = time.time() + 1.5 + 0.1 * a.workers
         senders = []
         for i, h in enumerate(hosts):
-            argv = [sys.executable, "-m", "softswitch.bench_io", "--sender", "--rank", str(i),
+            argv = [sys.executable, "-m", "agglab.softswitch.bench_io", "--sender", "--rank", str(i),
                     "--ip", h.ip, "--mac", h.mac, "--ifname", h.ifname, "--job", str(a.job),
                     "--window", str(a.window), "--start-at", repr(start_at),
                     "--warmup", str(a.warmup), "--seconds", str(a.seconds),
@@ -205,7 +205,7 @@ def add_load_options(ap: argparse.ArgumentParser, window: int) -> None:
 
 def options(argv: list[str] | None = None) -> argparse.Namespace:
     """The benchmark's settings (defaults, or parsed from `argv`); `run(mode, options())`."""
-    ap = argparse.ArgumentParser(prog="python -m softswitch.bench_io", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m agglab.softswitch.bench_io", description=__doc__.splitlines()[0])
     add_load_options(ap, window=128)
     ap.add_argument("--mode", choices=["both", "reflect", "agg"], default="both")
     for name in ("--sender",):

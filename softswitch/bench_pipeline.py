@@ -1,10 +1,10 @@
-"""`python -m softswitch.bench_pipeline`: aggregation packets/s through Pipeline.process.
+"""`python -m agglab.softswitch.bench_pipeline`: aggregation packets/s through Pipeline.process.
 
 Why this workload: it is what one switch sees in a SwitchML allreduce — 8
 workers, a window of slots, every slot reused round after round with the
 version flipping, each completion multicast to all 8 workers.  Frames are
 built before the clock starts, so the figure is the pipeline alone (the
-daemon's socket I/O is measured by softswitch.bench_io).
+daemon's socket I/O is measured by agglab.softswitch.bench_io).
 
 The sparse figure replays an OmniReduce allreduce on the same window: every
 worker has a random set of non-zero blocks per slot column (`--density`);
@@ -20,9 +20,9 @@ import time
 
 import numpy as np
 
-from ground import wire
-from softswitch.pipeline import Pipeline
-from softswitch.star import star_commands
+from agglab.ground import wire
+from agglab.softswitch.pipeline import Pipeline
+from agglab.softswitch.star import star_commands
 
 
 

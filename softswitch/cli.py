@@ -17,9 +17,9 @@ import ipaddress
 
 import numpy as np
 
-from softswitch.multicast import McError
-from softswitch.registers import StateError
-from softswitch.tables import Table, TableError
+from agglab.softswitch.multicast import McError
+from agglab.softswitch.registers import StateError
+from agglab.softswitch.tables import Table, TableError
 
 
 CELL_TYPES = ("u1", "u2", "u4", "u8", "i1", "i2", "i4", "i8")   # register_*_runs cell types

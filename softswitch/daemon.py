@@ -20,12 +20,12 @@ import socket
 import time
 from pathlib import Path
 
-from softswitch.control import ControlServer
-from ground.mmsg import MsgBatch
-from softswitch.daemon_commands import DaemonCommands
-from softswitch.daemon_frames import FramePath
-from softswitch.io import MAX_FRAME, RawPort
-from softswitch.pcap import PcapWriter
+from agglab.softswitch.control import ControlServer
+from agglab.ground.mmsg import MsgBatch
+from agglab.softswitch.daemon_commands import DaemonCommands
+from agglab.softswitch.daemon_frames import FramePath
+from agglab.softswitch.io import MAX_FRAME, RawPort
+from agglab.softswitch.pcap import PcapWriter
 
 COUNTERS = ("rx", "rx_bytes", "tx", "tx_bytes", "drop", "tx_drop", "err", "batched")
 # batched: received frames Pipeline.process_batch took (softswitch/batch.py), by ingress port

@@ -19,10 +19,10 @@ import logging
 import os
 import time
 
-from ground.priority import HOLD_RT, not_real_time, real_time
+from agglab.ground.priority import HOLD_RT, not_real_time, real_time
 
 try:                                          # refusals of the CLI carry BMv2's wording already
-    from softswitch.cli import CommandError as _Refusal
+    from agglab.softswitch.cli import CommandError as _Refusal
 except ImportError:                           # pragma: no cover - pipeline not installed
     _Refusal = ()
 

@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from softswitch.io import RawPort
+from agglab.softswitch.io import RawPort
 
 # Fewer frames than this go through Pipeline.process one by one even where process_batch
 # would take them: its fixed cost (some 50 numpy calls, ~40-90 us) beats the per-frame loop

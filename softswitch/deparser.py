@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 
-from ground import wire
+from agglab.ground import wire
 
 IP = wire.ETH_BYTES
 CSUM_OFFSET = IP + 10

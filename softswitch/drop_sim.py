@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import random
 
-from ground import wire
-from softswitch.registers import CounterArray
-from softswitch.tables import KeySpec, Table
+from agglab.ground import wire
+from agglab.softswitch.registers import CounterArray
+from agglab.softswitch.tables import KeySpec, Table
 
 SET_DROP_RATE = "set_drop_rate"
 STAT_SIM_DROP = wire.CONST["STAT_SIM_DROP"]

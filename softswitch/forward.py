@@ -11,7 +11,7 @@ Why the results are plain tuples: the pipeline's per-packet loop unpacks
 
 from __future__ import annotations
 
-from softswitch.tables import KeySpec, Table
+from agglab.softswitch.tables import KeySpec, Table
 
 # kinds of forwarding decisions, shared with aggregate.py and pipeline.py
 NORMAL, RESULT, FLOOD = 0, 1, 2

@@ -27,7 +27,7 @@ import struct
 import subprocess
 from pathlib import Path
 
-from ground.mmsg import MsgBatch
+from agglab.ground.mmsg import MsgBatch
 
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263

@@ -10,11 +10,11 @@ code; it crashes alone), it only starts with everything imported.
 
 from __future__ import annotations
 
-from ground.forkserver import UNKNOWN_EXIT, ForkedProcess  # noqa: F401 - this module's API
-from ground.forkserver import Launcher as ForkServer
+from agglab.ground.forkserver import UNKNOWN_EXIT, ForkedProcess  # noqa: F401 - this module's API
+from agglab.ground.forkserver import Launcher as ForkServer
 
 # what every switch starts with imported
-PRELOAD = ("softswitch.__main__", "softswitch.daemon", "softswitch.pipeline")
+PRELOAD = ("agglab.softswitch.__main__", "agglab.softswitch.daemon", "agglab.softswitch.pipeline")
 
 
 class Launcher(ForkServer):
@@ -24,6 +24,6 @@ class Launcher(ForkServer):
         super().__init__(out_path, PRELOAD, cwd=cwd, env=env, what="switch launcher")
 
     def spawn(self, argv: list[str], out_path) -> ForkedProcess:
-        """Start `python -m softswitch ARGV` (stdout and stderr appended to `out_path`)."""
+        """Start `python -m agglab.softswitch ARGV` (stdout and stderr appended to `out_path`)."""
         name = argv[argv.index("--name") + 1] if "--name" in argv else "?"
-        return super().spawn("softswitch.__main__", argv, out_path, name=f"softswitch:{name}")
+        return super().spawn("agglab.softswitch.__main__", argv, out_path, name=f"softswitch:{name}")

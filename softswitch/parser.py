@@ -10,7 +10,7 @@ the parser and leaves parser_error set, which ingress turns into a drop.
 
 from __future__ import annotations
 
-from ground import wire
+from agglab.ground import wire
 
 UDP_PORT_HI, UDP_PORT_LO = wire.UDP_PORT >> 8, wire.UDP_PORT & 0xFF
 IPV4_END = wire.ETH_BYTES + wire.IPV4_BYTES          # 34

@@ -12,7 +12,7 @@ vectors in p4src/vectors check against BMv2 itself.
     p.registers["agg_values"]          # numpy uint32 array, live
     p.counters["agg_stats"]            # numpy uint64 packet counts, live
     p.counters["agg_rejects"]          # ... of rejected packets, by reason (REJ_*)
-    p.tables["agg_job"]                # softswitch.tables.Table
+    p.tables["agg_job"]                # agglab.softswitch.tables.Table
 
 `process` follows AgglabIngress/AgglabEgress: the port policer (policer.py: a port in no
 job, over its meter, is dropped first), ingress drop simulator, parser
@@ -25,18 +25,18 @@ the daemon's per-packet hot path, hence the flat code.
 
 from __future__ import annotations
 
-from ground import wire
-from softswitch import cli, parser
-from softswitch.batch import DenseBatch
-from softswitch.aggregate import STAT_REJECT, Aggregate, make_state
-from softswitch.deparser import update_ipv4_checksum
-from softswitch.drop_sim import DropSim
-from softswitch.forward import RESULT, Forward, flood_prune
-from softswitch.multicast import Multicast
-from softswitch.policer import PortPolicer
-from softswitch.registers import CounterArray
-from softswitch.roles import ACK_ONLY as _ACK_ONLY, REJ_MALFORMED, job_table, lookup_role
-from softswitch.schemes import BRANCHES, MODULES
+from agglab.ground import wire
+from agglab.softswitch import cli, parser
+from agglab.softswitch.batch import DenseBatch
+from agglab.softswitch.aggregate import STAT_REJECT, Aggregate, make_state
+from agglab.softswitch.deparser import update_ipv4_checksum
+from agglab.softswitch.drop_sim import DropSim
+from agglab.softswitch.forward import RESULT, Forward, flood_prune
+from agglab.softswitch.multicast import Multicast
+from agglab.softswitch.policer import PortPolicer
+from agglab.softswitch.registers import CounterArray
+from agglab.softswitch.roles import ACK_ONLY as _ACK_ONLY, REJ_MALFORMED, job_table, lookup_role
+from agglab.softswitch.schemes import BRANCHES, MODULES
 
 DROP_PORT = 511          # simple_switch's default drop port (egress_spec after mark_to_drop)
 _AGG, _IPV4, _ERROR, _L2 = parser.AGG, parser.IPV4, parser.ERROR, parser.L2

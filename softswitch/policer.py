@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import time
 
-from ground import wire
-from softswitch.registers import CounterArray
-from softswitch.tables import KeySpec, Table
+from agglab.ground import wire
+from agglab.softswitch.registers import CounterArray
+from agglab.softswitch.tables import KeySpec, Table
 
 GREEN, YELLOW, RED = 0, 1, 2
 POLICE = "police"

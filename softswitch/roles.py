@@ -13,8 +13,8 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from ground import wire
-from softswitch.tables import KeySpec, Table
+from agglab.ground import wire
+from agglab.softswitch.tables import KeySpec, Table
 
 SLOTS, MAX_WORKERS = wire.SLOTS, wire.MAX_WORKERS
 ANY_WORKER = wire.CONST["AGG_ANY_WORKER"]

@@ -30,10 +30,10 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from ground import lifeline, wire
-from ground.addresses import SERVICE_IP, SERVICE_MAC, host_ip, host_mac
-from ground.paths import REPO
-from softswitch.roles import job_entry
+from agglab.ground import lifeline, wire
+from agglab.ground.addresses import SERVICE_IP, SERVICE_MAC, host_ip, host_mac
+from agglab.ground.paths import REPO
+from agglab.softswitch.roles import job_entry
 
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -180,10 +180,10 @@ class ScratchNet:
                     sh("ip", "neigh", "replace", o.ip, "lladdr", o.mac, "dev", h.ifname, ns=h.ns)
 
     def start_switch(self, workdir: Path, *extra: str, name: str = "s1") -> tuple[subprocess.Popen, dict]:
-        """Start `python -m softswitch` on all host ports; returns (process, paths)."""
+        """Start `python -m agglab.softswitch` on all host ports; returns (process, paths)."""
         paths = {"control": workdir / f"{name}.sock", "log": workdir / f"{name}.log",
                  "pidfile": workdir / f"{name}.pid", "pcaps": workdir / "pcaps"}
-        argv = [sys.executable, "-m", "softswitch", "--name", name,
+        argv = [sys.executable, "-m", "agglab.softswitch", "--name", name,
                 "--control", str(paths["control"]), "--log", str(paths["log"]),
                 "--pidfile", str(paths["pidfile"]), *extra]
         for h in self.hosts:

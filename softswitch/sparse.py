@@ -1,6 +1,6 @@
 """Block-sparse aggregation (p4src/include/sparse.p4), OmniReduce-style.
 
-Packets flagged AGG_FLAG_SPARSE take this path instead of softswitch.aggregate;
+Packets flagged AGG_FLAG_SPARSE take this path instead of agglab.softswitch.aggregate;
 the semantics are docs/design/sparse.md's "Sparse pipeline", step for step with the
 P4 (the same agg_job entry, looked up once by the pipeline for both paths in
 roles.py; registers sp_*).  A block m is complete once m is below the minimum of the
@@ -22,11 +22,11 @@ import struct
 
 import numpy as np
 
-from ground import wire
-from softswitch.aggregate import (BE_U32, DATA_OFF, FLAGS_OFF, STAT_COMPLETE, STAT_CONTRIB, STAT_DUP_DROP,
+from agglab.ground import wire
+from agglab.softswitch.aggregate import (BE_U32, DATA_OFF, FLAGS_OFF, STAT_COMPLETE, STAT_CONTRIB, STAT_DUP_DROP,
                                   STAT_DUP_REPLY, STAT_DUP_UP, UDP_CSUM, emit)
-from softswitch.forward import NORMAL, RESULT
-from softswitch.registers import CounterArray, RegisterArray
+from agglab.softswitch.forward import NORMAL, RESULT
+from agglab.softswitch.registers import CounterArray, RegisterArray
 
 K, SLOTS, MAX_WORKERS, NONE = wire.K, wire.SLOTS, wire.MAX_WORKERS, wire.NEXT_NONE
 FLAG_RESULT = wire.FLAG_RESULT

@@ -6,8 +6,8 @@ harnesses, which all need exactly this switch without a Mininet network or a con
 
 from __future__ import annotations
 
-from ground.addresses import SERVICE_IP, SERVICE_MAC, host_ip, host_mac
-from softswitch.roles import job_entry
+from agglab.ground.addresses import SERVICE_IP, SERVICE_MAC, host_ip, host_mac
+from agglab.softswitch.roles import job_entry
 
 
 def star_commands(n: int, job: int = 0, tree: int = 0, epoch: int = 0) -> list[str]:

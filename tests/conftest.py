@@ -48,7 +48,7 @@ def _have_mininet() -> bool:
 
 
 def _have_bmv2() -> bool:
-    from controller.bmv2_tools import find_bmv2_tool
+    from agglab.controller.bmv2_tools import find_bmv2_tool
 
     return bool(find_bmv2_tool("simple_switch") and find_bmv2_tool("p4c"))
 
@@ -89,7 +89,7 @@ class TestTimeout(Exception):
 
 def _switch_logs(limit_lines: int = 40) -> str:
     """Tails of every switch/worker log of the runs alive now (read before teardown deletes them)."""
-    from ground.paths import RUN_ROOT
+    from agglab.ground.paths import RUN_ROOT
 
     parts = []
     for log in sorted(RUN_ROOT.glob("*/*.log")) + sorted(RUN_ROOT.glob("*/*.out")) + sorted(RUN_ROOT.glob("*/*/*.log")):
@@ -213,7 +213,7 @@ def _until_no_other_network(limit: float = 900.0) -> None:
     lock), so the test is not refused for the other network's sake."""
     import time
 
-    from ground.netlease import holder_elsewhere
+    from agglab.ground.netlease import holder_elsewhere
 
     deadline = time.monotonic() + limit
     while holder_elsewhere() and time.monotonic() < deadline:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 
-from ground.rundir import stray_interfaces
+from agglab.ground.rundir import stray_interfaces
 
 
 def our_processes() -> list[str]:
     """Processes of ours still running (software switches, workers, Mininet host shells)."""
-    out = subprocess.run(["pgrep", "-fa", r"-m softswitch|-m hosts\.worker|mininet:[a-z]+[0-9]+|simple_switch "],
+    out = subprocess.run(["pgrep", "-fa", r"-m agglab.softswitch|-m agglab\.hosts\.worker|mininet:[a-z]+[0-9]+|simple_switch "],
                          capture_output=True, text=True).stdout
     return [line for line in out.splitlines() if "pgrep" not in line]
 
@@ -22,10 +22,10 @@ def named_namespaces() -> list[str]:
 
 def ours(namespace: str) -> bool:
     """agglab's namespaces, except another process's conformance or software-switch lab
-    namespaces: a conformance module keeps one for all its vectors, and softswitch.scratchnet networks
+    namespaces: a conformance module keeps one for all its vectors, and agglab.softswitch.scratchnet networks
     (daemon tests, `make bench`'s daemon section) run outside the network lock, so another
     checkout's may exist while this one runs. Ours are still counted."""
-    from softswitch import scratchnet
+    from agglab.softswitch import scratchnet
     from agglab.testkit import netns
 
     if not namespace.startswith("agglab"):
@@ -51,8 +51,8 @@ def others_live_runs() -> tuple[set[str], set[int], set[int]]:
     """(interfaces, pids, owners) of the runs alive now that this process did not start: on a
     machine shared with other checkouts (or a web session that builds networks outside the
     tests' lock), their networks are not this test's leftovers."""
-    from ground.paths import RUN_ROOT
-    from ground.rundir import RunRecord
+    from agglab.ground.paths import RUN_ROOT
+    from agglab.ground.rundir import RunRecord
 
     mine = os.getpid()
     names, pids, owners = set(), set(), set()

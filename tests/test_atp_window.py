@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from hosts import atp_window
-from hosts.atp_window import FLOOR, INITIAL, MIN_SAMPLES
+from agglab.hosts import atp_window
+from agglab.hosts.atp_window import FLOOR, INITIAL, MIN_SAMPLES
 
 
 def DelayWindow(maximum, **kw):  # noqa: N802 - the class, with a 5 ms target the numbers below assume

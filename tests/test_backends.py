@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from emulation import fidelity
-from experiments import cli
-from experiments.runner import HEADROOM, load_suite, plan, results_name, twin_dir
-from ground import wire
+from agglab.emulation import fidelity
+from agglab.experiments import cli
+from agglab.experiments.runner import HEADROOM, load_suite, plan, results_name, twin_dir
+from agglab.ground import wire
 
 
 @pytest.fixture(autouse=True)
@@ -65,7 +65,7 @@ def test_each_backend_runs_at_its_own_ceiling(tmp_path):
 
 
 def test_a_larger_trend_uses_the_backends_own_shape(tmp_path):
-    from experiments.runner import scale_ceiling
+    from agglab.experiments.runner import scale_ceiling
 
     fidelity.save_calibration({"ceiling_mbps": 10.0, "workers": 8})
     fidelity.save_shape_calibration("fattree-k8-w32-rat", {"ceiling_mbps": 2.0, "workers": 32})
@@ -169,10 +169,10 @@ def test_a_trend_larger_than_8_workers_gets_its_own_bmv2_calibration_first(tmp_p
 
 
 def test_more_than_8_workers_on_one_switch_are_stored_as_a_shape(monkeypatch):
-    import emulation.session
+    import agglab.emulation.session
     from agglab import calibrate as cal
 
-    monkeypatch.setattr(emulation.session, "run_allreduce", lambda **kw: {
+    monkeypatch.setattr(agglab.emulation.session, "run_allreduce", lambda **kw: {
         "ok": True, "seconds": 1e-9, "retransmissions": 0, "fidelity": {"link_bound": kw["bw"] <= 1, "reason": "m"}})
     fidelity.save_calibration({"ceiling_mbps": 2.5, "workers": 8}, "bmv2")
     cal.calibrate(workers=16, start=1, factor=2, limit=4, refine=0, log=io.StringIO(), backend="bmv2")

@@ -2,7 +2,7 @@
 bad inputs by hand, kept. Each case was a traceback, a usage block, or a run that started on input it
 should have refused (then the network stopped it later, or never).
 
-The CLI runs in-process (agglab.cli.main; `agglab experiment` through experiments.cli.main,
+The CLI runs in-process (agglab.cli.main; `agglab experiment` through agglab.experiments.cli.main,
 which it execs). No case may reach a network: the point where a valid command would begin
 one (ground/netlease.py's refuse_if_busy, the first thing a Session does) raises instead.
 """
@@ -36,7 +36,7 @@ def no_network(monkeypatch, tmp_path):
     def refuse(*args, **kwargs):
         raise ReachedNetwork()
 
-    monkeypatch.setattr("ground.netlease.refuse_if_busy", refuse)
+    monkeypatch.setattr("agglab.ground.netlease.refuse_if_busy", refuse)
     monkeypatch.chdir(tmp_path)
 
 
@@ -155,8 +155,8 @@ def test_a_privileged_web_port_as_non_root_is_one_line(tmp_path):
     (["quick", "--repeats", "abc"], "agglab experiment: argument --repeats: invalid int value: 'abc'"),
 ])
 def test_experiment_bad_input_is_one_line_and_exit_2(argv, message, files, capsys):
-    """`agglab experiment` execs `python -m experiments`: its main, called here in-process."""
-    from experiments.cli import main as experiment_main
+    """`agglab experiment` execs `python -m agglab.experiments`: its main, called here in-process."""
+    from agglab.experiments.cli import main as experiment_main
 
     argv = [a.replace("{files}", str(files)) for a in argv]
     try:
@@ -219,7 +219,7 @@ def test_an_action_that_fails_otherwise_is_a_500_with_one_line_not_a_traceback(p
 
 def test_cluster_and_vector_loaders_name_the_file(files):
     """The loaders themselves (not only the CLI around them) say what is wrong in one line."""
-    from ground.cluster_file import ClusterFileError, load
+    from agglab.ground.cluster_file import ClusterFileError, load
 
     with pytest.raises(ClusterFileError, match=r"binary\.yaml: not text \(not UTF-8\)$"):
         load(files / "binary.yaml")

@@ -10,9 +10,9 @@ import pytest
 
 from agglab import bench
 from agglab.bench import cli, twin
-from emulation.fidelity import switchml_wire_seconds as wire_seconds
-from ground import wire
-from ground.paths import REPO
+from agglab.emulation.fidelity import switchml_wire_seconds as wire_seconds
+from agglab.ground import wire
+from agglab.ground.paths import REPO
 
 
 def test_analytic_wire_time_of_one_million_int32_at_5_mbps():
@@ -88,7 +88,7 @@ def test_a_section_without_its_tool_is_skipped_not_failed(tmp_path, monkeypatch)
     monkeypatch.setattr(cli.netlease, "refuse_if_busy", lambda: None)
     monkeypatch.setattr(bmv2, "installed_tool", lambda _name: None)
     monkeypatch.setattr(bmv2, "find_bmv2_tool", lambda _name: None)
-    monkeypatch.setattr("controller.bmv2_tools.find_bmv2_tool", lambda _name: None)     # recovery's import
+    monkeypatch.setattr("agglab.controller.bmv2_tools.find_bmv2_tool", lambda _name: None)     # recovery's import
     assert cli.main(["--only", "bmv2,bmv2-reroute", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["failed"] == [] and report["figures"] == []
@@ -187,7 +187,7 @@ def test_sections_without_root_run_tiny(tmp_path):
 def test_every_network_section_runs_tiny(tmp_path):
     """wire, wide, reroute, switchfail, build, sparse, daemon, and the BMv2 ones (skipped with
     their reason where BMv2 is absent), each at a size that takes seconds."""
-    from controller.bmv2_tools import find_bmv2_tool
+    from agglab.controller.bmv2_tools import find_bmv2_tool
 
     sections = ["daemon", "wire", "wide", "reroute", "switchfail", "build", "sparse", "bmv2", "bmv2-reroute"]
     report = _bench(tmp_path, sections, timeout=1400)

@@ -8,7 +8,7 @@ import pytest
 
 from agglab.bench import bmv2
 from agglab.bench.cli import parse_args
-from controller import bmv2_tools
+from agglab.controller import bmv2_tools
 
 
 def test_ceiling_is_the_link_rate_whose_wire_time_matches_the_switch():

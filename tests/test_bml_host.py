@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from agglab.testkit.waits import wait_until
-from controller.topologies import bcube
-from controller.trees.bml import schedule, simulate_bml
-from hosts.bml_host import (FRAME, HELLO, BmlHostError, plan_from_json, plan_to_json,
+from agglab.controller.topologies import bcube
+from agglab.controller.trees.bml import schedule, simulate_bml
+from agglab.hosts.bml_host import (FRAME, HELLO, BmlHostError, plan_from_json, plan_to_json,
                             run_host_bml)
 
 SHAPES = [(2, 1), (3, 1)]

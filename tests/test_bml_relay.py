@@ -13,13 +13,13 @@ import time
 import numpy as np
 import pytest
 
-from controller.addressing import assign_addresses
-from controller.bml_job import BmlJob
-from controller.topologies import bcube
-from controller.topology import hosts as all_hosts, switches
-from controller.trees.base import TreeError
-from controller.trees.bml_relay import host_steps, relay_plan, simulate_relay
-from hosts.bml import run_steps
+from agglab.controller.addressing import assign_addresses
+from agglab.controller.bml_job import BmlJob
+from agglab.controller.topologies import bcube
+from agglab.controller.topology import hosts as all_hosts, switches
+from agglab.controller.trees.base import TreeError
+from agglab.controller.trees.bml_relay import host_steps, relay_plan, simulate_relay
+from agglab.hosts.bml import run_steps
 from tests.treenet import PipeClient
 
 

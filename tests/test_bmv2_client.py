@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from controller.bmv2_client import ANSWER_BYTES, Bmv2Client
-from controller.bmv2_ways import _p4utils_command
-from controller.switch_client import SwitchCommandError
+from agglab.controller.bmv2_client import ANSWER_BYTES, Bmv2Client
+from agglab.controller.bmv2_ways import _p4utils_command
+from agglab.controller.switch_client import SwitchCommandError
 
 
 class InvalidRegisterOperation(Exception):
@@ -193,7 +193,7 @@ def test_whole_register_read_is_one_call(client, api, monkeypatch):
     assert client.register_read_ranges("agg_values", [(10, 2), (12, 1)]) == [[7, 8], [9]]
     assert api.client.wire == ["send"] * 3 + ["recv"] * 3          # few cells: single reads, pipelined
     api.client.wire.clear()
-    monkeypatch.setattr("controller.bmv2_client.RANGE_CELLS", 2)
+    monkeypatch.setattr("agglab.controller.bmv2_client.RANGE_CELLS", 2)
     assert client.register_read_ranges("agg_values", [(10, 2), (12, 1)]) == [[7, 8], [9]]
     assert api.client.wire == ["send", "recv"]                        # many: the whole register
     assert client.register_read("agg_values", 11) == 8

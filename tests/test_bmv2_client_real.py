@@ -11,8 +11,8 @@ import subprocess
 
 import pytest
 
-from controller.bmv2_tools import find_bmv2_tool
-from controller.switch_client import SwitchCommandError
+from agglab.controller.bmv2_tools import find_bmv2_tool
+from agglab.controller.switch_client import SwitchCommandError
 
 pytestmark = [pytest.mark.bmv2]
 
@@ -21,7 +21,7 @@ THRIFT_PORT = 29517            # above the range the emulator hands out (9090 + 
 
 @pytest.fixture(scope="module")
 def program():
-    from emulation.p4build import compile_p4
+    from agglab.emulation.p4build import compile_p4
 
     return compile_p4()
 
@@ -69,7 +69,7 @@ def _exercise(client, program):
     with pytest.raises(SwitchCommandError, match="(?i)table ipv4_lpm has no action no_such_action"):
         client.table_add("ipv4_lpm", "no_such_action", ["10.0.0.3/32"], [])
     # the policer's set-up (meter rates as RATE:BURST words), read back in the CLI's words
-    from controller.policer import policer_lines
+    from agglab.controller.policer import policer_lines
 
     client.commands(policer_lines([1, 2], pps=2000, burst=50))
     rates = client.command("meter_get_rates port_meter 2")
@@ -80,8 +80,8 @@ def _exercise(client, program):
 
 
 def test_runtime_cli_path(switch):
-    from controller.bmv2_client import Bmv2Client
-    from controller.bmv2_ways import _runtime_cli_api, _wait_for_port, add_bmv2_python_path
+    from agglab.controller.bmv2_client import Bmv2Client
+    from agglab.controller.bmv2_ways import _runtime_cli_api, _wait_for_port, add_bmv2_python_path
 
     add_bmv2_python_path()
     _wait_for_port("s", THRIFT_PORT, 10)
@@ -90,8 +90,8 @@ def test_runtime_cli_path(switch):
 
 
 def test_p4utils_path(switch, monkeypatch):
-    from controller.bmv2_client import Bmv2Client
-    from controller.bmv2_ways import API_ENV, add_bmv2_python_path
+    from agglab.controller.bmv2_client import Bmv2Client
+    from agglab.controller.bmv2_ways import API_ENV, add_bmv2_python_path
 
     monkeypatch.setenv(API_ENV, "p4-utils")          # also in CI's runtime_CLI pass
     add_bmv2_python_path()
@@ -115,8 +115,8 @@ def test_simple_switch_cli_path(switch, monkeypatch):
     which under pyenv or a venv has no `thrift`, so every batch died on the script's import;
     and it started a CLI process per line, so a fat-tree's set-up took many minutes: one
     process now serves every call, and a CLI that died is replaced at the next call."""
-    from controller.bmv2_client import Bmv2Client
-    from controller.bmv2_ways import API_ENV
+    from agglab.controller.bmv2_client import Bmv2Client
+    from agglab.controller.bmv2_ways import API_ENV
 
     monkeypatch.setenv(API_ENV, "simple_switch_CLI")
     client = Bmv2Client("s", THRIFT_PORT, timeout=10)
@@ -145,8 +145,8 @@ def test_one_batch_as_pipelined_requests(switch, monkeypatch):
     in its place between them, and the answers in simple_switch_CLI's words."""
     import re
 
-    from controller.bmv2_client import Bmv2Client
-    from controller.bmv2_ways import _runtime_cli_api, _wait_for_port, add_bmv2_python_path
+    from agglab.controller.bmv2_client import Bmv2Client
+    from agglab.controller.bmv2_ways import _runtime_cli_api, _wait_for_port, add_bmv2_python_path
 
     add_bmv2_python_path()
     _wait_for_port("s", THRIFT_PORT, 10)
@@ -168,7 +168,7 @@ def test_one_batch_as_pipelined_requests(switch, monkeypatch):
     assert outs[8] == f"{name}[99:108]= 0, 7, 5, 5, 7, 1, 2, 3, 0"
     node = int(outs[2].rsplit(" ", 1)[1])
     client.commands([f"mc_node_associate 12 {node}"])
-    monkeypatch.setattr("controller.bmv2_client.RANGE_CELLS", 4)    # now one whole read serves both
+    monkeypatch.setattr("agglab.controller.bmv2_client.RANGE_CELLS", 4)    # now one whole read serves both
     client._sizes = {}
     assert client.commands([f"register_read_range {name} 99 3", f"register_read_range {name} 105 3"]) == [
         f"{name}[99:102]= 0, 7, 5", f"{name}[105:108]= 2, 3, 0"]
@@ -184,8 +184,8 @@ def test_a_reroute_sized_batch_is_all_in_flight_before_an_answer_is_read(switch)
     read. With 256 requests in flight at most, a switch's batch of a few hundred writes
     stopped half-way to wait for its answers, one switch after the other; the connection's
     receive buffer now bounds the answers in flight instead (8 MB asked, as root)."""
-    from controller.bmv2_client import ANSWER_BYTES, Bmv2Client
-    from controller.bmv2_ways import _runtime_cli_api, _wait_for_port, add_bmv2_python_path
+    from agglab.controller.bmv2_client import ANSWER_BYTES, Bmv2Client
+    from agglab.controller.bmv2_ways import _runtime_cli_api, _wait_for_port, add_bmv2_python_path
 
     add_bmv2_python_path()
     _wait_for_port("s", THRIFT_PORT, 10)

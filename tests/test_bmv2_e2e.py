@@ -17,9 +17,9 @@ import time
 
 import pytest
 
-from ground import wire
-from ground.paths import REPO, RUN_ROOT
-from ground.cleanup import clean
+from agglab.ground import wire
+from agglab.ground.paths import REPO, RUN_ROOT
+from agglab.ground.cleanup import clean
 from tests.leftovers import assert_clean
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.bmv2]
@@ -114,7 +114,7 @@ def test_fat_tree_reroute_step_by_step_through_simple_switch_cli(monkeypatch):
     pipelined batches, so a failure reroutes through controller/reroute/steps.py: freeze,
     drain, snapshot, new trees, reset, install, preload, one step after the other. Its first
     run on BMv2: a tree link fails half-way, and the sum is still exact."""
-    from controller.bmv2_ways import API_ENV
+    from agglab.controller.bmv2_ways import API_ENV
 
     monkeypatch.setenv(API_ENV, "simple_switch_CLI")
     r = allreduce("--topology", "fattree", "--k", "4", "--workers", "8", "--tree", "rat",

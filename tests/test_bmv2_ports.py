@@ -12,7 +12,7 @@ import pytest
 
 from agglab.testkit.waits import wait_until
 
-from emulation import bmv2_ports
+from agglab.emulation import bmv2_ports
 
 pytestmark = pytest.mark.skipif(os.uname().machine not in bmv2_ports.SELECT_SYSCALLS,
                                 reason="select()'s syscall numbers are known for x86-64 and arm64 only")

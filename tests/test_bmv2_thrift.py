@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from controller.bmv2_client import Bmv2Client
-from controller.bmv2_thrift import BatchTranslator, describe_error, port_map
-from controller.switch_batches import run_batches
-from controller.switch_client import SwitchCommandError
+from agglab.controller.bmv2_client import Bmv2Client
+from agglab.controller.bmv2_thrift import BatchTranslator, describe_error, port_map
+from agglab.controller.switch_batches import run_batches
+from agglab.controller.switch_client import SwitchCommandError
 from test_bmv2_client import FakeP4Utils
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller import bmv2_tools
+from agglab.controller import bmv2_tools
 
 
 def _exe(path):

@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
-from controller import bmv2_ways
-from controller.switch_client import SwitchCommandError
+from agglab.controller import bmv2_ways
+from agglab.controller.switch_client import SwitchCommandError
 
 
 def test_two_threads_capture_at_once_and_each_gets_its_own_output():

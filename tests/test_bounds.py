@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import pytest
 
-from controller import topologies
-from emulation import wire_model as bounds
-from experiments import bounds as claim_bounds
-from experiments.analysis import Verdict
-from experiments.definition import Claim
-from ground import wire
-from ground.runspec import RunSpec
-from hosts.sparse_workload import nonzero_block_ids
+from agglab.controller import topologies
+from agglab.emulation import wire_model as bounds
+from agglab.experiments import bounds as claim_bounds
+from agglab.experiments.analysis import Verdict
+from agglab.experiments.definition import Claim
+from agglab.ground import wire
+from agglab.ground.runspec import RunSpec
+from agglab.hosts.sparse_workload import nonzero_block_ids
 
 K = wire.K
 ELEMENTS, WINDOW = 100 * K, 4  # 100 K-blocks
@@ -197,9 +197,9 @@ def test_a_verdict_says_how_far_it_is_from_its_bound():
 def test_every_shipped_allreduce_claim_has_a_bound(tmp_path):
     """The default suite's claims, planned as `make experiment` plans them: each one's
     bound comes out of its points' topology, rates and bytes (PACE's needs its runs)."""
-    from controller.schemes import WIRE_MODELS
-    from experiments.analysis import claim_bound
-    from experiments.runner import load_suite
+    from agglab.controller.schemes import WIRE_MODELS
+    from agglab.experiments.analysis import claim_bound
+    from agglab.experiments.runner import load_suite
 
     suite = load_suite(__import__("pathlib").Path(__file__).parent.parent / "experiments/configs/default.yaml")
     seen = 0
@@ -249,7 +249,7 @@ def test_a_slow_links_bucket_is_at_most_a_tenth_of_a_second_of_it():
 def test_a_failure_picked_at_run_time_is_bounded_by_the_link_the_run_recorded():
     """`tree@F` has no bound before a run; after one, the bound is the wire time with the
     link it failed (a leaf-spine uplink at half the blocks: as the hand-worked test above)."""
-    from experiments.analysis import resolved
+    from agglab.experiments.analysis import resolved
 
     g = ideal(topologies.leaf_spine(2, 2, 2, host_bw=100, uplink_bw=50, workers=4))
     row = {"ok": True, "spec": spec(workers=4, tree="rat", fail=["tree@0.5"]).to_dict(),

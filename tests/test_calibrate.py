@@ -15,8 +15,8 @@ import json
 import pytest
 
 from agglab import calibrate as cal
-from emulation import fidelity
-from ground import wire
+from agglab.emulation import fidelity
+from agglab.ground import wire
 
 
 class FakeMachine:
@@ -37,11 +37,11 @@ class FakeMachine:
 
 @pytest.fixture
 def machine(monkeypatch, tmp_path):
-    import emulation.session
+    import agglab.emulation.session
 
     def make(ceiling, floor=0.0):
         m = FakeMachine(ceiling, floor)
-        monkeypatch.setattr(emulation.session, "run_allreduce", m.run_allreduce)
+        monkeypatch.setattr(agglab.emulation.session, "run_allreduce", m.run_allreduce)
         return m
     monkeypatch.setenv("AGGLAB_CALIBRATION", str(tmp_path / "calibration.json"))
     return make
@@ -102,7 +102,7 @@ def test_a_probe_is_faithful_only_within_tolerance_and_link_bound(machine):
 
 
 def test_calibrating_bmv2_runs_bmv2_and_stores_its_ceiling_apart(machine, tmp_path, monkeypatch):
-    import emulation.session
+    import agglab.emulation.session
 
     backends = []
     m = machine(ceiling=13.0)
@@ -110,7 +110,7 @@ def test_calibrating_bmv2_runs_bmv2_and_stores_its_ceiling_apart(machine, tmp_pa
     def run(**kw):
         backends.append(kw.get("backend"))
         return m.run_allreduce(**kw)
-    monkeypatch.setattr(emulation.session, "run_allreduce", run)
+    monkeypatch.setattr(agglab.emulation.session, "run_allreduce", run)
     fidelity.save_calibration({"ceiling_mbps": 20.0, "workers": 8})           # the soft backend's, earlier
     record = cal.calibrate(workers=4, start=2, factor=2, limit=200, refine=0, log=io.StringIO(), backend="bmv2")
     assert set(backends) == {"bmv2"} and record["ceiling_mbps"] == 8 and record["backend"] == "bmv2"

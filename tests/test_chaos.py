@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from controller import topologies
-from controller.addressing import assign_addresses
-from emulation.chaos import KINDS, draw
-from ground.runspec import RunSpec, only_edge_switches
+from agglab.controller import topologies
+from agglab.controller.addressing import assign_addresses
+from agglab.emulation.chaos import KINDS, draw
+from agglab.ground.runspec import RunSpec, only_edge_switches
 
 
 def _fat():
@@ -53,7 +53,7 @@ def _ok_or_partitioned(job: dict) -> bool:
 @pytest.mark.slow
 @pytest.mark.net_timeout(600)
 def test_a_handful_of_chaos_seeds_on_two_jobs_each_exact_or_cleanly_partitioned():
-    from emulation.session import Session
+    from agglab.emulation.session import Session
     from tests.leftovers import assert_clean
 
     spec = RunSpec(topology="fattree", k=4, workers=4, jobs=2, elements=60_000, seed=2, give_up=20)

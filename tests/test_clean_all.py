@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from ground.rundir import secure_dir
+from agglab.ground.rundir import secure_dir
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -133,7 +133,7 @@ def test_on_a_terminal_it_lists_the_runs_and_asks(live_run, answer):
 def test_a_run_not_in_the_agreed_list_is_left_alone(live_run, monkeypatch):
     """What the person agreed to is what stops: a run that started after the listing (here:
     one not in `stop`) is left alone even with everything=True."""
-    from ground import cleanup
+    from agglab.ground import cleanup
 
     root, run, owner, child = live_run
     monkeypatch.setattr(cleanup, "RUN_ROOT", root)

@@ -14,7 +14,7 @@ import pytest
 
 from agglab.cli import build_parser, main
 from agglab.run_options import spec_from_args
-from ground.runspec import RunSpec
+from agglab.ground.runspec import RunSpec
 
 # Every RunSpec field is an option, except what only tests set.
 NOT_OPTIONS = {"length_override"}
@@ -85,7 +85,7 @@ def test_bad_input_is_one_line_and_exit_2(cmd, argv, message, capsys, monkeypatc
     def must_not_run(*args, **kwargs):
         raise AssertionError("bad input reached the network")
 
-    monkeypatch.setattr("emulation.session.run_spec", must_not_run)
+    monkeypatch.setattr("agglab.emulation.session.run_spec", must_not_run)
     monkeypatch.setitem(sys.modules, "agglab.lab", types.SimpleNamespace(run_lab=must_not_run))
     assert main([cmd, *argv]) == 2
     err = capsys.readouterr().err
@@ -119,7 +119,7 @@ def test_lab_allreduce_line_takes_the_per_run_options(monkeypatch):
 
 @pytest.mark.parametrize("cmd", ["allreduce", "lab"])
 def test_keep_never_writes_over_a_used_directory(cmd, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("emulation.session.run_spec", lambda *a, **k: pytest.fail("reached the network"))
+    monkeypatch.setattr("agglab.emulation.session.run_spec", lambda *a, **k: pytest.fail("reached the network"))
     (tmp_path / "old-run").mkdir()
     (tmp_path / "old-run" / "s1.log").write_text("a previous run")
     assert main([cmd, "--keep", str(tmp_path / "old-run")]) == 2
@@ -162,7 +162,7 @@ RANKED = "nodes:\n  switches: [s1]\n  hosts: [{name: a1, rank: 0}, {name: a2, ra
     (RANKED, ["--workers", "3"], "ranks 2 hosts as workers: give --workers 2"),
 ])
 def test_yaml_topology_errors_are_one_line_and_exit_2(cmd, text, argv, message, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("emulation.session.run_spec", lambda *a, **k: pytest.fail("reached the network"))
+    monkeypatch.setattr("agglab.emulation.session.run_spec", lambda *a, **k: pytest.fail("reached the network"))
     monkeypatch.setitem(sys.modules, "agglab.lab", types.SimpleNamespace(run_lab=lambda *a, **k: pytest.fail("lab")))
     path = tmp_path / "dc.yaml"
     path.write_text(text)
@@ -174,8 +174,8 @@ def test_yaml_topology_errors_are_one_line_and_exit_2(cmd, text, argv, message, 
 def test_yaml_topology_without_ranks_takes_the_first_workers(tmp_path):
     """--workers below the file's host count: the first hosts in name order are the ranks
     (as the built-in topologies place fewer workers than hosts), and the tree spans them."""
-    from controller.topology import workers
-    from emulation.session import graph_for
+    from agglab.controller.topology import workers
+    from agglab.emulation.session import graph_for
 
     path = tmp_path / "dc.yaml"
     path.write_text(TWO_RACKS)

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from agglab.testkit.waits import wait_until
-from ground.paths import RUN_ROOT
+from agglab.ground.paths import RUN_ROOT
 from tests.test_cluster_practice import _leftovers, _ssh, in_head_pidns
 
 REPO = Path(__file__).resolve().parent.parent
@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.mininet]
 
 @pytest.fixture(scope="module")
 def cluster_file(tmp_path_factory):
-    from emulation.cluster import practice
+    from agglab.emulation.cluster import practice
 
     if practice.is_up():
         pytest.skip(f"a practice cluster is already up on this machine ({practice.STATE_DIR})")
@@ -80,16 +80,16 @@ def test_allreduce_on_two_servers_with_a_tree_failure_is_exact(cluster_file):
 
 @pytest.mark.net_timeout(420)
 def test_switches_run_on_the_servers_not_on_the_head(cluster_file):
-    from ground.cluster_file import load
-    from emulation.session import Session
-    from ground.runspec import RunSpec
+    from agglab.ground.cluster_file import load
+    from agglab.emulation.session import Session
+    from agglab.ground.runspec import RunSpec
 
     spec = RunSpec(topology="fattree", k=4, workers=8, tree="rat", elements=20_000, cluster=str(cluster_file))
     with Session(spec) as session:
         run = str(session.net.run.path)
         switch_procs = subprocess.run(["ps", "-ww", "-eo", "args="], capture_output=True, text=True).stdout
         switches = [line for line in switch_procs.splitlines()
-                    if f"--control {run}/" in line and "-m softswitch" in line and not line.startswith("ssh ")]
+                    if f"--control {run}/" in line and "-m agglab.softswitch" in line and not line.startswith("ssh ")]
         assert len(switches) == 20                            # all 20 run
         assert in_head_pidns(f"--control {run}/") == []       # ... on the servers, none on the head
         assert not list(Path(run).glob("*.log"))              # their logs are on the servers
@@ -112,8 +112,8 @@ def test_a_link_taken_down_on_a_server_itself_reaches_the_controller(cluster_fil
     cable would be. The server's agent forwards netlink's event, the controller logs the
     link down and up again, and the next allreduce is exact."""
 
-    from emulation.session import Session
-    from ground.runspec import RunSpec
+    from agglab.emulation.session import Session
+    from agglab.ground.runspec import RunSpec
 
     spec = RunSpec(topology="fattree", k=4, workers=8, tree="rat", elements=20_000, cluster=str(cluster_file))
     with Session(spec) as session:
@@ -145,10 +145,10 @@ def test_bmv2_on_two_servers_with_a_tunnelled_tree_link_failing_half_way_is_exac
     namespace), on that server's interfaces, its Thrift server reached at the server's
     address; a tunnelled link of the tree taken down half-way through (its BMv2 ports removed
     while every server's workers are stopped) is rerouted and the result is exact."""
-    from controller.job_protocol import partitions
-    from emulation.session import Session
-    from ground.cluster_file import load
-    from ground.runspec import RunSpec
+    from agglab.controller.job_protocol import partitions
+    from agglab.emulation.session import Session
+    from agglab.ground.cluster_file import load
+    from agglab.ground.runspec import RunSpec
 
     spec = RunSpec(backend="bmv2", topology="fattree", k=4, workers=8, tree="rat", elements=20_000,
                    cluster=str(cluster_file))

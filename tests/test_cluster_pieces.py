@@ -9,15 +9,15 @@ pytest.importorskip("mininet")
 
 
 def _fattree():
-    from controller import topologies
-    from controller.addressing import assign_addresses
-    from ground.runspec import RunSpec
+    from agglab.controller import topologies
+    from agglab.controller.addressing import assign_addresses
+    from agglab.ground.runspec import RunSpec
 
     return assign_addresses(topologies.for_run(RunSpec(topology="fattree", k=4, workers=8, tree="rat")))
 
 
 def test_placement_keeps_hosts_with_their_edge_switch_and_uses_every_server():
-    from emulation.cluster.placement import crossing, place
+    from agglab.emulation.cluster.placement import crossing, place
 
     g = _fattree()
     p = place(g, ["s1", "s2", "s3"])
@@ -34,8 +34,8 @@ def test_placement_keeps_hosts_with_their_edge_switch_and_uses_every_server():
 
 
 def test_link_lines_make_veths_inside_and_one_vxlan_per_crossing_link():
-    from emulation.cluster.links import VXLAN_PORT, server_lines
-    from emulation.cluster.placement import crossing, place
+    from agglab.emulation.cluster.links import VXLAN_PORT, server_lines
+    from agglab.emulation.cluster.placement import crossing, place
 
     g = _fattree()
     p = place(g, ["s1", "s2"])
@@ -70,8 +70,8 @@ def test_link_lines_make_veths_inside_and_one_vxlan_per_crossing_link():
 def test_bmv2_veth_ports_keep_their_offloads_and_tunnel_ends_never_have_them():
     """As on one machine, BMv2's veth ports keep their offloads (emulation/veths.py quiet_ends
     says why); a VXLAN end's are always off; the software switch's are all off."""
-    from emulation.cluster.links import server_lines
-    from emulation.cluster.placement import crossing, place
+    from agglab.emulation.cluster.links import server_lines
+    from agglab.emulation.cluster.placement import crossing, place
 
     g = _fattree()
     p = place(g, ["s1", "s2"])
@@ -90,8 +90,8 @@ def test_bmv2_veth_ports_keep_their_offloads_and_tunnel_ends_never_have_them():
 
 @pytest.mark.parametrize("extra, flag", [({"hang_switch": ["a1@0.5"]}, "--hang-switch"), ({"chaos": 3}, "--chaos")])
 def test_what_a_cluster_cannot_run_is_refused_in_one_line_before_anything_is_built(tmp_path, extra, flag):
-    from controller.run_check import check_run
-    from ground.runspec import RunSpec
+    from agglab.controller.run_check import check_run
+    from agglab.ground.runspec import RunSpec
 
     f = tmp_path / "cluster.yaml"
     f.write_text("servers:\n  - {name: s1, address: 192.0.2.1}\n  - {name: s2, address: 192.0.2.2}\n")
@@ -123,7 +123,7 @@ def test_agent_stops_the_hosts_processes_resumes_them_and_signals_a_pid(tmp_path
 
     shell = subprocess.Popen(["unshare", "--net", "sh", "-c", "sleep 300 & wait"])
     outside = subprocess.Popen(["sleep", "300"])
-    agent = subprocess.Popen([sys.executable, "-m", "emulation.cluster.agent"], cwd=REPO, stdin=subprocess.PIPE,
+    agent = subprocess.Popen([sys.executable, "-m", "agglab.emulation.cluster.agent"], cwd=REPO, stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE)
     inside = None
     try:
@@ -163,7 +163,7 @@ def test_agent_writes_what_it_is_put_and_reports_progress_files(tmp_path):
 
     from tests.conftest import REPO
 
-    agent = subprocess.Popen([sys.executable, "-m", "emulation.cluster.agent"], cwd=REPO, stdin=subprocess.PIPE,
+    agent = subprocess.Popen([sys.executable, "-m", "agglab.emulation.cluster.agent"], cwd=REPO, stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE)
     try:
         epoch = tmp_path / "epoch.json"
@@ -203,7 +203,7 @@ def _two_server_line():
 def test_cluster_fidelity_merges_each_servers_samples_on_the_heads_clock_and_counts_tunnel_loss():
     """Two servers whose clocks run 100 s and -50 s off the head's: the bottleneck, the CPU
     shares over its window, the busiest server and the frames lost in the tunnel, all by hand."""
-    from emulation.cluster.fidelity import ClusterProbe, merge
+    from agglab.emulation.cluster.fidelity import ClusterProbe, merge
 
     g, placement = _two_server_line()
     probe = ClusterProbe(g, placement, {"s1": None, "s2": None}, "/run/x", [("e1", "e2")])
@@ -238,7 +238,7 @@ def test_cluster_fidelity_merges_each_servers_samples_on_the_heads_clock_and_cou
 
 
 def test_cluster_fidelity_names_a_server_that_sent_no_samples():
-    from emulation.cluster.fidelity import ClusterProbe, merge
+    from agglab.emulation.cluster.fidelity import ClusterProbe, merge
 
     g, placement = _two_server_line()
     probe = ClusterProbe(g, placement, {"s1": None, "s2": None}, "/run/x", [("e1", "e2")])
@@ -261,7 +261,7 @@ def test_agent_samples_counters_and_a_processes_cpu_for_the_probe(tmp_path):
 
     busy = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<3: pass"])
     (tmp_path / "rank0.pid").write_text(f"{busy.pid}\n")
-    agent = subprocess.Popen([sys.executable, "-m", "emulation.cluster.agent"], cwd=REPO, stdin=subprocess.PIPE,
+    agent = subprocess.Popen([sys.executable, "-m", "agglab.emulation.cluster.agent"], cwd=REPO, stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE)
     try:
         agent.stdin.write(b"clock\n")
@@ -298,7 +298,7 @@ def test_agent_forwards_a_watched_interfaces_changes_from_netlink(tmp_path):
     from tests.conftest import REPO
 
     agent = subprocess.Popen(["unshare", "--net", "--mount", "sh", "-c",     # its own /sys, as a server has
-                              f"mount -t sysfs sysfs /sys && exec {sys.executable} -m emulation.cluster.agent"],
+                              f"mount -t sysfs sysfs /sys && exec {sys.executable} -m agglab.emulation.cluster.agent"],
                              cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
     def ip(*args):
@@ -326,7 +326,7 @@ def test_agent_forwards_a_watched_interfaces_changes_from_netlink(tmp_path):
 def test_each_server_with_an_empty_list_runs_on_none():
     """A stop with no switch started on any server passes an empty list: that is no server, not
     every server (9e5025e: `servers or self.remotes` made it every one)."""
-    from emulation.cluster.network import ClusterNetwork
+    from agglab.emulation.cluster.network import ClusterNetwork
 
     net = ClusterNetwork.__new__(ClusterNetwork)           # no servers reached: only the fan-out
     net.remotes = {"s1": "remote s1", "s2": "remote s2"}
@@ -359,7 +359,7 @@ def test_a_forwarded_link_event_is_dated_when_the_head_gets_it(tmp_path):
     import time
     from types import SimpleNamespace
 
-    from emulation.cluster.agent import AgentLink
+    from agglab.emulation.cluster.agent import AgentLink
 
     class Remote:
         server = SimpleNamespace(name="s1")

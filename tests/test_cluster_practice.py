@@ -57,7 +57,7 @@ def _leftovers(names: list[str], state_dir: str, cluster_file: Path) -> list[str
 @pytest.mark.cluster
 @pytest.mark.net_timeout(120)
 def test_practice_cluster_up_apart_and_down(tmp_path):
-    from emulation.cluster import practice
+    from agglab.emulation.cluster import practice
 
     if practice.is_up():
         pytest.skip(f"a practice cluster is already up on this machine ({practice.STATE_DIR})")
@@ -112,7 +112,7 @@ def test_cluster_local_up_refuses_bad_counts():
 
 
 def test_cluster_file_is_checked(tmp_path):
-    from ground.cluster_file import ClusterFileError, load
+    from agglab.ground.cluster_file import ClusterFileError, load
 
     good = tmp_path / "good.yaml"
     good.write_text("- {address: 192.0.2.10}\n- {address: 192.0.2.11, user: me, cores: 8, name: b}\n")
@@ -133,8 +133,8 @@ def test_thrift_address_is_configurable():
     """A BMv2 switch on another server is reached at that server's address, not 127.0.0.1."""
     import socket
 
-    from controller.bmv2_ways import _wait_for_port
-    from controller.switch_client import SwitchCommandError
+    from agglab.controller.bmv2_ways import _wait_for_port
+    from agglab.controller.switch_client import SwitchCommandError
 
     with socket.socket() as listener:
         listener.bind(("127.0.0.2", 0))
@@ -149,7 +149,7 @@ def test_a_checkout_under_tmp_is_bind_mounted_past_the_servers_private_tmp():
     """The servers' /tmp and /run are private tmpfs: a checkout there must be carried over."""
     from pathlib import Path
 
-    from emulation.cluster.practice import server_init
+    from agglab.emulation.cluster.practice import server_init
 
     hidden = server_init(Path("/s/sshd_config"), Path("/s/code"), Path("/tmp/my checkout"))
     lines = hidden.splitlines()

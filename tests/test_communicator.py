@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from agglab.testkit.fakenet import FakeNet, sparse_net
-from ground import wire
+from agglab.ground import wire
 from threads import on_threads
-from ground.runspec import RunPlan, RunSpec, WorkerSeat
-from hosts.communicator import Communicator
-from hosts.mlp import Config, train, train_single_process
+from agglab.ground.runspec import RunPlan, RunSpec, WorkerSeat
+from agglab.hosts.communicator import Communicator
+from agglab.hosts.mlp import Config, train, train_single_process
 
 
 def plan(tmp_path, n: int, algorithm: str = "switchml", epoch_file=None) -> RunPlan:

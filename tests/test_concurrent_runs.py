@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ground import netlease, rundir
-from ground.rundir import UnsafeRunDir, secure_dir
+from agglab.ground import netlease, rundir
+from agglab.ground.rundir import UnsafeRunDir, secure_dir
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -111,7 +111,7 @@ def test_clean_leaves_a_live_run_alone(tmp_path):
 # -- the network lease ----------------------------------------------------------------------
 HOLD = """
 import sys, time
-from ground import netlease
+from agglab.ground import netlease
 netlease.acquire("/somewhere/net-x", path=sys.argv[1])
 print("held", flush=True)
 time.sleep(60)
@@ -150,8 +150,8 @@ def _our_interfaces(group: int) -> set[str]:
 @pytest.mark.mininet
 @pytest.mark.net_timeout(240)
 def test_a_second_run_beside_an_open_network_refuses_and_harms_nothing():
-    from emulation.session import Session
-    from ground.runspec import RunSpec
+    from agglab.emulation.session import Session
+    from agglab.ground.runspec import RunSpec
 
     spec = RunSpec(topology="fattree", k=4, workers=4, elements=20000, seed=3)
     with Session(spec) as session:
@@ -177,7 +177,7 @@ def test_a_second_run_beside_an_open_network_refuses_and_harms_nothing():
 @pytest.mark.root
 @pytest.mark.mininet          # holds the machine's real lease: with the network tests, in turn
 def test_batch_commands_refuse_once_while_another_network_holds_the_machine(tmp_path):
-    from ground.paths import NET_LEASE
+    from agglab.ground.paths import NET_LEASE
 
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(NET_LEASE)], cwd=REPO, stdout=subprocess.PIPE,
                               text=True, env=refusing_env())

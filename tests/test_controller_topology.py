@@ -3,9 +3,9 @@
 import networkx as nx
 import pytest
 
-from controller import addressing, forward
-from ground import addresses
-from controller.topology import assign_ports, natural_key, neighbor_on_port, port, single_switch, workers
+from agglab.controller import addressing, forward
+from agglab.ground import addresses
+from agglab.controller.topology import assign_ports, natural_key, neighbor_on_port, port, single_switch, workers
 
 
 def test_single_switch_ports_follow_natural_order():

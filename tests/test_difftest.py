@@ -28,9 +28,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from agglab.testkit import difftest
-from ground.paths import BUILD
+from agglab.ground.paths import BUILD
 from agglab.testkit.seqgen import PORTS, SCHEMES, sequences
-from softswitch.pipeline import Pipeline
+from agglab.softswitch.pipeline import Pipeline
 
 EXAMPLES = int(os.environ.get("AGGLAB_DIFFTEST_EXAMPLES", "80"))
 # CI's second pass runs the bmv2 tests again through runtime_CLI (.ci/run): there the sequences

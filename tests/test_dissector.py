@@ -11,7 +11,7 @@ from scapy.layers.l2 import Ether
 from scapy.utils import wrpcap
 
 from agglab import dissector
-from ground import wire
+from agglab.ground import wire
 
 FIELDS = ["agglab.job", "agglab.tree", "agglab.epoch", "agglab.flags.result", "agglab.flags.ack",
           "agglab.ver", "agglab.slot", "agglab.worker", "agglab.exp", "agglab.block", "agglab.next_block",

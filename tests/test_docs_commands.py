@@ -95,7 +95,7 @@ def _subparsers(parser: argparse.ArgumentParser):
 
 @functools.lru_cache(maxsize=None)
 def _experiment_parser() -> argparse.ArgumentParser:
-    from experiments.cli import build_parser
+    from agglab.experiments.cli import build_parser
 
     return build_parser()
 
@@ -123,7 +123,7 @@ def check_argv(parser: argparse.ArgumentParser, words: list[str]) -> list[str]:
                 if w not in sub.choices:
                     return [f"{parser.prog}: unknown command {w!r} (commands: {', '.join(sub.choices)})"]
                 chosen = True
-                if w == "experiment":          # passes everything through to python -m experiments
+                if w == "experiment":          # passes everything through to python -m agglab.experiments
                     return check_argv(_experiment_parser(), words[i + 1:])
                 return check_argv(sub.choices[w], words[i + 1:])
         i += 1

@@ -14,8 +14,8 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from controller import topologies, trees
-from controller.topology import workers as worker_hosts
+from agglab.controller import topologies, trees
+from agglab.controller.topology import workers as worker_hosts
 
 REPO = Path(__file__).resolve().parent.parent
 SVG = "{http://www.w3.org/2000/svg}"
@@ -114,7 +114,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, says):
 
 def test_text_marks_the_failed_link_and_what_changed():
     """The lab's `show` text: the failed link is named as down, and the tree that lost it says so."""
-    from controller import drawing
+    from agglab.controller import drawing
 
     g = topologies.fat_tree(4, workers=8)
     first = trees.compute("rat", g)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from emulation.session import run_spec
-from ground.runspec import RunSpec
+from agglab.emulation.session import run_spec
+from agglab.ground.runspec import RunSpec
 from tests.leftovers import assert_clean
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.slow]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from emulation.session import run_allreduce
+from agglab.emulation.session import run_allreduce
 from tests.leftovers import assert_clean
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.slow]

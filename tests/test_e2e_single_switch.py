@@ -11,16 +11,16 @@ import sys
 import pytest
 
 from agglab.testkit.waits import wait_until
-from ground import wire
-from ground.cleanup import clean
-from ground.paths import REPO, RUN_ROOT
+from agglab.ground import wire
+from agglab.ground.cleanup import clean
+from agglab.ground.paths import REPO, RUN_ROOT
 from tests.leftovers import assert_clean, leftovers
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
 
 
 def run(**kw):
-    from emulation.session import run_allreduce
+    from agglab.emulation.session import run_allreduce
 
     result = run_allreduce(**kw)
     assert_clean()
@@ -99,8 +99,8 @@ def test_killed_run_is_cleaned_by_agglab_clean():
 
 
 def test_a_second_start_is_refused_and_the_network_keeps_working():
-    from emulation.session import Session
-    from ground.runspec import RunSpec
+    from agglab.emulation.session import Session
+    from agglab.ground.runspec import RunSpec
 
     with Session(RunSpec(workers=2, elements=wire.K * 8)) as session:
         with pytest.raises(RuntimeError, match="already started"):

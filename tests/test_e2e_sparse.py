@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from ground import wire
-from emulation.session import run_allreduce
+from agglab.ground import wire
+from agglab.emulation.session import run_allreduce
 from tests.leftovers import assert_clean
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.slow]

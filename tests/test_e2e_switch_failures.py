@@ -15,10 +15,10 @@ import random
 import pytest
 
 from agglab.testkit.waits import wait_until
-from controller.topology import switches
-from emulation.session import Session, run_allreduce
-from ground import wire
-from ground.runspec import RunSpec, only_edge_switches
+from agglab.controller.topology import switches
+from agglab.emulation.session import Session, run_allreduce
+from agglab.ground import wire
+from agglab.ground.runspec import RunSpec, only_edge_switches
 from tests.leftovers import assert_clean
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.slow]

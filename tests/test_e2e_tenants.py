@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from emulation.session import run_spec
-from ground.runspec import RunSpec
+from agglab.emulation.session import run_spec
+from agglab.ground.runspec import RunSpec
 from tests.leftovers import assert_clean
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.slow]
@@ -53,7 +53,7 @@ def test_four_tenant_jobs_on_one_switch_exact_with_one_at_10_percent_loss():
 
 @pytest.mark.net_timeout(420)
 def test_fuzzing_a_switch_while_a_job_runs_keeps_it_exact_and_counts_every_reject():
-    from emulation.fuzzing import run
+    from agglab.emulation.fuzzing import run
 
     r = run(frames=20_000, rate=4_000, workers=3, elements=60_000, baseline=1, seed=7, police=False)
     assert r["switch_alive"]
@@ -94,7 +94,7 @@ def test_one_failure_reroutes_both_tenant_jobs_each_exact(option):
 def test_the_labs_kill_and_restart_with_two_jobs_keep_both_exact():
     """The lab's `kill`/`restart` with jobs (Session.kill_switch, restart_switch): both jobs
     reroute around the dead switch and take it back, and every allreduce is exact."""
-    from emulation.session import Session
+    from agglab.emulation.session import Session
 
     spec = RunSpec(topology="fattree", k=4, workers=4, jobs=2, elements=20_000, seed=6)
     with Session(spec) as s:
@@ -117,7 +117,7 @@ def test_a_flood_from_a_host_in_no_job_is_policed_and_every_frame_counted():
     once, and every allreduce stays exact. The job's rate under the flood over its rate alone
     (measured in the same run) is printed here and judged in `make bench` (policer section):
     on this shared 2-core machine it swings with the load, so it is not asserted."""
-    from emulation.fuzzing import run
+    from agglab.emulation.fuzzing import run
 
     r = run(frames=100_000, workers=4, elements=200_000, bw=20.0, baseline=2, seed=3)
     assert r["switch_alive"]

@@ -11,16 +11,16 @@ import sys
 
 import pytest
 
-from ground.paths import REPO
-from ground.runspec import RunSpec
+from agglab.ground.paths import REPO
+from agglab.ground.runspec import RunSpec
 from tests.leftovers import assert_clean
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
 
 
 def train(tmp_path, steps=40, **spec):
-    from emulation.training import run_training
-    from hosts.mlp import Config
+    from agglab.emulation.training import run_training
+    from agglab.hosts.mlp import Config
 
     s = RunSpec(**spec).validate()
     result = run_training(s, Config(workers=s.workers, steps=steps, eval_every=10), tmp_path)
@@ -92,7 +92,7 @@ def test_cli_json_keys(tmp_path):
 
 @pytest.mark.net_timeout(400)
 def test_profile_through_the_emulator(tmp_path):
-    from emulation.pace_run import PaceOptions, run_profile
+    from agglab.emulation.pace_run import PaceOptions, run_profile
 
     spec = RunSpec(workers=2, bw=20.0).validate()
     r = run_profile(spec, "resnet50", ["fifo", "pace"], PaceOptions(emulated_mb=0.5), tmp_path)

@@ -10,10 +10,10 @@ import random
 
 import pytest
 
-from ground import wire
+from agglab.ground import wire
 
-from emulation.session import Session, run_allreduce
-from ground.runspec import RunSpec
+from agglab.emulation.session import Session, run_allreduce
+from agglab.ground.runspec import RunSpec
 from tests.leftovers import assert_clean
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.slow]

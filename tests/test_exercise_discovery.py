@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agglab.exercise_folders import ExerciseError, discover, exercises, get, load
-from ground.paths import EXERCISES, REPO
+from agglab.ground.paths import EXERCISES, REPO
 
 PACKAGES = ("agglab", "controller", "emulation", "experiments", "ground", "hosts", "pace", "softswitch", "p4src",
             "exercises")
@@ -31,7 +31,7 @@ def checks(work):
 PROBE = r"""
 import sys
 from agglab.cli import main
-from ground.paths import REPO
+from agglab.ground.paths import REPO
 
 print("from", REPO)
 for argv in (["exercise", "list"], ["exercise", "solution", "6", "--dir", sys.argv[1]],

@@ -14,8 +14,8 @@ import re
 import pytest
 
 from agglab import exercise as lab
-from ground import wire
-from ground.paths import REPO
+from agglab.ground import wire
+from agglab.ground.paths import REPO
 
 EXERCISES = lab.exercises()
 MARKED = sorted({rel for ex in EXERCISES for rel in ex.files})
@@ -250,7 +250,7 @@ def test_answers_read_off_a_real_lab_pass_the_checker(tmp_path, capsys):
     `agglab lab` (the lab's defaults: fat-tree k=4, 8 workers, RAT) must pass it. Needs the
     machine-wide network lock (AGGLAB_NET_LOCK) like every Mininet test."""
     from agglab.lab import run_lab
-    from ground.runspec import RunSpec
+    from agglab.ground.runspec import RunSpec
     from tests.leftovers import assert_clean
 
     script = tmp_path / "lab.txt"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import yaml
 
-from experiments.networks import network_for
+from agglab.experiments.networks import network_for
 
 
 def _ranked(path: str) -> int:

@@ -14,16 +14,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from emulation.fidelity import _Direction, bottleneck, verdict
-from experiments import cli
-from experiments.analysis import judge
-from experiments.definition import ConfigError
-from experiments.definition_file import load_definition, parse_definition
-from experiments.paper_figures import ring_vs_innet
-from experiments.runner import load_rows, load_suite, plan, run_suite
-from experiments.units import Scale, UnitError, parse_rate, parse_size, parse_time
-from ground import wire
-from ground.paths import REPO
+from agglab.emulation.fidelity import _Direction, bottleneck, verdict
+from agglab.experiments import cli
+from agglab.experiments.analysis import judge
+from agglab.experiments.definition import ConfigError
+from agglab.experiments.definition_file import load_definition, parse_definition
+from agglab.experiments.paper_figures import ring_vs_innet
+from agglab.experiments.runner import load_rows, load_suite, plan, run_suite
+from agglab.experiments.units import Scale, UnitError, parse_rate, parse_size, parse_time
+from agglab.ground import wire
+from agglab.ground.paths import REPO
 
 TRENDS = REPO / "experiments" / "trends"
 CONFIGS = REPO / "experiments" / "configs"
@@ -365,7 +365,7 @@ def test_fidelity_flag(args, bound):
 @pytest.mark.mininet
 @pytest.mark.slow
 def test_quick_suite_writes_a_report(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "experiments", "quick", "--out", str(tmp_path)],
+    out = subprocess.run([sys.executable, "-m", "agglab.experiments", "quick", "--out", str(tmp_path)],
                          capture_output=True, text=True, cwd=REPO, timeout=300,
                          env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert out.returncode in (0, 1), out.stderr[-2000:]
@@ -412,7 +412,7 @@ def test_bad_pace_definitions_name_the_key(raw, where, tmp_path):
 def test_pace_report_from_synthetic_runs(tmp_path):
     """FIFO 130 ms, PACE 100 ms for every model: speed-up 1.3 against the paper's 1.36 holds
     within 10%; the per-model table shows both and the scale."""
-    from experiments.definition import ProgramRun
+    from agglab.experiments.definition import ProgramRun
 
     seen = []
 
@@ -510,7 +510,7 @@ def test_packing_shares_plot_shows_the_slow_links_case(tmp_path, monkeypatch):
     """The shares plot draws the packed trees where the slow links are (slow_fraction 0.25),
     not the homogeneous case: with one of the 8 rack uplinks at 1/4 rate, the packing is
     more than one tree and the plot's subject is that run's topology."""
-    from experiments import plots
+    from agglab.experiments import plots
 
     d = load_definition(TRENDS / "packing.yaml")
     points = d.points(5.0, tmp_path / "topologies")

@@ -9,8 +9,8 @@ import sys
 from collections import Counter
 
 from agglab.cli import main
-from ground import wire
-from ground.paths import REPO
+from agglab.ground import wire
+from agglab.ground.paths import REPO
 
 
 def test_fat_tree_export_is_a_p4utils_network(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""ground.fdwait: waits that work for descriptors above FD_SETSIZE, where select() refuses."""
+"""agglab.ground.fdwait: waits that work for descriptors above FD_SETSIZE, where select() refuses."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from ground.fdwait import readable
+from agglab.ground.fdwait import readable
 
 
 @pytest.fixture

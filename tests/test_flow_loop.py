@@ -9,11 +9,11 @@ import threading
 import numpy as np
 import pytest
 
-from hosts import ps
-from hosts.diagnostics import AllreduceTimeout
-from hosts.flow_loop import FlowLoop
-from hosts.tcp_mesh import Mesh
-from hosts.tcp_peer import Peer, PeerError
+from agglab.hosts import ps
+from agglab.hosts.diagnostics import AllreduceTimeout
+from agglab.hosts.flow_loop import FlowLoop
+from agglab.hosts.tcp_mesh import Mesh
+from agglab.hosts.tcp_peer import Peer, PeerError
 
 FRAME = struct.Struct(">II")        # the wire format, written out here: tag, byte count
 

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from agglab.testkit.waits import wait_until
-from ground.forkserver import Launcher
+from agglab.ground.forkserver import Launcher
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.root

@@ -14,10 +14,10 @@ import pytest
 from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import ARP, Ether
 
-from controller import forward, topologies
-from controller.addressing import assign_addresses
-from controller.forwarding_job import ForwardingJob
-from controller.topology import neighbor_on_port, port, switches, workers as worker_hosts
+from agglab.controller import forward, topologies
+from agglab.controller.addressing import assign_addresses
+from agglab.controller.forwarding_job import ForwardingJob
+from agglab.controller.topology import neighbor_on_port, port, switches, workers as worker_hosts
 from agglab.testkit.treenet import PipeClient
 
 

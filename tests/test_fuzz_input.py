@@ -45,7 +45,7 @@ def no_network(monkeypatch, tmp_path):
     def refuse(*args, **kwargs):
         raise ReachedNetwork()
 
-    monkeypatch.setattr("ground.netlease.refuse_if_busy", refuse)
+    monkeypatch.setattr("agglab.ground.netlease.refuse_if_busy", refuse)
     monkeypatch.chdir(tmp_path)          # export and draw write where they are told: here
 
 
@@ -185,10 +185,10 @@ class ScratchSession:
     every change asked of them is recorded (an invalid line must ask none)."""
 
     def __init__(self):
-        from controller import topologies, trees
-        from controller.topology import switches, workers
-        from ground import wire
-        from ground.runspec import RunSpec
+        from agglab.controller import topologies, trees
+        from agglab.controller.topology import switches, workers
+        from agglab.ground import wire
+        from agglab.ground.runspec import RunSpec
 
         self.spec = RunSpec(topology="fattree", k=4, workers=8, tree="rat")
         self.g = topologies.for_run(self.spec)

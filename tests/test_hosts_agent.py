@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ground import wire
+from agglab.ground import wire
 from agglab.testkit.fakenet import FakeNet, PayloadSwitch, _get
-import hosts.slots as slots_module           # the per-slot timers read slots.time
-from hosts import quantization as qz
-from hosts.agent import (AllreduceTimeout, DtypeMismatchError, LengthMismatchError,
+import agglab.hosts.slots as slots_module           # the per-slot timers read slots.time
+from agglab.hosts import quantization as qz
+from agglab.hosts.agent import (AllreduceTimeout, DtypeMismatchError, LengthMismatchError,
                          WindowMismatchError, WorkerCountMismatchError, allreduce)
-from hosts.consistency import check_lead, lead_lanes
-from hosts.protocol import encode
+from agglab.hosts.consistency import check_lead, lead_lanes
+from agglab.hosts.protocol import encode
 
 K = wire.K
 
@@ -132,7 +132,7 @@ def test_muted_worker_times_out_naming_missing_slots():
 
 
 class _FakeClock:
-    """hosts.agent's clock, advanced only by the transport's waits: timer behaviour becomes
+    """agglab.hosts.agent's clock, advanced only by the transport's waits: timer behaviour becomes
     a deterministic sequence of events, whatever the load on the machine."""
 
     def __init__(self):
@@ -169,7 +169,7 @@ def test_silent_switch_gives_up_after_give_up_with_capped_backoff(monkeypatch):
     first, probes = t.sent[:5], t.sent[5:]
     assert first == [(0.0, s, False) for s in range(5)]     # every slot's lead packet at once
     # then only slot 0 probes (the lead of slot 0 carries the check lanes), backed off
-    # 20, 40, 80 ms and capped at 4 x RTO (hosts.rto.backoff), until give_up: not 2 ms spam
+    # 20, 40, 80 ms and capped at 4 x RTO (agglab.hosts.rto.backoff), until give_up: not 2 ms spam
     assert all(slot == 0 and retx for _, slot, retx in probes)
     gaps = np.diff([0.0] + [at for at, _, _ in probes])
     assert gaps == pytest.approx([0.02, 0.04, 0.08, 0.08, 0.08, 0.08], abs=1e-3)
@@ -342,8 +342,8 @@ def test_float_zero_blocks_extremes_and_mixed_scales():
 
 def _star(n: int, trees=(0,), epochs=(0,)):
     """A star's pipeline with agg_job entries for each of `trees` and `epochs` (one job)."""
-    from softswitch.pipeline import Pipeline
-    from softswitch.star import star_commands
+    from agglab.softswitch.pipeline import Pipeline
+    from agglab.softswitch.star import star_commands
 
     pipeline = Pipeline()
     first = star_commands(n, tree=trees[0], epoch=epochs[0])
@@ -417,7 +417,7 @@ def test_a_window_queued_at_a_slow_link_longer_than_the_rto_cap_needs_the_path_r
     """16 results queued at a link where they take 0.75 s (2.5 x the 0.3 s cap): told the
     tree's rate, the timers wait for the queue (a handful of resends at most); not told,
     every slot times out while its result is still queued and the resends lengthen the queue."""
-    from hosts.rto import MAX_RTO
+    from agglab.hosts.rto import MAX_RTO
     window = 16
     mbps = window_queue_mbps(2.5 * MAX_RTO, window)
     (x,) = ints(1, window * K * 3, seed=5)

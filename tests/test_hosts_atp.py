@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from agglab.testkit.waits import wait_until
-from ground import wire
-from hosts.schemes import atp
-from hosts.protocol import decode, encode
+from agglab.ground import wire
+from agglab.hosts.schemes import atp
+from agglab.hosts.protocol import decode, encode
 
 K = wire.K
 
@@ -56,7 +56,7 @@ def test_a_straddling_set_waits_until_it_is_usable():
 
 class _Comm:
     def __init__(self, rank, peers, job, elements, window=16):
-        from ground.runspec import RunPlan, RunSpec, WorkerSeat
+        from agglab.ground.runspec import RunPlan, RunSpec, WorkerSeat
 
         spec = RunSpec(workers=len(peers), elements=elements, algorithm="atp", job=job, give_up=10.0)
         seats = [WorkerSeat(rank=r, local_ip=ip, out="") for r, ip in enumerate(peers)]

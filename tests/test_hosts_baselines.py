@@ -14,15 +14,15 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from ground.runspec import RunSpec
+from agglab.ground.runspec import RunSpec
 from threads import on_threads
-from hosts import ps, ring
-from hosts.checker import summation_error_bound
-from hosts.consistency import ConsistencyError, LengthMismatchError
-from hosts.diagnostics import AllreduceTimeout
-from hosts.gradients import exact_sum, inputs_for
-from hosts.mesh_allreduce import segment_bounds
-from hosts.tcp_peer import PeerError
+from agglab.hosts import ps, ring
+from agglab.hosts.checker import summation_error_bound
+from agglab.hosts.consistency import ConsistencyError, LengthMismatchError
+from agglab.hosts.diagnostics import AllreduceTimeout
+from agglab.hosts.gradients import exact_sum, inputs_for
+from agglab.hosts.mesh_allreduce import segment_bounds
+from agglab.hosts.tcp_peer import PeerError
 
 ALGORITHMS = {"ring": ring.allreduce, "ps": ps.allreduce}
 _ports = itertools.count(31_000)          # a fresh port per run: no TIME_WAIT surprises
@@ -189,12 +189,12 @@ def test_float32_bound_is_tight_enough_to_catch_a_wrong_sum():
 def test_worker_entry_point_and_checker(algorithm, dtype, tmp_path, monkeypatch):
     """hosts/worker.py as the session runs it (RunPlan, peers from the seats), on block-sparse
     data run densely, then the session's checker on the reports: exact, same JSON keys."""
-    from ground.runspec import RunPlan, WorkerSeat
-    from hosts import worker
-    from hosts.checker import check
+    from agglab.ground.runspec import RunPlan, WorkerSeat
+    from agglab.hosts import worker
+    from agglab.hosts.checker import check
 
     n = 4
-    from hosts import tcp_mesh
+    from agglab.hosts import tcp_mesh
 
     monkeypatch.setattr(tcp_mesh, "BASE_PORT", next(_ports))     # read by the hosts' runner at call time
     spec = RunSpec(workers=n, elements=5_003, dtype=dtype, seed=9, algorithm=algorithm, density=0.3).validate()
@@ -237,9 +237,9 @@ def test_runspec_accepts_baselines_on_sparse_data_and_many_workers():
 
 @pytest.mark.parametrize("algorithm", ["ring", "ps"])
 def test_a_training_loop_calls_the_baseline_through_the_communicator(algorithm, tmp_path):
-    """hosts.communicator: repeated allreduce(array) calls on ring/ps, as a training loop makes them."""
-    from ground.runspec import RunPlan, WorkerSeat
-    from hosts.communicator import Communicator
+    """agglab.hosts.communicator: repeated allreduce(array) calls on ring/ps, as a training loop makes them."""
+    from agglab.ground.runspec import RunPlan, WorkerSeat
+    from agglab.hosts.communicator import Communicator
 
     n = 3
     spec = RunSpec(workers=n, algorithm=algorithm, job=next(_ports) - 29_500).validate()
@@ -266,8 +266,8 @@ def test_a_worker_connects_to_its_peers_at_once_not_one_after_another():
     import socket
     import threading
 
-    from hosts.tcp_mesh import open_mesh
-    from hosts.tcp_peer import HELLO_STRUCT, Hello
+    from agglab.hosts.tcp_mesh import open_mesh
+    from agglab.hosts.tcp_peer import HELLO_STRUCT, Hello
 
     n, port = 9, next(_ports)
     addrs = [f"127.0.0.{r + 1}" for r in range(n)]
@@ -308,7 +308,7 @@ def test_a_worker_connects_to_its_peers_at_once_not_one_after_another():
 def test_setup_time_grows_with_the_handshakes_a_slow_link_must_carry():
     """254 connections (a PS of 128 workers) at 0.1 Mb/s: their setup is 254 x 230 B = 58,420 B
     on the worker's link, 4.67 s at that rate; unshaped, only 2 x give_up."""
-    from hosts.tcp_mesh import SETUP_SLACK, setup_seconds
+    from agglab.hosts.tcp_mesh import SETUP_SLACK, setup_seconds
 
     assert setup_seconds(254, 10.0) == 20.0
     assert setup_seconds(254, 10.0, 0.1) == pytest.approx(20.0 + SETUP_SLACK * 4.6736)
@@ -322,9 +322,9 @@ def test_the_communicator_opens_connections_once_before_the_first_call_and_keeps
     and kept for every call on arrays of that length: ring 1 and PS n-1 connections a rank
     over 3 calls, the first call reporting the setup's time and the later ones none. A new
     length opens new ones."""
-    from ground.runspec import RunPlan, WorkerSeat
-    from hosts import tcp_mesh
-    from hosts.communicator import Communicator
+    from agglab.ground.runspec import RunPlan, WorkerSeat
+    from agglab.hosts import tcp_mesh
+    from agglab.hosts.communicator import Communicator
 
     opened = []
     real_connect = tcp_mesh._connect

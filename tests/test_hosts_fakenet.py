@@ -11,12 +11,12 @@ import time
 import numpy as np
 import pytest
 
-from ground import wire
+from agglab.ground import wire
 from agglab.testkit.fakenet import FakeNet
-from softswitch.star import star_commands
-from hosts import quantization as qz
-from hosts.agent import AllreduceTimeout, LengthMismatchError
-from softswitch.pipeline import Pipeline
+from agglab.softswitch.star import star_commands
+from agglab.hosts import quantization as qz
+from agglab.hosts.agent import AllreduceTimeout, LengthMismatchError
+from agglab.softswitch.pipeline import Pipeline
 
 K = wire.K
 STAT = {name: wire.CONST[name] for name in ("STAT_CONTRIB", "STAT_COMPLETE", "STAT_REJECT",

@@ -10,9 +10,9 @@ from hypothesis import given, settings, strategies as st
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from ground import wire
-from hosts.protocol import HeaderPacker, K, decode, encode, values_of
-from hosts.scapy_layer import Agg
+from agglab.ground import wire
+from agglab.hosts.protocol import HeaderPacker, K, decode, encode, values_of
+from agglab.hosts.scapy_layer import Agg
 
 headers = st.fixed_dictionaries(
     {name: st.integers(0, (1 << bits) - 1) for name, bits in wire.AGG_FIELDS})

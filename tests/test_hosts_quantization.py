@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.extra.numpy import arrays
 
-from ground import wire
-from hosts import quantization as qz
+from agglab.ground import wire
+from agglab.hosts import quantization as qz
 
 K = wire.K
 # |x| < 2^119 keeps the exact sum of <= 256 workers (MAX_RANKS) inside float32 range (beyond

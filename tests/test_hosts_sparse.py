@@ -10,17 +10,17 @@ agent uses; the two are compared on hand-worked layouts and on every scenario.
 import numpy as np
 import pytest
 
-from ground import wire
-from hosts import quantization as qz
+from agglab.ground import wire
+from agglab.hosts import quantization as qz
 from agglab.testkit.fakenet import _get
-from hosts.agent import allreduce
-from hosts.protocol import LAYOUT
-from hosts.sparse_agent import DEFAULT_LOOKAHEAD, SparseMismatchError, SparseProtocolError
-from hosts.sparse_blocks import announcements, nonzero_kblocks, sent_blocks
-from hosts.sparse_workload import expected_sparse_sum, sparse_gradient
+from agglab.hosts.agent import allreduce
+from agglab.hosts.protocol import LAYOUT
+from agglab.hosts.sparse_agent import DEFAULT_LOOKAHEAD, SparseMismatchError, SparseProtocolError
+from agglab.hosts.sparse_blocks import announcements, nonzero_kblocks, sent_blocks
+from agglab.hosts.sparse_workload import expected_sparse_sum, sparse_gradient
 from agglab.testkit.fakenet import FakeNet, make_frame, sparse_net
-from softswitch.pipeline import Pipeline
-from softswitch.star import star_commands
+from agglab.softswitch.pipeline import Pipeline
+from agglab.softswitch.star import star_commands
 
 K = wire.K
 
@@ -242,8 +242,8 @@ def test_result_naming_a_later_next_than_announced_is_refused():
 def test_progress_and_trees():
     n, length = 2, K * 50
     arrays = [sparse_gradient(r, length, "int32", 0.2, "random", K, seed=2) for r in range(n)]
-    from softswitch.pipeline import Pipeline
-    from softswitch.star import star_commands
+    from agglab.softswitch.pipeline import Pipeline
+    from agglab.softswitch.star import star_commands
     from agglab.testkit.fakenet import FakeNet
 
     pipeline = Pipeline(seed=0)

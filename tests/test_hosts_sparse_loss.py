@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ground import wire
-from softswitch.pipeline import Pipeline
-from softswitch.star import star_commands
+from agglab.ground import wire
+from agglab.softswitch.pipeline import Pipeline
+from agglab.softswitch.star import star_commands
 from agglab.testkit.fakenet import FakeNet
 
 K = wire.K

@@ -13,17 +13,17 @@ import threading
 
 import numpy as np
 
-from ground import wire
+from agglab.ground import wire
 import pytest
 
-import hosts.agent
-import hosts.transport
-from hosts import worker
-from hosts.sparse_workload import expected_sparse_sum, sparse_gradient
-from hosts.workload import expected_sum
-from ground.runspec import RunPlan, RunSpec, WorkerSeat
+import agglab.hosts.agent
+import agglab.hosts.transport
+from agglab.hosts import worker
+from agglab.hosts.sparse_workload import expected_sparse_sum, sparse_gradient
+from agglab.hosts.workload import expected_sum
+from agglab.ground.runspec import RunPlan, RunSpec, WorkerSeat
 from agglab.testkit.fakenet import make_frame
-from softswitch.star import star_commands
+from agglab.softswitch.star import star_commands
 from test_hosts_sparse import expected_blocks_sent
 from test_hosts_transport import SERVICE, free_port
 
@@ -32,7 +32,7 @@ K = wire.K
 
 def serve(sock, n, stop):
     """The real software-switch pipeline behind a UDP socket (worker i = port i+1)."""
-    from softswitch.pipeline import Pipeline
+    from agglab.softswitch.pipeline import Pipeline
 
     pipeline, port = Pipeline(seed=0), sock.getsockname()[1]
     for cmd in star_commands(n):
@@ -51,8 +51,8 @@ def serve(sock, n, stop):
 @pytest.mark.parametrize("algorithm", ["omnireduce", "switchml"])
 def test_worker_entry_point_reports_blocks_sent(algorithm, tmp_path, monkeypatch):
     n, elements, port = 3, K * 120 + 9, free_port()       # 121 K-blocks, 61 blocks of 2K
-    monkeypatch.setattr(hosts.transport, "UdpTransport",      # the communicator's transport
-                        functools.partial(hosts.transport.UdpTransport, port=port))
+    monkeypatch.setattr(agglab.hosts.transport, "UdpTransport",      # the communicator's transport
+                        functools.partial(agglab.hosts.transport.UdpTransport, port=port))
     svc = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     svc.bind((SERVICE, port))
     stop = threading.Event()

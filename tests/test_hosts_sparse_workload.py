@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ground import wire
-from hosts.sparse_blocks import NONE, announcements, nonzero_kblocks, sent_blocks
-from hosts.sparse_workload import (PATTERNS, expected_sparse_sum, nonzero_block_ids,
+from agglab.ground import wire
+from agglab.hosts.sparse_blocks import NONE, announcements, nonzero_kblocks, sent_blocks
+from agglab.hosts.sparse_workload import (PATTERNS, expected_sparse_sum, nonzero_block_ids,
                                    sparse_gradient)
 
 K = wire.K

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from agglab.testkit.fakenet import PayloadSwitch
-from hosts.agent import allreduce
-from hosts.rto import MAX_RTO, MIN_RTO, PEAK_HALF_LIFE, RtoEstimator
-from hosts.transport import Transport, UdpTransport
+from agglab.hosts.agent import allreduce
+from agglab.hosts.rto import MAX_RTO, MIN_RTO, PEAK_HALF_LIFE, RtoEstimator
+from agglab.hosts.transport import Transport, UdpTransport
 
 SERVICE = "127.0.0.254"
 
@@ -155,7 +155,7 @@ def test_recv_batch_hands_out_every_waiting_payload_in_order():
 
 
 class _FakeClock:
-    """monotonic() and sleep() for hosts.transport: sleeping moves the clock, nothing waits;
+    """monotonic() and sleep() for agglab.hosts.transport: sleeping moves the clock, nothing waits;
     with `late`, every sleep overruns by up to that many seconds (a process not running)."""
 
     def __init__(self, late: float = 0.0):
@@ -175,7 +175,7 @@ def test_a_paced_transport_never_hands_the_link_more_than_its_bucket_and_keeps_o
     htb class more bytes than a token bucket of the link's cburst, refilled at the link rate,
     holds; so htb never has to hold a frame back. The bucket here is the test's own model of
     htb (6,000 bytes at 5 Mb/s: the cburst floor), not the transport's."""
-    from hosts import transport as transport_module
+    from agglab.hosts import transport as transport_module
 
     clock = _FakeClock(late)
     monkeypatch.setattr(transport_module, "time", clock)
@@ -234,7 +234,7 @@ def test_a_socket_above_fd_setsize_still_waits_for_the_pacer():
     import os
     import select
 
-    from hosts.transport import FD_SETSIZE
+    from agglab.hosts.transport import FD_SETSIZE
 
     port = free_port()
     filler = []

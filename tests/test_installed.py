@@ -6,7 +6,8 @@ definitions: an install that lacks any of them (a file not declared as package d
 product module importing tests/, which is not installed) fails only for users. So this test
 copies the project's files (those git tracks or would track, as a fresh clone has them),
 `pip install`s that copy (not editable) into a fresh venv, and runs agglab from another
-directory, with no PYTHONPATH, so nothing can come from the checkout.
+directory, with no PYTHONPATH, so nothing can come from the checkout. The install is one
+top-level package, `agglab`, with the repository's folders inside it (setup.py).
 
 Offline: the install uses no package index (`--no-index --no-build-isolation --no-deps`): the
 build backend is the system's setuptools, and the dependencies are those already installed,
@@ -76,24 +77,47 @@ def _run(installed, *args, timeout=600) -> subprocess.CompletedProcess:
 def test_the_installed_agglab_is_not_the_checkout(installed):
     agglab, work = installed
     out = subprocess.run([str(agglab.parent / "python"), "-c",
-                          "import agglab, ground.paths as p; print(agglab.__file__); print(p.P4SRC)"],
+                          "import agglab, agglab.ground.paths as p; print(agglab.__file__); print(p.P4SRC)"],
                          cwd=work, capture_output=True, text=True, env=_clean_env(), check=True).stdout.split()
     assert all("site-packages" in line and str(REPO) not in line for line in out), out
 
 
-PRODUCT = ("ground", "softswitch", "hosts", "pace", "controller", "emulation", "agglab", "experiments",
-           "p4src", "exercises")
+FOLDERS = ("ground", "softswitch", "hosts", "pace", "controller", "emulation", "experiments", "p4src", "exercises")
+PRODUCT = ("agglab", *FOLDERS)
+
+
+def _site(installed) -> Path:
+    return next((installed[0].parent.parent / "lib").glob("python3*/site-packages"))
+
+
+def test_one_top_level_package(installed):
+    """The install adds one name to site-packages, `agglab`: the repository's folders are its
+    subpackages (agglab.controller is controller/), not top-level packages named `controller` or
+    `hosts` that another distribution could shadow or be shadowed by."""
+    site = _site(installed)
+    top_level = next(site.glob("agglab-*.dist-info/top_level.txt")).read_text().split()
+    assert top_level == ["agglab"], top_level
+    assert not [f for f in FOLDERS if (site / f).exists()], sorted(p.name for p in site.iterdir())
+    agglab, work = installed
+    out = subprocess.run([str(agglab.parent / "python"), "-c",
+                          "import agglab, agglab.controller.trees as t, agglab.softswitch.pipeline as p; "
+                          "print(agglab.__path__); print(t.__file__); print(p.__file__)"],
+                         cwd=work, capture_output=True, text=True, env=_clean_env(), check=True).stdout.split("\n")
+    assert out[0] == repr([str(site / "agglab")]), out         # nothing added from a checkout beside it
+    assert out[1] == str(site / "agglab" / "controller" / "trees" / "__init__.py"), out
+    assert out[2] == str(site / "agglab" / "softswitch" / "pipeline.py"), out
 
 
 def test_every_file_of_the_product_is_installed(installed):
     """Each file git tracks under a product directory (code and data: P4, vectors, YAML,
-    exercise texts, web assets) is in site-packages at the same relative path: a data file
-    added without declaring it in pyproject.toml fails here, not for a user."""
-    agglab, _work = installed
-    site = next((agglab.parent.parent / "lib").glob("python3*/site-packages"))
+    exercise texts, web assets) is in site-packages under agglab/ at the same relative path
+    (controller/job.py as agglab/controller/job.py): a data file added without declaring it in
+    pyproject.toml fails here, not for a user."""
+    site = _site(installed)
     tracked = subprocess.run(["git", "ls-files", *PRODUCT], cwd=REPO, capture_output=True, text=True,
                              check=True).stdout.split()
-    missing = [rel for rel in tracked if not (site / rel).is_file()]
+    where = {rel: site / rel if rel.startswith("agglab/") else site / "agglab" / rel for rel in tracked}
+    missing = [rel for rel, path in where.items() if not path.is_file()]
     assert tracked and not missing, f"not installed by `pip install .`: {missing}"
 
 

@@ -17,7 +17,7 @@ from tests.conftest import REPO
 
 SCRIPT = textwrap.dedent("""
     import logging, os, signal, subprocess, sys, threading, time
-    from ground import interrupts
+    from agglab.ground import interrupts
 
     interrupts.arm()
     # logging's after-fork callback in the parent (renamed in Python 3.13)

@@ -10,13 +10,13 @@ import time
 
 import pytest
 
-from controller import topologies
-from controller.addressing import assign_addresses
-from controller.events import EventLog
-from controller.tree_job import TreeJob
-from controller.job_group import JobGroup
-from controller.topology import switches, workers as worker_hosts
-from ground import wire
+from agglab.controller import topologies
+from agglab.controller.addressing import assign_addresses
+from agglab.controller.events import EventLog
+from agglab.controller.tree_job import TreeJob
+from agglab.controller.job_group import JobGroup
+from agglab.controller.topology import switches, workers as worker_hosts
+from agglab.ground import wire
 from tests.treenet import PipeClient
 
 

@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from controller import topologies
-from controller.addressing import assign_addresses
-from controller.bml_job import BmlJob
-from controller.job_protocol import Job
-from controller.topologies import bcube
+from agglab.controller import topologies
+from agglab.controller.addressing import assign_addresses
+from agglab.controller.bml_job import BmlJob
+from agglab.controller.job_protocol import Job
+from agglab.controller.topologies import bcube
 from agglab.testkit.treenet import TreeNet
 
 

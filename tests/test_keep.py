@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ground import wire
+from agglab.ground import wire
 from tests.leftovers import leftovers, new_leftovers
 
 REPO = Path(__file__).resolve().parent.parent

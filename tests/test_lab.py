@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from ground.runspec import RunSpec
+from agglab.ground.runspec import RunSpec
 from tests.leftovers import assert_clean
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.slow]

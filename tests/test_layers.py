@@ -18,11 +18,18 @@ own layer or above. No two modules import each other, directly or round a circle
 through an import inside a function (such an import only hides the circle: which module
 loads first then decides whether a name exists yet). Run `python tests/test_layers.py` to
 print each package's layer and what it imports, and any circle.
+
+Every package is imported under the one namespace `agglab` (agglab/__init__.py): the folder
+controller/ is the package `agglab.controller`, layer 2, while `agglab.cli` is agglab's own
+module, layer 4. The namespace's __init__ is run by every import and so imports nothing of the
+project, and no file imports a folder by its name alone (that would load a second copy of the
+module beside `agglab.controller`'s, or another distribution's package of the same name).
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -30,22 +37,37 @@ from pathlib import Path
 import networkx as nx
 
 REPO = Path(__file__).resolve().parent.parent
+NAMESPACE = "agglab"
 LAYERS = {"ground": 0, "softswitch": 1, "hosts": 1, "pace": 1, "controller": 2, "emulation": 3,
           "agglab": 4, "experiments": 4, "exercises": 5}
 
 
-def imports_of(path: Path) -> set[str]:
-    """Top-level project packages a file imports (module level and inside functions)."""
-    found = set()
+def package_of(name: str) -> str | None:
+    """The layered package a dotted module name is in: agglab.controller.trees -> controller,
+    agglab.cli and agglab itself -> agglab; None for what is not the project's (os, numpy, and a
+    bare `controller`, which test_no_import_bypasses_the_namespace refuses)."""
+    parts = name.split(".")
+    if parts[0] != NAMESPACE:
+        return None
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else NAMESPACE
+
+
+def imported_names(path: Path) -> list[str]:
+    """The absolute module names a file imports, module level and inside functions;
+    `from agglab import controller` names agglab.controller, `from agglab import __version__` agglab."""
+    names = []
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
+            names += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module]
-        else:
-            continue
-        found |= {n.split(".")[0] for n in names} & set(LAYERS)
-    return found
+            names += ([f"{node.module}.{a.name}" for a in node.names] if node.module == NAMESPACE
+                      else [node.module])
+    return names
+
+
+def imports_of(path: Path) -> set[str]:
+    """Layered packages a file imports (module level and inside functions)."""
+    return {package_of(n) for n in imported_names(path)} - {None}
 
 
 def product_files(repo: Path = REPO) -> list[Path]:
@@ -64,8 +86,10 @@ def package_imports(repo: Path = REPO) -> dict[str, dict[str, list[str]]]:
 
 
 def module_name(path: Path, repo: Path = REPO) -> str:
-    """agglab/web/server.py -> agglab.web.server; a package's __init__.py is the package."""
+    """agglab/web/server.py -> agglab.web.server, controller/trees/rat.py ->
+    agglab.controller.trees.rat; a package's __init__.py is the package."""
     parts = path.relative_to(repo).with_suffix("").parts
+    parts = parts if parts[0] == NAMESPACE else (NAMESPACE, *parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -152,12 +176,12 @@ def test_the_checker_catches_a_circle_between_modules(tmp_path):
         (tmp_path / pkg / "__init__.py").write_text("")
     (tmp_path / "agglab" / "web").mkdir()
     (tmp_path / "agglab" / "web" / "__init__.py").write_text("")
-    (tmp_path / "agglab" / "cli.py").write_text("from agglab.lab import run_lab\nfrom ground import wire\n")
+    (tmp_path / "agglab" / "cli.py").write_text("from agglab.lab import run_lab\nfrom agglab.ground import wire\n")
     (tmp_path / "agglab" / "lab.py").write_text("import agglab.web.server\n")
     (tmp_path / "agglab" / "web" / "server.py").write_text("def serve():\n    from agglab import cli\n")
     (tmp_path / "agglab" / "draw.py").write_text("from agglab.cli import main\n")
     (tmp_path / "ground" / "wire.py").write_text("import json\n")
-    assert module_imports(tmp_path).has_edge("agglab.cli", "ground.wire")
+    assert module_imports(tmp_path).has_edge("agglab.cli", "agglab.ground.wire")
     assert module_circles(tmp_path) == [["agglab.cli", "agglab.lab", "agglab.web.server"]]
     (tmp_path / "agglab" / "web" / "server.py").write_text("def serve():\n    from agglab import actions\n")
     assert module_circles(tmp_path) == []
@@ -170,6 +194,51 @@ def test_exercise_checks_import_only_what_agglab_may():
     imported = set(package_imports().get("exercises", {}))
     assert "agglab" in imported                 # the checks are seen (exercises/*/check.py)
     assert imported <= may, imported - may
+
+
+# Folders that are packages only as agglab.X (p4src/ holds no Python, but is a package too).
+FOLDERS = set(LAYERS) - {NAMESPACE} | {"p4src"}
+NOT_SOURCE = {"build", "results", "test-output", "logs", "pcaps"}
+
+
+def python_files(repo: Path = REPO) -> list[Path]:
+    """Every .py file of the checkout: the product, tests, tools, setup.py (no venv, no build output)."""
+    tops = [d for d in repo.iterdir() if d.is_dir() and not d.name.startswith(".") and d.name not in NOT_SOURCE]
+    return sorted([*repo.glob("*.py"), *(f for d in tops for f in d.rglob("*.py"))])
+
+
+def namespace_bypasses(repo: Path = REPO) -> list[str]:
+    """`file: name` for each import of a folder by its name alone (the folder controller/
+    imported as `controller`, not `agglab.controller`): it works from the checkout's root, where
+    the folder is on sys.path too, and fails when installed, or loads the module a second time
+    beside agglab's."""
+    return [f"{f.relative_to(repo)}: {name}" for f in python_files(repo) for name in imported_names(f)
+            if name.split(".")[0] in FOLDERS]
+
+
+def test_no_import_bypasses_the_namespace(tmp_path):
+    assert namespace_bypasses() == []
+    (tmp_path / "tests").mkdir()
+    bare = "hosts"              # outside the literal: a search-and-replace of imports must not mend it
+    (tmp_path / "tests" / "test_x.py").write_text(f"import agglab.hosts.agent\ndef f():\n    from {bare} import agent\n")
+    (tmp_path / "agglab").mkdir()
+    (tmp_path / "agglab" / "ok.py").write_text("from agglab import controller\nimport controllers\n")
+    assert namespace_bypasses(tmp_path) == ["tests/test_x.py: hosts"]
+
+
+def test_the_namespace_imports_nothing_of_the_project():
+    """agglab/__init__.py runs before every agglab.X: an import of the project there would load
+    the CLI's layer under layer 0; the standard library only, so `import agglab.ground` stays cheap."""
+    names = imported_names(REPO / NAMESPACE / "__init__.py")
+    assert all(n.split(".")[0] in sys.stdlib_module_names for n in names), names
+
+
+def test_each_folder_is_the_namespace_s_subpackage():
+    """From the checkout agglab.X is the folder X/ beside agglab/ (agglab/__init__.py extends
+    its __path__ with the repository's root): the same files as an install's."""
+    for pkg in sorted(FOLDERS):
+        spec = importlib.util.find_spec(f"{NAMESPACE}.{pkg}")
+        assert spec is not None and REPO / pkg in map(Path, spec.submodule_search_locations), (pkg, spec)
 
 
 def product_files_importing_tests(repo: Path = REPO) -> list[str]:
@@ -200,8 +269,8 @@ def test_the_checker_catches_an_upward_import(tmp_path):
     for pkg in LAYERS:
         (tmp_path / pkg).mkdir()
         (tmp_path / pkg / "__init__.py").write_text("")
-    (tmp_path / "ground" / "bad.py").write_text("def f():\n    from controller import job\n")
-    (tmp_path / "hosts" / "side.py").write_text("import softswitch.pipeline\n")
+    (tmp_path / "ground" / "bad.py").write_text("def f():\n    from agglab.controller import job\n")
+    (tmp_path / "hosts" / "side.py").write_text("import agglab.softswitch.pipeline\n")
     bad = violations(package_imports(tmp_path))
     assert len(bad) == 2
     assert any(b.startswith("ground (layer 0) imports controller (layer 2)") for b in bad)

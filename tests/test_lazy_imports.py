@@ -56,7 +56,7 @@ def test_the_checker_sees_an_unexplained_import(tmp_path):
         "    from mininet.net import Mininet  # lazy: Mininet, only where a network is built\n"
         "    import shlex\n"
         "    if True:\n"
-        "        from ground import (\n"
+        "        from agglab.ground import (\n"
         "            wire,\n"
         "        )\n"
         "    from scapy.all import Ether  # lazy:\n"
@@ -65,11 +65,11 @@ def test_the_checker_sees_an_unexplained_import(tmp_path):
         "    def m(self):\n"
         "        def inner():\n"
         "            import numpy  # lazy: numpy, only inner() needs it\n"
-        "        from hosts import (  # lazy: loads numpy\n"
+        "        from agglab.hosts import (  # lazy: loads numpy\n"
         "            agent,\n"
         "        )\n")
     assert unexplained_function_imports(tmp_path) == [
         "agglab/cmd.py:11: from scapy.all import Ether  # lazy:",     # a mark with no reason
         "agglab/cmd.py:6: import shlex",
-        "agglab/cmd.py:8: from ground import (",
+        "agglab/cmd.py:8: from agglab.ground import (",
     ]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agglab.testkit.waits import wait_until
-from ground import lifeline
+from agglab.ground import lifeline
 from tests.leftovers import new_leftovers, leftovers
 
 REPO = Path(__file__).resolve().parent.parent
@@ -54,7 +54,7 @@ def _descendants(root: int) -> set[int]:
 
 PARENT = """
 import subprocess, sys, time
-from ground import lifeline
+from agglab.ground import lifeline
 child = subprocess.Popen(["sleep", "300"], preexec_fn=lifeline.preexec(), start_new_session=True)
 print(child.pid, flush=True)
 time.sleep(300)

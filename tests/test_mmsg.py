@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from ground import mmsg
+from agglab.ground import mmsg
 
 pytestmark = pytest.mark.skipif(not mmsg.AVAILABLE, reason="recvmmsg/sendmmsg need 64-bit Linux")
 

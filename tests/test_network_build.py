@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from controller import topologies
-from controller.topology import hosts, switches
+from agglab.controller import topologies
+from agglab.controller.topology import hosts, switches
 from tests.leftovers import leftovers, new_leftovers
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.net_timeout(120)]
@@ -22,7 +22,7 @@ def _offloads(ifname: str) -> dict[str, str]:
 
 
 def test_hosts_and_switch_ports_are_set_up_and_all_links_are_one_group():
-    from emulation.network import EmulatedNetwork
+    from agglab.emulation.network import EmulatedNetwork
 
     before = leftovers()
     g = topologies.build("fattree", k=4, workers=4)
@@ -54,8 +54,8 @@ def test_hosts_and_switch_ports_are_set_up_and_all_links_are_one_group():
 def test_a_node_that_fails_to_start_leaves_nothing_behind(monkeypatch):
     """One switch node fails while the others' shells start in parallel: start() raises
     and every shell, process and interface started so far is gone."""
-    from emulation import switch_nodes
-    from emulation.network import EmulatedNetwork
+    from agglab.emulation import switch_nodes
+    from agglab.emulation.network import EmulatedNetwork
 
     real_init = switch_nodes.SoftP4Switch.__init__
 
@@ -74,7 +74,7 @@ def test_a_node_that_fails_to_start_leaves_nothing_behind(monkeypatch):
 
 
 def test_links_with_a_rate_are_shaped_at_both_ends():
-    from emulation.network import EmulatedNetwork
+    from agglab.emulation.network import EmulatedNetwork
 
     before = leftovers()
     g = topologies.build("leafspine", workers=4)
@@ -101,7 +101,7 @@ def test_links_with_a_rate_are_shaped_at_both_ends():
 def test_switch_ends_keep_or_lose_their_offloads_as_the_backend_needs(offloads_off):
     """Software switch ports lose their offloads (softswitch/io.py re-injects frames as it got
     them); BMv2's keep theirs (with them off BMv2 ran half as fast here, docs/design/)."""
-    from emulation.veths import create_veths, delete_veths
+    from agglab.emulation.veths import create_veths, delete_veths
 
     names = ("aglt0-a", "aglt0-b")
     group = 4_000_001
@@ -120,7 +120,7 @@ def test_a_host_on_a_slow_link_waits_out_its_queue_before_tcp_resends():
     """The route of a host on a 0.08 Mb/s link has TCP's floor at the time the link carries
     512 full frames, 512 x 1,514 B x 8 / 80,000 b/s = 77.517 s; at 2.4 Mb/s 2,584 ms; at
     100 Mb/s (31 ms) the kernel's default 200 ms (no rto_min on the route)."""
-    from emulation.network import EmulatedNetwork
+    from agglab.emulation.network import EmulatedNetwork
 
     before = leftovers()
     g = topologies.build("single", workers=3)

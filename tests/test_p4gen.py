@@ -11,7 +11,7 @@ import re
 import subprocess
 
 from agglab import p4gen
-from ground import wire
+from agglab.ground import wire
 
 
 def test_committed_values_p4_matches_generator():

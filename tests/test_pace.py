@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from pace import architectures
-from pace.fusion import CostModel, all_partitions, fuse, makespan
-from pace.schedule import LayerProfile, Profile, load_profile, profile_names, simulate
-from pace.timeline import plot, write_trace
+from agglab.pace import architectures
+from agglab.pace.fusion import CostModel, all_partitions, fuse, makespan
+from agglab.pace.schedule import LayerProfile, Profile, load_profile, profile_names, simulate
+from agglab.pace.timeline import plot, write_trace
 
 # Three layers, forward 1 ms and backward 2 ms each; gradients of 1000, 4000 and 1000 bytes.
 # Forward 0-3; backward L3 3-5, L2 5-7, L1 7-9: releases L3 at 5, L2 at 7, L1 at 9.
@@ -102,7 +102,7 @@ def test_timeline_outputs(tmp_path):
 
 
 def test_replay_puts_measured_times_into_the_planned_order():
-    from pace.schedule import replay
+    from agglab.pace.schedule import replay
 
     planned = simulate(THREE, "pace", COST, partition=1000).transfers
     # Measured: L3 2 ms, every other transfer 1 ms. L3 5-7; L2[1] 7-8, L2[2] 8-9; L1 (ready 9)
@@ -113,7 +113,7 @@ def test_replay_puts_measured_times_into_the_planned_order():
 
 
 def test_scale_arithmetic():
-    from ground.scale import Scale
+    from agglab.ground.scale import Scale
 
     sc = Scale.of(link_gbps=10, bw_mbps=5, total_bytes=100 * 2**20, emulated_mb=4)
     assert (sc.rate, sc.size, sc.dilation) == (2000.0, 25.0, 80.0)
@@ -126,7 +126,7 @@ def test_cost_model_fit_through_calls():
     """Calls of 1,000 B in 3 ms and 3,000 B in 7 ms: beta = 4 ms / 2,000 B = 0.002 ms/B,
     alpha = 3 - 0.002 x 1,000 = 1 ms. One size only: beta must be given (0.002), alpha is
     the mean excess: (3.2 - 2 + 2.8 - 2) / 2 = 1 ms."""
-    from pace.fusion import CostModel
+    from agglab.pace.fusion import CostModel
 
     fit = CostModel.fit([1000, 3000, 1000, 3000], [3, 7, 3, 7])
     assert fit.alpha_ms == pytest.approx(1.0) and fit.beta_ms_per_byte == pytest.approx(0.002)

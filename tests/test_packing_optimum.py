@@ -22,10 +22,10 @@ import pytest
 from networkx.algorithms.approximation import steiner_tree
 from scipy.optimize import linprog
 
-from controller.topologies import fat_tree, leaf_spine
-from controller.topology import workers
-from controller.trees import compute
-from controller.trees.packing import _Net
+from agglab.controller.topologies import fat_tree, leaf_spine
+from agglab.controller.topology import workers
+from agglab.controller.trees import compute
+from agglab.controller.trees.packing import _Net
 
 FAST = 1000.0         # host links that never limit (unless a case says otherwise)
 

@@ -12,15 +12,15 @@ import re
 import pytest
 import yaml
 
-from controller import topologies
-from controller.topology_file import load as load_topology
-from experiments import cli
-from experiments.analysis import claim_bound
-from experiments.definition import ConfigError
-from experiments.definition_file import parse_definition
-from experiments.runner import load_suite, plan
-from ground import wire
-from ground.paths import REPO
+from agglab.controller import topologies
+from agglab.controller.topology_file import load as load_topology
+from agglab.experiments import cli
+from agglab.experiments.analysis import claim_bound
+from agglab.experiments.definition import ConfigError
+from agglab.experiments.definition_file import parse_definition
+from agglab.experiments.runner import load_suite, plan
+from agglab.ground import wire
+from agglab.ground.paths import REPO
 
 CONFIGS = REPO / "experiments" / "configs"
 SHAPES = {"fattree-k8-w32-rat": 0.6, "fattree-k8-w128-rat": 0.1}     # Mb/s, as `agglab calibrate` stores them
@@ -179,8 +179,8 @@ def test_report_has_a_ratio_vs_scale_table_and_plot(tmp_path):
 def test_the_report_names_each_trends_own_rate_not_only_the_suites(tmp_path):
     """No default calibration here (5 Mb/s, the uncalibrated default), yet the paper trends
     ran at 80% of their shapes': 0.48 Mb/s at 8 and 32 workers, 0.08 at 128."""
-    from experiments.report import render
-    from experiments.runner import Outcome
+    from agglab.experiments.report import render
+    from agglab.experiments.runner import Outcome
 
     suite = load_suite(CONFIGS / "paper.yaml")
     text = render(Outcome(suite, tmp_path), {}, {})
@@ -196,7 +196,7 @@ def test_a_run_inside_a_held_turn_does_not_wait_for_it(tmp_path, monkeypatch):
     import fcntl
     import threading
 
-    from experiments.runner import network_turn
+    from agglab.experiments.runner import network_turn
 
     lock = tmp_path / "net.lock"
     monkeypatch.setenv("AGGLAB_NET_LOCK", str(lock))

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from softswitch.cli import CommandError
-from softswitch.pipeline import Pipeline
-from softswitch.policer import GREEN, RED, YELLOW, Meter
-from softswitch.roles import REJECTS
-from hosts.fuzz import Fuzzer
+from agglab.softswitch.cli import CommandError
+from agglab.softswitch.pipeline import Pipeline
+from agglab.softswitch.policer import GREEN, RED, YELLOW, Meter
+from agglab.softswitch.roles import REJECTS
+from agglab.hosts.fuzz import Fuzzer
 
 
 class Clock:

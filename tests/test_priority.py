@@ -6,11 +6,11 @@ import os
 import subprocess
 import sys
 
-from ground.paths import REPO
+from agglab.ground.paths import REPO
 
 
 def test_a_worker_process_runs_as_batch_work_and_its_threads_inherit_it():
-    code = ("import os, threading; from ground.priority import as_batch_work; "
+    code = ("import os, threading; from agglab.ground.priority import as_batch_work; "
             "assert os.sched_getscheduler(0) == os.SCHED_OTHER; ok = as_batch_work(); seen = []; "
             "t = threading.Thread(target=lambda: seen.append(os.sched_getscheduler(0))); t.start(); t.join(); "
             "print(ok, os.sched_getscheduler(0) == os.SCHED_BATCH, seen == [os.SCHED_BATCH])")

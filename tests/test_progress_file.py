@@ -6,12 +6,12 @@ import types
 
 import pytest
 
-from emulation.failures import read_progress
-from ground import progress
+from agglab.emulation.failures import read_progress
+from agglab.ground import progress
 
 
 class FakeClock:
-    """time.monotonic for ground.progress: it moves only when the test says so."""
+    """time.monotonic for agglab.ground.progress: it moves only when the test says so."""
 
     def __init__(self):
         self.now = 1000.0

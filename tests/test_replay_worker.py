@@ -10,7 +10,7 @@ import os
 import threading
 from types import SimpleNamespace
 
-from hosts import replay_worker
+from agglab.hosts import replay_worker
 
 
 class Comm:

@@ -12,13 +12,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hosts.checker import float32_error_bound
-from controller import topologies
-from controller.addressing import assign_addresses
-from hosts.sparse_workload import sparse_gradient
-from hosts.workload import make_gradient
+from agglab.hosts.checker import float32_error_bound
+from agglab.controller import topologies
+from agglab.controller.addressing import assign_addresses
+from agglab.hosts.sparse_workload import sparse_gradient
+from agglab.hosts.workload import make_gradient
 from agglab.testkit.treenet import TreeNet
-from ground import wire
+from agglab.ground import wire
 
 K = wire.K
 

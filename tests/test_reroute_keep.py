@@ -9,11 +9,11 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from controller.reroute import failover
-from controller.reroute.failover import CompletedVersion, drop_rows, kept_rows, preload_cells, reset_lines, slot_index
-from controller.tree_install import Installation, SwitchRole
-from controller.slot_partition import partition_slots
-from ground import wire
+from agglab.controller.reroute import failover
+from agglab.controller.reroute.failover import CompletedVersion, drop_rows, kept_rows, preload_cells, reset_lines, slot_index
+from agglab.controller.tree_install import Installation, SwitchRole
+from agglab.controller.slot_partition import partition_slots
+from agglab.ground import wire
 
 K = wire.K
 
@@ -96,7 +96,7 @@ def test_a_kept_result_is_preloaded_without_its_lanes_and_only_at_its_holder():
 
 # -- CellCodec against the generated client -------------------------------------------------------
 def _generated():
-    from controller.bmv2_ways import add_bmv2_python_path
+    from agglab.controller.bmv2_ways import add_bmv2_python_path
 
     add_bmv2_python_path()
     standard = pytest.importorskip("bm_runtime.standard.Standard")
@@ -110,7 +110,7 @@ def _generated():
                                          ("bm_register_read", (0, "sp_block", 3))])
 def test_cells_are_encoded_as_the_generated_client_encodes_them(method, args):
     standard, binary, multiplexed, transport = _generated()
-    from controller.bmv2_thrift import CellCodec
+    from agglab.controller.bmv2_thrift import CellCodec
 
     buf = transport.TMemoryBuffer()
     client = standard.Client(multiplexed.TMultiplexedProtocol(binary.TBinaryProtocol(buf), "standard"))
@@ -145,7 +145,7 @@ class _InvalidRegisterOperation(Exception):
 def test_answers_are_read_to_their_last_byte_and_errors_raise_as_generated():
     """The answers are bytes written here, so this runs without BMv2's bindings (with them, the
     generated exception class is the one raised)."""
-    from controller.bmv2_ways import add_bmv2_python_path
+    from agglab.controller.bmv2_ways import add_bmv2_python_path
     from thrift.Thrift import TApplicationException
 
     add_bmv2_python_path()
@@ -154,7 +154,7 @@ def test_answers_are_read_to_their_last_byte_and_errors_raise_as_generated():
     except ImportError:
         InvalidRegisterOperation = _InvalidRegisterOperation
 
-    from controller.bmv2_thrift import CellCodec
+    from agglab.controller.bmv2_thrift import CellCodec
 
     errors = (InvalidRegisterOperation, TApplicationException)
     value = _reply("bm_register_read", struct.pack(">bhqb", 10, 0, -5, 0))

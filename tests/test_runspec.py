@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from controller import topologies
-from ground.runspec import FailSpec, RunPlan, RunSpec, SwitchFailSpec, WorkerSeat
+from agglab.controller import topologies
+from agglab.ground.runspec import FailSpec, RunPlan, RunSpec, SwitchFailSpec, WorkerSeat
 
 
 @pytest.mark.parametrize("changes,words", [

@@ -9,12 +9,12 @@ import json
 
 import pytest
 
-from controller import tree_install, trees
-from controller.topology import switches, workers as worker_hosts
-from emulation import fidelity
-from emulation.session import graph_for
-from ground import wire
-from ground.runspec import RunSpec
+from agglab.controller import tree_install, trees
+from agglab.controller.topology import switches, workers as worker_hosts
+from agglab.emulation import fidelity
+from agglab.emulation.session import graph_for
+from agglab.ground import wire
+from agglab.ground.runspec import RunSpec
 
 
 # -- limits, checked before anything is built ----------------------------------------------
@@ -112,7 +112,7 @@ def test_shape_key_names_the_shape():
 
 
 def test_a_trend_larger_than_the_default_calibration_runs_at_its_shape_ceiling(calibration, tmp_path):
-    from experiments.runner import HEADROOM, ceiling, load_suite, trend_ceiling
+    from agglab.experiments.runner import HEADROOM, ceiling, load_suite, trend_ceiling
 
     fidelity.save_calibration({"ceiling_mbps": 20.0, "workers": 8})
     fidelity.save_shape_calibration("fattree-k8-w128-rat", {"ceiling_mbps": 1.0, "workers": 128})
@@ -136,7 +136,7 @@ def test_a_trend_larger_than_the_default_calibration_runs_at_its_shape_ceiling(c
 def test_64_workers_on_a_k8_fat_tree_are_exact():
     """Twice one switch's bitmap on 80 software switches (about 20 s here, loaded); each rank
     reports what it cost to start and to hold."""
-    from emulation.session import run_allreduce
+    from agglab.emulation.session import run_allreduce
     from tests.leftovers import assert_clean
 
     r = run_allreduce(topology="fattree", k=8, workers=64, tree="rat", elements=2 * wire.K + 5, seed=3)

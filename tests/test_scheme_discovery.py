@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from ground.paths import REPO
+from agglab.ground.paths import REPO
 from tests.test_tree_discovery import PACKAGES
 
 # ATP's own files, one per layer; the one shared file a new scheme touches is its row's
@@ -89,14 +89,14 @@ def scratch(tmp_path_factory) -> Path:
 PROBE = r"""
 import json
 from agglab.testkit.frames import build
-from controller.installers import INSTALLERS
-from emulation import wire_model
-from ground import schemes
-from ground.runspec import RunSpec
-from hosts import fuzz
-from hosts.communicator import RUNNERS
-from softswitch.pipeline import Pipeline
-from softswitch.schemes import BRANCHES, p4_gaps, render_p4, write_p4
+from agglab.controller.installers import INSTALLERS
+from agglab.emulation import wire_model
+from agglab.ground import schemes
+from agglab.ground.runspec import RunSpec
+from agglab.hosts import fuzz
+from agglab.hosts.communicator import RUNNERS
+from agglab.softswitch.pipeline import Pipeline
+from agglab.softswitch.schemes import BRANCHES, p4_gaps, render_p4, write_p4
 
 # the twin, as the ATP vector atp_collision_fallback with the copy's names and flag: job 1's
 # ranks 1 and 2 complete an aggregator; the sum leaves toward the PS (h3) by the IPv4 route
@@ -150,7 +150,7 @@ def test_a_copied_scheme_is_its_own_files_plus_one_row(scratch: Path):
     got = json.loads(out.stdout)
     assert got["module"].startswith(str(scratch))               # the scratch copy ran, not the checkout
     assert got["scheme"] == 64 and got["branch"] == [64, False]  # its own flag, its own table
-    assert got["runner"] and got["installer"] == "controller.schemes.myatp"
+    assert got["runner"] and got["installer"] == "agglab.controller.schemes.myatp"
     assert got["fuzz"] == 32 | 64 and got["gaps"] == []
     assert "--algorithm myatp has no wire model" in got["bound"]   # as ATP's: no bound, said loudly
     # the P4 lines generated from the rows: its include and instance, its branch after ATP's
@@ -169,7 +169,7 @@ def test_a_copied_scheme_is_its_own_files_plus_one_row(scratch: Path):
 COMPILE = r"""
 import json, sys
 from pathlib import Path
-from emulation.p4build import compile_p4
+from agglab.emulation.p4build import compile_p4
 
 j = json.loads(compile_p4(Path(sys.argv[1])).read_text())
 print(json.dumps({"tables": [t["name"] for pl in j["pipelines"] for t in pl["tables"]],
@@ -193,8 +193,8 @@ def test_the_copied_schemes_p4_compiles_with_p4c(scratch: Path, tmp_path: Path):
 
 E2E = r"""
 import json
-from emulation.session import run_spec
-from ground.runspec import RunSpec
+from agglab.emulation.session import run_spec
+from agglab.ground.runspec import RunSpec
 
 r = run_spec(RunSpec(algorithm="myatp", workers=4, elements=20_000, loss=0.02, seed=3))
 print(json.dumps({"exact": r["exact"], "errors": r.get("errors"), "switch": r["switch"]}))

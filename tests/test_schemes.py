@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from ground import schemes
+from agglab.ground import schemes
 
 
 def test_the_table_derives_the_lists():
@@ -22,8 +22,8 @@ def test_the_table_derives_the_lists():
 
 
 def test_softswitch_has_a_branch_per_p4_scheme():
-    from softswitch import schemes as twin
-    from softswitch.pipeline import Pipeline
+    from agglab.softswitch import schemes as twin
+    from agglab.softswitch.pipeline import Pipeline
 
     assert set(twin.discover()) == set(twin.BRANCHES) == set(schemes.P4_SCHEMES)
     flags = [flag for flag, _ in twin.BRANCHES.values()]
@@ -38,7 +38,7 @@ def test_the_twins_registers_are_the_p4_programs():
     """The twin's registers, as the schemes' modules build them, are the P4 program's, at the
     widths it declares (the width every vector's register values are read at)."""
     from agglab.testkit.vectors import REGISTER_WIDTHS
-    from softswitch.pipeline import Pipeline
+    from agglab.softswitch.pipeline import Pipeline
 
     p = Pipeline()
     assert {name: reg.width for name, reg in p.register_arrays.items()} == REGISTER_WIDTHS
@@ -46,7 +46,7 @@ def test_the_twins_registers_are_the_p4_programs():
 
 
 def test_agglab_p4_expands_the_generated_include_instance_and_branch_of_each_p4_scheme():
-    from softswitch.schemes import p4_gaps, render_p4
+    from agglab.softswitch.schemes import p4_gaps, render_p4
 
     assert p4_gaps() == []
     text = render_p4()
@@ -62,8 +62,8 @@ def test_agglab_p4_expands_the_generated_include_instance_and_branch_of_each_p4_
 
 
 def test_a_program_not_using_the_generated_lines_is_named(tmp_path):
-    from ground.paths import P4SRC
-    from softswitch.schemes import p4_gaps
+    from agglab.ground.paths import P4SRC
+    from agglab.softswitch.schemes import p4_gaps
 
     text = (P4SRC / "agglab.p4").read_text()
     (tmp_path / "include").symlink_to(P4SRC / "include")
@@ -78,7 +78,7 @@ def test_a_program_not_using_the_generated_lines_is_named(tmp_path):
 def test_the_schemes_flags_are_distinct_bits_beside_the_wire_formats_own():
     """A scheme's flag is #defined in its own .p4 (ground/wire.py reads every include): one bit,
     none shared with another scheme or with the header's own flags."""
-    from ground import wire
+    from agglab.ground import wire
 
     own = [wire.CONST[f"AGG_FLAG_{name}"] for name in ("RESULT", "RETX", "ACK", "LEAD")]
     flags = [s.flag_bits for s in schemes.SCHEMES.values() if s.flag]
@@ -89,7 +89,7 @@ def test_the_schemes_flags_are_distinct_bits_beside_the_wire_formats_own():
 
 
 def test_a_define_given_two_values_is_refused(tmp_path):
-    from ground import wire
+    from agglab.ground import wire
 
     (tmp_path / "constants.p4").write_text("#define AGG_K 64\n")
     (tmp_path / "atp.p4").write_text("#define ATP_POOL 256\n#define AGG_K 64\n")
@@ -100,8 +100,8 @@ def test_a_define_given_two_values_is_refused(tmp_path):
 
 
 def test_hosts_have_a_runner_per_scheme():
-    from hosts import schemes as host_schemes
-    from hosts.communicator import RUNNERS
+    from agglab.hosts import schemes as host_schemes
+    from agglab.hosts.communicator import RUNNERS
 
     assert set(host_schemes.discover()) == set(RUNNERS) == set(schemes.NAMES)
     assert host_schemes.SERVICE_TRANSPORT == {"switchml", "omnireduce"}     # the agents' UDP transport
@@ -109,9 +109,9 @@ def test_hosts_have_a_runner_per_scheme():
 
 
 def test_controller_has_an_installer_per_scheme_and_a_carry_per_tree_scheme():
-    from controller import schemes as controller_schemes
-    from controller.installers import INSTALLERS
-    from controller.reroute import CARRIES, carry_for
+    from agglab.controller import schemes as controller_schemes
+    from agglab.controller.installers import INSTALLERS
+    from agglab.controller.reroute import CARRIES, carry_for
 
     assert set(controller_schemes.discover()) == set(INSTALLERS) == set(schemes.NAMES)
     assert set(CARRIES) == set(schemes.ON_TREES)
@@ -124,9 +124,9 @@ def test_controller_has_an_installer_per_scheme_and_a_carry_per_tree_scheme():
 def test_the_wire_model_comes_from_the_scheme_and_a_scheme_without_one_has_no_bound(monkeypatch):
     """ATP once had no model and silently got SwitchML's tree time; a scheme without one is
     now refused (BoundError), never given another scheme's time."""
-    from controller import topologies
-    from emulation import wire_model
-    from ground.runspec import RunSpec
+    from agglab.controller import topologies
+    from agglab.emulation import wire_model
+    from agglab.ground.runspec import RunSpec
 
     g = topologies.single_switch(4, bw=10)
     for name in ("switchml", "omnireduce", "ring", "ps"):
@@ -138,15 +138,15 @@ def test_the_wire_model_comes_from_the_scheme_and_a_scheme_without_one_has_no_bo
 
 
 def test_every_scheme_names_a_wire_model():
-    from controller.schemes import WIRE_MODELS
-    from emulation.wire_model import MODELS
+    from agglab.controller.schemes import WIRE_MODELS
+    from agglab.emulation.wire_model import MODELS
 
     assert sorted(set(schemes.SCHEMES) - set(WIRE_MODELS)) == []
     assert {name: model for name, model in WIRE_MODELS.items() if model not in MODELS} == {}
 
 
 def test_the_fuzzer_clears_the_flags_of_schemes_with_their_own_table():
-    from hosts import fuzz
+    from agglab.hosts import fuzz
 
     assert fuzz.OWN_TABLE_FLAGS == schemes.SCHEMES["atp"].flag_bits == 32
     frame = bytearray(fuzz.FLAGS_AT + 1)
@@ -156,8 +156,8 @@ def test_the_fuzzer_clears_the_flags_of_schemes_with_their_own_table():
 
 @pytest.mark.parametrize("name", schemes.NAMES)
 def test_every_scheme_has_a_pace_cost_and_a_valid_default_run(name):
-    from ground.runspec import RunSpec
-    from pace.fusion import CostModel
+    from agglab.ground.runspec import RunSpec
+    from agglab.pace.fusion import CostModel
 
     cost = CostModel.for_network(name, 8, 100.0, 5.0)
     assert cost.alpha_ms > 0 and cost.beta_ms_per_byte > 0
@@ -166,7 +166,7 @@ def test_every_scheme_has_a_pace_cost_and_a_valid_default_run(name):
 
 
 def test_a_scheme_refuses_a_dtype_it_cannot_sum():
-    from ground.runspec import RunSpec
+    from agglab.ground.runspec import RunSpec
 
     with pytest.raises(ValueError, match="--algorithm atp sums int32 only"):
         RunSpec(algorithm="atp", dtype="float32").validate()

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from emulation import fidelity
-from experiments import cli
-from experiments.runner import load_suite, trend_ceiling, trend_rates
-from experiments.shapes import key_of, trend_shape
+from agglab.emulation import fidelity
+from agglab.experiments import cli
+from agglab.experiments.runner import load_suite, trend_ceiling, trend_rates
+from agglab.experiments.shapes import key_of, trend_shape
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ROOT / "experiments" / "configs" / "default.yaml"
@@ -167,7 +167,7 @@ def test_a_shape_with_no_faithful_rate_does_not_stop_the_suite(tmp_path, calibra
 
 
 def test_a_sparse_shape_is_probed_on_the_sparse_pipeline_and_stored_as_its_own(monkeypatch):
-    import emulation.session
+    import agglab.emulation.session
     from agglab import calibrate as cal
 
     runs = []
@@ -177,7 +177,7 @@ def test_a_sparse_shape_is_probed_on_the_sparse_pipeline_and_stored_as_its_own(m
         return {"ok": True, "seconds": 1e-9, "retransmissions": 0, "fidelity": {"link_bound": kw["bw"] <= 1,
                                                                                 "reason": "m"}}
 
-    monkeypatch.setattr(emulation.session, "run_allreduce", fake)
+    monkeypatch.setattr(agglab.emulation.session, "run_allreduce", fake)
     fidelity.save_calibration({"ceiling_mbps": 2.5, "workers": 8}, "bmv2")
     cal.calibrate(workers=8, start=1, factor=2, limit=4, refine=0, log=io.StringIO(), backend="bmv2",
                   shape={"topology": "single", "scheme": "sparse", "density": 0.01})
@@ -191,10 +191,10 @@ def test_a_search_that_found_no_rate_is_stored_and_not_repeated(tmp_path, calibr
     forgot it searched it again on every run. The search is now stored with no ceiling: the
     next suite does not calibrate that shape, says so in one line, and runs its trends at the
     suite's ceiling."""
-    import emulation.session
+    import agglab.emulation.session
     from agglab import calibrate as cal
 
-    monkeypatch.setattr(emulation.session, "run_allreduce",     # never within the tolerance
+    monkeypatch.setattr(agglab.emulation.session, "run_allreduce",     # never within the tolerance
                         lambda **kw: {"ok": True, "seconds": 1e9, "retransmissions": 0,
                                       "fidelity": {"link_bound": False, "reason": "cpu"}})
     log = io.StringIO()

@@ -19,11 +19,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ground import wire
-from softswitch.bench_pipeline import worker_frame
-from softswitch.pipeline import Pipeline
-from softswitch.roles import job_entry
-from softswitch.star import star_commands
+from agglab.ground import wire
+from agglab.softswitch.bench_pipeline import worker_frame
+from agglab.softswitch.pipeline import Pipeline
+from agglab.softswitch.roles import job_entry
+from agglab.softswitch.star import star_commands
 
 SLOT = 2048                   # row stride of the receive arena the batches are copied into
 PARENT = 9

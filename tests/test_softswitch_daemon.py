@@ -23,16 +23,16 @@ from types import SimpleNamespace
 import pytest
 
 from agglab.testkit.waits import wait_until
-from ground import wire
-from ground.addresses import SERVICE_IP
-from softswitch.control import ControlClient, SwitchCommandError, SwitchNotReady, wait_ready
-from softswitch.scratchnet import ScratchNet, icmp_ping, in_netns, program_aggregation
-from softswitch.pcap import read_pcap
+from agglab.ground import wire
+from agglab.ground.addresses import SERVICE_IP
+from agglab.softswitch.control import ControlClient, SwitchCommandError, SwitchNotReady, wait_ready
+from agglab.softswitch.scratchnet import ScratchNet, icmp_ping, in_netns, program_aggregation
+from agglab.softswitch.pcap import read_pcap
 
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces, raw sockets)")]
 
-REFLECT = ("--pipeline", "softswitch.bench_io:Reflect")
+REFLECT = ("--pipeline", "agglab.softswitch.bench_io:Reflect")
 
 
 @pytest.fixture(scope="module")
@@ -209,7 +209,7 @@ def test_aggregation_bursts_take_the_batched_path(switch, lab):
     """48 slots from each worker while the daemon is stopped, so each port's first receive
     batch holds them all: Pipeline.process_batch must take both batches (port_stats
     `batched`) and every worker must get all 48 exact sums."""
-    from ground.mmsg import MsgBatch
+    from agglab.ground.mmsg import MsgBatch
 
     slots = 48
     program_aggregation(switch.client, lab.hosts, job=1)

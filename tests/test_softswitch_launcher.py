@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from ground.paths import REPO
-from softswitch.control import wait_ready
-from softswitch.launcher import Launcher
+from agglab.ground.paths import REPO
+from agglab.softswitch.control import wait_ready
+from agglab.softswitch.launcher import Launcher
 
 
 @pytest.fixture

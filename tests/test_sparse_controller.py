@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ground import wire
-from ground.schemes import ON_TREES
-from controller import topologies, tree_install, trees
-from controller.reroute import carry, failover, sparse_failover
-from controller.addressing import assign_addresses
-from controller.topology import neighbor_on_port, port
+from agglab.ground import wire
+from agglab.ground.schemes import ON_TREES
+from agglab.controller import topologies, tree_install, trees
+from agglab.controller.reroute import carry, failover, sparse_failover
+from agglab.controller.addressing import assign_addresses
+from agglab.controller.topology import neighbor_on_port, port
 from agglab.testkit.frames import build
 from agglab.testkit.treenet import PipeClient
 
@@ -220,7 +220,7 @@ def test_subtree_without_data_receives_the_result(net):
 
 
 def test_placement_oldest_at_the_workers_newest_above_and_conflicts_reported():
-    from controller.tree_install import SwitchRole
+    from agglab.controller.tree_install import SwitchRole
 
     roles = {"s1": SwitchRole("s1", 0, True, ["l1", "l2"], None),
              "l1": SwitchRole("l1", 0, False, ["h1", "h2"], "s1"),

@@ -12,12 +12,12 @@ import json
 import numpy as np
 
 from agglab.testkit.waits import wait_until
-from controller import topologies, trees
-from controller.reroute import failover
-from controller.addressing import assign_addresses
-from controller.standby import StandbyWorker
-from controller.topology import workers as ranked_workers
-from hosts.workload import make_gradient
+from agglab.controller import topologies, trees
+from agglab.controller.reroute import failover
+from agglab.controller.addressing import assign_addresses
+from agglab.controller.standby import StandbyWorker
+from agglab.controller.topology import workers as ranked_workers
+from agglab.hosts.workload import make_gradient
 from agglab.testkit.treenet import PipeClient, TreeNet
 
 
@@ -90,7 +90,7 @@ def test_cell_writes_text_and_binary_forms_leave_the_same_registers():
     switch's one binary command per register: unsorted cells, a cell written twice (the later
     value stays), values past 32 bits (the register keeps its low bits); scattered cells go by
     index (register_write_cells), long runs as runs (register_write_runs)."""
-    from controller.switch_client import SwitchClient
+    from agglab.controller.switch_client import SwitchClient
 
     index = [70, 3, 4, 5, 3, 200]
     values = [9, 1, 2, 3, 8, 2**32 + 6]

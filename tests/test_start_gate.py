@@ -6,13 +6,13 @@ import os
 import subprocess
 import sys
 
-from ground.paths import REPO
-from ground.start_gate import StartGate, wait_to_start
+from agglab.ground.paths import REPO
+from agglab.ground.start_gate import StartGate, wait_to_start
 
 # A worker: its preparation, then the gate, then a marker that it passed.
 WORKER = """
 import sys, pathlib
-from ground.start_gate import wait_to_start
+from agglab.ground.start_gate import wait_to_start
 waited = wait_to_start(timeout=float(sys.argv[2]))
 pathlib.Path(sys.argv[1]).write_text(str(waited))
 """

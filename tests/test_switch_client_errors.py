@@ -14,8 +14,8 @@ import threading
 
 import pytest
 
-from controller.switch_batches import collect_batches, send_batches
-from controller.switch_client import SoftSwitchClient, SwitchCommandError
+from agglab.controller.switch_batches import collect_batches, send_batches
+from agglab.controller.switch_client import SoftSwitchClient, SwitchCommandError
 
 
 class _Answering:

@@ -14,13 +14,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from controller import aggregate, topologies
-from controller.addressing import assign_addresses
-from hosts.diagnostics import NetworkPartitionError
-from hosts.sparse_workload import sparse_gradient
-from hosts.workload import make_gradient
+from agglab.controller import aggregate, topologies
+from agglab.controller.addressing import assign_addresses
+from agglab.hosts.diagnostics import NetworkPartitionError
+from agglab.hosts.sparse_workload import sparse_gradient
+from agglab.hosts.workload import make_gradient
 from agglab.testkit.treenet import TreeNet
-from ground import wire
+from agglab.ground import wire
 
 K = wire.K
 

@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from agglab.testkit.waits import wait_until
-from emulation.switch_probe import SwitchProbe
+from agglab.emulation.switch_probe import SwitchProbe
 
 
 class _PairPing:
@@ -87,8 +87,8 @@ def test_a_stopped_aggregating_switch_is_fenced_and_rerouted_around_exactly():
     at half the blocks; the result is exact and lists the hung switch with its detect and
     install times; SIGCONT afterwards wakes nothing, the next allreduce is exact, and the
     switch restarts like a killed one."""
-    from emulation.session import Session
-    from ground.runspec import RunSpec
+    from agglab.emulation.session import Session
+    from agglab.ground.runspec import RunSpec
 
     spec = RunSpec(topology="fattree", k=4, workers=8, elements=2_000_000, seed=1, hang_switch=["tree@0.5"])
     with Session(spec) as session:
@@ -149,7 +149,7 @@ def test_the_thrift_ping_is_the_call_thrifts_own_client_sends():
     from thrift.Thrift import TMessageType
     from thrift.transport import TTransport
 
-    from emulation.switch_probe import ThriftPing
+    from agglab.emulation.switch_probe import ThriftPing
 
     buf = TTransport.TMemoryBuffer()
     proto = TMultiplexedProtocol.TMultiplexedProtocol(TBinaryProtocol.TBinaryProtocol(buf), "standard")
@@ -200,7 +200,7 @@ def test_a_hang_reroutes_every_job_through_the_cli(tmp_path):
 
 def test_a_control_channel_error_outside_a_handled_failure_is_one_line(monkeypatch, capsys):
     import agglab.cli as cli
-    from controller.switch_client import SwitchCommandError
+    from agglab.controller.switch_client import SwitchCommandError
 
     def fails(_args):
         raise SwitchCommandError("a2: 'counter_read agg_stats 0': switch at /run/agglab/x/a2.sock: "
@@ -225,8 +225,8 @@ def test_a_hung_switch_restarted_the_moment_it_is_fenced_comes_back_with_its_por
     import time
     from pathlib import Path
 
-    from emulation.session import Session
-    from ground.runspec import RunSpec
+    from agglab.emulation.session import Session
+    from agglab.ground.runspec import RunSpec
 
     spec = RunSpec(topology="leafspine", workers=4, elements=50_000, seed=1)
     with Session(spec) as session:
@@ -260,7 +260,7 @@ def test_runnable_seconds_grow_for_a_process_kept_off_the_cpu_and_not_for_a_stop
     import sys
     import time
 
-    from emulation.switch_probe import runnable_seconds
+    from agglab.emulation.switch_probe import runnable_seconds
 
     spin = [sys.executable, "-c", "while True: pass"]
     busy = [subprocess.Popen(spin) for _ in range(3)]
@@ -295,7 +295,7 @@ def test_runnable_seconds_count_every_thread_of_a_process():
     import sys
     import time
 
-    from emulation.switch_probe import runnable_seconds
+    from agglab.emulation.switch_probe import runnable_seconds
 
     threaded = subprocess.Popen([sys.executable, "-c", "import threading, time\n"
                                  "threading.Thread(target=lambda: [None for _ in iter(int, 1)], daemon=True).start()\n"
@@ -326,7 +326,7 @@ def test_runnable_seconds_grow_for_a_process_on_a_cpu_of_its_own():
     import sys
     import time
 
-    from emulation.switch_probe import runnable_seconds
+    from agglab.emulation.switch_probe import runnable_seconds
 
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
@@ -372,7 +372,7 @@ def test_a_late_switch_that_waited_for_a_cpu_gets_more_time_and_a_stopped_one_do
     switch is judged within a step of its bound, the starved one only at the starvation limit."""
     from types import SimpleNamespace
 
-    from emulation import switch_probe
+    from agglab.emulation import switch_probe
 
     clock, bound, interval, step = _FakeClock(), 0.3, 0.02, 0.1
     monkeypatch.setattr(switch_probe, "time", SimpleNamespace(monotonic=clock.monotonic))
@@ -412,7 +412,7 @@ def test_a_channel_with_a_bound_of_its_own_is_judged_by_it():
     """BMv2's pings carry a longer bound than the probe's (emulation/switch_probe.py, BMv2's
     bound): two switches fall silent together, and the one on the probe's bound is hung first
     while the other is still waited for."""
-    from emulation.switch_probe import BMV2_HANG_BOUND, HANG_BOUND, ThriftPing
+    from agglab.emulation.switch_probe import BMV2_HANG_BOUND, HANG_BOUND, ThriftPing
 
     assert ThriftPing.bound == BMV2_HANG_BOUND > HANG_BOUND
     hung: list[str] = []

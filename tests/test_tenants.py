@@ -15,14 +15,14 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from controller.addressing import assign_addresses
-from controller.tree_job import TreeJob
-from controller.topology import single_switch
-from ground import wire
-from ground.runspec import RunSpec
-from hosts.fuzz import KINDS, Fuzzer
-from softswitch.pipeline import Pipeline
-from softswitch.roles import ANY_WORKER, REJECTS
+from agglab.controller.addressing import assign_addresses
+from agglab.controller.tree_job import TreeJob
+from agglab.controller.topology import single_switch
+from agglab.ground import wire
+from agglab.ground.runspec import RunSpec
+from agglab.hosts.fuzz import KINDS, Fuzzer
+from agglab.softswitch.pipeline import Pipeline
+from agglab.softswitch.roles import ANY_WORKER, REJECTS
 from agglab.testkit.treenet import PipeClient
 
 
@@ -144,7 +144,7 @@ def test_the_same_frames_from_a_member_port_never_reach_the_registers_unless_the
 def test_the_bulk_reroutes_install_plan_carries_the_slot_range_and_ranks(tmp_path):
     """A reroute on software switches installs from tree_install.plan (command lines), not
     install(): the same slot range and ranks must be in its agg_job lines."""
-    from controller import tree_install
+    from agglab.controller import tree_install
 
     g, _p, _a, b = two_tenants(tmp_path)
     plan = tree_install.plan(g, b.treeset, b.job, slot_base=b.slot_base, reply_ports={}, slots=b.slots,

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from ground import timerslack
+from agglab.ground import timerslack
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")
@@ -15,7 +15,7 @@ def test_set_timer_slack_is_seen_by_the_kernel_and_inherited():
     """In a fresh interpreter (the test's own threads keep theirs): the default (50,000 ns
     on stock kernels, whatever this one says) becomes 1 ns, which /proc reports and a child
     process inherits."""
-    code = ("import subprocess; from ground import timerslack as t; before = t.timer_slack(); "
+    code = ("import subprocess; from agglab.ground import timerslack as t; before = t.timer_slack(); "
             "ok = t.set_timer_slack(1); "
             "child = subprocess.run(['cat', '/proc/self/timerslack_ns'], capture_output=True, text=True).stdout; "
             "print(before, ok, t.timer_slack(), open('/proc/self/timerslack_ns').read().strip(), child.strip())")

@@ -13,10 +13,10 @@ from hypothesis import given, settings, strategies as st
 
 from agglab.cli import build_parser
 from agglab.run_options import spec_from_args
-from controller import topologies
-from controller.topologies import bcube, build, fat_tree, from_yaml, leaf_spine
-from controller.topology import TopologyError, hosts, port, single_switch, switches, workers
-from ground import runspec
+from agglab.controller import topologies
+from agglab.controller.topologies import bcube, build, fat_tree, from_yaml, leaf_spine
+from agglab.controller.topology import TopologyError, hosts, port, single_switch, switches, workers
+from agglab.ground import runspec
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "experiments" / "topologies" / "example.yaml"

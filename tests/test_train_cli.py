@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ground.paths import REPO
+from agglab.ground.paths import REPO
 
 
 def agglab(*args, tmp_path):

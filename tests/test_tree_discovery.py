@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ground.paths import REPO
+from agglab.ground.paths import REPO
 
 PACKAGES = ("agglab", "controller", "emulation", "experiments", "ground", "hosts", "pace", "softswitch", "p4src")
 
@@ -18,8 +18,8 @@ PROBE = r"""
 import json, sys
 from agglab.cli import build_parser
 from agglab.run_options import spec_from_args
-from controller import topologies, trees
-from controller.topology import workers
+from agglab.controller import topologies, trees
+from agglab.controller.topology import workers
 
 args = build_parser().parse_args(["allreduce", "--tree", "mytree", "--topology", "fattree", "--k", "4",
                                   "--workers", "4"])
@@ -49,9 +49,9 @@ def test_a_copied_tree_module_is_a_tree_choice(tmp_path: Path):
     assert got["tree"] == "mytree" and "mytree" in got["algorithms"]
     assert got["rejected"] == 2                              # an unknown name is still refused
     # the copy computes what spt computes on the same graph
-    from controller import topologies, trees
-    from controller.topology import workers
-    from ground.runspec import RunSpec
+    from agglab.controller import topologies, trees
+    from agglab.controller.topology import workers
+    from agglab.ground.runspec import RunSpec
 
     g = topologies.for_run(RunSpec(topology="fattree", k=4, workers=4))
     spt = trees.compute("spt", g, workers(g))
@@ -60,8 +60,8 @@ def test_a_copied_tree_module_is_a_tree_choice(tmp_path: Path):
 
 
 def test_the_checkout_discovers_its_tree_modules():
-    from controller import trees
-    from ground import runspec
+    from agglab.controller import trees
+    from agglab.ground import runspec
 
     assert set(trees.TREE_ALGORITHMS) == {"spt", "rat", "packing", "bml"}
     assert runspec.TREES == list(trees.TREE_ALGORITHMS)

@@ -9,12 +9,12 @@ import networkx as nx
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from controller.topologies import bcube, fat_tree, from_yaml, leaf_spine
-from controller.topology import single_switch, switches, workers
-from controller.trees import TreeError, check_tree, compute
-from controller.trees.base import capacities, edge_key
-from controller.trees.packing import _Net, garg_koenemann
-from controller.trees.spt import spt_tree
+from agglab.controller.topologies import bcube, fat_tree, from_yaml, leaf_spine
+from agglab.controller.topology import single_switch, switches, workers
+from agglab.controller.trees import TreeError, check_tree, compute
+from agglab.controller.trees.base import capacities, edge_key
+from agglab.controller.trees.packing import _Net, garg_koenemann
+from agglab.controller.trees.spt import spt_tree
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "experiments" / "topologies" / "example.yaml"
 TOPOLOGIES = {

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from controller.topologies import bcube
-from controller.topology import hosts
-from controller.trees import TreeError, check_tree, compute
-from controller.trees.bml import schedule, simulate_bml, simulate_in_network
+from agglab.controller.topologies import bcube
+from agglab.controller.topology import hosts
+from agglab.controller.trees import TreeError, check_tree, compute
+from agglab.controller.trees.bml import schedule, simulate_bml, simulate_in_network
 
 SHAPES = st.sampled_from([(2, 0), (2, 1), (3, 1), (4, 1), (2, 2), (3, 2), (2, 3)])
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from agglab.exercise_folders import exercises
 from agglab.testkit import widen
-from ground.paths import VECTORS
+from agglab.ground.paths import VECTORS
 
 
 def test_generated_wide_vectors_are_current():

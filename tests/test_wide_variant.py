@@ -1,10 +1,10 @@
 """The wide program variant (AGG_K_WIDE = 256 values per packet, AGGLAB_K=256).
 
-Why subprocesses: K is fixed when a process imports ground.wire (it sizes every
+Why subprocesses: K is fixed when a process imports agglab.ground.wire (it sizes every
 frame, register and buffer), so the variant runs in child processes started
 with AGGLAB_K=256, exactly as a user's run does.  The expectations here come
 from the packet format's definition (14 + 20 + 8 + 16 + 4 K bytes), not from
-ground.wire.
+agglab.ground.wire.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from ground.paths import REPO
+from agglab.ground.paths import REPO
 
 WIDE = {**os.environ, "AGGLAB_K": "256"}
 
@@ -28,7 +28,7 @@ def _python(*args: str, env: dict, timeout: float = 120) -> subprocess.Completed
 
 
 def test_the_wide_variant_sizes_the_packet_format():
-    out = _python("-c", "from ground import wire; print(wire.K, wire.PAYLOAD_BYTES, wire.FRAME_BYTES)", env=WIDE)
+    out = _python("-c", "from agglab.ground import wire; print(wire.K, wire.PAYLOAD_BYTES, wire.FRAME_BYTES)", env=WIDE)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["256", str(16 + 4 * 256), str(14 + 20 + 8 + 16 + 4 * 256)]
 

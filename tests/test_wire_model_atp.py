@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from controller import topologies
-from emulation import wire_model
-from ground import wire
-from ground.runspec import RunSpec
+from agglab.controller import topologies
+from agglab.emulation import wire_model
+from agglab.ground import wire
+from agglab.ground.runspec import RunSpec
 
 FB = wire.FRAME_BYTES
 BLOCKS = 100                      # 6,400 int32 elements: 100 K-blocks, one frame each

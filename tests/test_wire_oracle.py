@@ -2,8 +2,8 @@
 headers.p4) against the one docs/design/ writes down (agglab/testkit/layout.py, by hand).
 
 Why: the conformance vectors' expected frames are built by agglab/testkit/frames.py with
-layout.py; if they used ground.wire, a wrong layout there would be shared by packer, switch and
-expectation. These tests keep the oracle independent and hold ground.wire to it.
+layout.py; if they used agglab.ground.wire, a wrong layout there would be shared by packer, switch and
+expectation. These tests keep the oracle independent and hold agglab.ground.wire to it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 from hypothesis import given, strategies as st
 
 from agglab.testkit import frames, layout
-from ground import wire
+from agglab.ground import wire
 
 TESTKIT = Path(layout.__file__).parent
 
@@ -31,7 +31,7 @@ def _imports(path: Path) -> set[str]:
 
 def test_the_oracle_and_the_frame_builder_do_not_import_ground_wire():
     for name in ("layout.py", "frames.py"):
-        assert not any(i == "ground.wire" or i.startswith("ground.wire") for i in _imports(TESTKIT / name)), name
+        assert not any(i == "agglab.ground.wire" or i.startswith("agglab.ground.wire") for i in _imports(TESTKIT / name)), name
 
 
 def test_a_header_by_hand():
@@ -66,7 +66,7 @@ def test_ground_wire_packs_and_reads_as_the_design_says(fields):
 
 @given(_FIELDS, st.lists(st.integers(-2**31, 2**31 - 1), min_size=1, max_size=8))
 def test_a_whole_frame_from_the_builder_matches_the_agents_codec(fields, values):
-    """A vector's worker frame, built from the design's layout, read back by ground.wire."""
+    """A vector's worker frame, built from the design's layout, read back by agglab.ground.wire."""
     frame = frames.build({"from": "h1", "agg": fields, "values": values})
     assert len(frame) == layout.frame_bytes() == wire.FRAME_BYTES
     assert wire.unpack_agg(frame, wire.AGG_OFFSET) == fields

@@ -31,8 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from emulation.fidelity import _cpu_seconds  # noqa: E402
-from ground import wire  # noqa: E402
+from agglab.emulation.fidelity import _cpu_seconds  # noqa: E402
+from agglab.ground import wire  # noqa: E402
 
 MB = 1e6
 
@@ -84,7 +84,7 @@ def stats(values: list[float]) -> dict:
 
 
 def measure(spec, lock: str | None) -> dict:
-    from emulation.session import Session
+    from agglab.emulation.session import Session
 
     load_before = os.getloadavg()
     idle_mb = machine_used_mb()
@@ -158,7 +158,7 @@ def measure(spec, lock: str | None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ground.runspec import RunSpec
+    from agglab.ground.runspec import RunSpec
 
     ap = argparse.ArgumentParser(description="measure one worker's and one switch's cost (memory, CPU to "
                                  "start, CPU per MB) on one run of the given shape")

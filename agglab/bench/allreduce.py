@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 
 from agglab.bench.figures import LINK_BOUND, figure
-from emulation.fidelity import switchml_wire_seconds
-from ground import lifeline, wire
-from ground.paths import REPO
-from ground.runspec import RunSpec
-from hosts.gradients import gradient_for
-from hosts.sparse_agent import DEFAULT_LOOKAHEAD
-from hosts.sparse_blocks import announcements, nonzero_kblocks, sent_blocks
+from agglab.emulation.fidelity import switchml_wire_seconds
+from agglab.ground import lifeline, wire
+from agglab.ground.paths import REPO
+from agglab.ground.runspec import RunSpec
+from agglab.hosts.gradients import gradient_for
+from agglab.hosts.sparse_agent import DEFAULT_LOOKAHEAD
+from agglab.hosts.sparse_blocks import announcements, nonzero_kblocks, sent_blocks
 
 
 def _checked(r: dict) -> dict:
@@ -45,7 +45,7 @@ def _where_time_went(r: dict) -> str:
 
 
 def bench_wire(a) -> list[dict]:
-    from emulation.session import run_allreduce  # lazy: loads networkx, PyYAML, pyroute2, only bench_wire() needs it
+    from agglab.emulation.session import run_allreduce  # lazy: loads networkx, PyYAML, pyroute2, only bench_wire() needs it
 
     out = []
     wide = wire.WIDE                              # the optional variant: informational, no target
@@ -106,7 +106,7 @@ def sparse_ceiling(elements: int, density: float, pattern: str = "overlap",
 
 
 def bench_sparse(a) -> list[dict]:
-    from emulation.session import run_allreduce  # lazy: loads networkx, PyYAML, pyroute2, only bench_sparse() needs it
+    from agglab.emulation.session import run_allreduce  # lazy: loads networkx, PyYAML, pyroute2, only bench_sparse() needs it
 
     common = dict(workers=8, elements=a.elements, bw=5.0, pattern="overlap")
     dense = _checked(run_allreduce(algorithm="switchml", density=0.1, **common))   # dense time: density-free

@@ -29,13 +29,13 @@ from pathlib import Path
 
 from agglab.bench import NO_BMV2, SectionSkipped
 from agglab.bench.figures import figure
-from controller.bmv2_client import Bmv2Client
-from controller.bmv2_tools import BUILD_PERF, PERF_SWITCH, find_bmv2_tool, installed_tool, is_program
-from emulation.fidelity import load_calibration
-from emulation.p4build import compile_p4
-from ground import wire
-from softswitch import bench_io
-from softswitch.scratchnet import sh
+from agglab.controller.bmv2_client import Bmv2Client
+from agglab.controller.bmv2_tools import BUILD_PERF, PERF_SWITCH, find_bmv2_tool, installed_tool, is_program
+from agglab.emulation.fidelity import load_calibration
+from agglab.emulation.p4build import compile_p4
+from agglab.ground import wire
+from agglab.softswitch import bench_io
+from agglab.softswitch.scratchnet import sh
 
 THRIFT_PORT = 29611
 

@@ -22,8 +22,8 @@ from pathlib import Path
 from agglab import bench
 from agglab.bench import ROOT_SECTIONS, SECTIONS
 from agglab.bench.figures import show
-from ground import netlease, wire
-from ground.paths import REPO, RESULTS
+from agglab.ground import netlease, wire
+from agglab.ground.paths import REPO, RESULTS
 
 
 def environment() -> dict:

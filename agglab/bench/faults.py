@@ -12,7 +12,7 @@ import statistics
 import numpy as np
 
 from agglab.bench.figures import figure
-from ground.runspec import RunSpec
+from agglab.ground.runspec import RunSpec
 
 
 def bench_policer(a) -> list[dict]:
@@ -20,7 +20,7 @@ def bench_policer(a) -> list[dict]:
     100,000 frames as fast as it can at one software switch while a job of 4 workers at
     20 Mb/s runs allreduce after allreduce; the job's rate under the flood over its rate
     alone, both in the same run (emulation/fuzzing.py), with the policer and without."""
-    from emulation.fuzzing import run  # lazy: loads networkx, PyYAML, pyroute2, only bench_policer() needs it
+    from agglab.emulation.fuzzing import run  # lazy: loads networkx, PyYAML, pyroute2, only bench_policer() needs it
 
     out = []
     for police in (True, False):
@@ -47,7 +47,7 @@ def bench_chaos(a) -> list[dict]:
     clean partition error, or otherwise; the faults struck and skipped by kind; the time from a
     fault to the last job's new epoch (recovered_ms) and to the probe's or watcher's detection;
     and what was left down afterwards."""
-    from emulation.session import Session  # lazy: loads networkx, PyYAML, pyroute2, only bench_chaos() needs it
+    from agglab.emulation.session import Session  # lazy: loads networkx, PyYAML, pyroute2, only bench_chaos() needs it
 
     spec = RunSpec(topology="fattree", k=4, workers=4, jobs=2, elements=a.chaos_elements, seed=2, give_up=20)
     outcomes = {"exact": 0, "partitioned": 0, "other": 0}

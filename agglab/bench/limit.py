@@ -10,7 +10,7 @@ namespaces, the emulator's htb on every end) three ways:
           what the kernel itself spends to move a frame from one veth through htb to another,
           the floor the issue names. Counted: its ingress NAPI thread, which receives the frame,
           bridges it, sends it through htb and delivers it to the receiver's socket.
-  switch  agglab's software switch (`python -m softswitch`, the emulator's arguments) aggregates
+  switch  agglab's software switch (`python -m agglab.softswitch`, the emulator's arguments) aggregates
           them: one child per job (fan-in 1), so every frame completes a slot and its result is
           multicast to the receiver: a frame in, a frame out, as through the bridge. Counted:
           the switch process (its system calls include sending through htb and delivery to the
@@ -53,13 +53,13 @@ import numpy as np
 
 from agglab.bench.figures import figure
 from agglab.bench.limit_chain import Chain, agg_frame_to, cpu_ns
-from ground import wire
-from ground.addresses import SERVICE_IP, SERVICE_MAC
-from ground.mmsg import MsgBatch
-from softswitch.io import SO_RCVBUFFORCE
-from softswitch.control import wait_ready
-from softswitch.roles import job_entry
-from hosts.agent import UdpTransport, allreduce
+from agglab.ground import wire
+from agglab.ground.addresses import SERVICE_IP, SERVICE_MAC
+from agglab.ground.mmsg import MsgBatch
+from agglab.softswitch.io import SO_RCVBUFFORCE
+from agglab.softswitch.control import wait_ready
+from agglab.softswitch.roles import job_entry
+from agglab.hosts.agent import UdpTransport, allreduce
 
 HIGH_WINDOW = 256         # frames in flight at the high rate
 BATCH = 64                # frames per sendmmsg at the high rate (the switch's --batch default)
@@ -115,7 +115,7 @@ def start_switch(chain: Chain, wd: Path, name: str, job: int, out_port: int, out
     arguments (emulation/switch_nodes.py), one job aggregating port 1 alone (fan-in 1) whose
     results go out of `out_port` to (out_mac, out_ip)."""
     control, log = wd / f"{name}.sock", wd / f"{name}.log"
-    argv = [sys.executable, "-m", "softswitch", "--name", "s1", "--control", str(control), "--log", str(log),
+    argv = [sys.executable, "-m", "agglab.softswitch", "--name", "s1", "--control", str(control), "--log", str(log),
             "--seed", "0", "--no-prepare", "--port", f"1={chain.ifs['a']}", "--port", f"2={chain.ifs['b']}"]
     with open(wd / f"{name}.out", "ab") as out:
         proc = chain.spawn("mid", argv, stdout=out, stderr=subprocess.STDOUT)

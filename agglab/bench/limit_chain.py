@@ -37,10 +37,10 @@ import subprocess
 import time
 from pathlib import Path
 
-from ground import lifeline, wire
-from ground.addresses import SERVICE_IP, SERVICE_MAC, host_ip, host_mac
-from ground.paths import REPO
-from softswitch import scratchnet
+from agglab.ground import lifeline, wire
+from agglab.ground.addresses import SERVICE_IP, SERVICE_MAC, host_ip, host_mac
+from agglab.ground.paths import REPO
+from agglab.softswitch import scratchnet
 
 RATE_MBPS = 10_000.0          # the htb rate of every end: far above any rate a run here reaches
 
@@ -104,7 +104,7 @@ class Chain:
         return scratchnet.sh(*argv, ns=self.ns[role] if role else None, check=check).stdout
 
     def _build(self) -> None:
-        from emulation.veths import htb_lines  # lazy: loads Mininet; the emulator's links' shaping, line for line
+        from agglab.emulation.veths import htb_lines  # lazy: loads Mininet; the emulator's links' shaping, line for line
 
         for role, ns in self.ns.items():
             scratchnet.sh("ip", "netns", "add", ns)

@@ -2,7 +2,7 @@
 
 Why together: each fails a tree link or kills a tree switch mid-run on a k=4 fat-tree and
 reports the same phases (detect, recompute, install, and the install's own steps from
-controller.reroute.record.REROUTE_PHASES), for the software twin and for BMv2.
+agglab.controller.reroute.record.REROUTE_PHASES), for the software twin and for BMv2.
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import statistics
 
 from agglab.bench import NO_BMV2, SectionSkipped
 from agglab.bench.figures import figure
-from controller.bmv2_tools import find_bmv2_tool
-from ground import schemes
-from ground.runspec import RunSpec
+from agglab.controller.bmv2_tools import find_bmv2_tool
+from agglab.ground import schemes
+from agglab.ground.runspec import RunSpec
 
 
 def _phases() -> tuple[str, ...]:
-    """The figures of a reroute: its total's parts, then controller.reroute.record.REROUTE_PHASES."""
-    from controller.reroute.record import REROUTE_PHASES  # lazy: loads numpy, networkx, only _phases() needs it
+    """The figures of a reroute: its total's parts, then agglab.controller.reroute.record.REROUTE_PHASES."""
+    from agglab.controller.reroute.record import REROUTE_PHASES  # lazy: loads numpy, networkx, only _phases() needs it
 
     return ("detect_ms", "recompute_ms", "install_ms") + REROUTE_PHASES
 
@@ -35,7 +35,7 @@ def _reroute_figure(name: str, r: dict, f: dict, scale: str) -> tuple[float, dic
 
 
 def bench_reroute(a) -> list[dict]:
-    from emulation.session import run_allreduce  # lazy: loads numpy, networkx, PyYAML, pyroute2, only bench_reroute() needs it
+    from agglab.emulation.session import run_allreduce  # lazy: loads numpy, networkx, PyYAML, pyroute2, only bench_reroute() needs it
 
     out, totals = [], []
     for algorithm in schemes.ON_TREES:
@@ -60,7 +60,7 @@ def bench_switchfail(a) -> list[dict]:
     """Switch-failure recovery on one k=4 fat-tree: per kill, kill to exit seen (detect), trees
     recomputed, installed (freeze, snapshot, entries, preload), while 8 workers run an
     allreduce of a.reroute_elements int32 each on unshaped links (the load)."""
-    from emulation.session import Session  # lazy: loads numpy, networkx, PyYAML, pyroute2, only bench_switchfail() needs it
+    from agglab.emulation.session import Session  # lazy: loads numpy, networkx, PyYAML, pyroute2, only bench_switchfail() needs it
 
     TIMES = _phases()
     out, totals = [], []
@@ -90,7 +90,7 @@ def bench_bmv2_reroute(a) -> list[dict]:
     """BMv2's reroute: a rat tree link fails mid-run on a k=4 fat-tree of BMv2 switches, dense and
     sparse, `--bmv2-reroute-runs` times each; every run must be exact, and the install (freeze,
     snapshot, entries, preload) should stay under 250 ms."""
-    from emulation.session import run_allreduce  # lazy: loads numpy, networkx, PyYAML, pyroute2, only bench_bmv2_reroute() needs it
+    from agglab.emulation.session import run_allreduce  # lazy: loads numpy, networkx, PyYAML, pyroute2, only bench_bmv2_reroute() needs it
 
     if not (find_bmv2_tool("simple_switch") and find_bmv2_tool("p4c")):
         raise SectionSkipped(NO_BMV2)

@@ -14,9 +14,9 @@ import sys
 import time
 
 from agglab.bench.figures import figure
-from ground import lifeline
-from ground.paths import REPO
-from ground.runspec import RunSpec
+from agglab.ground import lifeline
+from agglab.ground.paths import REPO
+from agglab.ground.runspec import RunSpec
 
 
 def bench_build(_a) -> list[dict]:
@@ -24,7 +24,7 @@ def bench_build(_a) -> list[dict]:
     links, switch processes, host set-up, switches answering) and the controller's
     (standby trees' process, forwarding, drop simulators, the job's trees, link and switch
     watchers); then one allreduce and the teardown."""
-    from emulation.session import Session  # lazy: loads numpy, networkx, PyYAML, pyroute2, only bench_build() needs it
+    from agglab.emulation.session import Session  # lazy: loads numpy, networkx, PyYAML, pyroute2, only bench_build() needs it
 
     session = Session(RunSpec(topology="fattree", k=8, workers=16, elements=10_000))
     t0 = time.monotonic()
@@ -49,7 +49,7 @@ def bench_build(_a) -> list[dict]:
 def bench_trees(_a) -> list[dict]:
     """Tree computation time per topology and algorithm (controller/trees/bench.py), each a
     figure in the JSON (informational: no target)."""
-    res = subprocess.run([sys.executable, "-m", "controller.trees.bench", "--json"], cwd=REPO, check=True,
+    res = subprocess.run([sys.executable, "-m", "agglab.controller.trees.bench", "--json"], cwd=REPO, check=True,
                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)),
                          preexec_fn=lifeline.preexec(bound_to_thread=True))
     rows = [json.loads(line) for line in res.stdout.splitlines() if line.strip()]

@@ -17,7 +17,7 @@ import argparse
 import sys
 
 from agglab.run_options import add_run_options, spec_from_args
-from emulation.session import run_spec
+from agglab.emulation.session import run_spec
 
 DENSITIES = (1.0, 0.5, 0.2, 0.1, 0.05, 0.01)
 

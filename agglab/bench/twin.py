@@ -11,7 +11,7 @@ from agglab.bench.figures import figure
 
 
 def bench_pipeline(_a) -> list[dict]:
-    from softswitch import bench_pipeline  # lazy: loads numpy, only bench_pipeline() needs it
+    from agglab.softswitch import bench_pipeline  # lazy: loads numpy, only bench_pipeline() needs it
 
     scale = "8 workers x 256 slots x 20 rounds, one core"
     return [figure("pipeline dense", bench_pipeline.run(8, 256, 20), "packets/s", scale=scale,
@@ -21,7 +21,7 @@ def bench_pipeline(_a) -> list[dict]:
 
 
 def bench_daemon(a) -> list[dict]:
-    from softswitch import bench_io  # lazy: loads numpy, only bench_daemon() needs it
+    from agglab.softswitch import bench_io  # lazy: loads numpy, only bench_daemon() needs it
 
     out = []
     for sched in ("batch", "normal"):

@@ -19,12 +19,12 @@ import subprocess
 import time
 from pathlib import Path
 
-from emulation.p4build import compile_p4 as cached, p4c_command
-from ground import lifeline, paths
-from ground.paths import P4SRC
-from controller.bmv2_tools import cli_python, find_bmv2_tool, simple_switch_note
+from agglab.emulation.p4build import compile_p4 as cached, p4c_command
+from agglab.ground import lifeline, paths
+from agglab.ground.paths import P4SRC
+from agglab.controller.bmv2_tools import cli_python, find_bmv2_tool, simple_switch_note
 from agglab.testkit.netns import Namespace, inside
-from softswitch.schemes import write_p4
+from agglab.softswitch.schemes import write_p4
 
 THRIFT_PORT = 9090                # inside our own namespace, so never in conflict
 ETH_P_ALL = 0x0003
@@ -42,7 +42,7 @@ def find_tools() -> dict[str, str] | None:
 
 
 def compile_p4(p4c: str, out_dir: Path) -> Path:
-    """The BMv2 JSON of P4SRC/agglab.p4: the project's own sources come from emulation.p4build's
+    """The BMv2 JSON of P4SRC/agglab.p4: the project's own sources come from agglab.emulation.p4build's
     cache (the end-to-end BMv2 tests compile them too: one p4c run per source change, ~30 s saved
     per test session); another source tree (an exercise's overlay sets P4SRC) is compiled here."""
     if Path(P4SRC) == paths.P4SRC:

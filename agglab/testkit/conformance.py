@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ground import wire
+from agglab.ground import wire
 from agglab.testkit.frames import describe, first_difference
 from agglab.testkit.vectors import Vector
 

@@ -39,7 +39,7 @@ from agglab.testkit.frames import build, describe, first_difference
 from agglab.testkit.netns import inside
 from agglab.testkit.seqgen import PORTS, Sequence
 from agglab.testkit.vectors import counter_names
-from controller.bmv2_client import Bmv2Client
+from agglab.controller.bmv2_client import Bmv2Client
 
 COUNTERS = counter_names()         # the P4 program's counters (every scheme's): agg_stats, agg_rejects, atp_stats
 FENCE_NET = "10.250.0."            # fence frames go to FENCE_NET<port>: no sequence uses that net

@@ -3,7 +3,7 @@
 Why: the agent's protocol logic (windows, versions, loss recovery, consistency
 check) must be tested fast and deterministically enough for CI, without
 namespaces or root.  The switch is the project's software switch
-(`softswitch.pipeline.Pipeline`), in-process, fed real Ethernet/IPv4/UDP frames and
+(`agglab.softswitch.pipeline.Pipeline`), in-process, fed real Ethernet/IPv4/UDP frames and
 programmed with simple_switch_CLI commands, so every agent test runs against the
 switch the emulator runs, not a second hand-written model of it (`PayloadSwitch`
 puts the same pipeline behind an agent's payloads, for transports of a test's own).
@@ -23,13 +23,13 @@ import random
 import struct
 import threading
 
-from softswitch.pipeline import Pipeline
-from softswitch.star import star_commands
+from agglab.softswitch.pipeline import Pipeline
+from agglab.softswitch.star import star_commands
 
-from ground import wire
-from ground.addresses import SERVICE_IP, SERVICE_MAC, host_ip, host_mac
-from hosts.agent import allreduce
-from hosts.protocol import LAYOUT
+from agglab.ground import wire
+from agglab.ground.addresses import SERVICE_IP, SERVICE_MAC, host_ip, host_mac
+from agglab.hosts.agent import allreduce
+from agglab.hosts.protocol import LAYOUT
 
 
 def _get(payload: bytes, name: str) -> int:

@@ -1,6 +1,6 @@
 """Build frames from readable field dicts, and describe frames field by field.
 
-Why a builder of our own (not scapy, not softswitch code, not ground.wire): the
+Why a builder of our own (not scapy, not softswitch code, not agglab.ground.wire): the
 vectors must state what the wire carries independently of either target and of
 the packer they share, so the expected bytes come from here, with agg_h packed
 by layout.py from the layout docs/design/ writes down, and both the software
@@ -53,7 +53,7 @@ def ip_bytes(ip: str | int) -> bytes:
 
 
 def checksum16(data: bytes) -> int:
-    """RFC 1071, written here rather than taken from ground.wire: the vectors are built from
+    """RFC 1071, written here rather than taken from agglab.ground.wire: the vectors are built from
     the documented layout alone, so a mistake in the product's code cannot agree with itself."""
     if len(data) % 2:
         data += b"\0"

@@ -2,10 +2,10 @@
 
 Why a second packer: the agents and the software switch both take their layout from
 ground/wire.py (which reads p4src/include/headers.p4). If the conformance vectors' expected
-frames were packed by ground.wire too, a wrong layout there would be shared by the packer, the
+frames were packed by agglab.ground.wire too, a wrong layout there would be shared by the packer, the
 switch and the expectation, and no vector could see it on the software switch (the only target
 CI has). So the vectors' frames are built here, from the layout as the design document states
-it, with struct and no import of ground.wire; tests/test_wire_oracle.py holds ground.wire to it.
+it, with struct and no import of agglab.ground.wire; tests/test_wire_oracle.py holds agglab.ground.wire to it.
 
     Ethernet (14) / IPv4, IHL 5 (20) / UDP, both ports AGG_UDP_PORT (8) / agg_h (16) / agg_data_h
     agg_h, in order: job:8 tree:8 epoch:8 flags:8 ver:1 slot:15 worker:8 exp:8 block:32 next_block:32

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from softswitch.pipeline import Pipeline
+from agglab.softswitch.pipeline import Pipeline
 
 
 class SoftTarget:
@@ -26,7 +26,7 @@ class SoftTarget:
         self.pipeline = Pipeline(seed=1)
 
     def commands(self, lines: list[str]) -> list[str]:
-        """Answers in order; a refused command raises softswitch.cli.CommandError."""
+        """Answers in order; a refused command raises agglab.softswitch.cli.CommandError."""
         return [self.pipeline.command(line) for line in lines]
 
     def inject(self, port: int, frame: bytes, expected: int) -> list[tuple[int, bytes]]:

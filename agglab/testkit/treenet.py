@@ -2,7 +2,7 @@
 
 Why: whether a mid-run reroute loses a contribution depends on which packets were in
 flight or lost when the tree changed, and a Mininet run hits a given interleaving only
-now and then (and takes a minute). Here the real controller (controller.tree_job.TreeJob:
+now and then (and takes a minute). Here the real controller (agglab.controller.tree_job.TreeJob:
 trees, install, freeze, snapshot, reset, preload, epoch file) programs real Pipelines
 for every switch of a topology graph, the real agents run in threads and watch the real
 epoch file, every hop may lose a packet, and a link fails when the slowest worker has
@@ -24,16 +24,16 @@ from pathlib import Path
 
 import numpy as np
 
-from ground import wire
-from controller.addressing import interface_address
-from controller.tree_job import TreeJob
-from controller.switch_client import SoftSwitchClient, SwitchClient, SwitchCommandError
-from controller.topology import neighbor_on_port, port, switches, workers as worker_hosts
+from agglab.ground import wire
+from agglab.controller.addressing import interface_address
+from agglab.controller.tree_job import TreeJob
+from agglab.controller.switch_client import SoftSwitchClient, SwitchClient, SwitchCommandError
+from agglab.controller.topology import neighbor_on_port, port, switches, workers as worker_hosts
 from agglab.testkit.fakenet import frame_header
-from hosts.agent import allreduce
-from ground.epoch_file import EpochFile
-from softswitch.cli import CommandError
-from softswitch.pipeline import Pipeline
+from agglab.hosts.agent import allreduce
+from agglab.ground.epoch_file import EpochFile
+from agglab.softswitch.cli import CommandError
+from agglab.softswitch.pipeline import Pipeline
 
 
 class PipeClient(SwitchClient):
@@ -97,7 +97,7 @@ class HostTransport:
 
 
 class TreeNet:
-    """A topology graph (built by controller.topologies, workers ranked) run in-process."""
+    """A topology graph (built by agglab.controller.topologies, workers ranked) run in-process."""
 
     def __init__(self, g, algorithm: str, window: int, epoch_file: Path, *, loss: float = 0.0,
                  seed: int = 0, job_args: dict | None = None):

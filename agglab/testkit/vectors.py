@@ -22,9 +22,9 @@ from pathlib import Path
 
 import yaml
 
-from ground import wire
+from agglab.ground import wire
 from agglab.testkit.frames import build
-from ground.paths import P4_INCLUDE, VECTORS as VECTOR_ROOT
+from agglab.ground.paths import P4_INCLUDE, VECTORS as VECTOR_ROOT
 
 # The program variant's own vectors: register indices are r * K, frame sizes 4 * K,
 # so each K has its set (vectors/ for AGG_K, vectors/k<K>/ for the wide variant).

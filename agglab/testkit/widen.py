@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import sys
 
-from ground.paths import VECTORS
+from agglab.ground.paths import VECTORS
 
 LANE_REGISTERS = ("agg_values", "sp_values")
 BASE_K, WIDE_K = 64, 256

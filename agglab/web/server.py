@@ -245,7 +245,7 @@ def serve(session, actions: Actions, host: str, port: int = 0, lab: bool = True)
 def run_with_page(spec, web: dict, quiet: bool, progress: bool) -> dict:
     """`agglab allreduce --web`: one allreduce in a fresh network, with its live page served
     from the moment the network is up until the run ends."""
-    from emulation.session import Session  # lazy: loads numpy, PyYAML, pyroute2, only run_with_page() needs it
+    from agglab.emulation.session import Session  # lazy: loads numpy, PyYAML, pyroute2, only run_with_page() needs it
 
     with Session(spec, quiet=quiet, progress=progress) as session:
         actions = Actions(session, say=lambda line: print(line, file=sys.stderr))

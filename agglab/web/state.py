@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 from agglab.actions import Actions, progress
-from controller import drawing
-from controller.topology import natural_key, switches
-from controller.trees.base import edge_key
+from agglab.controller import drawing
+from agglab.controller.topology import natural_key, switches
+from agglab.controller.trees.base import edge_key
 
 PERIOD = 0.25        # seconds between two samples
 SLOW_EVERY = 4       # switch counters every SLOW_EVERY samples
@@ -146,8 +146,8 @@ class LiveState:
         """Per live switch: its aggregation counters and how many slot-versions hold a round.
         Software switches: one pipelined batch to every switch at once under the job's lock
         (a reroute waits for one round trip, not 14 reads per switch); others: read in turn."""
-        from controller import aggregate  # lazy: loads numpy, only _switch_sample() needs it
-        from controller.switch_batches import run_batches  # lazy: loads numpy, only _switch_sample() needs it
+        from agglab.controller import aggregate  # lazy: loads numpy, only _switch_sample() needs it
+        from agglab.controller.switch_batches import run_batches  # lazy: loads numpy, only _switch_sample() needs it
 
         job = self.session.job
         live = [sw for sw in job.live_switches() if sw in job.clients]

@@ -12,7 +12,7 @@ dense pipeline's registers, the bulk read and write lines) and sparse_failover.p
 sparse pipeline's custody) are its implementations.
 """
 
-from controller.reroute.carry import CARRIES, Carried, Carry, carry_for
-from controller.reroute.failover import reset, reset_lines
+from agglab.controller.reroute.carry import CARRIES, Carried, Carry, carry_for
+from agglab.controller.reroute.failover import reset, reset_lines
 
 __all__ = ["CARRIES", "Carried", "Carry", "carry_for", "reset", "reset_lines"]

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import time
 
-from controller import tree_install
-from controller.reroute.failover import drop_rows, kept_rows
-from controller.reroute.record import cause, partitioned, rerouted
-from controller.slot_partition import partition_slots, prefer_old_roots
-from controller.switch_batches import collect_batches, run_batches, run_built, send_batches
-from controller.switch_client import SwitchClient, SwitchCommandError
-from controller.trees.base import TreeError
+from agglab.controller import tree_install
+from agglab.controller.reroute.failover import drop_rows, kept_rows
+from agglab.controller.reroute.record import cause, partitioned, rerouted
+from agglab.controller.slot_partition import partition_slots, prefer_old_roots
+from agglab.controller.switch_batches import collect_batches, run_batches, run_built, send_batches
+from agglab.controller.switch_client import SwitchClient, SwitchCommandError
+from agglab.controller.trees.base import TreeError
 
 # How long a reroute holds the switches' ports at most (SwitchClient.hold_lines): it releases
 # them once done, in a few tens of ms; a reroute that dies on the way leaves them held no longer.

@@ -21,10 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ground import wire
-from controller.reroute import failover, sparse_failover
-from controller.switch_client import SwitchClient
-from controller.tree_install import Installation
+from agglab.ground import wire
+from agglab.controller.reroute import failover, sparse_failover
+from agglab.controller.switch_client import SwitchClient
+from agglab.controller.tree_install import Installation
 
 
 @dataclass
@@ -180,7 +180,7 @@ class SparseCarry(DenseCarry):
             sparse_failover.sparse_preload_cells(new, tree_of_slot, carried.sparse, self.slot_base)]
 
 
-from controller.schemes import CARRIES  # noqa: E402  scheme -> its carry (controller/schemes/NAME.py carry)
+from agglab.controller.schemes import CARRIES  # noqa: E402  scheme -> its carry (controller/schemes/NAME.py carry)
 
 
 def carry_for(algorithm: str, slot_base: int = 0) -> Carry:

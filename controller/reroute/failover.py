@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ground import wire
-from controller.switch_batches import on_each, read_ranges, run_batches
-from controller.switch_client import SwitchClient
-from controller.tree_install import Installation
+from agglab.ground import wire
+from agglab.controller.switch_batches import on_each, read_ranges, run_batches
+from agglab.controller.switch_client import SwitchClient
+from agglab.controller.tree_install import Installation
 
 # Everything a reset zeroes: the dense registers and the sparse pipeline's (p4src/include/sparse.p4);
 # sp_next must be 0 on a new tree so a round waits until every child has announced again.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from controller.trees.base import TreeError
+from agglab.controller.trees.base import TreeError
 
 # A reroute's phases (ms) in its failure record. Both paths: freeze, snapshot, entries, preload.
 # The bulk path (bulk.py) also records boost (the priority change and the switches' pids,

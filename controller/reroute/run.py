@@ -14,9 +14,9 @@ import gc
 import time
 from contextlib import ExitStack
 
-from ground.priority import HOLD_RT, urgent
-from controller.reroute.bulk import BulkReroute
-from controller.reroute.steps import reroute_steps
+from agglab.ground.priority import HOLD_RT, urgent
+from agglab.controller.reroute.bulk import BulkReroute
+from agglab.controller.reroute.steps import reroute_steps
 
 
 def run_reroute(job, link: str, t_detect: float, switch: str | None = None) -> dict:

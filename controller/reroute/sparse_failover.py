@@ -38,11 +38,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ground import wire
-from controller.reroute.failover import CellWrites, read_registers, slot_index, write_preload
-from controller.switch_batches import on_each, read_ranges
-from controller.switch_client import SwitchClient
-from controller.tree_install import Installation
+from agglab.ground import wire
+from agglab.controller.reroute.failover import CellWrites, read_registers, slot_index, write_preload
+from agglab.controller.switch_batches import on_each, read_ranges
+from agglab.controller.switch_client import SwitchClient
+from agglab.controller.tree_install import Installation
 
 SNAPSHOT_SCALARS = _SCALARS = ("sp_block", "sp_bitmap", "sp_final", "sp_ack", "sp_exp", "sp_rnext")
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import time
 
-from controller import tree_install
-from controller.reroute.record import cause, partitioned, rerouted
-from controller.slot_partition import partition_slots
-from controller.trees.base import TreeError
+from agglab.controller import tree_install
+from agglab.controller.reroute.record import cause, partitioned, rerouted
+from agglab.controller.slot_partition import partition_slots
+from agglab.controller.trees.base import TreeError
 
 
 def reroute_steps(job, link: str, t_detect: float, switch: str | None, t0: float) -> dict:

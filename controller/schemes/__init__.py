@@ -6,7 +6,7 @@ of it, loaded by the row's name (a row without a module fails here, naming it). 
 provides
 
     install(seat) -> Job          # the job that installs and runs the scheme, not yet started
-                                  # (seat: controller.installers.JobSeat)
+                                  # (seat: agglab.controller.installers.JobSeat)
     carry(slot_base) -> Carry     # schemes aggregated on the controller's trees
                                   # (ground/schemes.py ON_TREES): what a reroute keeps
     WIRE_MODEL = "tree"           # the name of its wire-time bound (emulation/wire_model.py
@@ -23,7 +23,7 @@ import pkgutil
 from types import ModuleType
 from typing import Callable
 
-from ground.schemes import NAMES
+from agglab.ground.schemes import NAMES
 
 
 def discover() -> tuple[str, ...]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 
 def tree_job(seat):
-    from controller.tree_job import TreeJob  # lazy: circle: TreeJob uses controller.reroute, whose carry.py builds CARRIES from this package's modules (discovery, unseen by tests/test_layers.py)
+    from agglab.controller.tree_job import TreeJob  # lazy: circle: TreeJob uses agglab.controller.reroute, whose carry.py builds CARRIES from this package's modules (discovery, unseen by tests/test_layers.py)
 
     extra = {} if seat.slots is None else {"slot_base": seat.slot_base, "slots": seat.slots,
                                            "reply_ports": seat.reply_ports}

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import networkx as nx
 
-from controller.events import EventLog
-from controller.forwarding_job import ForwardingJob, Routes
-from controller.switch_client import SwitchClient
-from ground import wire
+from agglab.controller.events import EventLog
+from agglab.controller.forwarding_job import ForwardingJob, Routes
+from agglab.controller.switch_client import SwitchClient
+from agglab.ground import wire
 
 WIRE_MODEL = "atp"
 POOL_REGISTERS = ("atp_bitmap", "atp_count")          # a zero bitmap is a free aggregator
@@ -125,7 +125,7 @@ class AtpJob(ForwardingJob):
 
 
 def install(seat) -> AtpJob:
-    """The tenant's job (controller/schemes; seat: controller.installers.JobSeat): job 0's owns the routes."""
+    """The tenant's job (controller/schemes; seat: agglab.controller.installers.JobSeat): job 0's owns the routes."""
     return AtpJob(seat.graph, seat.clients, seat.workers, seat.spec.default_window(), seat.epoch_file,
                   job=seat.job, events=seat.events, owns_routes=seat.tenant == 0)
 

@@ -3,7 +3,7 @@ routes and recomputes them after a link failure (controller/forwarding_job.py)."
 
 from __future__ import annotations
 
-from controller.forwarding_job import ForwardingJob
+from agglab.controller.forwarding_job import ForwardingJob
 
 WIRE_MODEL = "ps"
 

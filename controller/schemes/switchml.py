@@ -3,13 +3,13 @@ a reroute carries each slot's version the old root completed (controller/reroute
 
 from __future__ import annotations
 
-from controller.schemes._tree import tree_job as install
+from agglab.controller.schemes._tree import tree_job as install
 
 WIRE_MODEL = "tree"
 
 
 def carry(slot_base: int = 0):
-    from controller.reroute.carry import DenseCarry  # lazy: circle: controller.reroute.carry builds CARRIES from this package's modules (discovery, unseen by tests/test_layers.py)
+    from agglab.controller.reroute.carry import DenseCarry  # lazy: circle: agglab.controller.reroute.carry builds CARRIES from this package's modules (discovery, unseen by tests/test_layers.py)
 
     return DenseCarry(slot_base)
 

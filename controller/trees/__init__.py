@@ -22,9 +22,9 @@ import pkgutil
 
 import networkx as nx
 
-from controller.topology import workers as ranked_workers
-from controller.trees.base import Tree, TreeError, TreeSet, check_tree, live_graph
-from ground.runspec import BCUBE_TREE, register_trees
+from agglab.controller.topology import workers as ranked_workers
+from agglab.controller.trees.base import Tree, TreeError, TreeSet, check_tree, live_graph
+from agglab.ground.runspec import BCUBE_TREE, register_trees
 
 HELPERS = frozenset({"base", "bench", "bml_relay"})   # modules of this package that are not an algorithm
 
@@ -50,7 +50,7 @@ def compute(name: str, graph: nx.Graph, workers=None, seed: int = 0, epoch: int 
     for w in workers:
         if w not in graph or graph.nodes[w]["kind"] != "host":
             raise TreeError(f"worker {w!r} is not a host of this topology")
-    module = importlib.import_module(f"controller.trees.{name}")
+    module = importlib.import_module(f"agglab.controller.trees.{name}")
     return module.compute(graph, workers, seed=seed, **options).with_epoch(epoch)
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 
 import networkx as nx
 
-from controller.topology import natural_key
+from agglab.controller.topology import natural_key
 
 
 class TreeError(RuntimeError):
@@ -78,7 +78,7 @@ class TreeSet:
     epoch: int = 0
     algorithm: str = ""
     meta: dict = field(default_factory=dict)
-    schedule: object = None         # BML: the explicit stage schedule (controller.trees.bml)
+    schedule: object = None         # BML: the explicit stage schedule (agglab.controller.trees.bml)
 
     @property
     def weights(self) -> tuple:

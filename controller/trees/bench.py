@@ -1,4 +1,4 @@
-"""Tree computation time: `python -m controller.trees.bench [--repeats N] [--json]`.
+"""Tree computation time: `python -m agglab.controller.trees.bench [--repeats N] [--json]`.
 
 Why measure it: after a link failure the controller recomputes the trees before it can
 install new entries, so this time is part of the reroute latency (target: under 50 ms from link down to new trees)
@@ -14,8 +14,8 @@ import json
 import statistics
 import time
 
-from controller.topologies import bcube, fat_tree
-from controller.trees import compute
+from agglab.controller.topologies import bcube, fat_tree
+from agglab.controller.trees import compute
 
 CASES = [("fattree k=4", lambda: fat_tree(4, bw=100, workers=16)),
          ("fattree k=8", lambda: fat_tree(8, bw=100, workers=16)),

@@ -30,8 +30,8 @@ from typing import NamedTuple
 import networkx as nx
 import numpy as np
 
-from controller.topology import hosts as all_hosts, natural_key
-from controller.trees.base import Tree, TreeError, TreeSet, check_tree, is_live
+from agglab.controller.topology import hosts as all_hosts, natural_key
+from agglab.controller.trees.base import Tree, TreeError, TreeSet, check_tree, is_live
 
 
 class Transfer(NamedTuple):
@@ -77,9 +77,9 @@ def _with_digit(i: int, n: int, level: int, digit: int) -> int:
 
 
 def schedule(g: nx.Graph) -> BmlSchedule:
-    """Build the schedule for a BCube graph from controller.topologies.bcube (all links live)."""
+    """Build the schedule for a BCube graph from agglab.controller.topologies.bcube (all links live)."""
     if g.graph.get("topology") != "bcube":
-        raise TreeError("bml needs a BCube topology (controller.topologies.bcube / --topology bcube)")
+        raise TreeError("bml needs a BCube topology (agglab.controller.topologies.bcube / --topology bcube)")
     n, k = g.graph["n"], g.graph["k"]
     levels, count = k + 1, n ** (k + 1)
     by_index = {sum(d * n ** l for l, d in enumerate(g.nodes[h]["address"])): h for h in all_hosts(g)}

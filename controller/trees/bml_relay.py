@@ -34,8 +34,8 @@ from typing import NamedTuple
 import networkx as nx
 import numpy as np
 
-from controller.topology import natural_key
-from controller.trees.base import TreeError, is_live
+from agglab.controller.topology import natural_key
+from agglab.controller.trees.base import TreeError, is_live
 
 
 class RelayStep(NamedTuple):

@@ -51,10 +51,10 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import csr_matrix
 
-from controller.topology import natural_key
-from controller.trees.base import (Tree, TreeError, TreeSet, adjacency, capacities, check_tree,
+from agglab.controller.topology import natural_key
+from agglab.controller.trees.base import (Tree, TreeError, TreeSet, adjacency, capacities, check_tree,
                                    edge_key, reroot, tree_center)
-from controller.trees.spt import central_switch
+from agglab.controller.trees.spt import central_switch
 
 
 class _Net:

@@ -17,7 +17,7 @@ direction, so load(t, e) = 1 for e in t and the completion time per unit of tens
 Many weightings reach the optimal y (symmetric cores); a second LP keeps y optimal and
 minimises the largest single weight, so a later failure of one tree strands the least
 data. A degraded link lowers c(e) and so the weight of the trees over it; a failed link
-is invisible (controller.trees.base.live_graph). At most `max_trees` trees are kept,
+is invisible (agglab.controller.trees.base.live_graph). At most `max_trees` trees are kept,
 because the data plane splits a job's slots among them.
 """
 
@@ -28,8 +28,8 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import csr_matrix
 
-from controller.topology import natural_key
-from controller.trees.base import (Tree, TreeError, TreeSet, adjacency, bfs_parents, capacities,
+from agglab.controller.topology import natural_key
+from agglab.controller.trees.base import (Tree, TreeError, TreeSet, adjacency, bfs_parents, capacities,
                                    check_tree, prune)
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import networkx as nx
 
-from controller.topology import natural_key
-from controller.trees.base import Tree, TreeError, TreeSet, adjacency, bfs_parents, check_tree, prune
+from agglab.controller.topology import natural_key
+from agglab.controller.trees.base import Tree, TreeError, TreeSet, adjacency, bfs_parents, check_tree, prune
 
 
 def distances_from_workers(adj: dict, workers, is_host) -> dict:

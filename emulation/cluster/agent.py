@@ -22,7 +22,7 @@ host shells' namespaces (answered `paused N`), `idle INTF,...` waits until those
 counting (`idle SECONDS`) and `resume` lets the stopped processes go on (`resumed N`; the
 agent also does it when the head hangs up). `signal SIG PID` signals a process there at once
 (no answer): a killed switch's SIGKILL is a line on a connection already open, not a new ssh
-command, which took seconds on a saturated machine. It runs on the server as `python -m emulation.cluster.agent`.
+command, which took seconds on a saturated machine. It runs on the server as `python -m agglab.emulation.cluster.agent`.
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ import time
 import traceback
 from pathlib import Path
 
-from emulation import bmv2_ports
-from emulation.fidelity import ServerSampler
-from ground.paths import REPO
+from agglab.emulation import bmv2_ports
+from agglab.emulation.fidelity import ServerSampler
+from agglab.ground.paths import REPO
 
 POLL = 0.02
 
@@ -85,7 +85,7 @@ def serve() -> int:
                 sampler = ServerSampler([i for i in words[3].split(",") if i not in ("", "-")],
                                         lambda: [run_dir, *dirs()], float(words[1])).start()
             elif words[0] == "links" and len(words) == 2:
-                from emulation.link_monitor import LinkMonitor  # lazy: loads pyroute2, only serve() needs it
+                from agglab.emulation.link_monitor import LinkMonitor  # lazy: loads pyroute2, only serve() needs it
 
                 if monitor is not None:
                     monitor.stop()
@@ -148,10 +148,10 @@ class AgentLink:
         self.on_link = None           # on_link(intf, up, t: when the head got it), once watch_links
 
     def start(self) -> "AgentLink":
-        from emulation.cluster.remote import python_env_words  # lazy: loads PyYAML, only start() needs it
+        from agglab.emulation.cluster.remote import python_env_words  # lazy: loads PyYAML, only start() needs it
 
         cmd = (f"cd {shlex.quote(str(REPO))} && exec env {python_env_words(REPO)} "
-               f"{shlex.quote(sys.executable)} -m emulation.cluster.agent")
+               f"{shlex.quote(sys.executable)} -m agglab.emulation.cluster.agent")
         self.proc = self.remote.popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=subprocess.DEVNULL, start_new_session=True)
         threading.Thread(target=self._read, daemon=True, name=f"agent-{self.remote.server.name}").start()

@@ -22,7 +22,7 @@ import contextlib
 import shlex
 import shutil
 
-from controller.topology import hosts, switches
+from agglab.controller.topology import hosts, switches
 
 ANSWER = 15.0          # seconds an agent may take to stop, drain or resume its server
 
@@ -30,8 +30,8 @@ ANSWER = 15.0          # seconds an agent may take to stop, drain or resume its 
 def ship_program(net) -> str:
     """The BMv2 JSON (compiled here if the sources changed) in the run directory on every
     server; its path there. Raises one line when a server has no simple_switch at our path."""
-    from emulation.p4build import compile_p4  # lazy: loads numpy, only ship_program() needs it
-    from emulation.switch_nodes import bmv2_binary  # lazy: loads Mininet, only ship_program() needs it
+    from agglab.emulation.p4build import compile_p4  # lazy: loads numpy, only ship_program() needs it
+    from agglab.emulation.switch_nodes import bmv2_binary  # lazy: loads Mininet, only ship_program() needs it
 
     binary = bmv2_binary()
     json_path = net.run.path / "agglab.json"

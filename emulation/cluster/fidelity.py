@@ -3,11 +3,11 @@ loss on the tunnels between them.
 
 Why: a run is worth reporting only if its links, not the emulator's CPU, were the
 bottleneck, and in cluster mode the links, switches and workers are on the servers. Each
-server's agent samples what is there (emulation.fidelity.ServerSampler: the counters at the
+server's agent samples what is there (agglab.emulation.fidelity.ServerSampler: the counters at the
 switch end of each of its links, its processes' CPU, its busy time); the head places those
 samples on its own clock (offset measured with one round trip to each agent when the probe
 starts, as Cristian's algorithm does) and gives them to the same verdict as one machine
-(emulation.fidelity.summarize), so "link-bound" means the same thing on one machine and on
+(agglab.emulation.fidelity.summarize), so "link-bound" means the same thing on one machine and on
 several. The busiest server's CPU is the one that counts.
 
 Tunnel loss: a frame one switch sent into a VXLAN tunnel (tx_packets at its end) that the
@@ -23,7 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from emulation.fidelity import COUNTERS, SAMPLE_SECONDS, directions, link_ends, summarize
+from agglab.emulation.fidelity import COUNTERS, SAMPLE_SECONDS, directions, link_ends, summarize
 
 CLOCK_WAIT = 5.0      # s for an agent's answer to `clock`
 SAMPLES_WAIT = 15.0   # s for its samples (a long run's samples are a few hundred kB)

@@ -26,7 +26,7 @@ def server_lines(g: nx.Graph, placement: dict[str, str], pids: dict[str, int], a
     """Per server: (`ip -batch` lines, shell lines, `tc -batch` lines) that make its links.
     `pids`: each node's shell pid on its server (a host's namespace); `veth_offloads_off`:
     turn the offloads of root-namespace veth ends off too (the software switch)."""
-    from emulation.veths import htb_lines  # lazy: loads Mininet, only server_lines() needs it
+    from agglab.emulation.veths import htb_lines  # lazy: loads Mininet, only server_lines() needs it
 
     out: dict[str, tuple[list[str], list[str], list[str]]] = {s: ([], [], []) for s in addresses}
     root_ends: dict[str, list[str]] = {s: [] for s in addresses}

@@ -46,23 +46,23 @@ from mininet.link import TCLink
 from mininet.log import setLogLevel
 from mininet.net import Mininet
 
-from controller.bmv2_client import Bmv2Client
-from controller.switch_client import SoftSwitchClient, SwitchClient
-from controller.topology import hosts, switches
-from emulation.cluster import links as tunnels
-from emulation.cluster.agent import AgentLink
-from emulation.cluster import bmv2
-from emulation.cluster.fidelity import ClusterProbe
-from emulation.cluster.nodes import RemoteAggHost, RemoteBmv2Switch, RemoteSoftSwitch, read_pids, start_remote
-from emulation.cluster.placement import crossing, place
-from emulation.cluster.remote import Remote, agglab_env
-from emulation.command_log import LoggedClient
-from emulation.veths import PrebuiltLink, QuietIntf
-from ground.cluster_file import Cluster
-from emulation.network import THRIFT_BASE, EmulatedNetwork
-from ground import addresses
-from ground.cleanup import clean
-from ground.rundir import RunRecord, kill_pids
+from agglab.controller.bmv2_client import Bmv2Client
+from agglab.controller.switch_client import SoftSwitchClient, SwitchClient
+from agglab.controller.topology import hosts, switches
+from agglab.emulation.cluster import links as tunnels
+from agglab.emulation.cluster.agent import AgentLink
+from agglab.emulation.cluster import bmv2
+from agglab.emulation.cluster.fidelity import ClusterProbe
+from agglab.emulation.cluster.nodes import RemoteAggHost, RemoteBmv2Switch, RemoteSoftSwitch, read_pids, start_remote
+from agglab.emulation.cluster.placement import crossing, place
+from agglab.emulation.cluster.remote import Remote, agglab_env
+from agglab.emulation.command_log import LoggedClient
+from agglab.emulation.veths import PrebuiltLink, QuietIntf
+from agglab.ground.cluster_file import Cluster
+from agglab.emulation.network import THRIFT_BASE, EmulatedNetwork
+from agglab.ground import addresses
+from agglab.ground.cleanup import clean
+from agglab.ground.rundir import RunRecord, kill_pids
 
 
 class ForwardedClient(SoftSwitchClient):

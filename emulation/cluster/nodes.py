@@ -20,9 +20,9 @@ import sys
 from mininet.examples.cluster import RemoteMixin
 from mininet.node import Host
 
-from emulation.cluster.remote import Remote, python_env_words
-from emulation.switch_nodes import Bmv2Switch, SoftP4Switch, bmv2_binary
-from ground.paths import REPO
+from agglab.emulation.cluster.remote import Remote, python_env_words
+from agglab.emulation.switch_nodes import Bmv2Switch, SoftP4Switch, bmv2_binary
+from agglab.ground.paths import REPO
 
 
 def _remote_kwargs(remote: Remote) -> dict:
@@ -149,7 +149,7 @@ class _RemoteDataPlane:
 
 
 class RemoteSoftSwitch(_RemoteDataPlane, _OnServer, SoftP4Switch):
-    """The software switch on a server: `python -m softswitch` over ssh, in the server's root
+    """The software switch on a server: `python -m agglab.softswitch` over ssh, in the server's root
     namespace, its control socket and log in the run directory there (the head reaches the
     socket through an ssh forward: emulation/cluster/network.py)."""
 
@@ -165,7 +165,7 @@ class RemoteSoftSwitch(_RemoteDataPlane, _OnServer, SoftP4Switch):
             argv += ["--pcap-dir", str(self.run.path / "pcaps")]
         out = self.log_path.with_suffix(".out")
         self._start_on_server(f"cd {shlex.quote(str(REPO))} && exec env {python_env_words(REPO)} "
-                              f"{shlex.quote(sys.executable)} -m softswitch {' '.join(shlex.quote(a) for a in argv)} "
+                              f"{shlex.quote(sys.executable)} -m agglab.softswitch {' '.join(shlex.quote(a) for a in argv)} "
                               f">>{shlex.quote(str(out))} 2>&1 </dev/null")
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import networkx as nx
 from mininet.examples.cluster import SwitchBinPlacer
 
-from controller.topology import hosts, switches
+from agglab.controller.topology import hosts, switches
 
 
 def switch_order(g: nx.Graph) -> list[str]:

@@ -32,7 +32,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from ground.cluster_file import Cluster, Server, dump
+from agglab.ground.cluster_file import Cluster, Server, dump
 
 STATE_DIR = Path(os.environ.get("AGGLAB_CLUSTER_DIR", "/var/lib/agglab-cluster-local"))
 BRIDGE = "aglcbr0"

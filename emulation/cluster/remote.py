@@ -16,8 +16,8 @@ import sys
 import tarfile
 from pathlib import Path
 
-from ground.cluster_file import Cluster, Server
-from ground.paths import REPO
+from agglab.ground.cluster_file import Cluster, Server
+from agglab.ground.paths import REPO
 
 SSH_BASE = ["ssh", "-q", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=15"]
 

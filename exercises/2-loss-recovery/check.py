@@ -8,7 +8,7 @@ across calls, which no single call shows).
 from __future__ import annotations
 
 from agglab.exercise_kit import dense_allreduce, explain, result, short_error
-from ground.wire import K
+from agglab.ground.wire import K
 
 TITLE = "Loss recovery: two versions per slot, the shadow copy, the retransmission timer"
 MINUTES = 75

@@ -7,7 +7,7 @@ duplicates and probes; then 4 real agents must agree on every round of a sparse 
 from __future__ import annotations
 
 from agglab.exercise_kit import allreduce_soft, explain
-from ground.wire import K
+from agglab.ground.wire import K
 
 TITLE = "Block-sparse aggregation: the min(next) rule"
 MINUTES = 60
@@ -23,7 +23,7 @@ ABOUT = ("the agents trust the next block the switch announces in each result; w
 
 
 def sparse_allreduce(name: str) -> dict:
-    from hosts.sparse_workload import expected_sparse_sum, sparse_gradient  # lazy: loads numpy, only sparse_allreduce() needs it (`agglab exercise list` loads check.py for its title)
+    from agglab.hosts.sparse_workload import expected_sparse_sum, sparse_gradient  # lazy: loads numpy, only sparse_allreduce() needs it (`agglab exercise list` loads check.py for its title)
 
     n, length = 4, 64 * K * 4
     arrays = [sparse_gradient(r, length, "int32", 0.2, "random", K, seed=5) for r in range(n)]

@@ -11,8 +11,8 @@ from __future__ import annotations
 import importlib.util
 
 from agglab.exercise_kit import result, short_error
-from ground.paths import REPO
-from ground.runspec import RunSpec
+from agglab.ground.paths import REPO
+from agglab.ground.runspec import RunSpec
 
 TITLE = "Aggregation trees: rack-aware trees on an oversubscribed leaf-spine"
 MINUTES = 60
@@ -25,7 +25,7 @@ TENSOR_MB = 100            # the allreduce whose completion time the tree exerci
 def tree_scenarios():
     """(label, graph) pairs: the oversubscribed leaf-spine intact and with uplinks down, and the
     lab's fat-tree with a ToR uplink down (there a ToR is the *second* name of its edges)."""
-    from controller import topologies  # lazy: loads networkx, PyYAML, only tree_scenarios() needs it (`agglab exercise list` loads check.py for its title)
+    from agglab.controller import topologies  # lazy: loads networkx, PyYAML, only tree_scenarios() needs it (`agglab exercise list` loads check.py for its title)
 
     for label, down in [("intact", []), ("l1-s1 down", [("l1", "s1")]),
                         ("l1-s1 and l3-s2 down", [("l1", "s1"), ("l3", "s2")])]:
@@ -42,8 +42,8 @@ def tree_scenarios():
 def checks(work) -> list[dict]:
     """The student's RAT in every scenario: valid trees, rack-aware ones, and a completion time
     no worse than the reference's."""
-    from controller.topology import workers  # lazy: loads networkx, only checks() needs it (`agglab exercise list` loads check.py for its title)
-    from controller.trees import base, compute  # lazy: loads networkx, only checks() needs it (`agglab exercise list` loads check.py for its title)
+    from agglab.controller.topology import workers  # lazy: loads networkx, only checks() needs it (`agglab exercise list` loads check.py for its title)
+    from agglab.controller.trees import base, compute  # lazy: loads networkx, only checks() needs it (`agglab exercise list` loads check.py for its title)
 
     reference = _reference_rat()
     out = []
@@ -76,7 +76,7 @@ def checks(work) -> list[dict]:
 
 
 def _reference_rat():
-    """The project's own rat.py, loaded under another name (the student's is controller.trees.rat)."""
+    """The project's own rat.py, loaded under another name (the student's is agglab.controller.trees.rat)."""
     spec = importlib.util.spec_from_file_location("agglab_reference_rat", REPO / "controller/trees/rat.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -93,7 +93,7 @@ def _relaying_tors(g, tree) -> list[str]:
 def link_cost(g, ts) -> float:
     """Seconds per Mb of tensor on the busiest link: each tree edge carries its weight once
     per direction, so a link's time is (sum of the weights of the trees over it) / capacity."""
-    from controller.trees.base import capacities  # lazy: loads networkx, only link_cost() needs it (`agglab exercise list` loads check.py for its title)
+    from agglab.controller.trees.base import capacities  # lazy: loads networkx, only link_cost() needs it (`agglab exercise list` loads check.py for its title)
 
     cap, load = capacities(g), {}
     for t in ts.trees:

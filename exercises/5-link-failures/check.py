@@ -8,7 +8,7 @@ expected value is never printed (it is the answer).
 from __future__ import annotations
 
 from agglab.exercise_kit import result
-from ground.runspec import RunSpec
+from agglab.ground.runspec import RunSpec
 
 TITLE = "Link failures: find the active tree, cut it, explain the epoch change"
 MINUTES = 45
@@ -21,8 +21,8 @@ def checks(work) -> list[dict]:
     """answers.yaml against a rerun of the controller's reroute on the lab's default topology."""
     import yaml  # lazy: PyYAML, only checks() needs it (`agglab exercise list` loads check.py for its title)
 
-    from controller import topologies  # lazy: loads networkx, PyYAML, only checks() needs it (`agglab exercise list` loads check.py for its title)
-    from controller.trees import compute  # lazy: loads networkx, only checks() needs it (`agglab exercise list` loads check.py for its title)
+    from agglab.controller import topologies  # lazy: loads networkx, PyYAML, only checks() needs it (`agglab exercise list` loads check.py for its title)
+    from agglab.controller.trees import compute  # lazy: loads networkx, only checks() needs it (`agglab exercise list` loads check.py for its title)
 
     path = work / "answers.yaml"
     try:

@@ -4,7 +4,7 @@ Why a package: a scheme's runner used to be a function in hosts/communicator.py 
 `@register` line; now `hosts/schemes/NAME.py` is the whole of it, loaded by the row's name
 (a row without a module fails here, naming it). A module provides
 
-    allreduce(comm, array) -> (sum, stats)    # comm: hosts.communicator.Communicator
+    allreduce(comm, array) -> (sum, stats)    # comm: agglab.hosts.communicator.Communicator
     SERVICE_TRANSPORT = True                  # optional: it sends to the service address
                                               # (comm.transport, opened before the first call)
     prepare(comm, array)                      # optional: what it sets up before its first call
@@ -19,7 +19,7 @@ import pkgutil
 from types import ModuleType
 from typing import Callable
 
-from ground.schemes import NAMES
+from agglab.ground.schemes import NAMES
 
 
 def discover() -> tuple[str, ...]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from hosts import tcp_mesh   # its BASE_PORT read at use (a harness moves it)
+from agglab.hosts import tcp_mesh   # its BASE_PORT read at use (a harness moves it)
 
 
 def host_baseline(module_name: str):

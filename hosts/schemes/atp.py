@@ -36,12 +36,12 @@ import time
 
 import numpy as np
 
-from ground import fdwait, wire
-from ground.schemes import SCHEMES
-from hosts.atp_window import DelayWindow
-from hosts.diagnostics import AllreduceTimeout
-from hosts.protocol import decode, encode
-from hosts.rto import RtoEstimator, backoff
+from agglab.ground import fdwait, wire
+from agglab.ground.schemes import SCHEMES
+from agglab.hosts.atp_window import DelayWindow
+from agglab.hosts.diagnostics import AllreduceTimeout
+from agglab.hosts.protocol import decode, encode
+from agglab.hosts.rto import RtoEstimator, backoff
 
 K = wire.K
 FLAG_ATP = SCHEMES["atp"].flag_bits

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from hosts.sparse_agent import allreduce as sparse
+from agglab.hosts.sparse_agent import allreduce as sparse
 
 SERVICE_TRANSPORT = True
 

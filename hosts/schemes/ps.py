@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from hosts.schemes._tcp import host_baseline
+from agglab.hosts.schemes._tcp import host_baseline
 
-allreduce, prepare = host_baseline("hosts.ps")
+allreduce, prepare = host_baseline("agglab.hosts.ps")

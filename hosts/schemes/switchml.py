@@ -3,7 +3,7 @@ service transport, following the controller's reroutes between calls."""
 
 from __future__ import annotations
 
-from hosts.agent import allreduce as dense
+from agglab.hosts.agent import allreduce as dense
 
 SERVICE_TRANSPORT = True
 

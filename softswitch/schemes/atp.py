@@ -30,11 +30,11 @@ import zlib
 
 import numpy as np
 
-from ground import wire
-from ground.schemes import SCHEMES
-from softswitch.aggregate import BLOCK_OFF, DATA_END, DATA_OFF, FLAGS_OFF, NEXT_OFF, UDP_CSUM
-from softswitch.registers import CounterArray, RegisterArray
-from softswitch.tables import KeySpec, Table
+from agglab.ground import wire
+from agglab.ground.schemes import SCHEMES
+from agglab.softswitch.aggregate import BLOCK_OFF, DATA_END, DATA_OFF, FLAGS_OFF, NEXT_OFF, UDP_CSUM
+from agglab.softswitch.registers import CounterArray, RegisterArray
+from agglab.softswitch.tables import KeySpec, Table
 
 C = wire.CONST
 K, POOL = wire.K, C["ATP_POOL"]

@@ -9,7 +9,7 @@ registers each child's first sparse block (announce/first).
 
 from __future__ import annotations
 
-from softswitch import sparse
+from agglab.softswitch import sparse
 
 P4 = ("sparse.p4", "Sparse")   # the P4 control this one mirrors (p4src/include)
 

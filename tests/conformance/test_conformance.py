@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from ground import wire
+from agglab.ground import wire
 from agglab.testkit.conformance import run_vector
 from agglab.testkit.vectors import all_vectors
 

@@ -16,8 +16,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ground import wire
-from softswitch.pipeline import Pipeline
+from agglab.ground import wire
+from agglab.softswitch.pipeline import Pipeline
 from agglab.testkit.frames import build
 
 K, MGRP = wire.K, 1

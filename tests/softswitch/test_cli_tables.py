@@ -12,8 +12,8 @@ import re
 import numpy as np
 import pytest
 
-from softswitch.cli import CommandError
-from softswitch.pipeline import Pipeline
+from agglab.softswitch.cli import CommandError
+from agglab.softswitch.pipeline import Pipeline
 from agglab.testkit.frames import build
 
 

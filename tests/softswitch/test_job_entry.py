@@ -1,5 +1,5 @@
-"""The one builder of agg_job entries (softswitch.roles.job_entry, also
-controller.aggregate.job_entry): each role's action and parameter order, the 8-bit
+"""The one builder of agg_job entries (agglab.softswitch.roles.job_entry, also
+agglab.controller.aggregate.job_entry): each role's action and parameter order, the 8-bit
 epoch, and a switch that accepts the result as a CLI line.
 
 Why: the controller's trees, BML, the one-switch star and the test harnesses all
@@ -7,9 +7,9 @@ program agg_job through it; a wrong parameter order would only show as packets
 aggregated into the wrong slots or children.
 """
 
-from controller import aggregate
-from softswitch.pipeline import Pipeline
-from softswitch.roles import job_entry
+from agglab.controller import aggregate
+from agglab.softswitch.pipeline import Pipeline
+from agglab.softswitch.roles import job_entry
 
 
 def test_each_role_becomes_its_action_with_the_8_bit_epoch():

@@ -20,8 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ground import wire
-from softswitch.pipeline import Pipeline
+from agglab.ground import wire
+from agglab.softswitch.pipeline import Pipeline
 from agglab.testkit.frames import build
 
 SPARSE, RETX, NONE, K = wire.CONST["AGG_FLAG_SPARSE"], wire.FLAG_RETX, wire.NEXT_NONE, wire.K

@@ -11,7 +11,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from softswitch.pipeline import Pipeline
+from agglab.softswitch.pipeline import Pipeline
 from agglab.testkit.frames import build, checksum16
 
 ips = st.tuples(*[st.integers(0, 255)] * 4).map(lambda t: ".".join(map(str, t)))
