@@ -29,7 +29,7 @@ from pathlib import Path
 
 from agglab.exercise_folders import Exercise, ExerciseError, exercises, get
 from agglab.ground import lifeline
-from agglab.ground.paths import REPO
+from agglab.ground.paths import IMPORT_ROOT, REPO
 
 _BEGIN = re.compile(r"^(?P<indent>[ \t]*)(?P<c>#|//) EXERCISE (?P<name>[\w-]+) BEGIN hint: (?P<hint>.*)$")
 _END = re.compile(r"^[ \t]*(#|//) EXERCISE END$")
@@ -176,9 +176,9 @@ def check(ex: Exercise, work: Path, bmv2: str = "auto", timeout: float = 600) ->
         build_overlay(ex, work, overlay)
         cmd = [sys.executable, "-m", "agglab.exercise_runner", str(ex.folder), "--overlay", str(overlay),
                "--work", str(work), "--bmv2", bmv2]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(IMPORT_ROOT), os.environ.get("PYTHONPATH")])))
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env,
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=IMPORT_ROOT, env=env,
                                   preexec_fn=lifeline.preexec(bound_to_thread=True))   # run() waits for it
         except subprocess.TimeoutExpired:
             return grade(ex, [{"name": "runs", "ok": False,

@@ -24,7 +24,7 @@ import sys
 import threading
 
 from agglab.ground import lifeline
-from agglab.ground.paths import REPO
+from agglab.ground.paths import IMPORT_ROOT
 
 _LEN = struct.Struct("!I")
 
@@ -69,8 +69,8 @@ class StandbyWorker:
             return cls.running
 
     def __init__(self) -> None:
-        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        self.proc = subprocess.Popen([sys.executable, "-m", "agglab.controller.standby"], cwd=REPO, env=env,
+        env = dict(os.environ, PYTHONPATH=str(IMPORT_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self.proc = subprocess.Popen([sys.executable, "-m", "agglab.controller.standby"], cwd=IMPORT_ROOT, env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, preexec_fn=lifeline.preexec(then=_nice),
                                      start_new_session=True)
         self.gen, self.store = 0, None

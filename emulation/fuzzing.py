@@ -36,7 +36,7 @@ from agglab.controller.aggregate import read_rejects
 from agglab.controller.switch_client import SoftSwitchClient
 from agglab.emulation.session import Session
 from agglab.ground import lifeline
-from agglab.ground.paths import REPO
+from agglab.ground.paths import IMPORT_ROOT
 from agglab.ground.runspec import RunSpec
 
 
@@ -104,8 +104,8 @@ def _measure(session: Session, fuzz_host: str, frames: int, rate, baseline: int,
             "--seed", str(seed), "--job", str(session.spec.job), "--epoch", str(session.job.trees().epoch),
             "--json"] + (["--rate", str(rate)] if rate else [])
     log = open(out, "wb")
-    proc = session.net.host(fuzz_host).popen(argv, stdout=log, stderr=log, cwd=str(REPO),
-                                             env=dict(os.environ, PYTHONPATH=str(REPO)),
+    proc = session.net.host(fuzz_host).popen(argv, stdout=log, stderr=log, cwd=str(IMPORT_ROOT),
+                                             env=dict(os.environ, PYTHONPATH=str(IMPORT_ROOT)),
                                              preexec_fn=lifeline.preexec(bound_to_thread=True))   # waited for here
     session.net.run.add_pid(proc.pid, f"fuzzer on {fuzz_host}")
     sampler = threading.Thread(target=sample, daemon=True)

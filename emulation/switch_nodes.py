@@ -17,7 +17,7 @@ from mininet.node import Switch
 
 from agglab.controller.bmv2_tools import find_bmv2_tool, simple_switch_note
 from agglab.ground import lifeline
-from agglab.ground.paths import REPO
+from agglab.ground.paths import IMPORT_ROOT
 from agglab.ground.rundir import RunRecord
 from agglab.softswitch.launcher import Launcher
 
@@ -46,7 +46,7 @@ class _ProcessSwitch(Switch):
     def _spawn(self, argv: list[str]) -> None:
         with open(self.log_path.with_suffix(".out"), "ab") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=_env(),
-                                         start_new_session=True, cwd=REPO, preexec_fn=lifeline.preexec())
+                                         start_new_session=True, cwd=IMPORT_ROOT, preexec_fn=lifeline.preexec())
         self._started()
 
     def _started(self) -> None:
@@ -72,13 +72,13 @@ class _ProcessSwitch(Switch):
 
 def _env() -> dict[str, str]:
     """Switch processes import this checkout first, keeping any PYTHONPATH the caller set."""
-    return dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return dict(os.environ, PYTHONPATH=str(IMPORT_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 
 def start_launcher(run: RunRecord):
     """The network's software-switch launcher (softswitch/launcher.py), recorded in `run`;
     it imports while the rest of the network is built."""
-    launcher = Launcher(run.path / "launcher.out", cwd=REPO, env=_env())
+    launcher = Launcher(run.path / "launcher.out", cwd=IMPORT_ROOT, env=_env())
     run.add_pid(launcher.pid, LAUNCHER_LABEL)
     return launcher
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from agglab.ground.forkserver import Launcher
-from agglab.ground.paths import REPO
+from agglab.ground.paths import IMPORT_ROOT
 from agglab.ground.rundir import RunRecord
 
 # What every allreduce worker (hosts/worker.py) starts with imported (see above).
@@ -24,7 +24,7 @@ WORKER_PRELOAD = ("agglab.hosts.worker", "agglab.hosts.agent", "agglab.hosts.spa
 def start_worker_launcher(run: RunRecord):
     """The network's worker launcher (ground/forkserver.py), recorded in `run`; it imports
     while the rest of the network is built and forks each worker into its host's namespace."""
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    launcher = Launcher(run.path / "worker-launcher.out", WORKER_PRELOAD, cwd=REPO, env=env, what="worker launcher")
+    env = dict(os.environ, PYTHONPATH=str(IMPORT_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    launcher = Launcher(run.path / "worker-launcher.out", WORKER_PRELOAD, cwd=IMPORT_ROOT, env=env, what="worker launcher")
     run.add_pid(launcher.pid, "worker launcher")
     return launcher

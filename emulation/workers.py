@@ -29,7 +29,7 @@ from agglab.emulation.network import EmulatedNetwork
 from agglab.ground.addresses import SERVICE_IP
 from agglab.ground import progress as progress_file
 from agglab.ground import lifeline
-from agglab.ground.paths import REPO
+from agglab.ground.paths import IMPORT_ROOT
 from agglab.ground.runspec import RunPlan, RunSpec, WorkerSeat
 from agglab.ground.start_gate import StartGate
 
@@ -108,7 +108,7 @@ def _start_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, out_dir: Path,
                    module: str = "agglab.hosts.worker", extra_args: tuple = (), gate: StartGate | None = None) -> list:
     """One job's worker processes (rank, proc, log); its plan is `<prefix>run.json`. With a
     `gate` each worker inherits it and waits there once it is ready."""
-    env = dict(os.environ, PYTHONPATH=str(REPO), **(gate.env if gate else {}))
+    env = dict(os.environ, PYTHONPATH=str(IMPORT_ROOT), **(gate.env if gate else {}))
     plans = job.write_plans(out_dir)
     seats = [WorkerSeat(rank=rank, local_ip=net.graph.nodes[h]["ip"], out=str(out_dir / f"{prefix}rank{rank}"),
                         progress=str(out_dir / f"{prefix}rank{rank}.progress"),
@@ -119,7 +119,7 @@ def _start_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, out_dir: Path,
     for rank, h in enumerate(job.workers):
         argv = [sys.executable, "-m", module, str(plan), str(rank), *extra_args]
         log = open(out_dir / f"{prefix}rank{rank}.log", "wb")
-        proc = net.start_worker(h, argv, log, cwd=str(REPO), gate=gate,
+        proc = net.start_worker(h, argv, log, cwd=str(IMPORT_ROOT), gate=gate,
                                 preexec_fn=lifeline.preexec(bound_to_thread=True),    # _wait reaps them
                                 env=dict(env, AGGLAB_PLAN=str(plan), AGGLAB_RANK=str(rank)))
         net.run.add_pid(proc.pid, f"worker {rank}" + (f" of job {job.job}" if prefix else "") + f" on {h}")

@@ -32,8 +32,8 @@ from pathlib import Path
 
 from agglab.ground import lifeline, wire
 from agglab.ground.addresses import SERVICE_IP, SERVICE_MAC, host_ip, host_mac
-from agglab.ground.paths import REPO
 from agglab.softswitch.roles import job_entry
+from agglab.ground.paths import IMPORT_ROOT
 
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -126,7 +126,7 @@ def program_aggregation(client, hosts: list["Host"], job: int = 0, tree: int = 0
 def _env() -> dict:
     """Children import the repository first, keeping any PYTHONPATH the caller set."""
     extra = os.environ.get("PYTHONPATH")
-    return dict(os.environ, PYTHONPATH=str(REPO) + (os.pathsep + extra if extra else ""))
+    return dict(os.environ, PYTHONPATH=str(IMPORT_ROOT) + (os.pathsep + extra if extra else ""))
 
 
 @dataclass
@@ -189,7 +189,7 @@ class ScratchNet:
         for h in self.hosts:
             argv += ["--port", f"{h.port}={h.switch_if}"]
         with open(workdir / f"{name}.out", "ab") as out:
-            proc = subprocess.Popen(argv, cwd=REPO, env=_env(), stdout=out, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(argv, cwd=IMPORT_ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT,
                                     preexec_fn=lifeline.preexec())
         self.procs.append(proc)
         return proc, paths
@@ -197,7 +197,7 @@ class ScratchNet:
     def spawn(self, argv: list[str], ns: str | None = None, **kw) -> subprocess.Popen:
         """Start a helper process (inside `ns` if given) that close() will stop."""
         full = (["ip", "netns", "exec", ns] if ns else []) + argv
-        proc = subprocess.Popen(full, cwd=REPO, env=_env(), **{"preexec_fn": lifeline.preexec(), **kw})
+        proc = subprocess.Popen(full, cwd=IMPORT_ROOT, env=_env(), **{"preexec_fn": lifeline.preexec(), **kw})
         self.procs.append(proc)
         return proc
 

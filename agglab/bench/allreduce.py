@@ -20,11 +20,11 @@ import numpy as np
 from agglab.bench.figures import LINK_BOUND, figure
 from agglab.emulation.fidelity import switchml_wire_seconds
 from agglab.ground import lifeline, wire
-from agglab.ground.paths import REPO
 from agglab.ground.runspec import RunSpec
 from agglab.hosts.gradients import gradient_for
 from agglab.hosts.sparse_agent import DEFAULT_LOOKAHEAD
 from agglab.hosts.sparse_blocks import announcements, nonzero_kblocks, sent_blocks
+from agglab.ground.paths import IMPORT_ROOT
 
 
 def _checked(r: dict) -> dict:
@@ -75,7 +75,7 @@ def bench_wide(a) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="agglab-bench-wide-") as tmp:
         out = Path(tmp) / "wide.json"
         proc = subprocess.run([sys.executable, "-m", "agglab.bench", "--only", "wire", "--rates", rates,
-                               "--elements", str(a.elements), "--out", str(out)], cwd=REPO,
+                               "--elements", str(a.elements), "--out", str(out)], cwd=IMPORT_ROOT,
                               env={**os.environ, "AGGLAB_K": str(wire.WIDE_K)},
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               preexec_fn=lifeline.preexec(bound_to_thread=True))

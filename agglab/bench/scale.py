@@ -15,8 +15,8 @@ import time
 
 from agglab.bench.figures import figure
 from agglab.ground import lifeline
-from agglab.ground.paths import REPO
 from agglab.ground.runspec import RunSpec
+from agglab.ground.paths import IMPORT_ROOT
 
 
 def bench_build(_a) -> list[dict]:
@@ -49,8 +49,8 @@ def bench_build(_a) -> list[dict]:
 def bench_trees(_a) -> list[dict]:
     """Tree computation time per topology and algorithm (controller/trees/bench.py), each a
     figure in the JSON (informational: no target)."""
-    res = subprocess.run([sys.executable, "-m", "agglab.controller.trees.bench", "--json"], cwd=REPO, check=True,
-                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)),
+    res = subprocess.run([sys.executable, "-m", "agglab.controller.trees.bench", "--json"], cwd=IMPORT_ROOT, check=True,
+                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(IMPORT_ROOT)),
                          preexec_fn=lifeline.preexec(bound_to_thread=True))
     rows = [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
     return [figure(f"trees {r['algorithm']} on {r['topology']}, {r['workers']} workers", r["ms"], "ms",

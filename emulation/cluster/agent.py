@@ -41,7 +41,7 @@ from pathlib import Path
 
 from agglab.emulation import bmv2_ports
 from agglab.emulation.fidelity import ServerSampler
-from agglab.ground.paths import REPO
+from agglab.ground.paths import IMPORT_ROOT
 
 POLL = 0.02
 
@@ -150,7 +150,7 @@ class AgentLink:
     def start(self) -> "AgentLink":
         from agglab.emulation.cluster.remote import python_env_words  # lazy: loads PyYAML, only start() needs it
 
-        cmd = (f"cd {shlex.quote(str(REPO))} && exec env {python_env_words(REPO)} "
+        cmd = (f"cd {shlex.quote(str(IMPORT_ROOT))} && exec env {python_env_words(IMPORT_ROOT)} "
                f"{shlex.quote(sys.executable)} -m agglab.emulation.cluster.agent")
         self.proc = self.remote.popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=subprocess.DEVNULL, start_new_session=True)

@@ -22,7 +22,7 @@ from mininet.node import Host
 
 from agglab.emulation.cluster.remote import Remote, python_env_words
 from agglab.emulation.switch_nodes import Bmv2Switch, SoftP4Switch, bmv2_binary
-from agglab.ground.paths import REPO
+from agglab.ground.paths import IMPORT_ROOT
 
 
 def _remote_kwargs(remote: Remote) -> dict:
@@ -164,7 +164,7 @@ class RemoteSoftSwitch(_RemoteDataPlane, _OnServer, SoftP4Switch):
         if self.pcap:
             argv += ["--pcap-dir", str(self.run.path / "pcaps")]
         out = self.log_path.with_suffix(".out")
-        self._start_on_server(f"cd {shlex.quote(str(REPO))} && exec env {python_env_words(REPO)} "
+        self._start_on_server(f"cd {shlex.quote(str(IMPORT_ROOT))} && exec env {python_env_words(IMPORT_ROOT)} "
                               f"{shlex.quote(sys.executable)} -m agglab.softswitch {' '.join(shlex.quote(a) for a in argv)} "
                               f">>{shlex.quote(str(out))} 2>&1 </dev/null")
 
