@@ -35,6 +35,7 @@ class Actions:
         self.thread: threading.Thread | None = None
         self.run = RunState()
         self.changed: dict[frozenset, float] = {}       # link -> when it was last set down/up here
+        self.down: set[frozenset] = set()               # links set down here (the controller's view lags)
         self._cancelling = threading.Event()
         self._external = False            # an allreduce the caller runs itself (agglab allreduce --web)
         self.history: dict[int, object] = {}   # epoch -> the first job's trees, as seen (the lab's `show`)
@@ -58,7 +59,14 @@ class Actions:
         and every job whose trees use it reroutes (controller/job_group.py)."""
         if not self.session.g.has_edge(a, b):
             raise ValueError(f"no link {a}-{b} (e.g. {' '.join(next(iter(self.session.g.edges)))})")
-        self.changed[frozenset((a, b))] = self.session.net.set_link(a, b, up)
+        key = frozenset((a, b))
+        # already so, as set here and as the controller sees it: say it rather than print nothing
+        # (either view alone may lag: netlink, or Mininet's own `link a b up|down`)
+        here_down, seen_down = key in self.down, self.session.g.edges[a, b].get("up", True) is False
+        if (up and not here_down and not seen_down) or (not up and here_down and seen_down):
+            return f"link {a}-{b} is already {'up' if up else 'down'}: nothing to do"
+        self.changed[key] = self.session.net.set_link(a, b, up)
+        (self.down.discard if up else self.down.add)(key)
         return f"link {a}-{b} {'up' if up else 'down'}"
 
     def switch(self, name: str, up: bool) -> str:

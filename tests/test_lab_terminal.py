@@ -57,7 +57,7 @@ def test_lab_as_typed_in_a_terminal(tmp_path):
         assert "<Host h1:" in typed("dump", want="<Host h1:")
 
         # a failed tree link: epoch 1
-        typed("fail a1 c1", timeout=60, want="rerouted .*epoch=1")
+        typed("fail a1 c1", timeout=60, want="rerouted around .*: epoch 1")
         assert "epoch 1" in typed("trees", want="epoch")
 
         # Ctrl-C during an allreduce: back at the prompt, the lab intact
