@@ -218,6 +218,8 @@ class LabCLI(CLI):
                       + (f"  (job {owner.job}, its slot {slot - owner.slot_base})" if owner else ""))
                 shown += 1
         print(f"  ({sum(1 for c in regs['agg_count'] if c)} slot-versions in use)")
+        if shown:
+            print(SLOTS_LEGEND)
 
     def _owner(self, slot: int):
         """The job whose slot range holds `slot` (None with one job)."""
@@ -328,6 +330,14 @@ class LabCLI(CLI):
         except (ValueError, OSError) as exc:
             print(str(exc).splitlines()[0])
         self.shown = ts
+
+
+# What `slots` shows (the agg_* registers, docs/design/data-plane-names.md)
+SLOTS_LEGEND = """  ver: which of the slot's two copies (a worker alternates them per round; the other keeps
+       the last result for a worker that lost it)
+  count: children whose contribution is in; bitmap: which ones (bit i = child i of this switch)
+  exp: the largest exponent so far (the float32 path's scaling)
+  final: 1 once the slot completed at the tree's root (an inner switch sends its partial up, 0)"""
 
 
 # What each aggregation counter counts (agg_stats and agg_rejects, docs/design/)

@@ -200,3 +200,17 @@ def test_an_outcome_said_during_wait_clears_the_progress_line(monkeypatch):
     out.write("12/40 blocks (30%), 5 blocks/s, ETA 5.6 s")
     lab.say("allreduce: exact")
     assert out.getvalue().split("\r\x1b[K")[-1] == "allreduce: exact\n"
+
+
+def test_slots_explains_its_fields(lab, capsys):
+    session = _session()
+    regs = {n: [0] * 2 * wire.SLOTS for n in ("agg_count", "agg_bitmap", "agg_exp", "agg_final")}
+    regs["agg_count"][3], regs["agg_bitmap"][3] = 2, 0b101
+    session.job.read_registers = lambda sw, names: {n: regs[n] for n in names}
+    session.job.live_switches = lambda: ["a1", "c1"]
+    cli = lab(session)
+    cli.onecmd("slots a1")
+    out = capsys.readouterr().out
+    assert "slot    3 ver 0: count 2, bitmap 0x5" in out, out
+    for field in ("ver:", "count:", "bitmap:", "exp:", "final:"):
+        assert field in out, (field, out)
