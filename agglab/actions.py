@@ -190,4 +190,11 @@ def summary(r: dict) -> str:
             + (f", switches down: {' '.join(r['switches_down'])}" if r.get("switches_down") else "")
             + "".join(f"\n  job {j['job']}: {'exact' if j['exact'] else 'NOT EXACT'} in {j['seconds']} s, "
                       f"{j['retransmissions']} retransmissions" for j in jobs if len(jobs) > 1)
-            + "".join(f"\n  {e.splitlines()[0]}" for e in r.get("errors", [])))
+            + "".join(f"\n  {e.splitlines()[0]}" for e in r.get("errors", []))
+            + (f"\n  {NO_LOSS_RETX}" if r.get("loss") == 0 and r.get("retransmissions") else ""))
+
+
+# Why a run without simulated loss still retransmits (a student's first question in the lab)
+NO_LOSS_RETX = ("(no packet was dropped on purpose at 0% loss: a retransmission is a slot's timer firing "
+                "before its result came back - a busy CPU, a full queue, or a reroute's old epoch; the "
+                "switch answers or drops the duplicates, so the sums stay exact)")

@@ -214,3 +214,13 @@ def test_slots_explains_its_fields(lab, capsys):
     assert "slot    3 ver 0: count 2, bitmap 0x5" in out, out
     for field in ("ver:", "count:", "bitmap:", "exp:", "final:"):
         assert field in out, (field, out)
+
+
+def test_retransmissions_at_zero_loss_are_explained():
+    from agglab.actions import summary
+
+    run = {"exact": True, "elements": 1000, "dtype": "int32", "workers": 4, "seconds": 1.2, "epoch": 0,
+           "retransmissions": 7, "loss": 0.0}
+    assert "timer firing before its result came back" in summary(run)
+    assert "timer firing" not in summary({**run, "loss": 0.05})          # loss explains them
+    assert "timer firing" not in summary({**run, "retransmissions": 0})
