@@ -38,6 +38,7 @@ class Actions:
         self.thread: threading.Thread | None = None
         self.run = RunState()
         self.changed: dict[frozenset, float] = {}       # link -> when it was last set down/up here
+        self.down: set[frozenset] = set()               # links set down here (the controller's view lags)
         self._cancelling = threading.Event()
         self._external = False            # an allreduce the caller runs itself (agglab allreduce --web)
         self.history: dict[int, object] = {}   # epoch -> the first job's trees, as seen (the lab's `show`)
@@ -61,7 +62,14 @@ class Actions:
         and every job whose trees use it reroutes (controller/job_group.py)."""
         if not self.session.g.has_edge(a, b):
             raise ValueError(f"no link {a}-{b} (e.g. {' '.join(next(iter(self.session.g.edges)))})")
-        self.changed[frozenset((a, b))] = self.session.net.set_link(a, b, up)
+        key = frozenset((a, b))
+        # already so, as set here and as the controller sees it: say it rather than print nothing
+        # (either view alone may lag: netlink, or Mininet's own `link a b up|down`)
+        here_down, seen_down = key in self.down, self.session.g.edges[a, b].get("up", True) is False
+        if (up and not here_down and not seen_down) or (not up and here_down and seen_down):
+            return f"link {a}-{b} is already {'up' if up else 'down'}: nothing to do"
+        self.changed[key] = self.session.net.set_link(a, b, up)
+        (self.down.discard if up else self.down.add)(key)
         return f"link {a}-{b} {'up' if up else 'down'}"
 
     def switch(self, name: str, up: bool) -> str:
@@ -183,4 +191,11 @@ def summary(r: dict) -> str:
             + (f", switches down: {' '.join(r['switches_down'])}" if r.get("switches_down") else "")
             + "".join(f"\n  job {j['job']}: {'exact' if j['exact'] else 'NOT EXACT'} in {j['seconds']} s, "
                       f"{j['retransmissions']} retransmissions" for j in jobs if len(jobs) > 1)
-            + "".join(f"\n  {e.splitlines()[0]}" for e in r.get("errors", [])))
+            + "".join(f"\n  {e.splitlines()[0]}" for e in r.get("errors", []))
+            + (f"\n  {NO_LOSS_RETX}" if r.get("loss") == 0 and r.get("retransmissions") else ""))
+
+
+# Why a run without simulated loss still retransmits (a student's first question in the lab)
+NO_LOSS_RETX = ("(no packet was dropped on purpose at 0% loss: a retransmission is a slot's timer firing "
+                "before its result came back - a busy CPU, a full queue, or a reroute's old epoch; the "
+                "switch answers or drops the duplicates, so the sums stay exact)")

@@ -66,6 +66,14 @@ def conformance(target, names, ordered: bool, label: str) -> list[dict]:
     return out
 
 
+def first_difference(got, expected) -> str:
+    """The first element where two equal-length arrays differ, and both values: no guess why."""
+    import numpy as np
+
+    bad = int(np.flatnonzero(np.asarray(got) != np.asarray(expected))[0])
+    return f"element {bad} is {got[bad]}, expected {expected[bad]}"
+
+
 def allreduce_soft(name: str, n: int, arrays, expected, **kw) -> dict:
     """One allreduce by n real agents through the software switch (agglab/testkit/fakenet.py)."""
     import numpy as np  # lazy: numpy, only allreduce_soft() needs it
@@ -82,8 +90,7 @@ def allreduce_soft(name: str, n: int, arrays, expected, **kw) -> dict:
             return result(name, False, f"rank {rank}: {short_error(r)}")
         out, stats = r
         if not np.array_equal(out, expected):
-            bad = int(np.flatnonzero(out != expected)[0])
-            return result(name, False, f"rank {rank}: element {bad} is {out[bad]}, expected {expected[bad]}")
+            return result(name, False, f"rank {rank}: {first_difference(out, expected)}")
     s = results[0][1]
     return result(name, True, f"{n} workers x {len(expected)} int32 exact, "
                               f"{s.retransmissions} retransmissions at rank 0")

@@ -19,6 +19,7 @@ from mininet.log import setLogLevel
 from mininet.util import quietRun
 
 from agglab.actions import Actions, progress, summary
+from agglab.event_words import event_line
 from agglab.run_options import add_run_options
 from agglab.controller import drawing
 from agglab.ground.interrupts import Interrupted, arm
@@ -68,12 +69,41 @@ class LabCLI(CLI):
                 self.cmdloop()
                 return
             except Interrupted as exc:
-                # Ctrl-C while an allreduce runs stops that allreduce only; otherwise (or
-                # SIGTERM/SIGHUP, or a script) the lab stops and run_lab cleans everything up
-                if exc.signum != signal.SIGINT or self.inputFile or not self.actions.running:
+                # Ctrl-C while an allreduce runs stops that allreduce only (its outcome line says
+                # "cancelled"); at the prompt it asks before it ends the lab (Mininet's CLI goes
+                # on); SIGTERM/SIGHUP, or a script, stop the lab and run_lab cleans everything up
+                if exc.signum != signal.SIGINT or self.inputFile:
                     raise
                 arm()
-                print("\n" + (self.actions.cancel() or "allreduce cancelled"))
+                if self.actions.running:
+                    print()
+                    self._say_if(self.actions.cancel())
+                elif self.confirm_end():
+                    raise
+
+    def confirm_end(self) -> bool:
+        """Ctrl-C at the prompt: end the lab only if the person says so (another Ctrl-C, or
+        end of input, also ends it)."""
+        print("\nCtrl-C: end the lab? The network, its failed links and switches go with it. [y/N] ",
+              end="", flush=True)
+        try:
+            answer = self.stdin.readline()
+        except KeyboardInterrupt:
+            print()
+            return True
+        if not answer:
+            print()
+            return True
+        if answer.strip().lower() in ("y", "yes"):
+            return True
+        print("the lab goes on ('exit' ends it)")
+        return False
+
+    @staticmethod
+    def _say_if(line: str) -> None:
+        """Print what an action returned, if anything (a cancel's outcome was already said)."""
+        if line:
+            print(line)
 
     def preloop(self):
         AT_PROMPT.set()
@@ -110,7 +140,7 @@ class LabCLI(CLI):
                   f"e.g. {' '.join(next(iter(self.session.g.edges)))})")
             return
         try:
-            self.actions.link(args[0], args[1], status == "up")
+            print(self.actions.link(args[0], args[1], status == "up"))
         except ValueError as exc:
             print(exc)
 
@@ -194,6 +224,8 @@ class LabCLI(CLI):
                       + (f"  (job {owner.job}, its slot {slot - owner.slot_base})" if owner else ""))
                 shown += 1
         print(f"  ({sum(1 for c in regs['agg_count'] if c)} slot-versions in use)")
+        if shown:
+            print(SLOTS_LEGEND)
 
     def _owner(self, slot: int):
         """The job whose slot range holds `slot` (None with one job)."""
@@ -232,15 +264,22 @@ class LabCLI(CLI):
                 if n:
                     held.append(f"{sw} {n}")
             print("  slot-versions held: " + (", ".join(held) or "none"))
-            if job.job in last:
-                j = last[job.job]
-                print(f"  last allreduce: {'exact' if j['exact'] else 'NOT EXACT'} in {j['seconds']} s, "
-                      f"{j['packets']} packets, {j['retransmissions']} retransmissions")
+            if self.actions.run.cancelled:
+                print("  last allreduce: cancelled (its workers were stopped before the end)")
+            elif job.job in last:
+                print("  last allreduce: " + last_allreduce(last[job.job]))
 
     def do_events(self, line):
-        """events [N]: the controller's timestamped log (link down seen, trees recomputed, installed)."""
-        for entry in self.session.events.lines(int(line) if line.strip().isdecimal() else None):
+        """events [-v] [N]: the controller's timestamped log, one line per event in words (link
+        down seen, trees recomputed, installed); -v adds each event's raw fields under it."""
+        args = line.split()
+        verbose = "-v" in args or "--verbose" in args
+        count = next((int(a) for a in args if a.isdigit()), None)
+        entries = self.session.events.lines(count, fmt=lambda t0, t, kind, info: event_line(t0, t, kind, info, verbose))
+        for entry in entries:
             print("  " + entry)
+        if not entries:
+            print("  no events yet")
 
     # -- traffic -----------------------------------------------------------------
     def do_allreduce(self, line):
@@ -259,6 +298,9 @@ class LabCLI(CLI):
     def do_wait(self, line):
         """wait: block until the background allreduce has finished, with a progress line
         (blocks done, %, rate, ETA); Ctrl-C stops the allreduce."""
+        if not self.actions.running:
+            print(progress_line(self.session, self.actions))
+            return
         # not Thread.join: a join that Ctrl-C interrupts marks the thread stopped (Python 3.11)
         while self.actions.running and not self.actions.run.finished.wait(0.5):
             if sys.stdout.isatty():
@@ -274,7 +316,7 @@ class LabCLI(CLI):
     def do_cancel(self, line):
         """cancel: stop the running allreduce (its workers are killed). The network, failed links,
         dead switches, trees and epoch stay as they are (Ctrl-C does the same while one runs)."""
-        print(self.actions.cancel() or "allreduce cancelled")
+        self._say_if(self.actions.cancel())
 
     def do_show(self, line):
         """show [FILE.svg|.png|.dot]: the trees as text (root, children, links down marked DOWN,
@@ -292,6 +334,14 @@ class LabCLI(CLI):
         except (ValueError, OSError) as exc:
             print(str(exc).splitlines()[0])
         self.shown = ts
+
+
+# What `slots` shows (the agg_* registers, docs/design/data-plane-names.md)
+SLOTS_LEGEND = """  ver: which of the slot's two copies (a worker alternates them per round; the other keeps
+       the last result for a worker that lost it)
+  count: children whose contribution is in; bitmap: which ones (bit i = child i of this switch)
+  exp: the largest exponent so far (the float32 path's scaling)
+  final: 1 once the slot completed at the tree's root (an inner switch sends its partial up, 0)"""
 
 
 # What each aggregation counter counts (agg_stats and agg_rejects, docs/design/)
@@ -331,6 +381,14 @@ def stats_table(rows: dict[str, dict[str, int]], what: str) -> str:
     return "\n".join(lines)
 
 
+def last_allreduce(j: dict) -> str:
+    """A job's last allreduce for `jobs`: how it ended (a run that never finished has no figures)."""
+    if j.get("seconds") is None:
+        return "did not finish" + (f": {j['errors'][0].splitlines()[0]}" if j.get("errors") else "")
+    return (f"{'exact' if j['exact'] else 'NOT EXACT'} in {j['seconds']} s, {j['packets']} packets, "
+            f"{j['retransmissions']} retransmissions")
+
+
 def progress_line(session: Session, actions: Actions) -> str:
     """`done/total blocks (P%), R blocks/s, ETA S s` of the running allreduce."""
     if not actions.running:
@@ -359,6 +417,8 @@ def say(line: str) -> None:
         typed = ""
     if sys.stdout.isatty() and AT_PROMPT.is_set():
         sys.stdout.write(f"\r\x1b[K{line}\n{LabCLI.prompt}{typed}")
+    elif sys.stdout.isatty():               # over `wait`'s progress line, not after it
+        sys.stdout.write(f"\r\x1b[K{line}\n")
     else:
         sys.stdout.write(line + "\n")
     sys.stdout.flush()
@@ -396,7 +456,9 @@ def run_lab(spec, script: str | None = None, web: dict | None = None) -> int:
     """Open the lab on `spec` (a RunSpec or the CLI's CheckedRun); with `script` (a file of
     commands) run them and return at its end; with `web` ({"host", "port"}) also serve the live
     page (agglab/web) until the lab closes."""
-    with Session(spec, quiet=False, echo=lambda line: say(f"[event] {line}")) as session:
+    session = Session(spec, quiet=False, echo=lambda line: say(f"[event] {line.strip()}"))
+    session.events.words = event_line          # one line in words each, as `events` shows them
+    with session:
         setLogLevel("output")               # Mininet's own commands (nodes, net, dump, ...) print
         session.quiet = True                # progress is `progress`/`wait`, not a line every 5 s
         background: list[threading.Thread] = []

@@ -23,9 +23,20 @@ from agglab.ground.runspec import RunSpec
 PROFILE_MODELS = ("resnet50", "vgg16", "bert-base")
 
 
+EXAMPLES = """examples:
+  sudo agglab train                                   # the MLP on digits, 4 workers, one switch
+  sudo agglab train --workers 8 --topology fattree --loss 0.01 --fail tree@0.5
+  sudo agglab train --algorithm omnireduce --topk 0.1 # only the top 10% of gradient blocks travel
+  agglab train --model resnet50 --profile-only --no-network --workers 8    # FIFO vs PACE, the model alone
+"""
+
+
 def add_train_parser(sub) -> None:
+    import argparse
+
     t = sub.add_parser("train", help="train a model data-parallel through the emulated switches, or "
-                       "compare FIFO and PACE gradient scheduling on a layer profile (--profile-only)")
+                       "compare FIFO and PACE gradient scheduling on a layer profile (--profile-only)",
+                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     t.add_argument("--model", default="mlp", help="mlp (trained on --dataset), or with --profile-only: "
                    f"{', '.join(PROFILE_MODELS)} or a profile .yaml")
     t.add_argument("--dataset", default="digits", choices=["digits"], help="scikit-learn's digits (shipped)")

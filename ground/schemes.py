@@ -72,7 +72,7 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
            summary="block-sparse, the switches sum (OmniReduce)"),
     Scheme("atp", in_network=True, p4=True, sparse=False, window=DEFAULT_WINDOW, shares_pool=True,
            flag="AGG_FLAG_ATP", dtypes=("int32",), summary="best effort in a pool every job shares, the rest at a "
-           "parameter server (ATP); int32"),
+           "parameter server (ATP)"),
     Scheme("ring", in_network=False, p4=False, sparse=False, window=DEFAULT_WINDOW,
            summary="ring allreduce between the hosts over TCP",
            bytes_factor=lambda n: 2 * (n - 1) / n, startups=lambda n: 2 * (n - 1)),
@@ -107,4 +107,5 @@ def scheme(name: str) -> Scheme:
 
 def help_text() -> str:
     """`--algorithm`'s help: every scheme with its summary."""
-    return "; ".join(f"{s.name}: {s.summary}" for s in SCHEMES.values())
+    return "; ".join(f"{s.name}: {s.summary}" + (f", {' or '.join(s.dtypes)} only" if len(s.dtypes) == 1 else "")
+                     for s in SCHEMES.values())

@@ -123,9 +123,13 @@ def test_a_wrong_addition_reports_the_first_differing_packet(tmp_path):
     assert "--verbose" in lab.show(result)
 
 
-MISTAKES = {        # a plausible mistake in a region -> the check that must catch it
+MISTAKES = {        # a plausible mistake in a region -> the check that must catch it (and what it says)
     "version ignores v0": (2, "hosts/agent.py", "ver = (self.v0[s] + r) & 1", "ver = r & 1",
                            "two allreduces in a row (software switch)"),
+    "timer resends but is never re-armed": (2, "hosts/slots.py",
+                                            "            deadline[s] = self.last_sent[s] + backoff(self.rtt.rto, "
+                                            "self.tries[s])\n", "",
+                                            "retransmission timer re-arms (software switch)"),
     "completion forgets the sparse re-arm": (1, "softswitch/aggregate.py",
                                              "            if self.on_complete is not None:\n"
                                              "                self.on_complete(r, o, flags)\n", "",
@@ -148,6 +152,13 @@ def test_a_plausible_mistake_is_caught_by_its_check(mistake, tmp_path):
     bad = {c["name"]: c["detail"] for c in result["checks"] if not c["ok"]}
     assert check in bad, lab.show(result)
     assert "what this" in bad[check]              # and it says what the check is about
+    assert MISTAKE_SAYS.get(mistake, "") in bad[check].splitlines()[0], lab.show(result)
+    assert "?" not in bad[check].splitlines()[0]  # the first difference, not a guess
+
+
+MISTAKE_SAYS = {    # what the first line of the failure must name
+    "timer resends but is never re-armed": "the timer resends but is not re-armed",
+}
 
 
 WRONG_TREES = {      # a plausible mistake in region rack-aware -> the scenarios it must fail
@@ -182,6 +193,17 @@ def test_wrong_answers_are_caught_without_giving_the_answer_away(tmp_path):
     bad = {c["name"]: c["detail"] for c in result["checks"] if not c["ok"]}
     assert list(bad) == ["roots_after"], lab.show(result)
     assert "a3" not in bad["roots_after"]
+
+
+def test_a_wrong_sum_names_the_first_differing_element_and_no_guess():
+    """Two arrays equal in element 0: the message names element 2, both values, and guesses
+    nothing (it once printed "got 3, expected 3 (a stale result of the previous call?)")."""
+    import numpy as np
+
+    from agglab.exercise_kit import first_difference
+
+    line = first_difference(np.array([3, 3, 5, 7], np.int32), np.array([3, 3, 4, 7], np.int32))
+    assert line == "element 2 is 5, expected 4"
 
 
 def test_cli_exit_codes(tmp_path, capsys):
@@ -260,8 +282,8 @@ def test_answers_read_off_a_real_lab_pass_the_checker(tmp_path, capsys):
     epochs = [int(e) for e in re.findall(r"^algorithm rat, epoch (\d+),", out, re.M)]
     listings = re.split(r"^algorithm rat, epoch \d+,.*$", out, flags=re.M)[1:]
     roots = [re.findall(r"^  tree \d+: root (\w+),", block, re.M) for block in listings]
-    down = re.search(r"^\s+([\d.]+)s\s+link_down\s+link=(c1-a1|a1-c1)\b", out, re.M)
-    rerouted = re.search(r"^\s+([\d.]+)s\s+rerouted\s+link=(c1-a1|a1-c1)\b.*epoch=(\d+)", out, re.M)
+    down = re.search(r"^\s+([\d.]+)s\s+link (c1-a1|a1-c1) went down\b", out, re.M)
+    rerouted = re.search(r"^\s+([\d.]+)s\s+rerouted around link (c1-a1|a1-c1): epoch (\d+)", out, re.M)
     assert len(epochs) == 2 and down and rerouted, out
     assert int(rerouted.group(3)) == epochs[1], out
     ex = lab.get(5)

@@ -57,7 +57,7 @@ def test_lab_as_typed_in_a_terminal(tmp_path):
         assert "<Host h1:" in typed("dump", want="<Host h1:")
 
         # a failed tree link: epoch 1
-        typed("fail a1 c1", timeout=60, want="rerouted .*epoch=1")
+        typed("fail a1 c1", timeout=60, want="rerouted around .*: epoch 1")
         assert "epoch 1" in typed("trees", want="epoch")
 
         # Ctrl-C during an allreduce: back at the prompt, the lab intact
@@ -67,8 +67,17 @@ def test_lab_as_typed_in_a_terminal(tmp_path):
         lab.sendintr()
         lab.expect("allreduce cancelled", timeout=60)
         lab.expect_exact(PROMPT, timeout=60)
+        assert "allreduce cancelled" not in lab.before            # said once
         assert lab.isalive()
         assert "no allreduce is running" in typed("progress", want="allreduce")
+        assert "last allreduce: cancelled" in typed("jobs", want="last allreduce")
+        # Ctrl-C at the prompt asks; "n" keeps the lab (and its failed link)
+        lab.sendintr()
+        lab.expect_exact("end the lab?", timeout=30)
+        lab.sendline("n")
+        lab.expect_exact("the lab goes on", timeout=30)
+        lab.expect_exact(PROMPT, timeout=30)
+        assert lab.isalive()
         assert "epoch 1" in typed("trees", want="epoch")
         out = typed("show", want="drawing written")
         assert "links down: a1-c1" in out, out

@@ -57,3 +57,24 @@ def test_human_output_labels_packet_loss_and_formats_per_scheduler_times(capsys)
     out = capsys.readouterr().out
     assert "iteration time: FIFO 126.7 ms, PACE 105.1 ms (pure model: FIFO 107.0 ms, PACE 83.6 ms)" in out
     assert "{" not in out, out
+
+
+def test_help_shows_examples_that_parse_and_no_stray_words(capsys):
+    """`agglab train --help` ends with examples, each a command the parser accepts; the scheme
+    list reads as one sentence per scheme (ATP's dtype once was a stray "int32;")."""
+    import shlex
+
+    from agglab.cli import build_parser
+    from agglab.train_cmd import EXAMPLES
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "--help"])
+    text = capsys.readouterr().out
+    assert "examples:" in text and "; int32;" not in text.replace("\n", " ")
+    assert "(ATP), int32 only;" in " ".join(text.split())
+    examples = [line.split("#")[0] for line in EXAMPLES.splitlines()[1:] if line.strip()]
+    assert len(examples) >= 3
+    for line in examples:
+        args = shlex.split(line)
+        args = args[args.index("agglab") + 1:]
+        assert build_parser().parse_args(args).cmd == "train", line

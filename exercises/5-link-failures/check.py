@@ -61,8 +61,9 @@ def checks(work) -> list[dict]:
     ms = ans.get("reroute_ms")
     ok = isinstance(ms, (int, float)) and not isinstance(ms, bool) and 0 < ms < 60_000
     out.append(result("reroute_ms measured", ok, "" if ok else f"reroute_ms: {ms!r} is not a time in ms; take it "
-                                                               "from `events`: the time of `rerouted` minus the "
-                                                               "time of `link_down`, in milliseconds"))
+                                                               "from `events`: the time of `rerouted around link "
+                                                               "...` minus the time of `link ... went down`, in "
+                                                               "milliseconds"))
     why = str(ans.get("why_epoch") or "").strip()
     words = why.lower().split()
     missing = [what for what, found in
