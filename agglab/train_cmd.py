@@ -9,6 +9,7 @@ iteration under FIFO and PACE (`--profile-only`).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -32,8 +33,6 @@ EXAMPLES = """examples:
 
 
 def add_train_parser(sub) -> None:
-    import argparse
-
     t = sub.add_parser("train", help="train a model data-parallel through the emulated switches, or "
                        "compare FIFO and PACE gradient scheduling on a layer profile (--profile-only)",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)

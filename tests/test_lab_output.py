@@ -133,7 +133,7 @@ def test_ctrl_c_at_the_prompt_asks_before_it_ends_the_lab(lab, capsys, monkeypat
     monkeypatch.setattr(cli, "cmdloop", cmdloop)
     monkeypatch.setattr("agglab.lab.arm", lambda: {})
     if ends:
-        with pytest.raises(Interrupted):
+        with pytest.raises(Interrupted, match="SIGINT"):
             cli.run()
         assert loops == [1]
     else:

@@ -67,7 +67,7 @@ def test_help_shows_examples_that_parse_and_no_stray_words(capsys):
     from agglab.cli import build_parser
     from agglab.train_cmd import EXAMPLES
 
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit, match="0"):
         build_parser().parse_args(["train", "--help"])
     text = capsys.readouterr().out
     assert "examples:" in text and "; int32;" not in text.replace("\n", " ")

@@ -38,9 +38,9 @@ def timer_rearms(name: str, n: int = 4, length: int = 4096) -> dict:
     once: the sums of a timer that resends but is never re-armed still come out exact (it
     resends on every pass of the agent's loop, so every loss is repaired), only the count
     shows it."""
-    import numpy as np
+    import numpy as np  # lazy: `agglab exercise list` loads this file for its title
 
-    from agglab.testkit.fakenet import FakeNet
+    from agglab.testkit.fakenet import FakeNet  # lazy: loads the software switch, only this check needs it
 
     rng = np.random.default_rng(7)
     arrays = [rng.integers(-1000, 1000, length, dtype=np.int32) for _ in range(n)]
