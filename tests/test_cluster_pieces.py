@@ -254,12 +254,19 @@ def test_agent_samples_counters_and_a_processes_cpu_for_the_probe(tmp_path):
     its pid file, the machine's busy time, each sampled more than once."""
     import base64
     import json
+    import os
     import subprocess
     import sys
 
+    from agglab.testkit.waits import wait_until
     from tests.conftest import REPO
 
-    busy = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<3: pass"])
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])        # spins until killed
+
+    def busy_cpu() -> float:        # its CPU seconds, as /proc has them (utime + stime)
+        fields = open(f"/proc/{busy.pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     (tmp_path / "rank0.pid").write_text(f"{busy.pid}\n")
     agent = subprocess.Popen([sys.executable, "-m", "agglab.emulation.cluster.agent"], cwd=REPO, stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE)
@@ -271,7 +278,10 @@ def test_agent_samples_counters_and_a_processes_cpu_for_the_probe(tmp_path):
         agent.stdin.write(f"probe 0.05 {tmp_path} lo\nclock\n".encode())   # in order: sampling began
         agent.stdin.flush()
         assert agent.stdout.readline().split()[0] == b"clock"
+        spun = busy_cpu()
         subprocess.run(["ping", "-c", "3", "-i", "0.2", "-q", "127.0.0.1"], capture_output=True)
+        # the busy process's own CPU, not a span of wall time: under load it may get little of it
+        wait_until(lambda: busy_cpu() - spun >= 0.3, what="the busy process to spin 0.3 s of CPU")
         agent.stdin.write(b"probe-stop\n")
         agent.stdin.flush()
         word, data = agent.stdout.readline().split()
@@ -280,7 +290,8 @@ def test_agent_samples_counters_and_a_processes_cpu_for_the_probe(tmp_path):
         lo = got["counters"]["lo"]
         assert len(lo) >= 5 and lo[-1][1] > lo[0][1] and lo[-1][3] - lo[0][3] >= 6   # 3 pings, 3 replies
         cpu = got["cpu"]["rank0"]
-        assert len(cpu) >= 5 and cpu[-1][1] - cpu[0][1] > 0.2                        # it spun
+        assert len(cpu) >= 5 and cpu[-1][1] - cpu[0][1] > 0                          # it spun, sampled
+        assert all(a[1] <= b[1] for a, b in zip(cpu, cpu[1:]))                         # CPU time only grows
         assert len(got["machine"]) >= 5 and got["cores"] >= 1
     finally:
         busy.kill()
