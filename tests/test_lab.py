@@ -76,7 +76,8 @@ def test_lab_kills_and_restarts_a_switch(capsys, tmp_path):
     assert out.count("allreduce: exact") == 2, out
     assert out.count("switches down: a1") == 1        # the first run, not the one after the restart
     assert "restarted a1" in out
-    assert "switch_exited" in out and "switch_down" in out and "switch_up" in out
+    # the events, in words (agglab/event_words.py): exited, down, up again
+    assert "switch a1's process exited" in out and "switch a1 is down:" in out and "switch a1 is up again" in out
     assert "kill -9 the switch's process" in out      # help text is the docstring
     assert_clean()
 
