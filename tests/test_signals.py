@@ -50,7 +50,7 @@ def _rerouting(root: Path) -> bool:
 
 REACHED = {"set-up": lambda root, err: bool(_run_dirs(root)),
            "mid-run": lambda root, err: _progress_started(root),
-           "reroute": lambda root, err: "link_down" in err or _rerouting(root)}
+           "reroute": lambda root, err: "link_down" in err or " went down" in err or _rerouting(root)}
 
 FATTREE_FAIL = ["--topology", "fattree", "--k", "4", "--workers", "8", "--tree", "spt"]
 
