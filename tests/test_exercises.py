@@ -283,7 +283,8 @@ def test_answers_read_off_a_real_lab_pass_the_checker(tmp_path, capsys):
     listings = re.split(r"^algorithm rat, epoch \d+,.*$", out, flags=re.M)[1:]
     roots = [re.findall(r"^  tree \d+: root (\w+),", block, re.M) for block in listings]
     down = re.search(r"^\s+([\d.]+)s\s+link (c1-a1|a1-c1) went down\b", out, re.M)
-    rerouted = re.search(r"^\s+([\d.]+)s\s+rerouted around link (c1-a1|a1-c1): epoch (\d+)", out, re.M)
+    rerouted = re.search(r"^\s+([\d.]+)s\s+rerouted around link (c1-a1|a1-c1)(?: \(job \d+\))?: epoch (\d+)", out,
+                         re.M)
     assert len(epochs) == 2 and down and rerouted, out
     assert int(rerouted.group(3)) == epochs[1], out
     ex = lab.get(5)
