@@ -59,8 +59,11 @@ def test_allreduce_serves_its_page_while_it_runs(tmp_path):
                 req = urllib.request.Request(f"{base}/api/action?token={token}", method="POST",
                                              data=json.dumps({"do": "allreduce"}).encode(),
                                              headers={"Content-Type": "application/json"})
-                with urllib.request.urlopen(req, timeout=10) as r:
-                    answers.append(json.loads(r.read()))
+                try:
+                    with urllib.request.urlopen(req, timeout=10) as r:
+                        answers.append((r.status, json.loads(r.read())))
+                except urllib.error.HTTPError as exc:        # refused: 400 and its one line
+                    answers.append((exc.code, json.loads(exc.read())))
             return False
 
         wait_until(ended, 300, "the run to end", every=0.1)
@@ -73,7 +76,8 @@ def test_allreduce_serves_its_page_while_it_runs(tmp_path):
     assert result["exact"], err[-2000:]
     assert (True, 0, 0) in seen and (True, 1, 1) in seen, seen    # the run, then its reroute, live
     assert len(answers) == 1, seen                                # asked while the page showed the run
-    assert answers[0]["ok"] is False and "agglab lab --web" in answers[0]["message"], answers
+    [(status, answer)] = answers
+    assert status == 400 and answer["ok"] is False and "agglab lab --web" in answer["message"], answers
     with pytest.raises(urllib.error.URLError, match="Connection refused"):
         _get(f"{base}/api/state?token={token}")
     assert_clean()
