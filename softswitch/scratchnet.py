@@ -123,6 +123,20 @@ def program_aggregation(client, hosts: list["Host"], job: int = 0, tree: int = 0
     client.command(f"mc_node_associate {group} {handle.group(1)}")
 
 
+def stop_procs(procs: list[subprocess.Popen], grace: float = 5.0) -> None:
+    """SIGTERM every process still running, then wait for each, SIGKILL after `grace` s: the
+    helpers a scratch network (or the limit bench's chain) started."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def _env() -> dict:
     """Children import the repository first, keeping any PYTHONPATH the caller set."""
     extra = os.environ.get("PYTHONPATH")
@@ -203,15 +217,7 @@ class ScratchNet:
 
     def close(self) -> None:
         """Stop processes, kill anything left in our namespaces, delete namespaces and veths."""
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_procs(self.procs)
         for h in self.hosts:
             pids = sh("ip", "netns", "pids", h.ns, check=False).stdout.split()
             for pid in pids:

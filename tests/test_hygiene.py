@@ -3,8 +3,8 @@ pass whatever the code did, are kept out of tests/ by reading the tests' syntax 
 
 Why: docs/guide/testing.md promises no wall-clock assertion and no sleep used as
 synchronisation (CI is a loaded 2-core machine), and every `pytest.raises` naming the message it
-expects (a bare one passes on any error of that type, a typo in the input included). Issue 37
-found each promise broken in places; this keeps them from coming back.
+expects (a bare one passes on any error of that type, a typo in the input included). A reading of
+the tests line by line found each promise broken in places; this keeps them from coming back.
 
 - `time.sleep` (and its disguises: `Event().wait(s)` on a fresh event, a `sleep` subprocess) only
   in the functions SLEEPS lists, each with why the sleep is the thing under test or a poll of an

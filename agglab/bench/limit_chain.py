@@ -39,7 +39,7 @@ from pathlib import Path
 
 from agglab.ground import lifeline, wire
 from agglab.ground.addresses import SERVICE_IP, SERVICE_MAC, host_ip, host_mac
-from agglab.ground.paths import REPO
+from agglab.ground.paths import IMPORT_ROOT
 from agglab.softswitch import scratchnet
 
 RATE_MBPS = 10_000.0          # the htb rate of every end: far above any rate a run here reaches
@@ -168,21 +168,13 @@ class Chain:
 
     def spawn(self, role: str, argv: list[str], **kw) -> subprocess.Popen:
         """A process inside namespace `role` that close() stops."""
-        proc = subprocess.Popen(["ip", "netns", "exec", self.ns[role], *argv], cwd=REPO, env=scratchnet._env(),
+        proc = subprocess.Popen(["ip", "netns", "exec", self.ns[role], *argv], cwd=IMPORT_ROOT, env=scratchnet._env(),
                                 preexec_fn=lifeline.preexec(), **kw)
         self.procs.append(proc)
         return proc
 
     def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        scratchnet.stop_procs(self.procs)
         self.procs.clear()
         for ns in self.made:
             for pid in scratchnet.sh("ip", "netns", "pids", ns, check=False).stdout.split():
