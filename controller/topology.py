@@ -16,6 +16,8 @@ from functools import lru_cache
 
 import networkx as nx
 
+from agglab.ground.runspec import PLACEMENTS
+
 IFNAME_MAX = 15            # Linux IFNAMSIZ - 1: the longest interface name Mininet can give
 
 
@@ -51,13 +53,29 @@ def workers(g: nx.Graph) -> list[str]:
     return sorted(ranked, key=lambda h: g.nodes[h]["rank"])
 
 
-def tenant_hosts(g: nx.Graph, jobs: int) -> list[list[str]]:
-    """Per job of a --jobs run, its worker hosts in rank order: job j takes worker hosts j,
-    j+J, j+2J, ... (interleaved, so on a fat-tree the jobs hang off different edge switches
-    and share the aggregation and core switches). Here, below the session and the wire
-    model, so both split the hosts the same way."""
+def tenant_hosts(g: nx.Graph, jobs: int, placement: str = "spread") -> list[list[str]]:
+    """Per job of a --jobs run, its worker hosts in rank order. Here, below the session and
+    the wire model, so both split the hosts the same way.
+
+    spread: job j takes worker hosts j, j+J, j+2J, ... (interleaved, so on a fat-tree the
+    jobs hang off different edge switches and share the aggregation and core switches).
+    packed: a job's workers fill racks, one job after the other (hosts ordered by their edge
+    switch), as a scheduler that keeps a job together places it: ATP's first level (the
+    workers' ToR) then has several of a job's workers to sum."""
     ranked = workers(g)
-    return [ranked[j::jobs] for j in range(jobs)]
+    if placement == "spread":
+        return [ranked[j::jobs] for j in range(jobs)]
+    if placement != "packed":
+        raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
+    by_rack = sorted(ranked, key=lambda h: (natural_key(_rack(g, h)), natural_key(h)))
+    size = -(-len(by_rack) // jobs)
+    return [sorted(by_rack[j * size:(j + 1) * size], key=lambda h: g.nodes[h]["rank"]) for j in range(jobs)]
+
+
+def _rack(g: nx.Graph, host: str) -> str:
+    """The host's rack: its `rack` attribute, else its first switch neighbour (its ToR)."""
+    return g.nodes[host].get("rack") or min((n for n in g.neighbors(host) if g.nodes[n]["kind"] == "switch"),
+                                            key=natural_key)
 
 
 def assign_ports(g: nx.Graph) -> nx.Graph:

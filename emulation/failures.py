@@ -162,7 +162,8 @@ def _per_job(row: dict, recs: list[dict], t_fail: float) -> None:
 def hang_rows(net, job) -> list[dict]:
     """Every switch the liveness probe declared hung during the run, scripted or not: how
     long it had been silent when declared (`silent_ms`, at most the probe's bound plus its
-    interval after it stopped) and the reroute's recompute and install times (the slowest
+    interval after it stopped), what its process was doing then (`state`: "stopped" for a
+    SIGSTOP; "running" or "sleeping" is a live or wedged switch) and the reroute's recompute and install times (the slowest
     job's, with several jobs: `jobs` lists the jobs that rerouted)."""
     rows = []
     for h in net.hang_log:
@@ -170,6 +171,7 @@ def hang_rows(net, job) -> list[dict]:
                 if f.get("switch") == h["switch"] and f["t_detect"] >= h["t_detect"] - 1e-6]
         slowest = max(recs, key=lambda f: f.get("install_ms") or 0, default=None)
         row = {"switch": h["switch"], "silent_ms": round((h["t_detect"] - h["t_last_answer"]) * 1e3, 1),
+               "state": h.get("state"),
                "on_tree": bool(recs), "recompute_ms": slowest.get("recompute_ms") if slowest else None,
                "install_ms": slowest.get("install_ms") if slowest else None,
                "partitioned": any(f.get("partitioned", False) for f in recs)}

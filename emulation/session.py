@@ -154,13 +154,13 @@ class Session:
         size, replies = spec.slots_per_job, {}
         return [job_for(JobSeat(spec, g, self.net.clients, hosts, self.net.run.path / f"epoch{j}.json", self.events,
                                 job=spec.job + j, tenant=j, slot_base=j * size, slots=size, reply_ports=replies))
-                for j, hosts in enumerate(tenant_hosts(g, spec.jobs))]
+                for j, hosts in enumerate(tenant_hosts(g, spec.jobs, spec.placement))]
 
     def _set_loss(self, spec: RunSpec) -> None:
         """Drop simulators: a job's worker links at its loss (--job-loss), every other port at --loss."""
         per_host = {}
         if spec.job_loss:
-            for j, hosts in enumerate(tenant_hosts(self.g, spec.jobs)):
+            for j, hosts in enumerate(tenant_hosts(self.g, spec.jobs, spec.placement)):
                 per_host.update({h: spec.loss_of(j) for h in hosts})
         for sw in switches(self.g):
             self._losses[sw] = {e["ports"][sw]: per_host.get(nbr, spec.loss)

@@ -16,6 +16,7 @@ overrides what differs across servers). It uses the network's `graph`, `backend`
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -24,8 +25,22 @@ import time
 from pathlib import Path
 
 from agglab.controller.topology import switches
-from agglab.emulation.switch_probe import SwitchProbe, ping_channel
+from agglab.emulation.switch_probe import SwitchProbe, ping_channel, process_state
 from agglab.emulation.switch_watch import SwitchWatcher
+
+
+HANG_AUDIT = "AGGLAB_HANG_AUDIT"     # a file: every hang any run declares is appended to it (one JSON line)
+
+
+def audit_hang(switch: str, state: str | None, run: Path | None) -> None:
+    """Append a declared hang to $AGGLAB_HANG_AUDIT, when set. Why: a test run (CI, or the test
+    suite beside busy loops) must be able to say that no live switch was ever declared hung,
+    across every run it made, including runs whose tests expected a hang (those are "stopped")."""
+    path = os.environ.get(HANG_AUDIT)
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"switch": switch, "state": state, "run": str(run) if run else None,
+                                "time": time.time()}) + "\n")
 
 
 class SwitchFailures:
@@ -71,8 +86,10 @@ class SwitchFailures:
             proc = self.net.get(name).proc
             if self.probe is None or name in self.dead or proc is None or proc.poll() is not None:
                 return                              # gone already (the exit watcher reports it) or torn down
-            self.hung[name] = {"t_detect": t, "t_last_answer": last_answer}
+            self.hung[name] = {"t_detect": t, "t_last_answer": last_answer, "state": process_state(proc.pid)}
             self.hang_log.append({"switch": name, **self.hung[name]})
+            run = getattr(self, "run", None)
+            audit_hang(name, self.hung[name]["state"], run.path if run else None)
             if on_hang is not None:
                 on_hang(name, t)
             with contextlib.suppress(ProcessLookupError):

@@ -81,6 +81,26 @@ def runnable_seconds(pid: int | None) -> float | None:
             continue                              # a thread that ended meanwhile
     return total / 1e9 if seen else None
 
+
+STATES = {"R": "running", "S": "sleeping", "D": "waiting on I/O", "T": "stopped", "t": "stopped",
+          "Z": "exited"}
+
+
+def process_state(pid: int | None) -> str | None:
+    """What process `pid` was doing, in words (/proc/PID/stat's state; None: gone or not
+    local). Recorded when the probe declares a switch hung: a scripted hang (SIGSTOP) is
+    "stopped"; a switch declared hung while "running" or "sleeping" was live or wedged, and
+    a run record or test run that sees one can tell a false alarm from a real hang."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            code = f.read().rpartition(")")[2].split()[0]       # after the command name, which may hold spaces
+    except (OSError, IndexError):
+        return None
+    return STATES.get(code, code)
+
+
 HangCallback = Callable[[str, float, float], None]    # (switch, last answer, time declared hung)
 
 

@@ -159,7 +159,7 @@ def innet_seconds(spec: RunSpec, g: nx.Graph) -> float:
     its results down, all jobs at once."""
     total = frames(spec) * wire.FRAME_BYTES
     loads: Loads = {}
-    for hosts in tenant_hosts(g, spec.jobs):
+    for hosts in tenant_hosts(g, spec.jobs, spec.placement):
         ts = trees.compute(spec.tree, g, hosts)
         for edge, nbytes in tree_loads(ts, lambda t, n: t.weight * total, lambda t, n: t.weight * total).items():
             _add(loads, *edge, nbytes)
@@ -206,7 +206,7 @@ def atp_seconds(spec: RunSpec, g: nx.Graph, fallback: float = 0.0) -> float:
     (int32: no lead frames), a `fallback` share of them summed at the PS alone."""
     nbytes = -(-spec.elements // wire.K) * wire.FRAME_BYTES
     loads: Loads = {}
-    for hosts in tenant_hosts(g, spec.jobs):
+    for hosts in tenant_hosts(g, spec.jobs, spec.placement):
         for edge, b in atp_loads(g, hosts, nbytes, fallback).items():
             _add(loads, *edge, b)
     return link_seconds(g, loads)

@@ -42,6 +42,7 @@ def switch_trees() -> str:
     """The tree algorithms that span switches, for messages: 'spt, rat, packing'."""
     return ", ".join(t for t in TREES if t != BCUBE_TREE) or "spt"
 PATTERNS = ("random", "overlap", "disjoint")
+PLACEMENTS = ("spread", "packed")                      # where a --jobs run puts each job's workers
 DTYPES = ("int32", "float32")
 BACKENDS = ("soft", "bmv2")
 MAX_JOBS = 16                                            # concurrent jobs: AGG_SLOTS / 16 = 64 slots each
@@ -151,6 +152,7 @@ class RunSpec:
     length_override: dict[int, int] = field(default_factory=dict)   # rank -> length (tests)
     jobs: int = 1                      # concurrent allreduces (tenants) of `workers` each, ids job, job+1, ...
     job_loss: list[float] = field(default_factory=list)   # per job: loss on its workers' links (else `loss`)
+    placement: str = "spread"          # with jobs: spread (a job across racks) | packed (a job fills racks)
     keep: str | None = None            # copy the run directory here when the run ends (logs, commands, pcaps)
     pcap: bool = False                 # the switches write per-port pcaps into the kept directory
     cluster: str | None = None         # a cluster file: the network runs on its servers (emulation/cluster)
@@ -305,6 +307,8 @@ class RunSpec:
                                  f"{self.slots_per_job} slots; use --window <= {self.slots_per_job}")
             if self.job + self.jobs - 1 > 255:
                 raise ValueError(f"--job {self.job} --jobs {self.jobs}: job ids must fit in 8 bits (<= 255)")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"--placement must be spread or packed, got {self.placement!r}")
         if self.job_loss:
             if len(self.job_loss) != self.jobs:
                 raise ValueError(f"--job-loss needs one probability per job ({self.jobs}), got {len(self.job_loss)}")

@@ -33,14 +33,17 @@ with contextlib.suppress(ModuleNotFoundError):
 
 
 def pytest_configure(config):
-    """In CI every skip must be on the allow-list (tests/skip_guard.py)."""
+    """In CI every skip must be on the allow-list (tests/skip_guard.py); every declared hang is
+    told at the end (tests/hang_audit.py)."""
     try:
+        from tests.hang_audit import install as audit_hangs
         from tests.skip_guard import install
     except ModuleNotFoundError as exc:
         if exc.name != "tests":
             raise
         return              # a copy of this file outside the checkout (tests/test_timeout_guard.py)
     install(config)
+    audit_hangs(config)     # every switch declared hung, and whether it was stopped (tests/hang_audit.py)
 
 
 def _have_mininet() -> bool:

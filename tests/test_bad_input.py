@@ -64,6 +64,7 @@ CASES = [
     (["allreduce", "--dtype", "int8"], "agglab allreduce: argument --dtype: invalid choice: 'int8'"),
     (["allreduce", "--nosuchoption"], "agglab: unrecognized arguments: --nosuchoption"),
     (["allreduce", "--job-loss", "abc"], "expected comma-separated probabilities"),
+    (["allreduce", "--jobs", "2", "--placement", "diagonal"], "invalid choice: 'diagonal'"),
     (["lab", "--chaos", "abc"], "agglab lab: argument --chaos: invalid int value: 'abc'"),
     (["nosuchcommand"], "agglab: argument cmd: invalid choice: 'nosuchcommand'"),
     (["draw"], "agglab draw: the following arguments are required: TOPOLOGY, -o/--output"),

@@ -99,6 +99,7 @@ def test_a_stopped_aggregating_switch_is_fenced_and_rerouted_around_exactly():
         row = rows[0]
         assert row["on_tree"] and row["detect_ms"] is not None and row["install_ms"] is not None, row
         assert [h["switch"] for h in r["hangs"]] == [row["switch"]] and r["hangs"][0]["install_ms"] is not None
+        assert r["hangs"][0]["state"] == "stopped", r["hangs"]        # the SIGSTOP, read when declared
         assert "stopped answering" in r["switches_down"][row["switch"]]
         assert any("switch_hung" in e and row["switch"] in e for e in session.events.lines())
         proc = session.net.host(row["switch"]).proc
@@ -192,6 +193,7 @@ def test_a_hang_reroutes_every_job_through_the_cli(tmp_path):
     r = json.loads(res.stdout)
     assert r["exact"] and all(j["exact"] for j in r["jobs"]), r.get("errors")
     assert len(r["hangs"]) == 1 and r["hangs"][0]["on_tree"] and r["hangs"][0]["install_ms"] is not None, r["hangs"]
+    assert r["hangs"][0]["state"] == "stopped", r["hangs"]
     hung = [f for f in r["failures"] if f.get("hung")]
     assert [f["switch"] for f in hung] == [r["hangs"][0]["switch"]] and hung[0]["detect_ms"] is not None
     assert "Traceback" not in res.stderr
