@@ -20,6 +20,7 @@ from agglab.emulation.fidelity import ceiling_for, ceiling_for_shape
 from agglab.emulation.wire_model import BoundError, wire_seconds
 from agglab.experiments.analysis import claim_bound
 from agglab.experiments.definition import ConfigError
+from agglab.experiments.where import curves
 from agglab.experiments.runner import TURN_WAIT, network_turn
 from agglab.ground import wire
 from agglab.ground.cluster_file import ClusterFileError, load
@@ -70,7 +71,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return build_parser().parse_args(argv)
 
 
-def _print_bounds(suite, log: TextIO) -> None:
+def _print_bounds(suite, log: TextIO, topo_dir: Path) -> None:
     """Every claim's paper figure beside this network's bound (experiments/bounds.py), before
     anything runs: what the report's "bound" column will hold."""
     print("claims: paper figure / this network's bound", file=log)
@@ -79,6 +80,11 @@ def _print_bounds(suite, log: TextIO) -> None:
             value, why = claim_bound([], d, c)
             shown = f"{value:.3g}" if value == value else f"– ({why})"
             print(f"  {d.name}: {c.text}: paper {c.paper:.3g}, bound {shown}", file=log)
+    found = [c for d in suite.definitions for c in curves(d, topo_dir)]
+    if found:
+        print("where the paper's figure appears (the bound swept over a knob; experiments/where.py):", file=log)
+    for c in found:
+        print(f"  {c.trend}: {c.claim}: {', '.join(f'{v}: {b:.3g}' for v, b, _ in c.points)}; {c.verdict()}", file=log)
 
 
 def _emulated(d, p) -> str:
@@ -241,7 +247,7 @@ def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO, calibrate_f
         for d, p, reps in steps:
             what = p.error or f"~{estimate_seconds(p, len(reps)):.0f} s{_emulated(d, p)}"
             print(f"  {d.name}: {p.label()} x{len(reps)} ({what})", file=log)
-        _print_bounds(suite, log)
+        _print_bounds(suite, log, out_dir / "topologies")
         return 0
     if run_fn is None and os.geteuid() != 0:
         print("error: experiments build Mininet networks and need root: run with sudo", file=log)

@@ -69,7 +69,9 @@ from agglab.experiments.units import UnitError, parse_rate, parse_size, parse_ti
 TOP_KEYS = ("name", "title", "paper", "claim", "network", "emulated", "repeats", "run", "series",
             "sweep", "x", "plot", "claims", "notes", "program")
 PROGRAMS = ("allreduce", "pace")
-CLAIM_KEYS = ("text", "ratio", "paper", "expect", "tolerance", "for_each", "why", "bound")
+CLAIM_KEYS = ("text", "ratio", "paper", "expect", "tolerance", "for_each", "why", "bound", "where")
+# where: the knobs the paper's setting differs in, each swept by the wire model (experiments/where.py)
+WHERE_KEYS = ("knob", "values", "why")
 # a claim's analytic bound on this network (experiments/bounds.py): wire_time (the ratio of
 # its points' wire times, from their topology, rates and bytes) or pace_model (program: pace)
 BOUND_KINDS = ("wire_time", "pace_model")
@@ -168,6 +170,7 @@ def parse_definition(raw: Any, source: str = "definition", overrides: dict[str, 
         for sel in c["ratio"]:
             if sel.get("series", next(iter(series))) not in series:
                 raise ConfigError(source, f"claims[{i}].ratio", f"unknown series {sel.get('series')!r}")
+        _where(c.get("where"), f"claims[{i}].where", RUN_FIELDS + NETWORK_KEYS, source)
         each = c.get("for_each") or []
         for k in [each] if isinstance(each, str) else each:
             if k not in sweep:
@@ -195,6 +198,20 @@ def _per_scale(value: Any, program: str, source: str) -> dict[int, int]:
             raise ConfigError(source, f"emulated.gradient.{workers}", "keys must be worker counts (integers >= 1)")
         out[workers] = parse_size(size)
     return out
+
+
+def _where(value: Any, key: str, knobs: tuple[str, ...], source: str) -> None:
+    """A claim's `where`: a list of {knob: a run or network key, values: a non-empty list}."""
+    if value is None:
+        return
+    if not isinstance(value, list):
+        raise ConfigError(source, key, "must be a list of {knob: KEY, values: [...]}")
+    for j, w in enumerate(value):
+        w = _mapping(w, f"{key}[{j}]", WHERE_KEYS, source)
+        if w.get("knob") not in knobs:
+            raise ConfigError(source, f"{key}[{j}].knob", f"must be a run or network key, got {w.get('knob')!r}")
+        if not isinstance(w.get("values"), list) or not w["values"]:
+            raise ConfigError(source, f"{key}[{j}].values", f"must be a non-empty list, got {w.get('values')!r}")
 
 
 def _known(mapping: dict, allowed: tuple[str, ...], prefix: str, source: str) -> None:

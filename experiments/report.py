@@ -22,6 +22,7 @@ from agglab.experiments.runner import trend_rates
 from agglab.ground import wire
 from agglab.experiments.paper_figures import ring_vs_innet
 from agglab.experiments.plots import write_plots
+from agglab.experiments.where_report import section as where_section
 from agglab.experiments.units import DELAY_NOTE, format_rate, format_size, format_time, parse_rate, parse_size
 
 if TYPE_CHECKING:
@@ -310,7 +311,7 @@ def _fidelity(outcome: "Outcome") -> list[str]:
     return lines + [""]
 
 
-def render(outcome: "Outcome", facts: dict[str, str], plots: dict[str, list[Path]]) -> str:
+def render(outcome: "Outcome", facts: dict[str, str], plots: dict[str, list[Path]], where: list[str] = ()) -> str:
     suite = outcome.suite
     ok = sum(1 for r in outcome.rows if r.get("ok"))
     flagged = sum(1 for r in outcome.rows if r.get("ok") and (r.get("fidelity") or {}).get("cpu_bound"))
@@ -334,6 +335,7 @@ def render(outcome: "Outcome", facts: dict[str, str], plots: dict[str, list[Path
     lines += _ring_check(outcome)
     for d in suite.definitions:
         lines += _trend_section(outcome, d, plots.get(d.name, []))
+    lines += list(where)                   # where each paper's figure appears (experiments/where_report.py)
     lines += _fidelity(outcome)
     return "\n".join(lines)
 
@@ -342,6 +344,7 @@ def write_report(outcome: "Outcome") -> Path:
     facts = {**machine_facts(), "load average (1/5/15 min) at report": _loadavg()}
     facts.pop("load average (1/5/15 min) before", None)
     plots = {d.name: write_plots(outcome.rows, d, outcome.out_dir) for d in outcome.suite.definitions}
+    where = where_section(outcome, outcome.out_dir / "topologies", outcome.out_dir)
     path = outcome.out_dir / "report.md"
-    path.write_text(render(outcome, facts, plots))
+    path.write_text(render(outcome, facts, plots, where))
     return path

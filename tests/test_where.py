@@ -1,0 +1,81 @@
+"""Where a paper's figure appears (experiments/where.py, where_report.py): a claim's bound swept
+over a knob, the value where it reaches the paper's figure, and the report's section."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from agglab.experiments.definition import ConfigError
+from agglab.experiments.definition_file import load_definition, parse_definition, read_yaml
+from agglab.experiments.paper_figures import ring_vs_innet
+from agglab.experiments.where import Curve, curve, curves
+from agglab.experiments.where_report import section
+
+TRENDS = Path(__file__).resolve().parent.parent / "experiments" / "trends"
+
+
+def test_the_ring_claim_follows_the_analytic_ring_over_in_network_ratio(tmp_path):
+    # ring / in-network on one switch is 2(n-1)/n of the gradient at TCP's efficiency over 1x at
+    # the aggregation frame's (paper_figures.ring_vs_innet, the closed form); the wire model
+    # computes it from routes and frames: the swept bounds must follow the closed form
+    d = load_definition(TRENDS / "switchml.yaml")
+    index = next(i for i, c in enumerate(d.claims_raw) if c["text"].startswith("ring / in-network"))
+    (c,) = curve(d, index, "workers", [2, 4, 8, 16], tmp_path)
+    assert [v for v, _, _ in c.points] == [2, 4, 8, 16]
+    for n, bound, _ in c.points:
+        assert bound == pytest.approx(ring_vs_innet(n), rel=0.02), n
+
+
+def test_a_knob_the_claim_selects_on_is_replaced_in_its_selectors(tmp_path):
+    # ATP / static "at 4 jobs": swept over jobs, the claim compares the two series at each count;
+    # one job is ATP's PS against one static tree, two jobs twice the static load
+    d = load_definition(TRENDS / "atp.yaml")
+    (c,) = curve(d, 0, "jobs", [1, 2, 4], tmp_path)
+    one, two, four = (b for _, b, _ in c.points)
+    assert c.today == 4
+    assert two == pytest.approx(2 * one, rel=0.02) and four == pytest.approx(4 * one, rel=0.02)
+
+
+def test_reached_at_is_the_first_value_whose_bound_reaches_the_paper():
+    c = Curve("t", "claim", 10.0, "at_least", "spines", 2,
+              [(2, 2.0, 10.0), (4, 9.9, 10.0), (8, 10.5, 10.0), (16, 20.0, 10.0)])
+    assert c.reached_at == 8 and c.verdict() == "reached at spines = 8"
+    short = Curve("t", "claim", 25.0, "at_least", "racks", 4, [(4, 2.6, 25.0), (8, 3.1, 25.0), (16, 3.0, 25.0)],
+                  why="the PS is sharded")
+    assert short.reached_at is None
+    assert short.verdict() == "not reached up to racks = 16 (largest bound 3.1, at 8): the PS is sharded"
+    falls = Curve("t", "claim", 1.0, "at_most", "workers", 2, [(2, 1.5, 1.0), (4, 0.9, 1.0)])
+    assert falls.reached_at == 4
+
+
+def test_a_claim_without_knobs_has_no_curve(tmp_path):
+    assert curves(load_definition(TRENDS / "bml.yaml"), tmp_path) == []
+
+
+@pytest.mark.parametrize("where, problem", [
+    ({"knob": "spines", "values": [2]}, "must be a list"),
+    ([{"knob": "colour", "values": [2]}], "claims[0].where[0].knob: must be a run or network key, got 'colour'"),
+    ([{"knob": "spines", "values": []}], "claims[0].where[0].values: must be a non-empty list"),
+    ([{"knob": "spines", "values": [2], "step": 2}], "step"),
+])
+def test_a_bad_where_is_refused_in_one_line(where, problem):
+    raw = read_yaml(TRENDS / "packing.yaml")
+    raw["claims"][0]["where"] = where
+    with pytest.raises(ConfigError, match=problem.replace("[", r"\[").replace("]", r"\]")):
+        parse_definition(raw, "packing.yaml")
+
+
+def test_the_report_section_has_a_row_and_a_plot_per_knob(tmp_path):
+    d = load_definition(TRENDS / "atp.yaml")
+    outcome = SimpleNamespace(suite=SimpleNamespace(definitions=[d]), rows=[])
+    lines = section(outcome, tmp_path / "topologies", tmp_path)
+    assert lines[0] == "## Where the paper's figure appears"
+    rows = [line for line in lines if line.startswith("| atp |")]
+    assert len(rows) == 2
+    assert "| jobs = 4 |" in rows[0] and "| placement = spread |" in rows[1]
+    for row in rows:
+        png = row.rstrip(" |").rsplit("| ", 1)[1]
+        assert (tmp_path / png).stat().st_size > 1000, png
