@@ -279,8 +279,8 @@ def test_answers_read_off_a_real_lab_pass_the_checker(tmp_path, capsys):
     script.write_text("trees\nfail a1 c1\nsh sleep 5\ntrees\nevents\n")
     run_lab(RunSpec(topology="fattree", workers=8, tree="rat", elements=30000), script=str(script))
     out = capsys.readouterr().out
-    epochs = [int(e) for e in re.findall(r"^algorithm rat, epoch (\d+),", out, re.M)]
-    listings = re.split(r"^algorithm rat, epoch \d+,.*$", out, flags=re.M)[1:]
+    epochs = [int(e) for e in re.findall(r"^tree rat, algorithm switchml, epoch (\d+),", out, re.M)]
+    listings = re.split(r"^tree rat, algorithm switchml, epoch \d+,.*$", out, flags=re.M)[1:]
     roots = [re.findall(r"^  tree \d+: root (\w+),", block, re.M) for block in listings]
     down = re.search(r"^\s+([\d.]+)s\s+link (c1-a1|a1-c1) went down\b", out, re.M)
     rerouted = re.search(r"^\s+([\d.]+)s\s+rerouted around link (c1-a1|a1-c1)(?: \(job \d+\))?: epoch (\d+)", out,
