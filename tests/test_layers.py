@@ -7,7 +7,7 @@ Layers, bottom up (docs/design/layout.md "Layout"):
   2 controller             topology graph, trees, switch clients, jobs, failover
   3 emulation              Mininet builder, switch nodes, P4 build, link monitor, failures, session
   4 agglab, experiments    the program: CLI, lab, benchmarks; experiment sweeps and reports
-  5 exercises              the teaching labs' checks (exercises/<N>-<slug>/check.py): plug-ins of
+  5 exercises              the exercises' checks (exercises/<N>-<slug>/check.py): plug-ins of
                            `agglab exercise`, which loads them from their folders by path, never
                            by import; they use agglab's exercise kit and test kit, so they sit
                            above agglab, and import only what agglab may import (agglab itself

@@ -2,7 +2,7 @@
 
 Why its own module: every section builds its figures with `figure`, and the sections' modules
 must not import the CLI that runs them. The analytic wire time the wire and sparse sections
-judge their runs by is emulation/fidelity.py's `switchml_wire_seconds`, the one the calibration
+judge their runs by is emulation/fidelity.py's `dense_link_seconds`, the one the calibration
 uses too.
 """
 
