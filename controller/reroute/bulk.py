@@ -145,7 +145,7 @@ class BulkReroute:
         """The trees over the live links and switches, from the standby when it has them;
         raises TreeError if the workers are partitioned."""
         job = self.job
-        self.standby = (job.algorithm, job._down_links()) in job._standby
+        self.standby = (job.tree, job._down_links()) in job._standby
         self.new = job._compute(job._down_links(), job._next_epoch())
         self.clock["trees"] = time.monotonic()
 

@@ -3,7 +3,8 @@
 Why one interface: a reroute (steps.py, bulk.py) always runs freeze, snapshot of the
 old tree, reset, install, preload of the new tree; only what the snapshot looks for
 and where the preload puts it depends on the pipeline the allreduce uses. So the job
-holds one Carry, chosen by the allreduce algorithm with `carry_for`, and calls
+holds one Carry, chosen by the allreduce's scheme (the job is given the scheme registry's
+`carry_for`, controller/schemes: this package names no scheme and imports none), and calls
 snapshot/preload without knowing which:
 
 - DenseCarry (switchml): per slot the version the old root completed
@@ -56,7 +57,7 @@ class Carried:
 
 
 class Carry(Protocol):
-    algorithm: str
+    algorithm: str                  # the scheme it carries for (ground/schemes.py)
 
     # the first round's reads give the snapshot everything it needs when no switch is dead: a
     # bulk reroute then resets in the freeze's batch and preloads in the next (two rounds, not
@@ -179,15 +180,3 @@ class SparseCarry(DenseCarry):
         return super().preload_cells(new, tree_of_slot, carried) + [
             sparse_failover.sparse_preload_cells(new, tree_of_slot, carried.sparse, self.slot_base)]
 
-
-from agglab.controller.schemes import CARRIES  # noqa: E402  scheme -> its carry (controller/schemes/NAME.py carry)
-
-
-def carry_for(algorithm: str, slot_base: int = 0) -> Carry:
-    """The carry of an allreduce algorithm (ground/schemes.py) for a job whose slot
-    range starts at `slot_base`."""
-    try:
-        return CARRIES[algorithm](slot_base)
-    except KeyError:
-        raise ValueError(f"no reroute carry for algorithm {algorithm!r}; "
-                         f"known: {', '.join(CARRIES)}") from None
