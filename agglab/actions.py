@@ -111,7 +111,7 @@ class Actions:
         if opts.get("fail") or opts.get("fail_switch"):   # and the links and switches they name
             check_override(spec, self.session.g, None)
         tree = opts.pop("tree", None)
-        if tree and tree != self.session.job.state().algorithm:
+        if tree and tree != self.session.job.state().tree:
             try:
                 for job in self.session.jobs:
                     job.reinstall(tree, why="requested by allreduce --tree")

@@ -4,7 +4,7 @@ Why: the emulator is faithful only while the links, not Python, are the bottlene
 (measured on a 2-core machine before hosts were paced: 8 workers x 1M int32 at 94% of the wire-time ideal at 5 Mb/s, 61% at
 10 Mb/s, 14% at 40 Mb/s). The ceiling is the highest per-link rate at which an N-worker
 dense allreduce on one switch finishes within `tolerance` of its analytic wire time
-(agglab.emulation.fidelity.switchml_wire_seconds) with its bottleneck link at least 90% busy.
+(agglab.emulation.fidelity.dense_link_seconds) with its bottleneck link at least 90% busy.
 The experiments scale every real network so that its fastest link runs at the ceiling.
 
 Window: 16 slots per worker by default, the value the trend definitions use. With the
@@ -45,7 +45,7 @@ import platform
 import sys
 import time
 
-from agglab.emulation.fidelity import save_calibration, save_shape_calibration, shape_key, switchml_wire_seconds
+from agglab.emulation.fidelity import dense_link_seconds, save_calibration, save_shape_calibration, shape_key
 from agglab.ground import wire
 from agglab.ground.runspec import DEFAULT_WINDOW, RunSpec
 from agglab.ground.timerslack import set_timer_slack, wakeup_latency
@@ -74,7 +74,7 @@ def probe(rate: float, workers: int, seconds: float, tolerance: float, log, wind
 
     run = {k: v for k, v in (shape or DEFAULT_SHAPE).items() if k not in ("scheme", "density")}
     elements = elements_for(rate, seconds)
-    ideal = switchml_wire_seconds(elements, rate, window or DEFAULT_WINDOW)
+    ideal = dense_link_seconds(elements, rate, window or DEFAULT_WINDOW)
     if (shape or {}).get("scheme") == "sparse":
         from agglab.emulation.wire_model import wire_seconds  # lazy: loads numpy, networkx, PyYAML, only probe() needs it
 

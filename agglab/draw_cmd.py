@@ -34,7 +34,7 @@ def add_parser(sub) -> None:
     d.set_defaults(func=_draw)
 
 
-def failed_links(fails: list[str] | None, g, algorithm: str, workers: list[str], seed: int) -> list[tuple[str, str]]:
+def failed_links(fails: list[str] | None, g, tree: str, workers: list[str], seed: int) -> list[tuple[str, str]]:
     """The links `--fail` names, in order: A-B (a fraction @F is accepted and ignored: a
     drawing has no progress), or tree[@F] for the link `--fail tree@F` would take down on
     the trees in force at that point (job_protocol.pick_link, as the run picks it)."""
@@ -44,7 +44,7 @@ def failed_links(fails: list[str] | None, g, algorithm: str, workers: list[str],
     for text in fails or []:
         name = text.split("@", 1)[0].strip()
         if name == "tree":
-            ts = after_failures(g, algorithm, workers, out)[-1].treeset
+            ts = after_failures(g, tree, workers, out)[-1].treeset
             marked = g.copy()
             for u, v in out:
                 marked.edges[u, v]["up"] = False

@@ -2,7 +2,7 @@
 `[event]` lines it prints as they happen).
 
 Why: the event log (controller/events.py) keeps each event as a kind and raw fields
-(`standby_ready algorithm=rat failures=39 ms=2342.3`), which is what a run directory's
+(`standby_ready tree=rat failures=39 ms=2342.3`), which is what a run directory's
 events.log and `events -v` show; a student in the lab reads a sentence instead
 ("standby trees ready for 39 single failures (rat), computed in 2342.3 ms"). A kind without
 words here is shown raw, so a new event is never hidden.
@@ -18,6 +18,13 @@ def _where(i: dict) -> str:
     return f"link {i['link']}" if "link" in i else ""
 
 
+def _tree(i: dict) -> str:
+    """The tree algorithm an event names: `tree=`, or `algorithm=` in the events of runs from
+    before the field was renamed (`algorithm` now means the scheme only), which `agglab show`
+    and `replay` still read from old run directories."""
+    return i.get("tree", i.get("algorithm", ""))
+
+
 def _job(i: dict) -> str:
     return f" (job {i['job']})" if "job" in i else ""
 
@@ -28,7 +35,7 @@ WORDS = {
     "switch_down": lambda i: f"switch {i['switch']} is down: its {i.get('links', '?')} links count as failed",
     "switch_up": lambda i: f"switch {i['switch']} is up again ({i.get('links', '?')} links)",
     "switch_exited": lambda i: f"switch {i['switch']}'s process exited (code {i.get('code')})",
-    "trees_installed": lambda i: (f"trees installed: epoch {i['epoch']}, {i.get('trees')} {i.get('algorithm', '')} "
+    "trees_installed": lambda i: (f"trees installed: epoch {i['epoch']}, {i.get('trees')} {_tree(i)} "
                                   f"tree(s)" + (f" ({i['why']})" if i.get("why") else "")
                                   + (f", computed in {i['compute_ms']} ms" if "compute_ms" in i else "")
                                   + (f", installed in {i['install_ms']} ms" if "install_ms" in i else "")),
@@ -43,7 +50,7 @@ WORDS = {
                               + (f" by {_where(i)}" if _where(i) else "")
                               + (f": {i['reason']}" if i.get("reason") else "")),
     "standby_ready": lambda i: (f"standby trees ready for {i.get('failures')} single failures "
-                                f"({i.get('algorithm')}), computed in {i.get('ms')} ms"),
+                                f"({_tree(i)}), computed in {i.get('ms')} ms"),
     "atp_installed": lambda i: f"ATP pools installed{_job(i)} on {i.get('switches')} switches",
     "bml_installed": lambda i: (f"BML schedule installed: {i.get('variant')}, {i.get('levels')} levels, "
                                 f"{i.get('entries')} entries in {i.get('install_ms')} ms"),

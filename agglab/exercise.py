@@ -1,4 +1,4 @@
-"""Teaching labs generated from the project's own code: `agglab exercise list|start|check|solution`.
+"""Exercises generated from the project's own code: `agglab exercise list|start|check|solution`.
 
 Why generated: the solution of every exercise is the tested pipeline itself. Regions of the
 real files are fenced by comment markers
@@ -256,7 +256,7 @@ def main(args) -> int:
 
 
 def add_parser(sub) -> None:
-    e = sub.add_parser("exercise", help="teaching labs: list, start, check, solution")
+    e = sub.add_parser("exercise", help="exercises: list, start, check, solution")
     e.add_argument("action", choices=["list", "start", "check", "solution"])
     e.add_argument("number", type=int, nargs="?", help="exercise number (see `agglab exercise list`)")
     e.add_argument("--dir", default=None, help="work folder (default ./agglab-exercise-N)")

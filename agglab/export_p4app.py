@@ -17,6 +17,7 @@ from pathlib import Path
 
 from agglab.controller import forward
 from agglab.controller.addressing import assign_addresses
+from agglab.controller.schemes import carry_for
 from agglab.controller.tree_job import TreeJob
 from agglab.controller.switch_client import SwitchClient
 from agglab.controller.topologies import for_run
@@ -68,7 +69,8 @@ def p4app(spec: RunSpec, out_dir: Path) -> dict:
     for sw in switches(g):
         forward.install_forwarding(clients[sw], g, sw)
     TreeJob(g, clients, spec.tree, worker_hosts(g), spec.default_window(), out_dir / "epoch.json",
-            job=spec.job, standby=False).start()        # recorded, never rerouted: no standby trees
+            carry_for=carry_for, algorithm=spec.algorithm, job=spec.job,
+            standby=False).start()        # recorded, never rerouted: no standby trees
     links = []
     for u, v, e in sorted(g.edges(data=True), key=lambda t: (t[0], t[1])):
         params = {"port1": e["ports"][u], "port2": e["ports"][v],

@@ -191,7 +191,8 @@ class LabCLI(CLI):
         st = job.state()
         ts = st.treeset
         print((f"job {job.job}: " if len(self.session.jobs) > 1 else "")
-              + f"algorithm {st.algorithm}, epoch {ts.epoch}, {len(ts.trees)} tree(s), window {st.window} slots"
+              + (f"tree {st.tree}" if st.tree else "IP routes") + f", algorithm {st.algorithm}, epoch {ts.epoch}, "
+              + f"{len(ts.trees)} tree(s), window {st.window} slots"
               + (f"  PARTITIONED: {st.partitioned}" if st.partitioned else ""))
         for t in ts.trees:
             edges = " ".join(f"{a}-{b}" for a, b in sorted(t.edges))
@@ -328,7 +329,7 @@ class LabCLI(CLI):
         path = line.strip() or f"agglab-trees-epoch{ts.epoch}.svg"
         try:
             drawing.write(drawing.to_dot(self.session.g, ts, workers=job.workers,
-                                         title=f"{self.session.spec.topology}: {ts.algorithm} trees, epoch {ts.epoch}"),
+                                         title=f"{self.session.spec.topology}: {ts.tree} trees, epoch {ts.epoch}"),
                           path)
             print(f"drawing written to {path}")
         except (ValueError, OSError) as exc:

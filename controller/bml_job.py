@@ -56,7 +56,8 @@ class BmlJob(Job):
         self.window = min(window, wire.SLOTS // self.levels)
         self.epoch_file = Path(epoch_file)
         self.treeset = compute("bml", graph, self.workers)
-        self.algorithm = "bml"
+        self.tree = "bml"
+        self.algorithm = DEFAULT_SCHEME        # BML's schedule runs the dense pipeline
         self.tree_of_slot: list[int] = []
         self.partitioned = None
         self.epoch = 0
@@ -145,7 +146,7 @@ class BmlJob(Job):
             return paths
 
     def prepare(self, window: int, algorithm: str = DEFAULT_SCHEME) -> None:
-        """Fresh registers on the live switches; `algorithm` as TreeJob.prepare (BML runs switchml)."""
+        """Fresh registers on the live switches; `algorithm` (the scheme) as TreeJob.prepare (BML runs switchml)."""
         with self.locked():
             failover.reset(self.clients, self.live_switches())
 

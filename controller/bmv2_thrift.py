@@ -31,7 +31,12 @@ from typing import Callable
 
 # verbs sent as requests; "tables" ones only where runtime_CLI's parsers are loaded (with
 # p4-utils, tables and multicast go through its API, as its users' code does)
-WHOLE_READ_RATIO = 200      # whole-register read vs single reads: ~25 us per single read, ~0.15 us per cell
+# whole-register read vs single reads: on a loaded switch a 131,072-cell read took 37-55 ms (and
+# the controller decodes its 1 MB), 4,096 pipelined single reads 57-98 ms (14-24 us each), so
+# they break even near 2,000-2,600 cells of 131,072: 1/64 of a register (docs/measurements.md,
+# 2026-12-06 third and fourth sessions; it was 1/200 from a ~25 us single read guessed against
+# ~0.15 us a cell, which read a reroute's few held slot versions whole)
+WHOLE_READ_RATIO = 64
 
 REGISTER_VERBS = ("register_write", "register_write_range", "register_fill", "register_read",
                   "register_read_range", "register_reset")

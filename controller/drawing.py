@@ -81,20 +81,20 @@ class Epoch:
     down: frozenset
 
 
-def after_failures(g: nx.Graph, algorithm: str, workers: list[str],
+def after_failures(g: nx.Graph, tree: str, workers: list[str],
                    failures: list[tuple[str, str]] = ()) -> list[Epoch]:
     """The first trees, then the trees after each failure in turn, as the controller computes
     them (see the module docstring). `g` is copied; a failure that partitions the workers
     raises TreeError, as it would make the job report a partition."""
     g = g.copy()                              # new attribute dicts: marking links leaves the caller's
-    ts = tree_algorithms.compute(algorithm, g, workers, epoch=0)
+    ts = tree_algorithms.compute(tree, g, workers, epoch=0)
     out = [Epoch(ts, None, frozenset(down_links(g)))]
     for u, v in failures:
         if not g.has_edge(u, v):
             raise ValueError(f"there is no link {u}-{v} in this topology")
         g.edges[u, v]["up"] = False
         if ts.uses(u, v):
-            ts = tree_algorithms.compute(algorithm, g, workers, epoch=ts.epoch + 1)
+            ts = tree_algorithms.compute(tree, g, workers, epoch=ts.epoch + 1)
         out.append(Epoch(ts, edge_key(u, v), frozenset(down_links(g))))
     return out
 
@@ -159,7 +159,7 @@ def to_dot(g: nx.Graph, treeset: TreeSet | None, down=(), title: str = "", worke
             f'<td align="left">{t.weight:.1%} of the gradient, root {t.root}'
             f'{", " + rate_label(t.rate) if t.rate and shaped(g) else ""}</td></tr>'
             for i, t in enumerate(tree_list))
-        head = f"epoch {treeset.epoch}: {len(tree_list)} tree(s) ({treeset.algorithm or 'trees'})"
+        head = f"epoch {treeset.epoch}: {len(tree_list)} tree(s) ({treeset.tree or 'trees'})"
         dot.add_node(pydot.Node("legend", shape="plaintext", style="", label=(
             f'<<table border="0" cellborder="1" cellspacing="0" cellpadding="3">'
             f'<tr><td colspan="2"><b>{head}</b></td></tr>{rows}</table>>')))
@@ -201,7 +201,7 @@ def as_text(g: nx.Graph, treeset: TreeSet, previous: TreeSet | None = None) -> s
     """The trees as indented text (the lab's `show`): each tree's root and children, down
     links marked `DOWN`, and what changed since `previous` (the last epoch's trees)."""
     down = down_links(g)
-    lines = [f"epoch {treeset.epoch} ({treeset.algorithm}): {len(treeset.trees)} tree(s)"
+    lines = [f"epoch {treeset.epoch} ({treeset.tree}): {len(treeset.trees)} tree(s)"
              + (f"; links down: {' '.join(f'{a}-{b}' for a, b in sorted(down))}" if down else "")]
     for i, t in enumerate(treeset.trees):
         rate = f", {rate_label(t.rate)}" if t.rate and shaped(g) else ""

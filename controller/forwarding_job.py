@@ -101,6 +101,7 @@ class ForwardingJob(Job):
         (a subclass's own scheme)."""
         super().__init__(events)
         self.g, self.clients, self.workers = graph, clients, workers
+        self.tree = ""                        # no trees: IP routes (`treeset` is their Routes)
         self.algorithm, self.pairs = algorithm, pairs if pairs is not None else TRAFFIC[algorithm](workers)
         self.window, self.job = window, job
         self.epoch_file = Path(epoch_file)    # never written: ring/ps workers have no epochs to watch

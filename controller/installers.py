@@ -14,13 +14,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import networkx as nx
 
 from agglab.controller.bml_job import BmlJob
 from agglab.controller.events import EventLog
 from agglab.controller.job_protocol import Job
-from agglab.controller.schemes import INSTALLERS
+from agglab.controller.reroute.carry import Carry
+from agglab.controller.schemes import INSTALLERS, carry_for
 from agglab.controller.switch_client import SwitchClient
 from agglab.ground.runspec import BCUBE_TREE, RunSpec
 
@@ -39,6 +41,8 @@ class JobSeat:
     slot_base: int = 0                # the tenant's slot range (partitioned schemes)
     slots: int | None = None
     reply_ports: dict = field(default_factory=dict)   # shared by tenants' TreeJobs
+    # scheme -> its reroute carry, for tree jobs (the registry's, handed down: controller/schemes)
+    carry_for: Callable[[str, int], Carry] = carry_for
 
 
 def _bml_job(seat: JobSeat) -> Job:

@@ -35,7 +35,9 @@ from agglab.controller.trees.base import TreeSet
 
 @dataclass(frozen=True)
 class JobState:
-    """A consistent view of a job for display (the lab's `trees`)."""
+    """A consistent view of a job for display (the lab's `trees`): `tree` the tree algorithm
+    ('' on IP routes), `algorithm` the scheme its allreduces run (ground/schemes.py)."""
+    tree: str
     algorithm: str
     treeset: TreeSet
     tree_of_slot: tuple[int, ...]
@@ -45,8 +47,10 @@ class JobState:
 
 class Job(ABC):
     """An aggregation job on a programmed network. Subclasses set, before `start()`:
-    g, clients, workers, window, epoch_file, job (id), algorithm, treeset, tree_of_slot,
-    and call `Job.__init__`."""
+    g, clients, workers, window, epoch_file, job (id), tree, algorithm, treeset, tree_of_slot,
+    and call `Job.__init__`. `tree` is the tree algorithm (controller/trees/NAME.py; '' for a job
+    on IP routes, which has none), `algorithm` the scheme its allreduces run (ground/schemes.py):
+    the two words mean the same things as `--tree` and `--algorithm`."""
 
     g: nx.Graph
     clients: dict[str, SwitchClient]
@@ -54,6 +58,7 @@ class Job(ABC):
     window: int
     epoch_file: Path
     job: int
+    tree: str
     algorithm: str
     treeset: TreeSet | None
     tree_of_slot: list[int]
@@ -79,9 +84,14 @@ class Job(ABC):
     def link_changed(self, u: str, v: str, up: bool, t: float, intf: str = "") -> None:
         """Link u-v went down or came back (netlink, or a test's in-process network)."""
 
-    def reinstall(self, algorithm: str | None = None, why: str = "") -> None:
-        """Between allreduces: recompute under a new epoch (maybe with another algorithm)."""
-        raise ValueError(f"a {self.algorithm} job cannot change its trees")
+    @property
+    def label(self) -> str:
+        """What messages call the job: its tree algorithm, or its scheme where it has no trees."""
+        return self.tree or self.algorithm
+
+    def reinstall(self, tree: str | None = None, why: str = "") -> None:
+        """Between allreduces: recompute under a new epoch (maybe with another tree algorithm)."""
+        raise ValueError(f"a {self.label} job cannot change its trees")
 
     # -- switch failures ---------------------------------------------------------------
     def switch_changed(self, sw: str, up: bool, t: float, program=None) -> None:
@@ -111,7 +121,7 @@ class Job(ABC):
 
     def switch_failed(self, sw: str, t: float) -> None:
         """A switch died (its links are already marked down): reroute around it."""
-        self.events.add("no_reinstall", switch=sw, why=f"a {self.algorithm} job does not reroute")
+        self.events.add("no_reinstall", switch=sw, why=f"a {self.label} job does not reroute")
 
     def switch_back(self, sw: str) -> None:
         """A restarted switch rejoined (empty tables; forwarding already re-programmed)."""
@@ -185,7 +195,7 @@ class Job(ABC):
 
     def state(self) -> JobState:
         with self._lock:
-            return JobState(self.algorithm, self.treeset, tuple(self.tree_of_slot), self.window,
+            return JobState(self.tree, self.algorithm, self.treeset, tuple(self.tree_of_slot), self.window,
                             self.partitioned)
 
     def switch_stats(self) -> dict[str, dict[str, int]]:

@@ -6,7 +6,7 @@ moment a link fails. Why a plain subprocess (`python -m agglab.controller.standb
 multiprocessing: spawn re-imports the caller's main script, which a user's program need not
 guard.
 
-Protocol: length-prefixed pickles. Parent -> child: (gen, algorithm, graph, workers,
+Protocol: length-prefixed pickles. Parent -> child: (gen, tree, graph, workers,
 [(u, v, key), ...]); child -> parent: (gen, key, TreeSet or TreeError), one per link, in
 order. A newer task replaces the one in progress (checked between two links). The child
 exits when its stdin closes (the controller exited or stopped it).
@@ -77,12 +77,12 @@ class StandbyWorker:
         self._send = threading.Lock()
         threading.Thread(target=self._collect, name="standby-results", daemon=True).start()
 
-    def submit(self, algorithm: str, g, workers: list[str], links: list, store) -> None:
+    def submit(self, tree: str, g, workers: list[str], links: list, store) -> None:
         with self._send:
             self.gen += 1
             self.store = store
             try:
-                _write(self.proc.stdin, (self.gen, algorithm, g, list(workers), links))
+                _write(self.proc.stdin, (self.gen, tree, g, list(workers), links))
             except (OSError, ValueError):
                 pass                                  # the child is gone: reroutes compute
 
@@ -135,7 +135,7 @@ def warm_up() -> None:
     for name in trees.TREE_ALGORITHMS:
         try:
             trees.compute(name, g, workers(g))
-        except Exception:                            # an algorithm that does not fit this graph
+        except Exception:                            # a tree algorithm that does not fit this graph
             pass
 
 
@@ -155,14 +155,14 @@ def main() -> int:
             task = task or _read(tasks)
         except EOFError:
             return 0
-        gen, algorithm, g, workers, links = task
+        gen, tree, g, workers, links = task
         task = None
         for u, v, key in links:
             if select.select([tasks], [], [], 0)[0]:      # a newer task (or EOF) replaces this one
                 break
             g.edges[u, v]["up"] = False
             try:
-                got = trees.compute(algorithm, g, workers, epoch=0)
+                got = trees.compute(tree, g, workers, epoch=0)
             except TreeError as exc:
                 got = exc
             except Exception:                         # a standby is an optimisation: reroute computes

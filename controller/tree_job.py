@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import networkx as nx
 
@@ -21,7 +22,7 @@ from agglab.ground import wire
 from agglab.ground.epoch_file import publish as publish_epoch
 from agglab.ground.schemes import DEFAULT as DEFAULT_SCHEME
 from agglab.controller import tree_install, trees
-from agglab.controller.reroute import carry_for, reset_lines
+from agglab.controller.reroute import Carry, reset_lines
 from agglab.controller.reroute.run import run_reroute
 from agglab.controller.events import EventLog
 from agglab.controller.job_protocol import Job
@@ -35,11 +36,17 @@ from agglab.controller.trees.base import TreeError
 class TreeJob(Job):
     """A job aggregating along switch trees (spt, rat, packing) that reroutes live."""
 
-    def __init__(self, graph: nx.Graph, clients: dict[str, SwitchClient], algorithm: str,
-                 workers: list[str], window: int, epoch_file: Path, job: int = 0,
+    def __init__(self, graph: nx.Graph, clients: dict[str, SwitchClient], tree: str,
+                 workers: list[str], window: int, epoch_file: Path, *,
+                 carry_for: Callable[[str, int], Carry], algorithm: str = DEFAULT_SCHEME, job: int = 0,
                  events: EventLog | None = None, drain: float | None = None, standby: bool = True,
                  slot_base: int = 0, slots: int | None = None, reply_ports: dict | None = None):
-        """`drain`: seconds a reroute waits after the freeze for packets in flight (default:
+        """`tree`: the tree algorithm (controller/trees/NAME.py). `carry_for(algorithm, slot_base)`:
+        the reroute carry of a scheme (controller/schemes carry_for, given by the scheme's
+        installer): the job asks it per allreduce, since an allreduce may run another scheme
+        than the one it was installed for, and the reroute below knows no scheme by name.
+        `algorithm`: the scheme of its allreduces until prepare() says another.
+        `drain`: seconds a reroute waits after the freeze for packets in flight (default:
         none when every switch runs a command batch between two packets, else 0.02 s: a BMv2
         packet that matched an entry before its table_delete returned still runs its action).
         `standby`: precompute, while the job runs, the trees for every single-link failure
@@ -50,6 +57,7 @@ class TreeJob(Job):
         agg_reply entry, shared by the jobs of one network (one entry per port)."""
         self.g = graph
         self.clients = clients
+        self.tree = tree
         self.algorithm = algorithm
         self.workers = workers
         self.window = window
@@ -60,7 +68,7 @@ class TreeJob(Job):
         self.atomic = all(c.atomic_batches for c in clients.values())
         self.drain = (0.0 if self.atomic else 0.02) if drain is None else drain
         self.standby = standby
-        self._standby: dict = {}            # (algorithm, frozenset of down links) -> TreeSet | TreeError
+        self._standby: dict = {}            # (tree, frozenset of down links) -> TreeSet | TreeError
         # set while no standby computation is pending (the session starts workers once it is:
         # the standby's CPU must not be taken from a measured allreduce, see wait_standby)
         self.standby_settled = threading.Event()
@@ -72,7 +80,8 @@ class TreeJob(Job):
         self.partitioned: str | None = None
         self.slot_base = slot_base
         self.slots = wire.SLOTS - slot_base if slots is None else slots
-        self.carry = carry_for(DEFAULT_SCHEME, slot_base)   # what a reroute keeps: set per allreduce by prepare()
+        self.carry_for = carry_for
+        self.carry = carry_for(algorithm, slot_base)   # what a reroute keeps: set per allreduce by prepare()
         self.stopped = False
         self.pending_reinstall: str | None = None   # a switch came back during an allreduce
         self._spent_epoch = 0          # the last epoch a failed reroute may have left entries of
@@ -81,23 +90,23 @@ class TreeJob(Job):
     # -- install ---------------------------------------------------------------------
     def start(self) -> "TreeJob":
         t0 = time.monotonic()
-        self.treeset = trees.compute(self.algorithm, self.g, self.workers, epoch=0)
+        self.treeset = trees.compute(self.tree, self.g, self.workers, epoch=0)
         recompute = time.monotonic() - t0
         self.tree_of_slot = partition_slots(self.treeset.weights, self.window)
         self._reset(self.live_switches())
         self.inst = self._install(self.treeset)
         self._publish()
-        self.events.add("trees_installed", epoch=0, trees=len(self.treeset.trees), algorithm=self.algorithm,
+        self.events.add("trees_installed", epoch=0, trees=len(self.treeset.trees), tree=self.tree,
                         compute_ms=round(recompute * 1e3, 2), install_ms=round(self.inst.seconds * 1e3, 2),
                         entries=self.inst.entries)
         self._precompute()
         return self
 
-    def reinstall(self, algorithm: str | None = None, why: str = "") -> None:
-        """Between allreduces: recompute (maybe with another algorithm) under a new epoch."""
+    def reinstall(self, tree: str | None = None, why: str = "") -> None:
+        """Between allreduces: recompute (maybe with another tree algorithm) under a new epoch."""
         with self.locked():
-            if algorithm:
-                self.algorithm = algorithm
+            if tree:
+                self.tree = tree
             t0 = time.monotonic()
             try:
                 new = self._compute(self._down_links(), self._next_epoch())
@@ -117,21 +126,22 @@ class TreeJob(Job):
                 self.events.add("remove_groups_error", error=str(exc).splitlines()[0][:200])
             self._failed_reroute = False
             self._publish()
-            self.events.add("trees_installed", epoch=new.epoch, trees=len(new.trees), algorithm=self.algorithm,
+            self.events.add("trees_installed", epoch=new.epoch, trees=len(new.trees), tree=self.tree,
                             why=why, compute_ms=round((t1 - t0) * 1e3, 2),
                             install_ms=round((time.monotonic() - t1) * 1e3, 2))
             self._precompute()
 
     def prepare(self, window: int, algorithm: str = DEFAULT_SCHEME) -> None:
         """Before each allreduce: fresh registers, slots partitioned for this window, the
-        reroute carry of the allreduce `algorithm` (controller/reroute/carry.py)."""
+        reroute carry of the allreduce's scheme `algorithm` (controller/reroute/carry.py)."""
         with self.locked():
             if self.pending_reinstall:         # a restarted switch rejoins before the next run
                 why, self.pending_reinstall = self.pending_reinstall, None
                 self.partitioned = None
                 self.reinstall(why=why)
             self.window = window
-            self.carry = carry_for(algorithm, self.slot_base)
+            self.algorithm = algorithm
+            self.carry = self.carry_for(algorithm, self.slot_base)
             self.tree_of_slot = partition_slots(self.treeset.weights, window)
             self._reset(self.live_switches())
             self._publish("partitioned" if self.partitioned else "ok", self.partitioned or "")
@@ -259,10 +269,10 @@ class TreeJob(Job):
     def _compute(self, down: frozenset, epoch: int):
         """The trees with links `down` failed: precomputed if the standby has them, else now.
         Raises TreeError (partition) either way."""
-        got = self._standby.get((self.algorithm, down))
+        got = self._standby.get((self.tree, down))
         if got is None:
-            got = trees.compute(self.algorithm, self.g, self.workers, epoch=epoch)
-            self._standby[self.algorithm, down] = got
+            got = trees.compute(self.tree, self.g, self.workers, epoch=epoch)
+            self._standby[self.tree, down] = got
         if isinstance(got, TreeError):
             raise got
         return got.with_epoch(epoch)
@@ -278,11 +288,11 @@ class TreeJob(Job):
         links = sorted({e for t in self.treeset.trees for e in t.edges},
                        key=lambda e: (not all(self.g.nodes[n]["kind"] == "switch" for n in e), e))
         todo = [(u, v, key) for u, v in links
-                if (key := (self.algorithm, down | {frozenset((u, v))})) not in self._standby]
+                if (key := (self.tree, down | {frozenset((u, v))})) not in self._standby]
         worker = StandbyWorker.get()                  # key: as _down_links() after u-v fails
         if todo and worker is not None:
             self.standby_settled.clear()
-            worker.submit(self.algorithm, self.g.copy(), self.workers, todo, self._standby_store(len(todo)))
+            worker.submit(self.tree, self.g.copy(), self.workers, todo, self._standby_store(len(todo)))
 
     def wait_standby(self, timeout: float) -> bool:
         """Wait (at most `timeout` s) until the standby trees for the current trees are all
@@ -302,7 +312,7 @@ class TreeJob(Job):
             self._standby.setdefault(key, trees)
             got[0] += 1
             if got[0] == count:
-                self.events.add("standby_ready", algorithm=key[0], failures=count,
+                self.events.add("standby_ready", tree=key[0], failures=count,
                                 ms=round((time.monotonic() - started) * 1e3, 1))
                 self.standby_settled.set()
         return store

@@ -169,21 +169,19 @@ def ceiling_for_shape(key: str, backend: str = SOFT) -> float | None:
     return float(record["ceiling_mbps"]) if record and record.get("ceiling_mbps") else None
 
 
-def switchml_wire_seconds(elements: int, rate_mbps: float, window: int | None = None,
-                          dtype: str = "int32") -> float:
-    """Analytic time of a dense in-network allreduce: every worker link carries
-    ceil(elements/K) aggregation frames each way (full duplex), plus with `window` the lead
-    frames (hosts/agent.py): float32 leads on each of its S = min(window, blocks) slots (round
-    0 carries the exponents, no block), int32 on slot 0 only (no exponents to agree). The wire
-    time is one direction's frames at the link rate; in a tree every link carries one frame
-    per block and lead each way, as a worker's does.
+def dense_link_seconds(elements: int, rate_mbps: float, window: int | None = None,
+                       dtype: str = "int32") -> float:
+    """Analytic time of a dense in-network allreduce on one link at `rate_mbps` (the
+    calibration's and the bench's ideal; a run's wire time on its own network, bucket and
+    trees included, is emulation/wire_model.py `wire_seconds`): every worker link carries its
+    aggregation frames each way (full duplex), K-blocks plus with `window` the lead frames
+    (ground/wire.py dense_frames). The time is one direction's frames at the link rate; in a
+    tree every link carries one frame per block and lead each way, as a worker's does.
 
     Why the lead frames count: with as many slots as blocks (the agents' default window of
     128 on a float32 gradient of 128 blocks) they double the frames; a time measured against
     the blocks alone would call a faithful run twice too slow."""
-    blocks = -(-elements // wire.K)
-    leads = 0 if not window else 1 if dtype == "int32" else max(1, min(window, blocks))
-    return (blocks + leads) * wire.FRAME_BYTES * 8 / (rate_mbps * 1e6)
+    return wire.dense_frames(elements, dtype, window) * wire.FRAME_BYTES * 8 / (rate_mbps * 1e6)
 
 
 def _read_int(path: str) -> int | None:

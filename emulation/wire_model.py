@@ -142,16 +142,10 @@ def tcp_bytes(payload: float) -> float:
 
 
 # -- per algorithm: the wire time of one allreduce on one graph ----------------------
-def leads(spec: RunSpec, blocks: int) -> int:
-    """Lead frames of a dense call of `blocks` K-blocks (hosts/agent.py): float32 leads on
-    every slot (the first exponents), int32 on slot 0 only (the consistency lanes)."""
-    return min(spec.default_window(), blocks) if spec.dtype == "float32" else 1
-
-
-def frames(spec: RunSpec) -> int:
-    """Aggregation frames a dense call sends per worker: its K-blocks and its lead frames."""
-    blocks = -(-spec.elements // wire.K)
-    return blocks + leads(spec, blocks)
+def frames(spec: RunSpec, elements: int | None = None) -> int:
+    """Aggregation frames a dense call sends per worker (of `elements`, default the spec's):
+    its K-blocks and its lead frames (ground/wire.py dense_frames)."""
+    return wire.dense_frames(spec.elements if elements is None else elements, spec.dtype, spec.default_window())
 
 
 def innet_seconds(spec: RunSpec, g: nx.Graph) -> float:
@@ -280,8 +274,7 @@ def bml_seconds(spec: RunSpec, g: nx.Graph) -> float:
                 _add(loads, t.via, t.dst, piece)
             total += link_seconds(g, loads)
         return total
-    blocks = -(-spec.elements // parts // wire.K)
-    part = (blocks + leads(spec, blocks)) * wire.FRAME_BYTES
+    part = frames(spec, spec.elements // parts) * wire.FRAME_BYTES
     total = 0.0
     for stage in sched.in_network:
         loads = {}
@@ -303,8 +296,7 @@ def bml_relay_seconds(spec: RunSpec, g: nx.Graph) -> float:
     after the other, each a star allreduce of the whole gradient through one level switch:
     every member sends its frames to the switch and gets the sum back."""
     plan = relay_plan(g, ranked_workers(g))
-    blocks = -(-spec.elements // wire.K)
-    each = (blocks + leads(spec, blocks)) * wire.FRAME_BYTES
+    each = frames(spec) * wire.FRAME_BYTES
     total = 0.0
     for step in plan.steps:
         loads: Loads = {}

@@ -104,6 +104,19 @@ AGG_OFFSET: int = ETH_BYTES + IPV4_BYTES + UDP_BYTES   # agg_h offset in a frame
 FRAME_BYTES: int = AGG_OFFSET + PAYLOAD_BYTES
 
 
+def dense_frames(elements: int, dtype: str = "int32", window: int | None = None) -> int:
+    """Aggregation frames one worker sends in a dense call of `elements` (hosts/agent.py): its
+    K-blocks, plus with `window` its lead frames: float32 leads on each of its
+    min(window, blocks) slots (round 0 carries the exponents, no block), int32 on slot 0 only
+    (no exponents to agree). The one count behind both wire times: a run's on its network
+    (emulation/wire_model.py `wire_seconds`) and one link's (emulation/fidelity.py
+    `dense_link_seconds`)."""
+    blocks = -(-elements // K)
+    if not window:
+        return blocks
+    return blocks + (max(1, min(window, blocks)) if dtype == "float32" else 1)
+
+
 @dataclass(frozen=True)
 class _Word:
     """A group of consecutive fields that together fill one struct word."""

@@ -137,22 +137,22 @@ def _cpu_seconds(pid: int) -> tuple[float, float]:
     return int(fields[11]) / tick, int(fields[12]) / tick
 
 
-def soft_switch(lab: ScratchNet, wd: Path, mode: str):
-    """Start the software switch daemon on the lab's ports: (process, control client, port_stats)."""
+def soft_switch(net: ScratchNet, wd: Path, mode: str):
+    """Start the software switch daemon on the scratch network's ports: (process, control client, port_stats)."""
     extra = ["--stats-interval", "3600"] + (["--pipeline", "agglab.softswitch.bench_io:Reflect"]
                                            if mode == "reflect" else [])
-    proc, paths = lab.start_switch(wd, *extra)
+    proc, paths = net.start_switch(wd, *extra)
     client = wait_ready(paths["control"], 20, log=paths["log"], process=proc)
     return proc, client, client.port_stats
 
 
 def run(mode: str, a: argparse.Namespace, start_switch=soft_switch) -> dict:
-    """One measurement with a fresh lab; returns the figures. `start_switch(lab, workdir, mode)`
+    """One measurement with a fresh scratch network; returns the figures. `start_switch(net, workdir, mode)`
     starts the data plane under test (default: this daemon) and returns (process, a client that
     takes simple_switch_CLI lines, a port-counter function or None)."""
-    with ScratchNet() as lab, tempfile.TemporaryDirectory(prefix="agglab-bench-") as wd:
-        hosts = [lab.add_host(i) for i in range(1, a.workers + 1)]
-        proc, client, port_stats = start_switch(lab, Path(wd), mode)
+    with ScratchNet() as net, tempfile.TemporaryDirectory(prefix="agglab-bench-") as wd:
+        hosts = [net.add_host(i) for i in range(1, a.workers + 1)]
+        proc, client, port_stats = start_switch(net, Path(wd), mode)
         if mode == "agg":
             program_aggregation(client, hosts, job=a.job)
         expect = {"agg": a.workers * (a.workers + 1) // 2}
@@ -164,7 +164,7 @@ def run(mode: str, a: argparse.Namespace, start_switch=soft_switch) -> dict:
                     "--window", str(a.window), "--start-at", repr(start_at),
                     "--warmup", str(a.warmup), "--seconds", str(a.seconds),
                     "--expect", str(expect.get(mode, i + 1)), "--sender-sched", a.sender_sched]
-            senders.append(lab.spawn(argv, ns=h.ns, stdout=subprocess.PIPE, text=True))
+            senders.append(net.spawn(argv, ns=h.ns, stdout=subprocess.PIPE, text=True))
         time.sleep(max(0.0, start_at + a.warmup - time.time()))
         stats = port_stats or (lambda: {})
         s0, c0, t0 = stats(), _cpu_seconds(proc.pid), time.monotonic()

@@ -10,7 +10,7 @@ import pytest
 
 from agglab import bench
 from agglab.bench import cli, twin
-from agglab.emulation.fidelity import switchml_wire_seconds as wire_seconds
+from agglab.emulation.fidelity import dense_link_seconds
 from agglab.ground import wire
 from agglab.ground.paths import REPO
 
@@ -19,8 +19,8 @@ def test_analytic_wire_time_of_one_million_int32_at_5_mbps():
     # ceil(1M / K) frames of 14 + 20 + 8 + 16 + 4K bytes (314 at K=64) each way, at 5 Mb/s
     k = wire.K
     frame = 14 + 20 + 8 + 16 + 4 * k
-    assert wire_seconds(1_000_000, 5.0) == pytest.approx(-(-1_000_000 // k) * frame * 8 / 5e6)
-    assert wire_seconds(k + 1, 1.0) == pytest.approx(2 * frame * 8 / 1e6)   # a partial packet counts
+    assert dense_link_seconds(1_000_000, 5.0) == pytest.approx(-(-1_000_000 // k) * frame * 8 / 5e6)
+    assert dense_link_seconds(k + 1, 1.0) == pytest.approx(2 * frame * 8 / 1e6)   # a partial packet counts
 
 
 def test_a_run_writes_json_and_compares_with_the_previous(tmp_path):

@@ -40,13 +40,13 @@ def test_ranges_of_a_register_share_one_whole_read_when_they_are_a_large_part_of
     small = ["register_read_range big 10 256", "register_read_range big 600 256"]   # 512 of 131,072
     batch = BatchTranslator(small, tables=False, range_cells=8, sizes={"big": 131072})
     assert len(requests(batch, small[0])) == 256                  # single reads
-    large = ["register_read_range big 10 400", "register_read_range big 600 400"]   # 800 cells
+    large = ["register_read_range big 10 1100", "register_read_range big 600 1100"]   # 2,200 cells: over 1/64
     batch = BatchTranslator(large, tables=False, range_cells=8, sizes={"big": 131072})
     first, second = batch.translate(large[0]), batch.translate(large[1])
     assert [(r.method, r.args) for r in first.requests] == [("bm_register_read_all", (0, "big"))]
     assert second.requests == []                                  # the same read serves it
     first.requests[0].result = list(range(2000))
-    assert second.answer() == "big[600:1000]= " + ", ".join(str(i) for i in range(600, 1000))
+    assert second.answer() == "big[600:1700]= " + ", ".join(str(i) for i in range(600, 1700))
 
 
 def test_range_reads_answer_as_the_software_switch_prints_them():

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from agglab import exercise as lab
+from agglab import exercise
 from agglab.ground.paths import REPO
 
-EXERCISES = lab.exercises()
+EXERCISES = exercise.exercises()
 SPAN = re.compile(r"`([^`\n]+)`")
 FILE = re.compile(r"^[\w./-]+\.(py|p4|yaml|md)$")
 REGION = re.compile(r"^[a-z]+(-[a-z]+)+$")                 # shadow-copy, rack-aware (a1-c1 is a link)
@@ -61,15 +61,15 @@ def problems(ex, work: Path) -> list[str]:
 
 @pytest.mark.parametrize("ex", EXERCISES, ids=lambda e: e.slug)
 def test_readme_names_only_what_the_skeleton_has(ex, tmp_path):
-    lab.start(ex, tmp_path / "w")
+    exercise.start(ex, tmp_path / "w")
     assert problems(ex, tmp_path / "w") == []
 
 
 def test_a_readme_naming_what_the_code_lacks_is_caught(tmp_path):
     """Exercise 2's README as it was: a `seq` kept on a timer heap, and `SlotAgent.expire`
     (the class is SlotRun); a region and a file that do not exist."""
-    ex = lab.get(2)
-    lab.start(ex, tmp_path / "w")
+    ex = exercise.get(2)
+    exercise.start(ex, tmp_path / "w")
     readme = tmp_path / "README.md"
     readme.write_text((ex.folder / "README.md").read_text()
                       + "\n- Keep `seq` when re-arming; `SlotAgent.expire`; region `timer-heap`; "

@@ -1,4 +1,4 @@
-"""Teaching labs (agglab/exercise.py): the generator round-trips and every exercise is gradable.
+"""Teaching exercises (agglab/exercise.py): the generator round-trips and every exercise is gradable.
 
 Why these and not more: an exercise is only worth shipping if its solution (the project's own,
 tested code) passes the checker and its untouched skeleton fails it with a message naming what
@@ -13,11 +13,11 @@ import re
 
 import pytest
 
-from agglab import exercise as lab
+from agglab import exercise
 from agglab.ground import wire
 from agglab.ground.paths import REPO
 
-EXERCISES = lab.exercises()
+EXERCISES = exercise.exercises()
 MARKED = sorted({rel for ex in EXERCISES for rel in ex.files})
 
 
@@ -40,75 +40,75 @@ def test_every_marked_file_belongs_to_an_exercise_and_every_region_exists():
     for ex in EXERCISES:
         names = set()
         for rel in ex.files:
-            names |= set(lab.regions(lab.repo_text(rel), rel))
+            names |= set(exercise.regions(exercise.repo_text(rel), rel))
         assert set(ex.regions) <= names, (ex.number, set(ex.regions) - names)
         for name in ex.regions:
             assert owners.setdefault(name, ex.number) == ex.number, f"region {name} in two exercises"
-    every = {n for rel in MARKED for n in lab.regions(lab.repo_text(rel), rel)}
+    every = {n for rel in MARKED for n in exercise.regions(exercise.repo_text(rel), rel)}
     assert every == set(owners), every ^ set(owners)
 
 
 @pytest.mark.parametrize("ex", [e for e in EXERCISES if e.files], ids=lambda e: e.slug)
 def test_generator_round_trips(ex):
     for rel in ex.files:
-        original = lab.repo_text(rel)
-        skel = lab.skeleton(original, ex, rel)
+        original = exercise.repo_text(rel)
+        skel = exercise.skeleton(original, ex, rel)
         assert skel != original
         for name in ex.regions:
-            region = lab.regions(original, rel).get(name)
+            region = exercise.regions(original, rel).get(name)
             if region is not None:
                 assert region.body.strip() not in skel, f"{rel}: the solution of {name} leaks into the skeleton"
-        assert f"{lab.TODO} {ex.number}" in skel
-        assert lab.splice(skel, original, ex.regions, rel) == original
+        assert f"{exercise.TODO} {ex.number}" in skel
+        assert exercise.splice(skel, original, ex.regions, rel) == original
 
 
 def test_splice_refuses_a_file_whose_markers_were_deleted():
-    ex = lab.get(1)
+    ex = exercise.get(1)
     rel = "softswitch/aggregate.py"
-    text = lab.repo_text(rel)
+    text = exercise.repo_text(rel)
     broken = text.replace("EXERCISE aggregate-add BEGIN", "EXERCISE renamed BEGIN")
-    with pytest.raises(lab.ExerciseError, match="aggregate-add"):
-        lab.splice(text, broken, ex.regions, rel)
+    with pytest.raises(exercise.ExerciseError, match="aggregate-add"):
+        exercise.splice(text, broken, ex.regions, rel)
 
 
 def test_marker_errors_name_the_line():
-    with pytest.raises(lab.ExerciseError, match=r"x\.py:1: EXERCISE r BEGIN without END"):
-        lab.split("# EXERCISE r BEGIN hint: h\nbody\n", "x.py")
-    with pytest.raises(lab.ExerciseError, match=r"x\.py:2: EXERCISE END without BEGIN"):
-        lab.split("a\n# EXERCISE END\n", "x.py")
+    with pytest.raises(exercise.ExerciseError, match=r"x\.py:1: EXERCISE r BEGIN without END"):
+        exercise.split("# EXERCISE r BEGIN hint: h\nbody\n", "x.py")
+    with pytest.raises(exercise.ExerciseError, match=r"x\.py:2: EXERCISE END without BEGIN"):
+        exercise.split("a\n# EXERCISE END\n", "x.py")
 
 
 @pytest.mark.parametrize("ex", EXERCISES, ids=lambda e: e.slug)
 def test_solution_passes_the_checker(ex, tmp_path):
-    lab.start(ex, tmp_path / "w", solution=True)
-    result = lab.check(ex, tmp_path / "w", bmv2="no", timeout=240)
-    assert result["ok"], lab.show(result)
+    exercise.start(ex, tmp_path / "w", solution=True)
+    result = exercise.check(ex, tmp_path / "w", bmv2="no", timeout=240)
+    assert result["ok"], exercise.show(result)
     assert result["total"] >= 4
 
 
 @pytest.mark.parametrize("ex", EXERCISES, ids=lambda e: e.slug)
 def test_untouched_skeleton_fails_naming_the_missing_part(ex, tmp_path):
-    lab.start(ex, tmp_path / "w")
-    result = lab.check(ex, tmp_path / "w", bmv2="no", timeout=240)
+    exercise.start(ex, tmp_path / "w")
+    result = exercise.check(ex, tmp_path / "w", bmv2="no", timeout=240)
     assert not result["ok"]
     failed = " ".join(c["name"] + " " + c["detail"] for c in result["checks"] if not c["ok"])
     for name in ex.regions:
-        assert f"region {name}" in failed, (name, lab.show(result))
+        assert f"region {name}" in failed, (name, exercise.show(result))
     if ex.number == 5:
         assert "epoch_before is not answered yet" in failed
 
 
 def test_a_wrong_addition_reports_the_first_differing_packet(tmp_path):
     """A student who overwrites instead of adding sees which packet differs, and how."""
-    ex = lab.get(1)
-    lab.start(ex, tmp_path / "w", solution=True)
+    ex = exercise.get(1)
+    exercise.start(ex, tmp_path / "w", solution=True)
     path = tmp_path / "w/softswitch/aggregate.py"
     text = path.read_text()
     assert "np.add(lanes, pkt, out=lanes)" in text
     path.write_text(text.replace("np.add(lanes, pkt, out=lanes)", "lanes[:] = pkt"))
-    result = lab.check(ex, tmp_path / "w", bmv2="no", timeout=240)
+    result = exercise.check(ex, tmp_path / "w", bmv2="no", timeout=240)
     bad = {c["name"]: c["detail"] for c in result["checks"] if not c["ok"]}
-    assert "registers (expected, got)" in bad["conformance accumulation (software switch)"], lab.show(result)
+    assert "registers (expected, got)" in bad["conformance accumulation (software switch)"], exercise.show(result)
     packet = bad["conformance completion_multicast (software switch)"]
     # the first line names the first differing field: lane 0 is 1 + 10 + 100 in the vector,
     # the last contribution alone when it overwrites
@@ -119,8 +119,8 @@ def test_a_wrong_addition_reports_the_first_differing_packet(tmp_path):
     frames = next(c["packets"] for c in result["checks"] if c["name"].startswith("conformance completion_multicast"))
     assert "expected:" in frames and "got:" in frames and "values[:5]=[100, 200, -300, 0, 5]" in frames
     sent = "values[:5]=[100, 200, -300, 0, 5]"      # the completing packet, as sent
-    assert sent in lab.show(result, verbose=True) and sent not in lab.show(result)
-    assert "--verbose" in lab.show(result)
+    assert sent in exercise.show(result, verbose=True) and sent not in exercise.show(result)
+    assert "--verbose" in exercise.show(result)
 
 
 MISTAKES = {        # a plausible mistake in a region -> the check that must catch it (and what it says)
@@ -143,16 +143,16 @@ MISTAKES = {        # a plausible mistake in a region -> the check that must cat
 @pytest.mark.parametrize("mistake", sorted(MISTAKES))
 def test_a_plausible_mistake_is_caught_by_its_check(mistake, tmp_path):
     number, rel, old, new, check = MISTAKES[mistake]
-    ex = lab.get(number)
-    lab.start(ex, tmp_path / "w", solution=True)
+    ex = exercise.get(number)
+    exercise.start(ex, tmp_path / "w", solution=True)
     path = tmp_path / "w" / rel
     assert old in path.read_text()
     path.write_text(path.read_text().replace(old, new))
-    result = lab.check(ex, tmp_path / "w", bmv2="no", timeout=240)
+    result = exercise.check(ex, tmp_path / "w", bmv2="no", timeout=240)
     bad = {c["name"]: c["detail"] for c in result["checks"] if not c["ok"]}
-    assert check in bad, lab.show(result)
+    assert check in bad, exercise.show(result)
     assert "what this" in bad[check]              # and it says what the check is about
-    assert MISTAKE_SAYS.get(mistake, "") in bad[check].splitlines()[0], lab.show(result)
+    assert MISTAKE_SAYS.get(mistake, "") in bad[check].splitlines()[0], exercise.show(result)
     assert "?" not in bad[check].splitlines()[0]  # the first difference, not a guess
 
 
@@ -173,25 +173,25 @@ WRONG_TREES = {      # a plausible mistake in region rack-aware -> the scenarios
 def test_a_tree_that_relays_a_rack_is_caught(mistake, tmp_path):
     """A ToR that relays another rack after a failure is named, in exactly the failing scenarios."""
     (old, new), failing = WRONG_TREES[mistake]
-    ex = lab.get(4)
-    lab.start(ex, tmp_path / "w", solution=True)
+    ex = exercise.get(4)
+    exercise.start(ex, tmp_path / "w", solution=True)
     path = tmp_path / "w/controller/trees/rat.py"
     assert old in path.read_text()
     path.write_text(path.read_text().replace(old, new))
-    result = lab.check(ex, tmp_path / "w", bmv2="no", timeout=240)
+    result = exercise.check(ex, tmp_path / "w", bmv2="no", timeout=240)
     bad = [c for c in result["checks"] if not c["ok"]]
-    assert bad and all("relays another rack" in c["detail"] for c in bad), lab.show(result)
-    assert len(bad) == len(failing) and all(any(f in c["name"] for c in bad) for f in failing), lab.show(result)
+    assert bad and all("relays another rack" in c["detail"] for c in bad), exercise.show(result)
+    assert len(bad) == len(failing) and all(any(f in c["name"] for c in bad) for f in failing), exercise.show(result)
 
 
 def test_wrong_answers_are_caught_without_giving_the_answer_away(tmp_path):
-    ex = lab.get(5)
-    lab.start(ex, tmp_path / "w", solution=True)
+    ex = exercise.get(5)
+    exercise.start(ex, tmp_path / "w", solution=True)
     path = tmp_path / "w/answers.yaml"
     path.write_text(path.read_text().replace("roots_after: [a3, a5, a7, c2, c3, c4]", "roots_after: [c2, c3, c4]"))
-    result = lab.check(ex, tmp_path / "w", bmv2="no", timeout=240)
+    result = exercise.check(ex, tmp_path / "w", bmv2="no", timeout=240)
     bad = {c["name"]: c["detail"] for c in result["checks"] if not c["ok"]}
-    assert list(bad) == ["roots_after"], lab.show(result)
+    assert list(bad) == ["roots_after"], exercise.show(result)
     assert "a3" not in bad["roots_after"]
 
 
@@ -233,13 +233,13 @@ def test_p4_solution_passes_on_bmv2(number, tmp_path):
     """The P4 regions, compiled from an overlay p4src, pass the exercise's vectors on simple_switch
     and an allreduce in Mininet through BMv2 running them. Needs the machine-wide network lock
     (AGGLAB_NET_LOCK) like every BMv2 test."""
-    ex = lab.get(number)
-    lab.start(ex, tmp_path / "w", solution=True)
-    result = lab.check(ex, tmp_path / "w", bmv2="yes", timeout=900)
-    assert result["ok"], lab.show(result)
+    ex = exercise.get(number)
+    exercise.start(ex, tmp_path / "w", solution=True)
+    result = exercise.check(ex, tmp_path / "w", bmv2="yes", timeout=900)
+    assert result["ok"], exercise.show(result)
     assert any("(BMv2)" in c["name"] for c in result["checks"])
     assert any("(BMv2, Mininet)" in c["name"] and "exact" in c["detail"] for c in result["checks"])
-    assert not result["skipped"], lab.show(result)          # the P4 regions are graded, not skipped
+    assert not result["skipped"], exercise.show(result)          # the P4 regions are graded, not skipped
 
 
 @pytest.mark.bmv2
@@ -249,19 +249,19 @@ def test_p4_solution_passes_on_bmv2(number, tmp_path):
 def test_p4_skeleton_fails_on_bmv2(number, tmp_path):
     """The Python solution with the untouched P4 skeleton: the software-switch checks pass, and
     BMv2 fails naming the P4 regions (they are graded, not skipped, where BMv2 runs)."""
-    ex = lab.get(number)
-    lab.start(ex, tmp_path / "w", solution=True)
+    ex = exercise.get(number)
+    exercise.start(ex, tmp_path / "w", solution=True)
     for rel in ex.files:
         if rel.endswith(".p4"):
-            (tmp_path / "w" / rel).write_text(lab.skeleton(lab.repo_text(rel), ex, rel))
-    result = lab.check(ex, tmp_path / "w", bmv2="yes", timeout=900)
+            (tmp_path / "w" / rel).write_text(exercise.skeleton(exercise.repo_text(rel), ex, rel))
+    result = exercise.check(ex, tmp_path / "w", bmv2="yes", timeout=900)
     bad = [c for c in result["checks"] if not c["ok"]]
     assert bad and all(".p4" in c["name"] or "BMv2" in c["name"] or "(p4c)" in c["name"] for c in bad), \
-        lab.show(result)
-    p4_regions = {n for rel in ex.files if rel.endswith(".p4") for n in lab.regions(lab.repo_text(rel), rel)
+        exercise.show(result)
+    p4_regions = {n for rel in ex.files if rel.endswith(".p4") for n in exercise.regions(exercise.repo_text(rel), rel)
                   if n in ex.regions}
     assert {n for n in p4_regions if any(f"region {n} in" in c["name"] for c in bad)} == p4_regions
-    assert any("(BMv2)" in c["name"] or "(p4c)" in c["name"] for c in bad), lab.show(result)
+    assert any("(BMv2)" in c["name"] or "(p4c)" in c["name"] for c in bad), exercise.show(result)
 
 
 @pytest.mark.root
@@ -279,37 +279,37 @@ def test_answers_read_off_a_real_lab_pass_the_checker(tmp_path, capsys):
     script.write_text("trees\nfail a1 c1\nsh sleep 5\ntrees\nevents\n")
     run_lab(RunSpec(topology="fattree", workers=8, tree="rat", elements=30000), script=str(script))
     out = capsys.readouterr().out
-    epochs = [int(e) for e in re.findall(r"^algorithm rat, epoch (\d+),", out, re.M)]
-    listings = re.split(r"^algorithm rat, epoch \d+,.*$", out, flags=re.M)[1:]
+    epochs = [int(e) for e in re.findall(r"^tree rat, algorithm switchml, epoch (\d+),", out, re.M)]
+    listings = re.split(r"^tree rat, algorithm switchml, epoch \d+,.*$", out, flags=re.M)[1:]
     roots = [re.findall(r"^  tree \d+: root (\w+),", block, re.M) for block in listings]
     down = re.search(r"^\s+([\d.]+)s\s+link (c1-a1|a1-c1) went down\b", out, re.M)
     rerouted = re.search(r"^\s+([\d.]+)s\s+rerouted around link (c1-a1|a1-c1)(?: \(job \d+\))?: epoch (\d+)", out,
                          re.M)
     assert len(epochs) == 2 and down and rerouted, out
     assert int(rerouted.group(3)) == epochs[1], out
-    ex = lab.get(5)
-    lab.start(ex, tmp_path / "w")
+    ex = exercise.get(5)
+    exercise.start(ex, tmp_path / "w")
     answers = {"epoch_before": epochs[0], "roots_before": roots[0], "failed_link": ["a1", "c1"],
                "epoch_after": epochs[1], "roots_after": roots[1],
                "reroute_ms": round((float(rerouted.group(1)) - float(down.group(1))) * 1000, 1),
                "why_epoch": "The controller installs the recomputed trees under a new epoch, and the "
                             "switches ignore packets of the old epoch, so agents resend them."}
     (tmp_path / "w/answers.yaml").write_text(__import__("yaml").safe_dump(answers))
-    result = lab.check(ex, tmp_path / "w", bmv2="no", timeout=240)
-    assert result["ok"], lab.show(result) + "\n" + out
+    result = exercise.check(ex, tmp_path / "w", bmv2="no", timeout=240)
+    assert result["ok"], exercise.show(result) + "\n" + out
     assert_clean()
 
 
 def test_a_check_with_ungraded_regions_says_so():
     """Skipped (ungraded) P4 regions must never be summed up as "all checks pass"."""
-    ex = lab.get(1)
+    ex = exercise.get(1)
     checks = [{"name": "region aggregate-add in softswitch/aggregate.py written", "ok": True, "detail": ""},
               {"name": "region aggregate-add in p4src/include/aggregate.p4 written", "ok": True, "skipped": True,
                "detail": "P4 not graded here: BMv2 simple_switch/p4c not found (still TODO)"}]
-    result = lab.grade(ex, checks)
+    result = exercise.grade(ex, checks)
     assert result["ok"] and result["complete"] is False
     assert result["ungraded"] == ["region aggregate-add in p4src/include/aggregate.p4 written"]
-    last = lab.show(result).splitlines()[-1]
+    last = exercise.show(result).splitlines()[-1]
     assert "all checks pass" not in last and "1 NOT graded here (P4 not graded here: BMv2" in last, last
-    full = lab.grade(ex, checks[:1])
-    assert full["complete"] and lab.show(full).splitlines()[-1].endswith("1 of 1 graded checks pass: all checks pass")
+    full = exercise.grade(ex, checks[:1])
+    assert full["complete"] and exercise.show(full).splitlines()[-1].endswith("1 of 1 graded checks pass: all checks pass")

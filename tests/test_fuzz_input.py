@@ -196,7 +196,7 @@ class ScratchSession:
         ts = trees.compute("rat", self.g, workers(self.g))
         names = switches(self.g)
         regs = {n: [0] * (2 * wire.SLOTS) for n in ("agg_count", "agg_bitmap", "agg_exp", "agg_final")}
-        state = SimpleNamespace(treeset=ts, algorithm="rat", window=8, partitioned=None,
+        state = SimpleNamespace(treeset=ts, tree="rat", algorithm="switchml", window=8, partitioned=None,
                                 tree_of_slot=[0] * wire.SLOTS)
         self.job = SimpleNamespace(job=1, workers=workers(self.g), trees=lambda: ts, state=lambda: state,
                                    live_switches=lambda: names, read_registers=lambda sw, keys: regs,

@@ -13,6 +13,7 @@ import pytest
 from agglab.controller import topologies
 from agglab.controller.addressing import assign_addresses
 from agglab.controller.events import EventLog
+from agglab.controller.schemes import carry_for
 from agglab.controller.tree_job import TreeJob
 from agglab.controller.job_group import JobGroup
 from agglab.controller.topology import switches, workers as worker_hosts
@@ -27,7 +28,8 @@ def two(tmp_path):
     clients = {sw: PipeClient(sw) for sw in switches(g)}
     hosts, events, replies = worker_hosts(g), EventLog(), {}
     size = wire.SLOTS // 2
-    jobs = [TreeJob(g, clients, "spt", hosts[j::2], 8, tmp_path / f"e{j}.json", job=j, events=events,
+    jobs = [TreeJob(g, clients, "spt", hosts[j::2], 8, tmp_path / f"e{j}.json", carry_for=carry_for, job=j,
+                    events=events,
                     drain=0.0, standby=False, slot_base=j * size, slots=size, reply_ports=replies).start()
             for j in range(2)]
     return g, clients, jobs, JobGroup(jobs)

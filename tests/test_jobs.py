@@ -62,7 +62,7 @@ def test_pick_tree_link_is_a_switch_link_of_the_trees_and_deterministic(net):
 def test_state_and_stats(net):
     job = net.job
     state = job.state()
-    assert state.algorithm == "spt" and state.window == 16 and len(state.tree_of_slot) == 16
+    assert state.tree == "spt" and state.algorithm == "switchml" and state.window == 16 and len(state.tree_of_slot) == 16
     assert state.treeset is job.trees() and state.partitioned is None
     assert set(job.switch_stats()) == {n for n in job.g if job.g.nodes[n]["kind"] == "switch"}
     assert job.stats()["contributions"] == 0               # nothing sent yet

@@ -42,7 +42,7 @@ def test_scripted_lab_session(capsys, tmp_path):
     header = re.search(r"^\s+switch\s+(.*)$", out, re.M).group(1).split()
     total = re.search(r"^\s+total\s+(.*)$", out, re.M).group(1).split()
     assert "sim_dropped" in header and int(total[header.index("sim_dropped")]) > 0, out
-    assert "algorithm rat, epoch 0" in out
+    assert "tree rat, algorithm switchml, epoch 0" in out
     assert re.search(r"link (a1-c1|c1-a1) went down", out), out        # events, in words
     assert "contributions" in out                      # stats
     assert "slot-versions in use" in out               # slots

@@ -17,7 +17,7 @@ class _Spec:
 
 def test_wait_returns_only_after_the_outcome_was_said():
     said = []
-    job = SimpleNamespace(trees=lambda: None, switch_stats=lambda: {}, state=lambda: SimpleNamespace(algorithm="rat"))
+    job = SimpleNamespace(trees=lambda: None, switch_stats=lambda: {}, state=lambda: SimpleNamespace(tree="rat"))
     session = SimpleNamespace(job=job, jobs=[job], spec=_Spec(), cancelled=threading.Event(),
                               allreduce=lambda **opts: {"exact": True})
 

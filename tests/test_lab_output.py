@@ -37,7 +37,7 @@ def _session(allreduce=None):
     g.add_nodes_from(("a1", "c1"), kind="switch")
     g.add_edge("a1", "c1")
     job = SimpleNamespace(job=0, workers=["h1", "h2"], trees=lambda: None, switch_stats=lambda: {},
-                          state=lambda: SimpleNamespace(algorithm="rat", window=16,
+                          state=lambda: SimpleNamespace(tree="rat", algorithm="switchml", window=16,
                                                         treeset=SimpleNamespace(trees=[], epoch=0)),
                           read_registers=lambda sw, names: {n: [0] * 2 * wire.SLOTS for n in names})
     changes = []
@@ -163,7 +163,7 @@ def test_every_command_prints_something_when_idle(lab, capsys):
 
 def test_events_print_in_words_and_raw_under_v(lab, capsys):
     session = _session()
-    session.events.add("standby_ready", algorithm="rat", failures=39, ms=2342.3)
+    session.events.add("standby_ready", tree="rat", failures=39, ms=2342.3)
     session.events.add("link_down", link="c1-a1", intf="a1-eth1")
     cli = lab(session)
     cli.onecmd("events")
@@ -224,3 +224,16 @@ def test_retransmissions_at_zero_loss_are_explained():
     assert "timer firing before its result came back" in summary(run)
     assert "timer firing" not in summary({**run, "loss": 0.05})          # loss explains them
     assert "timer firing" not in summary({**run, "retransmissions": 0})
+
+
+@pytest.mark.parametrize("field", ["tree", "algorithm"])
+def test_the_tree_of_an_event_is_worded_from_its_field_or_an_old_runs(field):
+    """Events written before `algorithm` meant the scheme only name the tree algorithm
+    `algorithm=` (trees_installed, standby_ready); `agglab show`/`replay` of such a run
+    directory still word it."""
+    from agglab.event_words import in_words
+
+    assert in_words("standby_ready", {field: "rat", "failures": 3, "ms": 1.5}) == \
+        "standby trees ready for 3 single failures (rat), computed in 1.5 ms"
+    assert in_words("trees_installed", {"epoch": 2, "trees": 4, field: "packing"}) == \
+        "trees installed: epoch 2, 4 packing tree(s)"

@@ -7,7 +7,7 @@ Layers, bottom up (docs/design/layout.md "Layout"):
   2 controller             topology graph, trees, switch clients, jobs, failover
   3 emulation              Mininet builder, switch nodes, P4 build, link monitor, failures, session
   4 agglab, experiments    the program: CLI, lab, benchmarks; experiment sweeps and reports
-  5 exercises              the teaching labs' checks (exercises/<N>-<slug>/check.py): plug-ins of
+  5 exercises              the exercises' checks (exercises/<N>-<slug>/check.py): plug-ins of
                            `agglab exercise`, which loads them from their folders by path, never
                            by import; they use agglab's exercise kit and test kit, so they sit
                            above agglab, and import only what agglab may import (agglab itself
@@ -16,7 +16,8 @@ Layers, bottom up (docs/design/layout.md "Layout"):
 A package may import its own modules and any package of a lower layer; never one of its
 own layer or above. No two modules import each other, directly or round a circle, even
 through an import inside a function (such an import only hides the circle: which module
-loads first then decides whether a name exists yet). Run `python tests/test_layers.py` to
+loads first then decides whether a name exists yet), nor through a package that loads its
+modules by name as it is imported (`discovered`). Run `python tests/test_layers.py` to
 print each package's layer and what it imports, and any circle.
 
 Every package is imported under the one namespace `agglab` (agglab/__init__.py): the folder
@@ -118,12 +119,49 @@ def modules_imported(path: Path, modules: set[str], repo: Path = REPO) -> set[st
     return found - {None, here}
 
 
+def discovered(path: Path, modules: set[str], repo: Path = REPO) -> set[str]:
+    """The modules a package loads by name as it is imported (`importlib.import_module(
+    f"{__name__}.{name}")` at module level: controller/schemes, hosts/schemes, ...): every module
+    directly in it but __main__, since which ones is decided as it runs. Why count them: a circle
+    closed through such a discovery is still a circle, and no import statement shows it.
+    (A discovery inside a function, as controller/trees' compute, loads at call time: not counted.)"""
+    if path.name != "__init__.py":
+        return set()
+    package = module_name(path, repo)
+    tree = ast.parse(path.read_text(), filename=str(path))
+    at_import: list[ast.Call] = []
+    stack = list(tree.body)
+    while stack:                                   # module-level code, not function or class bodies
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Call):
+            at_import.append(node)
+        stack.extend(ast.iter_child_nodes(node))
+
+    def by_name(call: ast.Call) -> bool:
+        name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+        first = call.args[0] if call.args else None
+        if name != "import_module" or not isinstance(first, ast.JoinedStr) or not first.values:
+            return False
+        head = first.values[0]
+        if isinstance(head, ast.FormattedValue):
+            return isinstance(head.value, ast.Name) and head.value.id == "__name__"
+        return isinstance(head, ast.Constant) and str(head.value).startswith(package + ".")
+
+    if not any(by_name(c) for c in at_import):
+        return set()
+    return {m for m in modules if m.startswith(package + ".") and "." not in m[len(package) + 1:]
+            and not m.endswith(".__main__")}
+
+
 def module_imports(repo: Path = REPO) -> nx.DiGraph:
-    """module -> module it imports, over the layered packages under `repo`."""
+    """module -> module it imports (or finds by name, `discovered`), over the layered packages under `repo`."""
     files = {module_name(f, repo): f for f in product_files(repo)}
     g = nx.DiGraph()
     g.add_nodes_from(files)
-    g.add_edges_from((name, other) for name, f in files.items() for other in modules_imported(f, set(files), repo))
+    g.add_edges_from((name, other) for name, f in files.items()
+                     for other in modules_imported(f, set(files), repo) | discovered(f, set(files), repo))
     return g
 
 
@@ -184,6 +222,29 @@ def test_the_checker_catches_a_circle_between_modules(tmp_path):
     assert module_imports(tmp_path).has_edge("agglab.cli", "agglab.ground.wire")
     assert module_circles(tmp_path) == [["agglab.cli", "agglab.lab", "agglab.web.server"]]
     (tmp_path / "agglab" / "web" / "server.py").write_text("def serve():\n    from agglab import actions\n")
+    assert module_circles(tmp_path) == []
+
+
+def test_the_checker_catches_a_circle_through_a_discovery(tmp_path):
+    """A package that loads its modules by name as it is imported (as controller/schemes does)
+    imports them all, though no statement says so: a module of it that imports back into the
+    package through another module closes a circle (as reroute/carry.py once did)."""
+    for pkg in LAYERS:
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+    schemes = tmp_path / "controller" / "schemes"
+    schemes.mkdir()
+    (schemes / "__init__.py").write_text(
+        "import importlib\n\nMODULES = {n: importlib.import_module(f\"{__name__}.{n}\") for n in ('dense',)}\n")
+    (schemes / "dense.py").write_text("from agglab.controller import carry\n")
+    (tmp_path / "controller" / "carry.py").write_text("from agglab.controller.schemes import MODULES\n")
+    assert module_circles(tmp_path) == [["agglab.controller.carry", "agglab.controller.schemes",
+                                         "agglab.controller.schemes.dense"]]
+    (tmp_path / "controller" / "carry.py").write_text("import json\n")
+    assert module_circles(tmp_path) == []
+    (schemes / "__init__.py").write_text(           # loaded when called, not when imported: not counted
+        "import importlib\n\ndef load(n):\n    return importlib.import_module(f\"{__name__}.{n}\")\n")
+    (tmp_path / "controller" / "carry.py").write_text("from agglab.controller.schemes import load\n")
     assert module_circles(tmp_path) == []
 
 

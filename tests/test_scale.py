@@ -150,11 +150,11 @@ def test_the_analytic_time_counts_each_slots_lead_frame():
     """Round 0 of every slot carries no block: with as many slots as blocks the frames double."""
     K, rate = wire.K, 0.5
     per_frame = wire.FRAME_BYTES * 8 / (rate * 1e6)
-    assert fidelity.switchml_wire_seconds(128 * K, rate) == pytest.approx(128 * per_frame)
+    assert fidelity.dense_link_seconds(128 * K, rate) == pytest.approx(128 * per_frame)
     # float32 leads on every slot: S = min(window, blocks) lead frames
-    assert fidelity.switchml_wire_seconds(128 * K, rate, window=128, dtype="float32") == pytest.approx(256 * per_frame)
-    assert fidelity.switchml_wire_seconds(1000 * K - 3, rate, window=16, dtype="float32") == pytest.approx(1016 * per_frame)
-    assert fidelity.switchml_wire_seconds(5 * K, rate, window=128, dtype="float32") == pytest.approx(10 * per_frame)
+    assert fidelity.dense_link_seconds(128 * K, rate, window=128, dtype="float32") == pytest.approx(256 * per_frame)
+    assert fidelity.dense_link_seconds(1000 * K - 3, rate, window=16, dtype="float32") == pytest.approx(1016 * per_frame)
+    assert fidelity.dense_link_seconds(5 * K, rate, window=128, dtype="float32") == pytest.approx(10 * per_frame)
     # int32 leads on slot 0 only: one lead frame whatever the window
-    assert fidelity.switchml_wire_seconds(128 * K, rate, window=128) == pytest.approx(129 * per_frame)
-    assert fidelity.switchml_wire_seconds(1000 * K - 3, rate, window=16) == pytest.approx(1001 * per_frame)
+    assert fidelity.dense_link_seconds(128 * K, rate, window=128) == pytest.approx(129 * per_frame)
+    assert fidelity.dense_link_seconds(1000 * K - 3, rate, window=16) == pytest.approx(1001 * per_frame)

@@ -111,7 +111,7 @@ def test_hosts_have_a_runner_per_scheme():
 def test_controller_has_an_installer_per_scheme_and_a_carry_per_tree_scheme():
     from agglab.controller import schemes as controller_schemes
     from agglab.controller.installers import INSTALLERS
-    from agglab.controller.reroute import CARRIES, carry_for
+    from agglab.controller.schemes import CARRIES, carry_for
 
     assert set(controller_schemes.discover()) == set(INSTALLERS) == set(schemes.NAMES)
     assert set(CARRIES) == set(schemes.ON_TREES)

@@ -36,19 +36,19 @@ REFLECT = ("--pipeline", "agglab.softswitch.bench_io:Reflect")
 
 
 @pytest.fixture(scope="module")
-def lab():
-    lab = ScratchNet()
+def net():
+    net = ScratchNet()
     try:
-        lab.add_host(1)
-        lab.add_host(2)
-        lab.static_arp()
-        yield lab
+        net.add_host(1)
+        net.add_host(2)
+        net.static_arp()
+        yield net
     finally:
-        lab.close()
+        net.close()
 
 
-def _start(lab, tmp_path, *extra):
-    proc, paths = lab.start_switch(tmp_path, "--pcap-dir", str(tmp_path / "pcaps"), *extra)
+def _start(net, tmp_path, *extra):
+    proc, paths = net.start_switch(tmp_path, "--pcap-dir", str(tmp_path / "pcaps"), *extra)
     client = wait_ready(paths["control"], 20, log=paths["log"], process=proc)
     return SimpleNamespace(proc=proc, client=client, **paths)
 
@@ -65,9 +65,9 @@ def _stop(sw) -> None:
 
 
 @pytest.fixture
-def switch(lab, tmp_path):
+def switch(net, tmp_path):
     """The daemon with the real P4 pipeline on h1/h2's ports (fresh state per test)."""
-    sw = _start(lab, tmp_path, "--seed", "1")
+    sw = _start(net, tmp_path, "--seed", "1")
     try:
         yield sw
     finally:
@@ -75,9 +75,9 @@ def switch(lab, tmp_path):
 
 
 @pytest.fixture
-def reflector(lab, tmp_path):
+def reflector(net, tmp_path):
     """The daemon with a pipeline that bounces frames back: tests the daemon alone."""
-    sw = _start(lab, tmp_path, *REFLECT)
+    sw = _start(net, tmp_path, *REFLECT)
     try:
         yield sw
     finally:
@@ -89,9 +89,9 @@ def _program_l3(client, hosts) -> None:
         client.command(f"table_add ipv4_lpm ipv4_forward {h.ip}/32 => {h.mac} {h.port}")
 
 
-def test_ping_through_l3_forwarding(switch, lab):
-    h1, h2 = lab.hosts
-    _program_l3(switch.client, lab.hosts)
+def test_ping_through_l3_forwarding(switch, net):
+    h1, h2 = net.hosts
+    _program_l3(switch.client, net.hosts)
     assert icmp_ping(h1.ns, h2.ip, count=3) == 3
     assert icmp_ping(h2.ns, h1.ip, count=2) == 2
     stats = switch.client.port_stats()
@@ -108,10 +108,10 @@ def _abort_on_close(sock: socket.socket) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
 
-def test_tcp_bulk_transfer_through_the_switch(switch, lab):
+def test_tcp_bulk_transfer_through_the_switch(switch, net):
     """Full-size frames both ways, checksums verified by the receiving TCP stack."""
-    h1, h2 = lab.hosts
-    _program_l3(switch.client, lab.hosts)
+    h1, h2 = net.hosts
+    _program_l3(switch.client, net.hosts)
     data = os.urandom(2 << 20)
 
     def listen():
@@ -176,17 +176,17 @@ def _recv(sock, timeout: float = 3.0):
     return sock.recvfrom(4096)
 
 
-def test_aggregation_two_workers_both_get_the_result(switch, lab):
-    h1, h2 = lab.hosts
-    program_aggregation(switch.client, lab.hosts, job=1)
+def test_aggregation_two_workers_both_get_the_result(switch, net):
+    h1, h2 = net.hosts
+    program_aggregation(switch.client, net.hosts, job=1)
     v1 = [i - 30 for i in range(wire.K)]
     v2 = [1000 * i for i in range(wire.K)]
-    socks = [_udp_socket(h) for h in lab.hosts]
+    socks = [_udp_socket(h) for h in net.hosts]
     try:
         for child, (s, vals, exp) in enumerate(zip(socks, (v1, v2), (3, 5))):
             payload = wire.pack_agg(job=1, slot=7, worker=child, exp=wire.EXP_BIAS + exp, block=42)
             s.sendto(payload + struct.pack(f"!{wire.K}i", *vals), (SERVICE_IP, wire.UDP_PORT))
-        for s, h in zip(socks, lab.hosts):
+        for s, h in zip(socks, net.hosts):
             got = _recv(s)
             assert got is not None, f"{h.name} got no result; stats {switch.client.port_stats()}"
             data, (src, sport) = got
@@ -205,17 +205,17 @@ def test_aggregation_two_workers_both_get_the_result(switch, lab):
     assert stats["1"]["drop"] + stats["2"]["drop"] == 1      # the first contribution is absorbed
 
 
-def test_aggregation_bursts_take_the_batched_path(switch, lab):
+def test_aggregation_bursts_take_the_batched_path(switch, net):
     """48 slots from each worker while the daemon is stopped, so each port's first receive
     batch holds them all: Pipeline.process_batch must take both batches (port_stats
     `batched`) and every worker must get all 48 exact sums."""
     from agglab.ground.mmsg import MsgBatch
 
     slots = 48
-    program_aggregation(switch.client, lab.hosts, job=1)
+    program_aggregation(switch.client, net.hosts, job=1)
     vals = [[(w + 1) * 1000 + s * 7 + i for i in range(wire.K)] for s in range(slots) for w in (0, 1)]
-    socks = [_udp_socket(h) for h in lab.hosts]
-    received = [f"/sys/class/net/{h.switch_if}/statistics/rx_packets" for h in lab.hosts]
+    socks = [_udp_socket(h) for h in net.hosts]
+    received = [f"/sys/class/net/{h.switch_if}/statistics/rx_packets" for h in net.hosts]
     before = [int(open(f).read()) for f in received]
     os.kill(switch.proc.pid, signal.SIGSTOP)
     try:
@@ -230,7 +230,7 @@ def test_aggregation_bursts_take_the_batched_path(switch, lab):
     finally:
         os.kill(switch.proc.pid, signal.SIGCONT)
     try:
-        for s, h in zip(socks, lab.hosts):
+        for s, h in zip(socks, net.hosts):
             seen = set()
             while len(seen) < slots:
                 got = _recv(s)
@@ -253,8 +253,8 @@ def test_aggregation_bursts_take_the_batched_path(switch, lab):
     assert [len(read_pcap(p)) for p in pcaps] == [slots, slots]        # batched outputs captured
 
 
-def test_pcaps_are_written_and_readable(reflector, lab):
-    h1, h2 = lab.hosts
+def test_pcaps_are_written_and_readable(reflector, net):
+    h1, h2 = net.hosts
 
     def udp():
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -280,9 +280,9 @@ def test_pcaps_are_written_and_readable(reflector, lab):
             if f.endswith(b"hello switch")] == []
 
 
-def test_a_burst_of_many_batches_comes_back_whole_and_in_order(reflector, lab):
+def test_a_burst_of_many_batches_comes_back_whole_and_in_order(reflector, net):
     """Frames move a batch per system call; none may be lost, duplicated or reordered."""
-    h1, h2 = lab.hosts
+    h1, h2 = net.hosts
     count = 1000                                      # ~16 receive batches of 64
 
     def udp():
@@ -325,10 +325,10 @@ def test_control_protocol(reflector):
     assert "cmd 'bogus' -> ERROR" in log and "cmd 'ping' -> ok pong" in log
 
 
-def test_held_ports_wait_while_commands_are_served(reflector, lab):
+def test_held_ports_wait_while_commands_are_served(reflector, net):
     """`ports_hold` (a reroute's rounds): frames wait in the kernel until the release, none is
     lost; commands are answered meanwhile, and logged once the hold ends."""
-    h1, h2 = lab.hosts
+    h1, h2 = net.hosts
     c = reflector.client
     assert c.command("ports_hold 10000").startswith("held for at most 10000 ms")
     with _udp_socket(h1, 9997) as s:
@@ -346,8 +346,8 @@ def test_held_ports_wait_while_commands_are_served(reflector, lab):
     assert c.command("ports_release") == "not held"
 
 
-def test_a_hold_ends_by_itself(reflector, lab):
-    h1, h2 = lab.hosts
+def test_a_hold_ends_by_itself(reflector, net):
+    h1, h2 = net.hosts
     c = reflector.client
     for bad in ("ports_hold", "ports_hold 0", "ports_hold 999999", "ports_hold x"):
         ok, out = c.request(bad)
@@ -397,8 +397,8 @@ def test_shutdown_command_stops_the_switch(reflector):
     assert not reflector.control.exists()
 
 
-def test_wait_ready_explains_a_switch_that_died(lab, tmp_path):
-    proc, paths = lab.start_switch(tmp_path, "--port", "9=agcnosuchif", *REFLECT, name="sbad")
+def test_wait_ready_explains_a_switch_that_died(net, tmp_path):
+    proc, paths = net.start_switch(tmp_path, "--port", "9=agcnosuchif", *REFLECT, name="sbad")
     with pytest.raises(SwitchNotReady, match=r"(?s)exited \(1\).*agcnosuchif.*does not exist"):
         wait_ready(paths["control"], 20, log=paths["log"], process=proc)
     assert not paths["pidfile"].exists()
@@ -409,9 +409,9 @@ def test_wait_ready_explains_a_switch_that_died(lab, tmp_path):
 
 
 def test_lab_teardown_leaves_nothing(tmp_path):
-    with ScratchNet() as lab:
-        h = lab.add_host(1)
-        proc, paths = lab.start_switch(tmp_path, *REFLECT)
+    with ScratchNet() as net:
+        h = net.add_host(1)
+        proc, paths = net.start_switch(tmp_path, *REFLECT)
         wait_ready(paths["control"], 20, log=paths["log"], process=proc).close()
     assert proc.poll() == 0
     assert h.ns not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout

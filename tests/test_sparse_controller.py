@@ -14,7 +14,8 @@ import pytest
 from agglab.ground import wire
 from agglab.ground.schemes import ON_TREES
 from agglab.controller import topologies, tree_install, trees
-from agglab.controller.reroute import carry, failover, sparse_failover
+from agglab.controller.reroute import failover, sparse_failover
+from agglab.controller.schemes import carry_for
 from agglab.controller.addressing import assign_addresses
 from agglab.controller.topology import neighbor_on_port, port
 from agglab.testkit.frames import build
@@ -244,9 +245,9 @@ def test_carry_is_chosen_by_the_algorithm_and_omnireduce_keeps_its_dense_lead_ro
         assert net.send(h, flags=0, slot=1, block=1, exp=130, values=[5]) == {}
     assert sorted(net.send("h4", flags=0, slot=1, block=1, exp=131, values=[5])) == ["h1", "h2", "h3", "h4"]
     tree_install.freeze(net.clients, old)
-    dense = carry.carry_for("switchml").snapshot(net.clients, old, [0, 0])
+    dense = carry_for("switchml").snapshot(net.clients, old, [0, 0])
     assert sorted(dense.dense) == [1] and dense.sparse is None and dense.slots == 1
-    both = carry.carry_for("omnireduce")
+    both = carry_for("omnireduce")
     carried = both.snapshot(net.clients, old, [0, 0])
     assert sorted(carried.dense) == [1] and carried.dense[1].values[0] == 20
     assert carried.sparse.needs[0, 1] == {"h1": 4, "h2": 4, "h3": 4, "h4": 4}
@@ -262,7 +263,7 @@ def test_carry_is_chosen_by_the_algorithm_and_omnireduce_keeps_its_dense_lead_ro
 
 
 def test_carry_for_an_unknown_algorithm_names_the_known_ones():
-    assert {a: type(carry.carry_for(a)).__name__ for a in ON_TREES} == {       # ring/ps, atp: no tree, no carry
+    assert {a: type(carry_for(a)).__name__ for a in ON_TREES} == {       # ring/ps, atp: no tree, no carry
         "switchml": "DenseCarry", "omnireduce": "SparseCarry"}
     with pytest.raises(ValueError, match="known: switchml, omnireduce"):
-        carry.carry_for("allgather")
+        carry_for("allgather")

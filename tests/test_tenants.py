@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from agglab.controller.addressing import assign_addresses
+from agglab.controller.schemes import carry_for
 from agglab.controller.tree_job import TreeJob
 from agglab.controller.topology import single_switch
 from agglab.ground import wire
@@ -31,9 +32,9 @@ def two_tenants(tmp_path, window=4):
     g = assign_addresses(single_switch(4))
     clients = {"s1": PipeClient("s1")}
     replies: dict = {}
-    a = TreeJob(g, clients, "spt", ["h1", "h3"], window, tmp_path / "a.json", job=5, slot_base=0, slots=512,
+    a = TreeJob(g, clients, "spt", ["h1", "h3"], window, tmp_path / "a.json", carry_for=carry_for, job=5, slot_base=0, slots=512,
                 reply_ports=replies).start()
-    b = TreeJob(g, clients, "spt", ["h2", "h4"], window, tmp_path / "b.json", job=6, slot_base=512, slots=512,
+    b = TreeJob(g, clients, "spt", ["h2", "h4"], window, tmp_path / "b.json", carry_for=carry_for, job=6, slot_base=512, slots=512,
                 reply_ports=replies).start()
     return g, clients["s1"].pipeline, a, b
 
@@ -73,7 +74,7 @@ def test_one_jobs_reset_leaves_the_other_jobs_slots_alone(tmp_path):
 def test_a_job_alone_keeps_the_whole_register_reset(tmp_path):
     g = assign_addresses(single_switch(2))
     clients = {"s1": PipeClient("s1")}
-    job = TreeJob(g, clients, "spt", ["h1", "h2"], 4, tmp_path / "e.json").start()
+    job = TreeJob(g, clients, "spt", ["h1", "h2"], 4, tmp_path / "e.json", carry_for=carry_for).start()
     clients["s1"].pipeline.registers["agg_count"][900] = 3       # beyond its window
     job.prepare(4)
     assert clients["s1"].pipeline.registers["agg_count"][900] == 0

@@ -52,7 +52,7 @@ def test_spans_workers_deterministically(algo, topo):
     g = TOPOLOGIES[topo]()
     ts = compute(algo, g, seed=3, epoch=2)
     assert_valid(g, ts)
-    assert ts.epoch == 2 and ts.algorithm == algo
+    assert ts.epoch == 2 and ts.tree == algo
     assert ts.to_dict() == compute(algo, TOPOLOGIES[topo](), seed=3, epoch=2).to_dict()
 
 

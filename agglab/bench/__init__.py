@@ -64,6 +64,10 @@ from __future__ import annotations
 import argparse
 import importlib
 
+# what a section raises to be skipped, and the bmv2 sections' reason, live in figures.py, which
+# the sections import: no section imports this package, which imports them (measure)
+from agglab.bench.figures import NO_BMV2, SectionSkipped
+
 # section -> (module of this package that measures it, whether it needs root); run in this order.
 # The module's function is `bench_<section>` ("-" as "_"): it takes the parsed options and
 # returns its figures (figures.figure), raises SectionSkipped when it cannot run here (listed under
@@ -86,12 +90,6 @@ TABLE = {
 }
 SECTIONS = tuple(TABLE)
 ROOT_SECTIONS = frozenset(name for name, (_, root) in TABLE.items() if root)
-NO_BMV2 = "simple_switch or p4c not found (scripts/provision-vm.sh builds them)"     # the bmv2 sections' skip
-
-
-class SectionSkipped(Exception):
-    """A section cannot run on this machine (a tool it measures is absent): a skip, not a
-    failure. Why a type of its own: a section that broke must not pass for one that was skipped."""
 
 
 def measure(section: str, a: argparse.Namespace) -> list[dict]:

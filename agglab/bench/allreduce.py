@@ -1,7 +1,7 @@
 """The `wire`, `wide` and `sparse` sections: allreduce time on one switch against the links' wire time.
 
 Why together: each runs whole allreduces on shaped links and judges them by what the wire
-allows (`switchml_wire_seconds`, and for sparse runs the frames the protocol must send,
+allows (`dense_link_seconds`, and for sparse runs the frames the protocol must send,
 `sparse_ceiling`), so a figure says whether the emulation was link-bound and, if not, where
 the time went.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from agglab.bench.figures import LINK_BOUND, figure
-from agglab.emulation.fidelity import switchml_wire_seconds
+from agglab.emulation.fidelity import dense_link_seconds
 from agglab.ground import lifeline, wire
 from agglab.ground.runspec import RunSpec
 from agglab.hosts.gradients import gradient_for
@@ -51,7 +51,7 @@ def bench_wire(a) -> list[dict]:
     wide = wire.WIDE                              # the optional variant: informational, no target
     for mbps in a.rates:
         r = _checked(run_allreduce(workers=8, elements=a.elements, dtype="int32", bw=mbps))
-        ideal = switchml_wire_seconds(a.elements, mbps)
+        ideal = dense_link_seconds(a.elements, mbps)
         ratio = r["seconds"] / ideal
         at_target = mbps == 20 and not wide
         out.append(figure(f"8 x {a.elements:,} int32 at {mbps:g} Mb/s" + (f", K={wire.K}" if wide else ""),
@@ -110,7 +110,7 @@ def bench_sparse(a) -> list[dict]:
 
     common = dict(workers=8, elements=a.elements, bw=5.0, pattern="overlap")
     dense = _checked(run_allreduce(algorithm="switchml", density=0.1, **common))   # dense time: density-free
-    ideal = switchml_wire_seconds(a.elements, 5.0)
+    ideal = dense_link_seconds(a.elements, 5.0)
     out = []
 
     sparse_window = RunSpec(algorithm="omnireduce", elements=a.elements, window=a.sparse_window).default_window()

@@ -27,8 +27,7 @@ import os
 import sys
 from pathlib import Path
 
-from agglab.bench import NO_BMV2, SectionSkipped
-from agglab.bench.figures import figure
+from agglab.bench.figures import NO_BMV2, SectionSkipped, figure
 from agglab.controller.bmv2_client import Bmv2Client
 from agglab.controller.bmv2_tools import BUILD_PERF, PERF_SWITCH, find_bmv2_tool, installed_tool, is_program
 from agglab.emulation.fidelity import load_calibration

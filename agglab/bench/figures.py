@@ -1,14 +1,21 @@
 """One bench figure: the record every section returns and the line `make bench` prints for it.
 
-Why its own module: every section builds its figures with `figure`, and the sections' modules
-must not import the CLI that runs them. The analytic wire time the wire and sparse sections
-judge their runs by is emulation/fidelity.py's `switchml_wire_seconds`, the one the calibration
+Why its own module: every section builds its figures with `figure` (and says it cannot run with
+`SectionSkipped`), and the sections' modules must not import the CLI that runs them, nor the
+package, whose `measure` imports them. The analytic wire time the wire and sparse sections
+judge their runs by is emulation/fidelity.py's `dense_link_seconds`, the one the calibration
 uses too.
 """
 
 from __future__ import annotations
 
 LINK_BOUND = 1.10          # a run within 10% of its analytic wire time is link-bound
+NO_BMV2 = "simple_switch or p4c not found (scripts/provision-vm.sh builds them)"     # the bmv2 sections' skip
+
+
+class SectionSkipped(Exception):
+    """A section cannot run on this machine (a tool it measures is absent): a skip, not a
+    failure. Why a type of its own: a section that broke must not pass for one that was skipped."""
 
 
 def figure(name: str, value: float, unit: str, *, target: str | None = None, met: bool | None = None,

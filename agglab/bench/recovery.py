@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import statistics
 
-from agglab.bench import NO_BMV2, SectionSkipped
-from agglab.bench.figures import figure
+from agglab.bench.figures import NO_BMV2, SectionSkipped, figure
 from agglab.controller.bmv2_tools import find_bmv2_tool
 from agglab.ground import schemes
 from agglab.ground.runspec import RunSpec

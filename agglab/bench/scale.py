@@ -47,11 +47,11 @@ def bench_build(_a) -> list[dict]:
 
 
 def bench_trees(_a) -> list[dict]:
-    """Tree computation time per topology and algorithm (controller/trees/bench.py), each a
+    """Tree computation time per topology and tree algorithm (controller/trees/bench.py), each a
     figure in the JSON (informational: no target)."""
     res = subprocess.run([sys.executable, "-m", "agglab.controller.trees.bench", "--json"], cwd=IMPORT_ROOT, check=True,
                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(IMPORT_ROOT)),
                          preexec_fn=lifeline.preexec(bound_to_thread=True))
     rows = [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
-    return [figure(f"trees {r['algorithm']} on {r['topology']}, {r['workers']} workers", r["ms"], "ms",
+    return [figure(f"trees {r['tree']} on {r['topology']}, {r['workers']} workers", r["ms"], "ms",
                    scale=f"{r['trees']} tree(s), median of the repeats", trees=r["trees"]) for r in rows]

@@ -26,6 +26,7 @@ import numpy as np
 
 from agglab.ground import wire
 from agglab.controller.addressing import interface_address
+from agglab.controller.schemes import carry_for
 from agglab.controller.tree_job import TreeJob
 from agglab.controller.switch_client import SoftSwitchClient, SwitchClient, SwitchCommandError
 from agglab.controller.topology import neighbor_on_port, port, switches, workers as worker_hosts
@@ -99,7 +100,7 @@ class HostTransport:
 class TreeNet:
     """A topology graph (built by agglab.controller.topologies, workers ranked) run in-process."""
 
-    def __init__(self, g, algorithm: str, window: int, epoch_file: Path, *, loss: float = 0.0,
+    def __init__(self, g, tree: str, window: int, epoch_file: Path, *, loss: float = 0.0,
                  seed: int = 0, job_args: dict | None = None):
         self.g, self.loss = g, loss
         self.rng = random.Random(seed)
@@ -108,8 +109,8 @@ class TreeNet:
         self.hosts = worker_hosts(g)
         self.transports = {h: HostTransport(self, h) for h in self.hosts}
         self.epoch_file = Path(epoch_file)
-        self.job = TreeJob(g, self.clients, algorithm, self.hosts, window, self.epoch_file,
-                           drain=0.0, **(job_args or {})).start()
+        self.job = TreeJob(g, self.clients, tree, self.hosts, window, self.epoch_file,
+                           carry_for=carry_for, drain=0.0, **(job_args or {})).start()
         self.delivered = 0
 
     def _crosses(self, a: str, b: str) -> bool:

@@ -136,7 +136,7 @@ class LiveState:
     def _job(self, job) -> dict:
         st = job.state()
         ts = st.treeset
-        return {"job": job.job, "algorithm": st.algorithm, "epoch": ts.epoch, "partitioned": st.partitioned,
+        return {"job": job.job, "tree": st.tree, "algorithm": st.algorithm, "epoch": ts.epoch, "partitioned": st.partitioned,
                 "window": st.window,
                 "trees": [{"index": i, "name": drawing.tree_name(ts, i), "root": t.root, "weight": t.weight,
                            "colour": drawing.tree_colour(i), "slots": st.tree_of_slot.count(t.id),

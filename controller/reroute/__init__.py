@@ -7,12 +7,13 @@ standby). run.py starts it (its priority); bulk.py runs it in rounds of batches 
 switch pipelines them, steps.py one step after the other elsewhere; record.py is its
 failure record (REROUTE_PHASES). What differs per scheme is which registers it reads and
 writes: the reroute talks only to a `Carry` (carry.py) chosen by the allreduce's scheme
-through `CARRIES`, the controller's registry of in-network tree schemes; failover.py (the
+through the factory the job was given (controller/schemes `carry_for`, the controller's
+registry of schemes, which sits above this package); failover.py (the
 dense pipeline's registers, the bulk read and write lines) and sparse_failover.py (the
 sparse pipeline's custody) are its implementations.
 """
 
-from agglab.controller.reroute.carry import CARRIES, Carried, Carry, carry_for
+from agglab.controller.reroute.carry import Carried, Carry, DenseCarry, SparseCarry
 from agglab.controller.reroute.failover import reset, reset_lines
 
-__all__ = ["CARRIES", "Carried", "Carry", "carry_for", "reset", "reset_lines"]
+__all__ = ["Carried", "Carry", "DenseCarry", "SparseCarry", "reset", "reset_lines"]

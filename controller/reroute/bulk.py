@@ -20,7 +20,10 @@ it reads the live roots' values in round 1 but resets in round 3, since a dead r
 are read from the live switches below it in round 2. The trees come from the standby when it
 has them. No drain where batches are atomic (software switches): once a switch answered its
 freeze, no packet of the old epoch touches its state; elsewhere (BMv2) the freeze goes out
-alone first, then the drain, then the rest.
+alone first, then the drain, then the reads of the per-slot registers (counts, bitmaps ...),
+answered while the trees are computed; the values of the slot versions they say are held
+go with the new trees' batches, as single cells: BMv2 has no range read, and a whole
+agg_values read per old root (1 MB) was most of round 1 (holders.py).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from __future__ import annotations
 import time
 
 from agglab.controller import tree_install
-from agglab.controller.reroute.failover import drop_rows, kept_rows
+from agglab.controller.reroute.failover import kept_rows
 from agglab.controller.reroute.record import cause, partitioned, rerouted
 from agglab.controller.slot_partition import partition_slots, prefer_old_roots
 from agglab.controller.switch_batches import collect_batches, run_batches, run_built, send_batches
@@ -55,11 +58,17 @@ class BulkReroute:
         self.what = link if switch else f"link {link}"
         self.down = job._down()
         self.old = job.inst
-        self.reads = self.carry.first_reads(self.old, job.tree_of_slot, self.down)
+        # BMv2 (not atomic): round 1 reads the per-slot registers after the drain, and the values
+        # of the slot versions they say are held (value_reads) with the new trees' batches
+        self.reads = self.carry.first_reads(self.old, job.tree_of_slot, self.down, values=job.atomic)
+        self.reads2: dict[str, dict[str, list]] = {}    # the held values, read in the new trees' batches
         self.frozen = sorted({sw for sw, _ in self.old.roles} - self.down)
         self.first: dict[str, list[str]] = {}       # round 1's batches: the old trees' switches
         self.second: dict[str, list[str]] = {}      # round 1's batches: the new trees' switches
         self.at: dict[str, int] = {}                 # switch -> its first read line in its batch
+        self.at2: dict[str, int] = {}                # the same, of reads2 in the new trees' batches
+        self.regs, self.values = {}, {}              # what the reads found (the snapshot's regs=, values=)
+        self.outs1: dict[str, list[str]] = {}        # round 1's first answers, once read
         self.held: set[str] = set()                  # switches sent a hold: released at the end
         self.unread: list[dict] = []                 # batches whose answers were not read yet
         self.clock: dict[str, float] = {}            # when each step ended (the record's phases)
@@ -83,7 +92,7 @@ class BulkReroute:
                 partitioned(self.job, self.what, exc, self.record, self.t0)
                 return self.record
             self._plan_new_trees()
-            pending2 = self._send_new_trees()
+            pending2 = self._send_new_trees(pending)
             associate = self._collect_round_one(pending, pending2)
             carried = self._snapshot()
             writes = self._send_preload(carried, associate)
@@ -107,8 +116,9 @@ class BulkReroute:
         """Round 1, the old trees: to each of their live switches the hold and the freeze,
         before anything else is done; where batches are atomic the carry's reads behind them
         in the same batch. Elsewhere (BMv2) the freeze alone, answered, then the drain
-        (packets that matched before the delete still run), and the reads go with the new
-        trees' batches. Returns the sent batches' collectors."""
+        (packets that matched before the delete still run), then the reads of the per-slot
+        registers alone, answered while the new trees are computed; the held values go with
+        the new trees' batches. Returns the sent batches' collectors."""
         job = self.job
         first = {sw: self.clients[sw].hold_lines(HOLD_MS) for sw in self.frozen}
         for sw, lines in tree_install.freeze_lines(self.old, self.clients).items():
@@ -119,19 +129,18 @@ class BulkReroute:
             run_batches(self.clients, first)
             time.sleep(job.drain)
             first = {}
-        if job.atomic:
-            self._add_reads(first)
+        self._add_reads(first, self.reads, self.at)
         self.first = first
         self.held = set(self.frozen)
         pending = send_batches(self.clients, first)
         self.unread.append(pending)
         return pending
 
-    def _add_reads(self, batch: dict) -> None:
-        """The carry's reads appended to each switch's batch (after its freeze: its state is
-        final), where they start noted for the parse."""
-        for sw, want in self.reads.items():
-            self.at[sw] = len(batch.setdefault(sw, []))
+    def _add_reads(self, batch: dict, reads: dict, at: dict) -> None:
+        """The carry's `reads` appended to each switch's batch (after its freeze: its state is
+        final), where they start noted in `at` for the parse."""
+        for sw, want in reads.items():
+            at[sw] = len(batch.setdefault(sw, []))
             batch[sw] += self.carry.read_lines(self.clients[sw], want)
 
     def _raise_switches(self) -> None:
@@ -145,7 +154,7 @@ class BulkReroute:
         """The trees over the live links and switches, from the standby when it has them;
         raises TreeError if the workers are partitioned."""
         job = self.job
-        self.standby = (job.algorithm, job._down_links()) in job._standby
+        self.standby = (job.tree, job._down_links()) in job._standby
         self.new = job._compute(job._down_links(), job._next_epoch())
         self.clock["trees"] = time.monotonic()
 
@@ -161,27 +170,26 @@ class BulkReroute:
         self.tree_of_slot = partition_slots(self.new.weights, job.window, prefer=prefer)
         self.keep = kept_rows(self.old, job.tree_of_slot, self.plan.inst, self.tree_of_slot, job.slot_base, self.down)
 
-    def _send_new_trees(self) -> dict:
-        """Round 1, the new trees: where the reads waited for the drain (BMv2), the carry's
-        reads without the kept rows; to each switch of the new trees a hold where it had none,
-        the reset where round 1 reads all the carry needs (`early_reset`), and the new epoch's
-        entries and groups. Returns the sent batches' collectors."""
+    def _send_new_trees(self, pending: dict) -> dict:
+        """Round 1, the new trees: where the reads waited for the drain (BMv2), the first
+        reads' answers (`pending`) read, and the values of the slot versions they say are held
+        (value_reads, without the kept rows: a few single cells where BMv2 read a whole
+        register per old root); to each switch of the new trees a hold where it had none,
+        the reset where round 1 reads all the carry needs (`early_reset`; after the reads on
+        the same connection), and the new epoch's entries and groups. Returns the sent
+        batches' collectors."""
         job, second = self.job, self.second
         if not job.atomic:
-            for sw, rows in self.keep.items():
-                runs = self.reads.get(sw, {}).get("agg_values")
-                if runs:
-                    self.reads[sw]["agg_values"] = drop_rows(runs, rows)
-                    if not self.reads[sw]["agg_values"]:
-                        del self.reads[sw]["agg_values"]
-            self.reads = {sw: want for sw, want in self.reads.items() if want}
-            self._add_reads(second)
+            self.unread.remove(pending)
+            self.outs1 = self._collect(pending, self.reads, self.at)
+            self.reads2 = self.carry.value_reads(self.regs, self.old, job.tree_of_slot, self.down, self.keep)
+            self._add_reads(second, self.reads2, self.at2)
         for sw in self.new_switches:
             if sw not in self.held:                   # on the new trees only: held from here
                 hold = self.clients[sw].hold_lines(HOLD_MS)
                 second[sw] = hold + second.get(sw, [])
-                if sw in self.at and sw not in self.first:
-                    self.at[sw] += len(hold)
+                if sw in self.at2:
+                    self.at2[sw] += len(hold)
                 self.held.add(sw)
         self.early_reset = self.carry.complete_ahead and not self.down   # else round 2 may read the new trees' switches
         if self.early_reset:                            # everything read: reset in this batch too
@@ -194,20 +202,23 @@ class BulkReroute:
         self.unread.append(pending)
         return pending
 
-    def _collect_round_one(self, pending: dict, pending2: dict) -> dict[str, list[str]]:
-        """Round 1's answers: each switch's reads parsed as they arrive (while slower switches
-        still work), then the new entries' handles taken; returns the lines that complete the
-        new groups (InstallPlan.finish), sent in round 3."""
-        self.regs, self.values = {}, {}
-
+    def _collect(self, pending: dict, reads: dict, at: dict) -> dict[str, list[str]]:
+        """A batch's answers, each switch's `reads` (starting at `at`) parsed into regs /
+        values as they arrive (while slower switches still work)."""
         def parse(sw: str, out: list[str]) -> None:
-            self.carry.parse_reads(self.clients[sw], self.reads[sw], out[self.at[sw]:], self.regs, self.values, sw)
+            self.carry.parse_reads(self.clients[sw], reads[sw], out[at[sw]:], self.regs, self.values, sw)
 
-        self.unread.remove(pending)
-        outs = collect_batches(pending, {sw: parse for sw in self.first if sw in self.reads})
+        return collect_batches(pending, {sw: parse for sw in reads})
+
+    def _collect_round_one(self, pending: dict, pending2: dict) -> dict[str, list[str]]:
+        """Round 1's answers: the reads parsed, then the new entries' handles taken; returns
+        the lines that complete the new groups (InstallPlan.finish), sent in round 3."""
+        outs = self.outs1                         # BMv2: read before the new trees' batches went out
+        if self.job.atomic:                       # the reads came with the freeze
+            self.unread.remove(pending)
+            outs = self._collect(pending, self.reads, self.at)
         self.unread.remove(pending2)
-        outs2 = collect_batches(pending2, {sw: parse for sw in self.second
-                                           if sw in self.reads and sw not in self.first})
+        outs2 = self._collect(pending2, self.reads2, self.at2)
         self.clock["round_one"] = time.monotonic()
         associate = self.plan.finish({sw: outs.get(sw, []) + outs2.get(sw, []) for sw in set(outs) | set(outs2)})
         self.clock["finished"] = time.monotonic()

@@ -3,7 +3,8 @@
 Why one interface: a reroute (steps.py, bulk.py) always runs freeze, snapshot of the
 old tree, reset, install, preload of the new tree; only what the snapshot looks for
 and where the preload puts it depends on the pipeline the allreduce uses. So the job
-holds one Carry, chosen by the allreduce algorithm with `carry_for`, and calls
+holds one Carry, chosen by the allreduce's scheme (the job is given the scheme registry's
+`carry_for`, controller/schemes: this package names no scheme and imports none), and calls
 snapshot/preload without knowing which:
 
 - DenseCarry (switchml): per slot the version the old root completed
@@ -56,7 +57,7 @@ class Carried:
 
 
 class Carry(Protocol):
-    algorithm: str
+    algorithm: str                  # the scheme it carries for (ground/schemes.py)
 
     # the first round's reads give the snapshot everything it needs when no switch is dead: a
     # bulk reroute then resets in the freeze's batch and preloads in the next (two rounds, not
@@ -87,10 +88,18 @@ class Carry(Protocol):
     def preload_cells(self, new: Installation, tree_of_slot: list[int], carried: Carried) -> list:
         """preload() as failover.CellWrites (lines_for(switch, client) builds one switch's)."""
 
-    def first_reads(self, old: Installation, tree_of_slot: list[int], down=frozenset()) -> dict[str, dict[str, list]]:
+    def first_reads(self, old: Installation, tree_of_slot: list[int], down=frozenset(),
+                    values: bool = True) -> dict[str, dict[str, list]]:
         """Per switch, register -> cell runs the snapshot reads; a bulk caller reads them in
         the freeze's batch (a switch's state is final once it answered its freeze) and passes
-        them to snapshot(..., regs=, values=) (parse_reads)."""
+        them to snapshot(..., regs=, values=) (parse_reads). Without `values`, the per-slot
+        registers only: value_reads() then says which values the snapshot needs."""
+
+    def value_reads(self, regs: dict, old: Installation, tree_of_slot: list[int], down=frozenset(),
+                    keep: dict | None = None) -> dict[str, dict[str, list]]:
+        """Per switch, register -> cell runs: the values the snapshot needs once the
+        first_reads(values=False) registers (`regs`) say which slot versions are held and
+        `keep` which of them stay in place; read before the reset, passed as snapshot's values."""
 
     def read_lines(self, client: SwitchClient, want: dict[str, list]) -> list[str]:
         """One switch's command lines reading `want` (register -> cell runs, first_reads)."""
@@ -115,8 +124,15 @@ class DenseCarry:
         kept = {sw: {"agg_values": set(rows)} for sw, rows in (keep or {}).items()}
         return Carried(dense=dense, kept=kept)
 
-    def first_reads(self, old, tree_of_slot, down=frozenset()) -> dict[str, dict[str, list]]:
-        return failover.first_reads(old, tree_of_slot, self.slot_base, down)
+    def first_reads(self, old, tree_of_slot, down=frozenset(), values: bool = True) -> dict[str, dict[str, list]]:
+        return failover.first_reads(old, tree_of_slot, self.slot_base, down, values)
+
+    def value_reads(self, regs, old, tree_of_slot, down=frozenset(), keep: dict | None = None) -> dict[str, dict[str, list]]:
+        """The held slot versions' agg_values (holders.held_value_runs): on BMv2, where a read
+        is a whole register or single cells, a few hundred single reads instead of a 1 MB
+        whole-register read per old root."""
+        return {sw: {"agg_values": runs} for sw, runs in
+                failover.held_value_runs(regs, old, tree_of_slot, self.slot_base, down, keep).items()}
 
     def read_lines(self, client, want: dict[str, list]) -> list[str]:
         """One switch's lines reading `want` (register -> cell runs, from first_reads)."""
@@ -165,10 +181,10 @@ class SparseCarry(DenseCarry):
             carried.kept.setdefault(sw, {}).setdefault("sp_values", set()).add(r)
         return carried
 
-    def first_reads(self, old, tree_of_slot, down=frozenset()) -> dict[str, dict[str, list]]:
+    def first_reads(self, old, tree_of_slot, down=frozenset(), values: bool = True) -> dict[str, dict[str, list]]:
         """The dense reads, and the sparse scalars of the window of every live switch of the
         old tree."""
-        reads = super().first_reads(old, tree_of_slot, down)
+        reads = super().first_reads(old, tree_of_slot, down, values)
         window = len(tree_of_slot)
         for sw in sorted({sw for sw, _ in old.roles} - set(down)):
             for name in sparse_failover.SNAPSHOT_SCALARS:
@@ -179,15 +195,3 @@ class SparseCarry(DenseCarry):
         return super().preload_cells(new, tree_of_slot, carried) + [
             sparse_failover.sparse_preload_cells(new, tree_of_slot, carried.sparse, self.slot_base)]
 
-
-from agglab.controller.schemes import CARRIES  # noqa: E402  scheme -> its carry (controller/schemes/NAME.py carry)
-
-
-def carry_for(algorithm: str, slot_base: int = 0) -> Carry:
-    """The carry of an allreduce algorithm (ground/schemes.py) for a job whose slot
-    range starts at `slot_base`."""
-    try:
-        return CARRIES[algorithm](slot_base)
-    except KeyError:
-        raise ValueError(f"no reroute carry for algorithm {algorithm!r}; "
-                         f"known: {', '.join(CARRIES)}") from None

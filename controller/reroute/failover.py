@@ -24,6 +24,8 @@ from agglab.ground import wire
 from agglab.controller.switch_batches import on_each, read_ranges, run_batches
 from agglab.controller.switch_client import SwitchClient
 from agglab.controller.tree_install import Installation
+from agglab.controller.reroute.holders import (DEAD_ROOT_SCALARS, SNAPSHOT_SCALARS, find_holders,  # noqa: F401  re-exported
+                                              held_value_runs, slot_index, snapshot_reads)
 
 # Everything a reset zeroes: the dense registers and the sparse pipeline's (p4src/include/sparse.p4);
 # sp_next must be 0 on a new tree so a round waits until every child has announced again.
@@ -41,30 +43,6 @@ class CompletedVersion:
     block: int = 0           # agg_block: the round's block (so a later carry can tell rounds apart)
     rnext: int = 0           # agg_rnext: the result's next_block (a sparse lead's first round)
     holder: str = ""         # the switch the result was found at
-
-
-def slot_index(ver: int, slot_base: int, slot: int) -> int:
-    """Register index of a slot version (aggregate.p4 and sparse.p4 alike)."""
-    return ver * wire.SLOTS + slot_base + slot
-
-
-SNAPSHOT_SCALARS = ("agg_count", "agg_bitmap", "agg_exp", "agg_block", "agg_rnext")
-DEAD_ROOT_SCALARS = SNAPSHOT_SCALARS + ("agg_final",)   # every live switch of a tree whose root died
-
-
-def snapshot_reads(inst: Installation, tree_of_slot: list[int], down=frozenset()) -> dict[str, tuple[str, ...]]:
-    """Per switch, the registers a snapshot reads: the roots of the trees some slot uses
-    (SNAPSHOT_SCALARS); for a tree whose root died, every live switch of it (DEAD_ROOT_SCALARS)."""
-    roots = {tree: role.switch for (_sw, tree), role in inst.roles.items() if role.root}
-    out: dict[str, tuple[str, ...]] = {}
-    for tree in set(tree_of_slot):
-        if roots[tree] not in down:
-            out.setdefault(roots[tree], SNAPSHOT_SCALARS)
-            continue
-        for sw, t in inst.roles:
-            if t == tree and sw not in down:
-                out[sw] = DEAD_ROOT_SCALARS
-    return out
 
 
 def read_registers(client: SwitchClient, names) -> dict[str, np.ndarray]:
@@ -87,15 +65,19 @@ def add_reads(reads: dict, sw: str, name: str, runs) -> None:
 
 
 def first_reads(inst: Installation, tree_of_slot: list[int], slot_base: int = 0,
-                down=frozenset()) -> dict[str, dict[str, list]]:
+                down=frozenset(), values: bool = True) -> dict[str, dict[str, list]]:
     """The dense carry's reads for a bulk reroute's first round, per switch and register as
-    cell runs: the snapshot_reads() registers (window slots, both versions) and the agg_values
-    of every window slot version at the live old roots (values_ahead_runs)."""
+    cell runs: the snapshot_reads() registers (window slots, both versions) and, with
+    `values`, the agg_values of every window slot version at the live old roots
+    (values_ahead_runs; without, the holders' alone are read once these registers say which,
+    held_value_runs)."""
     reads: dict[str, dict[str, list]] = {}
     window = len(tree_of_slot)
     for sw, names in snapshot_reads(inst, tree_of_slot, down).items():
         for name in names:
             add_reads(reads, sw, name, window_runs(window, slot_base))
+    if not values:
+        return reads
     for sw, runs in values_ahead_runs(inst, tree_of_slot, slot_base, down).items():
         add_reads(reads, sw, "agg_values", [(r0 * wire.K, n * wire.K) for r0, n in runs])
     return reads
@@ -248,17 +230,10 @@ def snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot:
     `keep`: switch -> slot versions left in place (kept_rows): such a version is carried
     with values None (its holder keeps them) and never read.
     `regs`: the registers of snapshot_reads(), if already read (after the switches' freeze);
-    `values`: switch -> r -> agg_values cells, if already read (values_ahead_lines: live
-    roots only); a holder whose cells are not all there is read here.
-
+    `values`: switch -> r -> agg_values cells, if already read (values_ahead_runs, or the
+    holders' alone, held_value_runs); a holder whose cells are not all there is read here.
     A dead root (`down`: its registers died with it) is stood in for by the live switches
-    of its tree. A version one of them holds as the final result (`agg_final`, the root
-    completed it and it came down) is needed when a child's bit is still set there (that
-    child has not moved on), or when another live switch still waits in the same round:
-    the same version holding the same block (`agg_block`), complete below it or not, without
-    the result (a result lost on one path while it reached the others). The block tells the
-    rounds apart: by registers alone, a subtree one round behind (waiting on v, done with
-    1-v) and one ahead (done with v, waiting on 1-v) look the same."""
+    of its tree (holders.find_holders says which switch holds what)."""
     need = snapshot_reads(inst, tree_of_slot, down)
     cache = dict(regs or {})
     missing = [sw for sw, names in need.items() if not all(n in cache.get(sw, {}) for n in names)]
@@ -267,19 +242,7 @@ def snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot:
     def reg(sw: str, name: str) -> np.ndarray:
         return cache[sw][name]
 
-    roots = {tree: role for (_sw, tree), role in inst.roles.items() if role.root}
-    wanted: dict[str, list[tuple[int, int, int]]] = {}          # holder -> [(slot, ver, r)]
-    for slot, tree in enumerate(tree_of_slot):
-        root = roots[tree]
-        if root.switch not in down:
-            holder = _root_holds(reg, root, slot_base, slot)
-        else:
-            live = sorted((role for (sw, t), role in inst.roles.items() if t == tree and sw not in down),
-                          key=lambda role: role.switch)
-            holder = _held_below(reg, live, slot_base, slot)
-        if holder:
-            sw, ver, r = holder
-            wanted.setdefault(sw, []).append((slot, ver, r))
+    wanted = find_holders(reg, inst, tree_of_slot, slot_base, down)      # holder -> [(slot, ver, r)]
     values = values or {}
     keep = keep or {}
     found: dict[int, CompletedVersion] = {}
@@ -301,30 +264,6 @@ def snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot:
         for (slot, ver, r), vals in zip(items, cells):
             carried(sw, slot, ver, r, np.array(vals))
     return found
-
-
-def _root_holds(reg, root, slot_base: int, slot: int):
-    """(root, ver, r) of the version the live root completed and some child may lack."""
-    for ver in (0, 1):
-        r = slot_index(ver, slot_base, slot)
-        if reg(root.switch, "agg_count")[r] == len(root.children) and reg(root.switch, "agg_bitmap")[r] != 0:
-            return root.switch, ver, r
-    return None
-
-
-def _held_below(reg, live: list, slot_base: int, slot: int):
-    """(switch, ver, r) of a final result some live switch holds and some worker still needs,
-    for a tree whose root died."""
-    for ver in (0, 1):
-        r = slot_index(ver, slot_base, slot)
-        waiting = {int(reg(role.switch, "agg_block")[r]) for role in live
-                   if reg(role.switch, "agg_bitmap")[r] != 0 and reg(role.switch, "agg_final")[r] != 1}
-        for role in live:
-            sw = role.switch
-            if reg(sw, "agg_final")[r] == 1 and reg(sw, "agg_count")[r] == len(role.children) \
-                    and (reg(sw, "agg_bitmap")[r] != 0 or int(reg(sw, "agg_block")[r]) in waiting):
-                return sw, ver, r
-    return None
 
 
 # Register layouts (aggregate.p4, sparse.p4): cells per slot version, or per slot and child.

@@ -12,8 +12,10 @@ provides
     WIRE_MODEL = "tree"           # the name of its wire-time bound (emulation/wire_model.py
                                   # MODELS); a scheme without one has no bound, said loudly
 
-and the registries below are built from them. Job modules are imported when a job is made
-(they import the tree job, which imports the reroute, which imports these registries).
+and the registries below are built from them. Imports only go down: a scheme module imports
+the tree job and the reroute's carries; the reroute names no scheme, and a tree job is given
+`carry_for` (through the installer's seat, controller/installers.py JobSeat) rather than
+importing this registry.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import pkgutil
 from types import ModuleType
 from typing import Callable
 
+from agglab.controller.reroute.carry import Carry
 from agglab.ground.schemes import NAMES
 
 
@@ -35,3 +38,13 @@ MODULES: dict[str, ModuleType] = {name: importlib.import_module(f"{__name__}.{na
 INSTALLERS: dict[str, Callable] = {name: m.install for name, m in MODULES.items()}
 CARRIES: dict[str, Callable] = {name: m.carry for name, m in MODULES.items() if hasattr(m, "carry")}
 WIRE_MODELS: dict[str, str] = {name: m.WIRE_MODEL for name, m in MODULES.items() if hasattr(m, "WIRE_MODEL")}
+
+
+def carry_for(algorithm: str, slot_base: int = 0) -> Carry:
+    """The reroute carry of scheme `algorithm` (ground/schemes.py) for a job whose slot
+    range starts at `slot_base`; ValueError naming the schemes that have one."""
+    try:
+        return CARRIES[algorithm](slot_base)
+    except KeyError:
+        raise ValueError(f"no reroute carry for algorithm {algorithm!r}; "
+                         f"known: {', '.join(CARRIES)}") from None

@@ -4,14 +4,13 @@ rounds (controller/reroute SparseCarry)."""
 
 from __future__ import annotations
 
+from agglab.controller.reroute.carry import SparseCarry
 from agglab.controller.schemes._tree import tree_job as install
 
 WIRE_MODEL = "sparse"
 
 
 def carry(slot_base: int = 0):
-    from agglab.controller.reroute.carry import SparseCarry  # lazy: circle: agglab.controller.reroute.carry builds CARRIES from this package's modules (discovery, unseen by tests/test_layers.py)
-
     return SparseCarry(slot_base)
 
 

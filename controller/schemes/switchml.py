@@ -3,14 +3,13 @@ a reroute carries each slot's version the old root completed (controller/reroute
 
 from __future__ import annotations
 
+from agglab.controller.reroute.carry import DenseCarry
 from agglab.controller.schemes._tree import tree_job as install
 
 WIRE_MODEL = "tree"
 
 
 def carry(slot_base: int = 0):
-    from agglab.controller.reroute.carry import DenseCarry  # lazy: circle: agglab.controller.reroute.carry builds CARRIES from this package's modules (discovery, unseen by tests/test_layers.py)
-
     return DenseCarry(slot_base)
 
 

@@ -76,7 +76,7 @@ class TreeSet:
     """The trees of one job at one epoch; weights sum to 1 (a job's slots split by weight)."""
     trees: tuple
     epoch: int = 0
-    algorithm: str = ""
+    tree: str = ""                  # the tree algorithm that made them (controller/trees/NAME.py)
     meta: dict = field(default_factory=dict)
     schedule: object = None         # BML: the explicit stage schedule (agglab.controller.trees.bml)
 
@@ -92,7 +92,7 @@ class TreeSet:
         return replace(self, epoch=epoch)
 
     def to_dict(self) -> dict:
-        return {"algorithm": self.algorithm, "epoch": self.epoch, "meta": self.meta,
+        return {"tree": self.tree, "epoch": self.epoch, "meta": self.meta,
                 "trees": [t.to_dict() for t in self.trees]}
 
 

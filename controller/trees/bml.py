@@ -193,6 +193,6 @@ def compute(g: nx.Graph, workers, seed: int = 0) -> TreeSet:
         parent = {sw: None, **{h: sw for h in step.members}}
         trees.append(Tree.from_parent(step.level, sw, parent, weight=1.0 / len(stars)))
         check_tree(g, trees[-1], step.members)
-    return TreeSet(trees=tuple(trees), algorithm="bml", schedule=sched,
+    return TreeSet(trees=tuple(trees), tree="bml", schedule=sched,
                    meta={"n": sched.n, "k": sched.k, "levels": sched.levels,
                          "stages": len(sched.stages), "transfers": sum(len(s) for s in sched.stages)})

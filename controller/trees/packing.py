@@ -236,7 +236,7 @@ def compute(g: nx.Graph, workers, seed: int = 0, eps: float = 0.1, max_trees: in
         tree = Tree.from_parent(len(trees), root, reroot(parent, root), weight=float(r / total), rate=float(r))
         check_tree(g, tree, workers)
         trees.append(tree)
-    return TreeSet(trees=tuple(trees), algorithm="packing",
+    return TreeSet(trees=tuple(trees), tree="packing",
                    meta={"rate": total, "gk_rate": float(sum(gk.values())), "gk_trees": len(gk),
                          "eps": eps})
 

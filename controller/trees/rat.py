@@ -134,5 +134,5 @@ def compute(g: nx.Graph, workers, seed: int = 0, max_trees: int = 8) -> TreeSet:
                   for k, i in enumerate(sorted(chosen)))
     for t in trees:
         check_tree(g, t, workers)
-    return TreeSet(trees=trees, algorithm="rat",
+    return TreeSet(trees=trees, tree="rat",
                    meta={"rate": float(rate), "candidates": considered, "lp_time_per_mb": float(y)})

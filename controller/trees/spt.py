@@ -68,7 +68,7 @@ def compute(g: nx.Graph, workers, seed: int = 0, root: str | None = None) -> Tre
     """One shortest-path tree, weight 1. `seed` is unused: the result is deterministic."""
     tree = spt_tree(g, workers, root)
     check_tree(g, tree, workers)
-    return TreeSet(trees=(tree,), algorithm="spt", meta={"root": tree.root})
+    return TreeSet(trees=(tree,), tree="spt", meta={"root": tree.root})
 
 
 def _host_test(g: nx.Graph):

@@ -134,7 +134,7 @@ function apply(s) {
       const d = document.createElement("div"); d.className = "treeitem"; d.dataset.edges = t.edges.join(" ");
       d.innerHTML = `<span class="swatch" style="background:${t.colour}"></span>`;
       d.append(`${s.jobs.length > 1 ? "job " + j.job + " " : ""}${t.name}: ${(100 * t.weight).toFixed(1)}% of the gradient, ` +
-               `root ${t.root}, ${t.slots} slots, ${j.algorithm}, epoch ${j.epoch}`);
+               `root ${t.root}, ${t.slots} slots, ${j.tree || "IP routes"}, ${j.algorithm}, epoch ${j.epoch}`);
       return d; })));
   }
   const r = s.run;
