@@ -17,7 +17,7 @@ from dataclasses import fields
 from agglab.controller import topologies
 from agglab.controller.trees import TREE_ALGORITHMS as TREES
 from agglab.ground import schemes
-from agglab.ground.runspec import BACKENDS, DTYPES, PATTERNS, PLACEMENTS, RunSpec
+from agglab.ground.runspec import BACKENDS, DTYPES, PATTERNS, PLACEMENTS, PS_LAYOUTS, RunSpec
 
 
 def spec_from_args(args: argparse.Namespace) -> RunSpec:
@@ -78,6 +78,9 @@ def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
     opt("--jobs", type=int, default=d["jobs"], metavar="J",
         help="run J concurrent allreduces (tenants) of --workers each, on hosts of their own, sharing the "
              "switches and trees with disjoint slot ranges (default 1)")
+    opt("--ps-layout", choices=PS_LAYOUTS, default=d["ps_layout"],
+        help="--algorithm ps: sharded over every worker (default, BytePS' layout) or central (rank 0's host "
+             "serves the whole array, as the PS RAT and ATP compare against)")
     opt("--placement", choices=PLACEMENTS, default=d["placement"],
         help="with --jobs: spread puts each job's workers across racks (default), packed fills racks "
              "with one job's workers before the next job's (ATP's first level then sums in the rack)")

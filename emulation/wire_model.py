@@ -249,9 +249,13 @@ def ring_seconds(spec: RunSpec, g: nx.Graph) -> float:
 
 def ps_seconds(spec: RunSpec, g: nx.Graph) -> float:
     """Sharded PS: a worker pushes every other owner its shard (G/n) and pulls its own
-    summed shard back to every other worker (G/n): 2G/n per ordered pair."""
+    summed shard back to every other worker (G/n): 2G/n per ordered pair. Central PS: every
+    other worker pushes G to rank 0's host and gets G back."""
     w = ranked_workers(g)
     n = len(w)
+    if spec.ps_layout == "central":
+        each = tcp_bytes(gradient_bytes(spec))
+        return link_seconds(g, flow_loads(g, [f for b in w[1:] for f in ((b, w[0], each), (w[0], b, each))]))
     each = tcp_bytes(2 * gradient_bytes(spec) / n)
     return link_seconds(g, flow_loads(g, [(a, b, each) for a in w for b in w if a != b]))
 

@@ -71,7 +71,7 @@ TOP_KEYS = ("name", "title", "paper", "claim", "network", "emulated", "repeats",
 PROGRAMS = ("allreduce", "pace")
 CLAIM_KEYS = ("text", "ratio", "paper", "expect", "tolerance", "for_each", "why", "bound", "where")
 # where: the knobs the paper's setting differs in, each swept by the wire model (experiments/where.py)
-WHERE_KEYS = ("knob", "values", "why")
+WHERE_KEYS = ("knob", "values", "why", "with")
 # a claim's analytic bound on this network (experiments/bounds.py): wire_time (the ratio of
 # its points' wire times, from their topology, rates and bytes) or pace_model (program: pace)
 BOUND_KINDS = ("wire_time", "pace_model")
@@ -212,6 +212,7 @@ def _where(value: Any, key: str, knobs: tuple[str, ...], source: str) -> None:
             raise ConfigError(source, f"{key}[{j}].knob", f"must be a run or network key, got {w.get('knob')!r}")
         if not isinstance(w.get("values"), list) or not w["values"]:
             raise ConfigError(source, f"{key}[{j}].values", f"must be a non-empty list, got {w.get('values')!r}")
+        _mapping(w.get("with", {}), f"{key}[{j}].with", knobs, source)
 
 
 def _known(mapping: dict, allowed: tuple[str, ...], prefix: str, source: str) -> None:

@@ -12,9 +12,11 @@ A claim names its knobs in its trend file:
 
     where:
       - {knob: oversubscription, values: [1, 2, 4, 8, 16, 32, 64]}
+      - {knob: racks, values: [4, 8, 16], with: {ps_layout: central}}
 
 `knob` is a run, network or sweep key of the definition; each value replaces it in every point
 (and in the claim's selectors), and the claim's bound is computed as the report computes it.
+`with` holds other keys at values the trend does not run (the paper's layout, say).
 """
 
 from __future__ import annotations
@@ -43,6 +45,17 @@ class Curve:
     points: list[tuple[Any, float, float]]   # (knob value, bound (nan: none), the paper's figure there)
     problem: str = ""                  # why some point has no bound
     why: str = ""                      # the trend file's word on this knob (what else the paper's setting has)
+    fixed: dict = dataclasses.field(default_factory=dict)   # settings held at another value than the trend's (`with`)
+
+    @property
+    def held(self) -> str:
+        """The `fixed` settings in words: "ps_layout=central" ("" for none)."""
+        return ", ".join(f"{k}={v}" for k, v in self.fixed.items())
+
+    @property
+    def name(self) -> str:
+        """The knob, with what it is swept under: "racks (with ps_layout=central)"."""
+        return f"{self.knob} (with {self.held})" if self.fixed else self.knob
 
     @property
     def reached_at(self) -> Any:
@@ -56,12 +69,13 @@ class Curve:
     def verdict(self) -> str:
         at = self.reached_at
         if at is not None:
-            return f"reached at {self.knob} = {at}"
+            return f"reached at {self.knob} = {at}" + (f" (with {self.held})" if self.fixed else "")
         known = [(v, b) for v, b, _ in self.points if b == b and not math.isinf(b)]
         if not known:
             return f"no bound ({self.problem or 'the wire model has none'})"
         v, b = max(known, key=lambda vb: vb[1])
-        said = f"not reached up to {self.knob} = {self.points[-1][0]} (largest bound {b:.3g}, at {v})"
+        held = f", with {self.held}" if self.fixed else ""
+        said = f"not reached up to {self.knob} = {self.points[-1][0]} (largest bound {b:.3g}, at {v}{held})"
         return f"{said}: {self.why}" if self.why else said
 
 
@@ -86,11 +100,18 @@ def _each(raw: dict) -> list[str]:
     return [each] if isinstance(each, str) else list(each)
 
 
-def curve(d: Definition, index: int, knob: str, values: list, topo_dir: Path, why: str = "") -> list[Curve]:
-    """Claim `index` of `d` (one Curve per for_each expansion of the others) against `knob`."""
+def curve(d: Definition, index: int, knob: str, values: list, topo_dir: Path, why: str = "",
+          fixed: dict | None = None) -> list[Curve]:
+    """Claim `index` of `d` (one Curve per for_each expansion of the others) against `knob`,
+    with the `fixed` settings held at their given values (then there is no "today": the
+    trend never ran that setting)."""
     raw = d.claims_raw[index]
+    fixed = dict(fixed or {})
+    for key, value in fixed.items():
+        d, raw = _with_knob(d, raw, key, value)
     default = getattr(RunSpec(), knob, None) if knob in RUN_FIELDS else None
-    today = next((sel[knob] for sel in raw["ratio"] if knob in sel), d.run.get(knob, d.network.get(knob, default)))
+    today = None if fixed else next((sel[knob] for sel in raw["ratio"] if knob in sel),
+                                    d.run.get(knob, d.network.get(knob, default)))
     out: dict[str, Curve] = {}
     for value in values:
         try:
@@ -105,7 +126,7 @@ def curve(d: Definition, index: int, knob: str, values: list, topo_dir: Path, wh
         for claim, _ in claims:
             bound, no_bound = claim_bound([], changed, claim)
             c = out.setdefault(claim.text, Curve(d.name, claim.text, claim.paper, claim.expect, knob, today, [],
-                                                 why=" ".join(why.split())))
+                                                 why=" ".join(why.split()), fixed=fixed))
             c.points.append((value, bound, claim.paper))
             if value == today:
                 c.paper = claim.paper
@@ -118,5 +139,5 @@ def curves(d: Definition, topo_dir: Path) -> list[Curve]:
     out = []
     for i, raw in enumerate(d.claims_raw):
         for w in raw.get("where") or []:
-            out.extend(curve(d, i, w["knob"], list(w["values"]), topo_dir, str(w.get("why", ""))))
+            out.extend(curve(d, i, w["knob"], list(w["values"]), topo_dir, str(w.get("why", "")), w.get("with")))
     return out

@@ -38,7 +38,7 @@ def plot(c: Curve, ours: float, path: Path) -> Path:
         ax.set_xscale("log", base=2)
     if not numeric:
         ax.set_xticks(xs, [str(v) for v, _, _ in c.points])
-    ax.set_xlabel(c.knob)
+    ax.set_xlabel(c.name)
     ax.set_ylabel("ratio")
     ax.set_title(f"{c.trend}: {c.claim}"[:70], fontsize=8)
     ax.legend(fontsize=7)
@@ -61,7 +61,8 @@ def section(outcome, topo_dir: Path, out_dir: Path) -> list[str]:
             name = re.sub(r"[^a-z0-9]+", "-", f"where-{c.trend}-{c.knob}-{c.claim}".lower())[:80].strip("-")
             made.append(plot(c, ours.get(c.claim, float("nan")), out_dir / f"{name}.png"))
             bound_today = next((b for v, b, _ in c.points if v == c.today), float("nan"))
-            rows.append(f"| {c.trend} | {c.claim} | {_fmt(c.paper)} | {c.knob} = {c.today} | {_fmt(bound_today)} | "
+            today = f"{c.knob} = {c.today}" if c.today is not None else c.name
+            rows.append(f"| {c.trend} | {c.claim} | {_fmt(c.paper)} | {today} | {_fmt(bound_today)} | "
                         f"{_fmt(ours.get(c.claim, float('nan')))} | {c.verdict()} | {made[-1].name} |")
     if not rows:
         return []

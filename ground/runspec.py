@@ -42,6 +42,7 @@ def switch_trees() -> str:
     """The tree algorithms that span switches, for messages: 'spt, rat, packing'."""
     return ", ".join(t for t in TREES if t != BCUBE_TREE) or "spt"
 PATTERNS = ("random", "overlap", "disjoint")
+PS_LAYOUTS = ("sharded", "central")                      # --algorithm ps: who serves which shard (hosts/ps.py)
 PLACEMENTS = ("spread", "packed")                      # where a --jobs run puts each job's workers
 DTYPES = ("int32", "float32")
 BACKENDS = ("soft", "bmv2")
@@ -153,6 +154,7 @@ class RunSpec:
     jobs: int = 1                      # concurrent allreduces (tenants) of `workers` each, ids job, job+1, ...
     job_loss: list[float] = field(default_factory=list)   # per job: loss on its workers' links (else `loss`)
     placement: str = "spread"          # with jobs: spread (a job across racks) | packed (a job fills racks)
+    ps_layout: str = "sharded"         # algorithm ps: sharded over the workers | central (rank 0's host serves all)
     keep: str | None = None            # copy the run directory here when the run ends (logs, commands, pcaps)
     pcap: bool = False                 # the switches write per-port pcaps into the kept directory
     cluster: str | None = None         # a cluster file: the network runs on its servers (emulation/cluster)
@@ -307,6 +309,8 @@ class RunSpec:
                                  f"{self.slots_per_job} slots; use --window <= {self.slots_per_job}")
             if self.job + self.jobs - 1 > 255:
                 raise ValueError(f"--job {self.job} --jobs {self.jobs}: job ids must fit in 8 bits (<= 255)")
+        if self.ps_layout not in PS_LAYOUTS:
+            raise ValueError(f"--ps-layout must be sharded or central, got {self.ps_layout!r}")
         if self.placement not in PLACEMENTS:
             raise ValueError(f"--placement must be spread or packed, got {self.placement!r}")
         if self.job_loss:

@@ -1,12 +1,17 @@
-"""Sharded parameter server over TCP, the host baseline `--algorithm ps`.
+"""Parameter server over TCP, the host baseline `--algorithm ps`: sharded (the default) or central.
 
-Layout (the default and only one): colocated and sharded, as BytePS and Horovod's
+Layout `sharded` (the default): colocated and sharded, as BytePS and Horovod's
 parameter-server mode run it when every machine is also a server: the array is cut into
 n shards (sizes differ by at most one element) and worker j also serves shard j. Each
 worker pushes shard j of its array to server j, server j sums the n contributions and
 sends the sum back to every worker. Per host that is (n-1)/n of the array pushed out and
 (n-1)/n served back out, the same 2(n-1)/n the ring sends, but in one round trip
 instead of 2(n-1) steps, over n(n-1) connections instead of n.
+
+Layout `central` (`--ps-layout central`): one server, rank 0's host, owns the whole array (the
+other shards are empty), as the classic PS deployments RAT and ATP compare against: every worker
+pushes the whole array to it and it sends the whole sum back to each, so its host link carries
+n-1 arrays each way. The same code: only the shard boundaries differ.
 
 Pipelining: every shard travels in chunks; one thread per worker drives all its flows
 (hosts/flow_loop.py: a selector writes to whichever connection has room and reads whichever
@@ -44,9 +49,21 @@ def connections(rank: int, n: int) -> tuple[list[int], list[int]]:
     return others, others
 
 
+LAYOUTS = ("sharded", "central")
+
+
+def shard_bounds(length: int, n: int, layout: str = "sharded") -> list[tuple[int, int]]:
+    """Each rank's shard [lo, hi): n near-equal pieces, or (central) all of it at rank 0."""
+    if layout == "central":
+        return [(0, length)] + [(length, length)] * (n - 1)
+    if layout != "sharded":
+        raise ValueError(f"ps layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    return segment_bounds(length, n)
+
+
 def allreduce(array, *, rank: int, peers: list[str], port: int = BASE_PORT, give_up: float = 10.0,
               on_progress=None, link_mbps: float | None = None, chunk_bytes: int = CHUNK_BYTES,
-              return_stats: bool = False, mesh: Mesh | None = None):
+              return_stats: bool = False, mesh: Mesh | None = None, layout: str = "sharded"):
     """Sum `array` over the workers at `peers` (one IPv4 address per rank, in rank order),
     over `mesh` if given (tcp_mesh.open_mesh for this algorithm and array: kept open), else
     over connections opened and closed for this call."""
@@ -54,7 +71,7 @@ def allreduce(array, *, rank: int, peers: list[str], port: int = BASE_PORT, give
     out_to, in_from = connections(rank, n)
 
     def body(arr: np.ndarray, mesh: Mesh) -> np.ndarray:
-        return _Ps(arr, rank, n, mesh, give_up, on_progress, max(1, chunk_bytes // arr.itemsize)).run()
+        return _Ps(arr, rank, n, mesh, give_up, on_progress, max(1, chunk_bytes // arr.itemsize), layout).run()
 
     return allreduce_over_mesh("ps", body, array, rank=rank, peers=peers, out_to=out_to, in_from=in_from,
                                port=port, give_up=give_up, return_stats=return_stats,
@@ -62,10 +79,10 @@ def allreduce(array, *, rank: int, peers: list[str], port: int = BASE_PORT, give
 
 
 class _Ps:
-    def __init__(self, arr, rank, n, mesh: Mesh, give_up, on_progress, chunk):
+    def __init__(self, arr, rank, n, mesh: Mesh, give_up, on_progress, chunk, layout: str = "sharded"):
         self.arr, self.rank, self.n, self.mesh = arr, rank, n, mesh
         self.others = [(rank + i) % n for i in range(1, n)]
-        self.shards = segment_bounds(len(arr), n)
+        self.shards = shard_bounds(len(arr), n, layout)
         self.chunks = [chunk_bounds(lo, hi, chunk) for lo, hi in self.shards]
         lo, hi = self.shards[rank]
         self.staging = np.empty((n, hi - lo), dtype=arr.dtype)      # my shard, one row per worker

@@ -70,6 +70,14 @@ def test_sharded_ps_on_one_switch_moves_what_ring_moves():
     assert ps == pytest.approx(seconds(1.5 * G * TCP, 10))
 
 
+def test_a_central_ps_host_link_carries_every_other_workers_gradient():
+    """Central PS with 4 workers: rank 0's host link carries 3 gradients in (pushes) and 3 out
+    (sums), each G of TCP payload: 3G per direction, against the sharded PS's 1.5G."""
+    g = ideal(topologies.single_switch(4, bw=10))
+    central = bounds.wire_seconds(spec(workers=4, bw=10, algorithm="ps", ps_layout="central"), g)
+    assert central == pytest.approx(seconds(3 * G * TCP, 10))
+
+
 def test_in_network_time_does_not_grow_with_workers():
     """2 or 16 workers on one switch: the same 31,714 B per host link -> t16/t2 = 1."""
     t2 = bounds.wire_seconds(spec(workers=2, bw=10), ideal(topologies.single_switch(2, bw=10)))

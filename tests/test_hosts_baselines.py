@@ -107,6 +107,31 @@ def test_each_worker_sends_2_n_minus_1_over_n_of_the_array(algorithm):
         assert stats.bytes_sent == 2 * (n - 1) * length * 4 // n
 
 
+@pytest.mark.parametrize("workers,elements", [(2, 1), (3, 7), (5, 100_003)])
+def test_a_central_ps_is_exact(workers, elements):
+    spec = RunSpec(workers=workers, elements=elements, dtype="float32", seed=workers, algorithm="ps").validate()
+    inputs = inputs_for(spec)
+    assert_exact(run_all("ps", inputs, give_up=20, layout="central"), inputs)
+
+
+def test_a_central_ps_host_moves_every_array_and_the_others_one_each():
+    """Central: rank 0 serves everything. Each other worker pushes its whole array (length x 4 B)
+    and sends nothing else; rank 0 sends the sum back to each of the n-1 others."""
+    n, length = 4, 10_000
+    inputs = [np.full(length, r + 1, dtype=np.int32) for r in range(n)]
+    results = run_all("ps", inputs, give_up=20, layout="central")
+    for rank, (out, stats) in enumerate(results):
+        assert np.array_equal(out, np.full(length, 1 + 2 + 3 + 4, dtype=np.int32))
+        assert stats.bytes_sent == ((n - 1) * length * 4 if rank == 0 else length * 4), rank
+
+
+def test_shard_bounds_by_layout():
+    assert ps.shard_bounds(10, 3) == [(0, 3), (3, 6), (6, 10)]
+    assert ps.shard_bounds(10, 3, "central") == [(0, 10), (10, 10), (10, 10)]
+    with pytest.raises(ValueError, match="ps layout must be one of sharded, central, got 'ring'"):
+        ps.shard_bounds(10, 3, "ring")
+
+
 def test_ring_schedule_reduces_every_segment_once_per_other_rank():
     """Replaying the schedule on tokens: after the reduce-scatter each segment held by its
     owner has every rank's contribution once; after the all-gather every rank has all."""

@@ -39,6 +39,18 @@ def test_a_knob_the_claim_selects_on_is_replaced_in_its_selectors(tmp_path):
     assert two == pytest.approx(2 * one, rel=0.02) and four == pytest.approx(4 * one, rel=0.02)
 
 
+def test_with_holds_a_setting_the_trend_does_not_run(tmp_path):
+    # RAT's PS / RAT with a central PS (rank 0's host link carries every other worker's
+    # gradient each way) grows with the workers; with the trend's sharded PS it stays near 3
+    d = load_definition(TRENDS / "rat.yaml")
+    (sharded,) = curve(d, 0, "workers", [8, 16], tmp_path, fixed={"racks": 16, "hosts_per_rack": 4})
+    (central,) = curve(d, 0, "workers", [8, 16], tmp_path,
+                       fixed={"ps_layout": "central", "racks": 16, "hosts_per_rack": 4})
+    assert central.today is None and central.name == "workers (with ps_layout=central, racks=16, hosts_per_rack=4)"
+    assert all(c > 2 * s for (_, c, _), (_, s, _) in zip(central.points, sharded.points))
+    assert central.points[1][1] > 1.8 * central.points[0][1]        # twice the workers, about twice the ratio
+
+
 def test_reached_at_is_the_first_value_whose_bound_reaches_the_paper():
     c = Curve("t", "claim", 10.0, "at_least", "spines", 2,
               [(2, 2.0, 10.0), (4, 9.9, 10.0), (8, 10.5, 10.0), (16, 20.0, 10.0)])

@@ -10,9 +10,9 @@ from importlib import import_module
 from agglab.hosts import tcp_mesh   # its BASE_PORT read at use (a harness moves it)
 
 
-def host_baseline(module_name: str):
+def host_baseline(module_name: str, options=lambda spec: {}):
     """(allreduce, prepare) of the baseline implemented in `module_name` (its `connections`
-    and `allreduce`), imported on first use."""
+    and `allreduce`), imported on first use; `options(spec)` are its own keywords (ps: layout)."""
     def prepare(comm, array) -> None:
         m = import_module(module_name)
         comm.tcp_mesh(comm.spec.algorithm, m.connections, array)
@@ -23,7 +23,7 @@ def host_baseline(module_name: str):
         try:
             result, stats = m.allreduce(array, rank=comm.rank, peers=comm.plan.peers(), port=tcp_mesh.BASE_PORT + comm.spec.job,
                                         give_up=comm.spec.give_up, return_stats=True, on_progress=comm.block_progress,
-                                        link_mbps=comm.seat.link_mbps, mesh=mesh)
+                                        link_mbps=comm.seat.link_mbps, mesh=mesh, **options(comm.spec))
         except BaseException:
             comm.close()                 # a failed call leaves its connections out of step
             raise

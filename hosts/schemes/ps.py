@@ -4,4 +4,4 @@ from __future__ import annotations
 
 from agglab.hosts.schemes._tcp import host_baseline
 
-allreduce, prepare = host_baseline("agglab.hosts.ps")
+allreduce, prepare = host_baseline("agglab.hosts.ps", lambda spec: {"layout": spec.ps_layout})
