@@ -41,7 +41,7 @@ from agglab.hosts.consistency import DTYPES, lead_lanes
 from agglab.hosts.codec import BE, EXP, FLAGS, JOB, PAYLOAD_BYTES, SLOT, WORKER, unpack
 from agglab.hosts.diagnostics import AllreduceTimeout, NetworkPartitionError
 from agglab.hosts.protocol import HeaderPacker
-from agglab.hosts.rto import RtoEstimator, backoff
+from agglab.hosts.rto import RtoEstimator, backoff, queue_seconds
 from agglab.hosts.transport import batches
 
 K = wire.K
@@ -182,7 +182,7 @@ class SlotRun:
         for t in set(self.trees):
             mbps = self.tree_mbps.get(str(t))
             if mbps:
-                queue = max(queue, 2 * self.trees.count(t) * wire.FRAME_BYTES * 8 / (mbps * 1e6))
+                queue = max(queue, queue_seconds(2 * self.trees.count(t), mbps))
         self.rtt.set_floor(queue)
 
     def parse_trees(self, tree_of_slot) -> list[int]:
