@@ -4,8 +4,9 @@ Why: at 128 workers a window queued at a slow link outlasts a timer set for fast
 every slot (or block) is resent behind itself (a storm that never ends). The dense and
 sparse agents floor their timers at each tree's slowest link (hosts/slots.py path_rates),
 ATP's workers at their path's (hosts/schemes/atp.py path_floor), from the epoch file the
-controller writes. The ring and the PS are TCP: the kernel times them (and the session
-floors TCP's RTO on slow routes, docs/guide/baselines.md), so they are not here.
+controller writes. The ring and the PS are TCP: the kernel times them, and the session
+already floors TCP's RTO at each host route's link rate (ground/links.py rto_min_ms, set by
+emulation/host_setup.py), so they are not here.
 
 Every expected figure is worked out by hand in the test: a full agg frame is 314 bytes
 (14 Ethernet + 20 IPv4 + 8 UDP + 16 agg_h + 64 x 4 value bytes), 2,512 bits.
