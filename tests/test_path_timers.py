@@ -51,15 +51,15 @@ class _Unused:
         return None
 
 
-def _dense(window: int, tree_of_slot=None) -> DenseRun:
+def _dense(window: int, tree_of_slot=None, link_mbps=None) -> DenseRun:
     arr = np.zeros(window * wire.K * 2, dtype=np.int32)
-    return DenseRun(arr, _Unused(), 0, 4, 0, 0, 0, window, 0.02, 10.0, tree_of_slot, None, None)
+    return DenseRun(arr, _Unused(), 0, 4, 0, 0, 0, window, 0.02, 10.0, tree_of_slot, None, None, link_mbps)
 
 
-def _sparse(window: int, tree_of_slot=None) -> SparseRun:
+def _sparse(window: int, tree_of_slot=None, link_mbps=None) -> SparseRun:
     arr = np.zeros(window * wire.K * 2, dtype=np.int32)
     return SparseRun(arr, _Unused(), 0, 4, 0, 0, 0, window, 0.02, 10.0, tree_of_slot, None, None,
-                     wire.K, 1, False)
+                     wire.K, 1, False, link_mbps)
 
 
 @pytest.mark.parametrize("make", [_dense, _sparse], ids=["switchml", "omnireduce"])
@@ -83,6 +83,20 @@ def test_the_floor_is_the_slowest_tree_s_queue_of_its_own_slots(make):
     run.path_rates({"0": 1.0, "1": 0.5})
     assert run.rtt.floor == pytest.approx(0.080384)
     assert run.rtt.cap == MAX_RTO
+
+
+@pytest.mark.parametrize("make", [_dense, _sparse], ids=["switchml", "omnireduce"])
+def test_the_host_s_own_link_queues_the_whole_window_s_results(make):
+    """16 slots over 4 trees (4 each), every tree's slowest link at 0.075 Mb/s: per tree 8
+    frames, 8 x 2,512 / 75,000 = 0.26795 s; but all 16 results come down the host's own
+    0.075 Mb/s link, 16 x 2,512 / 75,000 = 0.53589 s: the floor, the cap twice that."""
+    run = make(16, [0, 1, 2, 3] * 4, link_mbps=0.075)
+    run.path_rates({str(t): 0.075 for t in range(4)})
+    assert run.rtt.floor == pytest.approx(0.535893, rel=1e-5)
+    assert run.rtt.cap == pytest.approx(1.071787, rel=1e-5)
+    alone = make(16, [0, 1, 2, 3] * 4, link_mbps=0.075)
+    alone.path_rates(None)                                 # no tree rates known: the host link still counts
+    assert alone.rtt.floor == pytest.approx(0.535893, rel=1e-5)
 
 
 @pytest.mark.parametrize("make", [_dense, _sparse], ids=["switchml", "omnireduce"])
