@@ -141,6 +141,11 @@ class Communicator:
             self._route = new
         return new
 
+    def route(self) -> dict:
+        """The controller's epoch file as last read (polled now): {} when it wrote none."""
+        self.poll_route()
+        return self._route
+
     def agent_options(self) -> dict:
         self.poll_route()
         return {"transport": self.transport, "rank": self.rank, "workers": self.workers,

@@ -14,6 +14,8 @@ retransmission.  RtoEstimator turns the samples into a timeout.
 
 from __future__ import annotations
 
+from agglab.ground.wire import FRAME_BYTES
+
 MIN_RTO = 0.002          # below this, timer granularity and scheduling noise dominate
 # Cap of the estimate and of the per-slot backoff. Under random loss the completion
 # latencies include other workers' recovery and push the estimate to the cap, so the cap
@@ -24,6 +26,13 @@ MIN_RTO = 0.002          # below this, timer granularity and scheduling noise do
 MAX_RTO = 0.3
 PEAK_HALF_LIFE = 0.5     # seconds for the latency peak hold to decay by half
 BACKOFF_CAP = 4          # a slot's timeout grows at most to 4 x RTO on repeated losses
+
+
+def queue_seconds(frames: int, mbps: float) -> float:
+    """How long `frames` full agg frames take through a link of `mbps` Mb/s: the queue a
+    window makes at a path's slowest link, which every scheme's timers are floored at
+    (RtoEstimator.set_floor says why)."""
+    return frames * FRAME_BYTES * 8 / (mbps * 1e6)
 
 
 def backoff(rto: float, tries: int) -> float:

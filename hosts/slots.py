@@ -41,7 +41,7 @@ from agglab.hosts.consistency import DTYPES, lead_lanes
 from agglab.hosts.codec import BE, EXP, FLAGS, JOB, PAYLOAD_BYTES, SLOT, WORKER, unpack
 from agglab.hosts.diagnostics import AllreduceTimeout, NetworkPartitionError
 from agglab.hosts.protocol import HeaderPacker
-from agglab.hosts.rto import RtoEstimator, backoff
+from agglab.hosts.rto import RtoEstimator, backoff, queue_seconds
 from agglab.hosts.transport import batches
 
 K = wire.K
@@ -151,6 +151,7 @@ class SlotRun:
         pace = getattr(transport, "pace", None)
         if pace is not None:
             pace(link_mbps)                     # None: off (a transport reused without a rate)
+        self.link_mbps = link_mbps or 0.0
         if not link_mbps:
             self.byte_time = 0.0
         else:
@@ -174,15 +175,22 @@ class SlotRun:
         """Floor the timers at the queues a full window makes at each tree's slowest link
         (`tree_mbps`: tree id -> that link's Mb/s, from the controller's epoch file;
         RtoEstimator.set_floor says why). Each of a tree's slots queues one frame there on
-        the way up and its result one on the way down: a round trip can wait for both."""
+        the way up and its result one on the way down: a round trip can wait for both.
+
+        And at the host's own link, which every tree crosses: the whole window's results
+        queue on its way down (the way up is the sender's own queue, timed by `leaves`).
+        Counting only a tree's slots there made a 16-slot window on 4 RAT trees wait 0.27 s
+        for results that took 0.54 s to arrive at 0.075 Mb/s: at 128 workers with random
+        sparse blocks every non-participant probed every round, each probe answered with a
+        result on the same link, and the runs stalled."""
         self.tree_mbps = tree_mbps or self.tree_mbps
-        if not self.tree_mbps:
+        queue = queue_seconds(self.S, self.link_mbps) if self.link_mbps else 0.0
+        if not self.tree_mbps and not queue:
             return
-        queue = 0.0
         for t in set(self.trees):
             mbps = self.tree_mbps.get(str(t))
             if mbps:
-                queue = max(queue, 2 * self.trees.count(t) * wire.FRAME_BYTES * 8 / (mbps * 1e6))
+                queue = max(queue, queue_seconds(2 * self.trees.count(t), mbps))
         self.rtt.set_floor(queue)
 
     def parse_trees(self, tree_of_slot) -> list[int]:

@@ -31,6 +31,7 @@ from agglab.controller.events import EventLog
 from agglab.controller.forwarding_job import ForwardingJob, Routes
 from agglab.controller.switch_client import SwitchClient
 from agglab.ground import wire
+from agglab.ground.epoch_file import publish as publish_epoch
 
 WIRE_MODEL = "atp"
 POOL_REGISTERS = ("atp_bitmap", "atp_count")          # a zero bitmap is a free aggregator
@@ -84,9 +85,24 @@ class AtpJob(ForwardingJob):
             self.treeset = Routes(self._paths(), epoch=0)
         for sw, senders in sorted(self.expect.items()):
             self.clients[sw].table_add("atp_job", "atp_aggregate", [self.job], [senders])
+        self.publish_rates()
         self.events.add("atp_installed", job=self.job, switches=len(self.expect),
                         expect={sw: f"{m:#x}" for sw, m in sorted(self.expect.items())})
         return self
+
+    def publish_rates(self) -> None:
+        """The epoch file with `tree_mbps` {0: the slowest shaped link the job's routes
+        cross}, from which the workers floor their timers (hosts/schemes/atp.py path_floor);
+        written at start and after every reroute of the owner's routes. No file on
+        unshaped links (nothing to wait for)."""
+        rates = [r for r in (self.g.edges[e].get("bw") for e in self.treeset.edges) if r]
+        if rates:
+            publish_epoch(self.epoch_file, self.treeset.epoch, [], tree_mbps={0: min(rates)})
+
+    def reroute(self, link: str, t_detect: float, record: bool = True, switch: str | None = None) -> dict:
+        entry = super().reroute(link, t_detect, record, switch)
+        self.publish_rates()
+        return entry
 
     def prepare(self, window: int, algorithm: str | None = None) -> None:
         """Before each allreduce: every live switch's pool emptied (the tenant that owns the

@@ -41,7 +41,7 @@ from agglab.ground.schemes import SCHEMES
 from agglab.hosts.atp_window import DelayWindow
 from agglab.hosts.diagnostics import AllreduceTimeout
 from agglab.hosts.protocol import decode, encode
-from agglab.hosts.rto import RtoEstimator, backoff
+from agglab.hosts.rto import RtoEstimator, backoff, queue_seconds
 
 K = wire.K
 FLAG_ATP = SCHEMES["atp"].flag_bits
@@ -61,6 +61,22 @@ def _socket(ip: str) -> socket.socket:
     s.bind((ip, wire.UDP_PORT))
     s.setblocking(False)
     return s
+
+
+def path_floor(window: int, workers: int, mbps: float) -> float:
+    """The least retransmission timeout of a worker with `window` blocks out on a path whose
+    slowest link runs at `mbps` (the controller's epoch file, `tree_mbps`), as the dense
+    agents floor theirs (hosts/slots.py `path_rates`, RtoEstimator.set_floor says why).
+
+    A block's round trip can queue behind its worker's whole window on the way up (the
+    switches sum the other workers' copies on the way, so they do not add) and, on the way
+    down, behind that window's results for every other worker: the PS unicasts each result
+    workers - 1 times through its own link. window x workers frames in all, all counted at
+    the slowest link's rate (the PS's link may be faster: the floor errs long, which costs
+    only loss-recovery pace, never a storm). Measured before the floor: at 32 workers on
+    0.1 Mb/s links a 16-block window's results took 13 s to leave the PS while the timers
+    fired after 0.3 s, and every resend queued behind them."""
+    return queue_seconds(window * workers, mbps)
 
 
 def _blocks(array: np.ndarray) -> np.ndarray:
@@ -141,7 +157,10 @@ class AtpEndpoint:
         atexit.register(self.close)
 
     # -- the worker side --------------------------------------------------------------
-    def work(self, rows: np.ndarray, window: int, give_up: float, on_progress=None):
+    def work(self, rows: np.ndarray, window: int, give_up: float, on_progress=None,
+             path_mbps: float | None = None):
+        """path_mbps: the slowest link on the worker's path to the PS and back (None: not
+        shaped); the timers are floored at the queue the current window makes there."""
         gen = self.calls & 0xFF
         nb = len(rows)
         ps = (self.peers[0], wire.UDP_PORT)
@@ -155,7 +174,11 @@ class AtpEndpoint:
         sent = resent = dups = 0
         next_b, finished, last_progress = 0, 0, time.monotonic()
         me = 1 << self.rank
+        floored = 0                                        # the window size the floor was set for
         while finished < nb:
+            if path_mbps and cw.size != floored:
+                floored = cw.size
+                rto.set_floor(path_floor(floored, len(self.peers), path_mbps))
             now = time.monotonic()
             while len(deadline) < cw.size and next_b < nb:
                 self._send(next_b, gen, rows[next_b], me, 0, ps)
@@ -202,7 +225,8 @@ class AtpEndpoint:
         self.calls += 1
         return out, {"packets_sent": sent + resent, "retransmissions": resent, "duplicates_ignored": dups,
                      "blocks": nb, "window_cuts": cw.cuts, "window_last": cw.size,
-                     "window_base_ms": None if cw.base == float("inf") else round(cw.base * 1e3, 3)}
+                     "window_base_ms": None if cw.base == float("inf") else round(cw.base * 1e3, 3),
+                     "rto_floor_ms": round(rto.floor * 1e3, 3) if floored else None}
 
     def _finish(self, gen: int, me: int, ps, rto: RtoEstimator) -> bool:
         """FIN until the PS acknowledges it, at most FIN_TRIES sends: True when it did. The
@@ -380,6 +404,8 @@ def allreduce(comm, array):
     if comm.rank == 0:
         out, stats = endpoint.serve(rows, comm.workers, comm.spec.give_up, comm.block_progress)
     else:
-        out, stats = endpoint.work(rows, comm.plan.window, comm.spec.give_up, comm.block_progress)
+        rates = comm.route().get("tree_mbps") or {}
+        out, stats = endpoint.work(rows, comm.plan.window, comm.spec.give_up, comm.block_progress,
+                                   path_mbps=min(rates.values(), default=None))
     stats["seconds"] = time.monotonic() - started
     return out.reshape(-1)[:array.size].reshape(array.shape), stats
