@@ -48,8 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
         "on the emulator at a scale under this machine's fidelity ceiling, and write "
         "OUT/NAME/report.md with each trend beside the paper's claim. Resumes: finished runs "
         "recorded in OUT/NAME/runs.jsonl are skipped."))
-    p.add_argument("config", nargs="?", help="definition or suite file, or a suite name (default, quick, "
-                   "small); default: the backend's default suite (" +
+    p.add_argument("config", nargs="?", help="definition or suite file, or a suite name (default, quick, bmv2, "
+                   "paper); default: the backend's default suite (" +
                    ", ".join(f"{b}: {s}" for b, s in DEFAULT_SUITE.items()) + ")")
     p.add_argument("--config", dest="config_opt", help="same as the positional argument")
     p.add_argument("--name", help="output directory name (default: the suite's name)")
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None, run_fn: RunFn | None = None, log: TextIO
 
 
 # The suite `make experiment` / `agglab experiment` runs when none is named, per backend.
-DEFAULT_SUITE = {"soft": "default", "bmv2": "default"}
+DEFAULT_SUITE = {"soft": "default", "bmv2": "bmv2"}
 # How long `agglab calibrate --backend bmv2` takes on the 2-core machine: 22 s for its 4 probes
 # on 2026-12-06 (docs/guide/experiments.md "Backends"); a search that steps down takes longer
 CALIBRATE_TIME = "about a minute"
