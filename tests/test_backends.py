@@ -251,3 +251,13 @@ def test_the_report_names_its_suite_and_where_the_other_backends_run_of_it_is(tm
     soft = (out / results_name("pair", wire.K) / "report.md").read_text()
     assert "Suite **pair**" in soft and "on backend **soft**" in soft and "No bmv2 run" not in soft
     assert "## Soft and BMv2 side by side" in soft
+
+
+def test_a_dry_run_counts_the_calibrations_a_fresh_clone_runs_first(tmp_path):
+    log = io.StringIO()
+    assert cli.main(["--backend", "bmv2", "--dry-run", "--out", str(tmp_path)], log=log) == 0
+    text = log.getvalue()
+    runs_min = float(suite_line(text).split("estimated ")[1].split(" min")[0])
+    shapes_min = float(text.split("first, ~")[1].split(" min in all")[0])
+    total = float(text.split("in all: ~")[1].split(" min with the calibrations")[0])
+    assert total >= runs_min + shapes_min - 1 and "is not calibrated" in text
