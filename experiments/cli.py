@@ -49,8 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
         "on the emulator at a scale under this machine's fidelity ceiling, and write "
         "OUT/NAME/report.md with each trend beside the paper's claim. Resumes: finished runs "
         "recorded in OUT/NAME/runs.jsonl are skipped."))
-    p.add_argument("config", nargs="?", help="definition or suite file, or a suite name (default, quick, "
-                   "small); default: the backend's default suite (" +
+    p.add_argument("config", nargs="?", help="definition or suite file, or a suite name (default, quick, bmv2, "
+                   "paper); default: the backend's default suite (" +
                    ", ".join(f"{b}: {s}" for b, s in DEFAULT_SUITE.items()) + ")")
     p.add_argument("--config", dest="config_opt", help="same as the positional argument")
     p.add_argument("--name", help="output directory name (default: the suite's name)")
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None, run_fn: RunFn | None = None, log: TextIO
 
 
 # The suite `make experiment` / `agglab experiment` runs when none is named, per backend.
-DEFAULT_SUITE = {"soft": "default", "bmv2": "default"}
+DEFAULT_SUITE = {"soft": "default", "bmv2": "bmv2"}
 # How long `agglab calibrate --backend bmv2` takes on the 2-core machine: 22 s for its 4 probes
 # on 2026-12-06 (docs/guide/experiments.md "Backends"); a search that steps down takes longer
 CALIBRATE_TIME = "about a minute"
@@ -182,17 +182,19 @@ def warn_faithless(suite, log: TextIO) -> None:
               "searches again", file=log, flush=True)
 
 
-def dry_run_calibrations(suite, log: TextIO) -> None:
-    """What a real run would calibrate first, with each shape's estimate: the cost in sight."""
+def dry_run_calibrations(suite, log: TextIO) -> float:
+    """What a real run would calibrate first, with each shape's estimate: the cost in sight
+    (its seconds, returned for the plan's total)."""
     todo = uncalibrated_shapes(suite)
     if not todo:
-        return
+        return 0.0
     costs = [calibrate_seconds(shape, shape_switches(shape)) for _, shape, _ in todo]
     print(f"  {len(todo)} {suite.backend} trend shape(s) without a calibration: a real run calibrates each "
           f"first, ~{sum(costs) / 60:.0f} min in all on a 2-core machine:", file=log)
     for (key, shape, trends), cost in zip(todo, costs):
         print(f"    {key} ({', '.join(trends)}): ~{cost:.0f} s, `agglab calibrate --backend {suite.backend} "
               f"{' '.join(calibrate_args(shape))}`", file=log)
+    return sum(costs)
 
 
 def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO, calibrate_fn=None) -> int:
@@ -240,10 +242,14 @@ def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO, calibrate_f
           f"at a ceiling of {suite.ceiling_mbps:g} Mb/s per link ({suite.ceiling_source}) -> {out_dir}/",
           file=log, flush=True)
     if args.dry_run:
+        first = 0.0
         if needs_calibration(suite.backend):
             print(f"  ({suite.backend} is not calibrated: a real run calibrates it first, "
                   f"{CALIBRATE_TIME}; the plan above is at the default)", file=log)
-        dry_run_calibrations(suite, log)
+            first = 60.0
+        first += dry_run_calibrations(suite, log)
+        if first:
+            print(f"  in all: ~{(est + first) / 60:.0f} min with the calibrations", file=log)
         for d, p, reps in steps:
             what = p.error or f"~{estimate_seconds(p, len(reps)):.0f} s{_emulated(d, p)}"
             print(f"  {d.name}: {p.label()} x{len(reps)} ({what})", file=log)

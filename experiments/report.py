@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agglab.experiments.analysis import real_seconds, scale_groups, select, series_table, verdicts
-from agglab.experiments.backends import side_by_side
-from agglab.experiments.runner import trend_rates
+from agglab.experiments.backends import BACKENDS, side_by_side, twin_results
+from agglab.experiments.runner import trend_rates, twin_dir
 from agglab.ground import wire
 from agglab.experiments.paper_figures import ring_vs_innet
 from agglab.experiments.plots import write_plots
@@ -311,6 +311,27 @@ def _fidelity(outcome: "Outcome") -> list[str]:
     return lines + [""]
 
 
+def suite_lines(outcome: "Outcome") -> list[str]:
+    """Which suite ran (its name and file) on which backend, the suite's own `about` (why its
+    sizes are what they are: the BMv2 suite's differ from the default's), and where the other
+    backend's run of the same suite is, or the command that makes it: the side-by-side table
+    compares a suite only with itself, so its soft ratios come from the same networks."""
+    suite = outcome.suite
+    lines = [f"Suite **{suite.name}** (`{suite.source}`) on backend **{suite.backend}**."
+             + (f" {suite.about}" if suite.about else ""), ""]
+    found = twin_results(outcome)
+    if found is None:
+        other = next(b for b in BACKENDS if b != suite.backend)
+        folder = twin_dir(outcome.out_dir, suite.backend, other)
+        source = Path(suite.source)
+        named = source.stem if source.resolve().parent == REPO / "experiments" / "configs" else suite.source
+        out = "" if outcome.out_dir.parent == Path("results") else f" --out {outcome.out_dir.parent}"
+        lines += [f"No {other} run of this suite beside it ({folder}/): `agglab experiment {named} "
+                  f"--backend {other}{out}` makes one; this command run again then adds each claim's "
+                  f"{other} ratio beside this backend's (finished runs are kept).", ""]
+    return lines
+
+
 def render(outcome: "Outcome", facts: dict[str, str], plots: dict[str, list[Path]], where: list[str] = ()) -> str:
     suite = outcome.suite
     ok = sum(1 for r in outcome.rows if r.get("ok"))
@@ -320,7 +341,7 @@ def render(outcome: "Outcome", facts: dict[str, str], plots: dict[str, list[Path
     lines = [f"# agglab experiment `{suite.name}` on {BACKEND_NAMES.get(suite.backend, suite.backend)}", "",
              f"Backend: **{suite.backend}**. "
              f"{ok} of {len(outcome.rows)} recorded runs succeeded; {flagged} of them flagged CPU-bound.{state}", "",
-             "## Trends: ours vs the papers", ""] + _trend_rows(outcome) + ["", BOUND_NOTE, "", TIMING_NOTE, ""]
+             *suite_lines(outcome), "## Trends: ours vs the papers", ""] + _trend_rows(outcome) + ["", BOUND_NOTE, "", TIMING_NOTE, ""]
     lines += side_by_side(outcome)
     lines += ["## Machine and scale", "", "| fact | value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in {"backend": suite.backend, **facts}.items()]

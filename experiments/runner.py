@@ -37,7 +37,7 @@ from agglab.experiments.shapes import calibrated_by_shape, key_of, trend_shape
 
 # specs of one point (its repeats) -> results; a ProgramRun for program: pace points
 RunFn = Callable[[list["RunSpec | ProgramRun"]], Iterator[dict]]
-SUITE_KEYS = ("name", "repeats", "definitions", "ceiling_mbps")
+SUITE_KEYS = ("name", "repeats", "definitions", "ceiling_mbps", "about")   # about: why this suite, in its report
 ENTRY_KEYS = ("file", "sweep", "repeats", "series", "emulated", "run")
 
 
@@ -53,6 +53,7 @@ class Suite:
     ceiling_source: str
     source: str
     backend: str = SOFT                # every run's data plane: whose calibration scales the suite
+    about: str = ""                    # the suite file's `about`: why its sizes are what they are
 
 
 @dataclass
@@ -141,7 +142,8 @@ def load_suite(path: str | Path, repeats: int | None = None, backend: str | None
     ceil, where = ceiling(on)
     if "ceiling_mbps" in raw:
         ceil, where = float(raw["ceiling_mbps"]), f"fixed by {path}"
-    return Suite(str(raw.get("name", path.stem)), defs, ceil, where, str(path), on)
+    about = " ".join(str(raw.get("about", "")).split())
+    return Suite(str(raw.get("name", path.stem)), defs, ceil, where, str(path), on, about)
 
 
 def results_name(name: str, k: int = wire.K, backend: str = SOFT) -> str:

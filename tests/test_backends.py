@@ -124,7 +124,8 @@ def test_the_report_shows_soft_and_bmv2_ratios_side_by_side(tmp_path):
     # soft: big 3.0 s over in-network 1.0 s -> 3; BMv2: 2.4 s -> 2.4, which is 2.4/3 - 1 = 20% below soft
     assert cli.main([str(path), "--out", str(out)], run_fn=fake_run(3.0, []), log=io.StringIO()) == 0
     soft_report = (out / results_name("t", wire.K) / "report.md").read_text()
-    assert "on the software twin (soft)" in soft_report and "side by side" not in soft_report   # no BMv2 results yet
+    assert "on the software twin (soft)" in soft_report and "## Soft and BMv2 side by side" not in soft_report
+    assert "No bmv2 run of this suite beside it" in soft_report                     # no BMv2 results yet
     assert cli.main([str(path), "--backend", "bmv2", "--out", str(out)], run_fn=fake_run(2.4, []),
                     log=io.StringIO()) == 0
     report = (out / results_name("t", wire.K, "bmv2") / "report.md").read_text()
@@ -178,3 +179,85 @@ def test_more_than_8_workers_on_one_switch_are_stored_as_a_shape(monkeypatch):
     cal.calibrate(workers=16, start=1, factor=2, limit=4, refine=0, log=io.StringIO(), backend="bmv2")
     assert fidelity.load_calibration("bmv2")["ceiling_mbps"] == 2.5            # the 8-worker record kept
     assert fidelity.ceiling_for(16, "bmv2") == (1.0, "single-w16")
+
+
+def suite_line(log: str) -> str:
+    """The dry run's plan line: `NAME: N trend(s), R runs, ... -> OUT/FOLDER/`."""
+    return next(line for line in log.splitlines() if " trend(s), " in line)
+
+
+@pytest.mark.parametrize("argv, suite, folder", [
+    (["--backend", "bmv2"], "bmv2", "bmv2-bmv2"),                    # BMv2's own suite when none is named
+    ([], "default", "default"),                                      # the twin keeps the default suite
+    (["--backend", "soft"], "default", "default"),
+    (["quick", "--backend", "bmv2"], "quick", "quick-bmv2"),         # a named suite wins on either backend
+    (["bmv2", "--backend", "soft"], "bmv2", "bmv2"),                 # BMv2's suite on the twin: its soft side
+])
+def test_the_backend_picks_its_own_suite_unless_one_is_named(tmp_path, argv, suite, folder):
+    log = io.StringIO()
+    assert cli.main([*argv, "--dry-run", "--out", str(tmp_path)], log=log) == 0
+    line = suite_line(log.getvalue())
+    assert line.startswith(f"{suite}: ") and line.endswith(f"-> {tmp_path / folder}/")
+
+
+def claim_texts(suite) -> set[tuple[str, str]]:
+    return {(d.name, c["text"]) for d in suite.definitions for c in d.claims_raw}
+
+
+def test_the_bmv2_suite_makes_every_claim_of_the_default_suite_on_networks_bmv2_carries(tmp_path):
+    default, bmv2 = (load_suite(cli.resolve(name), backend="bmv2") for name in ("default", "bmv2"))
+    assert claim_texts(bmv2) == claim_texts(default) and claim_texts(bmv2)
+    assert bmv2.about                                # the report says why its sizes differ
+    # the shapes BMv2 could not carry (experiments/shapes.py): no trend of its suite on the k=4 fat-tree's 16 workers
+    from agglab.experiments.shapes import suite_shapes
+    assert "fattree-k4-w16" in suite_shapes(default) and "fattree-k4-w16" not in suite_shapes(bmv2)
+
+
+def test_every_claim_of_the_bmv2_suite_reads_points_the_suite_runs(tmp_path):
+    """Run the suite with a fake data plane (1 s a run): no claim of its report lacks data."""
+    def calibrate(backend, shape=None):
+        if shape is None:
+            fidelity.save_calibration({"ceiling_mbps": 1.5, "workers": 8}, backend)
+        else:
+            from agglab.experiments.shapes import key_of
+            fidelity.save_shape_calibration(key_of(shape), {"ceiling_mbps": 0.5, "workers": shape["workers"],
+                                                            "shape": shape}, backend)
+        return 0
+
+    fid = {"cpu_bound": False, "link_bound": True, "reason": "synthetic"}
+    code = cli.main(["--backend", "bmv2", "--out", str(tmp_path)], log=io.StringIO(), calibrate_fn=calibrate,
+                    run_fn=lambda specs: iter([{"ok": True, "exact": True, "seconds": 1.0, "fidelity": fid}
+                                               for _ in specs]))
+    report = (tmp_path / results_name("bmv2", wire.K, "bmv2") / "report.md").read_text()
+    trends = report.split("## Trends: ours vs the papers")[1].split("\n## ")[0]
+    assert code == 0 and "| atp |" in trends and "no data" not in trends
+
+
+def test_the_report_names_its_suite_and_where_the_other_backends_run_of_it_is(tmp_path):
+    fidelity.save_calibration({"ceiling_mbps": 2.5, "workers": 8}, "bmv2")
+    raw = yaml.safe_load(definition(tmp_path).read_text())
+    suite = tmp_path / "pair.yaml"
+    suite.write_text(yaml.safe_dump({"name": "pair", "about": "Why  these\n sizes.", "definitions": ["t.yaml"]}))
+    out = tmp_path / "out"
+    assert raw and cli.main([str(suite), "--backend", "bmv2", "--out", str(out)], run_fn=fake_run(3.0, []),
+                            log=io.StringIO()) == 0
+    report = (out / results_name("pair", wire.K, "bmv2") / "report.md").read_text()
+    assert f"Suite **pair** (`{suite}`) on backend **bmv2**. Why these sizes." in report
+    assert f"No soft run of this suite beside it ({out / results_name('pair', wire.K)}/): " \
+           f"`agglab experiment {suite} --backend soft --out {out}`" in report
+    assert "## Soft and BMv2 side by side" not in report
+    assert cli.main([str(suite), "--backend", "soft", "--out", str(out)], run_fn=fake_run(3.0, []),
+                    log=io.StringIO()) == 0
+    soft = (out / results_name("pair", wire.K) / "report.md").read_text()
+    assert "Suite **pair**" in soft and "on backend **soft**" in soft and "No bmv2 run" not in soft
+    assert "## Soft and BMv2 side by side" in soft
+
+
+def test_a_dry_run_counts_the_calibrations_a_fresh_clone_runs_first(tmp_path):
+    log = io.StringIO()
+    assert cli.main(["--backend", "bmv2", "--dry-run", "--out", str(tmp_path)], log=log) == 0
+    text = log.getvalue()
+    runs_min = float(suite_line(text).split("estimated ")[1].split(" min")[0])
+    shapes_min = float(text.split("first, ~")[1].split(" min in all")[0])
+    total = float(text.split("in all: ~")[1].split(" min with the calibrations")[0])
+    assert total >= runs_min + shapes_min - 1 and "is not calibrated" in text
