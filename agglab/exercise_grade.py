@@ -194,7 +194,8 @@ def summary(ex: Exercise, rows: list[Row]) -> list[str]:
     for name in columns(rows):
         cells = [r.cell(name) for r in rows]
         if all(c in ("SKIP", NOT_RUN) for c in cells):
-            lines.append(f"  {'-':>7}  {name}: not graded here")
+            why = next((c.get("detail", "") for r in rows for c in r.checks if c["name"] == name), "")
+            lines.append(f"  {'-':>7}  {name}: SKIP, {why.split(' (still TODO)')[0] or 'not graded here'}")
         else:
             lines.append(f"  {str(cells.count('PASS')) + '/' + str(len(rows)):>7}  {name}")
     complete = sum(1 for r in rows if r.status == "all pass")
