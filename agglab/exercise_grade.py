@@ -67,7 +67,8 @@ class Row:
         bad = next((c for c in self.checks if not c["ok"]), None)
         if bad is None:
             return ""
-        return f"{bad['name']}: {(bad.get('detail') or '').strip().splitlines()[0] if bad.get('detail') else ''}"
+        first = (bad.get("detail") or "").strip().splitlines()[:1]
+        return ": ".join([bad["name"], *first])
 
 
 def submissions(root: Path) -> list[Path]:
