@@ -8,7 +8,7 @@
     agglab calibrate    measure this machine's fidelity ceiling (fastest faithful link rate)
     agglab clean        remove what a crashed run left (namespaces, interfaces, processes)
     agglab doctor       say what is installed and what is missing, and why it matters
-    agglab exercise     exercises: list, start N, check N [--json], solution N
+    agglab exercise     exercises: list, start N, check N [--json], solution N, grade N DIR
 
 RUN OPTIONS are the fields of ground/runspec.py's RunSpec, one option per field
 (agglab/run_options.py); bad input (a bad field, topology or tree) prints one line and exits 2.
@@ -26,7 +26,7 @@ from agglab.calibrate import add_parser as add_calibrate
 from agglab.cluster_cmd import add_cluster_parser   # cluster mode (Mininet's cluster edition)
 from agglab.doctor import report
 from agglab.draw_cmd import add_parser as add_draw_parser
-from agglab.exercise import add_parser as add_exercise_parser   # the exercises
+from agglab.exercise_cmd import add_parser as add_exercise_parser   # the exercises
 from agglab.run_options import add_run_options, bad_input, spec_from_args
 from agglab.train_cmd import add_train_parser
 from agglab.vectors_cmd import add_parser as add_vectors_parser   # replay vector files

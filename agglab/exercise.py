@@ -13,7 +13,8 @@ loudly). The markers stay in the skeleton, so a student's regions can be spliced
 *current* repo file for checking: only the regions count, and the skeleton never rots.
 An exercise is its folder, exercises/<N>-<slug>/: the text in README.md, what it is and its
 checks in check.py beside it, discovered (agglab/exercise_folders.py); the checker that runs
-them on a student's work is agglab/exercise_runner.py.
+them on a student's work is agglab/exercise_runner.py; the command line is
+agglab/exercise_cmd.py, and a whole class is graded by agglab/exercise_grade.py.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ from pathlib import Path
 from agglab.exercise_folders import Exercise, ExerciseError, exercises, get
 from agglab.ground import lifeline
 from agglab.ground.paths import IMPORT_ROOT, REPO
+
+# the exercises' API: the folders' (exercises, get) beside this module's checks
+__all__ = ["Exercise", "ExerciseError", "build_overlay", "check", "default_dir", "exercises", "get", "regions",
+           "runner_checks", "runner_command", "show", "start"]
 
 _BEGIN = re.compile(r"^(?P<indent>[ \t]*)(?P<c>#|//) EXERCISE (?P<name>[\w-]+) BEGIN hint: (?P<hint>.*)$")
 _END = re.compile(r"^[ \t]*(#|//) EXERCISE END$")
@@ -165,6 +170,23 @@ def build_overlay(ex: Exercise, work: Path, overlay: Path) -> None:
         out.write_text(splice(repo_text(rel), student.read_text(), ex.regions, rel))
 
 
+def runner_command(ex: Exercise, work: Path, overlay: Path, bmv2: str) -> tuple[list[str], dict]:
+    """The checker's command line and environment (agglab.exercise_runner in a fresh interpreter)."""
+    cmd = [sys.executable, "-m", "agglab.exercise_runner", str(ex.folder), "--overlay", str(overlay),
+           "--work", str(work), "--bmv2", bmv2]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(IMPORT_ROOT), os.environ.get("PYTHONPATH")])))
+    return cmd, env
+
+
+def runner_checks(stdout: str, stderr: str) -> list[dict]:
+    """The checks the runner printed (its last line), or one failed check quoting its crash."""
+    try:
+        return json.loads(stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return [{"name": "runs", "ok": False,
+                 "detail": "the checker crashed:\n" + "\n".join(stderr.strip().splitlines()[-15:])}]
+
+
 def check(ex: Exercise, work: Path, bmv2: str = "auto", timeout: float = 600) -> dict:
     """Grade `work`: run agglab.exercise_runner in a fresh interpreter with the student's code
     loaded in place of the project's modules (nothing in the repo changes)."""
@@ -174,21 +196,14 @@ def check(ex: Exercise, work: Path, bmv2: str = "auto", timeout: float = 600) ->
         overlay = Path(tmp) / "overlay"
         overlay.mkdir()
         build_overlay(ex, work, overlay)
-        cmd = [sys.executable, "-m", "agglab.exercise_runner", str(ex.folder), "--overlay", str(overlay),
-               "--work", str(work), "--bmv2", bmv2]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(IMPORT_ROOT), os.environ.get("PYTHONPATH")])))
+        cmd, env = runner_command(ex, work, overlay, bmv2)
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=IMPORT_ROOT, env=env,
                                   preexec_fn=lifeline.preexec(bound_to_thread=True))   # run() waits for it
         except subprocess.TimeoutExpired:
             return grade(ex, [{"name": "runs", "ok": False,
                                "detail": f"the checks did not finish in {timeout:.0f} s (an endless loop?)"}])
-    try:
-        checks = json.loads(proc.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        checks = [{"name": "runs", "ok": False,
-                   "detail": "the checker crashed:\n" + "\n".join(proc.stderr.strip().splitlines()[-15:])}]
-    return grade(ex, checks)
+    return grade(ex, runner_checks(proc.stdout, proc.stderr))
 
 
 def grade(ex: Exercise, checks: list[dict]) -> dict:
@@ -227,42 +242,3 @@ def show(result: dict, verbose: bool = False) -> str:
     else:
         lines.append(f"{head}: all checks pass")
     return "\n".join(lines)
-
-
-def main(args) -> int:
-    """Entry point of `agglab exercise` (agglab/cli.py)."""
-    try:
-        if args.action == "list":
-            for ex in exercises():
-                kind = "P4 + Python" if ex.p4 else ("Python" if ex.files else "lab + answers")
-                print(f"{ex.number}  {ex.title}  [{kind}, ~{ex.minutes} min]")
-            return 0
-        if args.number is None:
-            raise ExerciseError(f"agglab exercise {args.action} needs an exercise number (see `agglab exercise list`)")
-        ex = get(args.number)
-        dest = Path(args.dir).resolve() if args.dir else default_dir(ex)
-        if args.action in ("start", "solution"):
-            print(start(ex, dest, solution=args.action == "solution"))
-            return 0
-        result = check(ex, dest, bmv2=args.bmv2)
-    except ExerciseError as exc:
-        print(f"agglab exercise: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:                  # --dir names no folder we may write or read
-        print(f"agglab exercise: {exc.filename or args.dir}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(result, sort_keys=True) if args.json else show(result, verbose=args.verbose))
-    return 0 if result["ok"] else 1
-
-
-def add_parser(sub) -> None:
-    e = sub.add_parser("exercise", help="exercises: list, start, check, solution")
-    e.add_argument("action", choices=["list", "start", "check", "solution"])
-    e.add_argument("number", type=int, nargs="?", help="exercise number (see `agglab exercise list`)")
-    e.add_argument("--dir", default=None, help="work folder (default ./agglab-exercise-N)")
-    e.add_argument("--json", action="store_true", help="check: print one grade object (for autograders)")
-    e.add_argument("--verbose", "-v", action="store_true",
-                   help="check: also print the packets sent, expected and got of a failing vector")
-    e.add_argument("--bmv2", choices=["auto", "yes", "no"], default="auto",
-                   help="check P4 exercises on BMv2: auto = when simple_switch, p4c and root are there")
-    e.set_defaults(func=main)

@@ -199,7 +199,8 @@ def write(dot, path: str | Path) -> Path:
 
 def as_text(g: nx.Graph, treeset: TreeSet, previous: TreeSet | None = None) -> str:
     """The trees as indented text (the lab's `show`): each tree's root and children, down
-    links marked `DOWN`, and what changed since `previous` (the last epoch's trees)."""
+    links marked `DOWN`, and what changed since `previous` (the last epoch's trees), each tree
+    against the old tree it continues (pair_trees)."""
     down = down_links(g)
     lines = [f"epoch {treeset.epoch} ({treeset.tree}): {len(treeset.trees)} tree(s)"
              + (f"; links down: {' '.join(f'{a}-{b}' for a, b in sorted(down))}" if down else "")]
@@ -218,20 +219,49 @@ def as_text(g: nx.Graph, treeset: TreeSet, previous: TreeSet | None = None) -> s
         walk(t.root, "  ")
     if previous is not None and previous.epoch != treeset.epoch:
         lines.append(f"changed since epoch {previous.epoch}:")
-        old = {t.id: t for t in previous.trees}
-        for t in treeset.trees:
-            before = old.pop(t.id, None)
-            if before is None:
-                lines.append(f"  tree {t.id}: new")
-                continue
-            gone = sorted(before.edges - t.edges)
-            new = sorted(t.edges - before.edges)
-            what = [f"root {before.root} -> {t.root}"] if before.root != t.root else []
-            what += [f"-{a}-{b}" + (" (down)" if (a, b) in down else "") for a, b in gone]
-            what += [f"+{a}-{b}" for a, b in new]
-            if abs(before.weight - t.weight) > 5e-4:
-                what.append(f"share {before.weight:.1%} -> {t.weight:.1%}")
-            lines.append(f"  tree {t.id}: " + (", ".join(what) if what else "unchanged"))
-        for t in old.values():
-            lines.append(f"  tree {t.id}: removed (it had root {t.root})")
+        lines += ["  " + line for line in tree_changes(previous, treeset, down)]
     return "\n".join(lines)
+
+
+def pair_trees(before, after) -> list[tuple]:
+    """Which old tree each new tree continues, as (old, new) pairs: the old tree with the same
+    root, else the one sharing the most links, each old tree used once (a maximum-weight
+    assignment, scipy's linear_sum_assignment). Why not by index: the algorithms number their
+    trees afresh each epoch, so a one-link reroute that reorders them looked like every tree
+    replaced. Trees with neither a root nor a link in common stay unpaired: (old, None) is a
+    tree removed, (None, new) a new one; new trees keep their order, the removed come last."""
+    import numpy as np  # lazy: numpy and scipy, only a diff between epochs needs them
+    from scipy.optimize import linear_sum_assignment
+
+    before, after = list(before), list(after)
+    partner: dict[int, int] = {}
+    if before and after:
+        root_bonus = 1 + max(len(t.edges) for t in before + after)   # a shared root beats any overlap
+        score = np.array([[(root_bonus if old.root == new.root else 0) + len(old.edges & new.edges)
+                           for new in after] for old in before])
+        for r, c in zip(*linear_sum_assignment(score, maximize=True)):
+            if score[r, c] > 0:
+                partner[int(c)] = int(r)
+    pairs = [(before[partner[j]] if j in partner else None, t) for j, t in enumerate(after)]
+    return pairs + [(t, None) for i, t in enumerate(before) if i not in partner.values()]
+
+
+def tree_changes(previous: TreeSet, treeset: TreeSet, down=frozenset()) -> list[str]:
+    """One line per tree: what changed from the tree it continues (pair_trees): its root, the
+    links gone (`(down)` when they failed) and added, its share."""
+    lines = []
+    for before, t in pair_trees(previous.trees, treeset.trees):
+        if before is None:
+            lines.append(f"tree {t.id}: new, root {t.root}")
+            continue
+        if t is None:
+            lines.append(f"tree {before.id}: removed (it had root {before.root})")
+            continue
+        what = [f"root {before.root} -> {t.root}"] if before.root != t.root else []
+        what += [f"-{a}-{b}" + (" (down)" if (a, b) in down else "") for a, b in sorted(before.edges - t.edges)]
+        what += [f"+{a}-{b}" for a, b in sorted(t.edges - before.edges)]
+        if abs(before.weight - t.weight) > 5e-4:
+            what.append(f"share {before.weight:.1%} -> {t.weight:.1%}")
+        was = f" (was tree {before.id})" if before.id != t.id else ""
+        lines.append(f"tree {t.id}{was}: " + (", ".join(what) if what else "unchanged"))
+    return lines

@@ -55,6 +55,7 @@ def files(tmp_path):
     (tmp_path / "list.yaml").write_text("- 3\n- [a]\n")
     (tmp_path / "notes.txt").write_text("a file, not a directory\n")
     (tmp_path / "adir").mkdir()
+    (tmp_path / "class" / "student1").mkdir(parents=True)
     return tmp_path
 
 
@@ -97,6 +98,17 @@ CASES = [
     (["draw", "fattree", "-o", "{files}/nodir/x.svg"], "agglab draw: -o {files}/nodir/x.svg: No such file or directory"),
     (["export", "p4app", "fattree", "--out", "{files}/notes.txt"], "agglab export p4app: --out {files}/notes.txt: File exists"),
     (["exercise", "start", "1", "--dir", "{files}/notes.txt"], "agglab exercise: {files}/notes.txt: Not a directory"),
+    (["exercise", "grade", "9", "{files}/class"], "agglab exercise: no exercise 9;"),
+    (["exercise", "grade", "1"], "agglab exercise: agglab exercise grade needs the folder of submissions"),
+    (["exercise", "grade", "1", "{files}/nope"], "agglab exercise: {files}/nope is not a folder of submissions"),
+    (["exercise", "grade", "1", "{files}/adir"], "agglab exercise: {files}/adir holds no student folders"),
+    (["exercise", "grade", "1", "{files}/class", "--out", "{files}/adir"],
+     "agglab exercise: cannot write {files}/adir: Is a directory"),
+    (["exercise", "grade", "1", "{files}/class", "--out", "{files}/nodir/g.csv"],
+     "agglab exercise: cannot write {files}/nodir/g.csv: No such file or directory"),
+    (["exercise", "grade", "1", "{files}/class", "--timeout", "0"],
+     "agglab exercise: --timeout must be a positive number of seconds, not 0"),
+    (["exercise", "check", "1", "{files}/class"], "a folder of submissions is for `agglab exercise grade`"),
     (["vectors", "run", "{files}/nope.yaml"], "agglab vectors run: {files}/nope.yaml: No such file or directory"),
     (["vectors", "run", "{files}/broken.yaml"], "agglab vectors run: {files}/broken.yaml: not a YAML text file"),
     (["vectors", "run", "{files}/binary.yaml"], "agglab vectors run: {files}/binary.yaml: not a YAML text file"),

@@ -143,3 +143,60 @@ def test_lab_stats_table_is_aligned_and_explained():
     assert table[-1].split()[1:] == ["1234579", "3", "128"]
     assert any(line.split()[0] == "rejected_no_entry" and "OLD EPOCH" in line for line in lines[5:])
     assert all(k in COUNTERS for k in ("contributions", "rejected_no_entry"))
+
+
+
+def _tree(tid, root, parent, weight=0.5):
+    from agglab.controller.trees.base import Tree
+
+    return Tree.from_parent(tid, root, {root: None, **parent}, weight=weight)
+
+
+# trees by hand on a small leaf-spine: spines s1, s2 over leaves l1, l2 (each leaf on both
+# spines, and a spare link l1-l2), hosts h1 h2 on l1 and h3 h4 on l2; one tree per spine
+HOSTS = {"h1": "l1", "h2": "l1", "h3": "l2", "h4": "l2"}
+T_S1 = {"l1": "s1", "l2": "s1", **HOSTS}
+T_S2 = {"l1": "s2", "l2": "s2", **HOSTS}
+
+
+def _graph(down=()):
+    g = nx.Graph()
+    for child, parent in [*T_S1.items(), *T_S2.items(), ("l1", "l2")]:
+        g.add_edge(child, parent, up=True)
+    for a, b in down:
+        g.edges[a, b]["up"] = False
+    return g
+
+
+def test_show_pairs_a_rerouted_tree_with_its_old_self_not_by_index():
+    """A one-link reroute after which the trees come numbered the other way round reads as
+    one link changed in one tree and the other tree unchanged (paired by index, both trees
+    looked replaced: every link and both roots)."""
+    from agglab.controller import drawing
+    from agglab.controller.trees.base import TreeSet
+
+    before = TreeSet((_tree(0, "s1", T_S1), _tree(1, "s2", T_S2)), epoch=0, algorithm="hand")
+    rerouted = {**T_S2, "l2": "l1"}                     # l2-s2 failed: l2 joins over l1-l2
+    after = TreeSet((_tree(0, "s2", rerouted), _tree(1, "s1", T_S1)), epoch=1, algorithm="hand")
+    text = drawing.as_text(_graph(down=[("l2", "s2")]), after, before)
+    assert text.split("changed since epoch 0:\n")[1].splitlines() == [
+        "  tree 0 (was tree 1): -l2-s2 (down), +l1-l2",
+        "  tree 1 (was tree 0): unchanged"]
+
+
+def test_pair_trees_by_root_then_links_and_unpaired_ones_are_new_or_removed():
+    from agglab.controller import drawing
+    from agglab.controller.trees.base import TreeSet
+
+    old_a, old_b = _tree(0, "s1", T_S1), _tree(1, "s2", T_S2)
+    moved = _tree(0, "l1", {"s1": "l1", "l2": "s1", **HOSTS})   # old_a's links, rooted at l1
+    stranger = _tree(1, "x9", {"y9": "x9"})                     # no root and no link in common
+    pairs = drawing.pair_trees([old_a, old_b], [moved, stranger])
+    assert [(o and o.root, n and n.root) for o, n in pairs] == [("s1", "l1"), (None, "x9"), ("s2", None)]
+    assert drawing.tree_changes(TreeSet((old_a, old_b), epoch=0), TreeSet((moved, stranger), epoch=1)) == [
+        "tree 0: root s1 -> l1", "tree 1: new, root x9", "tree 1: removed (it had root s2)"]
+    # a shared root wins over more shared links: rooted at s2, 6 links shared with old_a, 5 with old_b
+    same_root = _tree(0, "s2", {"l1": "s2", "s1": "l1", "l2": "s1", **HOSTS})
+    assert len(same_root.edges & old_a.edges) == 6 and len(same_root.edges & old_b.edges) == 5
+    pairs = drawing.pair_trees([old_a, old_b], [same_root])
+    assert [(o and o.root, n and n.root) for o, n in pairs] == [("s2", "s2"), ("s1", None)]

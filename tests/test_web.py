@@ -182,6 +182,27 @@ def _state(driver) -> dict:
     return driver.execute_script("return agglab.state") or {}
 
 
+def _events_in_words(driver, steps: Steps) -> None:
+    """The event list reads as the lab prints it (agglab/event_words.py): the reroute is a
+    sentence, its raw fields are each line's tooltip and show under it with "raw fields" ticked."""
+    from selenium.webdriver.common.by import By
+
+    def lines():
+        return driver.execute_script("return [...document.querySelectorAll('#events .event')]"
+                                     ".map(e => [e.textContent, e.title])")
+
+    _wait("the reroute in words in the event list",
+          lambda: any("rerouted around link" in text for text, _ in lines()), 30)
+    text, title = next((t, r) for t, r in lines() if "rerouted around link" in t)
+    assert title.startswith("rerouted ") and "link=" in title and "link=" not in text, (text, title)
+    driver.find_element(By.ID, "events-raw").click()
+    _wait("the raw fields under the words", lambda: any(
+        "rerouted around link" in t and f"[{r}]" in t for t, r in lines()), 10)
+    steps.shot("events-raw")
+    driver.find_element(By.ID, "events-raw").click()
+    _wait("the raw fields hidden again", lambda: not any(f"[{r}]" in t for t, r in lines()), 10)
+
+
 def _run_steps(driver, steps: Steps, url: str, lab) -> None:
     from selenium.webdriver.common.by import By
 
@@ -228,6 +249,7 @@ def _run_steps(driver, steps: Steps, url: str, lab) -> None:
     assert set(row[0].split("-")) == set(link.split("-")) and row[1] == "1", row
     assert all(float(x) >= 0 for x in row[2:9]), row           # detect, recompute, install, phases: measured
     path = steps.shot("rerouted")
+    _events_in_words(driver, steps)
     if os.environ.get("AGGLAB_DOC_SCREENSHOT"):
         shutil.copy(path, REPO / "docs" / "guide" / "img" / "web.png")
 

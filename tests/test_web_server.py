@@ -165,3 +165,22 @@ def test_loopback_unless_told():
     assert web_options(Args)["host"] == "0.0.0.0"
     Args.web, Args.web_host = False, None
     assert web_options(Args) is None
+
+
+def test_the_page_lists_events_in_words_with_the_raw_fields_beside():
+    """The event list reads as the lab prints it; the raw fields travel along for the page's
+    tooltip and its "raw fields" toggle."""
+    from types import SimpleNamespace
+
+    from agglab.controller.events import EventLog
+    from agglab.web.state import LiveState
+
+    log = EventLog()
+    log.add("standby_ready", t=log.t0 + 1.5, algorithm="rat", failures=39, ms=2342.3)
+    log.add("no_such_kind", t=log.t0 + 2, x=1)
+    events = LiveState._events(SimpleNamespace(session=SimpleNamespace(events=log)))
+    assert [e["text"] for e in events] == [
+        "    1.500s  standby trees ready for 39 single failures (rat), computed in 2342.3 ms",
+        "    2.000s  no_such_kind       x=1"]
+    assert events[0]["raw"] == "standby_ready      algorithm=rat failures=39 ms=2342.3"
+    assert [e["kind"] for e in events] == ["standby_ready", "no_such_kind"]

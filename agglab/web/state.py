@@ -21,6 +21,7 @@ from agglab.actions import Actions, progress
 from agglab.controller import drawing
 from agglab.controller.topology import natural_key, switches
 from agglab.controller.trees.base import edge_key
+from agglab.event_words import event_line, raw
 
 PERIOD = 0.25        # seconds between two samples
 SLOW_EVERY = 4       # switch counters every SLOW_EVERY samples
@@ -211,8 +212,10 @@ class LiveState:
     def _events(self) -> list[dict]:
         log = self.session.events
         events = list(log.events)[-EVENTS:]
-        return [{"t": round(t - log.t0, 3), "kind": kind, "text": log.format_one(t, kind, info)}
-                for t, kind, info in events]
+        # in words as the lab prints them (agglab/event_words.py); the raw fields beside, for the
+        # page's "raw fields" toggle and each line's tooltip
+        return [{"t": round(t - log.t0, 3), "kind": kind, "text": event_line(log.t0, t, kind, info),
+                 "raw": raw(kind, info).rstrip()} for t, kind, info in events]
 
     def _reroutes(self) -> list[dict]:
         """Each reroute: what failed, detect (the link set down here -> netlink seen), recompute

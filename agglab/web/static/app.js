@@ -155,7 +155,16 @@ function apply(s) {
       c.dup_dropped, c.dup_answered, c.rejected + (why ? ` (${why})` : "")]);
   }));
   const ev = $("events"), atEnd = ev.scrollTop + ev.clientHeight >= ev.scrollHeight - 4;
-  ev.textContent = s.events.map(e => e.text).join("\n");
+  // each event in words (as the lab prints it); its raw fields in its tooltip, and under it
+  // when "raw fields" is ticked
+  const showRaw = $("events-raw").checked;
+  ev.replaceChildren(...s.events.map(e => {
+    const line = document.createElement("span");
+    line.className = "event";
+    line.title = e.raw;
+    line.textContent = `${e.text}\n` + (showRaw ? `${" ".repeat(13)}[${e.raw}]\n` : "");
+    return line;
+  }));
   if (atEnd) ev.scrollTop = ev.scrollHeight;
 }
 
