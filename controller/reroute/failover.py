@@ -305,11 +305,13 @@ def snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_of_slot:
 
 def _root_holds(reg, root, slot_base: int, slot: int):
     """(root, ver, r) of the version the live root completed and some child may lack."""
+    # EXERCISE carry-find BEGIN hint: for each version ver of the slot (register index r = slot_index(ver, slot_base, slot)), the old root completed it when reg(root.switch, "agg_count")[r] equals its fan-in (len(root.children)); some child still lacks its result while that child's bit is set in reg(root.switch, "agg_bitmap")[r] (a child's next round clears it: the shadow copy); return (root.switch, ver, r) of that version, or None
     for ver in (0, 1):
         r = slot_index(ver, slot_base, slot)
         if reg(root.switch, "agg_count")[r] == len(root.children) and reg(root.switch, "agg_bitmap")[r] != 0:
             return root.switch, ver, r
     return None
+    # EXERCISE END
 
 
 def _held_below(reg, live: list, slot_base: int, slot: int):
@@ -386,6 +388,7 @@ def preload_cells(inst: Installation, tree_of_slot: list[int], completed: dict[i
     for (sw, t), role in inst.roles.items():
         roles_of.setdefault(t, []).append((sw, role))
     for slot, done in completed.items():
+        # EXERCISE carry-preload BEGIN hint: at r = slot_index(done.ver, slot_base, slot), every switch (sw, role) of the slot's new tree (roles_of[tree_of_slot[slot]]) must see the version as complete, so a resend is answered as a duplicate: cells.put_cells(sw, r, {...}) with agg_count = its fan-in len(role.children), agg_bitmap = every child's bit, agg_block = done.block; the new root also agg_exp, agg_final = 1, agg_rnext, and the K lanes with cells.put_lanes(sw, "agg_values", r, done.values) unless done.values is None (kept in place: done.holder must then be that root)
         r = slot_index(done.ver, slot_base, slot)
         for sw, role in roles_of.get(tree_of_slot[slot], []):
             fan_in = len(role.children)
@@ -398,6 +401,7 @@ def preload_cells(inst: Installation, tree_of_slot: list[int], completed: dict[i
                     raise ValueError(f"slot {slot}: result kept at {done.holder}, new root {sw}")
             else:
                 cells.put_cells(sw, r, {"agg_count": fan_in, "agg_bitmap": (1 << fan_in) - 1, "agg_block": done.block})
+        # EXERCISE END
     return cells
 
 
