@@ -171,7 +171,7 @@ def rerouted_allreduce(name: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         net = _net(Path(tmp), loss=0.02, seed=5)
         try:
-            results, injected = net.run(arrays, fail_at=(0.2, 0.7), fail_seed=1, window=window, give_up=20.0,
+            results, injected = net.run(arrays, fail_at=(0.2, 0.7), fail_seed=1, window=window, give_up=30.0,
                                         join_timeout=120)
         except Exception as exc:
             return result(name, False, short_error(exc))

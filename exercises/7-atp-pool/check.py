@@ -105,7 +105,7 @@ def two_jobs(name: str) -> dict:
     class Comm:
         def __init__(self, job: int, rank: int):
             peers = [hosts[job, r] for r in range(RANKS)]
-            spec = RunSpec(workers=RANKS, elements=BLOCKS * wire.K, algorithm="atp", job=job, give_up=20.0)
+            spec = RunSpec(workers=RANKS, elements=BLOCKS * wire.K, algorithm="atp", job=job, give_up=30.0)
             seats = [WorkerSeat(rank=r, local_ip=ip, out="") for r, ip in enumerate(peers)]
             self.plan = RunPlan(spec, "10.255.255.254", 32, None, seats)
             self.spec, self.seat, self.rank, self.workers = spec, seats[rank], rank, RANKS
