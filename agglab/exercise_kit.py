@@ -15,6 +15,8 @@ from __future__ import annotations
 import textwrap
 import traceback
 
+from agglab.ground.paths import REPO
+
 
 def result(name: str, ok: bool, detail: str = "") -> dict:
     return {"name": name, "ok": bool(ok), "detail": detail}
@@ -44,7 +46,6 @@ def explain(check: dict, about: str) -> dict:
 def conformance(target, names, ordered: bool, label: str, folder=None) -> list[dict]:
     """Each named vector on `target`; the first differing packet or register on failure.
     `folder`: where the vectors are, if not p4src/vectors (an exercise's own, in its folder)."""
-    from agglab.ground.paths import REPO
     from agglab.testkit.conformance import run_vector  # lazy: loads PyYAML, only conformance() needs it
     from agglab.testkit.vectors import VECTOR_DIR, load  # lazy: loads PyYAML, only conformance() needs it
 
