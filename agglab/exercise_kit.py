@@ -15,6 +15,8 @@ from __future__ import annotations
 import textwrap
 import traceback
 
+from agglab.ground.paths import REPO
+
 
 def result(name: str, ok: bool, detail: str = "") -> dict:
     return {"name": name, "ok": bool(ok), "detail": detail}
@@ -41,14 +43,16 @@ def explain(check: dict, about: str) -> dict:
     return check
 
 
-def conformance(target, names, ordered: bool, label: str) -> list[dict]:
-    """Each named vector on `target`; the first differing packet or register on failure."""
+def conformance(target, names, ordered: bool, label: str, folder=None) -> list[dict]:
+    """Each named vector on `target`; the first differing packet or register on failure.
+    `folder`: where the vectors are, if not p4src/vectors (an exercise's own, in its folder)."""
     from agglab.testkit.conformance import run_vector  # lazy: loads PyYAML, only conformance() needs it
     from agglab.testkit.vectors import VECTOR_DIR, load  # lazy: loads PyYAML, only conformance() needs it
 
+    folder = folder or VECTOR_DIR
     out = []
     for name in names:
-        vector = load(VECTOR_DIR / f"{name}.yaml")
+        vector = load(folder / f"{name}.yaml")
         about = " ".join(vector.description.split())
         try:
             run_vector(target, vector, ordered=ordered)
@@ -57,7 +61,7 @@ def conformance(target, names, ordered: bool, label: str) -> list[dict]:
             first, _, packets = str(exc).partition("\n  sent:\n")
             check = result(f"conformance {name} ({label})", False,
                            f"{first}\n{wrap('what this vector checks: ' + about)}\n"
-                           f"  (the whole vector: p4src/vectors/{name}.yaml)")
+                           f"  (the whole vector: {(folder / name).relative_to(REPO)}.yaml)")
             if packets:             # the frames in full: `check --verbose` and the JSON grade show them
                 check["packets"] = "  sent:\n" + packets
             out.append(check)

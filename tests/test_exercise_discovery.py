@@ -34,8 +34,8 @@ from agglab.cli import main
 from agglab.ground.paths import REPO
 
 print("from", REPO)
-for argv in (["exercise", "list"], ["exercise", "solution", "6", "--dir", sys.argv[1]],
-             ["exercise", "check", "6", "--dir", sys.argv[1], "--bmv2", "no"]):
+for argv in (["exercise", "list"], ["exercise", "solution", "9", "--dir", sys.argv[1]],
+             ["exercise", "check", "9", "--dir", sys.argv[1], "--bmv2", "no"]):
     print("exit", main(argv), flush=True)
 """
 
@@ -44,9 +44,9 @@ def test_the_checkout_discovers_every_exercise_folder():
     on_disk = {p.parent for p in EXERCISES.glob("*/README.md")}
     found = exercises()
     assert {ex.folder for ex in found} == on_disk
-    assert [ex.number for ex in found] == [1, 2, 3, 4, 5]
+    assert [ex.number for ex in found] == [1, 2, 3, 4, 5, 6, 7]
     assert [ex.slug for ex in found] == ["aggregation-action", "loss-recovery", "block-sparse",
-                                        "rack-aware-trees", "link-failures"]
+                                        "rack-aware-trees", "link-failures", "reroute-carry", "atp-pool"]
     assert all(callable(ex.checks) for ex in found)
     assert get(4).files == ("controller/trees/rat.py",) and get(5).extra == ("answers.yaml",)
     for ex in found:          # the list's minutes are the README's
@@ -54,11 +54,11 @@ def test_the_checkout_discovers_every_exercise_folder():
 
 
 def test_a_copied_exercise_folder_is_listed_started_and_checked(tmp_path: Path):
-    """Exercise 5 copied as 6-scratch-copy, with one check of its own added, in a scratch copy
-    of the project: `agglab exercise list`, `solution 6` and `check 6` find it and run its checks."""
+    """Exercise 5 copied as 9-scratch-copy, with one check of its own added, in a scratch copy
+    of the project: `agglab exercise list`, `solution 9` and `check 9` find it and run its checks."""
     for name in PACKAGES:
         shutil.copytree(REPO / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
-    scratch = tmp_path / "exercises" / "6-scratch-copy"
+    scratch = tmp_path / "exercises" / "9-scratch-copy"
     shutil.copytree(tmp_path / "exercises" / "5-link-failures", scratch)
     check = scratch / "check.py"
     text = check.read_text()
@@ -71,14 +71,14 @@ def test_a_copied_exercise_folder_is_listed_started_and_checked(tmp_path: Path):
     lines = out.stdout.splitlines()
     assert lines[0] == f"from {tmp_path}"                   # the scratch copy ran, not the checkout
     assert [line for line in lines if line.startswith("exit")] == ["exit 0", "exit 0", "exit 0"], out.stdout
-    assert "6  Scratch: Link failures: find the active tree, cut it, explain the epoch change  " \
+    assert "9  Scratch: Link failures: find the active tree, cut it, explain the epoch change  " \
            "[lab + answers, ~45 min]" in lines
     assert (work / "answers.yaml").read_text() == (scratch / "solution" / "answers.yaml").read_text()
     for name in ("epoch_before", "roots_after", "why_epoch explained", "the scratch copy's own check"):
         assert f"PASS  {name}" in lines, out.stdout
-    assert lines[lines.index("PASS  the scratch copy's own check") + 1] == "      6-scratch-copy"
-    assert lines[-2] == "exercise 6: 8 of 8 graded checks pass: all checks pass", out.stdout
-    assert 6 not in discover()                                   # the checkout itself is untouched
+    assert lines[lines.index("PASS  the scratch copy's own check") + 1] == "      9-scratch-copy"
+    assert lines[-2] == "exercise 9: 8 of 8 graded checks pass: all checks pass", out.stdout
+    assert 9 not in discover()                                   # the checkout itself is untouched
 
 
 def exercise_folder(root: Path, name: str, check: str | None = None, readme: bool = True) -> Path:

@@ -137,6 +137,31 @@ MISTAKES = {        # a plausible mistake in a region -> the check that must cat
     "max(next) instead of min(next)": (3, "softswitch/sparse.py", "n = min(nexts) if end > cb else NONE",
                                        "n = max(nexts) if end > cb else NONE",
                                        "conformance sparse_first_round (software switch)"),
+    "carry looks at version 0 only": (6, "controller/reroute/failover.py", "    for ver in (0, 1):\n        r = "
+                                      "slot_index(ver, slot_base, slot)\n        if reg(root.switch, \"agg_count\")",
+                                      "    for ver in (0,):\n        r = slot_index(ver, slot_base, slot)\n"
+                                      "        if reg(root.switch, \"agg_count\")",
+                                      "carry of a frozen allreduce (software twin, fat-tree k=4)"),
+    "carry preloads the new root only": (6, "controller/reroute/failover.py",
+                                         "            else:\n                cells.put_cells(sw, r, {\"agg_count\": "
+                                         "fan_in, \"agg_bitmap\": (1 << fan_in) - 1, \"agg_block\": done.block})\n",
+                                         "", "carry of a frozen allreduce (software twin, fat-tree k=4)"),
+    "carried bitmap off by one": (6, "controller/reroute/failover.py",
+                                  '{"agg_count": fan_in, "agg_bitmap": (1 << fan_in) - 1, "agg_block": done.block,',
+                                  '{"agg_count": fan_in, "agg_bitmap": 1 << fan_in, "agg_block": done.block,',
+                                  "carry of a frozen allreduce (software twin, fat-tree k=4)"),
+    "ATP hash leaves the job out": (7, "softswitch/schemes/atp.py",
+                                    'return zlib.crc32(bytes((job,)) + seq.to_bytes(4, "big")) % POOL',
+                                    'return zlib.crc32(seq.to_bytes(4, "big")) % POOL',
+                                    "aggregator_of(job, seq) as atp.p4 hashes"),
+    "ATP collision within a job not detected": (7, "softswitch/schemes/atp.py",
+                                                "self.owner_job.item(i) == job and self.owner_seq.item(i) == seq",
+                                                "self.owner_job.item(i) == job",
+                                                "conformance atp_same_job_collision (software switch)"),
+    "ATP fallback drops the packet": (7, "softswitch/schemes/atp.py",
+                                      "            return self.forward.ipv4(frame)\n            # EXERCISE END",
+                                      "            return None\n            # EXERCISE END",
+                                      "conformance atp_collision_fallback (software switch)"),
 }
 
 
@@ -158,6 +183,16 @@ def test_a_plausible_mistake_is_caught_by_its_check(mistake, tmp_path):
 
 MISTAKE_SAYS = {    # what the first line of the failure must name
     "timer resends but is never re-armed": "the timer resends but is not re-armed",
+    "carry looks at version 0 only": "slot 12 of job 0 lost 6 contributions: its version 1, complete at the old "
+                                     "root c1, is still needed below a5",
+    "carry preloads the new root only": "slot 7 of job 0 lost 6 contributions: its version 0, complete at the old "
+                                        "root c1, is still needed below a1",
+    "carried bitmap off by one": "c2's agg_bitmap[7] (slot 7, version 0) is 0b10000, expected 0b1111: a resend "
+                                 "from a child whose bit is clear is added to the carried sum a second time",
+    "ATP hash leaves the job out": "aggregator_of(job 1, seq 5) is 147, expected 34",
+    "ATP collision within a job not detected": "packet 2 on port 2: packet out on port 3: agg.next_block expected "
+                                               "4, got 6",
+    "ATP fallback drops the packet": "packet 2 on port 2: expected 1 packet(s) out (ports [3]), got 0",
 }
 
 

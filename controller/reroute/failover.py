@@ -325,6 +325,7 @@ def preload_cells(inst: Installation, tree_of_slot: list[int], completed: dict[i
     for (sw, t), role in inst.roles.items():
         roles_of.setdefault(t, []).append((sw, role))
     for slot, done in completed.items():
+        # EXERCISE carry-preload BEGIN hint: at r = slot_index(done.ver, slot_base, slot), every switch (sw, role) of the slot's new tree (roles_of[tree_of_slot[slot]]) must see the version as complete, so a resend is answered as a duplicate: cells.put_cells(sw, r, {...}) with agg_count = its fan-in len(role.children), agg_bitmap = every child's bit, agg_block = done.block; the new root also agg_exp, agg_final = 1, agg_rnext, and the K lanes with cells.put_lanes(sw, "agg_values", r, done.values) unless done.values is None (kept in place: done.holder must then be that root)
         r = slot_index(done.ver, slot_base, slot)
         for sw, role in roles_of.get(tree_of_slot[slot], []):
             fan_in = len(role.children)
@@ -337,6 +338,7 @@ def preload_cells(inst: Installation, tree_of_slot: list[int], completed: dict[i
                     raise ValueError(f"slot {slot}: result kept at {done.holder}, new root {sw}")
             else:
                 cells.put_cells(sw, r, {"agg_count": fan_in, "agg_bitmap": (1 << fan_in) - 1, "agg_block": done.block})
+        # EXERCISE END
     return cells
 
 

@@ -84,11 +84,13 @@ def held_value_runs(regs: dict, inst: Installation, tree_of_slot: list[int], slo
 
 def _root_holds(reg, root, slot_base: int, slot: int):
     """(root, ver, r) of the version the live root completed and some child may lack."""
+    # EXERCISE carry-find BEGIN hint: for each version ver of the slot (register index r = slot_index(ver, slot_base, slot)), the old root completed it when reg(root.switch, "agg_count")[r] equals its fan-in (len(root.children)); some child still lacks its result while that child's bit is set in reg(root.switch, "agg_bitmap")[r] (a child's next round clears it: the shadow copy); return (root.switch, ver, r) of that version, or None
     for ver in (0, 1):
         r = slot_index(ver, slot_base, slot)
         if reg(root.switch, "agg_count")[r] == len(root.children) and reg(root.switch, "agg_bitmap")[r] != 0:
             return root.switch, ver, r
     return None
+    # EXERCISE END
 
 
 def _held_below(reg, live: list, slot_base: int, slot: int):

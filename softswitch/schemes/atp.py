@@ -52,7 +52,9 @@ AGGREGATE, PASS = "atp_aggregate", "atp_pass"
 def aggregator_of(job: int, seq: int) -> int:
     """atp.p4's index: hash(crc32, {job (8 bits), seq (32 bits)}) % ATP_POOL; BMv2's crc32
     is the standard CRC-32 (zlib's)."""
+    # EXERCISE atp-hash BEGIN hint: zlib.crc32 over the job (one byte) followed by seq (4 bytes, big-endian: seq.to_bytes(4, "big")), modulo POOL, exactly as atp.p4's hash() over {job, seq}
     return zlib.crc32(bytes((job,)) + seq.to_bytes(4, "big")) % POOL
+    # EXERCISE END
 
 
 def make_state() -> tuple[dict[str, RegisterArray], CounterArray]:
@@ -95,8 +97,10 @@ class Atp:
             return self.forward.ipv4(frame)
         job, seq = frame[JOB_OFF], int.from_bytes(frame[BLOCK_OFF:BLOCK_OFF + 4], "big")
         i = aggregator_of(job, seq)
+        # EXERCISE atp-collision BEGIN hint: held = the senders aggregator i holds (atp_bitmap, 0 = free); mine = it is held (held != 0) and its owner (atp_owner_job, atp_owner_seq) is this packet's (job, seq): held by any other (job, seq) is a collision
         held = self.bitmap.item(i)
         mine = held != 0 and self.owner_job.item(i) == job and self.owner_seq.item(i) == seq
+        # EXERCISE END
         if frame[FLAGS_OFF] & RESULT:                     # the PS's result on its way to a worker
             if mine:
                 self._release(i)
@@ -118,8 +122,10 @@ class Atp:
             self.count[i] = (self.count.item(i) + 1) & 0xFF
             self.stats.count(STAT_ADD, n)
         else:                                             # held by another, a resend, or foreign senders
+            # EXERCISE atp-fallback BEGIN hint: the packet is not aggregated here: count STAT_COLLIDE when another (job, seq) holds the aggregator, else STAT_OVERLAP (a resend, or senders it cannot take), and send it on unchanged toward the job's PS by the IPv4 route (self.forward.ipv4(frame)), where the PS adds what fell back
             self.stats.count(STAT_COLLIDE if held and not mine else STAT_OVERLAP, n)
             return self.forward.ipv4(frame)
+            # EXERCISE END
         have = self.bitmap.item(i)
         if have & expect != expect:
             return None                                   # absorbed: the aggregator waits for the rest
