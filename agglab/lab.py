@@ -20,7 +20,7 @@ from mininet.util import quietRun
 
 from agglab.actions import Actions, progress, summary
 from agglab.event_words import event_line
-from agglab.lab_console import PageConsole, take_turn
+from agglab.lab_console import PageConsole, take_turn, terminal
 from agglab.run_options import add_run_options
 from agglab.controller import drawing
 from agglab.ground.interrupts import Interrupted, arm
@@ -418,13 +418,14 @@ def say(line: str) -> None:
         typed = readline.get_line_buffer()
     except (ImportError, AttributeError):
         typed = ""
-    if sys.stdout.isatty() and AT_PROMPT.is_set():
-        sys.stdout.write(f"\r\x1b[K{line}\n{LabCLI.prompt}{typed}")
-    elif sys.stdout.isatty():               # over `wait`'s progress line, not after it
-        sys.stdout.write(f"\r\x1b[K{line}\n")
+    out = terminal()                        # the lab's, even said during a page's command
+    if out.isatty() and AT_PROMPT.is_set():
+        out.write(f"\r\x1b[K{line}\n{LabCLI.prompt}{typed}")
+    elif out.isatty():               # over `wait`'s progress line, not after it
+        out.write(f"\r\x1b[K{line}\n")
     else:
-        sys.stdout.write(line + "\n")
-    sys.stdout.flush()
+        out.write(line + "\n")
+    out.flush()
 
 
 # RunSpec fields one allreduce of an open lab may change; the rest shape the network.

@@ -14,8 +14,8 @@ Two rules keep the terminal and the page apart:
 - A page command's output goes to the page only: LabCLI prints with print(), i.e. to
   sys.stdout, so while the page console is open sys.stdout is a `ThreadSinks` that writes a
   thread's output to that thread's sink when it has one (the page command's buffer) and to the
-  terminal otherwise. Events and an allreduce's outcome, printed from other threads, still
-  reach the terminal, never a page command's output.
+  terminal otherwise. Events and an allreduce's outcome (the lab's `say`, writing to
+  `terminal()`) reach the terminal, never a page command's output.
 """
 
 from __future__ import annotations
@@ -77,6 +77,12 @@ class ThreadSinks:
 
     def __getattr__(self, name):
         return getattr(self.real, name)
+
+
+def terminal():
+    """The lab's terminal: sys.stdout, or what a ThreadSinks there writes to (the lab's events
+    and an allreduce's outcome go there even when said in a page command's thread)."""
+    return sys.stdout.real if isinstance(sys.stdout, ThreadSinks) else sys.stdout
 
 
 @contextlib.contextmanager

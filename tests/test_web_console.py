@@ -106,14 +106,18 @@ def _status(req) -> int:
 
 
 def test_a_page_command_prints_on_the_page_only(page, capsys):
+    from agglab.lab import say
+
     server, session = _open(page)
     set_link = session.net.set_link
 
     def set_link_and_echo(a, b, up):
-        # an event line printed by another thread while the page's command runs: the terminal's
+        # event lines said while the page's command runs, by another thread and by the lab's
+        # say in the command's own thread: the terminal's
         echo = threading.Thread(target=lambda: print(f"[event] link {a}-{b} went down (another thread)"))
         echo.start()
         echo.join()
+        say(f"[event] link {a}-{b} went down (said in the command's thread)")
         return set_link(a, b, up)
 
     session.net.set_link = set_link_and_echo
@@ -125,7 +129,8 @@ def test_a_page_command_prints_on_the_page_only(page, capsys):
     status, answer = _command(server, "events")
     assert status == 200 and answer["output"] == "  no events yet", answer
     terminal = capsys.readouterr().out
-    assert terminal == "[event] link a1-c1 went down (another thread)\n", terminal
+    assert terminal == ("[event] link a1-c1 went down (another thread)\n"
+                        "[event] link a1-c1 went down (said in the command's thread)\n"), terminal
     assert sys.stdout is server.console.sinks                   # the terminal's own prints still pass through it
     print("typed at the terminal")
     assert capsys.readouterr().out == "typed at the terminal\n"

@@ -15,11 +15,11 @@
   // what a test (or a person in the devtools) reads: every command and its output, in order
   const log = window.agglabConsole = { entries: [] };
 
-  function block(command) {
+  function block(command, label) {
     const div = document.createElement("div");
     div.className = "entry";
     const head = document.createElement("div");
-    head.className = "command"; head.textContent = "agglab> " + command;
+    head.className = label ? "note" : "command"; head.textContent = label || "agglab> " + command;
     const body = document.createElement("div");
     body.className = "output pending"; body.textContent = "…";
     div.append(head, body);
@@ -81,6 +81,6 @@
     const run = window.agglab && window.agglab.state && window.agglab.state.run;
     if (awaiting === null || inFlight || !run || run.running || run.runs <= awaiting || !run.outcome) return;
     awaiting = null;
-    block("(the allreduce started here ended)")(run.outcome, !/NOT EXACT|failed/.test(run.outcome), 200);
+    block(null, "(the allreduce started here has ended:)")(run.outcome, !/NOT EXACT|failed/.test(run.outcome), 200);
   }, 250);
 })();
