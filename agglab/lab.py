@@ -20,6 +20,7 @@ from mininet.util import quietRun
 
 from agglab.actions import Actions, progress, summary
 from agglab.event_words import event_line
+from agglab.lab_console import PageConsole, take_turn, terminal
 from agglab.run_options import add_run_options
 from agglab.controller import drawing
 from agglab.ground.interrupts import Interrupted, arm
@@ -32,6 +33,7 @@ from agglab.controller.topology import switches
 
 class LabCLI(CLI):
     prompt = "agglab> "
+    lock = threading.RLock()        # one command at a time, the terminal's or the page's (lab_console.py)
 
     def __init__(self, session: Session, background: list | None = None, actions: Actions | None = None, **kw):
         self.session = session
@@ -42,14 +44,15 @@ class LabCLI(CLI):
     def onecmd(self, line):
         """A switch that died under a command (its socket closed), or a command that failed on
         what it was given, is one line, not the lab's end (a stop signal still ends it)."""
-        try:
-            return CLI.onecmd(self, line)
-        except SwitchCommandError as exc:
-            print(str(exc).splitlines()[0])
-        except Exception as exc:       # noqa: BLE001 - the lab goes on; the person reads one line
-            print(f"{line.split()[0] if line.split() else 'command'} failed: "
-                  f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
-        return False
+        with take_turn(self.lock):
+            try:
+                return CLI.onecmd(self, line)
+            except SwitchCommandError as exc:
+                print(str(exc).splitlines()[0])
+            except Exception as exc:       # noqa: BLE001 - the lab goes on; the person reads one line
+                print(f"{line.split()[0] if line.split() else 'command'} failed: "
+                      f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+            return False
 
     # -- stop signals ----------------------------------------------------------------
     # Mininet's CLI swallows KeyboardInterrupt (at the prompt and while a host command
@@ -416,13 +419,14 @@ def say(line: str) -> None:
         typed = readline.get_line_buffer()
     except (ImportError, AttributeError):
         typed = ""
-    if sys.stdout.isatty() and AT_PROMPT.is_set():
-        sys.stdout.write(f"\r\x1b[K{line}\n{LabCLI.prompt}{typed}")
-    elif sys.stdout.isatty():               # over `wait`'s progress line, not after it
-        sys.stdout.write(f"\r\x1b[K{line}\n")
+    out = terminal()                        # the lab's, even said during a page's command
+    if out.isatty() and AT_PROMPT.is_set():
+        out.write(f"\r\x1b[K{line}\n{LabCLI.prompt}{typed}")
+    elif out.isatty():               # over `wait`'s progress line, not after it
+        out.write(f"\r\x1b[K{line}\n")
     else:
-        sys.stdout.write(line + "\n")
-    sys.stdout.flush()
+        out.write(line + "\n")
+    out.flush()
 
 
 # RunSpec fields one allreduce of an open lab may change; the rest shape the network.
@@ -469,7 +473,8 @@ def run_lab(spec, script: str | None = None, web: dict | None = None) -> int:
             if web is not None:
                 from agglab.web.server import serve     # lazy: aiohttp: loaded only with --web
 
-                server = serve(session, actions, lab=True, **web)
+                console = PageConsole(LabCLI, session, actions, background).open()   # its command line
+                server = serve(session, actions, lab=True, console=console, **web)
                 print(f"live page: {server.url}")
             print("agglab lab: type 'help' for commands; 'fail A B', 'kill S', 'allreduce', 'show', 'progress', "
                   "'cancel', 'events'; Mininet's ('nodes', 'net', 'h1 ping -c1 h2'); 'exit' to quit")
@@ -481,6 +486,7 @@ def run_lab(spec, script: str | None = None, web: dict | None = None) -> int:
         finally:                            # exit, end of script, or a stop signal
             if server is not None:
                 server.stop()
+                server.console.close()
             session.cancel()
             for thread in background:
                 thread.join(timeout=15)

@@ -15,6 +15,9 @@ log: it travels in the query string).
   POST /api/action       {"do": "fail"|"recover", "a", "b"} | {"do": "kill"|"restart", "switch"}
                          | {"do": "allreduce", "elements", "algorithm", "tree"} | {"do": "cancel"}
                          -> {"ok", "message"}: agglab/actions.py, the lab's own code paths
+  POST /api/command      {"line": "fail a1 c1"} -> {"ok", "output"}: one of the lab's own commands,
+                         its output for the page only (agglab/lab_console.py); refused -> 400,
+                         the terminal busy -> 409, with one line
 
 Why a thread: the lab's prompt (Mininet's CLI) owns the main thread. Closing the page only
 ends its stream; `stop()` (the lab's clean-up, on exit or Ctrl-C) ends the server.
@@ -34,6 +37,7 @@ from pathlib import Path
 from aiohttp import web
 
 from agglab.actions import Actions, summary
+from agglab.lab_console import Busy, Refused
 from agglab.web.state import PERIOD, LiveState
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -68,8 +72,8 @@ def host_allowed(host_header: str, names: frozenset[str]) -> bool:
 
 
 class WebServer:
-    def __init__(self, state: LiveState, actions: Actions, host: str, port: int, summarise=None):
-        self.state, self.actions = state, actions
+    def __init__(self, state: LiveState, actions: Actions, host: str, port: int, summarise=None, console=None):
+        self.state, self.actions, self.console = state, actions, console
         self.host, self.port = host, port
         self.token = secrets.token_urlsafe(24)
         self.names = allowed_names(host)
@@ -131,6 +135,7 @@ class WebServer:
         app.router.add_get("/api/state", self._state)
         app.router.add_get("/api/stream", self._stream)
         app.router.add_post("/api/action", self._action)
+        app.router.add_post("/api/command", self._command)
         return app
 
     @web.middleware
@@ -195,6 +200,28 @@ class WebServer:
         except Exception as exc:      # noqa: BLE001 - the page shows one line; the lab goes on
             return web.json_response({"ok": False, "message": f"{body.get('do')} failed: {_line(exc)}"}, status=500)
 
+    async def _command(self, request: web.Request) -> web.Response:
+        """One typed line through the lab's command line, in a worker thread (`wait` blocks
+        until the allreduce ends; the page's event loop goes on)."""
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        if self.console is None:
+            return web.json_response({"ok": False, "message": "this page has no command line (open it with "
+                                      "`agglab lab --web`)"}, status=400)
+        if not isinstance(body, dict) or not isinstance(body.get("line"), str):
+            return web.json_response({"ok": False, "message": 'expected {"line": "a lab command"}'}, status=400)
+        try:
+            output = await asyncio.get_running_loop().run_in_executor(None, self.console.run, body["line"])
+            return web.json_response({"ok": True, "output": output})
+        except Refused as exc:                    # not a lab command
+            return web.json_response({"ok": False, "message": _line(exc)}, status=400)
+        except Busy as exc:                       # the terminal runs one
+            return web.json_response({"ok": False, "message": _line(exc)}, status=409)
+        except Exception as exc:      # noqa: BLE001 - the page shows one line; the lab goes on
+            return web.json_response({"ok": False, "message": f"command failed: {_line(exc)}"}, status=500)
+
     def _do(self, body: dict) -> str:
         """One action through agglab/actions.py (a worker thread: they block)."""
         what = body.get("do")
@@ -225,7 +252,7 @@ def _line(exc: Exception) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
-def serve(session, actions: Actions, host: str, port: int = 0, lab: bool = True) -> WebServer:
+def serve(session, actions: Actions, host: str, port: int = 0, lab: bool = True, console=None) -> WebServer:
     """Start sampling `session` and serving its page; returns the running server (stop() it)."""
     try:
         loopback = ipaddress.ip_address(host).is_loopback
@@ -236,7 +263,7 @@ def serve(session, actions: Actions, host: str, port: int = 0, lab: bool = True)
               "links and kill switches", file=sys.stderr)
     state = LiveState(session, actions, lab=lab).start()
     try:
-        return WebServer(state, actions, host, port, summarise=summary).start()
+        return WebServer(state, actions, host, port, summarise=summary, console=console).start()
     except BaseException:
         state.stop()
         raise
