@@ -10,7 +10,6 @@ before running it, and at the rerouted trees after `--fail`.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 

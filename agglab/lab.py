@@ -26,7 +26,6 @@ from agglab.controller import drawing
 from agglab.ground.interrupts import Interrupted, arm
 from agglab.ground import wire
 from agglab.emulation.session import Session
-from agglab.ground.runspec import RunSpec
 from agglab.controller.switch_client import SwitchCommandError
 from agglab.controller.topology import switches
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from agglab.ground import wire
 from agglab.controller.reroute import failover, sparse_failover
 from agglab.controller.switch_client import SwitchClient
 from agglab.controller.tree_install import Installation
