@@ -231,7 +231,7 @@ def pair_trees(before, after) -> list[tuple]:
     replaced. Trees with neither a root nor a link in common stay unpaired: (old, None) is a
     tree removed, (None, new) a new one; new trees keep their order, the removed come last."""
     import numpy as np  # lazy: numpy and scipy, only a diff between epochs needs them
-    from scipy.optimize import linear_sum_assignment
+    from scipy.optimize import linear_sum_assignment   # lazy: scipy costs a start-up; only show pairs trees
 
     before, after = list(before), list(after)
     partner: dict[int, int] = {}

@@ -175,9 +175,9 @@ def test_show_pairs_a_rerouted_tree_with_its_old_self_not_by_index():
     from agglab.controller import drawing
     from agglab.controller.trees.base import TreeSet
 
-    before = TreeSet((_tree(0, "s1", T_S1), _tree(1, "s2", T_S2)), epoch=0, algorithm="hand")
+    before = TreeSet((_tree(0, "s1", T_S1), _tree(1, "s2", T_S2)), epoch=0, tree="hand")
     rerouted = {**T_S2, "l2": "l1"}                     # l2-s2 failed: l2 joins over l1-l2
-    after = TreeSet((_tree(0, "s2", rerouted), _tree(1, "s1", T_S1)), epoch=1, algorithm="hand")
+    after = TreeSet((_tree(0, "s2", rerouted), _tree(1, "s1", T_S1)), epoch=1, tree="hand")
     text = drawing.as_text(_graph(down=[("l2", "s2")]), after, before)
     assert text.split("changed since epoch 0:\n")[1].splitlines() == [
         "  tree 0 (was tree 1): -l2-s2 (down), +l1-l2",

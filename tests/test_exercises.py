@@ -137,7 +137,7 @@ MISTAKES = {        # a plausible mistake in a region -> the check that must cat
     "max(next) instead of min(next)": (3, "softswitch/sparse.py", "n = min(nexts) if end > cb else NONE",
                                        "n = max(nexts) if end > cb else NONE",
                                        "conformance sparse_first_round (software switch)"),
-    "carry looks at version 0 only": (6, "controller/reroute/failover.py", "    for ver in (0, 1):\n        r = "
+    "carry looks at version 0 only": (6, "controller/reroute/holders.py", "    for ver in (0, 1):\n        r = "
                                       "slot_index(ver, slot_base, slot)\n        if reg(root.switch, \"agg_count\")",
                                       "    for ver in (0,):\n        r = slot_index(ver, slot_base, slot)\n"
                                       "        if reg(root.switch, \"agg_count\")",

@@ -105,7 +105,10 @@ def test_five_trends_ship_with_paper_claims():
     assert {"switchml", "omnireduce", "rat", "rat_failures", "bml", "packing"} <= names
     for p in TRENDS.glob("*.yaml"):
         raw = yaml.safe_load(p.read_text())
-        assert raw["claim"] and raw["claims"], p
+        assert raw["claim"], p
+        # the scale suite's trends (scale_*) claim the emulator's own behaviour, exact and
+        # link-bound at 128 workers, which the report's fidelity table says per run: no ratio
+        assert raw.get("claims") or p.stem.startswith("scale_"), p
 
 
 @pytest.mark.parametrize("raw,where", [

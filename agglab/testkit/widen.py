@@ -17,7 +17,7 @@ import sys
 
 from agglab.ground.paths import VECTORS
 
-LANE_REGISTERS = ("agg_values", "sp_values")
+LANE_REGISTERS = ("agg_values", "sp_values", "atp_values")
 BASE_K, WIDE_K = 64, 256
 _WRITE = re.compile(r"(register_write (?:%s) )(\d+)" % "|".join(LANE_REGISTERS))
 _KEY = re.compile(r"((?:%s)\[)(\d+)(?::(\d+))?\]" % "|".join(LANE_REGISTERS))

@@ -111,6 +111,10 @@ def two_jobs(name: str) -> dict:
             self.spec, self.seat, self.rank, self.workers = spec, seats[rank], rank, RANKS
             self.block_progress = None
 
+        def route(self) -> dict:
+            """The controller's epoch file (communicator.route): none here, links unshaped."""
+            return {}
+
     arrays = {(job, r): (1 + MOD * np.random.default_rng(10 * job + r).integers(-999, 999, BLOCKS * wire.K))
               .astype(np.int32) for job in JOBS for r in range(RANKS)}
     comms = {key: Comm(*key) for key in arrays}
