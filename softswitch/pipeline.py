@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from agglab.ground import wire
 from agglab.softswitch import cli, parser
+from agglab.softswitch import native
 from agglab.softswitch.batch import DenseBatch
 from agglab.softswitch.aggregate import STAT_REJECT, Aggregate, make_state
 from agglab.softswitch.deparser import update_ipv4_checksum
@@ -88,6 +89,8 @@ class Pipeline:
         self.counters = {name: c.packets for name, c in self.counter_arrays.items()}
         self._cli = cli.Cli(self)
         self._batch = DenseBatch(self, other_flags=_ROLE_FLAGS | _OWN_FLAGS)   # every branch's flag but dense's 0
+        # the same path in C where it was built (softswitch/native.py); None: Python only
+        self.native = native.NativeDense(self, _ROLE_FLAGS | _OWN_FLAGS) if native.enabled() else None
         # flags & _ROLE_FLAGS -> the branch's ingress(port, frame, role); flags & _OWN_FLAGS ->
         # ingress(port, frame) of a branch with its own table
         self._branch = {bits: self.controls[n].ingress for bits, n in _dispatch(True).items()}
