@@ -59,7 +59,10 @@ class NativeDense:
         self.other_flags = other_flags
         self.agg_job, self.mc, self.agg_reply = p.agg_job, p.mc, p.aggregate.agg_reply
         self.drop_sim = p.drop_sim
+        self.pipeline = p
         self._ctx: dict[tuple, tuple] = {}
+        self._fast: dict[tuple, tuple | None] = {}     # (iport, job, tree, epoch) -> ctx, this generation
+        self._gen = -1
 
     def _armed(self) -> bool:
         """The drop simulator may drop: its draws stay in the Python pipeline's order."""
@@ -69,6 +72,22 @@ class NativeDense:
         return False
 
     def context(self, iport: int, job: int, tree: int, epoch: int):
+        """`lookup`, cached until the pipeline's next command (Pipeline.generation): every
+        table and group change is a command, so the cache is as fresh as the tables."""
+        gen = self.pipeline.generation
+        if gen != self._gen:
+            self._fast.clear()
+            self._gen = gen
+        key = (iport, job, tree, epoch)
+        try:
+            return self._fast[key]
+        except KeyError:
+            if len(self._fast) > 4096:              # foreign frames' random bytes
+                self._fast.clear()
+            ctx = self._fast[key] = self.lookup(iport, job, tree, epoch)
+            return ctx
+
+    def lookup(self, iport: int, job: int, tree: int, epoch: int):
         """The engine's ctx for frames of (job, tree, epoch) on `iport`, or None when they are
         not the dense path's (no child entry, the drop simulator armed). Cached per the
         entry, the replication and the agg_reply actions it reads (a table change is a new key)."""

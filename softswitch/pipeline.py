@@ -71,6 +71,7 @@ def _dispatch(role: bool) -> dict[int, str]:
 class Pipeline:
     def __init__(self, seed: int | None = None, clock=None):
         self.register_arrays, self.stats = make_state()
+        self.generation = 0                      # bumped by every command: tables are changed only so
         self.rejects = CounterArray("agg_rejects", wire.CONST["AGG_REJECTS_SIZE"])
         self.policer = PortPolicer(self.stats, self.rejects, **({"clock": clock} if clock else {}))
         self.meters = {"port_meter": self.policer}
@@ -104,10 +105,12 @@ class Pipeline:
 
     def command(self, line: str) -> str:
         """Run one simple_switch_CLI command; raises cli.CommandError when BMv2 would refuse it."""
+        self.generation += 1                     # tables may change: caches of them (native.py) refresh
         return self._cli.execute(line)
 
     def reset_state(self) -> None:
         """Empty tables (defaults restored), zero registers and counters, no multicast groups."""
+        self.generation += 1
         for table in self.tables.values():
             table.reset()
         for reg in self.register_arrays.values():
