@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 from agglab.ground import wire
+from agglab.softswitch import native
 from agglab.softswitch.io import RawPort
 
 # Fewer frames than this go through Pipeline.process one by one even where process_batch
@@ -60,6 +61,11 @@ class FramePath:
         # the C engine (softswitch/native.py) where built; not with pcap (it writes every frame)
         nat = self.pipeline.native if self._engine is not None else None
         engine, arena = (nat.engine, rx.arena) if nat is not None else (None, None)
+        if nat is not None and recv == port._recv_mmsg:       # the kernel guards are on: C's recvmmsg
+            fast_recv, hdr_at = native.recvmmsg, rx._hdr_at    # the MsgBatch's prepared headers
+
+            def recv(_rx, count: int) -> int:
+                return fast_recv(fd, hdr_at, count)
 
         def one(i: int) -> tuple[int, int]:
             """Frame i of the arena through the Python pipeline: (its bytes, 1 if it was dropped)."""

@@ -30,6 +30,7 @@ except ImportError as exc:                 # not built (no compiler at install t
     _WHY_NOT = f"the C fast path is not built ({exc})"
 
 AVAILABLE = _fastdense is not None
+recvmmsg = _fastdense.recvmmsg if AVAILABLE else None   # (fd, MsgBatch._hdr_at, count) -> n
 OUT_CAP = 1024                              # output frames staged before a send
 REGISTERS = ("agg_values", "agg_bitmap", "agg_count", "agg_exp", "agg_final", "agg_block", "agg_rnext")
 
