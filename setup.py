@@ -14,7 +14,8 @@ pyproject.toml.
 
 from pathlib import Path
 
-from setuptools import find_namespace_packages, setup
+from setuptools import Extension, find_namespace_packages, setup
+from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 CODE = ("ground", "softswitch", "hosts", "pace", "controller", "emulation", "experiments")
@@ -35,4 +36,27 @@ for folder in CODE:
     packages += [f"agglab.{folder}", *(f"agglab.{folder}.{name}" for name in subpackages(folder))]
 packages += [f"agglab.{folder}" for folder in DATA]
 
-setup(packages=packages, package_dir={"agglab": "agglab", **{f"agglab.{f}": f for f in CODE + DATA}})
+
+
+class OptionalBuildExt(build_ext):
+    """The C fast path (softswitch/fastdense.c) is optional: without a compiler (or Python's
+    headers, python3-dev) the install goes on without it and the switch runs its Python
+    reference path, saying so in one line at start (softswitch/native.py)."""
+
+    def run(self):
+        try:
+            super().run()
+        except Exception as exc:                      # no compiler at all: CCompilerError, PlatformError
+            print(f"agglab: the C fast path was not built ({exc}); the Python path will run")
+
+    def build_extension(self, ext):
+        try:
+            super().build_extension(ext)
+        except Exception as exc:
+            print(f"agglab: {ext.name} was not built ({exc}); the Python path will run")
+
+
+FAST = Extension("agglab.softswitch._fastdense", ["softswitch/fastdense.c"], extra_compile_args=["-O2"],
+                 optional=True)
+setup(packages=packages, package_dir={"agglab": "agglab", **{f"agglab.{f}": f for f in CODE + DATA}},
+      ext_modules=[FAST], cmdclass={"build_ext": OptionalBuildExt})

@@ -7,11 +7,13 @@ set -euo pipefail
 # dissector's tests); iputils-ping (Mininet's ping in the lab); graphviz (topology and tree
 # drawings); chromium + chromium-driver (browser tests of the web view); openssh-server and
 # tmux (cluster and lab session tests); openssh-client and sudo (cluster mode: Mininet's
-# RemoteMixin runs `sudo -E ssh ... sudo -E mnexec`). --no-install-recommends pulls in none of these by
+# RemoteMixin runs `sudo -E ssh ... sudo -E mnexec`); build-essential (gcc: `pip install` builds the
+# switch's C fast path, softswitch/fastdense.c, with it and python3-dev's headers; without a
+# compiler the install goes on and the switch runs its Python path). --no-install-recommends pulls in none of these by
 # itself, so each is named here; tests/test_scripts.py checks the list against the tests.
 pkgs=(mininet python3-venv python3-dev iproute2 ethtool tcpdump procps tshark
       make cpp shellcheck iputils-ping graphviz chromium chromium-driver openssh-server tmux
-      openssh-client sudo)
+      openssh-client sudo build-essential)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

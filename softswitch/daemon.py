@@ -20,6 +20,7 @@ import socket
 import time
 from pathlib import Path
 
+from agglab.softswitch import native
 from agglab.softswitch.control import ControlServer
 from agglab.ground.mmsg import MsgBatch
 from agglab.softswitch.daemon_commands import DaemonCommands
@@ -28,7 +29,8 @@ from agglab.softswitch.io import MAX_FRAME, RawPort
 from agglab.softswitch.pcap import PcapWriter
 
 COUNTERS = ("rx", "rx_bytes", "tx", "tx_bytes", "drop", "tx_drop", "err", "batched")
-# batched: received frames Pipeline.process_batch took (softswitch/batch.py), by ingress port
+# batched: received frames Pipeline.process_batch (softswitch/batch.py) or the C engine
+# (softswitch/native.py) took, by ingress port
 NPORTS = 512                                  # bit<9> port space
 
 
@@ -69,6 +71,9 @@ class Daemon(FramePath, DaemonCommands):
         self._held_until = 0.0                         # ports_hold: frames wait until then
         self._held_log: list[tuple] = []               # commands served while held, logged after
         self._held_rt = False                          # the hold runs real-time
+        nat = getattr(pipeline, "native", None)        # the C engine (softswitch/native.py) or None
+        self._engine = nat.engine if nat is not None and not self.pcap_dir else None
+        self._py_queued = False                        # Python-path outputs wait in self._tx
 
     # ---- event-loop plumbing -------------------------------------------------------------
     def _register(self, fd: int, events: int, callback) -> None:
@@ -139,8 +144,12 @@ class Daemon(FramePath, DaemonCommands):
             for number, port in self.ports.items():
                 self._pcap_in[number] = PcapWriter(self.pcap_dir / f"{port.ifname}_in.pcap")
                 self._pcap_out[number] = PcapWriter(self.pcap_dir / f"{port.ifname}_out.pcap")
-        for port in self.ports.values():
+        for number, port in self.ports.items():
+            if self._engine is not None:
+                self._engine.set_fd(number, port.fileno())
             self._register(port.fileno(), select.EPOLLIN, self._make_drain(port))
+        self.log.info("%s", native.describe() if self._engine is not None or not self.pcap_dir
+                      else "data path: the Python reference pipeline (pcap on: every frame is written)")
         for s in self._wake:
             s.setblocking(False)
         self._register_ctl(self._wake[0].fileno(), select.EPOLLIN, self._on_wake)   # a signal ends a held poll too

@@ -22,6 +22,8 @@ import time
 
 import numpy as np
 
+from agglab.ground import wire
+from agglab.softswitch import native
 from agglab.softswitch.io import RawPort
 
 # Fewer frames than this go through Pipeline.process one by one even where process_batch
@@ -56,6 +58,38 @@ class FramePath:
         # the batch path: the arena as rows of frames and the msg_len of every header, no copies
         batched = getattr(self.pipeline, "process_batch", None)
         rows, lens = rx.rows, rx.received
+        # the C engine (softswitch/native.py) where built; not with pcap (it writes every frame)
+        nat = self.pipeline.native if self._engine is not None else None
+        engine, arena = (nat.engine, rx.arena) if nat is not None else (None, None)
+        if nat is not None and recv == port._recv_mmsg:       # the kernel guards are on: C's recvmmsg
+            fast_recv, hdr_at = native.recvmmsg, rx._hdr_at    # the MsgBatch's prepared headers
+
+            def recv(_rx, count: int) -> int:
+                return fast_recv(fd, hdr_at, count)
+
+        def one(i: int) -> tuple[int, int]:
+            """Frame i of the arena through the Python pipeline: (its bytes, 1 if it was dropped)."""
+            start = i * slot
+            frame = bytes(view[start:start + words[16 * i + 14]])
+            if pcap_in is not None:
+                pcap_in.write(frame)
+            try:
+                outs = process(iport, frame)
+            except Exception as exc:
+                self._pipeline_error(iport, frame, exc)
+                return len(frame), 0
+            if not outs:
+                return len(frame), 1
+            for eport, out in outs:
+                queue = queues.get(eport)
+                if queue is None:
+                    self._no_port(eport)
+                    continue
+                queue.append(out)
+                self._py_queued = True
+                if pcap_in is not None:
+                    pcap_out[eport].write(out)
+            return len(frame), 0
 
         def drain(_events: int) -> None:
             nbytes = ndrop = n = 0
@@ -75,7 +109,7 @@ class FramePath:
                         n = k
                     if not n:
                         return
-                if n >= BATCH_MIN and batched is not None:
+                if nat is None and n >= BATCH_MIN and batched is not None:
                     try:
                         got = batched(iport, rows[:n], lens[:n])
                     except Exception as exc:              # a bug, not a packet: count, go on
@@ -100,39 +134,62 @@ class FramePath:
                                 for row in frames:
                                     pcap_out[eport].write(row.tobytes())
                         return
-                for i in range(n):
-                    start = i * slot
-                    frame = bytes(view[start:start + words[16 * i + 14]])
-                    nbytes += len(frame)
-                    if pcap_in is not None:
-                        pcap_in.write(frame)
-                    try:
-                        outs = process(iport, frame)
-                    except Exception as exc:
-                        self._pipeline_error(iport, frame, exc)
-                        continue
-                    if not outs:
-                        ndrop += 1
-                        continue
-                    for eport, out in outs:
-                        queue = queues.get(eport)
-                        if queue is None:
-                            self._no_port(eport)
+                if nat is not None:
+                    i = 0
+                    while i < n:
+                        if self._py_queued:           # the Python path's outputs go first
+                            self._flush_tx()
+                        try:
+                            k, d = nat.run(iport, arena, slot, lens, i, n)
+                            if k == 0 and engine.staged:  # its output arena is full: send, again
+                                self._send_native()
+                                k, d = nat.run(iport, arena, slot, lens, i, n)
+                        except Exception as exc:      # a bug, not a packet: count, go on
+                            c["err"][iport] += n - i
+                            self._rate_limited("native path error on port %d: %s: %s", iport,
+                                               type(exc).__name__, exc)
+                            return
+                        if k:
+                            i += k
+                            ndrop += d
+                            nbytes += int(lens[i - k:i].sum()) if k > 1 else int(lens[i - 1])
+                            batched_c[iport] += k
                             continue
-                        queue.append(out)
-                        if pcap_in is not None:
-                            pcap_out[eport].write(out)
+                        nb, dropped = one(i)
+                        nbytes, ndrop, i = nbytes + nb, ndrop + dropped, i + 1
+                    return
+                for i in range(n):
+                    nb, dropped = one(i)
+                    nbytes += nb
+                    ndrop += dropped
             finally:
                 rx_c[iport] += n
                 rxb[iport] += nbytes
                 drop[iport] += ndrop
         return drain
 
+    def _send_native(self) -> None:
+        """Send the C engine's staged outputs (one sendmmsg per egress port) and count them."""
+        c, frame = self.counters, wire.FRAME_BYTES
+        for eport, sent, dropped, err in self._engine.send():
+            if err == -1:
+                self._no_port(eport, dropped)
+                continue
+            c["tx"][eport] += sent
+            c["tx_bytes"][eport] += sent * frame
+            if dropped:
+                c["tx_drop"][eport] += dropped - 1
+                self._tx_error(eport, OSError(err, os.strerror(err)))
+
     def _flush_tx(self) -> None:
-        """Send every port's queued frames, one sendmmsg per port and up to `batch` frames.
+        """Send every port's queued frames, one sendmmsg per port and up to `batch` frames;
+        the C engine's outputs first (they were produced before anything queued here).
 
         A queue holds frames (bytes) and, from the batch path, uint8 arrays of equal-length
         frames (one per row), which are copied into the send arena a block at a time."""
+        if self._engine is not None and self._engine.staged:
+            self._send_native()
+        self._py_queued = False
         for eport, queue in self._tx.items():
             if queue:
                 batch = self._tx_batch[eport]

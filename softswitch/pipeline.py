@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from agglab.ground import wire
 from agglab.softswitch import cli, parser
+from agglab.softswitch import native
 from agglab.softswitch.batch import DenseBatch
 from agglab.softswitch.aggregate import STAT_REJECT, Aggregate, make_state
 from agglab.softswitch.deparser import update_ipv4_checksum
@@ -70,6 +71,7 @@ def _dispatch(role: bool) -> dict[int, str]:
 class Pipeline:
     def __init__(self, seed: int | None = None, clock=None):
         self.register_arrays, self.stats = make_state()
+        self.generation = 0                      # bumped by every command: tables are changed only so
         self.rejects = CounterArray("agg_rejects", wire.CONST["AGG_REJECTS_SIZE"])
         self.policer = PortPolicer(self.stats, self.rejects, **({"clock": clock} if clock else {}))
         self.meters = {"port_meter": self.policer}
@@ -88,6 +90,8 @@ class Pipeline:
         self.counters = {name: c.packets for name, c in self.counter_arrays.items()}
         self._cli = cli.Cli(self)
         self._batch = DenseBatch(self, other_flags=_ROLE_FLAGS | _OWN_FLAGS)   # every branch's flag but dense's 0
+        # the same path in C where it was built (softswitch/native.py); None: Python only
+        self.native = native.NativeDense(self, _ROLE_FLAGS | _OWN_FLAGS) if native.enabled() else None
         # flags & _ROLE_FLAGS -> the branch's ingress(port, frame, role); flags & _OWN_FLAGS ->
         # ingress(port, frame) of a branch with its own table
         self._branch = {bits: self.controls[n].ingress for bits, n in _dispatch(True).items()}
@@ -101,10 +105,12 @@ class Pipeline:
 
     def command(self, line: str) -> str:
         """Run one simple_switch_CLI command; raises cli.CommandError when BMv2 would refuse it."""
+        self.generation += 1                     # tables may change: caches of them (native.py) refresh
         return self._cli.execute(line)
 
     def reset_state(self) -> None:
         """Empty tables (defaults restored), zero registers and counters, no multicast groups."""
+        self.generation += 1
         for table in self.tables.values():
             table.reset()
         for reg in self.register_arrays.values():

@@ -145,6 +145,17 @@ def test_experiment_dry_run_outside_the_checkout(installed):
     assert "quick:" in plan and "trend(s)" in plan and "switchml:" in plan, plan
 
 
+def test_the_c_fast_path_is_built_where_there_is_a_compiler(installed):
+    """`pip install .` builds softswitch/fastdense.c with the machine's gcc (setup.py): the
+    installed switch runs dense rounds in C (softswitch/native.py); without gcc it would say
+    it runs the Python path, and this test names which."""
+    agglab, work = installed
+    out = subprocess.run([str(agglab.parent / "python"), "-c",
+                          "from agglab.softswitch import native; print(native.AVAILABLE); print(native.describe())"],
+                         cwd=work, capture_output=True, text=True, env=_clean_env(), check=True).stdout.split("\n")
+    assert out[0] == str(bool(shutil.which("gcc") or shutil.which("cc"))), out
+
+
 @pytest.mark.root
 @pytest.mark.mininet
 @pytest.mark.net_timeout(600)

@@ -42,7 +42,7 @@ PACKAGE_OF = {"cpp": "cpp", "shellcheck": "shellcheck", "tshark": "tshark", "pin
               "tcpdump": "tcpdump", "bash": None, "sudo": None, "p4c": None, "simple_switch": None,
               "simple_switch_CLI": None, "git": None, "env": None, "kill": None, "flock": None,
               "pgrep": "procps", "ps": "procps", "make": "make", "sleep": None, "true": None, "unshare": None, "setpriv": None,
-              "nsenter": None, "python3": None}
+              "nsenter": None, "python3": None, "gcc": "build-essential", "cc": "build-essential"}
 
 
 def _system_packages() -> set[str]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from agglab.ground import wire
+
 from agglab.softswitch.pipeline import Pipeline
 
 
@@ -17,9 +19,11 @@ class SoftTarget:
     does (so the vectors are the contract of the batched path too)."""
     name = "soft"
 
-    def __init__(self, batch: bool = False):
+    def __init__(self, batch: bool = False, native: bool = False):
+        """native=True: every frame goes in through the C engine (softswitch/native.py) where
+        it takes it and through process where it declines."""
         self.pipeline = Pipeline(seed=1)
-        self.batch = batch
+        self.batch, self.native = batch, native
         self.batched = 0                  # frames process_batch took
 
     def reset(self, ports: set[int]) -> None:
@@ -31,7 +35,13 @@ class SoftTarget:
 
     def inject(self, port: int, frame: bytes, expected: int) -> list[tuple[int, bytes]]:
         """Everything the switch emits for `frame`, in the pipeline's (deterministic) order."""
-        if self.batch:
+        if self.native and len(frame) >= wire.FRAME_BYTES:
+            lens = np.array([len(frame)], np.uint32)
+            taken, _drops = self.pipeline.native.run(port, frame, max(len(frame), 1), lens, 0, 1)
+            if taken:
+                self.batched += 1
+                return self.pipeline.native.engine.take()
+        elif self.batch:
             got = self.pipeline.process_batch(port, np.frombuffer(frame, np.uint8)[None, :],
                                               np.array([len(frame)], np.uint32))
             if got is not None:

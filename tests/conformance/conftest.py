@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from agglab.softswitch import native
 from agglab.testkit.soft_target import SoftTarget
 from agglab.testkit.vectors import all_vectors
 
@@ -28,6 +29,13 @@ def soft_target():
 @pytest.fixture(scope="session")
 def soft_batch_target():
     return SoftTarget(batch=True)
+
+
+@pytest.fixture(scope="session")
+def soft_native_target():
+    if not native.AVAILABLE:
+        pytest.skip(native.describe())
+    return SoftTarget(native=True)
 
 
 @pytest.fixture(scope="module")

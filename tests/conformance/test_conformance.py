@@ -44,6 +44,19 @@ def test_soft_batch_takes_some_vectors_frames(soft_batch_target):
     assert soft_batch_target.batched > 0
 
 
+@pytest.mark.parametrize("vector", VECTORS, ids=lambda v: v.name)
+def test_soft_native(soft_native_target, vector):
+    """The same vectors through the C engine (softswitch/native.py), a frame at a time."""
+    run_vector(soft_native_target, vector, ordered=True)
+
+
+def test_soft_native_takes_some_vectors_frames(soft_native_target):
+    """The C engine really took some of the vectors' frames (not only declined)."""
+    for vector in VECTORS:
+        run_vector(soft_native_target, vector, ordered=True)
+    assert soft_native_target.batched > 0
+
+
 @pytest.mark.bmv2
 @pytest.mark.root
 @pytest.mark.parametrize("vector", VECTORS, ids=lambda v: v.name)
