@@ -17,6 +17,8 @@ import sys
 
 import pytest
 
+from agglab.softswitch import native
+
 from agglab.ground.paths import REPO
 
 WIDE = {**os.environ, "AGGLAB_K": "256"}
@@ -59,9 +61,12 @@ def test_wide_vectors_pass_on_the_software_switch():
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     wide = sorted(p.stem for p in (REPO / "p4src/vectors/k256").glob("*.yaml"))
     assert len(wide) >= 4
+    paths = ["test_soft", "test_soft_batch"] + (["test_soft_native"] if native.AVAILABLE else [])
     for name in wide:
-        assert f"test_soft[{name}] PASSED" in out.stdout and f"test_soft_batch[{name}] PASSED" in out.stdout
-    assert _passed(out) == 2 * len(wide) + 2          # + test_vectors_exist, test_soft_batch_takes_some...
+        for path in paths:
+            assert f"{path}[{name}] PASSED" in out.stdout, (path, name)
+    # each path once per vector, + test_vectors_exist and each fast path's takes-some-frames test
+    assert _passed(out) == len(paths) * len(wide) + len(paths)
 
 
 @pytest.mark.bmv2
