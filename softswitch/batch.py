@@ -35,7 +35,7 @@ from agglab.ground import wire
 from agglab.softswitch.aggregate import (AGG_SET_DST, BE_U32, BLOCK_OFF, DATA_END, DATA_OFF, EXP_OFF, FLAG_LEAD, FLAGS_OFF,
                                   NEXT_OFF,
                                   RESULT_FLAG, STAT_COMPLETE, STAT_CONTRIB, UDP_CSUM, UP_FLAGS)
-from agglab.softswitch.roles import AGG_CHILD, AGG_CHILD_OF, ANY_WORKER
+from agglab.softswitch.roles import ANY_WORKER, child_entry
 
 K, SLOTS, MAX_WORKERS = wire.K, wire.SLOTS, wire.MAX_WORKERS
 FRAME = wire.FRAME_BYTES
@@ -139,14 +139,10 @@ class DenseBatch:
         if (hdr[:, FLAGS_OFF] & FLAG_LEAD).any():
             return None                                   # a sparse lead registers the child's next
         job, tree, epoch = (int(v) for v in fixed[9:])
-        action, params = self.agg_job.exact.get((job, tree, epoch, iport), self.agg_job.default)
-        if action == AGG_CHILD:
-            c, fan_in, mgrp, slot_base, slots, want = params
-            parent = -1
-        elif action == AGG_CHILD_OF:
-            c, fan_in, mgrp, slot_base, slots, want, parent = params
-        else:
+        entry = child_entry(self.agg_job, job, tree, epoch, iport)
+        if entry is None:
             return None                                   # from the parent, or a reject
+        c, fan_in, mgrp, slot_base, slots, want, parent = entry
         if c >= MAX_WORKERS or (want != ANY_WORKER and not (hdr[:, WORKER_OFF] == want).all()):
             return None
         vs = hdr[:, VS_OFF:VS_OFF + 2].view(BE_U16)[:, 0].astype(np.int64)

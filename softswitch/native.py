@@ -20,7 +20,7 @@ import os
 
 from agglab.ground import wire
 from agglab.softswitch.aggregate import AGG_SET_DST, STAT_COMPLETE, STAT_CONTRIB
-from agglab.softswitch.roles import AGG_CHILD, AGG_CHILD_OF, ANY_WORKER
+from agglab.softswitch.roles import ANY_WORKER, child_entry
 
 try:
     from agglab.softswitch import _fastdense
@@ -94,14 +94,10 @@ class NativeDense:
         entry, the replication and the agg_reply actions it reads (a table change is a new key)."""
         if self._armed():
             return None
-        action, params = self.agg_job.exact.get((job, tree, epoch, iport), self.agg_job.default)
-        if action == AGG_CHILD:
-            c, fan_in, mgrp, slot_base, slots, want = params
-            parent = -1
-        elif action == AGG_CHILD_OF:
-            c, fan_in, mgrp, slot_base, slots, want, parent = params
-        else:
+        entry = child_entry(self.agg_job, job, tree, epoch, iport)
+        if entry is None:
             return None
+        c, fan_in, mgrp, slot_base, slots, want, parent = entry
         if c >= wire.MAX_WORKERS:
             return None
         if parent < 0:
@@ -110,7 +106,7 @@ class NativeDense:
             actions = tuple(table.exact.get((port,), table.default) for port, _rid in replicas)
         else:
             replicas = actions = ()
-        key = (iport, job, tree, epoch, params, parent, replicas, actions)
+        key = (iport, job, tree, epoch, entry, replicas, actions)
         ctx = self._ctx.get(key)
         if ctx is None:
             dsts = b"".join(port.to_bytes(2, "big") + dmac.to_bytes(6, "big") + smac.to_bytes(6, "big")

@@ -132,3 +132,15 @@ def lookup_role(table: Table, port: int, frame: bytes):
         return REJ_FROM_PARENT                    # only results, with their values, come down
     r, o = (idx + SLOTS, idx) if vs >> 15 else (idx, idx + SLOTS)
     return c, fan_in, mgrp, parent, r, o, flags
+
+
+def child_entry(agg_job, job: int, tree: int, epoch: int, iport: int):
+    """The agg_job entry of a child's frame as (c, fan_in, mgrp, slot_base, slots, want, parent),
+    parent -1 for the root's children; None when the entry is not a child's (from the parent, a
+    reject). One reading of the table for both fast paths (softswitch/batch.py, native.py)."""
+    action, params = agg_job.exact.get((job, tree, epoch, iport), agg_job.default)
+    if action == AGG_CHILD:
+        return (*params, -1)
+    if action == AGG_CHILD_OF:
+        return tuple(params)
+    return None
