@@ -74,16 +74,21 @@ def specs(rows: list[dict[str, Any]], d: Definition, selector: dict[str, Any]) -
     """The RunSpecs of the points a selector names: the planned points', else the rows'. A
     failure picked at run time (`tree@F`) has no link until a run picks one: then each
     recorded run's spec with the link it failed (`resolved`), so the bound follows it."""
-    first = next(iter(d.series))
     if d.built:
-        planned = [p.spec for p in d.built if p.spec is not None
-                   and matches({"series": p.series, "values": p.values}, selector, first)]
+        planned = [p.spec for p in planned_points(d, selector)]
     else:
         planned = [RunSpec.from_dict(r["spec"]) for r in selected(rows, d, selector) if r.get("spec")]
     if any(f.link is None for s in planned for f in s.fail_specs):
         runs = [spec for r in selected(rows, d, selector) if (spec := resolved(r)) is not None]
         return runs or planned
     return planned
+
+
+def planned_points(d: Definition, selector: dict[str, Any]) -> list:
+    """The planned points (`d.points` built them) a selector names that can run."""
+    first = next(iter(d.series))
+    return [p for p in d.built if p.spec is not None
+            and matches({"series": p.series, "values": p.values}, selector, first)]
 
 
 def resolved(row: dict[str, Any]) -> RunSpec | None:
@@ -106,6 +111,18 @@ def claim_bound(rows: list[dict[str, Any]], d: Definition, claim: Claim) -> tupl
     except (bounds.BoundError, ValueError, KeyError, ZeroDivisionError, OSError) as exc:
         return float("nan"), str(exc)
     return float("nan"), "no bound in the trend file"
+
+
+def planned_bound(d: Definition, claim: Claim) -> tuple[float, str]:
+    """A planned claim's bound before any run (experiments/where.py sweeps it over a knob):
+    the wire model's, as claim_bound gives it, and for PACE the pure iteration model at the
+    points' modelled start-up cost, which no run has measured there."""
+    if claim.bound != "pace_model":
+        return claim_bound([], d, claim)
+    try:
+        return bounds.pace_pure_bound(planned_points(d, claim.num), planned_points(d, claim.den)), ""
+    except (bounds.BoundError, ValueError, KeyError, ZeroDivisionError, OSError) as exc:
+        return float("nan"), str(exc)
 
 
 @dataclass

@@ -17,11 +17,14 @@ from __future__ import annotations
 import math
 import statistics
 
+from agglab.emulation.pace_run import PaceOptions, model_runs
 from agglab.emulation.wire_model import BoundError, wire_seconds
+from agglab.pace.fusion import CostModel
+from agglab.pace.schedule import load_profile
 
 MATCH_TOLERANCE = 0.10                       # "matches its bound" within this fraction
 
-__all__ = ["BoundError", "MATCH_TOLERANCE", "compare", "pace_model_bound", "wire_time_bound"]
+__all__ = ["BoundError", "MATCH_TOLERANCE", "compare", "pace_model_bound", "pace_pure_bound", "wire_time_bound"]
 
 
 # -- a claim's bound ------------------------------------------------------------------
@@ -44,6 +47,25 @@ def pace_model_bound(num_rows: list[dict], den_rows: list[dict]) -> float:
             raise BoundError("no run recorded the model's iteration with the measured cost")
         return statistics.median(vals)
     return planned(num_rows) / planned(den_rows)
+
+
+def pace_pure_bound(num: list, den: list) -> float:
+    """The pure iteration model's ratio at the planned points' own modelled cost (their
+    `alpha_us` and real link rate, emulation/pace_run.py's PaceOptions): PACE's bound where no
+    run has measured the emulator's cost, i.e. a knob swept beyond the trend's own runs
+    (experiments/where.py: the per-call start-up cost, the compute/communication ratio)."""
+    def planned(points):
+        if not points:
+            raise BoundError("a point of this claim is not in this run's sweep")
+        times = []
+        for p in points:
+            opts = PaceOptions(**{k: v for k, v in p.program.items() if k in PaceOptions.__dataclass_fields__})
+            cost = CostModel.for_network(p.spec.algorithm, p.spec.workers, opts.link_gbps, opts.alpha_us)
+            scheduler = p.program["scheduler"]
+            times.append(model_runs(load_profile(str(p.program["model"])), [scheduler], cost, opts)[scheduler]
+                         .iteration_ms)
+        return statistics.median(times)
+    return planned(num) / planned(den)
 
 
 def compare(ours: float, bound: float) -> str:

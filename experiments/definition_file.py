@@ -170,7 +170,7 @@ def parse_definition(raw: Any, source: str = "definition", overrides: dict[str, 
         for sel in c["ratio"]:
             if sel.get("series", next(iter(series))) not in series:
                 raise ConfigError(source, f"claims[{i}].ratio", f"unknown series {sel.get('series')!r}")
-        _where(c.get("where"), f"claims[{i}].where", RUN_FIELDS + NETWORK_KEYS, source)
+        _where(c.get("where"), f"claims[{i}].where", allowed, source)
         each = c.get("for_each") or []
         for k in [each] if isinstance(each, str) else each:
             if k not in sweep:
@@ -209,7 +209,8 @@ def _where(value: Any, key: str, knobs: tuple[str, ...], source: str) -> None:
     for j, w in enumerate(value):
         w = _mapping(w, f"{key}[{j}]", WHERE_KEYS, source)
         if w.get("knob") not in knobs:
-            raise ConfigError(source, f"{key}[{j}].knob", f"must be a run or network key, got {w.get('knob')!r}")
+            raise ConfigError(source, f"{key}[{j}].knob", f"must be a run or network key{' or a PACE option' if 'alpha_us' in knobs else ''}, "
+                              f"got {w.get('knob')!r}")
         if not isinstance(w.get("values"), list) or not w["values"]:
             raise ConfigError(source, f"{key}[{j}].values", f"must be a non-empty list, got {w.get('values')!r}")
         _mapping(w.get("with", {}), f"{key}[{j}].with", knobs, source)

@@ -17,6 +17,8 @@ A claim names its knobs in its trend file:
 `knob` is a run, network or sweep key of the definition; each value replaces it in every point
 (and in the claim's selectors), and the claim's bound is computed as the report computes it.
 `with` holds other keys at values the trend does not run (the paper's layout, say).
+PACE's claims (`bound: pace_model`) are swept with the pure iteration model at each point's
+modelled cost (experiments/bounds.py pace_pure_bound): no run measured the emulator's there.
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from agglab.emulation.fidelity import DEFAULT_CEILING_MBPS
-from agglab.experiments.analysis import claim_bound
-from agglab.experiments.definition import NETWORK_KEYS, RUN_FIELDS, ConfigError, Definition
+from agglab.emulation.pace_run import PaceOptions
+from agglab.experiments.analysis import planned_bound
+from agglab.experiments.definition import NETWORK_KEYS, PACE_KEYS, RUN_FIELDS, ConfigError, Definition
 from agglab.ground.runspec import RunSpec
 
 
@@ -109,7 +112,8 @@ def curve(d: Definition, index: int, knob: str, values: list, topo_dir: Path, wh
     fixed = dict(fixed or {})
     for key, value in fixed.items():
         d, raw = _with_knob(d, raw, key, value)
-    default = getattr(RunSpec(), knob, None) if knob in RUN_FIELDS else None
+    default = (getattr(RunSpec(), knob, None) if knob in RUN_FIELDS else
+               getattr(PaceOptions(), knob, None) if knob in PACE_KEYS else None)
     today = None if fixed else next((sel[knob] for sel in raw["ratio"] if knob in sel),
                                     d.run.get(knob, d.network.get(knob, default)))
     out: dict[str, Curve] = {}
@@ -124,7 +128,7 @@ def curve(d: Definition, index: int, knob: str, values: list, topo_dir: Path, wh
                 c.problem = c.problem or str(exc)
             continue
         for claim, _ in claims:
-            bound, no_bound = claim_bound([], changed, claim)
+            bound, no_bound = planned_bound(changed, claim)
             c = out.setdefault(claim.text, Curve(d.name, claim.text, claim.paper, claim.expect, knob, today, [],
                                                  why=" ".join(why.split()), fixed=fixed))
             c.points.append((value, bound, claim.paper))

@@ -91,3 +91,40 @@ def test_the_report_section_has_a_row_and_a_plot_per_knob(tmp_path):
     for row in rows:
         png = row.rstrip(" |").rsplit("| ", 1)[1]
         assert (tmp_path / png).stat().st_size > 1000, png
+
+
+def _pace_curves(tmp_path, knob, values, fixed=None):
+    d = load_definition(TRENDS / "pace.yaml")
+    return {c.claim.split("model=")[1].rstrip(")"): c for c in curve(d, 0, knob, values, tmp_path, fixed=fixed)}
+
+
+def test_pace_is_swept_with_the_pure_model_and_tends_to_fifo_on_a_slow_link(tmp_path):
+    # no run measured the emulator's cost at a swept point, so PACE's bound there is the pure
+    # iteration model at the modelled start-up: when communication dwarfs compute (a slow
+    # link) both schedules take the communication's time, so the order cannot matter; nearer
+    # the rate where compute and communication meet it does (on a very fast link FIFO still
+    # waits for its 5 ms cycles, so the ratio does not return to 1 there)
+    by_model = _pace_curves(tmp_path, "link", ["0.02Gbps", "10Gbps"])
+    assert set(by_model) == {"resnet50", "vgg16", "bert-base"}
+    for model, c in by_model.items():
+        slow, today = (b for _, b, _ in c.points)
+        assert c.today == "10Gbps"
+        assert slow == pytest.approx(1, abs=0.01), model
+        assert today > slow + 0.02, model
+
+
+def test_pace_loses_to_fifo_once_each_chunk_pays_a_large_start_up(tmp_path):
+    # PACE cuts the gradient into 4 MB chunks and FIFO fuses into a 64 MB buffer, so PACE makes
+    # more calls: past some start-up cost per call its order cannot pay for them
+    by_model = _pace_curves(tmp_path, "alpha_us", [50, 200, 5000])
+    for model, c in by_model.items():
+        assert c.today == 50                         # PaceOptions' modelled start-up, the trend's own
+        at50, at200, at5000 = (b for _, b, _ in c.points)
+        assert at50 > at200 > at5000 and at5000 < 1, model
+
+
+def test_a_pace_option_is_a_knob_only_in_a_pace_trend():
+    raw = read_yaml(TRENDS / "switchml.yaml")
+    raw["claims"][0]["where"] = [{"knob": "alpha_us", "values": [5, 50]}]
+    with pytest.raises(ConfigError, match=r"claims\[0\]\.where\[0\]\.knob: must be a run or network key, got 'alpha_us'"):
+        parse_definition(raw, "switchml.yaml")
