@@ -33,6 +33,7 @@ from agglab.ground.runspec import RunSpec
 from agglab.ground.schemes import IN_NETWORK
 from agglab.experiments.definition import ConfigError, Definition, Point, ProgramRun
 from agglab.experiments.definition_file import load_definition, parse_definition, read_yaml
+from agglab.experiments.headroom import headroom, share_of
 from agglab.experiments.shapes import calibrated_by_shape, key_of, trend_shape
 
 # specs of one point (its repeats) -> results; a ProgramRun for program: pace points
@@ -68,10 +69,6 @@ class Outcome:
     finished: float = 0.0
 
 
-# The fastest link runs at this fraction of the calibrated ceiling: the ceiling is where
-# 8 workers on one switch just stay within 10% of the ideal; multi-switch networks and 16
-# workers put more packets through the same two cores.
-HEADROOM = 0.8
 
 
 def ceiling(backend: str = SOFT) -> tuple[float, str]:
@@ -80,7 +77,7 @@ def ceiling(backend: str = SOFT) -> tuple[float, str]:
     cal = load_calibration(backend)
     if cal and cal.get("ceiling_mbps"):
         c = float(cal["ceiling_mbps"])
-        return round(c * HEADROOM, 3), (f"{HEADROOM:.0%} of the {backend} ceiling {c:g} Mb/s calibrated "
+        return share_of(c, backend), (f"{headroom(backend):.0%} of the {backend} ceiling {c:g} Mb/s calibrated "
                                         f"{cal.get('when', '?')} with {cal.get('workers')} workers, window "
                                         f"{cal.get('window')} ({calibration_path()})")
     return DEFAULT_CEILING_MBPS, (f"default {DEFAULT_CEILING_MBPS:g} Mb/s: no calibration at {calibration_path()} "
@@ -281,9 +278,9 @@ def trend_workers(d: Definition) -> int:
 
 def trend_ceiling(suite: Suite, d: Definition) -> float:
     """The rate a trend's fastest link runs at: the suite's, or lower where its own shape
-    needs it. On BMv2, HEADROOM of its own shape's ceiling (experiments/shapes.py: its
-    network, workers and scheme) when that shape was calibrated; otherwise (and on the soft
-    backend) HEADROOM of the smallest calibrated shape with at least its workers when it has
+    needs it. On BMv2, its headroom share (experiments/headroom.py: 60%) of its own shape's
+    ceiling (experiments/shapes.py: its network, workers and scheme) when that shape was
+    calibrated; otherwise (and on the soft backend, 80%) that share of the smallest calibrated shape with at least its workers when it has
     more than 8 (`agglab calibrate --topology fattree --k 8 --workers 128 ...`): more workers
     and switches need more CPU per link-second. A suite that fixes its ceiling keeps it."""
     if suite.ceiling_source.startswith("fixed by"):
@@ -291,28 +288,28 @@ def trend_ceiling(suite: Suite, d: Definition) -> float:
     if calibrated_by_shape(suite) and not d.emulated_sizes:
         own = ceiling_for_shape(key_of(trend_shape(d)), suite.backend)
         if own:
-            return min(suite.ceiling_mbps, round(own * HEADROOM, 3))
+            return min(suite.ceiling_mbps, share_of(own, suite.backend))
     workers = trend_workers(d)
     found = ceiling_for(workers, suite.backend) if workers > 8 else None
-    return min(suite.ceiling_mbps, round(found[0] * HEADROOM, 3)) if found else suite.ceiling_mbps
+    return min(suite.ceiling_mbps, share_of(found[0], suite.backend)) if found else suite.ceiling_mbps
 
 
 def scale_ceiling(suite: Suite, workers: int) -> float:
     """The rate one scale of a per-scale trend (`emulated.gradient` keyed by workers) runs
-    at: HEADROOM of the smallest calibrated shape with at least `workers` workers, so each
-    scale runs as fast as its own size allows; the suite's ceiling without such a shape or
+    at: its backend's headroom share of the smallest calibrated shape with at least `workers`
+    workers, so each scale runs as fast as its own size allows; the suite's ceiling without such a shape or
     when the suite fixes it."""
     if suite.ceiling_source.startswith("fixed by"):
         return suite.ceiling_mbps
     found = ceiling_for(workers, suite.backend)
-    return round(found[0] * HEADROOM, 4) if found else suite.ceiling_mbps
+    return share_of(found[0], suite.backend, 4) if found else suite.ceiling_mbps
 
 
 def trend_rates(suite: Suite) -> dict[str, str]:
     """Each trend's fastest link where it is not the suite's (a calibrated shape set it), and
     on BMv2 every trend's with the shape it was calibrated as, as the report says it:
     `2.4 / 0.6 / 0.1 Mb/s at 8 / 32 / 128 workers (80% of shapes ...)`,
-    `1.2 Mb/s (shape leafspine-w8-rat, 80% of its 1.5 Mb/s)`.
+    `0.9 Mb/s (shape leafspine-w8-rat, 60% of its 1.5 Mb/s)`.
 
     Why: the suite's one figure (which may be the uncalibrated default) would otherwise stand
     for trends that ran at a hundredth of it."""
@@ -328,7 +325,7 @@ def trend_rates(suite: Suite) -> dict[str, str]:
                 key = key_of(trend_shape(d))
                 own = ceiling_for_shape(key, suite.backend)
                 out[d.name] = (f"{rates[0]:g} Mb/s (shape {key}, " +
-                               (f"{HEADROOM:.0%} of its {own:g} Mb/s)" if own else "not calibrated: the suite's rate)"))
+                               (f"{headroom(suite.backend):.0%} of its {own:g} Mb/s)" if own else "not calibrated: the suite's rate)"))
                 continue
         if all(r == suite.ceiling_mbps for r in rates) or suite.ceiling_source.startswith("fixed by"):
             continue
@@ -336,7 +333,7 @@ def trend_rates(suite: Suite) -> dict[str, str]:
         if sizes:
             text += " at " + " / ".join(map(str, sizes)) + " workers"
         if shapes:
-            text += f" ({HEADROOM:.0%} of the calibrated shapes {', '.join(dict.fromkeys(shapes))})"
+            text += f" ({headroom(suite.backend):.0%} of the calibrated shapes {', '.join(dict.fromkeys(shapes))})"
         out[d.name] = text
     return out
 

@@ -176,6 +176,19 @@ def test_bml_stages_on_bcube_2_1():
     assert innet == pytest.approx(seconds(2 * 51 * FRAME, 10))
 
 
+def test_bml_stages_share_one_bucket():
+    """The same BCube(2,1) at 0.48 Mb/s, links with htb's bucket (6,000 B there): BML's stages
+    run back to back on every NIC, so only the first stage's links start with a full bucket.
+    Host: the NIC's 6 pieces of G/8 over the 4 stages, less one bucket: 19,200 x 1514/1448 -
+    6,000 B (counting a bucket per stage would make the two 1-piece stages, 3,345.6 B each,
+    free). In-network: 2 x 16,014 B less one bucket."""
+    g = topologies.bcube(2, 1, bw=0.48, workers=4)
+    host = bounds.wire_seconds(spec(workers=4, topology="bcube", tree="bml", bml_variant="host"), g)
+    innet = bounds.wire_seconds(spec(workers=4, topology="bcube", tree="bml"), g)
+    assert host == pytest.approx(seconds(0.75 * G * TCP - 6000, 0.48))
+    assert innet == pytest.approx(seconds(2 * 51 * FRAME - 6000, 0.48))
+
+
 def test_ps_across_a_fat_tree_follows_the_installed_routes():
     """Fat-tree k=4, 10 Mb/s, 4 workers, one per pod (h1, h5, h9, h13). The switches'
     shortest-path next hops take the first name at every tie, so every pair crosses core

@@ -52,7 +52,7 @@ def test_paper_suite_plans_every_trend_at_8_32_and_128_workers_at_each_sizes_own
         assert sorted({p.spec.workers for p in points}) == [8, 32, 128]
         assert all(p.spec.topology.endswith(".yaml") for p in points)       # a written fat-tree file
     mib = 1 << 20
-    # 80% (HEADROOM) of the smallest calibrated shape with at least that many workers:
+    # 80% (the soft backend's headroom) of the smallest calibrated shape with at least that many workers:
     # 8 and 32 workers -> the 32-worker shape (0.6 Mb/s), 128 -> the 128-worker one (0.1 Mb/s)
     rat = {p.spec.workers: p for d, p, _ in steps if d.name == "rat_scale" and p.series == "rat"}
     # 5 MiB x 0.48 / 5 = 503,316 B: 1,966 blocks of 256 B (K=64) = 125,824 values, or

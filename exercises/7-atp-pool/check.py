@@ -1,5 +1,6 @@
-"""Exercise 7's checks: ATP's shared pool of aggregators in the software twin
-(softswitch/schemes/atp.py): the hash of (job, seq), collision detection, the fallback.
+"""Exercise 7's checks: ATP's shared pool of aggregators, in P4 (p4src/include/atp.p4) and in
+its Python twin (softswitch/schemes/atp.py): the hash of (job, seq), collision detection, the
+fallback.
 
 First the hash on its own, (job, seq) pairs against atp.p4's definition (zlib's CRC-32 of
 the job byte and seq's 4 big-endian bytes, modulo ATP_POOL: computed here, not by the
@@ -8,7 +9,8 @@ allreduces at once through one software switch (the real agents and PS, hosts/sc
 on loopback sockets, every packet through the switch's pipeline), 2% loss: 256 aggregators
 for their 2 x 300 sequence numbers, so they collide within a job and across jobs. Each
 rank's values are 1 modulo 64, so a wrong sum says how many contributions it lost or counted
-twice.
+twice. Where BMv2 runs (root, simple_switch, p4c), the checker then compiles the student's
+atp.p4 and runs the same vectors and an ATP allreduce in Mininet through it (BMV2_RUN).
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ from agglab.exercise_kit import explain, result, short_error
 
 TITLE = "ATP's pool: hash (job, seq) to an aggregator, detect collisions, fall back to the PS"
 MINUTES = 45
-FILES = ("softswitch/schemes/atp.py",)
+FILES = ("softswitch/schemes/atp.py", "p4src/include/atp.p4")
 REGIONS = ("atp-hash", "atp-collision", "atp-fallback")
 VECTORS = ("atp_collision_fallback", "atp_release_reuse", "atp_duplicate")
+# on BMv2 (root, simple_switch, p4c): the same vectors through the student's atp.p4, then 4 ranks
+# (rank 0 the PS) in Mininet through it, 300 blocks: more than the pool's 256 aggregators
+BMV2_RUN = dict(elements=19200, algorithm="atp")        # 300 blocks of 64 values
 
 PAIRS = [(1, 5), (2, 110), (0, 0), (3, 1), (1, 2**24 + 7), (7, 2**31 + 12345), (255, 4)]
 MOD = 64

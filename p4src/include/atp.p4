@@ -75,13 +75,17 @@ control Atp(inout headers_t hdr, inout meta_t meta,
         if (hit == 0) {
             atp_stats.count(ATP_STAT_PASS);
         } else {
+            // EXERCISE atp-hash BEGIN hint: idx = the aggregator of (job, seq = hdr.agg.block): hash(idx, HashAlgorithm.crc32, 32w0, { hdr.agg.job, hdr.agg.block }, (bit<32>)ATP_POOL), the twin's aggregator_of
             hash(idx, HashAlgorithm.crc32, 32w0, { hdr.agg.job, hdr.agg.block }, (bit<32>)ATP_POOL);
+            // EXERCISE END
             base = idx * AGG_K;
             @atomic {
+                // EXERCISE atp-collision BEGIN hint: held = atp_bitmap[idx] (0 = free); read its owner (atp_owner_job, atp_owner_seq) into ojob, oseq; mine = 1 when it is held and owned by this packet's (hdr.agg.job, hdr.agg.block), else 0
                 atp_bitmap.read(held, idx);
                 atp_owner_job.read(ojob, idx);
                 atp_owner_seq.read(oseq, idx);
                 mine = (held != 0 && ojob == hdr.agg.job && oseq == hdr.agg.block) ? 1w1 : 1w0;
+                // EXERCISE END
                 if ((hdr.agg.flags & AGG_FLAG_RESULT) != 0) {
                     if (mine == 1) {                 /* the PS's result: free what a resend left */
                         atp_bitmap.write(idx, 0);
@@ -109,10 +113,15 @@ control Atp(inout headers_t hdr, inout meta_t meta,
                     atp_count.write(idx, cnt + 1);
                     atp_stats.count(ATP_STAT_ADD);
                     meta.absorbed = 1;
-                } else if (held != 0 && mine == 0) {
-                    atp_stats.count(ATP_STAT_COLLIDE);   /* another (job, seq): on to the PS as it is */
                 } else {
-                    atp_stats.count(ATP_STAT_OVERLAP);   /* a resend or foreign senders: as it is */
+                    /* not aggregated here: meta.absorbed stays 0, so ipv4_lpm sends it on unchanged to the PS */
+                    // EXERCISE atp-fallback BEGIN hint: count ATP_STAT_COLLIDE (atp_stats) when another (job, seq) holds the aggregator (held != 0, mine == 0), else ATP_STAT_OVERLAP (a resend, or senders it cannot take)
+                    if (held != 0 && mine == 0) {
+                        atp_stats.count(ATP_STAT_COLLIDE);   /* another (job, seq): on to the PS as it is */
+                    } else {
+                        atp_stats.count(ATP_STAT_OVERLAP);   /* a resend or foreign senders: as it is */
+                    }
+                    // EXERCISE END
                 }
                 if (meta.absorbed == 1 && (held & expect) == expect) {
                     /* complete: the packet carries the sum (LANE_ADD wrote it) on to the PS */
