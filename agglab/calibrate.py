@@ -35,6 +35,12 @@ one frame per block each way, as a worker's own link does.
 `single-w8-sparse`): a sparse frame carries a block index and walks the bitmap, so a BMv2
 switch spends more per frame than on the dense one; the analytic time is then
 agglab.emulation.wire_model's for those blocks.
+`--scheme ring` / `--scheme ps` probes a host baseline on the shape (stored as its own,
+e.g. fattree-k8-w128-ring), against its own wire time (wire_model.ring_seconds /
+ps_seconds): its CPU is 128 agents' TCP stacks and copies, not the switches', so the
+in-network schemes' ceiling at 128 workers left the machine saturated and ring and PS
+CPU-bound (docs/measurements.md, 2026-12-06). agglab.experiments.runner.trend_ceiling runs a
+trend of host baselines at the lowest of its schemes' own ceilings.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ import time
 from agglab.emulation.fidelity import dense_link_seconds, save_calibration, save_shape_calibration, shape_key
 from agglab.ground import wire
 from agglab.ground.runspec import DEFAULT_WINDOW, RunSpec
+from agglab.ground.schemes import HOST_BASELINES
 from agglab.ground.timerslack import set_timer_slack, wakeup_latency
 
 
@@ -63,6 +70,9 @@ DEFAULT_SHAPE = {"topology": "single"}
 # A sparse probe's gradient grows by 1/density so it stays about `seconds` on the wire, at most
 # this many elements (64 MiB of int32 per worker: 8 workers' inputs and sums fit in memory)
 SPARSE_MAX_ELEMENTS = 1 << 24
+# A host baseline's probe waits this long without progress before giving up: a PS shard
+# completes only when all pushes have crossed the network (experiments/trends/scale_baselines.yaml)
+HOST_GIVE_UP = 600.0
 
 
 def probe(rate: float, workers: int, seconds: float, tolerance: float, log, window: int | None = None,
@@ -75,7 +85,14 @@ def probe(rate: float, workers: int, seconds: float, tolerance: float, log, wind
     run = {k: v for k, v in (shape or DEFAULT_SHAPE).items() if k not in ("scheme", "density")}
     elements = elements_for(rate, seconds)
     ideal = dense_link_seconds(elements, rate, window or DEFAULT_WINDOW)
-    if (shape or {}).get("scheme") == "sparse":
+    if (shape or {}).get("scheme") in HOST_BASELINES:
+        from agglab.emulation.wire_model import wire_seconds  # lazy: loads numpy, networkx, PyYAML, only probe() needs it
+
+        run.update(algorithm=shape["scheme"], give_up=HOST_GIVE_UP)
+        ideal = wire_seconds(RunSpec(workers=workers, elements=elements, bw=rate, window=window, **run))
+        elements = max(wire.K, int(elements * seconds / ideal) // wire.K * wire.K)   # about `seconds` on the wire
+        ideal = wire_seconds(RunSpec(workers=workers, elements=elements, bw=rate, window=window, **run))
+    elif (shape or {}).get("scheme") == "sparse":
         from agglab.emulation.wire_model import wire_seconds  # lazy: loads numpy, networkx, PyYAML, only probe() needs it
 
         density = float(shape.get("density") or 0.1)
@@ -207,6 +224,8 @@ def main(args) -> int:
             print("agglab calibrate: --scheme sparse needs --density within (0, 1)", file=sys.stderr)
             return 2
         shape.update(scheme="sparse", density=args.density)
+    elif args.scheme in HOST_BASELINES:
+        shape.update(scheme=args.scheme)
     try:                                     # bad shapes: one line before any network is built
         from agglab.emulation.session import graph_for  # lazy: loads numpy, networkx, PyYAML, pyroute2, only main() needs it
 
@@ -218,8 +237,9 @@ def main(args) -> int:
         print("agglab calibrate needs root (Mininet): run it with sudo", file=sys.stderr)
         return 2
     where = ("on one switch" if args.topology == "single" else
-             f"on {shape_key(args.topology, args.workers, args.k, args.tree)}")
+             f"on {shape_key(args.topology, args.workers, args.k, args.tree, shape.get('scheme'))}")
     where += f", sparse pipeline at density {args.density:g}" if args.scheme == "sparse" else ""
+    where += f", {args.scheme} on the hosts" if args.scheme in HOST_BASELINES else ""
     print(f"calibrating {args.backend}: {args.workers} workers {where}, rates from {args.start:g} Mb/s x{args.factor:g} "
           f"(at most {args.limit:g}, or down at most {args.down} steps), faithful = within {args.tolerance:.0%} "
           "of the analytic wire time and bottleneck >= 90% busy", file=sys.stderr)
@@ -239,9 +259,10 @@ def add_parser(sub) -> None:
                    "as that shape's own ceiling")
     c.add_argument("--k", type=int, default=None, help="fat-tree / BCube parameter of --topology")
     c.add_argument("--tree", default=None, help="aggregation tree of the runs (default spt)")
-    c.add_argument("--scheme", choices=["dense", "sparse"], default="dense", help="pipeline the probes run: "
-                   "dense (SwitchML, default) or sparse (OmniReduce's block-sparse one, which costs a BMv2 switch "
-                   "more per frame; stored as its own shape, e.g. single-w8-sparse)")
+    c.add_argument("--scheme", choices=["dense", "sparse", *HOST_BASELINES], default="dense", help="what the probes "
+                   "run: dense (SwitchML, default), sparse (OmniReduce's block-sparse one, which costs a BMv2 switch "
+                   "more per frame; stored as its own shape, e.g. single-w8-sparse), or a host baseline, ring or ps "
+                   "(the hosts sum over TCP: their own CPU, their own ceiling, e.g. fattree-k8-w128-ring)")
     c.add_argument("--density", type=float, default=0.1, help="fraction of non-zero blocks of a sparse probe "
                    "(default 0.1)")
     c.add_argument("--down", type=int, default=4, help="steps down from --start when it is not faithful (default 4)")

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from agglab.ground import wire
 from agglab.ground.paths import RESULTS
+from agglab.ground.schemes import HOST_BASELINES
 
 BUSY_MIN = 0.90          # bottleneck link must be at least this busy while it carries data
 CORE_MAX = 0.90          # a process this busy is saturated
@@ -132,9 +133,12 @@ def ceiling_for(workers: int, backend: str = SOFT) -> tuple[float, str] | None:
     """The calibrated ceiling (Mb/s) of `backend` for a run of `workers`, and the shape it was
     measured on: of that backend's calibrated shapes with at least that many workers the
     smallest (its ceiling covers a run this size), else None (no calibration that large: the
-    caller keeps its default)."""
+    caller keeps its default). A host baseline's shape (`agglab calibrate --scheme ring`) is
+    not one: it measures the hosts' TCP, not the switches' pipeline, and answers only its own
+    scheme (host_ceiling)."""
     data = load_calibration(backend) or {}
-    records = list((data.get("shapes") or {}).items())
+    records = [(key, r) for key, r in (data.get("shapes") or {}).items()
+               if (r.get("shape") or {}).get("scheme") not in HOST_BASELINES]
     if data.get("ceiling_mbps"):
         records.append((shape_key("single", data.get("workers") or 8), data))
     fits = sorted((r["workers"], key, r["ceiling_mbps"]) for key, r in records
@@ -167,6 +171,14 @@ def ceiling_for_shape(key: str, backend: str = SOFT) -> float | None:
     faithful."""
     record = shape_record(key, backend)
     return float(record["ceiling_mbps"]) if record and record.get("ceiling_mbps") else None
+
+
+def host_ceiling(topology: str, workers: int, k: int | None, schemes, backend: str = SOFT) -> float | None:
+    """The lowest of the calibrated ceilings (Mb/s) of the host baselines `schemes` (ring,
+    ps) on exactly this shape, None unless every one of them was calibrated there: a trend
+    of host baselines runs at the rate all its series stay faithful at."""
+    found = [ceiling_for_shape(shape_key(topology, workers, k, None, s), backend) for s in schemes]
+    return min(found) if found and all(found) else None
 
 
 def dense_link_seconds(elements: int, rate_mbps: float, window: int | None = None,

@@ -46,7 +46,7 @@ def audit_hang(switch: str, state: str | None, run: Path | None) -> None:
 class SwitchFailures:
     """The switch-failure methods of EmulatedNetwork (see the module's docstring)."""
 
-    LIVENESS_PROBE = True      # watch_switches pings the switches (hang detection); a cluster does not
+    LIVENESS_PROBE = True      # watch_switches pings the switches (hang detection)
 
     def watch_switches(self, on_exit, on_hang=None) -> None:
         """Call `on_exit(switch, code, t)` (its own thread) the moment a switch process exits
@@ -86,14 +86,13 @@ class SwitchFailures:
             proc = self.net.get(name).proc
             if self.probe is None or name in self.dead or proc is None or proc.poll() is not None:
                 return                              # gone already (the exit watcher reports it) or torn down
-            self.hung[name] = {"t_detect": t, "t_last_answer": last_answer, "state": process_state(proc.pid)}
+            self.hung[name] = {"t_detect": t, "t_last_answer": last_answer, "state": self._process_state(name)}
             self.hang_log.append({"switch": name, **self.hung[name]})
             run = getattr(self, "run", None)
             audit_hang(name, self.hung[name]["state"], run.path if run else None)
             if on_hang is not None:
                 on_hang(name, t)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGKILL)
+            self._signal_switch(name, signal.SIGKILL)
 
         self.watcher = SwitchWatcher(exited).start()
         self.probe = SwitchProbe(hung).start() if self.LIVENESS_PROBE else None
@@ -130,8 +129,18 @@ class SwitchFailures:
         if proc.poll() is not None or name in self.dead:
             raise ValueError(f"switch {name} is not running")
         t = time.monotonic()
-        os.kill(proc.pid, signal.SIGSTOP)
+        self._signal_switch(name, signal.SIGSTOP)
         return t
+
+    def _process_state(self, name: str) -> str | None:
+        """What switch `name`'s process was doing when declared hung (switch_probe.process_state)."""
+        return process_state(self.net.get(name).proc.pid)
+
+    def _signal_switch(self, name: str, sig: int) -> None:
+        """Send `sig` to switch `name`'s data-plane process (here: the local child; a cluster
+        sends it on the switch's server, emulation/cluster/network.py)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.net.get(name).proc.pid, sig)
 
     def restart_switch(self, name: str) -> float:
         """Start a dead switch again on the same ports and control socket (or Thrift port),

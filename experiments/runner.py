@@ -34,7 +34,7 @@ from agglab.ground.schemes import IN_NETWORK
 from agglab.experiments.definition import ConfigError, Definition, Point, ProgramRun
 from agglab.experiments.definition_file import load_definition, parse_definition, read_yaml
 from agglab.experiments.headroom import headroom, share_of
-from agglab.experiments.shapes import calibrated_by_shape, key_of, trend_shape
+from agglab.experiments.shapes import calibrated_by_shape, host_trend_ceiling, key_of, trend_shape
 
 # specs of one point (its repeats) -> results; a ProgramRun for program: pace points
 RunFn = Callable[[list["RunSpec | ProgramRun"]], Iterator[dict]]
@@ -282,9 +282,13 @@ def trend_ceiling(suite: Suite, d: Definition) -> float:
     ceiling (experiments/shapes.py: its network, workers and scheme) when that shape was
     calibrated; otherwise (and on the soft backend, 80%) that share of the smallest calibrated shape with at least its workers when it has
     more than 8 (`agglab calibrate --topology fattree --k 8 --workers 128 ...`): more workers
-    and switches need more CPU per link-second. A suite that fixes its ceiling keeps it."""
+    and switches need more CPU per link-second. A trend of host baselines with their own
+    ceilings on its shape runs at its headroom share of the lowest (shapes.host_trend_ceiling). A suite
+    that fixes its ceiling keeps it."""
     if suite.ceiling_source.startswith("fixed by"):
         return suite.ceiling_mbps
+    if own := host_trend_ceiling(d, suite.backend):
+        return min(suite.ceiling_mbps, share_of(own, suite.backend))
     if calibrated_by_shape(suite) and not d.emulated_sizes:
         own = ceiling_for_shape(key_of(trend_shape(d)), suite.backend)
         if own:

@@ -14,12 +14,12 @@ stores it under shape_key, and agglab.experiments.runner.trend_ceiling runs the 
 
 from __future__ import annotations
 
-from agglab.emulation.fidelity import SOFT, shape_key, shape_record
+from agglab.emulation.fidelity import SOFT, host_ceiling, shape_key, shape_record
 from agglab.controller import topologies
 from agglab.controller.topology import switches
 from agglab.experiments.definition import Definition
 from agglab.ground.runspec import RunSpec
-from agglab.ground.schemes import DEFAULT as DEFAULT_SCHEME, SCHEMES
+from agglab.ground.schemes import DEFAULT as DEFAULT_SCHEME, HOST_BASELINES, SCHEMES
 
 TREE_TOPOLOGIES = ("fattree", "bcube", "leafspine")
 # Fewer workers than this on one switch (dense or sparse) are covered by the default calibration
@@ -58,6 +58,25 @@ def trend_shape(d: Definition) -> dict:
         below = [float(c["density"]) for c in sparse if float(c.get("density", 1.0)) < 1.0]
         shape["density"] = min(below, default=0.1)
     return shape
+
+
+def host_trend_ceiling(d: Definition, backend: str = SOFT) -> float | None:
+    """The own ceiling (Mb/s) of a trend whose every series is a host baseline (ring, ps):
+    the lowest of its schemes' calibrated ceilings on its network with its most workers
+    (`agglab calibrate --scheme ring ...`), None when it has an in-network series or one of
+    its schemes was not calibrated there. Why: 128 agents' TCP costs the machine other CPU
+    than the switches' pipeline, so the in-network ceiling does not say where they stay
+    faithful (ring and PS at 128 workers ran CPU-bound at it, docs/measurements.md)."""
+    configs = _configs(d)
+    if any(_in_network(c) for c in configs):
+        return None
+    schemes = sorted({str(c.get("algorithm")) for c in configs})
+    if not set(schemes) <= set(HOST_BASELINES):
+        return None
+    topology = str(configs[0].get("topology", "single"))
+    workers = max(int(c.get("workers", 4)) for c in configs)
+    k = configs[0].get("k") if topology in ("fattree", "bcube") else None
+    return host_ceiling(topology, workers, k, schemes, backend)
 
 
 def key_of(shape: dict) -> str:

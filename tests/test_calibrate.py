@@ -141,3 +141,31 @@ def test_each_backend_keeps_its_own_shapes(tmp_path, monkeypatch):
     assert fidelity.ceiling_for(8, "bmv2") == (3.0, "single-w8")
     assert fidelity.ceiling_for(20, "bmv2") == (0.5, "fattree-k8-w32-rat")
     assert fidelity.ceiling_for(8) == (10.0, "single-w8") and fidelity.ceiling_for(20) == (2.0, "fattree-k8-w32-rat")
+
+
+def test_a_host_baseline_probe_runs_it_against_its_own_wire_time_and_stores_its_shape(machine, tmp_path,
+                                                                                       monkeypatch):
+    """`--scheme ring`: the probes run ring (not the dense pipeline) with a give-up that
+    outlasts a PS shard, are judged against ring's wire time, and the ceiling is stored as
+    the shape's ring record, which no in-network trend reads (fidelity.ceiling_for)."""
+    import agglab.emulation.session
+    from agglab.emulation.wire_model import wire_seconds
+    from agglab.ground.runspec import RunSpec
+
+    seen = []
+
+    def run(workers, elements, bw, window=None, **kw):
+        seen.append(kw)
+        ideal = wire_seconds(RunSpec(workers=workers, elements=elements, bw=bw, window=window, **kw))
+        good = bw <= 0.5
+        return {"ok": True, "seconds": ideal * (1.03 if good else 1.6), "retransmissions": 0,
+                "fidelity": {"link_bound": good, "reason": "model"}}
+    machine(ceiling=13.0)
+    monkeypatch.setattr(agglab.emulation.session, "run_allreduce", run)
+    shape = {"topology": "fattree", "k": 4, "scheme": "ring"}
+    record = cal.calibrate(workers=16, start=2, factor=2, limit=200, refine=0, log=io.StringIO(), shape=shape)
+    assert record["ceiling_mbps"] == 0.5 and {k["algorithm"] for k in seen} == {"ring"}
+    assert all(k["give_up"] == cal.HOST_GIVE_UP for k in seen)
+    assert all(abs(p["analytic_seconds"] - 3.0) < 0.5 for p in record["probes"])   # sized for 3 s of ring's wire
+    assert fidelity.ceiling_for_shape("fattree-k4-w16-ring") == 0.5
+    assert fidelity.ceiling_for(16) is None                   # the ring's record answers no other trend

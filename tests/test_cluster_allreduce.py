@@ -79,6 +79,30 @@ def test_allreduce_on_two_servers_with_a_tree_failure_is_exact(cluster_file):
 
 
 @pytest.mark.net_timeout(420)
+def test_a_switch_stopped_on_a_server_is_declared_hung_fenced_there_and_routed_around(cluster_file):
+    """`--hang-switch tree@0.5` on two servers: the switch's process on its server is SIGSTOPped
+    (through the agent), the probe's pings through the ssh forward go unanswered, the switch
+    is declared hung with its server-side state "stopped", killed there, and the job reroutes
+    around it: exact, and nothing of the stopped switch is left on its server."""
+    r = subprocess.run([sys.executable, "-m", "agglab.cli", "allreduce", "--topology", "fattree", "--k", "4",
+                        "--workers", "8", "--tree", "rat", "--hang-switch", "tree@0.5", "--elements", "400000",
+                        "--cluster", str(cluster_file), "--json"], capture_output=True, text=True, cwd=REPO,
+                       timeout=400)
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(r.stdout)
+    assert result["exact"] and result["ok"], result.get("errors")
+    assert len(result["hangs"]) == 1, result["hangs"]
+    hang = result["hangs"][0]
+    assert hang["state"] == "stopped" and hang["on_tree"] and hang["install_ms"] is not None, hang
+    assert hang["switch"] in result["cluster"]["placement"]
+    hung = [f for f in result["failures"] if f.get("hung")]
+    assert [f["switch"] for f in hung] == [hang["switch"]] and hung[0]["detect_ms"] is not None, hung
+    assert "stopped answering" in result["switches_down"][hang["switch"]]
+    assert result["epoch"] >= 1                                          # it rerouted
+    assert _server_leftovers(cluster_file) == []                          # the stopped switch was killed there
+
+
+@pytest.mark.net_timeout(420)
 def test_switches_run_on_the_servers_not_on_the_head(cluster_file):
     from agglab.ground.cluster_file import load
     from agglab.emulation.session import Session

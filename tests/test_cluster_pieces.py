@@ -88,7 +88,7 @@ def test_bmv2_veth_ports_keep_their_offloads_and_tunnel_ends_never_have_them():
         assert (root_veths <= off) if offloads_off else not (root_veths & off)
 
 
-@pytest.mark.parametrize("extra, flag", [({"hang_switch": ["a1@0.5"]}, "--hang-switch"), ({"chaos": 3}, "--chaos")])
+@pytest.mark.parametrize("extra, flag", [({"chaos": 3}, "--chaos")])
 def test_what_a_cluster_cannot_run_is_refused_in_one_line_before_anything_is_built(tmp_path, extra, flag):
     from agglab.controller.run_check import check_run
     from agglab.ground.runspec import RunSpec
@@ -98,6 +98,7 @@ def test_what_a_cluster_cannot_run_is_refused_in_one_line_before_anything_is_bui
     base = dict(topology="fattree", k=4, workers=8, tree="rat", cluster=str(f))
     for backend in ("soft", "bmv2"):                  # both data planes run on a cluster
         assert check_run(RunSpec(backend=backend, **base)).spec.cluster == str(f)
+        assert check_run(RunSpec(backend=backend, hang_switch=["a1@0.5"], **base)).spec.hang_switch == ["a1@0.5"]
     with pytest.raises(ValueError, match=f"^{flag}: not supported with --cluster") as err:
         check_run(RunSpec(**base, **extra))
     assert str(err.value).startswith(f"{flag}: not supported with --cluster") and "\n" not in str(err.value)

@@ -128,6 +128,36 @@ def test_a_trend_larger_than_the_default_calibration_runs_at_its_shape_ceiling(c
         assert trend_ceiling(suite, suite.definitions[0]) == want
 
 
+def test_ring_and_ps_run_at_their_own_ceiling_and_it_answers_no_other_trend(calibration, tmp_path):
+    """A host baseline's calibrated shape (agglab calibrate --scheme ring/ps) sets the rate of a
+    trend of ring and PS (the lower of the two), never an in-network trend's."""
+    from agglab.experiments.runner import load_suite, trend_ceiling
+
+    fidelity.save_calibration({"ceiling_mbps": 20.0, "workers": 8})
+    fidelity.save_shape_calibration("fattree-k8-w128-rat", {"ceiling_mbps": 0.1, "workers": 128,
+                                                            "shape": {"topology": "fattree", "scheme": "dense"}})
+    fidelity.save_shape_calibration("fattree-k8-w128-ring", {"ceiling_mbps": 0.05, "workers": 128,
+                                                             "shape": {"topology": "fattree", "scheme": "ring"}})
+    head = ("title: t\nclaim: c\nnetwork: {link: 100Gbps, gradient: 100MB}\nemulated: {gradient: 512KiB}\n"
+            "run: {topology: fattree, k: 8}\nsweep: {workers: [128]}\nx: workers\n")
+    trends = {"hosts": "series: {ring: {algorithm: ring}, ps: {algorithm: ps}}\n",
+              "ring": "series: {ring: {algorithm: ring}}\n", "innet": "series: {a: {algorithm: switchml}}\n"}
+    for name, series in trends.items():
+        (tmp_path / f"{name}.yaml").write_text(f"name: {name}\n" + head + series)
+
+    def rate(name):
+        suite = load_suite(tmp_path / f"{name}.yaml")
+        return trend_ceiling(suite, suite.definitions[0])
+    assert fidelity.ceiling_for(128) == (0.1, "fattree-k8-w128-rat")      # the ring's record is not a shape's
+    assert rate("ring") == round(0.05 * 0.8, 3)
+    assert rate("hosts") == round(0.1 * 0.8, 3)                       # ps not calibrated: the shape's rule
+    assert rate("innet") == round(0.1 * 0.8, 3)
+    fidelity.save_shape_calibration("fattree-k8-w128-ps", {"ceiling_mbps": 0.04, "workers": 128,
+                                                           "shape": {"topology": "fattree", "scheme": "ps"}})
+    assert rate("hosts") == round(0.04 * 0.8, 3)                      # the lower of ring's and ps's
+    assert rate("innet") == round(0.1 * 0.8, 3)
+
+
 # -- end to end: more workers than one switch's bitmap ---------------------------------------
 @pytest.mark.root
 @pytest.mark.mininet

@@ -30,7 +30,7 @@ import networkx as nx
 from agglab.controller.events import EventLog
 from agglab.controller.forwarding_job import ForwardingJob, Routes
 from agglab.controller.switch_client import SwitchClient
-from agglab.ground import wire
+from agglab.ground import wide_senders, wire
 from agglab.ground.epoch_file import publish as publish_epoch
 
 WIRE_MODEL = "atp"
@@ -71,8 +71,9 @@ class AtpJob(ForwardingJob):
 
     def __init__(self, graph: nx.Graph, clients: dict[str, SwitchClient], workers: list[str], window: int,
                  epoch_file: Path, job: int = 0, events: EventLog | None = None, owns_routes: bool = True):
-        if len(workers) > wire.MAX_WORKERS:
-            raise ValueError(f"--algorithm atp: a job's sender set is {wire.MAX_WORKERS} bits, got {len(workers)} workers")
+        if len(workers) > wide_senders.MAX_WORKERS:
+            raise ValueError(f"--algorithm atp: a job's sender set is {wide_senders.MAX_WORKERS} bits "
+                             f"(ATP_MAX_WORKERS), got {len(workers)} workers")
         super().__init__(graph, clients, workers, window, epoch_file, job=job, events=events, algorithm="atp",
                          pairs=star_pairs(workers))
         self.owns_routes = owns_routes

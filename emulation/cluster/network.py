@@ -57,6 +57,7 @@ from agglab.emulation.cluster.nodes import RemoteAggHost, RemoteBmv2Switch, Remo
 from agglab.emulation.cluster.placement import crossing, place
 from agglab.emulation.cluster.remote import Remote, agglab_env
 from agglab.emulation.command_log import LoggedClient
+from agglab.emulation.cluster.hangs import ClusterHangs
 from agglab.emulation.veths import PrebuiltLink, QuietIntf
 from agglab.ground.cluster_file import Cluster
 from agglab.emulation.network import THRIFT_BASE, EmulatedNetwork
@@ -89,10 +90,9 @@ class _HostView:
         return getattr(self._node, name)
 
 
-class ClusterNetwork(EmulatedNetwork):
+class ClusterNetwork(ClusterHangs, EmulatedNetwork):
     """EmulatedNetwork whose nodes run on the servers of `cluster`."""
 
-    LIVENESS_PROBE = False     # see watch_switches
 
     def __init__(self, graph, cluster: Cluster, backend: str = "soft", **kwargs):
         super().__init__(graph, backend=backend, **kwargs)
@@ -396,13 +396,6 @@ class ClusterNetwork(EmulatedNetwork):
             events.put((a, b, up, time.monotonic(), self.graph.edges[a, b]["intfs"][a]))
         return changed
 
-    def watch_switches(self, on_exit, on_hang=None) -> None:
-        """Exits as on one machine (the watcher follows each switch's ssh); no liveness probe
-        (LIVENESS_PROBE): its pings would cross ssh forwards or the servers' network with a
-        bound (0.5 s) made for a local socket, and its fence (SIGKILL of the process it knows)
-        would end the ssh, not the switch."""
-        super().watch_switches(on_exit, on_hang)
-
     def _sources_quiet(self):
         """Every server's sources stopped and switch ports idle, through its agent (bmv2.py)."""
         return bmv2.sources_quiet(self)
@@ -410,9 +403,6 @@ class ClusterNetwork(EmulatedNetwork):
     def _receive_asleep(self, switch: str) -> None:
         """Not here: the switch's threads are on its server (the pid here is ssh's), and its
         agent's idle wait (bmv2.sources_quiet) is the counters' only."""
-
-    def hang_switch(self, name: str) -> float:
-        raise ValueError("hanging a switch is not supported in cluster mode (no liveness probe across servers)")
 
     def kill_switch(self, name: str, wait: float | None = None) -> float:
         proc = self._switch_proc(name)

@@ -7,8 +7,9 @@ another job must still be summed somewhere; the PS (rank 0's host, colocated as 
 PS deployments) is where every packet of the job is addressed, aggregated or not.
 
 Each packet: job, flags = ATP, block = seq ((call & 0xFF) << 24 | block index, so a late
-packet of an earlier call never lands in this one), next_block = the set of ranks whose
-values it carries (one bit each), K int32 values. A worker keeps `window` blocks
+packet of an earlier call never lands in this one), the set of ranks whose values it
+carries (one bit each, 64 bits: next_block and the fields ATP leaves unused,
+ground/wide_senders.py), K int32 values. A worker keeps `window` blocks
 outstanding and resends a block whose result has not come back within its timeout. The PS
 keeps per block disjoint pieces (set, sum): a new set that covers pieces it already has
 contributes the difference (exact in int32 wrap-around arithmetic), a set it already
@@ -36,7 +37,7 @@ import time
 
 import numpy as np
 
-from agglab.ground import fdwait, wire
+from agglab.ground import fdwait, wide_senders, wire
 from agglab.ground.schemes import SCHEMES
 from agglab.hosts.atp_window import DelayWindow
 from agglab.hosts.diagnostics import AllreduceTimeout
@@ -296,12 +297,12 @@ class AtpEndpoint:
             return 0
         stats["ps_packets"] += 1
         if seq >> SEQ_BITS != gen:
-            self._answer(self._answers.get(seq), hdr["next_block"])   # the previous call's straggler
+            self._answer(self._answers.get(seq), wide_senders.of_header(hdr))   # the previous call's straggler
             return 0
         b = seq & ((1 << SEQ_BITS) - 1)
         if b >= nb:
             return 0
-        senders = hdr["next_block"]
+        senders = wide_senders.of_header(hdr)
         if senders & (senders - 1) == 0:
             stats["ps_fallback_packets"] += 1                 # one worker's own values: not aggregated
         if done[b]:
@@ -317,7 +318,7 @@ class AtpEndpoint:
             return 0
         out[b], done[b] = blocks[b].total(), True
         flags = FLAG_ATP | RESULT | (RETX if blocks[b].resent else 0)
-        answers[seq] = encode({"job": self.job, "flags": flags, "block": seq, "next_block": full}, out[b])
+        answers[seq] = encode({"job": self.job, "flags": flags, "block": seq, **wide_senders.fields(full)}, out[b])
         self._answer(answers[seq], full)
         stats["packets_sent"] += bin(full).count("1") - 1
         blocks[b] = None
@@ -326,9 +327,10 @@ class AtpEndpoint:
     def _fin(self, hdr: dict, gen: int) -> None:
         """A worker's FIN: counted if it is this call's, acknowledged whichever call it ends."""
         if hdr["block"] >> SEQ_BITS == gen:
-            self._fins |= hdr["next_block"]
+            self._fins |= wide_senders.of_header(hdr)
+        senders = wide_senders.of_header(hdr)
         self._answer(encode({"job": self.job, "flags": FLAG_ATP | RESULT, "block": hdr["block"],
-                             "next_block": hdr["next_block"]}, np.zeros(K, dtype=np.int32)), hdr["next_block"])
+                             **wide_senders.fields(senders)}, np.zeros(K, dtype=np.int32)), senders)
 
     def _answer(self, payload: bytes | None, senders: int) -> None:
         if payload is None:
@@ -353,10 +355,10 @@ class AtpEndpoint:
                     if hdr["block"] & FIN_BLOCK == FIN_BLOCK:
                         self._fin(hdr, gen)
                     elif hdr["block"] >> SEQ_BITS == (gen + 1) & 0xFF:     # its senders finished this call
-                        self._fins |= hdr["next_block"]
+                        self._fins |= wide_senders.of_header(hdr)
                         self._early.append(payload)
                     else:
-                        self._answer(_again(self._answers.get(hdr["block"])), hdr["next_block"])
+                        self._answer(_again(self._answers.get(hdr["block"])), wide_senders.of_header(hdr))
                 quiet_since = time.monotonic()
 
     def _stop_linger(self) -> None:
@@ -369,7 +371,7 @@ class AtpEndpoint:
     # -- the socket -------------------------------------------------------------------
     def _send(self, b: int, gen: int, values: np.ndarray, senders: int, flags: int, dest) -> None:
         self._sendto(encode({"job": self.job, "flags": FLAG_ATP | flags, "worker": self.rank,
-                             "block": gen << SEQ_BITS | b, "next_block": senders}, values), dest)
+                             "block": gen << SEQ_BITS | b, **wide_senders.fields(senders)}, values), dest)
 
     def _sendto(self, payload: bytes, dest) -> None:
         try:

@@ -1,7 +1,10 @@
 /* ATP-style best-effort aggregation in one pool every job shares (docs/guide/atp.md).
  *
- * A packet flagged AGG_FLAG_ATP carries (job, seq = block, sender set = next_block, one
- * bit per rank) toward its job's parameter server (an ordinary IPv4 destination). On a
+ * A packet flagged AGG_FLAG_ATP carries (job, seq = block, sender set, one bit per rank)
+ * toward its job's parameter server (an ordinary IPv4 destination). The sender set is
+ * ATP_MAX_WORKERS = 64 bits: its low word is next_block, its high word the dense fields ATP
+ * does not use (tree ++ epoch ++ ver ++ slot, ATP_SENDERS_HI), so a job of 64 workers fits
+ * (two such jobs fill a k=8 fat-tree's 128 hosts) and the header keeps its layout. On a
  * switch with an atp_job entry for the job, it takes the aggregator
  * crc32(job, seq) % ATP_POOL if that is free or already (job, seq)'s, and adds its values;
  * when the aggregator holds every sender of the entry's `expect` its sum goes on toward
@@ -15,7 +18,8 @@
 #define AGGLAB_ATP_P4
 
 /* ATP's own defines (read by ground/wire.py with constants.p4's) */
-#define AGG_FLAG_ATP     32          /* agg_h flag: best effort in the shared pool (atp.p4); next_block = the sender set */
+#define AGG_FLAG_ATP     32          /* agg_h flag: best effort in the shared pool (atp.p4); next_block (+ ATP_SENDERS_HI) = the sender set */
+#define ATP_MAX_WORKERS  64          /* ranks of one ATP job: the sender set's width (next_block + ATP_SENDERS_HI) */
 #define ATP_POOL         256         /* aggregators per switch, indexed by crc32(job, seq) % ATP_POOL */
 #define ATP_STATS_SIZE   8           /* entries of the atp_stats counter      */
 #define ATP_STAT_CLAIM   0           /* a free aggregator taken by (job, seq) */
@@ -27,7 +31,7 @@
 #define ATP_STAT_PASS    6           /* ATP packet of a job this switch does not aggregate: forwarded */
 
 register<bit<32>>(ATP_POOL * AGG_K) atp_values;
-register<bit<32>>(ATP_POOL) atp_bitmap;      /* senders in the aggregator; 0 = free */
+register<bit<64>>(ATP_POOL) atp_bitmap;      /* senders in the aggregator; 0 = free */
 register<bit<8>>(ATP_POOL) atp_owner_job;
 register<bit<32>>(ATP_POOL) atp_owner_seq;
 register<bit<8>>(ATP_POOL) atp_count;
@@ -35,14 +39,17 @@ register<bit<8>>(ATP_POOL) atp_count;
 counter(ATP_STATS_SIZE, CounterType.packets) atp_stats;
 
 #define ATP_ADD_LANE(i) LANE_ADD(atp_values, i)
+/* the packet's 64-bit sender set: high word in the fields ATP leaves unused, low word next_block */
+#define ATP_SENDERS_HI (hdr.agg.tree ++ hdr.agg.epoch ++ hdr.agg.ver ++ hdr.agg.slot)
 
 control Atp(inout headers_t hdr, inout meta_t meta,
             inout standard_metadata_t standard_metadata) {
-    bit<32> expect;     /* atp_aggregate's parameter: the senders this switch waits for */
+    bit<64> expect;     /* atp_aggregate's parameter: the senders this switch waits for */
+    bit<64> senders;    /* the packet's sender set (ATP_SENDERS_HI ++ next_block) */
     bit<1>  hit;
     bit<32> idx;        /* the aggregator of (job, seq) */
     bit<32> base;       /* its first value lane */
-    bit<32> held;
+    bit<64> held;
     bit<8>  ojob;
     bit<32> oseq;
     bit<8>  cnt;
@@ -51,7 +58,7 @@ control Atp(inout headers_t hdr, inout meta_t meta,
     bit<1>  mine;
 
     @name(".atp_aggregate")
-    action atp_aggregate(bit<32> expect_set) {
+    action atp_aggregate(bit<64> expect_set) {
         expect = expect_set;
         hit = 1;
     }
@@ -75,6 +82,7 @@ control Atp(inout headers_t hdr, inout meta_t meta,
         if (hit == 0) {
             atp_stats.count(ATP_STAT_PASS);
         } else {
+            senders = ATP_SENDERS_HI ++ hdr.agg.next_block;
             // EXERCISE atp-hash BEGIN hint: idx = the aggregator of (job, seq = hdr.agg.block): hash(idx, HashAlgorithm.crc32, 32w0, { hdr.agg.job, hdr.agg.block }, (bit<32>)ATP_POOL), the twin's aggregator_of
             hash(idx, HashAlgorithm.crc32, 32w0, { hdr.agg.job, hdr.agg.block }, (bit<32>)ATP_POOL);
             // EXERCISE END
@@ -92,22 +100,22 @@ control Atp(inout headers_t hdr, inout meta_t meta,
                         atp_count.write(idx, 0);
                         atp_stats.count(ATP_STAT_RELEASE);
                     }
-                } else if (held == 0 && hdr.agg.next_block != 0 && (hdr.agg.next_block & ~expect) == 0
+                } else if (held == 0 && senders != 0 && (senders & ~expect) == 0
                            && (hdr.agg.flags & AGG_FLAG_RETX) == 0) {
                     keep = 0;                        /* free: claim it (not a resend: no partners) */
                     AGG_FOR_EACH_VALUE(ATP_ADD_LANE)
                     atp_owner_job.write(idx, hdr.agg.job);
                     atp_owner_seq.write(idx, hdr.agg.block);
-                    atp_bitmap.write(idx, hdr.agg.next_block);
+                    atp_bitmap.write(idx, senders);
                     atp_count.write(idx, 1);
-                    held = hdr.agg.next_block;
+                    held = senders;
                     atp_stats.count(ATP_STAT_CLAIM);
                     meta.absorbed = 1;
-                } else if (mine == 1 && (hdr.agg.next_block & held) == 0
-                           && (hdr.agg.next_block & ~expect) == 0) {
+                } else if (mine == 1 && (senders & held) == 0
+                           && (senders & ~expect) == 0) {
                     keep = 32w0xFFFFFFFF;            /* its own: add the senders it lacks */
                     AGG_FOR_EACH_VALUE(ATP_ADD_LANE)
-                    held = held | hdr.agg.next_block;
+                    held = held | senders;
                     atp_bitmap.write(idx, held);
                     atp_count.read(cnt, idx);
                     atp_count.write(idx, cnt + 1);
@@ -125,7 +133,11 @@ control Atp(inout headers_t hdr, inout meta_t meta,
                 }
                 if (meta.absorbed == 1 && (held & expect) == expect) {
                     /* complete: the packet carries the sum (LANE_ADD wrote it) on to the PS */
-                    hdr.agg.next_block = held;
+                    hdr.agg.tree = held[63:56];
+                    hdr.agg.epoch = held[55:48];
+                    hdr.agg.ver = held[47:47];
+                    hdr.agg.slot = held[46:32];
+                    hdr.agg.next_block = held[31:0];
                     hdr.udp.checksum = 0;
                     atp_bitmap.write(idx, 0);
                     atp_count.write(idx, 0);

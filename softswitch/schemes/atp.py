@@ -5,7 +5,8 @@ partitioned statically among tenants. ATP (NSDI'21) shares one pool of aggregato
 packet of (job, seq) takes the aggregator at crc32(job, seq) % ATP_POOL if it is free or
 already its own, and adds its values; if another (job, seq) holds it, the packet goes on
 unaggregated toward the job's parameter server (an ordinary IPv4 route), which sums what
-fell back. A sender set travels in the packet (`next_block`: one bit per rank), so partial
+fell back. A sender set travels in the packet (one bit per rank, 64 bits: next_block and
+the dense fields ATP leaves unused, ground/wide_senders.py), so partial
 sums compose: the workers' ToR aggregates its rack (expect = the rack's ranks), the PS's
 ToR the racks (expect = every remote rank), and the PS adds up sets.
 
@@ -30,9 +31,9 @@ import zlib
 
 import numpy as np
 
-from agglab.ground import wire
+from agglab.ground import wide_senders, wire
 from agglab.ground.schemes import SCHEMES
-from agglab.softswitch.aggregate import BLOCK_OFF, DATA_END, DATA_OFF, FLAGS_OFF, NEXT_OFF, UDP_CSUM
+from agglab.softswitch.aggregate import BLOCK_OFF, DATA_END, DATA_OFF, FLAGS_OFF, UDP_CSUM
 from agglab.softswitch.registers import CounterArray, RegisterArray
 from agglab.softswitch.tables import KeySpec, Table
 
@@ -59,7 +60,7 @@ def aggregator_of(job: int, seq: int) -> int:
 
 def make_state() -> tuple[dict[str, RegisterArray], CounterArray]:
     """atp.p4's registers and its atp_stats counter."""
-    regs = [RegisterArray("atp_values", 32, POOL * K), RegisterArray("atp_bitmap", 32, POOL),
+    regs = [RegisterArray("atp_values", 32, POOL * K), RegisterArray("atp_bitmap", 64, POOL),
             RegisterArray("atp_owner_job", 8, POOL), RegisterArray("atp_owner_seq", 32, POOL),
             RegisterArray("atp_count", 8, POOL)]
     return {r.name: r for r in regs}, CounterArray("atp_stats", C["ATP_STATS_SIZE"])
@@ -80,7 +81,7 @@ class Atp:
         """forward: the pipeline's Forward (forward.p4), whose ipv4_lpm carries every ATP
         packet that leaves, aggregated or not, toward its destination (the PS or a worker)."""
         self.atp_job = Table("atp_job", [KeySpec("hdr.agg.job", "exact", 8)],
-                             {AGGREGATE: [("expect", 32)], PASS: []}, default=PASS, size=256)
+                             {AGGREGATE: [("expect", 64)], PASS: []}, default=PASS, size=256)
         self.values = registers["atp_values"].data
         self.bitmap = registers["atp_bitmap"].data
         self.owner_job = registers["atp_owner_job"].data
@@ -107,7 +108,7 @@ class Atp:
                 self.stats.count(STAT_RELEASE, n)
             return self.forward.ipv4(frame)
         (expect,) = params
-        senders = int.from_bytes(frame[NEXT_OFF:NEXT_OFF + 4], "big")
+        senders = wide_senders.of_frame(frame)
         lanes = np.frombuffer(frame, BE_I32, K, DATA_OFF)
         lo = i * K
         if held == 0 and senders and not senders & ~expect and not frame[FLAGS_OFF] & RETX:   # free: claim it
@@ -131,7 +132,7 @@ class Atp:
             return None                                   # absorbed: the aggregator waits for the rest
         buf = bytearray(frame)                            # complete: the sum goes on to the PS
         buf[DATA_OFF:DATA_END] = self.values[lo:lo + K].astype(">u4").tobytes()
-        buf[NEXT_OFF:NEXT_OFF + 4] = have.to_bytes(4, "big")
+        wide_senders.write_frame(buf, have)
         buf[UDP_CSUM] = buf[UDP_CSUM + 1] = 0
         self._release(i)
         self.stats.count(STAT_DONE, n)
