@@ -156,8 +156,9 @@ class RunSpec:
     job_loss: list[float] = field(default_factory=list)   # per job: loss on its workers' links (else `loss`)
     placement: str = "spread"          # with jobs: spread (a job across racks) | packed (a job fills racks)
     ps_layout: str = "sharded"         # algorithm ps: sharded over the workers | central (rank 0's host serves all)
-    atp_multicast: bool = False        # algorithm atp: the PS's ToR multicasts each result (else the PS unicasts)
-    atp_ps: str = "colocated"          # algorithm atp: rank 0's host is a worker too | separate (a server, no gradient)
+    # algorithm atp (the others ignore them, as they do ps_layout: a trend's series share its run keys):
+    atp_multicast: bool = False        # the PS's ToR multicasts each result (else the PS unicasts it to every worker)
+    atp_ps: str = "colocated"          # rank 0's host is a worker too | separate (a server, no gradient)
     keep: str | None = None            # copy the run directory here when the run ends (logs, commands, pcaps)
     pcap: bool = False                 # the switches write per-port pcaps into the kept directory
     cluster: str | None = None         # a cluster file: the network runs on its servers (emulation/cluster)
@@ -324,9 +325,7 @@ class RunSpec:
             raise ValueError(f"--placement must be spread or packed, got {self.placement!r}")
         if self.atp_ps not in ATP_PS:
             raise ValueError(f"--atp-ps must be colocated or separate, got {self.atp_ps!r}")
-        if (self.atp_multicast or self.atp_ps != "colocated") and self.algorithm != "atp":
-            raise ValueError("--atp-multicast and --atp-ps shape ATP's parameter server: they need --algorithm atp")
-        if self.atp_ps == "separate" and self.workers < 2:
+        if self.ps_only and self.workers < 2:
             raise ValueError("--atp-ps separate: rank 0's host is the PS alone, so a job needs --workers >= 2")
         if self.job_loss:
             if len(self.job_loss) != self.jobs:

@@ -1,7 +1,7 @@
 """ATP in its own setting (issue 36): the options that give ATP what its gain rests on.
 --atp-multicast: the controller's multicast at the PS's ToR (one node per worker, on the
 port of the ToR's route to it, each copy addressed by its rid); --atp-ps separate: rank 0 is
-a server with no gradient of its own; both refused for another scheme."""
+a server with no gradient of its own; another scheme ignores both."""
 
 from __future__ import annotations
 
@@ -36,9 +36,13 @@ def test_a_separate_ps_has_no_gradient_and_the_sum_is_the_workers():
     assert gradient_for(colocated, 0).any()
 
 
+def test_another_scheme_ignores_them_as_it_does_ps_layout():
+    # a trend's series share its run keys: the static series runs beside ATP's
+    spec = RunSpec(algorithm="switchml", workers=4, elements=1000, atp_ps="separate", atp_multicast=True).validate()
+    assert not spec.ps_only and gradient_for(spec, 0).any()
+
+
 @pytest.mark.parametrize("fields,message", [
-    ({"algorithm": "switchml", "atp_multicast": True}, "need --algorithm atp"),
-    ({"algorithm": "ps", "atp_ps": "separate"}, "need --algorithm atp"),
     ({"algorithm": "atp", "atp_ps": "apart"}, "--atp-ps must be colocated or separate"),
     ({"algorithm": "atp", "atp_ps": "separate", "workers": 1}, "--workers >= 2"),
 ])
