@@ -171,6 +171,14 @@ class RunSpec:
         return bool(known and known.sparse) or self.density < 1.0
 
     @property
+    def result_multicast(self) -> bool:
+        """--atp-multicast for a scheme whose PS returns results (the pool schemes): its PS sends
+        each result once and the PS's ToR replicates it. A property, not the field, in the scheme
+        modules, so a copy of ATP renamed (tests/test_scheme_discovery.py) still reads it."""
+        known = SCHEMES.get(self.algorithm)
+        return bool(self.atp_multicast and known and known.shares_pool)
+
+    @property
     def ps_only(self) -> bool:
         """Rank 0 is ATP's parameter server on a host of its own (--atp-ps separate): a server,
         not a worker, so its input is zeros and the job's gradient is the other ranks' sum."""

@@ -198,7 +198,7 @@ def install(seat) -> AtpJob:
     """The tenant's job (controller/schemes; seat: agglab.controller.installers.JobSeat): job 0's owns the routes."""
     return AtpJob(seat.graph, seat.clients, seat.workers, seat.spec.default_window(), seat.epoch_file,
                   job=seat.job, events=seat.events, owns_routes=seat.tenant == 0,
-                  multicast=seat.spec.atp_multicast)
+                  multicast=seat.spec.result_multicast)
 
 
 __all__ = ["WIRE_MODEL", "AtpJob", "copy_rid", "expected_senders", "install", "multicast_ports", "star_pairs"]

@@ -407,7 +407,7 @@ def allreduce(comm, array):
     endpoint = getattr(comm, "_atp", None)
     if endpoint is None:
         endpoint = comm._atp = AtpEndpoint(comm.seat.local_ip, comm.plan.peers(), comm.rank, comm.spec.job,
-                                           multicast=comm.spec.atp_multicast)
+                                           multicast=comm.spec.result_multicast)
     array = np.asarray(array)
     rows = _blocks(array)
     started = time.monotonic()
