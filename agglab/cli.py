@@ -98,8 +98,10 @@ def _print_human(r: dict) -> None:
     jobs = r.get("jobs", [])
     if len(jobs) > 1:
         for j in jobs:
-            print(f"  job {j['job']} ({len(j['hosts'])} workers on {','.join(j['hosts'])}, slots "
-                  f"{j['slot_base']}..{j['slot_base'] + j['slots'] - 1}, packet loss {j['loss'] * 100:g}%): "
+            slots = ("the shared pool" if j.get("slots") is None      # atp: no slot range of its own
+                     else f"slots {j['slot_base']}..{j['slot_base'] + j['slots'] - 1}")
+            print(f"  job {j['job']} ({len(j['hosts'])} workers on {','.join(j['hosts'])}, {slots}, "
+                  f"packet loss {j['loss'] * 100:g}%): "
                   f"{'exact' if j['exact'] else 'NOT EXACT'} in {j['seconds']:.3f} s, "
                   f"{j['retransmissions']} retransmissions")
     print(f"{'exact' if r['exact'] else 'NOT EXACT'}: "

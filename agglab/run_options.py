@@ -17,7 +17,7 @@ from dataclasses import fields
 from agglab.controller import topologies
 from agglab.controller.trees import TREE_ALGORITHMS as TREES
 from agglab.ground import schemes
-from agglab.ground.runspec import BACKENDS, DTYPES, PATTERNS, PLACEMENTS, PS_LAYOUTS, RunSpec
+from agglab.ground.runspec import ATP_PS, BACKENDS, DTYPES, PATTERNS, PLACEMENTS, PS_LAYOUTS, RunSpec
 
 
 def spec_from_args(args: argparse.Namespace) -> RunSpec:
@@ -81,6 +81,12 @@ def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
     opt("--ps-layout", choices=PS_LAYOUTS, default=d["ps_layout"],
         help="--algorithm ps: sharded over every worker (default, BytePS' layout) or central (rank 0's host "
              "serves the whole array, as the PS RAT and ATP compare against)")
+    opt("--atp-multicast", action="store_true", default=d["atp_multicast"] or None,
+        help="--algorithm atp: the PS sends each result once and its ToR multicasts it to the job's workers "
+             "(ATP's switch multicast; default: the PS unicasts it to every worker)")
+    opt("--atp-ps", choices=ATP_PS, default=d["atp_ps"],
+        help="--algorithm atp: rank 0's host is the PS and a worker (colocated, default) or the PS alone "
+             "(separate: a server with no gradient of its own, as ATP's PS)")
     opt("--placement", choices=PLACEMENTS, default=d["placement"],
         help="with --jobs: spread puts each job's workers across racks (default), packed fills racks "
              "with one job's workers before the next job's (ATP's first level then sums in the rack)")

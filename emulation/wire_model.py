@@ -24,7 +24,8 @@ does, recomputed here by the code the run uses, not typed in:
 * ATP (`atp_seconds`): its two levels, as controller/schemes/atp.py installs them: each
   worker's frames to its ToR, one aggregated stream from each worker ToR over the routes to
   the PS's ToR, one from there to the PS (rank 0's host), and the PS's unicast of every
-  result to every worker; a `fallback` share of each worker's frames (what found its
+  result to every worker (`--atp-multicast`: one copy to its ToR, which sends each worker
+  its own along the ToR's route); a `fallback` share of each worker's frames (what found its
   aggregator taken, measured in a run as the PS's fallback packets) crosses to the PS
   alone. With fallback 0 (no collision: the best the pool can do) it is a lower bound;
 * with `jobs` J (tenants on their own hosts, controller/topology.tenant_hosts), every job's
@@ -164,12 +165,14 @@ def _edge(g: nx.Graph, host: str) -> str:
     return next(n for n in g.neighbors(host) if g.nodes[n]["kind"] == "switch")
 
 
-def atp_loads(g: nx.Graph, hosts: list[str], nbytes: float, fallback: float = 0.0) -> Loads:
+def atp_loads(g: nx.Graph, hosts: list[str], nbytes: float, fallback: float = 0.0,
+              multicast: bool = False) -> Loads:
     """One ATP job's directed loads (rank 0's host the PS): `nbytes` per worker each way.
     Aggregated (1 - fallback): each worker to its ToR; each worker ToR's one stream over the
     routes to the PS's ToR (the switches between aggregate nothing: ATP's two levels); the
     PS's ToR's one stream to the PS. Fallen back (fallback): each worker's own frames to the
-    PS. Down: the PS unicasts every result to every worker (hosts/schemes/atp.py)."""
+    PS. Down: the PS unicasts every result to every worker (hosts/schemes/atp.py), or with
+    `multicast` sends one copy to its ToR, which sends each worker its own from there."""
     loads: Loads = {}
     hops: dict = {}
     ps, others = hosts[0], hosts[1:]
@@ -184,8 +187,10 @@ def atp_loads(g: nx.Graph, hosts: list[str], nbytes: float, fallback: float = 0.
         for u, v in zip(p, p[1:]):
             _add(loads, u, v, fallback * nbytes)
         p = route(g, ps, w, hops)
-        for u, v in zip(p, p[1:]):
+        for u, v in list(zip(p, p[1:]))[1 if multicast else 0:]:
             _add(loads, u, v, nbytes)
+    if multicast:
+        _add(loads, ps, ps_tor, nbytes)
     for tor in racks:
         if tor != ps_tor:
             p = route(g, next(w for w in others if _edge(g, w) == tor), ps, hops)[1:-1]   # ToR .. PS's ToR
@@ -201,7 +206,7 @@ def atp_seconds(spec: RunSpec, g: nx.Graph, fallback: float = 0.0) -> float:
     nbytes = -(-spec.elements // wire.K) * wire.FRAME_BYTES
     loads: Loads = {}
     for hosts in tenant_hosts(g, spec.jobs, spec.placement):
-        for edge, b in atp_loads(g, hosts, nbytes, fallback).items():
+        for edge, b in atp_loads(g, hosts, nbytes, fallback, spec.atp_multicast).items():
             _add(loads, *edge, b)
     return link_seconds(g, loads)
 

@@ -114,6 +114,9 @@ def curve(d: Definition, index: int, knob: str, values: list, topo_dir: Path, wh
         d, raw = _with_knob(d, raw, key, value)
     default = (getattr(RunSpec(), knob, None) if knob in RUN_FIELDS else
                getattr(PaceOptions(), knob, None) if knob in PACE_KEYS else None)
+    in_series = {fields[knob] for fields in d.series.values() if knob in fields}   # one series' own setting
+    if len(in_series) == 1:
+        default = next(iter(in_series))
     today = None if fixed else next((sel[knob] for sel in raw["ratio"] if knob in sel),
                                     d.run.get(knob, d.network.get(knob, default)))
     out: dict[str, Curve] = {}

@@ -44,6 +44,7 @@ def switch_trees() -> str:
 PATTERNS = ("random", "overlap", "disjoint")
 PS_LAYOUTS = ("sharded", "central")                      # --algorithm ps: who serves which shard (hosts/ps.py)
 PLACEMENTS = ("spread", "packed")                      # where a --jobs run puts each job's workers
+ATP_PS = ("colocated", "separate")                      # --algorithm atp: rank 0's host also a worker, or a server only
 DTYPES = ("int32", "float32")
 BACKENDS = ("soft", "bmv2")
 MAX_JOBS = 16                                            # concurrent jobs: AGG_SLOTS / 16 = 64 slots each
@@ -155,6 +156,9 @@ class RunSpec:
     job_loss: list[float] = field(default_factory=list)   # per job: loss on its workers' links (else `loss`)
     placement: str = "spread"          # with jobs: spread (a job across racks) | packed (a job fills racks)
     ps_layout: str = "sharded"         # algorithm ps: sharded over the workers | central (rank 0's host serves all)
+    # algorithm atp (the others ignore them, as they do ps_layout: a trend's series share its run keys):
+    atp_multicast: bool = False        # the PS's ToR multicasts each result (else the PS unicasts it to every worker)
+    atp_ps: str = "colocated"          # rank 0's host is a worker too | separate (a server, no gradient)
     keep: str | None = None            # copy the run directory here when the run ends (logs, commands, pcaps)
     pcap: bool = False                 # the switches write per-port pcaps into the kept directory
     cluster: str | None = None         # a cluster file: the network runs on its servers (emulation/cluster)
@@ -165,6 +169,20 @@ class RunSpec:
         """Block-sparse inputs: for omnireduce, or for the dense pipeline on the same data."""
         known = SCHEMES.get(self.algorithm)
         return bool(known and known.sparse) or self.density < 1.0
+
+    @property
+    def result_multicast(self) -> bool:
+        """--atp-multicast for a scheme whose PS returns results (the pool schemes): its PS sends
+        each result once and the PS's ToR replicates it. A property, not the field, in the scheme
+        modules, so a copy of ATP renamed (tests/test_scheme_discovery.py) still reads it."""
+        known = SCHEMES.get(self.algorithm)
+        return bool(self.atp_multicast and known and known.shares_pool)
+
+    @property
+    def ps_only(self) -> bool:
+        """Rank 0 is ATP's parameter server on a host of its own (--atp-ps separate): a server,
+        not a worker, so its input is zeros and the job's gradient is the other ranks' sum."""
+        return self.algorithm == "atp" and self.atp_ps == "separate"
 
     @property
     def on_trees(self) -> bool:
@@ -313,6 +331,10 @@ class RunSpec:
             raise ValueError(f"--ps-layout must be sharded or central, got {self.ps_layout!r}")
         if self.placement not in PLACEMENTS:
             raise ValueError(f"--placement must be spread or packed, got {self.placement!r}")
+        if self.atp_ps not in ATP_PS:
+            raise ValueError(f"--atp-ps must be colocated or separate, got {self.atp_ps!r}")
+        if self.ps_only and self.workers < 2:
+            raise ValueError("--atp-ps separate: rank 0's host is the PS alone, so a job needs --workers >= 2")
         if self.job_loss:
             if len(self.job_loss) != self.jobs:
                 raise ValueError(f"--job-loss needs one probability per job ({self.jobs}), got {len(self.job_loss)}")

@@ -17,6 +17,8 @@ from agglab.hosts.workload import make_gradient
 def gradient_for(spec: RunSpec, rank: int, elements: int | None = None) -> np.ndarray:
     """Rank's input array (its `length_override` applied unless `elements` is given)."""
     n = spec.elements_of(rank) if elements is None else elements
+    if rank == 0 and spec.ps_only:                 # ATP's PS on a host of its own: a server, no gradient
+        return np.zeros(n, dtype=spec.dtype)
     if spec.sparse_data:
         return sparse_gradient(rank, n, spec.dtype, spec.density, spec.pattern, spec.blocks,
                                spec.seed, spec.zero_workers)

@@ -32,6 +32,7 @@ struct meta_t {
     bit<8>  fin;        /* OUT_DUP: the stored sum is the tree's result */
     bit<32> color;      /* port_meter's colour for a policed port (policer.p4) */
     bit<1>  policed;    /* red: dropped before anything else */
+    bit<1>  is_copy;    /* a scheme's multicast to hosts: egress applies copy_dst (forward.p4) */
     bit<1>  absorbed;   /* a scheme with a table of its own (atp.p4): the packet stays in an aggregator (else forwarded) */
 }
 
@@ -94,12 +95,15 @@ control AgglabEgress(inout headers_t hdr, inout meta_t meta,
     DropSimEgress() drop_sim_eg;
     AggregateEgress() aggregate_eg;
     FloodPrune() flood_prune;
+    CopyDst() copy_dst;
 
     apply {
         drop_sim_eg.apply(hdr, meta, standard_metadata);
         if (meta.sim_drop == 0) {
             if (meta.is_result == 1) {
                 aggregate_eg.apply(hdr, meta, standard_metadata);
+            } else if (meta.is_copy == 1) {
+                copy_dst.apply(hdr, meta, standard_metadata);
             } else {
                 flood_prune.apply(hdr, meta, standard_metadata);
             }

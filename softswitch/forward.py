@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from agglab.softswitch.tables import KeySpec, Table
 
-# kinds of forwarding decisions, shared with aggregate.py and pipeline.py
-NORMAL, RESULT, FLOOD = 0, 1, 2
+# kinds of forwarding decisions, shared with aggregate.py and pipeline.py; COPY: a scheme's
+# multicast to hosts, each replica addressed by copy_dst (its rid) in egress
+NORMAL, RESULT, FLOOD, COPY = 0, 1, 2, 3
 
 _DROP = "drop"
 
@@ -27,6 +28,8 @@ class Forward:
         self.l2_exact = Table("l2_exact", [KeySpec("hdr.ethernet.dstAddr", "exact", 48)],
                               {"l2_forward": [("port", 9)], "l2_flood": [("mgrp", 16)], _DROP: []},
                               default=_DROP, size=1024)
+        self.copy_dst = Table("copy_dst", [KeySpec("standard_metadata.egress_rid", "exact", 16)],
+                              {"copy_set_dst": [("dmac", 48), ("dip", 32)], _DROP: []}, default=_DROP, size=1024)
         self._mac_bytes: dict[int, bytes] = {}
 
     def ipv4(self, frame: bytes):
@@ -54,6 +57,19 @@ class Forward:
         if action == "l2_flood":
             return frame, 0, params[0], FLOOD
         return None
+
+
+    def copy(self, rid: int, buf: bytes | bytearray) -> bytearray | None:
+        """CopyDst (forward.p4) for one replica: the addresses of the host its rid names; None =
+        drop (no entry). The caller recomputes the IPv4 checksum."""
+        action, params = self.copy_dst.exact.get((rid,), self.copy_dst.default)
+        if action != "copy_set_dst":
+            return None
+        dmac, dip = params
+        out = bytearray(buf)
+        out[0:6] = dmac.to_bytes(6, "big")
+        out[30:34] = dip.to_bytes(4, "big")
+        return out
 
 
 def flood_prune(kind: int, egress_port: int, ingress_port: int) -> bool:

@@ -32,7 +32,7 @@ from agglab.softswitch.batch import DenseBatch
 from agglab.softswitch.aggregate import STAT_REJECT, Aggregate, make_state
 from agglab.softswitch.deparser import update_ipv4_checksum
 from agglab.softswitch.drop_sim import DropSim
-from agglab.softswitch.forward import RESULT, Forward, flood_prune
+from agglab.softswitch.forward import COPY, RESULT, Forward, flood_prune
 from agglab.softswitch.multicast import Multicast
 from agglab.softswitch.policer import PortPolicer
 from agglab.softswitch.registers import CounterArray
@@ -83,7 +83,7 @@ class Pipeline:
         self.mc = Multicast()
         self.tables = {t.name: t for t in (
             self.policer.table, self.drop_sim.ingress_table, self.agg_job, self.forward.ipv4_lpm,
-            self.forward.l2_exact, self.drop_sim.egress_table, self.aggregate.agg_reply)}
+            self.forward.l2_exact, self.drop_sim.egress_table, self.aggregate.agg_reply, self.forward.copy_dst)}
         # every P4 scheme's control (softswitch/schemes), each adding its state and tables
         self.controls = {name: module.build(self) for name, module in MODULES.items()}
         self.registers = {name: reg.data for name, reg in self.register_arrays.items()}
@@ -167,13 +167,18 @@ class Pipeline:
             update_ipv4_checksum(buf)          # deparser; nothing in egress changes IPv4
             buf = bytes(buf)
         out = []
-        for port, _rid in replicas:
+        for port, rid in replicas:
             if drop_sim.egress(port, len(buf)):
                 continue
             if kind == RESULT:
                 frame_out = self.aggregate.reply(port, buf)
                 if frame_out is not None:
                     out.append((port, frame_out))
+            elif kind == COPY:
+                copy = self.forward.copy(rid, buf)
+                if copy is not None:
+                    update_ipv4_checksum(copy)
+                    out.append((port, bytes(copy)))
             elif not flood_prune(kind, port, ingress_port):
                 out.append((port, buf))
         return out

@@ -28,7 +28,7 @@ GIVEN = {"workers": ("7", 7), "elements": ("123", 123), "dtype": ("float32", "fl
          "block_size": ("512", 512), "zero_workers": ("2", 2), "fail": ("tree@0.5", ["tree@0.5"]),
          "fail_switch": ("a1@0.5", ["a1@0.5"]), "hang_switch": ("a2@0.5", ["a2@0.5"]),
          "jobs": ("3", 3), "job_loss": ("0.1,0,0.2", [0.1, 0.0, 0.2]), "placement": ("packed", "packed"),
-         "ps_layout": ("central", "central"),
+         "ps_layout": ("central", "central"), "atp_multicast": (None, True), "atp_ps": ("separate", "separate"),
          "keep": ("kept-run", "kept-run"), "pcap": (None, True),      # None: a flag without a value
          "cluster": ("cluster.yaml", "cluster.yaml"), "chaos": ("7", 7)}
 

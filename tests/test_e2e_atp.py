@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from agglab.emulation.session import run_spec
+from agglab.ground import wire
 from agglab.ground.runspec import RunSpec
 from tests.leftovers import assert_clean
 
@@ -38,4 +39,19 @@ def test_two_atp_jobs_stay_exact_when_a_core_link_fails():
                          loss=0.05, fail=["tree@0.5"], seed=4))
     _check(r)
     assert len(r["failures"]) == 1 and not r["failures"][0].get("partitioned"), r["failures"]
+    assert_clean()
+
+
+@pytest.mark.net_timeout(420)
+def test_atp_in_its_setting_multicasts_every_result_at_the_ps_tor_under_loss():
+    # packed jobs, each PS a host of its own, the PS's ToR replicating its one copy of each
+    # result: 2 jobs x 1 call x ceil(20,000 / K) blocks, each multicast once (a result lost
+    # on the way is answered again by unicast, which ATP_STAT_MCAST does not count)
+    spec = RunSpec(algorithm="atp", topology="fattree", k=4, workers=4, jobs=2, elements=20_000, loss=0.02,
+                   placement="packed", atp_multicast=True, atp_ps="separate", seed=6)
+    r = run_spec(spec)
+    _check(r)
+    blocks = -(-20_000 // wire.K)
+    assert 0 < r["switch"]["atp_mcast"] <= 2 * blocks, r["switch"]
+    assert r["switch"]["atp_mcast"] >= 2 * blocks * 0.9, r["switch"]      # the lost ones only
     assert_clean()

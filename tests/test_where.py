@@ -30,13 +30,17 @@ def test_the_ring_claim_follows_the_analytic_ring_over_in_network_ratio(tmp_path
 
 
 def test_a_knob_the_claim_selects_on_is_replaced_in_its_selectors(tmp_path):
-    # ATP / static "at 4 jobs": swept over jobs, the claim compares the two series at each count;
-    # one job is ATP's PS against one static tree, two jobs twice the static load
+    # ATP / static "at 4 jobs": swept over jobs, the claim compares the two series at each count.
+    # Spread, one static tree per job shares the core: two jobs twice the static load, four 4x
+    # (ATP's PS's ToR link carries 3 streams whatever the jobs)
     d = load_definition(TRENDS / "atp.yaml")
-    (c,) = curve(d, 0, "jobs", [1, 2, 4], tmp_path)
+    (c,) = curve(d, 0, "jobs", [1, 2, 4], tmp_path, fixed={"placement": "spread"})
     one, two, four = (b for _, b, _ in c.points)
-    assert c.today == 4
     assert two == pytest.approx(2 * one, rel=0.02) and four == pytest.approx(4 * one, rel=0.02)
+    # packed (the trend's), four jobs each fill a pod: ATP's two levels and its ToR's multicast
+    # carry as many bytes per link as static's trees
+    (packed,) = curve(d, 0, "jobs", [4], tmp_path)
+    assert packed.today == 4 and packed.points[0][1] == pytest.approx(1.0, rel=0.02)
 
 
 def test_with_holds_a_setting_the_trend_does_not_run(tmp_path):
@@ -86,8 +90,8 @@ def test_the_report_section_has_a_row_and_a_plot_per_knob(tmp_path):
     lines = section(outcome, tmp_path / "topologies", tmp_path)
     assert lines[0] == "## Where the paper's figure appears"
     rows = [line for line in lines if line.startswith("| atp |")]
-    assert len(rows) == 2
-    assert "| jobs = 4 |" in rows[0] and "| placement = spread |" in rows[1]
+    assert len(rows) == 3
+    assert "| jobs = 4 |" in rows[0] and "| placement = packed |" in rows[1] and "| atp_multicast = True |" in rows[2]
     for row in rows:
         png = row.rstrip(" |").rsplit("| ", 1)[1]
         assert (tmp_path / png).stat().st_size > 1000, png

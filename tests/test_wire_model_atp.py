@@ -60,3 +60,20 @@ def test_tenants_share_the_links():
                                          dtype="int32"), g)
     assert one == pytest.approx(300 * FB * 8 / 10e6)
     assert two == pytest.approx(200 * FB * 8 / 10e6)
+
+
+def test_with_multicast_the_ps_sends_one_copy_and_its_tor_one_per_worker():
+    loads = wire_model.atp_loads(_leaf_spine(), ["h1", "h2", "h3", "h4"], BLOCKS * FB, multicast=True)
+    down = {edge: round(b / FB) for edge, b in loads.items() if b and edge[0] in ("h1", "l1", "s1", "l2")
+            and edge[1] in ("h1", "h2", "h3", "h4", "s1", "l2", "l1")}
+    assert down[("h1", "l1")] == 100                 # one copy of each result, not three
+    assert down[("l1", "h2")] == 100 and down[("l1", "s1")] == 200 and down[("s1", "l2")] == 200
+    assert down[("l2", "h3")] == 100 and down[("l2", "h4")] == 100
+
+
+def test_multicast_takes_the_ps_link_off_the_critical_path():
+    g = topologies.single_switch(4, bw=10)
+    g.graph["buckets"] = False
+    spec = RunSpec(algorithm="atp", workers=4, bw=10, elements=BLOCKS * wire.K, dtype="int32", atp_multicast=True)
+    # every link now carries one stream each way: 100 frames
+    assert wire_model.wire_seconds(spec, g) == pytest.approx(100 * FB * 8 / 10e6)

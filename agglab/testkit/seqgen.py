@@ -11,7 +11,8 @@ format's frame specs (agglab/testkit/frames.py), drawn per scheme:
 - dense:   SwitchML contributions; valid ones, duplicates, resends, other versions, slots
            outside the job's window, wrong job/tree/epoch, spoofed ranks, results from the parent
 - sparse:  the same with AGG_FLAG_SPARSE: blocks, next_block, ACKs (agg_h only), LEAD
-- atp:     ATP packets (AGG_FLAG_ATP) to the PS: claims, collisions, overlaps, resends
+- atp:     ATP packets (AGG_FLAG_ATP) to the PS: claims, collisions, overlaps, resends, and
+           results to every worker (job 2's entry multicasts them, as at the PS's ToR)
 - hostile: any of those with flags drawn at random, lengths and fields forged, frames
            truncated, IP options, and packets that are not aggregation at all
 
@@ -38,7 +39,11 @@ _COMMON = ["mc_mgrp_create 1", "mc_node_create 0 1 2 3", "mc_node_associate 1 0"
            "table_add ipv4_lpm ipv4_forward 10.0.0.4/32 => 02:00:00:00:00:04 4",
            "table_add ipv4_lpm ipv4_forward 10.0.0.1/32 => 02:00:00:00:00:01 1",
            "table_add atp_job atp_aggregate 1 => 14",            # ranks 1, 2, 3
-           "table_add atp_job atp_aggregate 2 => 6",             # ranks 1, 2
+           "table_add atp_job atp_aggregate_mcast 2 => 6 3",     # ranks 1, 2; the PS's ToR: results to all
+           "mc_mgrp_create 3", "mc_node_create 513 1", "mc_node_associate 3 1",
+           "mc_node_create 514 2", "mc_node_associate 3 2",
+           "table_add copy_dst copy_set_dst 513 => 02:00:00:00:00:01 10.0.0.1",
+           "table_add copy_dst copy_set_dst 514 => 02:00:00:00:00:02 10.0.0.2",
            *_REPLY]
 # job 1: children on ports 1-3 (port 1 may speak for any rank, 2 and 3 only for their own),
 # slots 0-3 of the switch; job 2: one child on port 4, slots 4-5
@@ -107,6 +112,8 @@ def _atp_packet(draw) -> tuple[int, dict]:
     port = draw(st.sampled_from((1, 2, 3, 3, 4)))
     rank = draw(st.integers(1, 3)) if draw(st.integers(0, 4)) == 0 else min(port, 3)
     flags = ATP | draw(st.sampled_from([0, 0, 0, RETX, RESULT, SPARSE]))
+    if flags & RESULT and draw(st.booleans()):
+        rank = 255                                          # the PS's one copy for every worker (ATP_TO_ALL)
     agg = {"job": draw(st.sampled_from([1, 1, 2, 9])), "worker": rank, "flags": flags,
            "block": draw(st.sampled_from([0, 1, 2, 5, 110])), "next_block": draw(st.integers(0, 15)),
            "exp": draw(_EXP), "slot": draw(st.integers(0, 2))}

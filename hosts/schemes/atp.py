@@ -51,6 +51,7 @@ RETX = wire.FLAG_RETX
 SEQ_BITS = 24                     # block index bits of seq; the call's generation above them
 RTO = 0.05                        # first retransmission timeout (s); then the agents' estimator (hosts/rto.py)
 FIN_BLOCK = (1 << SEQ_BITS) - 1   # block index of a worker's FIN: "I have every result of this call"
+TO_ALL = wire.CONST["ATP_TO_ALL"]  # agg_h worker of the PS's one copy of a result (--atp-multicast)
 FIN_TRIES = 6                     # FIN sends without acknowledgement before a worker returns anyway
 BUFFER = 4 << 20
 
@@ -144,9 +145,12 @@ class Pieces:
 class AtpEndpoint:
     """One rank's socket across calls (a Communicator keeps it): rank 0 is the PS."""
 
-    def __init__(self, local_ip: str, peers: list[str], rank: int, job: int):
+    def __init__(self, local_ip: str, peers: list[str], rank: int, job: int, multicast: bool = False):
+        """multicast (--atp-multicast): the PS sends each result once, addressed to every worker
+        (worker = TO_ALL), and its ToR replicates it (atp.p4 atp_aggregate_mcast); a result
+        answering one worker's resend is still unicast."""
         self.sock = _socket(local_ip)
-        self.peers, self.rank, self.job = peers, rank, job
+        self.peers, self.rank, self.job, self.multicast = peers, rank, job, multicast
         self.calls = 0
         self._linger: threading.Thread | None = None
         self._stop = threading.Event()
@@ -319,8 +323,13 @@ class AtpEndpoint:
         out[b], done[b] = blocks[b].total(), True
         flags = FLAG_ATP | RESULT | (RETX if blocks[b].resent else 0)
         answers[seq] = encode({"job": self.job, "flags": flags, "block": seq, **wide_senders.fields(full)}, out[b])
-        self._answer(answers[seq], full)
-        stats["packets_sent"] += bin(full).count("1") - 1
+        if self.multicast and len(self.peers) > 1:         # one copy; the PS's ToR replicates it
+            self._sendto(encode({"job": self.job, "flags": flags, "block": seq, **wide_senders.fields(full),
+                                 "worker": TO_ALL}, out[b]), (self.peers[1], wire.UDP_PORT))
+            stats["packets_sent"] += 1
+        else:
+            self._answer(answers[seq], full)
+            stats["packets_sent"] += bin(full).count("1") - 1
         blocks[b] = None
         return 1
 
@@ -399,7 +408,8 @@ def allreduce(comm, array):
     """The hosts' runner for `--algorithm atp` (hosts/schemes: RUNNERS)."""
     endpoint = getattr(comm, "_atp", None)
     if endpoint is None:
-        endpoint = comm._atp = AtpEndpoint(comm.seat.local_ip, comm.plan.peers(), comm.rank, comm.spec.job)
+        endpoint = comm._atp = AtpEndpoint(comm.seat.local_ip, comm.plan.peers(), comm.rank, comm.spec.job,
+                                           multicast=comm.spec.result_multicast)
     array = np.asarray(array)
     rows = _blocks(array)
     started = time.monotonic()

@@ -29,6 +29,8 @@
 #define ATP_STAT_OVERLAP 4           /* a resend (RETX, or senders already in it) or foreign senders: sent on unaggregated */
 #define ATP_STAT_RELEASE 5           /* the holder's result passed: aggregator released */
 #define ATP_STAT_PASS    6           /* ATP packet of a job this switch does not aggregate: forwarded */
+#define ATP_STAT_MCAST   7           /* the PS's result to every worker: multicast at the PS's ToR */
+#define ATP_TO_ALL       0xFF        /* agg_h worker of a PS result for every worker (--atp-multicast) */
 
 register<bit<32>>(ATP_POOL * AGG_K) atp_values;
 register<bit<64>>(ATP_POOL) atp_bitmap;      /* senders in the aggregator; 0 = free */
@@ -56,10 +58,21 @@ control Atp(inout headers_t hdr, inout meta_t meta,
     bit<32> keep;       /* 0 when claiming a free aggregator, else all ones */
     bit<32> lane;
     bit<1>  mine;
+    bit<16> group;      /* atp_aggregate_mcast's multicast group (the PS's ToR): 0 = none */
 
     @name(".atp_aggregate")
     action atp_aggregate(bit<64> expect_set) {
         expect = expect_set;
+        hit = 1;
+    }
+
+    /* The PS's ToR with --atp-multicast: a result the PS addressed to every worker
+     * (worker == ATP_TO_ALL) is replicated through `group`, one copy per worker, each
+     * addressed to its worker in egress (forward.p4's CopyDst, keyed by the copy's rid). */
+    @name(".atp_aggregate_mcast")
+    action atp_aggregate_mcast(bit<64> expect_set, bit<16> mgrp) {
+        expect = expect_set;
+        group = mgrp;
         hit = 1;
     }
 
@@ -69,7 +82,7 @@ control Atp(inout headers_t hdr, inout meta_t meta,
     @name(".atp_job")
     table atp_job {
         key = { hdr.agg.job: exact; }
-        actions = { atp_aggregate; atp_pass; }
+        actions = { atp_aggregate; atp_aggregate_mcast; atp_pass; }
         default_action = atp_pass();
         size = 256;
     }
@@ -78,6 +91,7 @@ control Atp(inout headers_t hdr, inout meta_t meta,
         meta.absorbed = 0;
         hit = 0;
         expect = 0;                                  /* set by atp_aggregate; read only after a hit */
+        group = 0;
         atp_job.apply();
         if (hit == 0) {
             atp_stats.count(ATP_STAT_PASS);

@@ -61,6 +61,31 @@ control Forward(inout headers_t hdr, inout meta_t meta,
     }
 }
 
+/* Egress half of a scheme's multicast to hosts (atp.p4's result at the PS's ToR): each
+ * replica's rid names the host it is for, whose addresses it takes; it then travels by
+ * the switches' ordinary routes. A replica whose rid has no entry is dropped. */
+control CopyDst(inout headers_t hdr, inout meta_t meta,
+                inout standard_metadata_t standard_metadata) {
+    @name(".copy_set_dst")
+    action copy_set_dst(mac_t dmac, ip4_t dip) {
+        hdr.ethernet.dstAddr = dmac;
+        hdr.ipv4.dstAddr = dip;
+    }
+
+    @name(".drop")
+    action drop() { mark_to_drop(standard_metadata); }
+
+    @name(".copy_dst")
+    table copy_dst {
+        key = { standard_metadata.egress_rid: exact; }
+        actions = { copy_set_dst; drop; }
+        default_action = drop();
+        size = 1024;
+    }
+
+    apply { copy_dst.apply(); }
+}
+
 /* Egress half of flooding: never send a flooded frame back where it came from. */
 control FloodPrune(inout headers_t hdr, inout meta_t meta,
                    inout standard_metadata_t standard_metadata) {

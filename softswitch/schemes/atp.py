@@ -34,6 +34,7 @@ import numpy as np
 from agglab.ground import wide_senders, wire
 from agglab.ground.schemes import SCHEMES
 from agglab.softswitch.aggregate import BLOCK_OFF, DATA_END, DATA_OFF, FLAGS_OFF, UDP_CSUM
+from agglab.softswitch.forward import COPY
 from agglab.softswitch.registers import CounterArray, RegisterArray
 from agglab.softswitch.tables import KeySpec, Table
 
@@ -43,11 +44,13 @@ FLAG_ATP = SCHEMES["atp"].flag_bits
 P4 = ("atp.p4", "Atp")             # the P4 control this one mirrors (p4src/include)
 RESULT, RETX = wire.FLAG_RESULT, wire.FLAG_RETX
 JOB_OFF = wire.AGG_OFFSET
-(STAT_CLAIM, STAT_ADD, STAT_DONE, STAT_COLLIDE, STAT_OVERLAP, STAT_RELEASE, STAT_PASS) = (
+(STAT_CLAIM, STAT_ADD, STAT_DONE, STAT_COLLIDE, STAT_OVERLAP, STAT_RELEASE, STAT_PASS, STAT_MCAST) = (
     C["ATP_STAT_CLAIM"], C["ATP_STAT_ADD"], C["ATP_STAT_DONE"], C["ATP_STAT_COLLIDE"], C["ATP_STAT_OVERLAP"],
-    C["ATP_STAT_RELEASE"], C["ATP_STAT_PASS"])
+    C["ATP_STAT_RELEASE"], C["ATP_STAT_PASS"], C["ATP_STAT_MCAST"])
+TO_ALL = C["ATP_TO_ALL"]           # agg_h worker of a PS result for every worker (--atp-multicast)
+WORKER_OFF = wire.AGG_OFFSET + 6      # agg_h.worker (headers.p4)
 BE_I32 = np.dtype(">i4")
-AGGREGATE, PASS = "atp_aggregate", "atp_pass"
+AGGREGATE, MCAST, PASS = "atp_aggregate", "atp_aggregate_mcast", "atp_pass"
 
 
 def aggregator_of(job: int, seq: int) -> int:
@@ -81,7 +84,8 @@ class Atp:
         """forward: the pipeline's Forward (forward.p4), whose ipv4_lpm carries every ATP
         packet that leaves, aggregated or not, toward its destination (the PS or a worker)."""
         self.atp_job = Table("atp_job", [KeySpec("hdr.agg.job", "exact", 8)],
-                             {AGGREGATE: [("expect", 64)], PASS: []}, default=PASS, size=256)
+                             {AGGREGATE: [("expect", 64)], MCAST: [("expect", 64), ("mgrp", 16)], PASS: []},
+                             default=PASS, size=256)
         self.values = registers["atp_values"].data
         self.bitmap = registers["atp_bitmap"].data
         self.owner_job = registers["atp_owner_job"].data
@@ -93,7 +97,7 @@ class Atp:
         """One ATP packet: (frame, egress_spec, mcast_grp, kind) or None = drop (absorbed)."""
         action, params = self.atp_job.exact.get((frame[JOB_OFF],), self.atp_job.default)
         n = len(frame)
-        if action != AGGREGATE:
+        if action == PASS:
             self.stats.count(STAT_PASS, n)
             return self.forward.ipv4(frame)
         job, seq = frame[JOB_OFF], int.from_bytes(frame[BLOCK_OFF:BLOCK_OFF + 4], "big")
@@ -106,8 +110,17 @@ class Atp:
             if mine:
                 self._release(i)
                 self.stats.count(STAT_RELEASE, n)
+            group = params[1] if action == MCAST else 0
+            if group and frame[WORKER_OFF] == TO_ALL:    # the PS's one copy: to every worker
+                self.stats.count(STAT_MCAST, n)
+                routed = self.forward.ipv4(frame)        # TTL, or a drop when unrouted (atp.p4)
+                if routed is None:
+                    return None
+                buf = routed[0]
+                buf[UDP_CSUM] = buf[UDP_CSUM + 1] = 0
+                return buf, routed[1], group, COPY
             return self.forward.ipv4(frame)
-        (expect,) = params
+        expect = params[0]
         senders = wide_senders.of_frame(frame)
         lanes = np.frombuffer(frame, BE_I32, K, DATA_OFF)
         lo = i * K
