@@ -114,6 +114,13 @@ control Atp(inout headers_t hdr, inout meta_t meta,
                         atp_count.write(idx, 0);
                         atp_stats.count(ATP_STAT_RELEASE);
                     }
+                    if (group != 0 && hdr.agg.worker == ATP_TO_ALL) {
+                        /* forward.p4 still routes it (TTL, a drop if unrouted); the group wins */
+                        standard_metadata.mcast_grp = group;
+                        meta.is_copy = 1;
+                        hdr.udp.checksum = 0;        /* each copy's destination changes */
+                        atp_stats.count(ATP_STAT_MCAST);
+                    }
                 } else if (held == 0 && senders != 0 && (senders & ~expect) == 0
                            && (hdr.agg.flags & AGG_FLAG_RETX) == 0) {
                     keep = 0;                        /* free: claim it (not a resend: no partners) */
