@@ -184,6 +184,8 @@ class SparseRun(SlotRun):
         if self.packet[s] is not None:
             self._emit(s, self.packet[s], False, now)
             now = self.sent_at[s] = self.last_sent[s]
+        else:
+            self.sent_at[s] = now               # a non-participant's wait: timed from the last result
         self.arm(s, now)
 
     def _probe_packet(self, s: int) -> tuple:
@@ -227,8 +229,12 @@ class SparseRun(SlotRun):
                 raise SparseRoundLostError(lost_message(self, s, BLOCK(w)))
             self.stats.duplicates_ignored += 1
             return False
-        if self.sent_first[s]:
-            self.sample_rtt(s, w, now)
+        # Every round is sampled, a non-participant's too (from the result before, as its timer
+        # runs): its wait is result to result, longer than any participant's send to result by
+        # the slowest participant's turnaround; sampling only participants (1 round in 10 at
+        # density 0.1) kept the timers under it and 15-20% of the waits probed (random blocks,
+        # 16 workers on a k=4 fat-tree: 2,424 probes in 16,280 packets).
+        self.sample_rtt(s, w, now)
         if phase == LEAD:
             self._lead_result(s, lanes(p), NEXT_BLOCK(w))
         else:
