@@ -119,7 +119,11 @@ class SparseRun(SlotRun):
         super().__init__(arr, transport, rank, n, job, tree, epoch, window, timeout, give_up,
                          tree_of_slot, control, on_progress, SparseStats, link_mbps)
         nb, S = self.nblocks, self.S
-        rows = self.blocks if self.is_float else np.frombuffer(self.raw, BE).reshape(nb, K)
+        # Why the rows and not the wire's bytes: a call's set-up is then O(array) numpy passes
+        # only, and the non-zero blocks alone are converted (data_body), as they are sent.
+        # Converting the whole array (4 MiB) up front took 5-8 ms a worker, at density 0.01 a
+        # quarter of the run when 8 workers start at once on 2 cores (docs/measurements.md).
+        rows = self.blocks if self.is_float else self.ints
         mask = nonzero_kblocks(rows, block_size)
         self.ann = announcements(mask, S, lookahead).tolist()
         self.phase = [LEAD] * S
