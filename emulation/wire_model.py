@@ -14,7 +14,8 @@ does, recomputed here by the code the run uses, not typed in:
   weights): each tree edge carries its share of the aggregation frames up and the results
   down; every call adds its lead frames (float32: one per slot; int32: one);
 * block-sparse (omnireduce): the same, with each worker's own non-zero K-blocks going up
-  and the union of its subtree's coming down (`agglab.hosts.sparse_workload`, the run's seed);
+  and the union of its subtree's coming down (`agglab.hosts.sparse_workload`, the run's seed),
+  every slot's lead frame both ways, and the header-only ACKs going up (`sparse_acks`);
 * ring: rank r sends 2(n-1)/n of the gradient to rank r+1 over the installed IP routes
   (`agglab.controller.forward.next_hops`), in TCP segments; ps: every ordered pair 2/n of it;
 * BML: the schedule's stages one after the other (`agglab.controller.trees.bml`), each as long
@@ -223,20 +224,38 @@ def sparse_kblocks(spec: RunSpec) -> dict[int, set[int]]:
     return out
 
 
+def sparse_acks(mine: set[int], rounds: list[int], columns: int) -> int:
+    """Header-only ACKs a subtree whose workers send the K-blocks `mine` sends up a call
+    whose sparse rounds are `rounds` (every worker's blocks) on `columns` slots.
+
+    A worker acknowledges round m's result with an ACK when it sends nothing in its
+    column's next round (or the column ends there): a packet for the next round says it
+    otherwise (hosts/sparse_agent.py). A switch sends one ACK up once every child is done
+    with m and none of them sent the next round (sparse.p4): the same rule over the
+    subtree's blocks. Worked by hand in tests/test_wire_model_sparse.py."""
+    by_column: dict[int, list[int]] = {}
+    for m in sorted(rounds):
+        by_column.setdefault(m % columns, []).append(m)
+    return sum(1 for col in by_column.values() for after in col[1:] + [None] if after not in mine)
+
+
 def sparse_seconds(spec: RunSpec, g: nx.Graph) -> float:
     """Up a tree edge: the union of the subtree's non-zero K-blocks (one per worker below
-    a host link); down: the union of every worker's; plus every slot's lead frame both ways.
-    One tree carries it all (the sparse pipeline runs on the job's first tree)."""
+    a host link) and its ACKs (sparse_acks); down: the union of every worker's; plus every
+    slot's lead frame both ways. One tree carries it all (the sparse pipeline runs on the
+    job's first tree)."""
     workers = ranked_workers(g)
     ts = trees.compute(spec.tree, g, workers)
     blocks = sparse_kblocks(spec)
     rank = {w: i for i, w in enumerate(workers)}
     lead = spec.default_window()
     everyone = set().union(*blocks.values()) if blocks else set()
+    columns = min(lead, -(-spec.elements // wire.K))
 
     def up(t, node):
         mine = set().union(*(blocks[rank[w]] for w in below(t, node, set(workers))))
-        return t.weight * (len(mine) + lead) * wire.FRAME_BYTES
+        acks = sparse_acks(mine, sorted(everyone), columns)
+        return t.weight * ((len(mine) + lead) * wire.FRAME_BYTES + acks * wire.ACK_FRAME_BYTES)
 
     return link_seconds(g, tree_loads(ts, up, lambda t, n: t.weight * (len(everyone) + lead) * wire.FRAME_BYTES))
 

@@ -102,6 +102,7 @@ PAYLOAD_BYTES: int = AGG_HEADER_BYTES + DATA_BYTES
 ETH_BYTES, IPV4_BYTES, UDP_BYTES = 14, 20, 8
 AGG_OFFSET: int = ETH_BYTES + IPV4_BYTES + UDP_BYTES   # agg_h offset in a frame
 FRAME_BYTES: int = AGG_OFFSET + PAYLOAD_BYTES
+ACK_FRAME_BYTES: int = AGG_OFFSET + AGG_HEADER_BYTES   # a header-only frame (the sparse ACK)
 
 
 def dense_frames(elements: int, dtype: str = "int32", window: int | None = None) -> int:

@@ -47,7 +47,7 @@ import numpy as np
 
 from agglab.ground import wire
 from agglab.hosts import sparse_agent
-from agglab.hosts.codec import PAYLOAD_BYTES, lanes, lanes_of, unpack
+from agglab.hosts.codec import BE, PAYLOAD_BYTES, lanes, lanes_of, unpack
 from agglab.hosts.protocol import LAYOUT
 from agglab.hosts.consistency import (DTYPES, ConsistencyError, DtypeMismatchError,  # noqa: F401 (API)
                                LengthMismatchError, WindowMismatchError,
@@ -126,6 +126,8 @@ class DenseRun(SlotRun):
         S, nb = self.S, self.nblocks
         self.rounds = [1 + len(range(s, nb, S)) for s in range(S)]
         self.round = [0] * S
+        # int32: every block travels, so the whole array in the wire's byte order at once
+        self.raw = b"" if self.is_float else self.ints.astype(BE).tobytes()
         if not self.is_float:
             # int32 needs no exponents, so only slot 0 leads (its lanes carry the consistency
             # check); every other slot starts with its first data block on the version its

@@ -96,7 +96,9 @@ def check(spec: RunSpec, reports: list[dict], switch_stats: dict) -> dict:
         worker_pss_mb=round(sum(r.get("pss_mb", 0) for r in reports), 1),
         algorithm=spec.algorithm,
         **({"density": spec.density, "pattern": spec.pattern, "zero_workers": spec.zero_workers,
-            "blocks_sent": sum(r.get("blocks_sent", 0) for r in reports)} if SCHEMES[spec.algorithm].sparse else {}),
+            "blocks_sent": sum(r.get("blocks_sent", 0) for r in reports),
+            # of the retransmissions, the non-participants' zero probes (hosts/sparse_agent.py)
+            "probes": sum(r.get("probes", 0) for r in reports)} if SCHEMES[spec.algorithm].sparse else {}),
         max_abs_error=worst, error_bound=bound,
     )
     return result

@@ -131,9 +131,9 @@ class SlotRun:
             self.ftable = np.array([0.0] + [qz.scale(b - wire.EXP_BIAS, n) for b in range(1, 256)])
             self.limit = qz.INT32_MAX // n
             self.used_exp = np.zeros(nb, dtype=np.uint8)
-            self.raw = b""                      # (int32 only: the array's bytes as sent)
+            self.ints = None                    # (int32 only: the array's K-blocks, rows)
         else:
-            self.raw = padded.astype(BE).tobytes()
+            self.ints = padded.reshape(nb, K)   # converted to the wire's byte order per block sent
             self.exps = [0] * (nb + S)          # biased exponent per block (int32: 0), S zeros after
         self.sums = np.zeros((nb, K), dtype=np.int32)
         self.agreed = [0] * S                   # agreed biased exponent for the next round
@@ -241,7 +241,7 @@ class SlotRun:
     def data_body(self, s: int, j: int) -> bytes:
         """Block j's payload at slot s's agreed exponent (int32: the raw bytes)."""
         if not self.is_float:
-            return self.raw[j * 4 * K:(j + 1) * 4 * K]
+            return self.ints[j].astype(BE).tobytes()
         e = self.agreed[s]
         self.used_exp[j] = e
         if e == 0:
@@ -396,4 +396,4 @@ class SlotRun:
             flat = qz.dequantize_blocks(self.sums, self.used_exp, self.n).reshape(-1)
         else:
             flat = self.sums.reshape(-1)
-        return flat[:self.length].astype(self.dtype).reshape(self.shape)
+        return flat[:self.length].astype(self.dtype, copy=False).reshape(self.shape)

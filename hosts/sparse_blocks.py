@@ -48,7 +48,7 @@ def nonzero_kblocks(blocks: np.ndarray, block_size: int) -> np.ndarray:
     if block_size < K or block_size % K:
         raise ValueError(f"block_size must be a positive multiple of K={K}, got {block_size}")
     nb, g = blocks.shape[0], block_size // K
-    rows = np.any(blocks != 0, axis=1)
+    rows = np.any(blocks, axis=1)          # non-zero is true: no temporary array of the comparison
     big = np.zeros(-(-nb // g) * g, dtype=bool)
     big[:nb] = rows
     return np.repeat(big.reshape(-1, g).any(axis=1), g)[:nb]

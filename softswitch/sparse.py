@@ -164,8 +164,12 @@ class Sparse:
         self.next[cb + child] = pnext
         self.exp_next[cb + child] = pexp
         self.stats.count(STAT_CONTRIB, len(frame))
-        if self.done[r]:                                  # a probe after completion: the
-            n, e = self.rnext[r], self.exp[r]             # round's next/exp stay as they were
+        if self.done[r]:
+            # A probe after completion (its sender had nothing for the round): answered as a
+            # duplicate, the round's next/exp as they were, to its own port (or up for the
+            # result), never multicast again: at 128 workers with random blocks a root
+            # multicast per late probe put the whole result on every downlink once more.
+            return self._duplicate(port, frame, r, lo, parent, flags)
         else:
             # EXERCISE sparse-min-next BEGIN hint: n = the minimum next block announced by the fan_in children (self.next[cb:cb+fan_in], NONE if none); block m completes only if m < n (else return None); e = max exponent of the children that announced n
             end = cb + (fan_in if fan_in < MAX_WORKERS else MAX_WORKERS)
@@ -203,6 +207,11 @@ class Sparse:
         version holds round m, or adopted if its held round is older and every child is
         done with it (the subtree had no data for m); otherwise stale or held back."""
         bm, blk = self.bitmap[r], self.block[r]
+        if bm and blk == m and self.final[r]:
+            # The result again (the parent answering a probe or a resend passed up): this switch
+            # already multicast it, and a child that lost it gets it from here (_duplicate).
+            self.stats.count(STAT_DUP_DROP, len(frame))
+            return None
         if not (bm and blk == m):
             if not (blk < m and (bm == 0 or self.ack[r] == every)):
                 self.stats.count(STAT_SP_HOLD, len(frame))

@@ -93,7 +93,13 @@ control Sparse(inout headers_t hdr, inout meta_t meta,
                 sp_block.read(blk, r);
                 sp_bitmap.read(bm, r);
                 sp_ack.read(ack, r);
-                if (bm != 0 && blk == hdr.agg.block) {
+                sp_final.read(fin, r);
+                if (bm != 0 && blk == hdr.agg.block && fin == 1) {
+                    /* the result again (the parent answering a probe or a
+                     * resend passed up): multicast already; a child that
+                     * lost it is answered here (OUT_DUP) */
+                    agg_stats.count(STAT_DUP_DROP);
+                } else if (bm != 0 && blk == hdr.agg.block) {
                     AGG_FOR_EACH_VALUE(SP_STORE_LANE)
                     sp_exp.write(r, hdr.agg.exp);
                     sp_rnext.write(r, hdr.agg.next_block);
@@ -182,26 +188,30 @@ control Sparse(inout headers_t hdr, inout meta_t meta,
                             agg_stats.count(STAT_CONTRIB);
                             sp_done.read(done, r);
                             if (done == 1) {
-                                /* a probe after completion: the round's next and
-                                 * exponent stay what they were (later announcements
-                                 * must not make a lagging worker skip a round) */
-                                sp_rnext.read(n, r);
-                                sp_exp.read(e, r);
+                                /* a probe after completion: answered as a duplicate
+                                 * (to its port, or up for the result), never multicast
+                                 * again; the round's next and exponent stay what they
+                                 * were (later announcements must not make a lagging
+                                 * worker skip a round) */
+                                sp_rnext.read(hdr.agg.next_block, r);
+                                sp_exp.read(hdr.agg.exp, r);
+                                meta.fin = fin;
+                                meta.verdict = OUT_DUP;
                             } else {
                                 // EXERCISE sparse-min-next BEGIN hint: start from n = AGG_NEXT_NONE, e = 0 and fold every child in with AGG_FOR_EACH_CHILD(SP_MIN_CHILD)
                                 n = AGG_NEXT_NONE;
                                 e = 0;
                                 AGG_FOR_EACH_CHILD(SP_MIN_CHILD)
                                 // EXERCISE END
-                            }
-                            if (hdr.agg.block < n) {
-                                hdr.agg.next_block = n;
-                                hdr.agg.exp = e;
-                                sp_rnext.write(r, n);
-                                sp_exp.write(r, e);
-                                sp_done.write(r, 1);
-                                sp_final.write(r, FINAL_AT_ROOT);
-                                meta.verdict = OUT_DONE;
+                                if (hdr.agg.block < n) {
+                                    hdr.agg.next_block = n;
+                                    hdr.agg.exp = e;
+                                    sp_rnext.write(r, n);
+                                    sp_exp.write(r, e);
+                                    sp_done.write(r, 1);
+                                    sp_final.write(r, FINAL_AT_ROOT);
+                                    meta.verdict = OUT_DONE;
+                                }
                             }
                         }
                     }
