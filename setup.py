@@ -39,9 +39,10 @@ packages += [f"agglab.{folder}" for folder in DATA]
 
 
 class OptionalBuildExt(build_ext):
-    """The C fast path (softswitch/fastdense.c) is optional: without a compiler (or Python's
-    headers, python3-dev) the install goes on without it and the switch runs its Python
-    reference path, saying so in one line at start (softswitch/native.py)."""
+    """The C fast paths (softswitch/fastdense.c, hosts/fastagent.c) are optional: without a
+    compiler (or Python's headers, python3-dev) the install goes on without them and the switch
+    and the agents run their Python reference paths (the switch says so in one line at start,
+    softswitch/native.py; hosts/native.py `describe`)."""
 
     def run(self):
         try:
@@ -58,5 +59,6 @@ class OptionalBuildExt(build_ext):
 
 FAST = Extension("agglab.softswitch._fastdense", ["softswitch/fastdense.c"], extra_compile_args=["-O2"],
                  optional=True)
+AGENT = Extension("agglab.hosts._fastagent", ["hosts/fastagent.c"], extra_compile_args=["-O2"], optional=True)
 setup(packages=packages, package_dir={"agglab": "agglab", **{f"agglab.{f}": f for f in CODE + DATA}},
-      ext_modules=[FAST], cmdclass={"build_ext": OptionalBuildExt})
+      ext_modules=[FAST, AGENT], cmdclass={"build_ext": OptionalBuildExt})

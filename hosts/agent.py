@@ -46,7 +46,7 @@ from __future__ import annotations
 import numpy as np
 
 from agglab.ground import wire
-from agglab.hosts import sparse_agent
+from agglab.hosts import native, sparse_agent
 from agglab.hosts.codec import BE, PAYLOAD_BYTES, lanes, lanes_of, unpack
 from agglab.hosts.protocol import LAYOUT
 from agglab.hosts.consistency import (DTYPES, ConsistencyError, DtypeMismatchError,  # noqa: F401 (API)
@@ -138,6 +138,7 @@ class DenseRun(SlotRun):
                 self.v0[s] ^= 1         # round r uses (v0 + r) % 2: round 1 gets the lead's version
         self.pack, self.pack_retx = self.packer(), self.packer(wire.FLAG_RETX)
         self.frame_time = (PAYLOAD_BYTES + wire.AGG_OFFSET) * self.byte_time   # `leaves`, inlined
+        self.native = native.dense_core(self)       # int32: on_batch's work in C (hosts/native.py)
 
     def is_open(self, s: int) -> bool:
         return self.round[s] < self.rounds[s]
@@ -189,7 +190,10 @@ class DenseRun(SlotRun):
         """Handle a receive batch; True if it accepted (progress-making) results.
 
         Within a batch at most one result per slot is accepted: the slot's next round is
-        only sent once its result is in, so another copy in the same batch is a duplicate."""
+        only sent once its result is in, so another copy in the same batch is a duplicate.
+        An int32 run with the C core does the same in `native_batch`; this is the reference."""
+        if self.native is not None:
+            return self.native_batch(rows, lens, now)
         buf, stride = memoryview(rows).cast("B"), rows.shape[1]
         job, S, nb, rank = self.job, self.S, self.nblocks, self.rank
         rnd, rounds, v0, st = self.round, self.rounds, self.v0, self.stats
@@ -239,6 +243,32 @@ class DenseRun(SlotRun):
                 self.send_round(s, now)
             else:
                 self.remaining -= 1
+        return True
+
+    def native_batch(self, rows: np.ndarray, lens: np.ndarray, now: float) -> bool:
+        """on_batch with the accept loop and the data rounds' sends in C (hosts/fastagent.c),
+        the rest as on_batch does it, in the same order."""
+        advanced, rtts, rows_in, lead, foreign, dups = self.native.accept(rows, lens, now)
+        st = self.stats
+        st.foreign_ignored += foreign
+        st.duplicates_ignored += dups
+        if lead >= 0:
+            check_lead(lanes(rows[lead, :PAYLOAD_BYTES].tobytes()), n=self.n, rank=self.rank,
+                       length=self.length, window=self.S, dtype=self.dtype)
+        if not advanced:
+            return False
+        if rtts:
+            self.rtt.sample_many(rtts, now)
+        if rows_in:
+            self.done += rows_in
+            if self.on_progress is not None:
+                self.on_progress(self.done, self.nblocks)
+        st.results_accepted += len(advanced)
+        if self.parked:
+            self.unpark(now)
+        sent, finished = self.native.send_rounds(advanced, now)
+        st.packets_sent += sent
+        self.remaining -= finished
         return True
 
     def timeout_message(self, idle: float) -> str:

@@ -22,6 +22,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from agglab.ground import links, mmsg, wire
+from agglab.hosts import native
 
 BUFFER_BYTES = 16 * 1024 * 1024   # the kernel caps this at net.core.{r,w}mem_max
 RECV_BYTES = 4096                 # payloads are wire.PAYLOAD_BYTES; more is foreign
@@ -152,6 +153,9 @@ class UdpTransport:
             _OPEN.add(self)
         else:
             self._tx = self._rx = None
+        # the system calls without ctypes where the C extension is built (hosts/native.py):
+        # its argument conversion cost about as much as the call at a payload per wake-up
+        self._native = native.enabled() and self._tx is not None
         # batches from the one-payload calls: no recvmmsg here, or some payloads were taken out
         # one by one already (a proxy: the fallback must not keep the transport alive)
         self._fallback = BatchTransport(weakref.proxy(self))
@@ -202,11 +206,16 @@ class UdpTransport:
         while head < limit:                 # one sendmmsg per contiguous run of the ring
             start = head % ring
             end = min(start + limit - head, ring)
-            sent = self._tx.send(self._tx.fd, end, start)
+            if self._native:
+                sent = native.sendmmsg(self._tx.fd, self._tx._hdr_at + start * mmsg._MMSG, end - start)
+                sent, err = (sent, 0) if sent >= 0 else (0, -sent)
+            else:
+                sent = self._tx.send(self._tx.fd, end, start)
+                err = self._tx.errno
             head += sent
             if start + sent < end:
-                if self._tx.errno not in (0, errno.EAGAIN):
-                    self._refused(self._tx.errno, None)
+                if err not in (0, errno.EAGAIN):
+                    self._refused(err, None)
                 else:
                     self.send_errors += 1
                 head += 1
@@ -279,20 +288,26 @@ class UdpTransport:
         if self._head != self._tail:
             self.flush()
         fd = self.sock.fileno()
-        n = self._rx.recv(fd)
+        n = self._take(fd)
         if n or timeout <= 0:
             return n
         end = time.monotonic() + timeout
         held = self.held_back()
         while held is not None and held < timeout:
             if self._readable(fd, held):
-                return self._rx.recv(fd)
+                return self._take(fd)
             self.flush()
             timeout = end - time.monotonic()
             if timeout <= 0:
-                return self._rx.recv(fd)
+                return self._take(fd)
             held = self.held_back()
-        return self._rx.recv(fd) if self._poll.poll(timeout * 1000) else 0
+        return self._take(fd) if self._poll.poll(timeout * 1000) else 0
+
+    def _take(self, fd: int) -> int:
+        """One recvmmsg into the receive arena without waiting: how many payloads came."""
+        if self._native:
+            return native.recvmmsg(fd, self._rx._hdr_at, self.BATCH)
+        return self._rx.recv(fd)
 
     def _readable(self, fd: int, wait: float) -> bool:
         """Whether a payload waits, after at most `wait` seconds. select, not poll: the pacer's

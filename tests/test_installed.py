@@ -146,14 +146,15 @@ def test_experiment_dry_run_outside_the_checkout(installed):
 
 
 def test_the_c_fast_path_is_built_where_there_is_a_compiler(installed):
-    """`pip install .` builds softswitch/fastdense.c with the machine's gcc (setup.py): the
-    installed switch runs dense rounds in C (softswitch/native.py); without gcc it would say
-    it runs the Python path, and this test names which."""
+    """`pip install .` builds softswitch/fastdense.c and hosts/fastagent.c with the machine's
+    gcc (setup.py): the installed switch and agents run their hot paths in C (softswitch/native.py,
+    hosts/native.py); without gcc they would say they run the Python path, and this test names which."""
     agglab, work = installed
-    out = subprocess.run([str(agglab.parent / "python"), "-c",
-                          "from agglab.softswitch import native; print(native.AVAILABLE); print(native.describe())"],
-                         cwd=work, capture_output=True, text=True, env=_clean_env(), check=True).stdout.split("\n")
-    assert out[0] == str(bool(shutil.which("gcc") or shutil.which("cc"))), out
+    for package in ("softswitch", "hosts"):
+        out = subprocess.run([str(agglab.parent / "python"), "-c",
+                              f"from agglab.{package} import native; print(native.AVAILABLE); print(native.describe())"],
+                             cwd=work, capture_output=True, text=True, env=_clean_env(), check=True).stdout.split("\n")
+        assert out[0] == str(bool(shutil.which("gcc") or shutil.which("cc"))), out
 
 
 @pytest.mark.root
