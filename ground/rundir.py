@@ -112,6 +112,18 @@ class RunRecord:
         except (OSError, ValueError):
             return None
 
+    def set_netns(self, name: str) -> None:
+        """Record the run's network namespace (ground/netns.py) before it is made, so that
+        `agglab clean` deletes it whatever moment the run dies at."""
+        (self.path / "netns").write_text(name)
+
+    def netns(self) -> str | None:
+        """The run's network namespace's name, if it had one."""
+        try:
+            return (self.path / "netns").read_text().strip() or None
+        except OSError:
+            return None
+
     def pids(self) -> list[int]:
         """The pids recorded ([] once the run's own teardown has removed its directory)."""
         try:
