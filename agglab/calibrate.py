@@ -217,12 +217,6 @@ def main(args) -> int:
     if os.geteuid() != 0:
         print("agglab calibrate needs root (Mininet): run it with sudo", file=sys.stderr)
         return 2
-    where = ("on one switch" if args.topology == "single" else
-             f"on {shape_key(args.topology, args.workers, args.k, args.tree)}")
-    where += f", sparse pipeline at density {args.density:g}" if args.scheme == "sparse" else ""
-    print(f"calibrating {args.backend}: {args.workers} workers {where}, rates from {args.start:g} Mb/s x{args.factor:g} "
-          f"(at most {args.limit:g}, or down at most {args.down} steps), faithful = within {args.tolerance:.0%} "
-          "of the analytic wire time and bottleneck >= 90% busy", file=sys.stderr)
     from agglab.ground import netlease  # lazy: only a calibration that runs takes the machine
 
     try:                                     # its probes need the CPU alone (ground/netlease.py)
@@ -230,6 +224,12 @@ def main(args) -> int:
     except netlease.NetworkBusy as exc:
         print(f"agglab calibrate: {exc}", file=sys.stderr)
         return exc.exit_code
+    where = ("on one switch" if args.topology == "single" else
+             f"on {shape_key(args.topology, args.workers, args.k, args.tree)}")
+    where += f", sparse pipeline at density {args.density:g}" if args.scheme == "sparse" else ""
+    print(f"calibrating {args.backend}: {args.workers} workers {where}, rates from {args.start:g} Mb/s x{args.factor:g} "
+          f"(at most {args.limit:g}, or down at most {args.down} steps), faithful = within {args.tolerance:.0%} "
+          "of the analytic wire time and bottleneck >= 90% busy", file=sys.stderr)
     try:
         record = calibrate(args.workers, args.start, args.factor, args.limit, args.refine, args.seconds,
                            args.tolerance, args.window or None, shape=shape, down=args.down, backend=args.backend)
