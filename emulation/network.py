@@ -3,7 +3,9 @@
 Why our own builder instead of `mn --topo`: port numbers, interface names and
 addresses must come from the graph (controller/topology.py) so that the code that
 programs tables uses exactly the ports Mininet created. Every process and interface
-is recorded in a RunRecord so `agglab clean` can undo a crashed run.
+is recorded in a RunRecord so `agglab clean` can undo a crashed run. The whole network lives
+in a network namespace of the run's own (ground/netns.py), which the building thread enters
+before the first node: any number of runs coexist with the same node names.
 
 This module is the network's build, teardown and use (links, workers, clients). Beside it:
 what each host's set-up script says (emulation/host_setup.py), the fork server of the
