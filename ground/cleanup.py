@@ -17,7 +17,7 @@ from pathlib import Path
 from agglab.ground import netns
 from agglab.ground.netlease import holder_elsewhere
 from agglab.ground.paths import RUN_ROOT
-from agglab.ground.rundir import (RunRecord, alive, delete_interfaces, delete_link_group, group_of, kill_pids,
+from agglab.ground.rundir import (MAKING, RunRecord, alive, delete_interfaces, delete_link_group, group_of, kill_pids,
                            secure_dir, stray_interfaces)
 
 LEGACY_RUN_ROOT = Path("/tmp/agglab-run")
@@ -56,7 +56,8 @@ def live_runs() -> list[LiveRun]:
         return []
     secure_dir(RUN_ROOT)
     with os.scandir(RUN_ROOT) as entries:
-        paths = sorted(Path(e.path) for e in entries if e.is_dir(follow_symlinks=False))
+        paths = sorted(Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)
+                       and not e.name.startswith(MAKING))
     found = []
     for path in paths:
         run = RunRecord(path)
@@ -118,6 +119,11 @@ def clean(everything: bool = False, verbose: bool = True, stop: set[Path] | None
         with os.scandir(RUN_ROOT) as entries:
             paths = sorted(Path(e.path) for e in entries if e.is_dir(follow_symlinks=False))
         for path in paths:
+            if path.name.startswith(MAKING):         # being created (rundir.RunRecord.create)
+                pid = path.name[len(MAKING):].split("-", 1)[0]
+                if pid.isdigit() and not alive(int(pid)):
+                    shutil.rmtree(path, ignore_errors=True)
+                continue
             run = RunRecord(path)
             if run.owner_alive():
                 if not everything or (stop is not None and path not in stop):

@@ -71,6 +71,9 @@ def secure_dir(path: Path) -> Path:
 _OUR_INTF = re.compile(r"^[a-z]+\d+-eth\d+$")
 
 
+MAKING = ".making-"       # + pid + name: a run directory being created (RunRecord.create)
+
+
 class RunRecord:
     """The directory of one run: owner pid, pids started, interfaces created."""
 
@@ -80,9 +83,14 @@ class RunRecord:
     @classmethod
     def create(cls, prefix: str = "run") -> "RunRecord":
         secure_dir(RUN_ROOT)
-        path = RUN_ROOT / f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-        path.mkdir(mode=0o700)
-        (path / "owner.pid").write_text(str(os.getpid()))
+        name = f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        # made under a hidden name and renamed once it names its owner: a run that cleans
+        # meanwhile (runs now start side by side) never sees it without one and removes it
+        making = RUN_ROOT / f"{MAKING}{os.getpid()}-{name}"
+        making.mkdir(mode=0o700)
+        (making / "owner.pid").write_text(str(os.getpid()))
+        path = RUN_ROOT / name
+        making.rename(path)
         return cls(path)
 
     def add_pid(self, pid: int, what: str) -> None:

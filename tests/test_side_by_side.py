@@ -2,7 +2,7 @@
 
 Two `agglab lab` processes on a k=4 fat-tree with the same node names run an allreduce each
 while one of them loses a link: both are exact, and the other one's events never mention
-the failure. Then one is killed with SIGKILL mid-allreduce: `agglab clean`, run while the
+the failure; on BMv2 each has its own Thrift port 9090. Then one is killed with SIGKILL mid-allreduce: `agglab clean`, run while the
 other still works, removes the dead one's namespace, processes and run directory and nothing
 of the live one, which finishes exact.
 """
@@ -28,18 +28,34 @@ LAB = ["--topology", "fattree", "--k", "4", "--workers", "8", "--tree", "spt", "
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.net_timeout(420)]
 
 
+STARTED: list["Lab"] = []
+
+
+@pytest.fixture(autouse=True)
+def _labs_end():
+    """A failed test's labs are stopped (SIGTERM: their own clean-up runs) before the
+    leftovers check."""
+    yield
+    while STARTED:
+        lab = STARTED.pop()
+        if lab.proc.poll() is None:
+            lab.proc.terminate()
+            lab.proc.wait(timeout=120)
+
+
 class Lab:
     """`agglab lab --script` in a child process, its output collected line by line."""
 
-    def __init__(self, script: Path, root: Path):
-        env = {**{k: v for k, v in os.environ.items() if k != "AGGLAB_NET_WAIT"},
-               "PYTHONPATH": str(REPO), "AGGLAB_RUN_ROOT": str(root)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "agglab", "lab", *LAB, "--script", str(script)],
+    def __init__(self, script: Path, root: Path | None, options: list[str] = LAB):
+        env = {**{k: v for k, v in os.environ.items() if k != "AGGLAB_NET_WAIT"}, "PYTHONPATH": str(REPO),
+               **({"AGGLAB_RUN_ROOT": str(root)} if root else {})}
+        self.proc = subprocess.Popen([sys.executable, "-m", "agglab", "lab", *options, "--script", str(script)],
                                      cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
         self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True)
         self.reader.start()
+        STARTED.append(self)
 
     def text(self) -> str:
         return "".join(self.lines)
@@ -123,3 +139,22 @@ def test_a_killed_lab_is_cleaned_while_the_other_finishes_exact(tmp_path):
     out = live.finish()
     assert "allreduce: exact" in out and "went down" not in out, out[-3000:]
     assert live_space not in netns.names()
+
+
+@pytest.mark.bmv2
+def test_two_bmv2_labs_at_once_each_with_its_own_thrift_ports(tmp_path):
+    """Both networks' first switch listens on Thrift port 9090, each on its own loopback (in the
+    default run root: BMv2's notification socket path must fit a socket address)."""
+    root = None
+    options = ["--backend", "bmv2", "--topology", "leafspine", "--workers", "4"]
+    labs = [Lab(_script(tmp_path, name, ["allreduce 200000" + fail, "wait", "events"]), root, options)
+            for name, fail in (("a", " --fail tree@0.3"), ("b", ""))]
+    wait_until(lambda: all(lab.saw("allreduce started in the background") for lab in labs), 300,
+               lambda: "both allreduces: " + " || ".join(lab.text()[-1500:] for lab in labs))
+    for lab in labs:
+        listening = subprocess.run(["ip", "netns", "exec", lab.namespace(), "ss", "-Hltn", "sport = :9090"],
+                                   capture_output=True, text=True, check=True).stdout
+        assert "127.0.0.1:9090" in listening or "*:9090" in listening or "0.0.0.0:9090" in listening, listening
+    a, b = (lab.finish() for lab in labs)
+    assert "allreduce: exact" in a and "went down" in a, a[-3000:]
+    assert "allreduce: exact" in b and "went down" not in b, b[-3000:]
