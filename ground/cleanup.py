@@ -96,7 +96,9 @@ def _remove_netns(name: str | None) -> int:
 
 
 def clean(everything: bool = False, verbose: bool = True, stop: set[Path] | None = None) -> dict[str, int]:
-    """Remove what dead runs left (all runs with everything=True). Idempotent.
+    """Remove what dead runs left (all runs with everything=True), their network namespaces
+    (ground/netns.py) too, and a run namespace whose owner is gone though no run directory
+    records it (another run root's). Idempotent.
 
     A live run (its owner process alive) is left alone, unless everything=True and it is one
     of `stop` (None: every live run): its owner is sent SIGTERM first (its own clean-up runs),
