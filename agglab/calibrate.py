@@ -236,6 +236,13 @@ def main(args) -> int:
     if os.geteuid() != 0:
         print("agglab calibrate needs root (Mininet): run it with sudo", file=sys.stderr)
         return 2
+    from agglab.ground import netlease  # lazy: only a calibration that runs takes the machine
+
+    try:                                     # its probes need the CPU alone (ground/netlease.py)
+        netlease.acquire("agglab calibrate", alone=True)
+    except netlease.NetworkBusy as exc:
+        print(f"agglab calibrate: {exc}", file=sys.stderr)
+        return exc.exit_code
     where = ("on one switch" if args.topology == "single" else
              f"on {shape_key(args.topology, args.workers, args.k, args.tree, shape.get('scheme'))}")
     where += f", sparse pipeline at density {args.density:g}" if args.scheme == "sparse" else ""
@@ -243,8 +250,11 @@ def main(args) -> int:
     print(f"calibrating {args.backend}: {args.workers} workers {where}, rates from {args.start:g} Mb/s x{args.factor:g} "
           f"(at most {args.limit:g}, or down at most {args.down} steps), faithful = within {args.tolerance:.0%} "
           "of the analytic wire time and bottleneck >= 90% busy", file=sys.stderr)
-    record = calibrate(args.workers, args.start, args.factor, args.limit, args.refine, args.seconds, args.tolerance,
-                       args.window or None, shape=shape, down=args.down, backend=args.backend)
+    try:
+        record = calibrate(args.workers, args.start, args.factor, args.limit, args.refine, args.seconds,
+                           args.tolerance, args.window or None, shape=shape, down=args.down, backend=args.backend)
+    finally:
+        netlease.release()
     return 0 if record["ceiling_mbps"] else 1
 
 

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agglab.ground import wire
+from agglab.ground import netlease, wire
 from agglab.ground.paths import RESULTS
 from agglab.ground.schemes import HOST_BASELINES
 
@@ -312,8 +312,19 @@ class FidelityProbe(_Sampling):
 
     # -- the verdict ---------------------------------------------------------------
     def summary(self) -> dict:
-        return summarize(self.directions, self.cpu, self.labels, [self.machine], os.cpu_count() or 1,
-                         self.started, self.finished)
+        return shared_cpu(summarize(self.directions, self.cpu, self.labels, [self.machine], os.cpu_count() or 1,
+                                    self.started, self.finished))
+
+
+def shared_cpu(record: dict) -> dict:
+    """The record, saying whether this run shared the machine's CPU with other runs (ground/
+    netlease.py: runs may now coexist, and each halves the others' CPU): `shared_cpu_with`
+    lists their pids, and the reason says so, since a figure measured that way is no one's."""
+    others = netlease.shared_with()
+    record["shared_cpu_with"] = others
+    if others:
+        record["reason"] += f"; the CPU was shared with {len(others)} other run(s) (pid {', '.join(map(str, others))})"
+    return record
 
 
 COUNTERS = ("tx_bytes", "rx_bytes", "tx_packets", "rx_packets")

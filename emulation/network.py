@@ -3,7 +3,9 @@
 Why our own builder instead of `mn --topo`: port numbers, interface names and
 addresses must come from the graph (controller/topology.py) so that the code that
 programs tables uses exactly the ports Mininet created. Every process and interface
-is recorded in a RunRecord so `agglab clean` can undo a crashed run.
+is recorded in a RunRecord so `agglab clean` can undo a crashed run. The whole network lives
+in a network namespace of the run's own (ground/netns.py), which the building thread enters
+before the first node: any number of runs coexist with the same node names.
 
 This module is the network's build, teardown and use (links, workers, clients). Beside it:
 what each host's set-up script says (emulation/host_setup.py), the fork server of the
@@ -30,6 +32,8 @@ from agglab.emulation.fidelity import FidelityProbe
 from agglab.emulation.p4build import compile_p4
 from agglab.ground.phases import Phases
 from agglab.ground import netlease
+from agglab.ground import netns
+from agglab.ground.netns import RunNamespace
 from agglab.ground import rundir
 from agglab.ground.cleanup import clean
 from agglab.ground.rundir import RunRecord
@@ -75,7 +79,8 @@ class EmulatedNetwork(SwitchFailures):
         self.incarnation: dict[str, int] = {}    # switch -> restarts so far (counters start again at 0)
         self._downed: dict[str, list[str]] = {}  # dead switch -> its ports taken down with it
         self._handled: dict[str, threading.Event] = {}   # switch -> set once its death was handled
-        self._leased = False                     # holds the machine's network lease (ground/netlease.py)
+        self._leased = False                     # holds the machine's CPU lease (ground/netlease.py)
+        self.netns: RunNamespace | None = None   # the run's network namespace (ground/netns.py)
 
     # -- lifecycle ----------------------------------------------------------------
     def start(self) -> "EmulatedNetwork":
@@ -87,10 +92,14 @@ class EmulatedNetwork(SwitchFailures):
         try:                                     # a signal at any moment still cleans up
             with self.phases.timed("launcher"):
                 self.run = RunRecord.create("net")
-                netlease.acquire(self.run.path)  # one network per machine: ground/netlease.py says why
+                netlease.acquire(self.run.path)  # the CPU is shared: ground/netlease.py says why
                 self._leased = True
             with self.phases.timed("old runs cleaned"):
-                clean(verbose=False)             # leftovers of dead runs would collide
+                clean(verbose=False)             # what dead runs left
+            with self.phases.timed("namespace"):  # everything of the run lives in it (ground/netns.py)
+                self.netns = RunNamespace()
+                self.run.set_netns(self.netns.name)
+                self.netns.create().enter()
             with self.phases.timed("launcher"):
                 if self.backend == "soft":
                     from agglab.emulation.switch_nodes import start_launcher  # lazy: loads Mininet, only start() needs it
@@ -290,6 +299,12 @@ class EmulatedNetwork(SwitchFailures):
         if self.run is not None:
             kill_pids(self.run.pids())
             delete_interfaces(self.run.interfaces(), group=self.run.recorded_link_group() or -1)
+        if self.netns is not None:              # back to where start() began, then the namespace goes
+            self.netns.leave()
+            kill_pids(netns.pids_in(self.netns.name))
+            self.netns.delete()
+            self.netns = None
+        if self.run is not None:
             try:
                 if self.keep:
                     self.run.keep(self.keep)

@@ -47,8 +47,8 @@ class PrebuiltLink(Link):
 
 
 def run_batch(lines: list[str], what: str, tool: str = "ip") -> None:
-    """`ip -batch -` (or `tc -batch -`) in the root namespace; raises with the tool's own
-    message on failure."""
+    """`ip -batch -` (or `tc -batch -`) in the caller's namespace (the run's own, ground/netns.py);
+    raises with the tool's own message on failure."""
     if not lines:
         return
     res = subprocess.run([tool, "-batch", "-"], input="\n".join(lines) + "\n",
@@ -70,7 +70,7 @@ def create_veths(pairs: list[tuple[str, str, int | None]], group: int, offloads_
     host's set-up)."""
     root_names = {a for a, _b, _pid in pairs} | {b for _a, b, pid in pairs if not pid}
     taken = sorted(root_names & {p.name for p in Path("/sys/class/net").iterdir()})
-    if taken:      # not ours (the run holds the machine's lease): never create over, never delete them
+    if taken:      # not ours (the run's namespace is fresh): never create over, never delete them
         raise Refused(f"interface {taken[0]} already exists ({len(taken)} of this network's names are taken "
                            "by something no live agglab run records: `agglab clean --all` removes agglab's leftovers)")
     run_batch([f"link add name {a} group {group} type veth peer name {b} group {group}" + (f" netns {pid}" if pid else "")

@@ -25,7 +25,8 @@ from agglab.experiments.runner import TURN_WAIT, network_turn
 from agglab.ground import wire
 from agglab.ground.cluster_file import ClusterFileError, load
 from agglab.ground.interrupts import arm, interrupted_line, signum_of
-from agglab.ground.netlease import NetworkBusy, refuse_if_busy
+from agglab.ground import netlease
+from agglab.ground.netlease import NetworkBusy
 from agglab.ground.oneline_parser import OneLineParser
 from agglab.experiments.runner import (RunFn, SetupError, estimate_seconds, load_suite, needs_calibration, plan,
                                 results_name, run_suite)
@@ -99,12 +100,17 @@ def _emulated(d, p) -> str:
     return f": {p.spec.elements} x {p.spec.dtype} at {p.scale.link_mbps(d.fastest_link()):.3g} Mb/s{wire_s}"
 
 
+HOLDING: dict[str, bool] = {}     # "alone": _main took the machine's lease alone
+
+
 def main(argv: list[str] | None = None, run_fn: RunFn | None = None, log: TextIO = sys.stderr,
          calibrate_fn=None) -> int:
     previous = arm()             # SIGTERM and SIGHUP unwind like Ctrl-C (ground/interrupts.py)
     try:
         return _main(argv, run_fn, log, calibrate_fn)
     finally:
+        if HOLDING.pop("alone", False):     # its figures had the CPU alone (ground/netlease.py)
+            netlease.release()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
@@ -228,13 +234,13 @@ def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO, calibrate_f
     except OSError as exc:                      # --out names no directory we may write
         print(f"error: --out {args.out}: {exc.filename or ''}: {exc.strerror or exc}", file=log)
         return 2
-    if run_fn is None and not args.dry_run:   # every run would be refused: say so once (ground/netlease.py)
-
+    if run_fn is None and not args.dry_run:   # the machine alone, or one line (ground/netlease.py)
         try:
-            refuse_if_busy()
+            netlease.acquire(out_dir, alone=True)
         except NetworkBusy as exc:
             print(f"agglab experiment: {exc}", file=log)
             return exc.exit_code
+        HOLDING["alone"] = True
     warn_faithless(suite, log)
     est = sum(estimate_seconds(p, len(reps)) for _, p, reps in steps)
     runs = sum(len(reps) for _, _, reps in steps)

@@ -1,9 +1,10 @@
 """`agglab clean`: remove what crashed runs left (processes, interfaces, run directories).
 
-Why a module of its own, above ground/rundir.py and ground/netlease.py: cleaning reads the
-run records (rundir) and must leave alone the network of whoever holds the machine's lease
+Why a module of its own, above ground/rundir.py, ground/netns.py and ground/netlease.py:
+cleaning reads the run records (rundir), deletes a dead run's network namespace (netns) and
+must leave alone the interfaces of an older agglab's network holding the machine's lease
 (netlease), while the lease keeps its file in a directory rundir checks (`secure_dir`); so
-the lease imports rundir, and only this module imports both.
+the lease imports rundir, and only this module imports them all.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from agglab.ground import netns
 from agglab.ground.netlease import holder_elsewhere
 from agglab.ground.paths import RUN_ROOT
-from agglab.ground.rundir import (RunRecord, alive, delete_interfaces, delete_link_group, group_of, kill_pids,
+from agglab.ground.rundir import (MAKING, RunRecord, alive, delete_interfaces, delete_link_group, group_of, kill_pids,
                            secure_dir, stray_interfaces)
 
 LEGACY_RUN_ROOT = Path("/tmp/agglab-run")
@@ -54,7 +56,8 @@ def live_runs() -> list[LiveRun]:
         return []
     secure_dir(RUN_ROOT)
     with os.scandir(RUN_ROOT) as entries:
-        paths = sorted(Path(e.path) for e in entries if e.is_dir(follow_symlinks=False))
+        paths = sorted(Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)
+                       and not e.name.startswith(MAKING))
     found = []
     for path in paths:
         run = RunRecord(path)
@@ -82,8 +85,20 @@ def _command_of(pid: int) -> str:
     return line if len(line) <= 100 else line[:99] + "…"
 
 
+def _remove_netns(name: str | None) -> int:
+    """Stop what still runs in run namespace `name` and delete it (its interfaces go with it);
+    returns how many processes were stopped. Never this process (a run that lives in it)."""
+    if not name or netns.owner_of(name) is None:
+        return 0
+    stopped = kill_pids(netns.pids_in(name))
+    netns.delete(name)
+    return stopped
+
+
 def clean(everything: bool = False, verbose: bool = True, stop: set[Path] | None = None) -> dict[str, int]:
-    """Remove what dead runs left (all runs with everything=True). Idempotent.
+    """Remove what dead runs left (all runs with everything=True), their network namespaces
+    (ground/netns.py) too, and a run namespace whose owner is gone though no run directory
+    records it (another run root's). Idempotent.
 
     A live run (its owner process alive) is left alone, unless everything=True and it is one
     of `stop` (None: every live run): its owner is sent SIGTERM first (its own clean-up runs),
@@ -106,6 +121,11 @@ def clean(everything: bool = False, verbose: bool = True, stop: set[Path] | None
         with os.scandir(RUN_ROOT) as entries:
             paths = sorted(Path(e.path) for e in entries if e.is_dir(follow_symlinks=False))
         for path in paths:
+            if path.name.startswith(MAKING):         # being created (rundir.RunRecord.create)
+                pid = path.name[len(MAKING):].split("-", 1)[0]
+                if pid.isdigit() and not alive(int(pid)):
+                    shutil.rmtree(path, ignore_errors=True)
+                continue
             run = RunRecord(path)
             if run.owner_alive():
                 if not everything or (stop is not None and path not in stop):
@@ -114,6 +134,7 @@ def clean(everything: bool = False, verbose: bool = True, stop: set[Path] | None
                 owner = _owner(path)
                 done["processes"] += kill_pids([owner] if owner else [], grace=OWNER_GRACE)
             done["processes"] += kill_pids(run.pids())
+            done["processes"] += _remove_netns(run.netns())
             names = run.interfaces()
             group = run.recorded_link_group()
             present = sum(1 for n in names if group and group_of(n) == group)
@@ -122,6 +143,11 @@ def clean(everything: bool = False, verbose: bool = True, stop: set[Path] | None
             done["interfaces"] += present
             if not os.path.islink(path):
                 shutil.rmtree(path, ignore_errors=True)
+            done["runs"] += 1
+    for name in netns.names():              # a run namespace whose owner is gone, and no record of it
+        owner = netns.owner_of(name)
+        if owner != os.getpid() and not alive(owner):
+            done["processes"] += _remove_netns(name)
             done["runs"] += 1
     other = holder_elsewhere() or _legacy_live_run()
     if everything and live == 0 and other is None:   # asked for: interfaces no run records

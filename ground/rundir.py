@@ -71,6 +71,9 @@ def secure_dir(path: Path) -> Path:
 _OUR_INTF = re.compile(r"^[a-z]+\d+-eth\d+$")
 
 
+MAKING = ".making-"       # + pid + name: a run directory being created (RunRecord.create)
+
+
 class RunRecord:
     """The directory of one run: owner pid, pids started, interfaces created."""
 
@@ -80,9 +83,14 @@ class RunRecord:
     @classmethod
     def create(cls, prefix: str = "run") -> "RunRecord":
         secure_dir(RUN_ROOT)
-        path = RUN_ROOT / f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-        path.mkdir(mode=0o700)
-        (path / "owner.pid").write_text(str(os.getpid()))
+        name = f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        # made under a hidden name and renamed once it names its owner: a run that cleans
+        # meanwhile (runs now start side by side) never sees it without one and removes it
+        making = RUN_ROOT / f"{MAKING}{os.getpid()}-{name}"
+        making.mkdir(mode=0o700)
+        (making / "owner.pid").write_text(str(os.getpid()))
+        path = RUN_ROOT / name
+        making.rename(path)
         return cls(path)
 
     def add_pid(self, pid: int, what: str) -> None:
@@ -110,6 +118,18 @@ class RunRecord:
         try:
             return int((self.path / "link_group").read_text())
         except (OSError, ValueError):
+            return None
+
+    def set_netns(self, name: str) -> None:
+        """Record the run's network namespace (ground/netns.py) before it is made, so that
+        `agglab clean` deletes it whatever moment the run dies at."""
+        (self.path / "netns").write_text(name)
+
+    def netns(self) -> str | None:
+        """The run's network namespace's name, if it had one."""
+        try:
+            return (self.path / "netns").read_text().strip() or None
+        except OSError:
             return None
 
     def pids(self) -> list[int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 
+from agglab.ground import netns
 from agglab.ground.rundir import stray_interfaces
 
 
@@ -77,7 +78,7 @@ def leftovers() -> dict[str, list[str]]:
         return pid in pids or bool(_ancestors(pid) & owners)
     return {"interfaces": [i for i in stray_interfaces() if i not in names],
             "processes": [p for p in our_processes() if not theirs(p)],
-            "namespaces": [n for n in named_namespaces() if ours(n)]}
+            "namespaces": [n for n in named_namespaces() if ours(n) and netns.owner_of(n) not in owners]}
 
 
 # What existed when the running network test began (tests/conftest.py sets it): assert_clean

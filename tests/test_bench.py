@@ -72,7 +72,8 @@ def test_a_section_that_raises_is_failed_with_the_exceptions_text(tmp_path, monk
     assert pipeline["why"].startswith("TimeoutError raised at tests/test_bench.py:"), pipeline["why"]
     assert pipeline["why"].endswith("in bare: raise TimeoutError from KeyError: 'slots'"), pipeline["why"]
     monkeypatch.setattr(cli.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(cli.netlease, "refuse_if_busy", lambda: None)
+    monkeypatch.setattr(cli.netlease, "acquire", lambda *_a, **_k: None)   # the machine alone: not here
+    monkeypatch.setattr(cli.netlease, "release", lambda: None)
     assert cli.main(["--only", "daemon", "--out", str(out)]) == 1
     report = json.loads(out.read_text())
     assert report["skipped"] == [] and report["failed"] == [
@@ -85,7 +86,8 @@ def test_a_section_without_its_tool_is_skipped_not_failed(tmp_path, monkeypatch)
 
     out = tmp_path / "b.json"
     monkeypatch.setattr(cli.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(cli.netlease, "refuse_if_busy", lambda: None)
+    monkeypatch.setattr(cli.netlease, "acquire", lambda *_a, **_k: None)   # the machine alone: not here
+    monkeypatch.setattr(cli.netlease, "release", lambda: None)
     monkeypatch.setattr(bmv2, "installed_tool", lambda _name: None)
     monkeypatch.setattr(bmv2, "find_bmv2_tool", lambda _name: None)
     monkeypatch.setattr("agglab.controller.bmv2_tools.find_bmv2_tool", lambda _name: None)     # recovery's import

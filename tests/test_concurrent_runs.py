@@ -1,9 +1,10 @@
 """Two runs on one machine never damage each other; run directories no other user can plant.
 
-A network holds the machine's lease (ground/netlease.py) while it exists: a second run
-refuses in one line naming the first (pid, command, run directory) before it creates
-anything, and the first network keeps every interface and stays exact. The run root is
-checked (owner, mode, symlink) before use, and `agglab clean` never follows a symlink.
+Ordinary runs share the machine's CPU lease (ground/netlease.py) and each records the runs it
+overlapped with; a run that takes the machine alone (experiment, calibrate, bench) refuses in
+one line naming another live run, and every other run refuses while it holds it. (Two networks
+side by side: tests/test_side_by_side.py.) The run root is checked (owner, mode, symlink)
+before use, and `agglab clean` never follows a symlink.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from agglab.ground import netlease, rundir
+from agglab.ground import netlease
 from agglab.ground.rundir import UnsafeRunDir, secure_dir
 
 REPO = Path(__file__).resolve().parent.parent
@@ -108,97 +109,125 @@ def test_clean_leaves_a_live_run_alone(tmp_path):
     assert "1 live run(s) left alone" in res.stdout
 
 
-# -- the network lease ----------------------------------------------------------------------
+# -- the machine's CPU lease ----------------------------------------------------------------
 HOLD = """
 import sys, time
 from agglab.ground import netlease
-netlease.acquire("/somewhere/net-x", path=sys.argv[1])
+netlease.acquire("/somewhere/net-x", path=sys.argv[1], alone=sys.argv[2] == "alone")
 print("held", flush=True)
 time.sleep(60)
 """
 
 
-def test_a_second_process_is_refused_naming_the_holder(tmp_path):
+def _holder(lease: Path, mode: str) -> subprocess.Popen:
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(lease), mode], cwd=REPO, stdout=subprocess.PIPE,
+                              text=True, env=refusing_env())
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def _stop(holder: subprocess.Popen) -> None:
+    holder.kill()
+    holder.wait()
+
+
+def test_a_run_alone_refuses_every_other_naming_itself(tmp_path):
     lease = secure_dir(tmp_path / "lease") / "network.lock"
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(lease)], cwd=REPO, stdout=subprocess.PIPE, text=True,
-                              env=refusing_env())
+    holder = _holder(lease, "alone")
     try:
-        assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(netlease.NetworkBusy, match=f"another network is running on this machine: pid {holder.pid} ") as busy:
-            netlease.acquire(tmp_path, path=lease, wait=0)
-        line = str(busy.value)
-        assert f"pid {holder.pid}" in line and "/somewhere/net-x" in line and "\n" not in line
+        for alone in (False, True):
+            with pytest.raises(netlease.NetworkBusy, match=f"another network is running on this machine: pid {holder.pid} ") as busy:
+                netlease.acquire(tmp_path, path=lease, wait=0, alone=alone)
+            line = str(busy.value)
+            assert "/somewhere/net-x" in line and "\n" not in line
         assert netlease.holder_elsewhere(lease).startswith(f"pid {holder.pid}")
     finally:
-        holder.kill()
-        holder.wait()
-    netlease.acquire(tmp_path, path=lease, wait=5)             # the lease died with its holder
+        _stop(holder)
+    netlease.acquire(tmp_path, path=lease, wait=5, alone=True)     # the lease died with its holder
     try:
-        netlease.acquire(tmp_path, path=lease)                 # counted within one process
+        netlease.acquire(tmp_path, path=lease)                    # counted within one process
         netlease.release()
         assert netlease.holder_elsewhere(lease) is None
     finally:
         netlease.release()
 
 
-# -- two networks at once -------------------------------------------------------------------
-def _our_interfaces(group: int) -> set[str]:
-    return {p.name for p in Path("/sys/class/net").iterdir() if rundir.group_of(p.name) == group}
-
-
-@pytest.mark.root
-@pytest.mark.mininet
-@pytest.mark.net_timeout(240)
-def test_a_second_run_beside_an_open_network_refuses_and_harms_nothing():
-    from agglab.emulation.session import Session
-    from agglab.ground.runspec import RunSpec
-
-    spec = RunSpec(topology="fattree", k=4, workers=4, elements=20000, seed=3)
-    with Session(spec) as session:
-        group = session.net.run.recorded_link_group()
-        before = _our_interfaces(group)
-        g = session.g
-        assert before == {e["intfs"][n] for u, v, e in g.edges(data=True) for n in (u, v)
-                          if g.nodes[n]["kind"] == "switch"}         # every switch end, each in the run's group
-        second = subprocess.run([sys.executable, "-m", "agglab", "allreduce", "--topology", "fattree", "--k", "4",
-                                 "--workers", "2", "--elements", "1000"], cwd=REPO, capture_output=True, text=True,
-                                env=refusing_env(), timeout=120)
-        assert second.returncode == netlease.NetworkBusy.exit_code, second.stdout + second.stderr
-        lines = second.stderr.strip().splitlines()
-        assert len(lines) == 1 and f"pid {os.getpid()}" in lines[0] and str(session.net.run.path) in lines[0], lines
-        assert "Traceback" not in second.stderr + second.stdout
-        assert _our_interfaces(group) == before
-        assert not [e for e in session.events.lines() if "link_down" in e]
-        result = session.allreduce()
-        assert result["exact"] and result["ok"], result.get("errors")
-        assert _our_interfaces(group) == before
+def test_ordinary_runs_share_the_machine_and_each_records_the_other(tmp_path):
+    lease = secure_dir(tmp_path / "lease") / "network.lock"
+    earlier = _holder(lease, "shared")
+    try:
+        assert netlease.holder_elsewhere(lease) is None            # an ordinary run goes ahead beside it
+        netlease.acquire(tmp_path, path=lease, wait=0)
+        try:
+            later = _holder(lease, "shared")                      # one that starts while we run
+            try:
+                assert netlease.shared_with() == sorted([earlier.pid, later.pid])
+            finally:
+                _stop(later)
+        finally:
+            netlease.release()
+        assert netlease.shared_with() == []                       # the next run starts afresh
+        assert netlease.holder_elsewhere(lease, alone=True).startswith(f"pid {earlier.pid} ")   # no experiment now
+        with pytest.raises(netlease.NetworkBusy, match=f"pid {earlier.pid} "):
+            netlease.acquire(tmp_path, path=lease, wait=0, alone=True)
+    finally:
+        _stop(earlier)
+    netlease.acquire(tmp_path, path=lease, wait=0, alone=True)   # killed runs' files are stale, not live
+    try:
+        assert netlease.shared_with() == []
+    finally:
+        netlease.release()
 
 
 @pytest.mark.root
 @pytest.mark.mininet          # holds the machine's real lease: with the network tests, in turn
-def test_batch_commands_refuse_once_while_another_network_holds_the_machine(tmp_path):
+def test_batch_commands_refuse_once_while_another_run_holds_the_machine_alone(tmp_path):
     from agglab.ground.paths import NET_LEASE
 
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(NET_LEASE)], cwd=REPO, stdout=subprocess.PIPE,
-                              text=True, env=refusing_env())
+    definition = tmp_path / "one.yaml"
+    definition.write_text('{"name": "one", "network": {"link": "100Gbps", "gradient": "100MB"}, '
+                          '"emulated": {"gradient": "1MiB"}, "run": {"topology": "single"}, "repeats": 1, '
+                          '"series": {"in-network": {"algorithm": "switchml"}}, "sweep": {"workers": [2]}}')
+    alone = [["-m", "agglab", "experiment", str(definition), "--out", str(tmp_path / "results")],
+             ["-m", "agglab.bench", "--only", "build"],
+             ["-m", "agglab", "calibrate", "--workers", "2"]]
+    ordinary = [["-m", "agglab", "lab", "--topology", "single", "--script", os.devnull],
+                ["-m", "agglab", "train", "--model", "mlp", "--workers", "2", "--steps", "2",
+                 "--out", str(tmp_path / "train")]]
+    for mode, refused in (("alone", alone + ordinary), ("shared", alone)):
+        holder = _holder(NET_LEASE, mode)
+        try:
+            for argv in refused:
+                res = subprocess.run([sys.executable, *argv], cwd=REPO, env=refusing_env(), capture_output=True,
+                                     text=True, timeout=120)
+                lines = (res.stdout + res.stderr).strip().splitlines()
+                assert res.returncode == netlease.NetworkBusy.exit_code, (mode, argv, lines)
+                assert len(lines) == 1 and f"pid {holder.pid}" in lines[0], (mode, argv, lines)
+        finally:
+            _stop(holder)
+    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("runs.jsonl"))
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_a_run_beside_another_says_it_shared_the_cpu():
+    """The fidelity record names the runs that shared the CPU (here: a stand-in holding an
+    ordinary lease for the whole run), and says so in its reason."""
+    import json
+
+    from agglab.ground.paths import NET_LEASE
+
+    argv = [sys.executable, "-m", "agglab", "allreduce", "--topology", "single", "--workers", "2",
+            "--elements", "2000", "--json"]
+    holder = _holder(NET_LEASE, "shared")
     try:
-        assert holder.stdout.readline().strip() == "held"
-        definition = tmp_path / "one.yaml"
-        definition.write_text('{"name": "one", "network": {"link": "100Gbps", "gradient": "100MB"}, '
-                              '"emulated": {"gradient": "1MiB"}, "run": {"topology": "single"}, "repeats": 1, '
-                              '"series": {"in-network": {"algorithm": "switchml"}}, "sweep": {"workers": [2]}}')
-        env = refusing_env()
-        for argv in (["-m", "agglab", "experiment", str(definition), "--out", str(tmp_path / "results")],
-                     ["-m", "agglab.bench", "--only", "build"],
-                     ["-m", "agglab", "lab", "--topology", "single", "--script", os.devnull],
-                     ["-m", "agglab", "train", "--model", "mlp", "--workers", "2", "--steps", "2",
-                      "--out", str(tmp_path / "train")]):
-            res = subprocess.run([sys.executable, *argv], cwd=REPO, env=env, capture_output=True, text=True,
-                                 timeout=120)
-            lines = (res.stdout + res.stderr).strip().splitlines()
-            assert res.returncode == netlease.NetworkBusy.exit_code, (argv, lines)
-            assert len(lines) == 1 and f"pid {holder.pid}" in lines[0], (argv, lines)
-        assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("runs.jsonl"))
+        res = subprocess.run(argv, cwd=REPO, env=refusing_env(), capture_output=True, text=True, timeout=180)
     finally:
-        holder.kill()
-        holder.wait()
+        _stop(holder)
+    assert res.returncode == 0, res.stderr[-2000:]
+    fidelity = json.loads(res.stdout)["fidelity"]
+    assert fidelity["shared_cpu_with"] == [holder.pid]
+    assert f"the CPU was shared with 1 other run(s) (pid {holder.pid})" in fidelity["reason"]
+    alone = json.loads(subprocess.run(argv, cwd=REPO, env=refusing_env(), capture_output=True, text=True,
+                                      timeout=180, check=True).stdout)["fidelity"]
+    assert alone["shared_cpu_with"] == [] and "shared" not in alone["reason"]

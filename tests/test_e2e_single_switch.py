@@ -78,7 +78,7 @@ def test_killed_run_is_cleaned_by_agglab_clean():
     proc = subprocess.Popen([sys.executable, "-m", "agglab", "allreduce", "--workers", "4",
                              "--elements", "3000000", "--json"], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_until(lambda: any(RUN_ROOT.glob("*/run*/rank0.log")) and leftovers()["interfaces"],
+    wait_until(lambda: any(RUN_ROOT.glob("*/run*/rank0.log")) and leftovers()["namespaces"],
                what="the run's workers to start on its network")
     proc.send_signal(signal.SIGKILL)
     proc.wait()

@@ -139,12 +139,22 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, KeyError, TypeError) as exc:
             print(f"agglab bench: --compare {a.compare} is not a bench result ({exc})", file=sys.stderr)
             return 2
-    if os.geteuid() == 0 and any(s in ROOT_SECTIONS for s in a.sections):
-        try:                                         # its network sections would each be refused
-            netlease.refuse_if_busy()
+    alone = os.geteuid() == 0 and any(s in ROOT_SECTIONS for s in a.sections)
+    if alone:
+        try:                                         # its figures need the CPU alone (ground/netlease.py)
+            netlease.acquire("agglab bench", alone=True)
         except netlease.NetworkBusy as exc:
             print(f"agglab bench: {exc}", file=sys.stderr)
             return exc.exit_code
+    try:
+        return _run_sections(a, previous)
+    finally:
+        if alone:
+            netlease.release()
+
+
+def _run_sections(a, previous: dict) -> int:
+    """Every section of `a`, one record each, written to the result file; 1 if one failed."""
     report = {**environment(), "figures": [], "skipped": [], "failed": []}
     for section in a.sections:
         if section in ROOT_SECTIONS and os.geteuid() != 0:

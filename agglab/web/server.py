@@ -39,6 +39,7 @@ from aiohttp import web
 from agglab.actions import Actions, summary
 from agglab.lab_console import Busy, Refused
 from agglab.web.state import PERIOD, LiveState
+from agglab.ground.netns import root_server_socket
 
 STATIC = Path(__file__).resolve().parent / "static"
 TOKEN_HEADER = "X-Agglab-Token"
@@ -105,7 +106,8 @@ class WebServer:
         try:
             self.runner = web.AppRunner(self._app(), handle_signals=False, access_log=None)
             self.loop.run_until_complete(self.runner.setup())
-            site = web.TCPSite(self.runner, self.host, self.port)
+            # made in the machine's namespace: the run's own (ground/netns.py) is not reachable
+            site = web.SockSite(self.runner, root_server_socket(self.host, self.port))
             self.loop.run_until_complete(site.start())
             self.port = self.runner.addresses[0][1]
         except BaseException as exc:      # noqa: BLE001 - reported by start()
