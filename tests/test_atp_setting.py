@@ -1,4 +1,4 @@
-"""ATP in its own setting (issue 36): the options that give ATP what its gain rests on.
+"""ATP in its own setting: the options that give ATP what its gain rests on.
 --atp-multicast: the controller's multicast at the PS's ToR (one node per worker, on the
 port of the ToR's route to it, each copy addressed by its rid); --atp-ps separate: rank 0 is
 a server with no gradient of its own; another scheme ignores both."""
