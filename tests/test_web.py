@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from agglab.ground import netns
 from agglab.testkit.waits import wait_until
 from tests.leftovers import assert_clean
 
@@ -67,17 +68,25 @@ def _wait(what: str, cond, timeout: float = 60.0, every: float = 0.05):
     return wait_until(cond, timeout, what, every)
 
 
-def _kernel_up(intf: str) -> bool:
-    """IFF_UP of an interface, as `ip link` reports it (flags <...,UP,...>)."""
-    out = subprocess.run(["ip", "-o", "link", "show", "dev", intf], capture_output=True, text=True).stdout
+def run_namespace(pid: int) -> str:
+    """The network namespace of the run that process `pid` owns: the run's links live there,
+    not in the root namespace (ground/netns.py names it after its owner)."""
+    found = [n for n in netns.names() if netns.owner_of(n) == pid]
+    assert len(found) == 1, f"run namespaces of pid {pid}: {found} (all: {netns.names()})"
+    return found[0]
+
+
+def _kernel_up(intf: str, ns: str) -> bool:
+    """IFF_UP of an interface in namespace `ns`, as `ip link` reports it (flags <...,UP,...>)."""
+    out = subprocess.run(["ip", "-n", ns, "-o", "link", "show", "dev", intf], capture_output=True, text=True).stdout
     flags = re.search(r"<([^>]*)>", out)
-    assert flags, f"ip link show dev {intf}: {out!r}"
+    assert flags, f"ip -n {ns} link show dev {intf}: {out!r}"
     return "UP" in flags.group(1).split(",")
 
 
-def _ip_link(intf: str, state: str) -> None:
-    r = subprocess.run(["ip", "link", "set", "dev", intf, state], capture_output=True, text=True)
-    assert r.returncode == 0, f"ip link set dev {intf} {state}: {r.stderr.strip()}"
+def _ip_link(intf: str, state: str, ns: str) -> None:
+    r = subprocess.run(["ip", "-n", ns, "link", "set", "dev", intf, state], capture_output=True, text=True)
+    assert r.returncode == 0, f"ip -n {ns} link set dev {intf} {state}: {r.stderr.strip()}"
 
 
 def _listeners(port: int) -> list[str]:
@@ -230,9 +239,10 @@ def _run_steps(driver, steps: Steps, url: str, lab) -> None:
     intf = {l["id"]: l["intf"] for l in topo["links"]}
     job = _state(driver)["jobs"][0]
     link = next(e for t in job["trees"] for e in t["edges"] if all(kind[n] == "switch" for n in e.split("-")))
-    assert _kernel_up(intf[link])
+    ns = run_namespace(lab.pid)
+    assert _kernel_up(intf[link], ns)
     _click_link(driver, link)
-    _wait(f"link {link} down in the kernel", lambda: not _kernel_up(intf[link]), 30, every=0.005)
+    _wait(f"link {link} down in the kernel", lambda: not _kernel_up(intf[link], ns), 30, every=0.005)
     assert _state(driver)["run"]["running"], "the allreduce ended before the link failed: make it longer"
     # the page: epoch 1, trees that avoid the link, the reroute and its phases
     _wait("epoch 1 on the page", lambda: driver.find_element(By.ID, "epoch").text.startswith("epoch 1"), 30)
@@ -266,11 +276,11 @@ def _run_steps(driver, steps: Steps, url: str, lab) -> None:
     latencies = []
     for _ in range(5):
         t0 = time.time() * 1e3
-        _ip_link(intf[idle], "down")
+        _ip_link(intf[idle], "down", ns)
         seen = _wait("the page to draw the link down",
                      lambda: driver.execute_script("return agglab.seenDown[arguments[0]]", idle), 10, every=0.01)
         latencies.append(seen - t0)
-        _ip_link(intf[idle], "up")
+        _ip_link(intf[idle], "up", ns)
         _wait("the page to draw it up", lambda: driver.execute_script(
             "return !(arguments[0] in agglab.seenDown)", idle), 10, every=0.01)
     load = Path("/proc/loadavg").read_text().split()[:3]

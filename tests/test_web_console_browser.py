@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.leftovers import assert_clean
-from tests.test_web import _browser, _kernel_up, _wait
+from tests.test_web import _browser, _kernel_up, _wait, run_namespace
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.browser, pytest.mark.slow,
               pytest.mark.net_timeout(900)]
@@ -98,7 +98,7 @@ def _type_commands(driver, url: str, lab) -> None:
     assert (started["ok"], started["output"]) == (True, "allreduce started in the background"), started
     failed = _type(driver, "fail a1 c1")
     assert (failed["ok"], failed["output"]) == (True, "link a1-c1 down"), failed
-    assert not _kernel_up(link["intf"])
+    assert not _kernel_up(link["intf"], run_namespace(lab.pid))
     _wait("a1-c1 drawn down", lambda: driver.execute_script(
         "return agglab.cy.$id(arguments[0]).hasClass('down')", link["id"]), 30)
     driver.save_screenshot(str(OUT / "01-failed.png"))
