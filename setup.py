@@ -57,8 +57,10 @@ class OptionalBuildExt(build_ext):
             print(f"agglab: {ext.name} was not built ({exc}); the Python path will run")
 
 
+C_SHARED = {"include_dirs": ["ground"], "depends": ["ground/mmsg_calls.h"]}    # the mmsg calls both use
 FAST = Extension("agglab.softswitch._fastdense", ["softswitch/fastdense.c"], extra_compile_args=["-O2"],
-                 optional=True)
-AGENT = Extension("agglab.hosts._fastagent", ["hosts/fastagent.c"], extra_compile_args=["-O2"], optional=True)
+                 optional=True, **C_SHARED)
+AGENT = Extension("agglab.hosts._fastagent", ["hosts/fastagent.c"], extra_compile_args=["-O2"], optional=True,
+                  **C_SHARED)
 setup(packages=packages, package_dir={"agglab": "agglab", **{f"agglab.{f}": f for f in CODE + DATA}},
       ext_modules=[FAST, AGENT], cmdclass={"build_ext": OptionalBuildExt})

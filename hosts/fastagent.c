@@ -21,6 +21,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "mmsg_calls.h"   /* sendmmsg, recvmmsg */
+
 #define MAXWORDS 16
 enum { I_JOB, I_FLAGS, I_VER, I_SLOT, I_WORKER, I_EXP, I_BLOCK, NIN };          /* fields read */
 enum { O_TREE, O_EPOCH, O_VER, O_SLOT, O_EXP, O_BLOCK, O_NEXT, NOUT };          /* fields packed */
@@ -265,31 +267,6 @@ done:
     }
     Py_XDECREF(epoch_o); Py_XDECREF(trees); Py_XDECREF(rtt); Py_XDECREF(rto_o); Py_XDECREF(depart_o);
     return ret;
-}
-
-/* sendmmsg(fd, hdr_address, count) -> sent, or -errno when the first was refused;
- * recvmmsg(fd, hdr_address, count) -> received, 0 when none waits. MsgBatch's calls without
- * ctypes (hdr_address: MsgBatch._hdr_at plus 64 bytes per message skipped). */
-static PyObject *fast_sendmmsg(PyObject *mod, PyObject *args) {
-    int fd;
-    unsigned long long at;
-    unsigned count;
-    if (!PyArg_ParseTuple(args, "iKI", &fd, &at, &count)) return NULL;
-    int n = sendmmsg(fd, (struct mmsghdr *)(uintptr_t)at, count, MSG_DONTWAIT);
-    return PyLong_FromLong(n < 0 ? -errno : n);
-}
-
-static PyObject *fast_recvmmsg(PyObject *mod, PyObject *args) {
-    int fd;
-    unsigned long long at;
-    unsigned count;
-    if (!PyArg_ParseTuple(args, "iKI", &fd, &at, &count)) return NULL;
-    int n = recvmmsg(fd, (struct mmsghdr *)(uintptr_t)at, count, MSG_DONTWAIT, NULL);
-    if (n < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return PyLong_FromLong(0);
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    return PyLong_FromLong(n);
 }
 
 static PyMethodDef module_methods[] = {

@@ -22,6 +22,8 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include "mmsg_calls.h"   /* recvmmsg */
+
 #define NPORTS 512
 #define DROP_PORT 511
 #define MAX_DST 64           /* replicas with agg_set_dst per result, at most */
@@ -297,22 +299,6 @@ static PyObject *Engine_take(Engine *self, PyObject *unused) {
 }
 
 static PyObject *Engine_staged(Engine *self, void *closure) { return PyLong_FromLong(self->m); }
-
-/* recvmmsg(fd, hdr_address, count) -> frames received, 0 when none waits: MsgBatch.recv
- * without ctypes (its argument conversion cost more than the call at a frame per wake-up).
- * hdr_address: a MsgBatch's prepared mmsghdr array (MsgBatch._hdr_at). */
-static PyObject *fast_recvmmsg(PyObject *mod, PyObject *args) {
-    int fd;
-    unsigned long long at;
-    unsigned count;
-    if (!PyArg_ParseTuple(args, "iKI", &fd, &at, &count)) return NULL;
-    int n = recvmmsg(fd, (struct mmsghdr *)(uintptr_t)at, count, MSG_DONTWAIT, NULL);
-    if (n < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return PyLong_FromLong(0);
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    return PyLong_FromLong(n);
-}
 
 static PyMethodDef module_methods[] = {
     {"recvmmsg", fast_recvmmsg, METH_VARARGS, "recvmmsg(fd, hdr_address, count) -> n"}, {NULL}};
