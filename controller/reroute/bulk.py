@@ -15,7 +15,8 @@ one batch per switch (docs/design/reroute.md, "Fast reroute", numbers them the s
    the carry's snapshot);
 3. the reset (if not done in 1), the carry's preload, the new groups completed;
 then the epoch file, and the old groups removed and the holds released. A dense carry reads its
-values in round 1 as well and resets there, so it needs only rounds 1 and 3; with a dead switch
+values in round 1 as well and resets there, so it needs only rounds 1 and 3 (on BMv2 so does
+the sparse carry: its held rounds' sp_values go with the new trees' batches); with a dead switch
 it reads the live roots' values in round 1 but resets in round 3, since a dead root's results
 are read from the live switches below it in round 2. The trees come from the standby when it
 has them. No drain where batches are atomic (software switches): once a switch answered its
@@ -62,6 +63,7 @@ class BulkReroute:
         # of the slot versions they say are held (value_reads) with the new trees' batches
         self.reads = self.carry.first_reads(self.old, job.tree_of_slot, self.down, values=job.atomic)
         self.reads2: dict[str, dict[str, list]] = {}    # the held values, read in the new trees' batches
+        self.kept: dict[str, dict[str, set]] = {}        # what the reset leaves in place, with reads2
         self.frozen = sorted({sw for sw, _ in self.old.roles} - self.down)
         self.first: dict[str, list[str]] = {}       # round 1's batches: the old trees' switches
         self.second: dict[str, list[str]] = {}      # round 1's batches: the new trees' switches
@@ -182,7 +184,8 @@ class BulkReroute:
         if not job.atomic:
             self.unread.remove(pending)
             self.outs1 = self._collect(pending, self.reads, self.at)
-            self.reads2 = self.carry.value_reads(self.regs, self.old, job.tree_of_slot, self.down, self.keep)
+            self.reads2, self.kept = self.carry.value_reads(self.regs, self.old, job.tree_of_slot, self.down,
+                                                            self.keep, new=(self.plan.inst, self.tree_of_slot))
             self._add_reads(second, self.reads2, self.at2)
         for sw in self.new_switches:
             if sw not in self.held:                   # on the new trees only: held from here
@@ -191,10 +194,13 @@ class BulkReroute:
                 if sw in self.at2:
                     self.at2[sw] += len(hold)
                 self.held.add(sw)
-        self.early_reset = self.carry.complete_ahead and not self.down   # else round 2 may read the new trees' switches
-        if self.early_reset:                            # everything read: reset in this batch too
+        # everything read (the carry's own reads; on BMv2 value_reads above, for either carry):
+        # reset in this batch too. Not with a switch down: round 2 may read the new trees' switches
+        self.early_reset = (self.carry.complete_ahead or not job.atomic) and not self.down
+        if self.early_reset:
             for sw in self.new_switches:
-                second.setdefault(sw, []).extend(job._reset_lines(sw, {"agg_values": self.keep.get(sw)}))
+                kept = self.kept.get(sw) if not job.atomic else {"agg_values": self.keep.get(sw)}
+                second.setdefault(sw, []).extend(job._reset_lines(sw, kept))
         for sw, lines in self.plan.lines.items():
             second.setdefault(sw, []).extend(lines)
         self.clock["planned"] = time.monotonic()

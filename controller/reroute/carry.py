@@ -62,7 +62,9 @@ class Carry(Protocol):
     # bulk reroute then resets in the freeze's batch and preloads in the next (two rounds, not
     # three). Not with a dead switch: a dead root's results are read from the live switches
     # below it, which the first reads do not cover (bulk.py falls back to three
-    # rounds); nor for the sparse carry, which reads the holders' values in a second round
+    # rounds); nor for the sparse carry where batches are atomic (software switches), which
+    # reads the holders' values in a second round. Where they are not (BMv2) the values come
+    # from value_reads() with the new trees' batches, for either carry (bulk.py)
     complete_ahead: bool
 
     def snapshot(self, clients: dict[str, SwitchClient], old: Installation,
@@ -95,10 +97,13 @@ class Carry(Protocol):
         registers only: value_reads() then says which values the snapshot needs."""
 
     def value_reads(self, regs: dict, old: Installation, tree_of_slot: list[int], down=frozenset(),
-                    keep: dict | None = None) -> dict[str, dict[str, list]]:
-        """Per switch, register -> cell runs: the values the snapshot needs once the
+                    keep: dict | None = None, new: tuple | None = None) -> tuple[dict, dict]:
+        """(per switch, register -> cell runs: the values the snapshot needs once the
         first_reads(values=False) registers (`regs`) say which slot versions are held and
-        `keep` which of them stay in place; read before the reset, passed as snapshot's values."""
+        `keep` which of them stay in place; read before the reset, passed as snapshot's values;
+        per switch, lanes register -> slot versions the reset leaves alone: Carried.kept as
+        snapshot(..., keep=keep, new=new) will find it). With no switch down, these reads are
+        all the snapshot needs: the reset can go right behind them."""
 
     def read_lines(self, client: SwitchClient, want: dict[str, list]) -> list[str]:
         """One switch's command lines reading `want` (register -> cell runs, first_reads)."""
@@ -126,12 +131,14 @@ class DenseCarry:
     def first_reads(self, old, tree_of_slot, down=frozenset(), values: bool = True) -> dict[str, dict[str, list]]:
         return failover.first_reads(old, tree_of_slot, self.slot_base, down, values)
 
-    def value_reads(self, regs, old, tree_of_slot, down=frozenset(), keep: dict | None = None) -> dict[str, dict[str, list]]:
+    def value_reads(self, regs, old, tree_of_slot, down=frozenset(), keep: dict | None = None,
+                    new: tuple | None = None) -> tuple[dict, dict]:
         """The held slot versions' agg_values (holders.held_value_runs): on BMv2, where a read
         is a whole register or single cells, a few hundred single reads instead of a 1 MB
         whole-register read per old root."""
-        return {sw: {"agg_values": runs} for sw, runs in
-                failover.held_value_runs(regs, old, tree_of_slot, self.slot_base, down, keep).items()}
+        reads = {sw: {"agg_values": runs} for sw, runs in
+                 failover.held_value_runs(regs, old, tree_of_slot, self.slot_base, down, keep).items()}
+        return reads, {sw: {"agg_values": set(rows)} for sw, rows in (keep or {}).items()}
 
     def read_lines(self, client, want: dict[str, list]) -> list[str]:
         """One switch's lines reading `want` (register -> cell runs, from first_reads)."""
@@ -166,7 +173,9 @@ class SparseCarry(DenseCarry):
     # waits for the last round. Reading every live switch's whole sp_values window in the
     # first round instead (16,384 cells each at window 128) took the software switches and
     # the controller longer than the extra round does now that a held switch answers at once
-    # (bulk.py): first round 25-35 ms against 8-14 ms, on the loaded 2-core machine
+    # (bulk.py): first round 25-35 ms against 8-14 ms, on the loaded 2-core machine. On BMv2
+    # the scalars are answered before the new trees' batches go out, so value_reads() reads
+    # just the held rounds' sp_values with them, and the reset follows in the same batch
     complete_ahead = False
 
     def snapshot(self, clients, old, tree_of_slot, regs: dict | None = None,
@@ -179,6 +188,20 @@ class SparseCarry(DenseCarry):
         for sw, r in carried.sparse.in_place:
             carried.kept.setdefault(sw, {}).setdefault("sp_values", set()).add(r)
         return carried
+
+    def value_reads(self, regs, old, tree_of_slot, down=frozenset(), keep: dict | None = None,
+                    new: tuple | None = None) -> tuple[dict, dict]:
+        """The dense carry's, and the held rounds' sp_values that sparse_snapshot(new=new) will
+        want (sparse_value_reads: the same walk over the same scalars), with the sp_values it
+        will keep in place: on BMv2 the holders' values then go with the new trees' batches
+        and the reset with them, instead of a round of their own (round 2) before the reset."""
+        reads, kept = super().value_reads(regs, old, tree_of_slot, down, keep, new)
+        runs, in_place = sparse_failover.sparse_value_reads(regs, old, tree_of_slot, self.slot_base, down, new)
+        for sw, cells in runs.items():
+            reads.setdefault(sw, {})["sp_values"] = cells
+        for sw, rows in in_place.items():
+            kept.setdefault(sw, {})["sp_values"] = rows
+        return reads, kept
 
     def first_reads(self, old, tree_of_slot, down=frozenset(), values: bool = True) -> dict[str, dict[str, list]]:
         """The dense reads, and the sparse scalars of the window of every live switch of the

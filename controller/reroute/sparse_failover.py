@@ -126,6 +126,53 @@ def sparse_snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_o
     regs = dict(regs or {})
     regs.update(_read_scalars(clients, [sw for sw in switches
                                         if not all(n in regs.get(sw, {}) for n in SNAPSHOT_SCALARS)]))
+    regs, carry, holders, wanted = _held({sw: regs[sw] for sw in switches}, inst, tree_of_slot, slot_base, down, new)
+    values = values or {}
+    reading = {sw: [item for item in items if item[:3] in wanted] for sw, items in holders.items()}
+    missing = [sw for sw, items in reading.items() if any(item[-1] not in values.get(sw, {}) for item in items)]
+    read = read_ranges(clients, "sp_values", {sw: [(r * wire.K, wire.K) for *_, r in reading[sw]]
+                                              for sw in missing})     # one batch per holder, all at once
+    lanes: dict[tuple[int, int, int], np.ndarray] = {}     # (slot, ver, block) -> the values read
+    for sw, items in reading.items():
+        cells = read[sw] if sw in read else [values[sw][item[-1]] for item in items]
+        for (slot, ver, block, r), got in zip(items, cells):
+            lanes[slot, ver, block] = np.asarray(got).astype(np.uint32)
+    for sw, items in holders.items():
+        for slot, ver, block, r in items:
+            carry.rounds[slot, ver, block] = SparseRound(
+                slot, ver, block, int(regs[sw]["sp_exp"][r]), int(regs[sw]["sp_rnext"][r]),
+                lanes.get((slot, ver, block)))
+    return carry
+
+
+def sparse_value_reads(regs: dict, inst: Installation, tree_of_slot: list[int], slot_base: int = 0,
+                       down=frozenset(), new: tuple | None = None) -> tuple[dict[str, list], dict[str, set[int]]]:
+    """What sparse_snapshot(regs=regs, new=new) will need, decided from the scalars alone
+    (`regs`: every live switch's SNAPSHOT_SCALARS): per holder, the sp_values cell runs of
+    the held rounds some placement needs, and per switch the sp_values slot versions kept
+    in place (HeldRounds.in_place). Why: on BMv2 a bulk reroute reads these with the new
+    trees' batches and resets in the same batch (before, the holders' values were a round of
+    their own, after which the reset waited for the last round); the snapshot then finds
+    every value it needs among those read and reads nothing itself."""
+    switches = sorted({sw for sw, _ in inst.roles} - set(down))
+    _regs, carry, holders, wanted = _held({sw: regs[sw] for sw in switches}, inst, tree_of_slot, slot_base, down, new)
+    runs: dict[str, list] = {}
+    for sw, items in holders.items():
+        rows = sorted({r for *key, r in items if tuple(key) in wanted})
+        if rows:
+            runs[sw] = [(r * wire.K, wire.K) for r in rows]
+    kept: dict[str, set[int]] = {}
+    for sw, r in carry.in_place:
+        kept.setdefault(sw, set()).add(r)
+    return runs, kept
+
+
+def _held(regs: dict, inst: Installation, tree_of_slot: list[int], slot_base: int, down,
+          new: tuple | None) -> tuple[dict, HeldRounds, dict, set]:
+    """sparse_snapshot's walk over the scalars `regs` (switch -> SNAPSHOT_SCALARS, every
+    live switch): (the scalars as window lists, the HeldRounds without values, holder ->
+    [(slot, ver, block, r)], the (slot, ver, block) rounds whose values some placement needs)."""
+    switches = sorted(regs)
     # plain lists (of the window's cells; the rest stay 0): the walk below reads single cells
     # some 10,000 times, and a numpy array's item access costs several times a list's
     window = [(slot_index(ver, slot_base, 0), len(tree_of_slot)) for ver in (0, 1)]
@@ -198,22 +245,7 @@ def sparse_snapshot(clients: dict[str, SwitchClient], inst: Installation, tree_o
                     carry.in_place.add((sw, r))
                 else:
                     wanted.add((slot, ver, block))
-    values = values or {}
-    reading = {sw: [item for item in items if item[:3] in wanted] for sw, items in holders.items()}
-    missing = [sw for sw, items in reading.items() if any(item[-1] not in values.get(sw, {}) for item in items)]
-    read = read_ranges(clients, "sp_values", {sw: [(r * wire.K, wire.K) for *_, r in reading[sw]]
-                                              for sw in missing})     # one batch per holder, all at once
-    lanes: dict[tuple[int, int, int], np.ndarray] = {}     # (slot, ver, block) -> the values read
-    for sw, items in reading.items():
-        cells = read[sw] if sw in read else [values[sw][item[-1]] for item in items]
-        for (slot, ver, block, r), got in zip(items, cells):
-            lanes[slot, ver, block] = np.asarray(got).astype(np.uint32)
-    for sw, items in holders.items():
-        for slot, ver, block, r in items:
-            carry.rounds[slot, ver, block] = SparseRound(
-                slot, ver, block, int(regs[sw]["sp_exp"][r]), int(regs[sw]["sp_rnext"][r]),
-                lanes.get((slot, ver, block)))
-    return carry
+    return regs, carry, holders, wanted
 
 
 def _window_list(cells, window) -> list[int]:
