@@ -110,7 +110,8 @@ def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
         help="compute per iteration from a PACE layer profile (resnet50, vgg16, bert-base or a .yaml), "
              "scaled so compute and this gradient's transfer at --bw keep the model's proportions at 100 Gb/s")
     opt("--job-offsets", type=_seconds_list, default=None, metavar="T0,T1,..",
-        help="with --jobs: seconds each job waits before its first iteration (staggered starts)")
+        help="with --jobs: seconds each job waits before its first iteration (staggered starts); one "
+             "value T is a step: job j starts at j x T")
     opt("--job-loss", type=_probabilities, default=None, metavar="P0,P1,..",
         help="with --jobs: loss on each job's worker links (one probability per job; default --loss)")
     opt("--fail", action="append", metavar="A-B@FRACTION",

@@ -42,7 +42,7 @@ def extra_seconds(spec: RunSpec) -> float:
     """What training adds to a run's deadline beyond one allreduce: the latest start, every
     iteration's compute, and the allreduces after the first (each as long as the first's
     allowance, `per_call`)."""
-    return max(spec.job_offsets, default=0.0) + spec.iterations * (spec.compute_ms or 0.0) / 1e3
+    return max((spec.offset_of(j) for j in range(spec.jobs)), default=0.0) + spec.iterations * (spec.compute_ms or 0.0) / 1e3
 
 
 def per_call_allowance(spec: RunSpec, workers_elements: float) -> float:

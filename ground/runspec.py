@@ -242,8 +242,11 @@ class RunSpec:
         return self.iterations > 1 or bool(self.compute_ms) or self.compute_profile is not None
 
     def offset_of(self, tenant: int) -> float:
-        """Seconds job `tenant` (0..jobs-1) waits before its first iteration (--job-offsets)."""
-        return self.job_offsets[tenant] if self.job_offsets else 0.0
+        """Seconds job `tenant` (0..jobs-1) waits before its first iteration (--job-offsets: one
+        offset per job, or a single step T: job j starts at j x T, whatever the jobs)."""
+        if not self.job_offsets:
+            return 0.0
+        return self.job_offsets[0] * tenant if len(self.job_offsets) == 1 else self.job_offsets[tenant]
 
     def loss_of(self, job: int) -> float:
         """The loss on job `job`'s worker links (index 0..jobs-1)."""
@@ -387,8 +390,9 @@ class RunSpec:
         if self.compute_profile is not None and self.bw is None:
             raise ValueError("--compute-profile scales the profile's compute to the link: give --bw too")
         if self.job_offsets:
-            if len(self.job_offsets) != self.jobs:
-                raise ValueError(f"--job-offsets needs one offset per job ({self.jobs}), got {len(self.job_offsets)}")
+            if len(self.job_offsets) not in (1, self.jobs):
+                raise ValueError(f"--job-offsets needs one offset per job ({self.jobs}) or one step, "
+                                 f"got {len(self.job_offsets)}")
             if any(not 0 <= t < math.inf for t in self.job_offsets):
                 raise ValueError(f"--job-offsets must be non-negative seconds, got {self.job_offsets}")
         if not 0 <= self.tenant < self.jobs:
