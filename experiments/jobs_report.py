@@ -72,7 +72,7 @@ def occupancy_plot(rows: list[dict], d, path: Path) -> Path | None:
         ax.set_ylabel("held / pool\n(busiest switch)", fontsize=8)
         ax.set_title(f"{d.name}: {d.x}={x}", fontsize=9)
         ax.legend(fontsize=7)
-    ax.set_xlabel("time since the jobs started (emulated s)")
+    ax.set_xlabel("time since the workers' launch (emulated s; the first seconds: processes starting)")
     FigureCanvasAgg(fig)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
