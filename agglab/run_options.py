@@ -40,6 +40,13 @@ def _probabilities(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"expected comma-separated probabilities, e.g. 0.1,0, got {text!r}") from None
 
 
+def _seconds_list(text: str) -> list[float]:
+    try:
+        return [float(t) for t in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated seconds, e.g. 0,0.5, got {text!r}") from None
+
+
 def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
     """The RunSpec options, each named after its field (`--give-up` is `give_up`); defaults
     are RunSpec's unless a command overrides one (the lab opens a fat-tree)."""
@@ -90,6 +97,21 @@ def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
     opt("--placement", choices=PLACEMENTS, default=d["placement"],
         help="with --jobs: spread puts each job's workers across racks (default), packed fills racks "
              "with one job's workers before the next job's (ATP's first level then sums in the rack)")
+    opt("--atp-pool-slots", type=int, default=d["atp_pool_slots"], metavar="P",
+        help="a pool of P aggregators per switch (at most ATP_POOL): --algorithm atp's jobs hash into P, "
+             "a partitioned scheme's --jobs J each own P/J slots (their window at most that; default: "
+             "the whole pool, the switch's slots)")
+    opt("--iterations", type=int, default=d["iterations"], metavar="N",
+        help="jobs that train: each job runs N iterations of compute then allreduce and reports "
+             "iterations/s (default 1: one allreduce)")
+    opt("--compute-ms", type=float, default=d["compute_ms"], metavar="MS",
+        help="compute per iteration before each allreduce, emulated milliseconds (default 0)")
+    opt("--compute-profile", default=d["compute_profile"], metavar="NAME",
+        help="compute per iteration from a PACE layer profile (resnet50, vgg16, bert-base or a .yaml), "
+             "scaled so compute and this gradient's transfer at --bw keep the model's proportions at 100 Gb/s")
+    opt("--job-offsets", type=_seconds_list, default=None, metavar="T0,T1,..",
+        help="with --jobs: seconds each job waits before its first iteration (staggered starts); one "
+             "value T is a step: job j starts at j x T")
     opt("--job-loss", type=_probabilities, default=None, metavar="P0,P1,..",
         help="with --jobs: loss on each job's worker links (one probability per job; default --loss)")
     opt("--fail", action="append", metavar="A-B@FRACTION",

@@ -29,6 +29,8 @@ from agglab.controller.topology import switches, tenant_hosts, workers as worker
 from agglab.emulation.chaos import Chaos, draw
 from agglab.emulation.failures import hang_rows
 from agglab.emulation.network import EmulatedNetwork
+from agglab.emulation.pool_occupancy import PoolSampler
+from agglab.emulation.training_jobs import resolve_compute
 from agglab.emulation.wire_model import BoundError, wire_seconds
 from agglab.emulation.workers import run_tenants, run_workers, say
 from agglab.ground import netlease, wire
@@ -221,6 +223,7 @@ class Session:
 
     def allreduce(self, **overrides) -> dict:
         spec = replace(self.spec, **overrides) if overrides else self.spec
+        spec = resolve_compute(spec)                          # --compute-profile: its compute_ms
         if overrides:                                         # the lab's `allreduce --loss P --fail tree@F`
             check_override(spec, self.g, {e for t in self.job.trees().trees for e in t.edges}
                            if spec.on_trees else None)
@@ -284,6 +287,7 @@ class Session:
         say(f"{len(tenants)} concurrent allreduces of {spec.elements} {spec.dtype} x {spec.workers} workers "
              f"(jobs {spec.job}..{spec.job + spec.jobs - 1}), {spec.slots_per_job} slots each", self.quiet)
         probe = self.net.fidelity_probe()
+        sampler = self._pool_sampler(spec)
         hangs_before = len(self.net.hang_log)
         try:
             with contextlib.ExitStack() as running:
@@ -294,6 +298,7 @@ class Session:
                                                 make_injector=self._chaos(spec))
         finally:
             fidelity = probe.stop()
+            occupancy = sampler.stop() if sampler else None
         dead = self.net.check_switches()
         after = self.job.stats()
         stats = {k: after[k] - before.get(k, 0) for k in after}
@@ -320,12 +325,29 @@ class Session:
             "hangs": hang_rows(self.net, self.group)[hangs_before:],
             "fidelity": fidelity, "jobs": per_job,
         }
+        if occupancy is not None:
+            result["pool_occupancy"] = occupancy | {"pool": spec.atp_pool_slots or (
+                wire.CONST["ATP_POOL"] if spec.shares_pool else wire.SLOTS)}
         if spec.chaos is not None:
             result["chaos"] = injector.summary()
         errors = [f"job {j['job']}: {e}" for j in per_job for e in j.get("errors", [])]
         if errors:
             result["errors"] = errors
         return self._finish(spec, result)
+
+    def _pool_sampler(self, spec: RunSpec) -> PoolSampler | None:
+        """With jobs that train or a scarce pool: the pool's occupancy sampled on every
+        switch a job aggregates on (emulation/pool_occupancy.py); else None (no reads)."""
+        if not (spec.training or spec.atp_pool_slots):
+            return None
+        on = set()
+        for job in self.jobs:
+            if hasattr(job, "expect"):                       # ATP: the switches with an atp_job entry
+                on |= set(job.expect)
+            else:                                            # a tree job: its trees' switches
+                on |= {n for t in job.trees().trees for e in t.edges for n in e[:2]
+                       if self.g.nodes[n].get("kind") == "switch"}
+        return PoolSampler(self.net.clients, sorted(on - set(self.net.dead)), spec.shares_pool).start()
 
     def run_program(self, module: str, name: str, extra_args: tuple = (), deadline_s: float = 600.0):
         """Run `python -m MODULE run.json RANK *extra_args` on every worker host (a program
@@ -367,13 +389,13 @@ def tenant_spec(spec: RunSpec, j: int) -> RunSpec:
     same arrays and a mix-up cannot pass the check) and its loss."""
     if spec.jobs == 1:
         return spec
-    return replace(spec, job=spec.job + j, seed=spec.seed + j, loss=spec.loss_of(j))
+    return replace(spec, job=spec.job + j, seed=spec.seed + j, loss=spec.loss_of(j), tenant=j)
 
 
 def _job_figures(result: dict, job: Job, spec: RunSpec) -> dict:
     """One job's entry of the result's `jobs` list."""
     keys = ("ok", "exact", "seconds", "connect_seconds", "goodput_mbps", "packets", "retransmissions",
-            "max_abs_error", "error_bound", "errors")
+            "max_abs_error", "error_bound", "errors", "iterations", "iterations_per_s", "compute_ms", "offset_s")
     return {"job": job.job, "hosts": list(job.workers), "slot_base": getattr(job, "slot_base", 0),
             "slots": getattr(job, "slots", None), "window": job.window, "loss": spec.loss, "seed": spec.seed,
             **{k: result[k] for k in keys if k in result}}

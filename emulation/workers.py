@@ -26,6 +26,7 @@ from agglab.controller.job_group import JobGroup
 from agglab.controller.job_protocol import Job
 from agglab.emulation.failures import FailureInjector
 from agglab.emulation.network import EmulatedNetwork
+from agglab.emulation.training_jobs import extra_seconds, per_call_allowance
 from agglab.ground.addresses import SERVICE_IP
 from agglab.ground import progress as progress_file
 from agglab.ground import lifeline
@@ -55,8 +56,9 @@ def run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, pro
                    [job for _, job in tenants])
     finally:
         gate.close()
-    deadline = time.monotonic() + tenants[0][0].give_up * 3 + 30 + sum(
-        s.elements * s.workers for s, _ in tenants) / 50_000
+    first = tenants[0][0]
+    deadline = time.monotonic() + first.give_up * 3 + 30 + extra_seconds(first) + per_call_allowance(
+        first, sum(s.elements * s.workers for s, _ in tenants))
     files = [out_dir / f"job{t}-rank{r}.progress" for t, procs in enumerate(started) for r, _, _ in procs]
     spec = tenants[0][0]
     injector = None
@@ -189,7 +191,8 @@ def run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, name
         injector = FailureInjector(net, job, [*spec.fail_specs, *spec.fail_switch_specs],
                                    [out_dir / f"rank{r}.progress" for r in range(len(job.workers))], spec.seed)
         injector.start()
-    deadline = time.monotonic() + (deadline_s or spec.give_up * 3 + 30 + spec.elements * spec.workers / 50_000)
+    deadline = time.monotonic() + (deadline_s or spec.give_up * 3 + 30 + extra_seconds(spec)
+                                   + per_call_allowance(spec, spec.elements * spec.workers))
     files = [out_dir / f"rank{r}.progress" for r in range(len(job.workers))]
     _wait(procs, deadline, quiet, files if progress else None, cancel)
     net.worker_outputs(out_dir)

@@ -19,6 +19,7 @@ from matplotlib.ticker import NullFormatter, ScalarFormatter
 from agglab.controller import topologies, trees
 from agglab.experiments.analysis import scale_groups, select
 from agglab.experiments.definition import Definition
+from agglab.experiments.jobs_report import occupancy_plot
 from agglab.experiments.tree_drawings import write_tree_drawings     # the trees the numbers are about
 from agglab.experiments.units import format_rate, parse_rate
 from agglab.ground.runspec import RunSpec
@@ -237,5 +238,8 @@ def write_plots(rows: list[dict], d: Definition, out_dir: Path) -> list[Path]:
         shares = shares_plot(rows, d, out_dir / f"{d.name}-shares.png")
         if shares:
             out.append(shares)
+    occupancy = occupancy_plot(rows, d, out_dir / f"{d.name}-pool-occupancy.png")   # jobs that train
+    if occupancy:
+        out.append(occupancy)
     out += write_tree_drawings(rows, d, out_dir)
     return out

@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agglab.experiments.jobs_report import jobs_table
 from agglab.experiments.analysis import real_seconds, scale_groups, select, series_table, verdicts
 from agglab.experiments.backends import BACKENDS, side_by_side, twin_results
 from agglab.experiments.runner import trend_rates, twin_dir
@@ -231,6 +232,7 @@ def _trend_section(outcome: "Outcome", d, plots: list[Path]) -> list[str]:
              else f"– ({_cell(st.error, 100)})")
         lines.append(f"| {series} | {point} | {t} | {st.runs} | {st.flagged} | {st.failed} |")
     lines.append("")
+    lines += jobs_table(outcome.rows, d)          # jobs that train: iterations/s per job
     if d.program == "pace":
         lines += _pace_table(outcome, d)
     for p in plots:

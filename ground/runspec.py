@@ -159,6 +159,15 @@ class RunSpec:
     # algorithm atp (the others ignore them, as they do ps_layout: a trend's series share its run keys):
     atp_multicast: bool = False        # the PS's ToR multicasts each result (else the PS unicasts it to every worker)
     atp_ps: str = "colocated"          # rank 0's host is a worker too | separate (a server, no gradient)
+    # a scarce pool (ATP's setting): ATP's jobs hash into this many aggregators per switch, and the
+    # partitioned schemes' jobs split the same number of slots evenly (SwitchML's static partitions)
+    atp_pool_slots: int | None = None
+    # jobs that train (emulation/training_jobs.py): iterations of compute, then the allreduce
+    iterations: int = 1                # allreduces per job, each after one iteration's compute
+    compute_ms: float | None = None    # emulated compute per iteration (ms), or from compute_profile
+    compute_profile: str | None = None  # a PACE profile (pace/profiles) scaled to the link: the compute
+    job_offsets: list[float] = field(default_factory=list)   # per job: seconds before its first iteration
+    tenant: int = 0                    # which of the `jobs` this spec is (set by the session, not an option)
     keep: str | None = None            # copy the run directory here when the run ends (logs, commands, pcaps)
     pcap: bool = False                 # the switches write per-port pcaps into the kept directory
     cluster: str | None = None         # a cluster file: the network runs on its servers (emulation/cluster)
@@ -223,8 +232,21 @@ class RunSpec:
 
     @property
     def slots_per_job(self) -> int:
-        """Each job owns this many switch slots (a disjoint range per job)."""
-        return wire.SLOTS // self.jobs
+        """Each job owns this many switch slots (a disjoint range per job): the switch's slots,
+        or with --atp-pool-slots P the pool's P split evenly (P // jobs)."""
+        return (self.atp_pool_slots or wire.SLOTS) // self.jobs
+
+    @property
+    def training(self) -> bool:
+        """Jobs that train: more than one iteration, or compute between allreduces."""
+        return self.iterations > 1 or bool(self.compute_ms) or self.compute_profile is not None
+
+    def offset_of(self, tenant: int) -> float:
+        """Seconds job `tenant` (0..jobs-1) waits before its first iteration (--job-offsets: one
+        offset per job, or a single step T: job j starts at j x T, whatever the jobs)."""
+        if not self.job_offsets:
+            return 0.0
+        return self.job_offsets[0] * tenant if len(self.job_offsets) == 1 else self.job_offsets[tenant]
 
     def loss_of(self, job: int) -> float:
         """The loss on job `job`'s worker links (index 0..jobs-1)."""
@@ -327,6 +349,7 @@ class RunSpec:
                                  f"{self.slots_per_job} slots; use --window <= {self.slots_per_job}")
             if self.job + self.jobs - 1 > 255:
                 raise ValueError(f"--job {self.job} --jobs {self.jobs}: job ids must fit in 8 bits (<= 255)")
+        self._check_pool_and_training()
         if self.ps_layout not in PS_LAYOUTS:
             raise ValueError(f"--ps-layout must be sharded or central, got {self.ps_layout!r}")
         if self.placement not in PLACEMENTS:
@@ -347,6 +370,34 @@ class RunSpec:
         self.fail_switch_specs   # noqa: B018 (and every --fail-switch)
         return self
 
+    def _check_pool_and_training(self) -> None:
+        """--atp-pool-slots, --iterations, --compute-ms/--compute-profile, --job-offsets."""
+        pool = wire.CONST["ATP_POOL"]
+        if self.atp_pool_slots is not None:
+            if not self.jobs <= self.atp_pool_slots <= pool:
+                raise ValueError(f"--atp-pool-slots must be within {self.jobs}..{pool} (at least a slot per job, "
+                                 f"at most ATP_POOL), got {self.atp_pool_slots}")
+            if self.window is not None and self.window > self.slots_per_job and not self.shares_pool:
+                raise ValueError(f"--window {self.window}: --atp-pool-slots {self.atp_pool_slots} split among "
+                                 f"{self.jobs} jobs gives each {self.slots_per_job} slots; use --window <= "
+                                 f"{self.slots_per_job}")
+        if not 1 <= self.iterations <= 100_000:
+            raise ValueError(f"--iterations must be within 1..100000, got {self.iterations}")
+        if self.compute_ms is not None and not 0 <= self.compute_ms < math.inf:
+            raise ValueError(f"--compute-ms must be non-negative milliseconds, got {self.compute_ms}")
+        if self.compute_ms is not None and self.compute_profile is not None:
+            raise ValueError("--compute-ms and --compute-profile both set the compute per iteration: give one")
+        if self.compute_profile is not None and self.bw is None:
+            raise ValueError("--compute-profile scales the profile's compute to the link: give --bw too")
+        if self.job_offsets:
+            if len(self.job_offsets) not in (1, self.jobs):
+                raise ValueError(f"--job-offsets needs one offset per job ({self.jobs}) or one step, "
+                                 f"got {len(self.job_offsets)}")
+            if any(not 0 <= t < math.inf for t in self.job_offsets):
+                raise ValueError(f"--job-offsets must be non-negative seconds, got {self.job_offsets}")
+        if not 0 <= self.tenant < self.jobs:
+            raise ValueError(f"tenant {self.tenant} is not one of the {self.jobs} jobs")
+
     # -- JSON ----------------------------------------------------------------------
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -365,6 +416,7 @@ class RunSpec:
         d["fail_switch"] = list(d.get("fail_switch", []))
         d["hang_switch"] = list(d.get("hang_switch", []))
         d["job_loss"] = [float(p) for p in d.get("job_loss", [])]
+        d["job_offsets"] = [float(t) for t in d.get("job_offsets", [])]
         return cls(**d)
 
     def with_(self, **changes) -> "RunSpec":

@@ -101,4 +101,7 @@ def check(spec: RunSpec, reports: list[dict], switch_stats: dict) -> dict:
             "probes": sum(r.get("probes", 0) for r in reports)} if SCHEMES[spec.algorithm].sparse else {}),
         max_abs_error=worst, error_bound=bound,
     )
+    if spec.training:          # jobs that train (hosts/iterations.py): the slowest rank's time is the job's
+        result.update(iterations=spec.iterations, iterations_per_s=round(spec.iterations / seconds, 4),
+                      compute_ms=spec.compute_ms or 0.0, offset_s=reports[0].get("offset_s", 0.0))
     return result

@@ -28,6 +28,7 @@ from agglab.hosts.bml import ScheduleChanged, allreduce_bml, allreduce_relay, fi
 from agglab.hosts.bml_host import plan_from_json, run_host_bml
 from agglab.hosts.communicator import Communicator
 from agglab.hosts.gradients import gradient_for
+from agglab.hosts.iterations import run_iterations
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,10 +83,12 @@ def _prepare_scheme(plan: RunPlan, seat: WorkerSeat, data):
     comm = Communicator(plan, seat.rank, block_progress=True)
     comm.prepare(data)                  # before the start gate: a baseline's connections
 
-    def go():
+    def once():
         result, stats = comm.allreduce_with_stats(data)
         return result, _stats_dict(stats)
-    return go
+    if plan.spec.training:              # jobs that train (hosts/iterations.py)
+        return lambda: run_iterations(once, plan.spec, plan.spec.tenant)
+    return once
 
 
 def _prepare_bml(run_plan: RunPlan, seat: WorkerSeat, data):

@@ -29,6 +29,8 @@ GIVEN = {"workers": ("7", 7), "elements": ("123", 123), "dtype": ("float32", "fl
          "fail_switch": ("a1@0.5", ["a1@0.5"]), "hang_switch": ("a2@0.5", ["a2@0.5"]),
          "jobs": ("3", 3), "job_loss": ("0.1,0,0.2", [0.1, 0.0, 0.2]), "placement": ("packed", "packed"),
          "ps_layout": ("central", "central"), "atp_multicast": (None, True), "atp_ps": ("separate", "separate"),
+         "atp_pool_slots": ("64", 64), "iterations": ("5", 5), "compute_ms": ("2.5", 2.5),
+         "compute_profile": ("resnet50", "resnet50"), "job_offsets": ("0,0.5,1", [0.0, 0.5, 1.0]), "tenant": None,
          "keep": ("kept-run", "kept-run"), "pcap": (None, True),      # None: a flag without a value
          "cluster": ("cluster.yaml", "cluster.yaml"), "chaos": ("7", 7)}
 

@@ -37,7 +37,7 @@ import time
 
 import numpy as np
 
-from agglab.ground import fdwait, wide_senders, wire
+from agglab.ground import atp_pool, fdwait, wide_senders, wire
 from agglab.ground.schemes import SCHEMES
 from agglab.hosts.atp_window import DelayWindow
 from agglab.hosts.diagnostics import AllreduceTimeout
@@ -145,12 +145,16 @@ class Pieces:
 class AtpEndpoint:
     """One rank's socket across calls (a Communicator keeps it): rank 0 is the PS."""
 
-    def __init__(self, local_ip: str, peers: list[str], rank: int, job: int, multicast: bool = False):
+    def __init__(self, local_ip: str, peers: list[str], rank: int, job: int, multicast: bool = False,
+                 pool_slots: int | None = None):
         """multicast (--atp-multicast): the PS sends each result once, addressed to every worker
         (worker = TO_ALL), and its ToR replicates it (atp.p4 atp_aggregate_mcast); a result
-        answering one worker's resend is still unicast."""
+        answering one worker's resend is still unicast. pool_slots (--atp-pool-slots): blocks
+        are numbered with the seqs that hash into aggregators 0..pool_slots-1 (ground/atp_pool.py)."""
         self.sock = _socket(local_ip)
         self.peers, self.rank, self.job, self.multicast = peers, rank, job, multicast
+        self.pool_slots = pool_slots or atp_pool.POOL
+        self._back: dict[int, int] = {}                    # PS: this call's wire index -> block
         self.calls = 0
         self._linger: threading.Thread | None = None
         self._stop = threading.Event()
@@ -168,6 +172,7 @@ class AtpEndpoint:
         shaped); the timers are floored at the queue the current window makes there."""
         gen = self.calls & 0xFF
         nb = len(rows)
+        idx, back = atp_pool.seq_indices(self.job, gen, nb, self.pool_slots, SEQ_BITS)
         ps = (self.peers[0], wire.UDP_PORT)
         out = np.zeros_like(rows)
         done = np.zeros(nb, dtype=bool)
@@ -186,7 +191,7 @@ class AtpEndpoint:
                 rto.set_floor(path_floor(floored, len(self.peers), path_mbps))
             now = time.monotonic()
             while len(deadline) < cw.size and next_b < nb:
-                self._send(next_b, gen, rows[next_b], me, 0, ps)
+                self._send(int(idx[next_b]), gen, rows[next_b], me, 0, ps)
                 deadline[next_b], tries[next_b], first_sent[next_b] = now + rto.rto, 0, now
                 next_b, sent = next_b + 1, sent + 1
             wait = max(0.0, min(deadline.values()) - now) if deadline else 0.05
@@ -197,7 +202,7 @@ class AtpEndpoint:
                     if (not hdr["flags"] & RESULT or hdr["job"] != self.job
                             or hdr["block"] >> SEQ_BITS != gen):
                         continue
-                    b = hdr["block"] & ((1 << SEQ_BITS) - 1)
+                    b = back.get(hdr["block"] & ((1 << SEQ_BITS) - 1), nb)
                     if b >= nb or done[b]:
                         dups += 1
                         continue
@@ -218,7 +223,7 @@ class AtpEndpoint:
                 if t <= now:
                     cw.on_timeout()
                     tries[b] += 1
-                    self._send(b, gen, rows[b], me, RETX, ps)
+                    self._send(int(idx[b]), gen, rows[b], me, RETX, ps)
                     deadline[b] = now + backoff(rto.rto, tries[b])
                     resent += 1
             if now - last_progress > give_up:
@@ -256,6 +261,7 @@ class AtpEndpoint:
         gen = self.calls & 0xFF
         self._fins = 0
         nb = len(rows)
+        self._back = atp_pool.seq_indices(self.job, gen, nb, self.pool_slots, SEQ_BITS)[1]
         full = (1 << workers) - 1
         blocks = [Pieces() for _ in range(nb)]
         for b in range(nb):
@@ -303,7 +309,7 @@ class AtpEndpoint:
         if seq >> SEQ_BITS != gen:
             self._answer(self._answers.get(seq), wide_senders.of_header(hdr))   # the previous call's straggler
             return 0
-        b = seq & ((1 << SEQ_BITS) - 1)
+        b = self._back.get(seq & ((1 << SEQ_BITS) - 1), nb)
         if b >= nb:
             return 0
         senders = wide_senders.of_header(hdr)
@@ -409,7 +415,8 @@ def allreduce(comm, array):
     endpoint = getattr(comm, "_atp", None)
     if endpoint is None:
         endpoint = comm._atp = AtpEndpoint(comm.seat.local_ip, comm.plan.peers(), comm.rank, comm.spec.job,
-                                           multicast=comm.spec.result_multicast)
+                                           multicast=comm.spec.result_multicast,
+                                           pool_slots=comm.spec.atp_pool_slots)
     array = np.asarray(array)
     rows = _blocks(array)
     started = time.monotonic()
