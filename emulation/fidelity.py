@@ -4,7 +4,7 @@ Why (the idea of Mininet-HiFi, CoNEXT'12): an emulated run is only worth reporti
 emulator's own invariants held while it ran. Here the invariant is that the configured
 links, not Python, were the bottleneck. While the workers run, `FidelityProbe` samples
 
-- the byte counters of every link direction (`/sys/class/net/<intf>/statistics`, read at
+- the byte counters of every link direction (`/proc/net/dev`, one read for all, taken at
   the switch end of each link, which lives in the root namespace: its tx is the direction
   away from the switch, its rx the direction towards it), and
 - the CPU time (`/proc/<pid>/stat`, utime+stime) of every switch data plane and every
@@ -204,6 +204,29 @@ def _read_int(path: str) -> int | None:
         return None
 
 
+_COLUMNS = {"rx_bytes": 0, "rx_packets": 1, "tx_bytes": 8, "tx_packets": 9}   # /proc/net/dev's
+
+
+def net_counters() -> dict[str, dict[str, int]]:
+    """Every interface of this namespace: {counter: value} for COUNTERS, from one read of
+    /proc/net/dev (the same counters as /sys/class/net/IF/statistics).
+
+    Why one file: a k=8 fat-tree has 768 link directions, a sysfs file each, ~15 ms of the
+    probe's Python per 0.1 s sample: 15% of a core taken from the emulation it measures."""
+    out: dict[str, dict[str, int]] = {}
+    try:
+        with open("/proc/net/dev") as f:
+            lines = f.read().splitlines()[2:]
+    except OSError:
+        return out
+    for line in lines:
+        name, _, rest = line.rpartition(":")
+        values = rest.split()
+        if len(values) >= 10:
+            out[name.strip()] = {c: int(values[i]) for c, i in _COLUMNS.items()}
+    return out
+
+
 def _cpu_seconds(pid: int) -> float | None:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -294,8 +317,9 @@ class FidelityProbe(_Sampling):
 
     def _sample(self) -> None:
         now = time.monotonic()
+        counters = net_counters()
         for d in self.directions:
-            value = _read_int(f"/sys/class/net/{d.intf}/statistics/{d.counter}")
+            value = counters.get(d.intf, {}).get(d.counter)
             if value is not None:
                 d.samples.append((now, value))
         self.machine.append((now, _machine_busy()))
@@ -355,10 +379,10 @@ class ServerSampler(_Sampling):
 
     def _sample(self) -> None:
         now = time.monotonic()
+        counters = net_counters()
         for intf in self.intfs:
-            values = [_read_int(f"/sys/class/net/{intf}/statistics/{c}") for c in COUNTERS]
-            if None not in values:
-                self.counters[intf].append([now, *values])
+            if intf in counters:
+                self.counters[intf].append([now, *(counters[intf][c] for c in COUNTERS)])
         busy, total = _machine_busy()
         self.machine.append([now, busy, total])
         for d in self.dirs():

@@ -31,7 +31,7 @@ from agglab.emulation.command_log import LoggedClient
 from agglab.emulation.fidelity import FidelityProbe
 from agglab.emulation.p4build import compile_p4
 from agglab.ground.phases import Phases
-from agglab.ground import netlease
+from agglab.ground import links, netlease
 from agglab.ground import netns
 from agglab.ground.netns import RunNamespace
 from agglab.ground import rundir
@@ -153,7 +153,8 @@ class EmulatedNetwork(SwitchFailures):
                 from agglab.emulation.switch_nodes import SoftP4Switch  # lazy: loads Mininet, only _add_nodes() needs it
 
                 makers[s] = partial(SoftP4Switch, s, inNamespace=False, run=self.run, launcher=self.launcher,
-                                    seed=self.seed + i, pcap=self.pcap)
+                                    seed=self.seed + i, pcap=self.pcap,
+                                    coalesce=links.switch_coalesce(e.get("bw") for _, _, e in g.edges(s, data=True)))
             else:
                 from agglab.emulation.switch_nodes import Bmv2Switch  # lazy: loads Mininet, only _add_nodes() needs it
 

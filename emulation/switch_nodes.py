@@ -86,9 +86,11 @@ def start_launcher(run: RunRecord):
 class SoftP4Switch(_ProcessSwitch):
     """The project's software switch (`python -m agglab.softswitch`, forked by `launcher`)."""
 
-    def __init__(self, name, run: RunRecord, launcher, seed: int = 0, pcap: bool = False, **params):
+    def __init__(self, name, run: RunRecord, launcher, seed: int = 0, pcap: bool = False,
+                 coalesce: float = 0.0, **params):
         _ProcessSwitch.__init__(self, name, run, **params)
         self.launcher = launcher
+        self.coalesce = coalesce             # the daemon's --coalesce (ground/links.py switch_coalesce)
         self.seed = seed
         self.pcap = pcap
         self.control_path = run.path / f"{name}.sock"
@@ -97,6 +99,8 @@ class SoftP4Switch(_ProcessSwitch):
         argv = ["--name", self.name, "--control", str(self.control_path), "--log", str(self.log_path),
                 "--seed", str(self.seed),
                 "--no-prepare"]              # the network prepared its ports (emulation/veths.py quiet_ends)
+        if self.coalesce:
+            argv += ["--coalesce", repr(self.coalesce)]
         for number, intf in sorted(self.data_ports().items()):
             argv += ["--port", f"{number}={intf}"]
         if self.pcap:

@@ -44,6 +44,8 @@ real cluster's 200 ms is long beside its links' time too.
 
 from __future__ import annotations
 
+from agglab.ground.wire import FRAME_BYTES as AGG_FRAME
+
 LINK_BURST_S = 0.002          # the link bucket: this much link time ...
 LINK_BURST_MIN = 6000         # ... and at least this many bytes ...
 LINK_BURST_MAX_S = 0.1        # ... unless that is more than this much link time (below 0.48 Mb/s) ...
@@ -75,3 +77,31 @@ def rto_min_ms(mbps: float) -> int:
     """The TCP retransmission floor (ms) of a host on a `mbps` link (module docstring)."""
     queue_ms = RTO_QUEUE_FRAMES * FRAME_BYTES * 8 / (mbps * 1e6) * 1e3
     return int(min(RTO_MAX_MS, max(RTO_MIN_MS, round(queue_ms))))
+
+
+# A software switch's interrupt coalescing (softswitch/daemon.py `coalesce`), as the agents'
+# (hosts/slots.py COALESCE_*): after a turn of fewer than SWITCH_COALESCE_BATCH frames the
+# switch waits this share of a full frame's time on its fastest port, at most
+# SWITCH_COALESCE_MAX, before it looks again.
+SWITCH_COALESCE_SHARE = 0.5
+SWITCH_COALESCE_MAX = 0.001
+SWITCH_COALESCE_BATCH = 8
+SWITCH_COALESCE_MIN = 0.0002    # a shorter wait costs a wake-up of its own and gathers little
+AGG_FRAME_BYTES = AGG_FRAME + 24     # an aggregation frame and Ethernet's preamble, FCS and gap
+
+
+def switch_coalesce(rates_mbps) -> float:
+    """Seconds a software switch whose ports run at `rates_mbps` waits after a small turn
+    (0: some port is unshaped, so never).
+
+    Why: at a frame per wake-up a switch spends ~40 us of CPU a frame, most of it the wake-up
+    and the kernel's per-call work (docs/measurements.md, `make bench ONLY=limit`); at full
+    batches ~7. On slow links frames come a few milliseconds apart on each port, so a switch
+    that waits half a frame's time gathers the frames of its other ports into one turn; the
+    frames it holds wait less than a frame's time on the wire, behind queues of a window. On
+    fast links (above ~6.8 Mb/s) the wait would be shorter than SWITCH_COALESCE_MIN: none."""
+    rates = list(rates_mbps)
+    if not rates or not all(rates):
+        return 0.0
+    wait = min(SWITCH_COALESCE_MAX, SWITCH_COALESCE_SHARE * AGG_FRAME_BYTES * 8 / (max(rates) * 1e6))
+    return wait if wait >= SWITCH_COALESCE_MIN else 0.0

@@ -31,7 +31,7 @@ import numpy as np
 
 from agglab.ground.epoch_file import EpochFile
 from agglab.ground.priority import as_batch_work
-from agglab.ground.progress import ProgressFile
+from agglab.ground.progress import ProgressFile, interval_for as progress_interval
 from agglab.ground.runspec import RunPlan
 from agglab.ground.timerslack import set_timer_slack
 from agglab.hosts.schemes import PREPARE, RUNNERS, SERVICE_TRANSPORT
@@ -55,7 +55,8 @@ class Communicator:
         self._transport = transport
         self._watcher = EpochFile(plan.epoch_file) if plan.epoch_file else None
         self._route = (self._watcher.poll() if self._watcher else None) or {}
-        self._progress = ProgressFile(self.seat.progress) if self.seat.progress else None
+        self._progress = ProgressFile(self.seat.progress, progress_interval(self.workers)) \
+            if self.seat.progress else None
         self.block_progress = self._progress if block_progress else None
         self.calls, self.last_stats = 0, None
         self._mesh = None                  # the host baselines' connections (tcp_mesh)

@@ -35,6 +35,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, help="seed of the pipeline's random() (drop simulator)")
     ap.add_argument("--pidfile", metavar="FILE", help="write the pid here; removed on exit")
     ap.add_argument("--batch", type=int, default=64, help="max frames per port per loop turn")
+    ap.add_argument("--coalesce", type=float, default=0.0, metavar="SECONDS",
+                    help="after a turn of few frames, wait this long before looking again (default 0: never)")
     ap.add_argument("--stats-interval", type=float, default=10.0,
                     help="seconds between stats lines in the log (only when counters changed)")
     ap.add_argument("--pipeline", default="agglab.softswitch.pipeline:Pipeline", metavar="MOD:CLASS",
@@ -74,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     daemon = Daemon(args.name, dict(args.port), args.control, pipeline, log=log,
                     pcap_dir=args.pcap_dir, pidfile=args.pidfile, batch=args.batch,
-                    stats_interval=args.stats_interval, prepare_ports=not args.no_prepare)
+                    stats_interval=args.stats_interval, prepare_ports=not args.no_prepare,
+                    coalesce=args.coalesce)
     return daemon.run()
 
 

@@ -20,6 +20,7 @@ import socket
 import time
 from pathlib import Path
 
+from agglab.ground.links import SWITCH_COALESCE_BATCH as COALESCE_BATCH
 from agglab.softswitch import native
 from agglab.softswitch.control import ControlServer
 from agglab.ground.mmsg import MsgBatch
@@ -41,7 +42,7 @@ class Daemon(FramePath, DaemonCommands):
                  log: logging.Logger, pcap_dir: str | Path | None = None,
                  pidfile: str | Path | None = None, batch: int = 64,
                  stats_interval: float = 10.0, flush_interval: float = 1.0,
-                 prepare_ports: bool = True):
+                 prepare_ports: bool = True, coalesce: float = 0.0):
         bad = [p for p in ports if not 0 <= p < NPORTS]
         if bad:
             raise ValueError(f"port numbers must be in 0..{NPORTS - 1}, got {bad}")
@@ -51,6 +52,10 @@ class Daemon(FramePath, DaemonCommands):
         self.pidfile = Path(pidfile) if pidfile else None
         self.batch, self.stats_interval, self.flush_interval = batch, stats_interval, flush_interval
         self.prepare_ports = prepare_ports
+        # after a turn of fewer than COALESCE_BATCH frames, wait this long before looking again
+        # (ground/links.py switch_coalesce: frames of slow links gather into fewer wake-ups)
+        self.coalesce = coalesce
+        self._turn = 0                                 # frames received in this loop turn
         self.counters = {c: [0] * NPORTS for c in COUNTERS}
         self.no_port = 0                          # outputs to ports this switch does not have
         self.ports: dict[int, RawPort] = {}
@@ -195,6 +200,10 @@ class Daemon(FramePath, DaemonCommands):
                         if len(ready) > 1:
                             serve_control()
             flush()                        # every port's outputs of this turn: one sendmmsg each
+            if self._turn:
+                if self._turn < COALESCE_BATCH and self.coalesce and not self._held_until:
+                    time.sleep(self.coalesce)
+                self._turn = 0
             now = time.monotonic()
             if now >= next_flush:
                 next_flush = now + self.flush_interval

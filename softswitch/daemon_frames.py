@@ -164,6 +164,7 @@ class FramePath:
                     ndrop += dropped
             finally:
                 rx_c[iport] += n
+                self._turn += n
                 rxb[iport] += nbytes
                 drop[iport] += ndrop
         return drain

@@ -237,6 +237,21 @@ def test_timers_start_when_a_packet_leaves_a_slow_link(monkeypatch, told):
         assert stats.batches >= 0.9 * stats.results_accepted    # woken for (almost) every result
 
 
+def test_on_a_1_mbps_link_an_agent_gathers_results_per_wake_up(monkeypatch):
+    """At 1 Mb/s a result comes every 2.9 ms: a pause of 1 ms after a small batch gathered none
+    (a wake-up per result, and one more for the pause). The agent waits up to a few frames'
+    time while its own link still has that much queued: several results per wake-up, and no
+    resend (the link stays busy, so the round trips do not outgrow the timers)."""
+    clock = _FakeClock()
+    monkeypatch.setattr(slots_module, "time", clock)
+    x = np.arange(200 * K, dtype=np.int32)
+    out, stats = allreduce(x, transport=_SlowLink(clock, mbps=1.0), rank=0, workers=1, window=32,
+                           return_stats=True, link_mbps=1.0)
+    assert np.array_equal(out, x)
+    assert stats.retransmissions == 0
+    assert stats.batches < 0.5 * stats.results_accepted
+
+
 class _PacedSlowLink(_SlowLink):
     """A _SlowLink whose sender can be paced (as UdpTransport can): records the rates asked."""
 
