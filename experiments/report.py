@@ -14,7 +14,7 @@ import platform
 import statistics
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from agglab.experiments.jobs_report import jobs_table
 from agglab.experiments.analysis import real_seconds, scale_groups, select, series_table, verdicts
