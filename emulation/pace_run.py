@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 
+from agglab.emulation import pace_fidelity
 from agglab.emulation.session import Session
 from agglab.hosts.replay_worker import answer_path
 from agglab.ground import wire
@@ -41,7 +42,6 @@ from agglab.pace.schedule import MiB, SCHEDULERS, load_profile, replay, simulate
 from agglab.pace.timeline import plot, write_trace
 
 DEFAULT_BW_MBPS = 5.0
-LINK_BOUND_FRACTION = 0.7
 # Outstanding slots per worker: a window of 128 packets (~42 KB) takes ~70 ms to drain at
 # 5 Mb/s, longer than the agents' first retransmission timeout, so every call would start
 # with spurious retransmissions; 16 packets (~5 KB, ~8 ms) still fill a veth's tiny
@@ -205,7 +205,8 @@ def _emulate(spec: RunSpec, profile, pure: dict, sc: Scale, opts: PaceOptions, q
     biggest = max(max(tr.nbytes for tr in it.transfers) for it in pure.values())
     spec = spec.with_(elements=max(1, round(biggest / 4 / sc.size)), dtype="int32",
                       window=spec.window or WINDOW)
-    per_worker, errors, failures, goodput, retx = {}, [], [], [], 0
+    per_worker, errors, failures, goodput, busy, retx = {}, [], [], [], [], 0
+    wire_of = pace_fidelity.TransferWire(spec)
     with Session(spec, quiet=quiet) as session:
         replayers = Replayers(session)
         try:
@@ -229,6 +230,7 @@ def _emulate(spec: RunSpec, profile, pure: dict, sc: Scale, opts: PaceOptions, q
                     real_ms = [(end - start) * 1e3 / sc.dilation for start, end in rank]
                     its.append(replay(profile, s, copy.deepcopy(it.transfers), real_ms))
                     goodput.append(sum(sizes) * 32 / sum(end - start for start, end in rank) / 1e6)
+                    busy.append(pace_fidelity.busy_share([wire_of(n) for n in sizes], rank))
                 if its:
                     per_worker[s] = its
         finally:
@@ -243,7 +245,8 @@ def _emulate(spec: RunSpec, profile, pure: dict, sc: Scale, opts: PaceOptions, q
             "emulated_plan": {s: {"transfers": len(p.transfers), "preemptions": len(p.preemptions)}
                               for s, p in plans.items()},
             "emulated_goodput_mbps": round(min(goodput), 3) if goodput else None,
-            "link_bound": bool(goodput) and min(goodput) >= LINK_BOUND_FRACTION * spec.bw}
+            "transfers_busy": round(min(busy), 3) if busy else None,
+            "link_bound": pace_fidelity.link_bound(busy)}
     if errors:
         info["errors"] = errors
     return per_worker, info
@@ -254,17 +257,21 @@ def per_scheduler(result: dict) -> dict[str, dict]:
     the experiment runner (experiments/runner.py): `seconds` is the iteration in emulated
     seconds (real-network ms x dilation / 1000, so the runner's real = emulated x shrink /
     scale gives the real-network iteration back), `fidelity` the transfers' own verdict:
-    a replay is link-bound when its transfers achieved at least LINK_BOUND_FRACTION of the
-    link rate (compute gaps make the probe's link utilisation meaningless here)."""
+    a replay is link-bound when every worker's transfers kept the link at least BUSY_MIN busy
+    with their frames (emulation/pace_fidelity.py; compute gaps make the probe's link
+    utilisation meaningless here)."""
     bw = result.get("bw_mbps")
     goodput = result.get("emulated_goodput_mbps")
+    busy = result.get("transfers_busy")
     bound = bool(result.get("link_bound"))
     fidelity = {
         "link_bound": bound, "cpu_bound": not bound,
-        "reason": (f"transfers achieved {goodput} of {bw} Mb/s (link-bound at >= {LINK_BOUND_FRACTION:.0%}; "
-                   "compute gaps excluded)" if goodput is not None else "no transfers measured"),
-        "link": {"link": "worker transfers", "configured_mbps": bw, "achieved_mbps": goodput,
-                 "utilisation": round(goodput / bw, 3) if goodput is not None and bw else None}}
+        "reason": (f"transfers kept the link {busy:.0%} busy with their frames (link-bound at >= "
+                   f"{pace_fidelity.BUSY_MIN:.0%}; compute gaps excluded; payload {goodput} of {bw} Mb/s)"
+                   if busy is not None else "no transfers measured"),
+        "link": {"link": "worker transfers", "configured_mbps": bw,
+                 "achieved_mbps": round(busy * bw, 3) if busy is not None and bw else None,
+                 "goodput_mbps": goodput, "utilisation": busy}}
     common = {k: result[k] for k in ("emulated_cost", "partition_mb", "compute_ms", "model_speedup", "speedup",
                                      "planned_iteration_ms", "model_cost", "measured_cost_speedup",
                                      "trace", "timeline", "scale", "shrink", "dilation") if k in result}

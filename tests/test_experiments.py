@@ -100,6 +100,17 @@ def test_every_shipped_definition_and_suite_loads_and_plans(path, tmp_path):
         assert p.spec is not None or "not available" in p.error, p.error
 
 
+def test_the_bmv2_suites_atp_jobs_have_workers_to_aggregate_and_the_trends_placement(tmp_path):
+    """With its PS on a host of its own (atp_ps: separate) an ATP job of 2 hosts is 1 worker
+    and its PS: nothing to aggregate and half a static job's bytes. The BMv2 suite's jobs have
+    at least 2 workers besides the PS, and its `run` override keeps the trend's packed placement."""
+    trend = load_definition(TRENDS / "atp.yaml")
+    atp = next(d for d in load_suite(CONFIGS / "bmv2.yaml", backend="bmv2").definitions if d.name == "atp")
+    assert atp.run["placement"] == trend.run["placement"] == "packed"
+    specs = [p.spec for p in atp.points(1.0, tmp_path) if p.series == "atp"]
+    assert specs and all(s.atp_ps == "separate" and s.workers - 1 >= 2 for s in specs)
+
+
 def test_five_trends_ship_with_paper_claims():
     names = {p.stem for p in TRENDS.glob("*.yaml")}
     assert {"switchml", "omnireduce", "rat", "rat_failures", "bml", "packing"} <= names
