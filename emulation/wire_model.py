@@ -45,7 +45,7 @@ from typing import Any, Callable
 import networkx as nx
 
 from agglab.controller import topologies, trees
-from agglab.controller.forward import next_hops
+from agglab.controller.forward import next_hops, plain_live_graph
 from agglab.controller.schemes import WIRE_MODELS
 from agglab.controller.topology import mark_link, tenant_hosts, workers as ranked_workers
 from agglab.controller.trees.bml_relay import relay_plan
@@ -92,14 +92,17 @@ def _add(loads: Loads, u: str, v: str, nbytes: float) -> None:
 
 def route(g: nx.Graph, a: str, b: str, hops: dict | None = None) -> list[str]:
     """The nodes host a's packets to host b cross, following each switch's installed next
-    hop (controller/forward.py), as the switches forward them (`hops` caches them per switch)."""
+    hop (controller/forward.py), as the switches forward them (`hops` caches them per switch,
+    and under the key None the live links they are computed on: one graph state per cache)."""
     hops = {} if hops is None else hops
-    live = trees.live_graph(g)
+    if None not in hops:
+        hops[None] = plain_live_graph(g)
+    live = hops[None]
     first = next(n for n in live.neighbors(a) if g.nodes[n]["kind"] == "switch")
     path, node = [a, first], first
     while node != b:
         if node not in hops:
-            hops[node] = next_hops(g, node)
+            hops[node] = next_hops(g, node, live)
         node = hops[node][b]
         path.append(node)
     return path

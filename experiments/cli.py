@@ -242,7 +242,8 @@ def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO, calibrate_f
             return exc.exit_code
         HOLDING["alone"] = True
     warn_faithless(suite, log)
-    est = sum(estimate_seconds(p, len(reps)) for _, p, reps in steps)
+    estimates = [estimate_seconds(p, len(reps)) for _, p, reps in steps]     # each a wire model's work: once
+    est = sum(estimates)
     runs = sum(len(reps) for _, _, reps in steps)
     print(f"{suite.name}: {len(suite.definitions)} trend(s), {runs} runs, estimated {est / 60:.1f} min "
           f"at a ceiling of {suite.ceiling_mbps:g} Mb/s per link ({suite.ceiling_source}) -> {out_dir}/",
@@ -256,8 +257,8 @@ def _main(argv: list[str] | None, run_fn: RunFn | None, log: TextIO, calibrate_f
         first += dry_run_calibrations(suite, log)
         if first:
             print(f"  in all: ~{(est + first) / 60:.0f} min with the calibrations", file=log)
-        for d, p, reps in steps:
-            what = p.error or f"~{estimate_seconds(p, len(reps)):.0f} s{_emulated(d, p)}"
+        for (d, p, reps), seconds in zip(steps, estimates):
+            what = p.error or f"~{seconds:.0f} s{_emulated(d, p)}"
             print(f"  {d.name}: {p.label()} x{len(reps)} ({what})", file=log)
         _print_bounds(suite, log, out_dir / "topologies")
         return 0

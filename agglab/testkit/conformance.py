@@ -35,18 +35,28 @@ def _cells(bad: dict) -> str:
     return shown + (f"; and {len(bad) - 4} more" if len(bad) > 4 else "")
 
 
-def read_state(target, cells: list[tuple[str, int]], counter: bool) -> dict[tuple[str, int], int]:
-    """Registers (or counters' packet counts) read with register_read / counter_read."""
-    verb = "counter_read" if counter else "register_read"
-    answers = target.commands([f"{verb} {name} {i}" for name, i in cells])
+def _parse(answers: list[str], counter: bool) -> dict[tuple[str, int], int]:
     found = {}
     for answer in answers:
         for m in (_CTR if counter else _REG).finditer(answer):
             value = (m.group(3) or m.group(5)) if counter else m.group(3)
             found[(m.group(1), int(m.group(2)))] = int(value)
-    missing = [c for c in cells if c not in found]
-    assert not missing, f"{verb} gave no value for {missing}: {answers}"
     return found
+
+
+def read_state(target, registers: list[tuple[str, int]], counters: list[tuple[str, int]]
+               ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
+    """Registers (register_read) and counters' packet counts (counter_read), all in one
+    target.commands() call: on BMv2 each call is a simple_switch_CLI process to start, and
+    almost every vector reads both."""
+    lines = [f"register_read {name} {i}" for name, i in registers] + \
+            [f"counter_read {name} {i}" for name, i in counters]
+    answers = target.commands(lines)
+    state = (_parse(answers[:len(registers)], False), _parse(answers[len(registers):], True))
+    for cells, found, verb in ((registers, state[0], "register_read"), (counters, state[1], "counter_read")):
+        missing = [c for c in cells if c not in found]
+        assert not missing, f"{verb} gave no value for {missing}: {answers}"
+    return state
 
 
 def run_vector(target, vector: Vector, ordered: bool) -> None:
@@ -64,11 +74,10 @@ def run_vector(target, vector: Vector, ordered: bool) -> None:
                              f"{first_difference(want, got)}\n  sent:\n"
                              f"{_show([(step.port, step.frame)])}\n  expected:\n{_show(want)}\n"
                              f"  got:\n{_show(got)}")
+    regs, ctrs = read_state(target, list(vector.registers), list(vector.counters))
     if vector.registers:
-        regs = read_state(target, list(vector.registers), counter=False)
         bad = {k: (v, regs[k]) for k, v in vector.registers.items() if regs[k] != v}
         assert not bad, f"{vector.name}: registers (expected, got): {bad}\n  {_cells(bad)}"
     if vector.counters:
-        ctrs = read_state(target, list(vector.counters), counter=True)
         bad = {k: (v, ctrs[k]) for k, v in vector.counters.items() if ctrs[k] != v}
         assert not bad, f"{vector.name}: counters (expected, got): {bad}\n  {_cells(bad)}"
