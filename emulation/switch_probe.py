@@ -38,6 +38,24 @@ busy, live edges of a BMv2 fat-tree fenced and the run partitioned, about one ru
 Its threads were asleep, so the starvation test cannot tell that from a deadlock; BMv2's
 pings get BMV2_HANG_BOUND instead (a BMv2 hang is seen within about 2.6 s).
 
+The probe's own stalls. The prober is a thread of the session's process, which at 128 hosts
+also recomputes routes and reroutes in Python: while such work holds the GIL, every system
+call of the probe's sweep (a send, a /proc read per switch) waits up to a switch interval
+(5 ms) to get it back, and a sweep over 80 switches could take a second. Each ping's clock used to
+start when the sweep began, so a switch pinged at the end of a slow sweep was "late" before
+its ping had left, and was judged before it could answer: 59 live switches of a k=8
+fat-tree, 52 of them asleep, fenced at one instant right after a link failure (2026-12-06,
+docs/measurements.md). A ping's clock now starts when it was sent, so only the switch's own
+silence counts (tools-free check: 8-16 busy Python threads beside the probe, 80 idle
+switches that answer at once; before, 32 and 51 declared hung in two of three runs, after,
+none in four). A probe that stalls still reads what arrived before it judges, so it delays
+detection; it no longer invents hangs.
+
+Queued is not hung either. /proc's run delay grows only when a wait for a CPU ends, so a
+switch kept runnable but off the CPU for the whole bound (behind a reroute's real-time
+threads) showed no growth and was fenced while "running". A switch with a thread runnable
+now (state R, `runnable_now`) is starved too, and gets another bound within STARVED_LIMIT.
+
 Pings: the software switch's `ping` daemon command on its control socket (a second
 connection: the controller's may be busy with a long command); BMv2's Thrift server, one
 `bm_get_config_md5` call hand-encoded in Thrift's binary protocol (any answer proves the
@@ -80,6 +98,22 @@ def runnable_seconds(pid: int | None) -> float | None:
         except (OSError, IndexError, ValueError):
             continue                              # a thread that ended meanwhile
     return total / 1e9 if seen else None
+
+
+def runnable_now(pid: int | None) -> bool:
+    """Whether a thread of process `pid` is runnable now (state R: on a CPU or queued for one).
+    Why beside runnable_seconds: that sum grows only when a wait for a CPU ends, so a switch
+    queued the whole time since its ping (behind real-time threads) shows none of its wait."""
+    if pid is None:
+        return False
+    for path in glob.glob(f"/proc/{pid}/task/*/stat"):
+        try:
+            with open(path) as f:
+                if f.read().rpartition(")")[2].split()[0] == "R":
+                    return True
+        except (OSError, IndexError):
+            continue                              # a thread that ended meanwhile
+    return False
 
 
 STATES = {"R": "running", "S": "sleeping", "D": "waiting on I/O", "T": "stopped", "t": "stopped",
@@ -196,7 +230,8 @@ class SwitchProbe:
                     if self._sent[name] is None and self._due[name] <= now:
                         try:
                             chan.send()
-                            self._sent[name] = now
+                            # when it went, not when this sweep began: see "The probe's own stalls"
+                            self._sent[name] = time.monotonic()
                             self._waited[name] = runnable_seconds(getattr(chan, "pid", None))
                         except OSError:          # the process is gone: the exit watcher's to report
                             self._drop(name)
@@ -233,13 +268,15 @@ class SwitchProbe:
         return getattr(self._chans[name], "bound", None) or self.bound
 
     def _starved(self, name: str, now: float) -> bool:
-        """Whether late switch `name` ran or waited for a CPU (module docstring): if so its
+        """Whether late switch `name` ran, waited for a CPU or waits for one now (module
+        docstring: "Starved or busy", "Queued is not hung"): if so its
         ping's clock restarts, within STARVED_LIMIT of its last answer (under the lock)."""
+        pid = getattr(self._chans[name], "pid", None)
         before = self._waited.get(name)
-        waited = runnable_seconds(getattr(self._chans[name], "pid", None))
+        waited = runnable_seconds(pid)
         if before is None or waited is None or now - self._seen[name] > STARVED_LIMIT:
             return False
-        if waited - before <= STARVED_SHARE * (now - self._sent[name]):
+        if waited - before <= STARVED_SHARE * (now - self._sent[name]) and not runnable_now(pid):
             return False
         self._sent[name], self._waited[name] = now, waited
         self.starved[name] = self.starved.get(name, 0) + 1

@@ -383,6 +383,7 @@ def test_a_late_switch_that_waited_for_a_cpu_gets_more_time_and_a_stopped_one_do
              202: lambda: 0.0}                               # stopped: never runnable
     monkeypatch.setattr(switch_probe, "runnable_seconds", lambda pid: waits[pid]() if pid in waits else None)
     monkeypatch.setattr(switch_probe, "STARVED_LIMIT", 2.0)
+    monkeypatch.setattr(switch_probe, "runnable_now", lambda pid: False)   # 101, 202: not real processes
     hung: dict = {}
     probe = SwitchProbe(lambda name, last, t: hung.setdefault(name, t - last), bound=bound,
                         interval=interval).start()
