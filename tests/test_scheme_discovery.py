@@ -43,8 +43,9 @@ ROW = '''    Scheme("myatp", in_network=True, p4=True, sparse=False, window=DEFA
 def rename(text: str) -> str:
     """What a developer copying ATP renames: its names (tables, registers, counters, events,
     the row's key), its P4 control and classes, its flag and its P4 macros; the pool's size
-    and the counters' indices stay ATP's constants, the hosts' window helper stays shared."""
-    text = re.sub(r"\batp(?!_window)", "myatp", text)
+    and the counters' indices stay ATP's constants; the hosts' window helper, the pool's
+    numbering (ground/atp_pool.py) and the run's pool-size option (`atp_pool_slots`) stay shared."""
+    text = re.sub(r"\batp(?!_window|_pool)", "myatp", text)
     text = re.sub(r"\bAtp", "MyAtp", text)
     for old in ("AGG_FLAG_ATP", "AGGLAB_ATP_P4", "ATP_ADD_LANE"):
         text = text.replace(old, old.replace("ATP", "MYATP"))
