@@ -135,6 +135,7 @@ class RunNamespace:
         """Move the calling thread into the namespace, with /sys showing it."""
         for kind in ("net", "mnt"):
             self._back[kind] = os.open(f"/proc/thread-self/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC)
+        self._back["cwd"] = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         fd = os.open(NETNS_DIR / self.name, os.O_RDONLY | os.O_CLOEXEC)
         try:
             _setns(fd, CLONE_NEWNET, self.name)
@@ -156,6 +157,8 @@ class RunNamespace:
                 _setns(self._back["mnt"], CLONE_NEWNS, "the mount namespace the run began in")
             except OSError:       # a thread started in the run still shares this one: show root's /sys
                 _remount_sys()
+            os.fchdir(self._back["cwd"])   # setns to a mount namespace moves the thread to its "/":
+                                           # a suite's relative results/ path must still resolve
         finally:
             for fd in self._back.values():
                 os.close(fd)
