@@ -20,18 +20,7 @@ from types import SimpleNamespace
 from agglab.emulation import switch_probe
 from agglab.emulation.switch_probe import SwitchProbe, process_state, runnable_now
 from agglab.testkit.waits import wait_until
-
-
-class _Clock:
-    """The probe's time.monotonic: moves only when told; counts its reads, so the test knows
-    when the probe has looked at a new time."""
-
-    def __init__(self):
-        self.now, self.reads = 1000.0, 0
-
-    def monotonic(self) -> float:
-        self.reads += 1
-        return self.now
+from tests.test_switch_hang import _FakeClock as _Clock   # one fake monotonic clock for the probe's tests
 
 
 class _Switch:
