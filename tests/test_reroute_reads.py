@@ -25,20 +25,23 @@ ELEMENTS = 512 * K
 
 
 class Bmv2PathClient(treenet.PipeClient):
-    """A twin pipeline whose batches are not atomic (as BMv2's), noting for every agg_values
-    slot version read the switch's own agg_final and agg_bitmap cells at that moment."""
+    """A twin pipeline whose batches are not atomic (as BMv2's), noting for every
+    `{prefix}_values` slot version read the switch's own `{prefix}_final` and `{prefix}_bitmap`
+    cells at that moment (agg_ for the dense pipeline, sp_ for the sparse one)."""
 
     atomic_batches = False
-    value_reads: list = []         # (switch, r, agg_final[r], agg_bitmap[r]); set per test
+    prefix = "agg"
+    value_reads: list = []         # (switch, r, final[r], bitmap[r]); set per test
 
     def command(self, line: str) -> str:
         words = line.split()
-        if words[:1] == ["register_read_runs"] and "agg_values" in words[1].split(","):
+        if words[:1] == ["register_read_runs"] and f"{self.prefix}_values" in words[1].split(","):
             regs = self.pipeline.registers
+            final, bitmap = regs[f"{self.prefix}_final"], regs[f"{self.prefix}_bitmap"]
             for run in words[2].split(","):
                 start, count = (int(x) for x in run.split("+"))
                 for r in range(start // K, (start + count) // K):
-                    self.value_reads.append((self.name, r, int(regs["agg_final"][r]), int(regs["agg_bitmap"][r])))
+                    self.value_reads.append((self.name, r, int(final[r]), int(bitmap[r])))
         return super().command(line)
 
 
@@ -67,22 +70,11 @@ def test_a_bmv2_path_reroute_reads_the_values_of_held_slot_versions_only(tmp_pat
     assert len(reads) < 2 * 64         # not both versions of every window slot (what was read before)
 
 
-class SparseBmv2PathClient(treenet.PipeClient):
-    """As Bmv2PathClient, for the sparse pipeline's values: every sp_values slot version read,
-    with the switch's own sp_final and sp_bitmap cells at that moment."""
+class SparseBmv2PathClient(Bmv2PathClient):
+    """As Bmv2PathClient, for the sparse pipeline's sp_values."""
 
-    atomic_batches = False
-    value_reads: list = []         # (switch, r, sp_final[r], sp_bitmap[r]); set per test
-
-    def command(self, line: str) -> str:
-        words = line.split()
-        if words[:1] == ["register_read_runs"] and "sp_values" in words[1].split(","):
-            regs = self.pipeline.registers
-            for run in words[2].split(","):
-                start, count = (int(x) for x in run.split("+"))
-                for r in range(start // K, (start + count) // K):
-                    self.value_reads.append((self.name, r, int(regs["sp_final"][r]), int(regs["sp_bitmap"][r])))
-        return super().command(line)
+    prefix = "sp"
+    value_reads: list = []         # set per test
 
 
 def test_a_bmv2_path_sparse_reroute_reads_held_rounds_before_its_reset(tmp_path, monkeypatch):
