@@ -125,7 +125,13 @@ class Bmv2Switch(_ProcessSwitch):
 
         with open(self.log_path.with_suffix(".out"), "a") as out:    # which build wrote these logs
             out.write(simple_switch_note() + "\n")
+        if self.pcap:
+            self.pcap_dir.mkdir(exist_ok=True)   # simple_switch refuses a --pcap directory that does not exist
         self._spawn(self.argv(binary))
+
+    @property
+    def pcap_dir(self) -> Path:
+        return self.run.path / "pcaps"
 
     def argv(self, binary: str) -> list[str]:
         """simple_switch's command line (also what a cluster's server runs: emulation/cluster/nodes.py)."""
@@ -138,7 +144,7 @@ class Bmv2Switch(_ProcessSwitch):
         for number, intf in sorted(self.data_ports().items()):
             argv += ["-i", f"{number}@{intf}"]
         if self.pcap:
-            argv += ["--pcap", str(self.run.path / "pcaps")]
+            argv += ["--pcap", str(self.pcap_dir)]
         return argv + [self.json_path]
 
 

@@ -189,5 +189,6 @@ class RemoteBmv2Switch(_RemoteDataPlane, _OnServer, Bmv2Switch):
 
     def start(self, controllers):
         out = shlex.quote(str(self.log_path.with_suffix(".out")))
-        self._start_on_server(f"exec {' '.join(shlex.quote(a) for a in self.argv(bmv2_binary()))} "
+        mkdir = f"mkdir -p {shlex.quote(str(self.pcap_dir))} && " if self.pcap else ""
+        self._start_on_server(f"{mkdir}exec {' '.join(shlex.quote(a) for a in self.argv(bmv2_binary()))} "
                               f">>{out} 2>&1 </dev/null")
