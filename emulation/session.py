@@ -238,14 +238,14 @@ class Session:
         hangs_before = len(self.net.hang_log)
         say(f"allreduce of {spec.elements} {spec.dtype} per worker on {len(self.job.trees().trees)} "
              f"{spec.tree} tree(s), packet loss {spec.loss * 100:g}% per link direction", self.quiet)
-        probe = self.net.fidelity_probe()
+        probe, reports = self.net.fidelity_probe(), []
         try:
             with self.job.running():
                 reports, injector = run_workers(self.net, spec, self.job, self.quiet, f"run{self.runs}",
                                                 progress=self.progress, cancel=self.cancelled,
                                                 make_injector=self._chaos(spec))
         finally:
-            fidelity = probe.stop()
+            fidelity = probe.stop() if spec.cluster else probe.stop(run_seconds(reports))
         dead = self.net.check_switches()
         after = self._switch_counters()       # under the job's lock: a reroute may still be tidying up
         counted: dict[str, int] = {}          # a dead switch's counts died with it
@@ -382,6 +382,14 @@ class Session:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def run_seconds(reports: list[dict]) -> float | None:
+    """First worker's start to last worker's end, from their reports (one machine: one monotonic
+    clock); None unless every worker finished. The fidelity probe's run length (emulation/fidelity.py)."""
+    if not reports or not all(r.get("ok") and "started_at" in r and "finished_at" in r for r in reports):
+        return None
+    return max(r["finished_at"] for r in reports) - min(r["started_at"] for r in reports)
 
 
 def tenant_spec(spec: RunSpec, j: int) -> RunSpec:

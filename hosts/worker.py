@@ -64,8 +64,11 @@ def run_seat(plan: RunPlan, seat: WorkerSeat) -> int:
             prof.dump_stats(seat.out + ".prof")
         else:
             result, stats = go()
-        used = os.times()
-        report.update(ok=True, wall=time.monotonic() - started, cpu_user_s=round(used.user - cpu.user, 4),
+        used, ended = os.times(), time.monotonic()
+        # started_at/finished_at: this host's monotonic clock, so the session can tell how long the
+        # whole run took, first start to last end (emulation/fidelity.py bottleneck, run_seconds)
+        report.update(ok=True, wall=ended - started, started_at=started, finished_at=ended,
+                      cpu_user_s=round(used.user - cpu.user, 4),
                       cpu_sys_s=round(used.system - cpu.system, 4), **stats)
         report.setdefault("blocks_sent", report.get("blocks", 0))   # dense: every block travels
         report.update(memory_mb())
