@@ -390,9 +390,15 @@ def resend_seconds(spec: RunSpec, g: nx.Graph) -> float:
 
     Why it is counted: mid-call every slot is outstanding, so a reroute resends the whole
     window (the run records window x workers retransmissions per failure), and the window
-    does not shrink with the gradient. Measured on BMv2's suite (leaf-spine, 8 workers at 0.45
-    Mb/s, 11,776 int32: 185 frames a worker, window 16): RAT ran 1.11-1.16x its wire time with
-    one failure; the 16 frames resent are 8.6% of a call's (docs/measurements.md, 2026-12-07)."""
+    does not shrink with the gradient. Measured in BMv2's suite (leaf-spine, 8 workers, 0.45
+    Mb/s host links, 11,776 int32: 185 frames a worker, window 16, 128 retransmissions per
+    failure): RAT ran 1.11x the wire time without this with one failure and 1.16-1.20x with
+    two; with it, 1.00x and 0.96-0.98x (docs/measurements.md, 2026-12-07).
+
+    Why the reroute's own time is not: the freeze (recompute and install, 51-77 ms a failure
+    on BMv2, a few on the twin) idles the links for less than their htb bucket holds (0.1 s
+    of a 0.225 Mb/s uplink, ground/links.py), which refills meanwhile and is sent at once
+    after: the runs above show no cost beyond the resent frames."""
     return innet_seconds(spec, _drained(g), spec.default_window())
 
 
