@@ -318,34 +318,3 @@ def test_bml_with_a_failed_server_link_half_way_follows_the_relay_re_plan():
         bounds.wire_seconds(spec(workers=4, topology="bcube", tree="bml", bml_variant="host",
                                  fail=["h1-b1s1@0.5"]), g)
 
-
-def _row(algorithm="switchml", tree="rat", ok=True, failures=()):
-    return {"ok": ok, "spec": spec(workers=4, algorithm=algorithm, tree=tree).to_dict(), "failures": list(failures)}
-
-
-def test_a_reroutes_frozen_time_is_its_recompute_and_install_median_over_runs():
-    """Per run, the sum over its failures on a tree of recompute + install (ms); the point's
-    figure is the median over its finished runs: runs of 0.05 + 0.03 + 0.04 + 0.02 = 0.14 s,
-    0.1 s and (not finished) 9 s give 0.12 s. A failure off the trees, a partitioned one, a
-    host baseline's reroute of its routes and BML's schedule on BCube count nothing."""
-    two = [{"on_tree": True, "recompute_ms": 50, "install_ms": 30}, {"on_tree": True, "recompute_ms": 40, "install_ms": 20},
-           {"on_tree": False, "recompute_ms": None, "install_ms": None},
-           {"on_tree": True, "partitioned": True, "recompute_ms": 900, "install_ms": None}]
-    one = [{"on_tree": True, "recompute_ms": 60, "install_ms": 40}]
-    rows = [_row(failures=two), _row(failures=one), _row(ok=False, failures=[{"on_tree": True, "install_ms": 9000}])]
-    assert claim_bounds.frozen_seconds(rows) == pytest.approx(0.12)
-    assert claim_bounds.frozen_seconds([_row(algorithm="ring", tree="spt", failures=one)]) == 0.0
-    bcube = {**_row(failures=one), "spec": spec(workers=4, topology="bcube", tree="bml").to_dict()}
-    assert claim_bounds.frozen_seconds([bcube]) == 0.0
-    assert claim_bounds.frozen_seconds([]) == 0.0
-
-
-def test_the_frozen_time_joins_each_side_of_a_claims_bound():
-    """Ring / in-network, 4 workers on one 10 Mb/s switch (each host link's first 6,000 B in
-    its bucket, as above): (40,150.3 - 6,000) B = 27.32 ms over (31,714 - 6,000) B = 20.57 ms
-    at K=64; with the in-network runs frozen 2 ms by their reroutes, 27.32 / 22.57 = 1.2104."""
-    ring_s, innet_s = seconds(1.5 * G * TCP - 6000, 10), seconds(DENSE - 6000, 10)
-    ring, innet = [spec(workers=4, bw=10, algorithm="ring")], [spec(workers=4, bw=10)]
-    assert claim_bounds.wire_time_bound(ring, innet) == pytest.approx(ring_s / innet_s)
-    assert claim_bounds.wire_time_bound(ring, innet, 0.0, 0.002) == pytest.approx(ring_s / (innet_s + 0.002))
-    assert claim_bounds.wire_time_bound(innet, ring, 0.002) == pytest.approx((innet_s + 0.002) / ring_s)
