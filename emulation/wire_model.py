@@ -33,7 +33,9 @@ does, recomputed here by the code the run uses, not typed in:
   bytes at once on the shared links: the in-network schemes' trees and ATP's streams per
   job; a scheme without a WIRE_MODEL has no bound (BoundError);
 * scripted link failures (`A-B@F`): the bytes after fraction F run on the graph without
-  that link, with the trees and routes recomputed as the controller does.
+  that link, with the trees and routes recomputed as the controller does; a dense in-network
+  job whose trees used the link also resends its whole window on the new trees
+  (`resend_seconds`: the agents rebuild every outstanding packet with the new epoch).
 
 Times are in the units of the graph's rates (Mb/s: emulated seconds for a run's graph).
 """
@@ -153,10 +155,10 @@ def frames(spec: RunSpec, elements: int | None = None) -> int:
     return wire.dense_frames(spec.elements if elements is None else elements, spec.dtype, spec.default_window())
 
 
-def innet_seconds(spec: RunSpec, g: nx.Graph) -> float:
-    """Each job's trees (tenants: each its own, over its own hosts) carry its frames up and
-    its results down, all jobs at once."""
-    total = frames(spec) * wire.FRAME_BYTES
+def innet_seconds(spec: RunSpec, g: nx.Graph, nframes: int | None = None) -> float:
+    """Each job's trees (tenants: each its own, over its own hosts) carry its frames (a
+    call's, or `nframes` per worker) up and its results down, all jobs at once."""
+    total = (frames(spec) if nframes is None else nframes) * wire.FRAME_BYTES
     loads: Loads = {}
     for hosts in tenant_hosts(g, spec.jobs, spec.placement):
         ts = trees.compute(spec.tree, g, hosts)
@@ -371,9 +373,39 @@ def one_graph_seconds(spec: RunSpec, g: nx.Graph) -> float:
     return model(spec, g)
 
 
+def reroutes(spec: RunSpec, g: nx.Graph, a: str, b: str) -> bool:
+    """Whether link a-b failing on `g` makes a dense in-network job reroute: its scheme's
+    model is the trees' (`tree`, not BML's schedule) and an active tree of some job uses the
+    link (controller/tree_job.py `link_marked`: a link no tree uses changes nothing)."""
+    if spec.tree == BCUBE_TREE or WIRE_MODELS.get(spec.algorithm) != "tree":
+        return False
+    return any(trees.compute(spec.tree, g, hosts).uses(a, b) for hosts in tenant_hosts(g, spec.jobs, spec.placement))
+
+
+def resend_seconds(spec: RunSpec, g: nx.Graph) -> float:
+    """What a reroute adds on the wire: with the new epoch every worker rebuilds each packet
+    still outstanding and sends it again at once (hosts/slots.py `poll_control`), one per
+    slot of its window, on the new trees of `g`; their links were busy up to the failure, so
+    no bucket helps (`_drained`).
+
+    Why it is counted: mid-call every slot is outstanding, so a reroute resends the whole
+    window (the run records window x workers retransmissions per failure), and the window
+    does not shrink with the gradient. Measured in BMv2's suite (leaf-spine, 8 workers, 0.45
+    Mb/s host links, 11,776 int32: 185 frames a worker, window 16, 128 retransmissions per
+    failure): RAT ran 1.11x the wire time without this with one failure and 1.16-1.20x with
+    two; with it, 1.00x and 0.96-0.98x (docs/measurements.md, 2026-12-07).
+
+    Why the reroute's own time is not: the freeze (recompute and install, 51-77 ms a failure
+    on BMv2, a few on the twin) idles the links for less than their htb bucket holds (0.1 s
+    of a 0.225 Mb/s uplink, ground/links.py), which refills meanwhile and is sent at once
+    after: the runs above show no cost beyond the resent frames."""
+    return innet_seconds(spec, _drained(g), spec.default_window())
+
+
 def wire_seconds(spec: RunSpec, g: nx.Graph | None = None) -> float:
     """One allreduce's wire time on the run's network (emulated seconds), link failures
-    included: the bytes after each failure's fraction run on the graph without its link."""
+    included: the bytes after each failure's fraction run on the graph without its link,
+    and a reroute's resent window on the new trees (`resend_seconds`)."""
     g = topologies.for_run(spec) if g is None else g.copy()
     fails = sorted(spec.fail_specs, key=lambda f: f.at)
     if any(f.link is None for f in fails):
@@ -382,7 +414,10 @@ def wire_seconds(spec: RunSpec, g: nx.Graph | None = None) -> float:
     for f in fails:
         total += (f.at - done) * one_graph_seconds(spec, g)
         done = f.at
+        rerouted = reroutes(spec, g, *f.link)
         mark_link(g, *f.link, up=False)
+        if rerouted:
+            total += resend_seconds(spec, g)
     return total + (1 - done) * one_graph_seconds(spec, g)
 
 

@@ -269,34 +269,67 @@ class _Links:
                 sock.close()
 
 
+class Connected(NamedTuple):
+    """One host's connections to its BML peers, open and idle (`connect_host_bml`)."""
+    plan: Plan
+    links: _Links
+    pool: ThreadPoolExecutor
+    setup: float                  # seconds the connections took to open
+
+
+def connect_host_bml(me: str, sched, nic_ip: dict, port: int = 47000, timeout: float = 30.0) -> Connected:
+    """Open `me`'s connections to every peer of its schedule (each peer must do the same at
+    about the same time), for `run_host_bml(..., connected=...)`.
+
+    Why apart: a worker opens them before the start gate, as the other host baselines open
+    theirs (hosts/schemes/_tcp.py), so the allreduce's time is its stages', not the handshakes
+    (at 0.15 Mb/s a handshake and its hello take ~20 ms of a NIC, retried every 50 ms while a
+    peer is not listening yet), which the ring's and the PS's times never count either."""
+    start = time.monotonic()
+    plan = plan_from_json(sched) if isinstance(sched, dict) else sched
+    if me not in plan.hosts:
+        raise ValueError(f"{me!r} is not a host of this BCube({plan.n},{plan.k}) plan")
+    outs = sorted({(t.dst, t.level) for stage in plan.stages for t in stage if t.src == me})
+    ins = sorted({(t.src, t.level) for stage in plan.stages for t in stage if t.dst == me})
+    links = _Links(me, nic_ip, port, start + timeout, timeout)
+    pool = ThreadPoolExecutor(max_workers=len(outs) + len(ins) + 1, thread_name_prefix=f"bml-{me}")
+    try:
+        links.listen(sorted({l for _, l in ins}))
+        links.run(pool, [partial(links.connect, *key) for key in outs] + [partial(links.accept_all, ins)])
+    except BaseException:
+        links.close()
+        pool.shutdown(wait=True)
+        raise
+    return Connected(plan, links, pool, time.monotonic() - start)
+
+
 def run_host_bml(array: np.ndarray, me: str, sched, nic_ip: dict, port: int = 47000,
-                 timeout: float = 30.0, return_stats: bool = False):
+                 timeout: float = 30.0, return_stats: bool = False, connected: Connected | None = None):
     """Allreduce `array` with the other hosts of `sched` (BmlSchedule, Plan or plan_to_json dict).
 
     nic_ip[(host, level)] is the IP of that host's level-`level` NIC; every host listens on
     `port` of each of its NIC IPs. Returns the sum (and a stats dict if return_stats);
-    raises BmlHostError within `timeout` seconds if any peer fails.
+    raises BmlHostError within `timeout` seconds if any peer fails. With `connected`
+    (connect_host_bml, done before), the connections are already open: `timeout` then bounds
+    the stages alone, and the stats' `setup_seconds` is what opening them took.
     """
     start = time.monotonic()
-    plan = plan_from_json(sched) if isinstance(sched, dict) else sched
-    levels, count = plan.k + 1, len(plan.hosts)
-    if me not in plan.hosts:
-        raise ValueError(f"{me!r} is not a host of this BCube({plan.n},{plan.k}) plan")
     data = np.asarray(array)
     if data.ndim != 1 or data.dtype not in (np.int32, np.float32):
         raise ValueError(f"need a 1-D int32 or float32 array, got {data.dtype} with shape {data.shape}")
+    if connected is None:
+        connected = connect_host_bml(me, sched, nic_ip, port, timeout)
+    else:
+        connected.links.deadline = start + timeout
+    plan, links, pool, setup = connected
+    levels, count = plan.k + 1, len(plan.hosts)
     code = 1 if data.dtype == np.int32 else 2
     result = data.astype(DTYPES[code], copy=True)
     pieces = [np.array_split(part, count) for part in np.array_split(result, levels)]   # views of result
     outs = sorted({(t.dst, t.level) for stage in plan.stages for t in stage if t.src == me})
     ins = sorted({(t.src, t.level) for stage in plan.stages for t in stage if t.dst == me})
-    links = _Links(me, nic_ip, port, start + timeout, timeout)
     stage_seconds = []
-    pool = ThreadPoolExecutor(max_workers=len(outs) + len(ins) + 1, thread_name_prefix=f"bml-{me}")
     try:
-        links.listen(sorted({l for _, l in ins}))
-        links.run(pool, [partial(links.connect, *key) for key in outs] + [partial(links.accept_all, ins)])
-        setup = time.monotonic() - start
         for s, stage in enumerate(plan.stages):
             t0 = time.monotonic()
             sends, recvs = {}, {}

@@ -48,10 +48,11 @@ class FlowLoop:
     `send(peer, payload)` queues a message, `expect(peer, buffer, what, then)` says the next
     message from that peer fills `buffer` and calls `then()` once it is in; both may be called
     from callbacks while `run` is going. `run()` returns when every expected message arrived and
-    every queued byte went to the kernel."""
+    every queued byte went to the kernel. `on_bytes(n)`, if given, is told every n payload bytes
+    as they are read (a caller's progress by bytes, not messages: hosts/ps.py)."""
 
-    def __init__(self, mesh: Mesh, give_up: float, me: int):
-        self.give_up, self.me = give_up, me
+    def __init__(self, mesh: Mesh, give_up: float, me: int, on_bytes=None):
+        self.give_up, self.me, self.on_bytes = give_up, me, on_bytes
         self.selector = selectors.DefaultSelector()
         self.flows = {id(p): _Flow(p) for p in mesh.peers()}
         for flow in self.flows.values():
@@ -168,6 +169,8 @@ class FlowLoop:
                                     f"waited for {what} (did it fail? see its own error)")
                 flow.got += n
                 flow.last_rx = time.monotonic()
+                if self.on_bytes is not None and not flow.in_header:
+                    self.on_bytes(n)
                 if flow.got < target.nbytes:
                     continue
             if flow.in_header:

@@ -78,6 +78,10 @@ def allreduce(array, *, rank: int, peers: list[str], port: int = BASE_PORT, give
                                link_mbps=link_mbps, mesh=mesh)
 
 
+def _nothing() -> None:
+    """A sum's chunk is in: nothing more to do (its bytes were counted as they came)."""
+
+
 class _Ps:
     def __init__(self, arr, rank, n, mesh: Mesh, give_up, on_progress, chunk, layout: str = "sharded"):
         self.arr, self.rank, self.n, self.mesh = arr, rank, n, mesh
@@ -90,16 +94,20 @@ class _Ps:
         self.result = np.empty_like(arr)
         self.arrived = [0] * len(self.chunks[rank])                 # workers' pushes in, per chunk
         self.reduced = 0                                             # chunks of my shard summed
-        self.loop = FlowLoop(mesh, give_up, rank)
+        self.loop = FlowLoop(mesh, give_up, rank, self._read if on_progress else None)
         self.on_progress = on_progress
-        self.done, self.total = 0, sum(len(c) for c in self.chunks)
+        # progress: the bytes this worker receives (its shard pushed by every other, every
+        # other shard's sum), counted as they arrive (`_read`)
+        self.done = 0
+        self.total = (n - 1) * (hi - lo) * arr.itemsize + sum(b - a for j, (a, b) in enumerate(self.shards)
+                                                             if j != rank) * arr.itemsize
 
     def run(self) -> np.ndarray:
         loop, out, inc = self.loop, self.mesh.out, self.mesh.inc
         for j in self.others:                       # worker side: push shard j, expect its sum
             for c, (lo, hi) in enumerate(self.chunks[j]):
                 loop.send(out[j], self.arr[lo:hi])
-                loop.expect(out[j], self.result[lo:hi], f"the sum of shard {j} chunk {c} [{lo}:{hi}]", self._done)
+                loop.expect(out[j], self.result[lo:hi], f"the sum of shard {j} chunk {c} [{lo}:{hi}]", _nothing)
         base = self.shards[self.rank][0]
         for i in self.others:                       # server side: every worker's chunks of my shard
             for c, (lo, hi) in enumerate(self.chunks[self.rank]):
@@ -123,9 +131,16 @@ class _Ps:
             for i in self.others:
                 self.loop.send(self.mesh.inc[i], acc)
             self.reduced += 1
-            self._done()
 
-    def _done(self) -> None:
-        self.done += 1
-        if self.on_progress:
-            self.on_progress(self.done, self.total)
+    def _read(self, nbytes: int) -> None:
+        """Progress by the bytes received, as they arrive.
+
+        Why bytes, not chunks: a shard smaller than a chunk (every emulated gradient under 8 x
+        64 KiB) is one message, and all of a worker's pushes and sums travel at once, so
+        counting finished chunks moved in steps of 1/n, the first of them when the pushes were
+        nearly all in: a failure "at 30% of the blocks" came after most of the PS's bytes had
+        crossed (on both backends the PS with a failed uplink ran at 0.66-0.76x the wire time
+        the failure's fraction gives, docs/measurements.md, 2026-12-06 fifth session). Bytes
+        received advance with the wire, as a ring's steps and the in-network results do."""
+        self.done += nbytes
+        self.on_progress(self.done, self.total)

@@ -25,7 +25,7 @@ from agglab.ground.runspec import RunPlan, WorkerSeat
 from agglab.ground.start_gate import wait_to_start
 from agglab.ground.epoch_file import EpochFile  # noqa: F401 (the agents' reader, imported from here by harnesses)
 from agglab.hosts.bml import ScheduleChanged, allreduce_bml, allreduce_relay, finished, linger
-from agglab.hosts.bml_host import plan_from_json, run_host_bml
+from agglab.hosts.bml_host import connect_host_bml, plan_from_json, run_host_bml
 from agglab.hosts.communicator import Communicator
 from agglab.hosts.gradients import gradient_for
 from agglab.hosts.iterations import run_iterations
@@ -101,11 +101,14 @@ def _prepare_bml(run_plan: RunPlan, seat: WorkerSeat, data):
     if plan["variant"] == "host":
         nic_ip = {tuple([k.split("|")[0], int(k.split("|")[1])]): ip for k, ip in plan["nic_ip"].items()}
         schedule = plan_from_json(plan["schedule"])
+        # its connections open before the start gate, as the other host baselines' (Communicator.prepare)
+        connected = connect_host_bml(plan["me"], schedule, nic_ip, timeout=give_up * 3)
 
         def run():
             result, stats = run_host_bml(data, plan["me"], schedule, nic_ip, timeout=give_up * 3,
-                                         return_stats=True)
-            return result, {"packets_sent": 0, "retransmissions": 0, "bytes_sent": _get(stats, "bytes_sent")}
+                                         return_stats=True, connected=connected)
+            return result, {"packets_sent": 0, "retransmissions": 0, "bytes_sent": _get(stats, "bytes_sent"),
+                            "setup_seconds": stats["setup_seconds"]}
     else:
         progress = ProgressFile(seat.progress) if seat.progress else None
         options = dict(give_up=give_up, link_mbps=seat.link_mbps, epoch_file=run_plan.epoch_file,

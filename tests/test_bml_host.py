@@ -20,7 +20,7 @@ import pytest
 from agglab.testkit.waits import wait_until
 from agglab.controller.topologies import bcube
 from agglab.controller.trees.bml import schedule, simulate_bml
-from agglab.hosts.bml_host import (FRAME, HELLO, BmlHostError, plan_from_json, plan_to_json,
+from agglab.hosts.bml_host import (FRAME, HELLO, BmlHostError, connect_host_bml, plan_from_json, plan_to_json,
                             run_host_bml)
 
 SHAPES = [(2, 1), (3, 1)]
@@ -228,3 +228,43 @@ def test_a_wrong_frame_stops_the_host_at_once_though_another_peer_hangs():
     assert stopped_by_the_frame, "h1 waited for the silent peer instead of stopping at the bad frame"
     assert len(errors) == 1 and "stage 0" in str(errors[0]) and "from h2" in str(errors[0]) \
         and "got stage 1" in str(errors[0]), errors
+
+
+def test_connections_opened_before_the_call_carry_it_and_are_reported_apart():
+    """As a worker does before its start gate: every host opens its connections first (all
+    at once), then runs the allreduce on them; the sum is exact, and the call reports the
+    setup measured when the connections opened, not a second setup of its own."""
+    sched = schedule(bcube(3, 1))
+    plan = plan_from_json(json.loads(json.dumps(plan_to_json(sched))))
+    ips = nic_ips(sched)
+    port = free_port(ips.values())
+    arrays = {h: np.full(1001, i + 1, dtype=np.int32) for i, h in enumerate(sched.hosts)}
+    opened, results, errors = {}, {}, {}
+
+    def connect(h):
+        try:
+            opened[h] = connect_host_bml(h, plan, ips, port=port, timeout=20.0)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors[h] = e
+
+    threads = [threading.Thread(target=connect, args=(h,)) for h in sched.hosts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors and set(opened) == set(sched.hosts), errors
+
+    def run(h):
+        results[h] = run_host_bml(arrays[h], h, plan, ips, port=port, timeout=20.0, return_stats=True,
+                                  connected=opened[h])
+
+    threads = [threading.Thread(target=run, args=(h,)) for h in sched.hosts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert set(results) == set(sched.hosts)
+    for h, (out, stats) in results.items():
+        np.testing.assert_array_equal(out, np.full(1001, sum(range(1, 10)), dtype=np.int32), err_msg=h)
+        assert stats["setup_seconds"] == opened[h].setup
+        assert stats["connections"] == {"out": 4, "in": 4}

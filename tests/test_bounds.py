@@ -117,22 +117,40 @@ def test_packing_vs_one_tree_with_a_slow_uplink():
     assert one / packed == pytest.approx(4.0, rel=0.1)
 
 
+RESENT = WINDOW * FRAME       # a reroute's resend: every worker's window, 4 x 314 = 1,256 B (4,328 B)
+
+
 def test_ring_vs_rat_with_an_uplink_failing_half_way():
     """2 racks x 2 hosts, 2 spines, host links 100, uplinks 50 (1:2); l1-s1 fails at half
     the blocks. RAT: with both spines, its LP halves the gradient over them: an uplink
     carries 0.5 x 31,714 at 50 = a host link's 31,714 at 100 = 2.537 ms; after the failure
-    l1-s2 carries all of it at 50 = 5.074 ms; half of each: 3.806 ms. Ring: the one flow
-    leaving each rack (h2->h3, h4->h1) is 38,400 x 1514/1448 = 40,150.3 B on a 50 Mb/s
-    uplink, 6.424 ms, before and after (the other spine takes it). Ring/RAT = 1.688."""
+    l1-s2 carries all of it at 50 = 5.074 ms; half of each: 3.806 ms. The reroute (l1-s1 was
+    on a tree) resends every worker's window of 4 frames on the new tree: 1,256 B more on l1-s2
+    at 50 = 0.201 ms, 4.007 ms. Ring: the one flow leaving each rack (h2->h3, h4->h1) is
+    38,400 x 1514/1448 = 40,150.3 B on a 50 Mb/s uplink, 6.424 ms, before and after (the other
+    spine takes it; a host baseline resends nothing of the controller's). Ring/RAT =
+    40,150.3 / (0.75 x 31,714 + 1,256) = 1.6033 (160,601.1 / (81,961.5 + 4,328) = 1.8612)."""
     g = ideal(topologies.leaf_spine(2, 2, 2, host_bw=100, uplink_bw=50, workers=4))
     fail = ["l1-s1@0.5"]
     rat = bounds.wire_seconds(spec(workers=4, tree="rat", fail=fail), g)
     ring = bounds.wire_seconds(spec(workers=4, algorithm="ring", fail=fail), g)
-    assert rat == pytest.approx(0.5 * seconds(DENSE, 100) + 0.5 * seconds(DENSE, 50))
+    assert rat == pytest.approx(0.5 * seconds(DENSE, 100) + 0.5 * seconds(DENSE, 50) + seconds(RESENT, 50))
     assert ring == pytest.approx(seconds(1.5 * G * TCP, 50))
-    # 1.5 G x TCP / (0.75 DENSE): the same 2 G x TCP / DENSE as PS/RAT above
-    assert ring / rat == pytest.approx(TWO_G_OVER_INNET, rel=1e-3)
+    assert ring / rat == pytest.approx({64: 1.6033, 256: 1.8612}[K], rel=1e-3)
     assert g.edges["l1", "s1"].get("up", True)         # the caller's graph is left as it was
+
+
+def test_a_reroute_resends_its_window_only_when_its_trees_used_the_link():
+    """The same leaf-spine, one tree (spt: both leaves to s1, so an uplink at 50 carries a
+    whole call: 31,714 B = 5.074 ms). l1-s2, which no tree uses, failing at a quarter: no
+    reroute, nothing resent, the same tree after: 5.074 ms. l1-s1 failing at half instead: the
+    tree moves to s2, whose uplinks at 50 carry the second half as s1's did the first, and
+    every worker resends its 4 frames there: 1,256 B more at 50 = 0.201 ms; 5.275 ms."""
+    g = ideal(topologies.leaf_spine(2, 2, 2, host_bw=100, uplink_bw=50, workers=4))
+    untouched = bounds.wire_seconds(spec(workers=4, tree="spt", fail=["l1-s2@0.25"]), g)
+    assert untouched == pytest.approx(seconds(DENSE, 50))
+    moved = bounds.wire_seconds(spec(workers=4, tree="spt", fail=["l1-s1@0.5"]), g)
+    assert moved == pytest.approx(seconds(DENSE, 50) + seconds(RESENT, 50))
 
 
 def test_a_failure_picked_at_run_time_has_no_bound():
@@ -282,7 +300,8 @@ def test_a_failure_picked_at_run_time_is_bounded_by_the_link_the_run_recorded():
            "failures": [{"link": "l1-s1", "at": 0.5, "on_tree": True}]}
     concrete = resolved(row)
     assert concrete.fail == ["l1-s1@0.5"]
-    assert bounds.wire_seconds(concrete, g) == pytest.approx(0.5 * seconds(DENSE, 100) + 0.5 * seconds(DENSE, 50))
+    assert bounds.wire_seconds(concrete, g) == pytest.approx(0.5 * seconds(DENSE, 100) + 0.5 * seconds(DENSE, 50)
+                                                             + seconds(RESENT, 50))
     assert resolved({**row, "ok": False}) is None and resolved({**row, "failures": []}) is None
 
 
@@ -298,3 +317,4 @@ def test_bml_with_a_failed_server_link_half_way_follows_the_relay_re_plan():
     with pytest.raises(bounds.BoundError, match="host variant"):
         bounds.wire_seconds(spec(workers=4, topology="bcube", tree="bml", bml_variant="host",
                                  fail=["h1-b1s1@0.5"]), g)
+

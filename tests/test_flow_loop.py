@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import threading
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 from agglab.hosts import ps
+from threads import on_threads
 from agglab.hosts.diagnostics import AllreduceTimeout
 from agglab.hosts.flow_loop import FlowLoop
 from agglab.hosts.tcp_mesh import Mesh
@@ -122,3 +124,50 @@ def test_a_ps_worker_starts_a_bounded_number_of_threads_whatever_the_job_size(mo
     assert_exact(results, inputs)
     assert len(started) <= n + n * 12, started          # n: the test's own rank threads
     assert ps.threads_per_worker(n) == 13
+
+
+def test_payload_bytes_are_reported_as_they_arrive_not_per_message():
+    """A message sent in two halves: `on_bytes` hears the first half before the second is
+    sent (the sender waits for that report, not for a time), and never the frame header."""
+    peer, end = _pair(0, 1)
+    heard, first_half = [], threading.Event()
+    payload = np.arange(1000, dtype=np.int32).tobytes()            # 4,000 bytes
+
+    def on_bytes(n):
+        heard.append(n)
+        first_half.set()
+
+    def sender():
+        end.sendall(FRAME.pack(0, len(payload)) + payload[:1500])
+        first_half.wait(30)
+        end.sendall(payload[1500:])
+
+    t = threading.Thread(target=sender, daemon=True)
+    t.start()
+    out = bytearray(len(payload))
+    loop = FlowLoop(Mesh(out={}, inc={1: peer}), give_up=5.0, me=0, on_bytes=on_bytes)
+    loop.expect(peer, out, "one message", lambda: None)
+    loop.run()
+    t.join(30)
+    assert bytes(out) == payload
+    assert sum(heard) == 4000 and heard[0] <= 1500, heard
+
+
+def test_a_ps_worker_reports_progress_in_the_bytes_it_receives():
+    """Each of 4 workers receives its shard from the 3 others and the 3 other shards' sums:
+    2 x 3/4 of 40,000 int32 = 240,000 bytes, reported rising to exactly that (not in
+    messages: 6 per worker here)."""
+    n, length = 4, 40_000
+    reports = {r: [] for r in range(n)}
+    inputs = [np.full(length, r, dtype=np.int32) for r in range(n)]
+    port = 33_000 + os.getpid() % 1000
+
+    def work(rank):
+        return ps.allreduce(inputs[rank], rank=rank, peers=[f"127.0.0.{r + 1}" for r in range(n)], port=port,
+                            give_up=20, on_progress=lambda d, t: reports[rank].append((d, t)))
+
+    outs = on_threads(n, work)
+    assert all(np.array_equal(o, np.full(length, 0 + 1 + 2 + 3, dtype=np.int32)) for o in outs)
+    for rank, seen in reports.items():
+        assert seen[-1] == (240_000, 240_000), (rank, seen[-1])
+        assert all(a[0] < b[0] for a, b in zip(seen, seen[1:])), rank
