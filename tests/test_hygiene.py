@@ -26,9 +26,6 @@ TESTS = Path(__file__).resolve().parent
 
 # (file under tests/, enclosing function): why its sleep stays. Nothing else in tests/ sleeps.
 SLEEPS = {
-    ("conftest.py", "_until_no_other_network"):
-        "polls another checkout's network lease (a file lock held elsewhere) before a test starts: "
-        "waiting for a lock's release, 0.5 s between looks, up to its own limit",
     ("test_switch_hang.py", "slowly"):
         "the slowness under test: the jobs take 0.5 s to handle a failure, as under load, so the "
         "race between a restart and the watcher's ports-down is certain",
