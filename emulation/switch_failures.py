@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 from agglab.controller.topology import switches
-from agglab.emulation.switch_probe import SwitchProbe, ping_channel, process_state
+from agglab.emulation.probe_process import ProbeProcess
+from agglab.emulation.switch_probe import ping_channel, process_state
 from agglab.emulation.switch_watch import SwitchWatcher
 
 
@@ -95,7 +96,8 @@ class SwitchFailures:
             self._signal_switch(name, signal.SIGKILL)
 
         self.watcher = SwitchWatcher(exited).start()
-        self.probe = SwitchProbe(hung).start() if self.LIVENESS_PROBE else None
+        # a process of its own: its sweep never waits for this process's GIL (probe_process.py)
+        self.probe = ProbeProcess(hung).start() if self.LIVENESS_PROBE else None
         for s in switches(self.graph):
             self.watcher.add(s, self.net.get(s).proc)
             self._probe(s)

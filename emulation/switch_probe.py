@@ -38,8 +38,9 @@ busy, live edges of a BMv2 fat-tree fenced and the run partitioned, about one ru
 Its threads were asleep, so the starvation test cannot tell that from a deadlock; BMv2's
 pings get BMV2_HANG_BOUND instead (a BMv2 hang is seen within about 2.6 s).
 
-The probe's own stalls. The prober is a thread of the session's process, which at 128 hosts
-also recomputes routes and reroutes in Python: while such work holds the GIL, every system
+The probe's own stalls. The prober was a thread of the session's process, which at 128 hosts
+also recomputes routes and reroutes in Python (it now runs in a process of its own,
+emulation/probe_process.py, so the session's Python no longer delays a real hang's detection): while such work holds the GIL, every system
 call of the probe's sweep (a send, a /proc read per switch) waits up to a switch interval
 (5 ms) to get it back, and a sweep over 80 switches could take a second. Each ping's clock used to
 start when the sweep began, so a switch pinged at the end of a slow sweep was "late" before
@@ -143,6 +144,7 @@ class SoftPing:
 
     def __init__(self, path: str, pid: int | None = None):
         self.pid = pid                      # the switch's process, when local (runnable_seconds)
+        self.path = path
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(2)
         self.sock.connect(path)
@@ -162,7 +164,7 @@ class ThriftPing:
     bound = BMV2_HANG_BOUND
 
     def __init__(self, port: int, host: str = "127.0.0.1", pid: int | None = None):
-        self.pid = pid
+        self.pid, self.host, self.port = pid, host, port
         self.sock = socket.create_connection((host, port), timeout=2)
         self.sock.setblocking(False)
         self.seq = 0
@@ -179,10 +181,13 @@ class ThriftPing:
 class SwitchProbe:
     """Pings every added switch (one thread); calls `on_hang(name, last_answer, t)` in a
     thread of its own when one has not answered for `bound` seconds (or its channel's own
-    `bound`, e.g. ThriftPing's), and stops pinging it."""
+    `bound`, e.g. ThriftPing's), and stops pinging it. `on_answered(name, yes)`, if given, is
+    told (under the probe's lock: it must not wait) when a switch first answers on its channel
+    and when an answered channel is dropped (emulation/probe_process.py reports both)."""
 
-    def __init__(self, on_hang: HangCallback, bound: float = HANG_BOUND, interval: float = PING_INTERVAL):
-        self.on_hang, self.bound, self.interval = on_hang, bound, interval
+    def __init__(self, on_hang: HangCallback, bound: float = HANG_BOUND, interval: float = PING_INTERVAL,
+                 on_answered: Callable[[str, bool], None] | None = None):
+        self.on_hang, self.bound, self.interval, self.on_answered = on_hang, bound, interval, on_answered
         self._lock = threading.Lock()
         self._chans: dict[str, object] = {}
         self._sent: dict[str, float | None] = {}       # outstanding ping's send time (None: none)
@@ -220,7 +225,10 @@ class SwitchProbe:
             chan.sock.close()
         for d in (self._sent, self._due, self._seen, self._waited):
             d.pop(name, None)
-        self._answered.discard(name)
+        if name in self._answered:
+            self._answered.discard(name)
+            if self.on_answered is not None:
+                self.on_answered(name, False)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -300,6 +308,8 @@ class SwitchProbe:
                 self._drop(name)
                 continue
             if chan.answered(data):
+                if name not in self._answered and self.on_answered is not None:
+                    self.on_answered(name, True)
                 self._answered.add(name)
                 now = time.monotonic()
                 self._sent[name], self._seen[name], self._due[name] = None, now, now + self.interval

@@ -249,6 +249,38 @@ def holder_elsewhere(path: Path | None = None, alone: bool = False) -> str | Non
         os.close(fd)
 
 
+def wait_while_held_alone(path: Path | None = None, limit: float = 900.0) -> str | None:
+    """Wait (at most `limit` s) while another process holds the machine alone; None as soon as
+    none does (at once if this process holds the lease or is part of the run holding it, or no
+    lease file exists), else who still holds it when `limit` has passed.
+
+    Why not a poll of holder_elsewhere(): the release is the event, and a blocking shared flock
+    is woken by exactly that. The flock blocks in a thread of its own, joined with `limit`, so
+    no timer or signal is involved (a blocked flock cannot be given a timeout). Once granted
+    the shared lock is dropped at once: a look, like `agglab clean`'s peek, not a share; this
+    process writes no run file and is recorded by no run. After `limit` the thread stays
+    blocked until the holder ends and then lets go as well (it is a daemon)."""
+    path = Path(path or NET_LEASE)
+    if _held["count"] or _inherited():
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None                 # no lease (nothing ever ran here) or a planted symlink
+    free = threading.Event()
+
+    def look():
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)       # blocks while a run holds it exclusive
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            free.set()
+        finally:
+            os.close(fd)
+
+    threading.Thread(target=look, name="netlease-wait", daemon=True).start()
+    return None if free.wait(limit) else _read_holder(path)
+
+
 def _command() -> list[str]:
     """This process's command line, shortened to the part a user typed."""
     argv = list(sys.argv) or ["python"]

@@ -10,8 +10,10 @@ from agglab.ground.rundir import stray_interfaces
 
 
 def our_processes() -> list[str]:
-    """Processes of ours still running (software switches, workers, Mininet host shells)."""
-    out = subprocess.run(["pgrep", "-fa", r"-m agglab.softswitch|-m agglab\.hosts\.worker|mininet:[a-z]+[0-9]+|simple_switch "],
+    """Processes of ours still running (software switches, workers, Mininet host shells, a
+    network's liveness probe)."""
+    out = subprocess.run(["pgrep", "-fa", r"-m agglab.softswitch|-m agglab\.hosts\.worker|mininet:[a-z]+[0-9]+|simple_switch "
+                          r"|-m agglab\.emulation\.probe_process"],
                          capture_output=True, text=True).stdout
     return [line for line in out.splitlines() if "pgrep" not in line]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -231,3 +232,67 @@ def test_a_run_beside_another_says_it_shared_the_cpu():
     alone = json.loads(subprocess.run(argv, cwd=REPO, env=refusing_env(), capture_output=True, text=True,
                                       timeout=180, check=True).stdout)["fidelity"]
     assert alone["shared_cpu_with"] == [] and "shared" not in alone["reason"]
+
+
+# -- a test's wait for a run holding the machine alone (tests/conftest.py) --------------------
+HOLD_UNTIL_TOLD = """
+import sys
+from agglab.ground import netlease
+netlease.acquire("/somewhere/net-x", path=sys.argv[1], alone=sys.argv[2] == "alone")
+print("held", flush=True)
+sys.stdin.readline()
+netlease.release()
+print("released", flush=True)
+sys.stdin.readline()                 # alive on: the waiter must see the release, not an exit
+"""
+
+
+def _told_holder(lease: Path, mode: str) -> subprocess.Popen:
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_UNTIL_TOLD, str(lease), mode], cwd=REPO, text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=refusing_env())
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def _tell(holder: subprocess.Popen) -> str:
+    holder.stdin.write("\n")
+    holder.stdin.flush()
+    return holder.stdout.readline().strip()
+
+
+def test_the_wait_for_a_run_alone_ends_when_it_releases_and_takes_no_part_in_the_lease(tmp_path):
+    lease = secure_dir(tmp_path / "lease") / "network.lock"
+    holder = _told_holder(lease, "alone")
+    try:
+        # held: a short wait gives up naming the holder (a wait that passed anyway would say None)
+        assert f"pid {holder.pid} " in (netlease.wait_while_held_alone(lease, limit=0.2) or "None")
+        got = []
+        waiter = threading.Thread(target=lambda: got.append(netlease.wait_while_held_alone(lease, limit=120)))
+        waiter.start()
+        assert _tell(holder) == "released"
+        waiter.join(120)
+        assert not waiter.is_alive() and got == [None], got
+        # a look, not a share: no run file of ours, nothing counted, and the lock is free again
+        assert sorted(p.name for p in lease.parent.iterdir()) == ["network.lock"]
+        assert netlease._held["count"] == 0
+        netlease.acquire(tmp_path, path=lease, wait=0, alone=True)
+        netlease.release()
+    finally:
+        holder.stdin.close()
+        holder.wait(30)
+
+
+def test_the_wait_does_not_wait_for_ordinary_runs(tmp_path):
+    lease = secure_dir(tmp_path / "lease") / "network.lock"
+    holder = _told_holder(lease, "shared")
+    try:
+        assert netlease.wait_while_held_alone(lease, limit=60) is None
+        assert netlease.holder_elsewhere(lease) is None          # the same judgement as a refusal's
+        assert (lease.parent / f"{netlease.RUN_FILE}{holder.pid}").read_text().count("shared=") == 0
+    finally:
+        holder.stdin.close()
+        holder.wait(30)
+
+
+def test_the_wait_is_over_at_once_without_a_lease(tmp_path):
+    assert netlease.wait_while_held_alone(tmp_path / "never-made.lock", limit=60) is None

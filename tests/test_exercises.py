@@ -302,16 +302,27 @@ def test_p4_skeleton_fails_on_bmv2(number, tmp_path):
 @pytest.mark.root
 @pytest.mark.mininet
 @pytest.mark.slow
-def test_answers_read_off_a_real_lab_pass_the_checker(tmp_path, capsys):
+def test_answers_read_off_a_real_lab_pass_the_checker(tmp_path, capsys, monkeypatch):
     """Exercise 5's checker reruns the controller offline; the answers a student reads off a real
     `agglab lab` (the lab's defaults: fat-tree k=4, 8 workers, RAT) must pass it. Needs the
-    machine-wide network lock (AGGLAB_NET_LOCK) like every Mininet test."""
-    from agglab.lab import run_lab
+    machine-wide network lock (AGGLAB_NET_LOCK) like every Mininet test.
+
+    The script's second `trees` must follow the reroute: a command this test adds to the lab
+    (`settled`) waits for the controller's answer to the failure in its event log, where a
+    student would wait by eye (a fixed sleep came too early on a loaded machine)."""
+    from agglab.lab import LabCLI, run_lab
     from agglab.ground.runspec import RunSpec
+    from agglab.testkit.waits import wait_until
     from tests.leftovers import assert_clean
 
+    def settled(cli, line):
+        answers = ("rerouted", "no_reinstall", "partitioned", "link_failure_error")
+        wait_until(lambda: any(cli.session.events.of_kind(k) for k in answers), timeout=120,
+                   what="the controller's answer to the link failure")
+
+    monkeypatch.setattr(LabCLI, "do_settled", settled, raising=False)
     script = tmp_path / "lab.txt"
-    script.write_text("trees\nfail a1 c1\nsh sleep 5\ntrees\nevents\n")
+    script.write_text("trees\nfail a1 c1\nsettled\ntrees\nevents\n")
     run_lab(RunSpec(topology="fattree", workers=8, tree="rat", elements=30000), script=str(script))
     out = capsys.readouterr().out
     epochs = [int(e) for e in re.findall(r"^tree rat, algorithm switchml, epoch (\d+),", out, re.M)]

@@ -11,6 +11,7 @@ the tests line by line found each promise broken in places; this keeps them from
   event no helper can wait on; waiting for something is `agglab.testkit.waits.wait_until`;
 - no `assert` on a reading of the clock (`time.time()`, `monotonic()`, `perf_counter()`, or a
   name computed from one in the same function): a hang guard is wait_until's deadline;
+- no lab script in a test waits for the controller with a shell sleep between its commands;
 - every `pytest.raises` has `match=`;
 - no Hypothesis `settings` sets a deadline (tests/conftest.py's profile sets deadline=None).
 """
@@ -18,6 +19,7 @@ the tests line by line found each promise broken in places; this keeps them from
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -26,18 +28,15 @@ TESTS = Path(__file__).resolve().parent
 
 # (file under tests/, enclosing function): why its sleep stays. Nothing else in tests/ sleeps.
 SLEEPS = {
-    ("conftest.py", "_until_no_other_network"):
-        "polls another checkout's network lease (a file lock held elsewhere) before a test starts: "
-        "waiting for a lock's release, 0.5 s between looks, up to its own limit",
     ("test_switch_hang.py", "slowly"):
-        "the slowness under test: the jobs take 0.5 s to handle a failure, as under load, so the "
-        "race between a restart and the watcher's ports-down is certain",
-    ("test_lab_actions.py", "slow_say"):
-        "the slowness under test: the thread that says the outcome is preempted, and wait() must "
-        "still return only after it said it",
+        "the slowness under test, not a wait: the jobs take 0.5 s to handle a failure, as under "
+        "load, which makes the old race between a restart and the watcher's ports-down likely; "
+        "the test then waits on the watcher's own event, so no load can fail it",
 }
-# (A child process's body that must stay blocked, e.g. "time.sleep(300)" in a script string, is
-# not code of the test and is not read here.)
+# A child process's body that must stay blocked (e.g. "time.sleep(300)" in a script string, a
+# `sleep 60` process to stop or enter) is not code of the test and is not read here; those
+# bodies are killed or end on the event they wait for. What is read in strings: a lab script's
+# `sh sleep N` between its commands (waiting for the controller by the clock).
 
 # (file, function): why an assert there may read the clock. It orders time stamps; it bounds no
 # duration, so the machine's load cannot fail it.
@@ -129,7 +128,12 @@ def violations(path: Path, rel: str, sleeps: dict = SLEEPS, clock_orders: dict =
                     and any(k.arg == "deadline" and not (isinstance(k.value, ast.Constant) and k.value.value is None)
                             for k in node.keywords):
                 found.append(f"{where}: a Hypothesis deadline (the conftest profile has none)")
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and LAB_SLEEP.search(node.value):
+                found.append(f"{where}: a lab script's `sh sleep` waits by the clock; wait on the event")
     return found
+
+
+LAB_SLEEP = re.compile(r"(^|\n)\s*sh\s+sleep\b")
 
 
 def _test_files():
@@ -218,3 +222,11 @@ def test_a_deadline_guard_by_hand_is_caught(tmp_path):
     scratch.write_text("import time\n\ndef test_x():\n    deadline = time.monotonic() + 30\n"
                        "    while not ready():\n        assert time.monotonic() < deadline, 'never'\n")
     assert violations(scratch, "test_guard.py") == ["test_guard.py:6 (test_x): an assert on the wall clock"]
+
+
+def test_a_lab_script_sleeping_between_commands_is_caught(tmp_path):
+    scratch = tmp_path / "test_lab_script.py"
+    scratch.write_text('def test_x(tmp_path):\n    (tmp_path / "s").write_text("fail a1 c1\\nsh sleep 5\\ntrees\\n")\n'
+                       'CHILD = "import time; time.sleep(60)"\n')
+    assert violations(scratch, "test_lab_script.py") == [
+        "test_lab_script.py:2 (test_x): a lab script's `sh sleep` waits by the clock; wait on the event"]

@@ -384,7 +384,7 @@ def test_a_held_switch_sleeps_between_commands(reflector):
 def test_sigterm_removes_socket_and_pidfile(reflector):
     assert reflector.pidfile.read_text().strip() == str(reflector.proc.pid)
     reflector.proc.send_signal(signal.SIGTERM)
-    assert reflector.proc.wait(timeout=10) == 0
+    assert reflector.proc.wait(timeout=60) == 0
     assert not reflector.control.exists() and not reflector.pidfile.exists()
     assert "received SIGTERM" in reflector.log.read_text()
     for f in reflector.pcaps.iterdir():
@@ -393,7 +393,7 @@ def test_sigterm_removes_socket_and_pidfile(reflector):
 
 def test_shutdown_command_stops_the_switch(reflector):
     assert reflector.client.command("shutdown") == "shutting down"
-    assert reflector.proc.wait(timeout=10) == 0
+    assert reflector.proc.wait(timeout=60) == 0
     assert not reflector.control.exists()
 
 
