@@ -115,5 +115,7 @@ def check(spec: RunSpec, reports: list[dict], switch_stats: dict) -> dict:
     )
     if spec.training:          # jobs that train (hosts/iterations.py): the slowest rank's time is the job's
         result.update(iterations=spec.iterations, iterations_per_s=round(spec.iterations / seconds, 4),
-                      compute_ms=spec.compute_ms or 0.0, offset_s=reports[0].get("offset_s", 0.0))
+                      compute_ms=spec.compute_ms or 0.0, offset_s=reports[0].get("offset_s", 0.0),
+                      # the slowest rank's calls, one per iteration (what the training bound's call models)
+                      allreduce_seconds=max(reports, key=lambda r: r["seconds"]).get("allreduce_seconds"))
     return result
