@@ -19,6 +19,11 @@ the switches' and hosts' turnaround (coalescing waits, Python per frame) far mor
 the links' serialization, which a window-limited link's full htb bucket mostly hides; no
 formula of the link rates gives it. The least sample is a block that waited for no
 straggler, so the window term is the best a window can do: a lower bound on the call.
+Only ATP's workers record it: they time a block from the moment they send it. The dense
+agent times a slot from its pacer's booked departure (hosts/agent.py `send_round`), up to
+half a link bucket ahead, so its least sample is no round trip (measured at 2.5 Mb/s:
+-14 to +0.05 ms) and it records none; a point without a round trip counts bytes and
+compute only (`measured_rtt` also drops a value at or below 0).
 
     call     = max(wire_seconds, frames / window x rtt)
     training = iterations x (compute + call)
@@ -56,7 +61,7 @@ def call_seconds(spec: RunSpec, rtt_s: float | None, g: nx.Graph | None = None) 
     """One allreduce: the wire time, or the window's round trips if those take longer
     (rtt_s None: no round trip known, the wire time alone)."""
     links = wire_seconds(spec, g)
-    if not rtt_s:
+    if not rtt_s or rtt_s <= 0:
         return links
     return max(links, window_seconds(worker_frames(spec), spec.default_window(), rtt_s))
 

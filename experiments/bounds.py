@@ -46,7 +46,7 @@ def measured_rtt(rows: list[dict]) -> float | None:
     """Seconds: the median of the round trips (`rtt_min_ms`, hosts/checker.py) the ok runs'
     jobs measured; None if none did (then a training bound counts bytes and compute only)."""
     vals = [j["rtt_min_ms"] for r in rows if r.get("ok") for j in r.get("jobs") or []
-            if j.get("rtt_min_ms") is not None]
+            if j.get("rtt_min_ms") is not None and j["rtt_min_ms"] > 0]   # else no round trip
     return statistics.median(vals) / 1e3 if vals else None
 
 

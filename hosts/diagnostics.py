@@ -29,7 +29,6 @@ class AllreduceStats:
     blocks: int = 0
     slots: int = 0
     srtt: float | None = None
-    rtt_min: float | None = None  # the smallest latency sample (s): the path's round trip, no straggler in it
     epoch_changes: int = 0
     batches: int = 0              # receive batches handled (payloads per batch: how well calls amortise)
 

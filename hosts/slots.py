@@ -395,7 +395,6 @@ class SlotRun:
         finally:
             self.stats.seconds = time.monotonic() - start
             self.stats.srtt = self.rtt.srtt
-            self.stats.rtt_min = self.rtt.least
             self.tx.flush()                            # what the last results made us send leaves now
         save_versions(self.versions, self.job, [(v + r) & 1 for v, r in zip(self.v0, self.rounds)])
         if self.is_float:

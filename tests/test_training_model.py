@@ -58,6 +58,7 @@ def test_the_bound_is_the_ratio_of_training_times_at_each_points_own_round_trip(
     assert measured_rtt(static_rows) == pytest.approx(0.010)
     assert measured_rtt(atp_rows) == pytest.approx(0.050)
     assert measured_rtt([{"ok": True, "jobs": [{}]}]) is None
+    assert measured_rtt([{"ok": True, "jobs": [{"rtt_min_ms": -13.6}, {"rtt_min_ms": 0.0}]}]) is None
     # static 3 x (0.1 + 2.5025) = 7.8075 s; ATP 3 x (0.1 + max(1.196, 5.0)) = 15.3 s
     assert training_bound([static], static_rows, [atp], atp_rows) == pytest.approx(7.8075 / 15.3)
 
