@@ -403,7 +403,8 @@ def tenant_spec(spec: RunSpec, j: int) -> RunSpec:
 def _job_figures(result: dict, job: Job, spec: RunSpec) -> dict:
     """One job's entry of the result's `jobs` list."""
     keys = ("ok", "exact", "seconds", "connect_seconds", "goodput_mbps", "packets", "retransmissions",
-            "max_abs_error", "error_bound", "errors", "iterations", "iterations_per_s", "compute_ms", "offset_s")
+            "max_abs_error", "error_bound", "errors", "iterations", "iterations_per_s", "compute_ms", "offset_s",
+            "rtt_min_ms", "allreduce_seconds")
     return {"job": job.job, "hosts": list(job.workers), "slot_base": getattr(job, "slot_base", 0),
             "slots": getattr(job, "slots", None), "window": job.window, "loss": spec.loss, "seed": spec.seed,
             **{k: result[k] for k in keys if k in result}}

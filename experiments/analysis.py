@@ -106,6 +106,9 @@ def claim_bound(rows: list[dict[str, Any]], d: Definition, claim: Claim) -> tupl
     try:
         if claim.bound == "pace_model":
             return bounds.pace_model_bound(selected(rows, d, claim.num), selected(rows, d, claim.den)), ""
+        if claim.bound == "training":
+            return bounds.training_bound(specs(rows, d, claim.num), selected(rows, d, claim.num),
+                                         specs(rows, d, claim.den), selected(rows, d, claim.den)), ""
         if claim.bound == "wire_time":
             return bounds.wire_time_bound(specs(rows, d, claim.num), specs(rows, d, claim.den)), ""
     except (bounds.BoundError, ValueError, KeyError, ZeroDivisionError, OSError) as exc:

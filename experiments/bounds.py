@@ -7,7 +7,10 @@ not, the emulator (or the theory) is off, and the report says by how much.
 
 `bound: wire_time` (the default): the ratio of the numerator's and denominator's wire times,
 each from its point's own topology, rates and bytes (emulation/wire_model.py: trees, routes,
-sparse blocks and failures as the run has them). `bound: pace_model` (program: pace): the
+sparse blocks and failures as the run has them). `bound: training` (jobs that train): the
+ratio of the points' training times, each iterations x (compute + a call limited by its
+bytes or by its window's round trips, the round trip the point's runs measured;
+emulation/training_model.py). `bound: pace_model` (program: pace): the
 pure iteration model's FIFO/PACE with the emulator's measured alpha and beta, which every
 PACE run records. Ratios need no unit conversion.
 """
@@ -18,13 +21,15 @@ import math
 import statistics
 
 from agglab.emulation.pace_run import PaceOptions, model_runs
+from agglab.emulation.training_model import training_seconds
 from agglab.emulation.wire_model import BoundError, wire_seconds
 from agglab.pace.fusion import CostModel
 from agglab.pace.schedule import load_profile
 
 MATCH_TOLERANCE = 0.10                       # "matches its bound" within this fraction
 
-__all__ = ["BoundError", "MATCH_TOLERANCE", "compare", "pace_model_bound", "pace_pure_bound", "wire_time_bound"]
+__all__ = ["BoundError", "MATCH_TOLERANCE", "compare", "measured_rtt", "pace_model_bound", "pace_pure_bound",
+           "training_bound", "wire_time_bound"]
 
 
 # -- a claim's bound ------------------------------------------------------------------
@@ -35,6 +40,24 @@ def wire_time_bound(num: list, den: list) -> float:
     if not num or not den:
         raise BoundError("a point of this claim is not in this run's sweep")
     return statistics.median(map(wire_seconds, num)) / statistics.median(map(wire_seconds, den))
+
+
+def measured_rtt(rows: list[dict]) -> float | None:
+    """Seconds: the median of the round trips (`rtt_min_ms`, hosts/checker.py) the ok runs'
+    jobs measured; None if none did (then a training bound counts bytes and compute only)."""
+    vals = [j["rtt_min_ms"] for r in rows if r.get("ok") for j in r.get("jobs") or []
+            if j.get("rtt_min_ms") is not None and j["rtt_min_ms"] > 0]   # else no round trip
+    return statistics.median(vals) / 1e3 if vals else None
+
+
+def training_bound(num: list, num_rows: list[dict], den: list, den_rows: list[dict]) -> float:
+    """Numerator's training time over the denominator's (emulation/training_model.py), each
+    point's window limited by the round trip its own runs measured (measured_rtt)."""
+    if not num or not den:
+        raise BoundError("a point of this claim is not in this run's sweep")
+    rtt_num, rtt_den = measured_rtt(num_rows), measured_rtt(den_rows)
+    return (statistics.median(training_seconds(s, rtt_num) for s in num)
+            / statistics.median(training_seconds(s, rtt_den) for s in den))
 
 
 def pace_model_bound(num_rows: list[dict], den_rows: list[dict]) -> float:

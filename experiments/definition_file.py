@@ -73,8 +73,10 @@ CLAIM_KEYS = ("text", "ratio", "paper", "expect", "tolerance", "for_each", "why"
 # where: the knobs the paper's setting differs in, each swept by the wire model (experiments/where.py)
 WHERE_KEYS = ("knob", "values", "why", "with")
 # a claim's analytic bound on this network (experiments/bounds.py): wire_time (the ratio of
-# its points' wire times, from their topology, rates and bytes) or pace_model (program: pace)
-BOUND_KINDS = ("wire_time", "pace_model")
+# its points' wire times, from their topology, rates and bytes), training (jobs that train:
+# compute, and calls limited by bytes or by the window's measured round trips) or pace_model
+# (program: pace)
+BOUND_KINDS = ("wire_time", "pace_model", "training")
 PLOTS = ("time", "speedup", "failures", "shares", "scale")
 EXPECTS = ("about", "at_least", "at_most")
 

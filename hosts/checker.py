@@ -44,6 +44,15 @@ def summation_error_bound(inputs: list[np.ndarray]) -> np.ndarray:
 FLOAT32_BOUNDS = {name: summation_error_bound for name in HOST_BASELINES}
 
 
+def _median_ms(values: list) -> float | None:
+    """The median of the given seconds that are not None, in ms (None if there are none)."""
+    vals = sorted(v for v in values if v is not None)
+    if not vals:
+        return None
+    mid = len(vals) // 2
+    return round((vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2) * 1e3, 3)
+
+
 def check(spec: RunSpec, reports: list[dict], switch_stats: dict) -> dict:
     """The run's result object: ok/exact, time, goodput, packets, errors by rank."""
     errors = [f"rank {r['rank']}: {r['error']}" for r in reports if not r.get("ok")]
@@ -100,8 +109,13 @@ def check(spec: RunSpec, reports: list[dict], switch_stats: dict) -> dict:
             # of the retransmissions, the non-participants' zero probes (hosts/sparse_agent.py)
             "probes": sum(r.get("probes", 0) for r in reports)} if SCHEMES[spec.algorithm].sparse else {}),
         max_abs_error=worst, error_bound=bound,
+        # the ranks' own round trips (each rank's least latency sample, no straggler in it): the
+        # median, the round trip a window-limited call's bound takes (emulation/training_model.py)
+        rtt_min_ms=_median_ms([r.get("rtt_min") for r in reports]),
     )
     if spec.training:          # jobs that train (hosts/iterations.py): the slowest rank's time is the job's
         result.update(iterations=spec.iterations, iterations_per_s=round(spec.iterations / seconds, 4),
-                      compute_ms=spec.compute_ms or 0.0, offset_s=reports[0].get("offset_s", 0.0))
+                      compute_ms=spec.compute_ms or 0.0, offset_s=reports[0].get("offset_s", 0.0),
+                      # the slowest rank's calls, one per iteration (what the training bound's call models)
+                      allreduce_seconds=max(reports, key=lambda r: r["seconds"]).get("allreduce_seconds"))
     return result

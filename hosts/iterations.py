@@ -34,6 +34,8 @@ def run_iterations(call, spec, tenant: int, sleep=time.sleep, clock=time.monoton
         for k in ("packets_sent", "retransmissions", "duplicates_ignored", "ps_fallback_packets", "ps_packets"):
             if k in stats:
                 total[k] = total.get(k, 0) + stats[k]
+        if stats.get("rtt_min") is not None:       # the path's round trip: the least of every call's
+            total["rtt_min"] = min(total.get("rtt_min", stats["rtt_min"]), stats["rtt_min"])
     seconds = clock() - started
     return result, {**stats, **total, "seconds": seconds, "iterations": spec.iterations,
                     "compute_ms": spec.compute_ms or 0.0, "offset_s": spec.offset_of(tenant),

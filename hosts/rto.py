@@ -57,6 +57,7 @@ class RtoEstimator:
 
     def __init__(self, initial: float) -> None:
         self.srtt: float | None = None
+        self.least: float | None = None    # the smallest sample: the path's own round trip
         self.rttvar = self.peak = self.peak_at = 0.0
         self.floor, self.cap = MIN_RTO, MAX_RTO
         self.rto = max(MIN_RTO, initial)
@@ -76,6 +77,7 @@ class RtoEstimator:
         self.rto = min(self.cap, max(self.floor, self.rto))
 
     def sample(self, r: float, now: float) -> None:
+        self.least = r if self.least is None else min(self.least, r)
         if self.srtt is None:
             self.srtt, self.rttvar = r, r / 2
         else:
@@ -93,6 +95,7 @@ class RtoEstimator:
             samples = samples[1:]
             if not samples:
                 return
+        self.least = min(self.least, min(samples))
         srtt, rttvar = self.srtt, self.rttvar
         for r in samples:
             rttvar += 0.25 * (abs(srtt - r) - rttvar)

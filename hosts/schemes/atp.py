@@ -236,7 +236,7 @@ class AtpEndpoint:
         return out, {"packets_sent": sent + resent, "retransmissions": resent, "duplicates_ignored": dups,
                      "blocks": nb, "window_cuts": cw.cuts, "window_last": cw.size,
                      "window_base_ms": None if cw.base == float("inf") else round(cw.base * 1e3, 3),
-                     "rto_floor_ms": round(rto.floor * 1e3, 3) if floored else None}
+                     "rto_floor_ms": round(rto.floor * 1e3, 3) if floored else None, "rtt_min": rto.least}
 
     def _finish(self, gen: int, me: int, ps, rto: RtoEstimator) -> bool:
         """FIN until the PS acknowledges it, at most FIN_TRIES sends: True when it did. The
