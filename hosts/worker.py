@@ -76,6 +76,8 @@ def run_seat(plan: RunPlan, seat: WorkerSeat) -> int:
         ended, used = time.monotonic(), os.times()
         report["end_wait_s"] = round(wait_at_end(spec.give_up), 4)    # peers read their result meanwhile
         cpu = clock["cpu"]
+        # the two ends on this machine's CLOCK_MONOTONIC: the ranks' start and end skews (--keep)
+        report.update(passed_gate_at=clock["started"], done_at=ended)
         report.update(ok=True, wall=ended - clock["started"], cpu_user_s=round(used.user - cpu.user, 4),
                       cpu_sys_s=round(used.system - cpu.system, 4), **stats)
         report.setdefault("blocks_sent", report.get("blocks", 0))   # dense: every block travels
