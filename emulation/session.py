@@ -387,9 +387,9 @@ class Session:
 def run_seconds(reports: list[dict]) -> float | None:
     """First worker's start to last worker's end, from their reports (one machine: one monotonic
     clock); None unless every worker finished. The fidelity probe's run length (emulation/fidelity.py)."""
-    if not reports or not all(r.get("ok") and "started_at" in r and "finished_at" in r for r in reports):
+    if not reports or not all(r.get("ok") and "passed_gate_at" in r and "done_at" in r for r in reports):
         return None
-    return max(r["finished_at"] for r in reports) - min(r["started_at"] for r in reports)
+    return max(r["done_at"] for r in reports) - min(r["passed_gate_at"] for r in reports)
 
 
 def tenant_spec(spec: RunSpec, j: int) -> RunSpec:

@@ -5,7 +5,7 @@ processes rather than the network or the job. For each run the session (emulatio
 hands over the job, and this module writes the run's plan (ground/runspec.py RunPlan) with
 every worker's seat, starts one process per rank in its Mininet host (forked by the
 network's worker launcher), lets them all start together through one start gate once they are
-ready and the job's standby trees are computed, runs the spec's scripted failures (or chaos)
+ready and the job's standby trees are computed (and leave together through its end gate), runs the spec's scripted failures (or chaos)
 against the workers' progress, waits for every worker (killing what is left at the deadline
 or on cancel, with a progress bar or a line every 5 s) and reads back their reports. With
 --jobs, every tenant's workers do this together (`run_tenants`).
@@ -54,8 +54,9 @@ def run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, pro
                    for t, (tspec, job) in enumerate(tenants)]
         _open_gate(gate, [p for procs in started for p in procs], tenants[0][0], quiet,
                    [job for _, job in tenants])
-    finally:
+    except BaseException:
         gate.close()
+        raise
     first = tenants[0][0]
     deadline = time.monotonic() + first.give_up * 3 + 30 + extra_seconds(first) + per_call_allowance(
         first, sum(s.elements * s.workers for s, _ in tenants))
@@ -69,7 +70,7 @@ def run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, pro
         injector = FailureInjector(net, group or JobGroup([job for _, job in tenants]),
                                    [*spec.fail_specs, *spec.fail_switch_specs], files, spec.seed)
         injector.start()
-    _wait([p for procs in started for p in procs], deadline, quiet, files if progress else None, cancel)
+    _wait([p for procs in started for p in procs], deadline, quiet, files if progress else None, cancel, gate)
     net.worker_outputs(out_dir)
     reports = [_collect(out_dir, procs, f"job{t}-") for t, procs in enumerate(started)]
     if injector:
@@ -130,15 +131,21 @@ def _start_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, out_dir: Path,
 
 
 def _wait(procs: list, deadline: float, quiet: bool, progress_files: list[Path] | None = None,
-          cancel: threading.Event | None = None) -> None:
+          cancel: threading.Event | None = None, gate: StartGate | None = None) -> None:
     """Until every worker exits (killed at the deadline or on cancel); a progress bar over
-    `progress_files`, else a line every 5 s."""
+    `progress_files`, else a line every 5 s. With the run's `gate`, its end gate opens once
+    every worker has its result or one exited (ground/start_gate.py), and on the way out."""
     started = last = time.monotonic()      # the first line after 5 s, not "0/N finished after 0 s"
     bar = ProgressBar(progress_files) if progress_files else None
+    alive = lambda: all(p.poll() is None for _, p, _ in procs)   # noqa: E731
     try:
         for rank, proc, log in procs:
             while proc.poll() is None:
+                if gate is not None:
+                    gate.open_end_when_done(len(procs), alive)
                 if time.monotonic() > deadline or (cancel is not None and cancel.is_set()):
+                    if gate is not None:
+                        gate.close()       # the finished ones write their reports first
                     proc.kill()
                     break
                 if bar:
@@ -150,6 +157,8 @@ def _wait(procs: list, deadline: float, quiet: bool, progress_files: list[Path] 
                 time.sleep(0.05)
             log.close()
     finally:
+        if gate is not None:
+            gate.close()
         if bar:
             bar.close()
 
@@ -180,9 +189,10 @@ def run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, name
         procs = _start_workers(net, spec, job, out_dir, "", module, extra_args, gate=gate)
         if gate:
             _open_gate(gate, procs, spec, quiet, [job])
-    finally:
+    except BaseException:
         if gate:
             gate.close()
+        raise
     injector = None
     if make_injector is not None:             # --chaos (emulation/chaos.py)
         injector = make_injector([out_dir / f"rank{r}.progress" for r in range(len(job.workers))])
@@ -194,7 +204,7 @@ def run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, name
     deadline = time.monotonic() + (deadline_s or spec.give_up * 3 + 30 + extra_seconds(spec)
                                    + per_call_allowance(spec, spec.elements * spec.workers))
     files = [out_dir / f"rank{r}.progress" for r in range(len(job.workers))]
-    _wait(procs, deadline, quiet, files if progress else None, cancel)
+    _wait(procs, deadline, quiet, files if progress else None, cancel, gate)
     net.worker_outputs(out_dir)
     reports = _collect(out_dir, procs)
     if injector:

@@ -65,7 +65,7 @@ def allreduce(array, *, transport: Transport, rank: int, workers: int, job: int 
               timeout: float = 0.02, give_up: float = 10.0, return_stats: bool = False,
               tree_of_slot=None, control=None, on_progress=None, sparse: bool = False,
               block_size: int | None = None, lookahead: int | None = None, link_mbps: float | None = None,
-              tree_mbps: dict | None = None, **sparse_options):
+              tree_mbps: dict | None = None, ready=None, **sparse_options):
     """Sum `array` (float32 or int32, any shape/length) over `workers` agents via the switch.
 
     Returns an array of the same shape and dtype, or (array, AllreduceStats) with
@@ -79,6 +79,8 @@ def allreduce(array, *, transport: Transport, rank: int, workers: int, job: int 
     packet leaves the link rather than when it is queued (hosts/slots.py `leaves`).
     `tree_mbps` (tree id -> its slowest link's Mb/s, from the epoch file) keeps the timers
     above the queue a full window makes there (hosts/slots.py `path_rates`).
+    `ready()`, if given, is called once the call's state is built, just before its first packet
+    (hosts/communicator.py `ready`: the start gate).
     Raises a ConsistencyError subclass (LengthMismatchError, DtypeMismatchError,
     WindowMismatchError, WorkerCountMismatchError) when the workers disagree.
     `sparse=True` runs the block-sparse pipeline instead (hosts/sparse_agent.py; only
@@ -91,7 +93,8 @@ def allreduce(array, *, transport: Transport, rank: int, workers: int, job: int 
             array, transport=transport, rank=rank, workers=workers, job=job, tree=tree,
             epoch=epoch, window=window, timeout=timeout, give_up=give_up,
             return_stats=return_stats, tree_of_slot=tree_of_slot, control=control,
-            on_progress=on_progress, link_mbps=link_mbps, tree_mbps=tree_mbps, **extra, **sparse_options)
+            on_progress=on_progress, link_mbps=link_mbps, tree_mbps=tree_mbps, ready=ready, **extra,
+            **sparse_options)
     if block_size is not None or lookahead is not None or sparse_options:
         raise TypeError(f"block_size, lookahead and {sorted(sparse_options)} apply to sparse=True only")
     arr, window = check_call(array, rank, workers, window)
@@ -99,6 +102,7 @@ def allreduce(array, *, transport: Transport, rank: int, workers: int, job: int 
     run = DenseRun(arr, transport, rank, workers, job, tree, epoch, window, timeout, give_up,
                    tree_of_slot, control, on_progress, link_mbps)
     run.path_rates(tree_mbps)
+    run.ready = ready
     out = run.run()
     return (out, run.stats) if return_stats else out
 

@@ -34,7 +34,7 @@ from agglab.ground.priority import as_batch_work
 from agglab.ground.progress import ProgressFile, interval_for as progress_interval
 from agglab.ground.runspec import RunPlan
 from agglab.ground.timerslack import set_timer_slack
-from agglab.hosts.schemes import PREPARE, RUNNERS, SERVICE_TRANSPORT
+from agglab.hosts.schemes import CALLS_READY, PREPARE, RUNNERS, SERVICE_TRANSPORT
 from agglab.hosts import tcp_mesh as mesh_ports   # its BASE_PORT read at use (a harness moves it)
 from agglab.hosts.tcp_mesh import open_mesh
 from agglab.hosts.tcp_peer import hello_for
@@ -62,6 +62,7 @@ class Communicator:
         self._mesh = None                  # the host baselines' connections (tcp_mesh)
         self._setup_seconds = 0.0          # what opening them took, reported with the next call
         self.call_log: list[tuple[int, float]] = []     # (bytes, seconds) of every call: its cost
+        self.on_ready = None               # called once, by `ready` (hosts/worker.py: the start gate)
         if self.spec.algorithm in SERVICE_TRANSPORT:
             self.transport         # its socket open before the first call (and the start gate)
 
@@ -120,9 +121,22 @@ class Communicator:
         """Sum of `array` (int32 or float32, same shape on every rank) over the job's workers."""
         return self.allreduce_with_stats(array)[0]
 
+    def ready(self) -> None:
+        """Called by a scheme's runner once its call's own state is built (the block masks,
+        the wire bytes, the per-slot lists), just before its first packet; the first time, it
+        runs `on_ready` (hosts/worker.py's start gate: the session starts every rank together
+        only once each has built its state, so the time measured is the collective's, not
+        its ranks' set-up on shared cores). A scheme whose module does not say CALLS_READY is
+        given it before its call."""
+        hook, self.on_ready = self.on_ready, None
+        if hook is not None:
+            hook()
+
     def allreduce_with_stats(self, array):
         """(sum, stats): the scheme's runner from `RUNNERS`."""
         array = np.asarray(array)
+        if self.spec.algorithm not in CALLS_READY:
+            self.ready()
         started = time.monotonic()
         result, self.last_stats = RUNNERS[self.spec.algorithm](self, array)
         self.call_log.append((array.nbytes, time.monotonic() - started))
@@ -154,7 +168,7 @@ class Communicator:
                 "epoch": self._route.get("epoch", 0), "tree_of_slot": self._route.get("tree_of_slot"),
                 "tree_mbps": self._route.get("tree_mbps"),
                 "control": self.poll_route if self._watcher else None, "return_stats": True,
-                "link_mbps": self.seat.link_mbps, "on_progress": self.block_progress}
+                "link_mbps": self.seat.link_mbps, "on_progress": self.block_progress, "ready": self.ready}
 
 
 def rank_program(description: str, input_help: str, body, argv: list[str] | None = None) -> int:

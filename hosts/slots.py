@@ -148,6 +148,7 @@ class SlotRun:
         self.parked: list[int] = []             # slots whose timer waits for a first result
         self.hold = False                       # the controller is rerouting: no resends until it is done
         self.rtt = RtoEstimator(timeout)
+        self.ready = None                       # called by run() before its first packet (the start gate)
         # the host's own link: seconds per byte (0: not known, so no queue is modelled). A
         # transport that paces (UdpTransport.pace) sends a little under the link rate
         # (ground/links.py): the departure clock runs at the pacer's rate, or timers would
@@ -359,6 +360,8 @@ class SlotRun:
 
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> np.ndarray:
+        if self.ready is not None:              # the call's state is built: the start gate
+            self.ready()
         start = last = time.monotonic()
         self.remaining = self.S
         try:

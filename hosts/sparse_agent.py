@@ -88,7 +88,7 @@ def allreduce(array, *, transport, rank: int, workers: int, job: int = 0, tree: 
               give_up: float = 10.0, return_stats: bool = False, tree_of_slot=None,
               control=None, on_progress=None, sparse: bool = True, block_size: int = K,
               lookahead: int = DEFAULT_LOOKAHEAD, every_round: bool = False,
-              link_mbps: float | None = None, tree_mbps: dict | None = None):
+              link_mbps: float | None = None, tree_mbps: dict | None = None, ready=None):
     """Sparse allreduce; arguments and return as agglab.hosts.agent.allreduce, stats are SparseStats.
 
     block_size (a multiple of K) decides what counts as a non-zero block; lookahead
@@ -106,6 +106,7 @@ def allreduce(array, *, transport, rank: int, workers: int, job: int = 0, tree: 
     run = SparseRun(arr, transport, rank, workers, job, tree, epoch, window, timeout, give_up,
                     tree_of_slot, control, on_progress, block_size, lookahead, every_round, link_mbps)
     run.path_rates(tree_mbps)
+    run.ready = ready                  # the start gate, once the masks and announcements are built
     out = run.run()
     return (out, run.stats) if return_stats else out
 

@@ -22,7 +22,7 @@ from agglab.ground.priority import as_batch_work
 from agglab.ground.progress import ProgressFile
 from agglab.ground.timerslack import set_timer_slack
 from agglab.ground.runspec import RunPlan, WorkerSeat
-from agglab.ground.start_gate import wait_to_start
+from agglab.ground.start_gate import wait_at_end, wait_to_start
 from agglab.ground.epoch_file import EpochFile  # noqa: F401 (the agents' reader, imported from here by harnesses)
 from agglab.hosts.bml import ScheduleChanged, allreduce_bml, allreduce_relay, finished, linger
 from agglab.hosts.bml_host import connect_host_bml, plan_from_json, run_host_bml
@@ -46,29 +46,40 @@ def main(argv: list[str] | None = None) -> int:
 def run_seat(plan: RunPlan, seat: WorkerSeat) -> int:
     """Run one rank; write <out>.npy and <out>.json (ok, error or stats) for the session.
 
-    Everything a rank needs before its first packet (its input, imports, sockets) is done
-    before the start gate (ground/start_gate.py), so the time measured is the allreduce's."""
+    Everything a rank needs before its first packet (its input, imports, sockets, and the
+    call's own state: `Communicator.ready`) is done before the start gate, and the rank
+    writes its files only after the end gate (ground/start_gate.py), so the time measured is
+    the allreduce's: from every rank ready to this rank holding the result."""
     spec = plan.spec
     report: dict = {"rank": seat.rank, "ok": False}
+    clock: dict = {}
+
+    def at_start_gate() -> None:
+        """Once: what this rank cost before its first packet, then the start gate."""
+        if clock:
+            return
+        ready = os.times()           # imports, input, socket, the call's state
+        report["start_cpu_s"] = round(ready.user + ready.system, 4)
+        report["gate_wait_s"] = round(wait_to_start(spec.give_up * 3), 4)
+        clock.update(started=time.monotonic(), cpu=os.times())
     try:
         data = gradient_for(spec, seat.rank)
         prepare = _prepare_bml if seat.bml_plan else _prepare_scheme
-        go = prepare(plan, seat, data)
-        ready = os.times()           # what this rank cost before its first packet: imports, input, socket
-        report["start_cpu_s"] = round(ready.user + ready.system, 4)
-        report["gate_wait_s"] = round(wait_to_start(spec.give_up * 3), 4)
-        started, cpu = time.monotonic(), os.times()
+        go = prepare(plan, seat, data, at_start_gate)
         if os.environ.get("AGGLAB_PROFILE"):
             prof = cProfile.Profile(time.process_time)
             result, stats = prof.runcall(go)
             prof.dump_stats(seat.out + ".prof")
         else:
             result, stats = go()
-        used, ended = os.times(), time.monotonic()
-        # started_at/finished_at: this host's monotonic clock, so the session can tell how long the
-        # whole run took, first start to last end (emulation/fidelity.py bottleneck, run_seconds)
-        report.update(ok=True, wall=ended - started, started_at=started, finished_at=ended,
-                      cpu_user_s=round(used.user - cpu.user, 4),
+        at_start_gate()              # (passed already, unless the call failed before it)
+        ended, used = time.monotonic(), os.times()
+        report["end_wait_s"] = round(wait_at_end(spec.give_up), 4)    # peers read their result meanwhile
+        cpu = clock["cpu"]
+        # the two ends on this machine's CLOCK_MONOTONIC: the ranks' start and end skews (--keep),
+        # and the run's own length, first start to last end (emulation/fidelity.py run_seconds)
+        report.update(passed_gate_at=clock["started"], done_at=ended)
+        report.update(ok=True, wall=ended - clock["started"], cpu_user_s=round(used.user - cpu.user, 4),
                       cpu_sys_s=round(used.system - cpu.system, 4), **stats)
         report.setdefault("blocks_sent", report.get("blocks", 0))   # dense: every block travels
         report.update(memory_mb())
@@ -80,21 +91,27 @@ def run_seat(plan: RunPlan, seat: WorkerSeat) -> int:
     return 0 if report["ok"] else 1
 
 
-def _prepare_scheme(plan: RunPlan, seat: WorkerSeat, data):
+def _prepare_scheme(plan: RunPlan, seat: WorkerSeat, data, at_start_gate):
     """Any scheme of ground/schemes.py: its runner in the hosts' one registry
-    (hosts/schemes RUNNERS), with the progress file counting blocks."""
+    (hosts/schemes RUNNERS), with the progress file counting blocks. The call passes the
+    start gate once its state is built (`Communicator.ready`); a job that trains passes it
+    before its offset and first compute (hosts/iterations.py: its clock starts there)."""
     comm = Communicator(plan, seat.rank, block_progress=True)
     comm.prepare(data)                  # before the start gate: a baseline's connections
+    comm.on_ready = at_start_gate
 
     def once():
         result, stats = comm.allreduce_with_stats(data)
         return result, _stats_dict(stats)
     if plan.spec.training:              # jobs that train (hosts/iterations.py)
-        return lambda: run_iterations(once, plan.spec, plan.spec.tenant)
+        def train():
+            comm.ready()
+            return run_iterations(once, plan.spec, plan.spec.tenant)
+        return train
     return once
 
 
-def _prepare_bml(run_plan: RunPlan, seat: WorkerSeat, data):
+def _prepare_bml(run_plan: RunPlan, seat: WorkerSeat, data, at_start_gate):
     with open(seat.bml_plan) as f:
         plan = json.load(f)
     give_up = run_plan.spec.give_up
@@ -136,6 +153,7 @@ def _prepare_bml(run_plan: RunPlan, seat: WorkerSeat, data):
                         current = json.load(f)
 
     def go():
+        at_start_gate()
         started = time.monotonic()
         result, stats = run()
         stats["seconds"] = time.monotonic() - started

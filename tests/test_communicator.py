@@ -120,3 +120,43 @@ def test_a_training_loop_of_sparse_calls_is_exact(tmp_path):
     for got in on_threads(n, work):
         for out, step in zip(got, steps):
             assert np.array_equal(out, step[0] + step[1])
+
+
+@pytest.mark.parametrize("algorithm", ["switchml", "omnireduce"])
+def test_the_start_gate_is_passed_once_before_a_ranks_first_packet(tmp_path, algorithm):
+    """The agents call Communicator.ready once the call's state is built: before that rank sent
+    anything, once for the first call only (hosts/worker.py hangs the start gate on it)."""
+    n = 3
+    net = sparse_net(n) if algorithm == "omnireduce" else FakeNet(n, backend="pipeline")
+    net.record = True
+    p = plan(tmp_path, n, algorithm=algorithm)
+    arrays = [np.where(np.arange(4096) % 97 == r, r + 1, 0).astype(np.int32) for r in range(n)]
+
+    def work(r):
+        comm = Communicator(p, r, transport=net.transports[r])
+        seen = []
+        comm.on_ready = lambda: seen.append(sum(1 for rank, *_ in list(net.sent) if rank == r))
+        sums = [comm.allreduce(arrays[r]) for _ in range(2)]
+        return seen, sums
+
+    for seen, sums in on_threads(n, work):
+        assert seen == [0]                   # once, and nothing of this rank on the wire yet
+        for got in sums:
+            assert np.array_equal(got, sum(arrays))
+    assert {rank for rank, *_ in net.sent} == set(range(n))
+
+
+def test_a_scheme_that_does_not_call_ready_gets_it_before_its_call(tmp_path, monkeypatch):
+    from agglab.hosts.schemes import CALLS_READY, RUNNERS
+    name = next(s for s in sorted(RUNNERS) if s not in CALLS_READY)
+    order = []
+
+    def runner(comm, array):
+        order.append("call")
+        return array, {}
+    monkeypatch.setitem(RUNNERS, name, runner)
+    comm = Communicator(plan(tmp_path, 1, algorithm=name), 0, transport=object())
+    comm.on_ready = lambda: order.append("ready")
+    comm.allreduce(np.arange(4, dtype=np.int32))
+    comm.allreduce(np.arange(4, dtype=np.int32))
+    assert order == ["ready", "call", "call"]

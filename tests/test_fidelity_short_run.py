@@ -60,8 +60,8 @@ def test_a_long_run_keeps_its_inner_interval_rate():
 
 
 def test_run_seconds_spans_first_start_to_last_end():
-    reports = [{"ok": True, "started_at": 10.02, "finished_at": 10.15},
-               {"ok": True, "started_at": 10.0, "finished_at": 10.175}]
+    reports = [{"ok": True, "passed_gate_at": 10.02, "done_at": 10.15},
+               {"ok": True, "passed_gate_at": 10.0, "done_at": 10.175}]
     assert abs(run_seconds(reports) - 0.175) < 1e-9
     assert run_seconds(reports + [{"ok": False, "error": "x"}]) is None      # a worker failed
     assert run_seconds([{"ok": True, "wall": 0.2}]) is None                  # a report without clocks

@@ -106,6 +106,8 @@ def test_hosts_have_a_runner_per_scheme():
     assert set(host_schemes.discover()) == set(RUNNERS) == set(schemes.NAMES)
     assert host_schemes.SERVICE_TRANSPORT == {"switchml", "omnireduce"}     # the agents' UDP transport
     assert set(host_schemes.PREPARE) == set(schemes.HOST_BASELINES)         # their TCP connections
+    # the in-network agents build their call's state before the start gate (Communicator.ready)
+    assert host_schemes.CALLS_READY == {"switchml", "omnireduce", "atp"}
 
 
 def test_controller_has_an_installer_per_scheme_and_a_carry_per_tree_scheme():

@@ -64,6 +64,7 @@ from agglab.emulation.network import THRIFT_BASE, EmulatedNetwork
 from agglab.ground import addresses
 from agglab.ground.cleanup import clean
 from agglab.ground.rundir import RunRecord, kill_pids
+from agglab.ground.start_gate import END_ENV
 
 
 class ForwardedClient(SoftSwitchClient):
@@ -346,6 +347,7 @@ class ClusterNetwork(ClusterHangs, EmulatedNetwork):
             self.agents[remote.server.name].watch(out_dir)
             self._pushed.add(key)
         keep = {**agglab_env(env), **{k: env[k] for k in ("PYTHONPATH",) if k in env}}
+        keep.pop(END_ENV, None)       # the end gate's pipes do not cross ssh: the worker passes through
         if gate is not None:
             keep["AGGLAB_START_FDS"] = "3,4"
         command = node.worker_command(argv, keep, cwd, log.name, gate is not None)

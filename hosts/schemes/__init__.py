@@ -8,6 +8,9 @@ Why a package: a scheme's runner used to be a function in hosts/communicator.py 
     SERVICE_TRANSPORT = True                  # optional: it sends to the service address
                                               # (comm.transport, opened before the first call)
     prepare(comm, array)                      # optional: what it sets up before its first call
+    CALLS_READY = True                        # optional: its allreduce calls comm.ready() once
+                                              # the call's own state is built, before its first
+                                              # packet (else the communicator calls it first)
 
 and the registries below are built from them, never edited by hand.
 """
@@ -31,3 +34,4 @@ MODULES: dict[str, ModuleType] = {name: importlib.import_module(f"{__name__}.{na
 RUNNERS: dict[str, Callable] = {name: m.allreduce for name, m in MODULES.items()}
 SERVICE_TRANSPORT: frozenset[str] = frozenset(n for n, m in MODULES.items() if getattr(m, "SERVICE_TRANSPORT", False))
 PREPARE: dict[str, Callable] = {n: m.prepare for n, m in MODULES.items() if hasattr(m, "prepare")}
+CALLS_READY: frozenset[str] = frozenset(n for n, m in MODULES.items() if getattr(m, "CALLS_READY", False))

@@ -54,6 +54,7 @@ FIN_BLOCK = (1 << SEQ_BITS) - 1   # block index of a worker's FIN: "I have every
 TO_ALL = wire.CONST["ATP_TO_ALL"]  # agg_h worker of the PS's one copy of a result (--atp-multicast)
 FIN_TRIES = 6                     # FIN sends without acknowledgement before a worker returns anyway
 BUFFER = 4 << 20
+CALLS_READY = True                # allreduce calls comm.ready() once its endpoint and rows are built
 
 
 def _socket(ip: str) -> socket.socket:
@@ -419,6 +420,7 @@ def allreduce(comm, array):
                                            pool_slots=comm.spec.atp_pool_slots)
     array = np.asarray(array)
     rows = _blocks(array)
+    comm.ready()                     # the start gate (hosts/communicator.py)
     started = time.monotonic()
     if comm.rank == 0:
         out, stats = endpoint.serve(rows, comm.workers, comm.spec.give_up, comm.block_progress)

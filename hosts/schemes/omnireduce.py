@@ -6,6 +6,7 @@ from __future__ import annotations
 from agglab.hosts.sparse_agent import allreduce as sparse
 
 SERVICE_TRANSPORT = True
+CALLS_READY = True        # the agent calls comm.ready() once its call's state is built
 
 
 def allreduce(comm, array):
