@@ -18,7 +18,9 @@ from mininet.node import Switch
 from agglab.controller.bmv2_tools import find_bmv2_tool, simple_switch_note
 from agglab.ground import lifeline
 from agglab.ground.paths import IMPORT_ROOT
-from agglab.ground.rundir import RunRecord
+from agglab.ground.rundir import Refused, RunRecord
+
+SUN_PATH_MAX = 107             # a Unix socket address's path, bytes (108 with its NUL)
 from agglab.softswitch.launcher import Launcher
 
 LAUNCHER_LABEL = "switch launcher"       # its line in the run's pids (not a data plane)
@@ -137,8 +139,12 @@ class Bmv2Switch(_ProcessSwitch):
         """simple_switch's command line (also what a cluster's server runs: emulation/cluster/nodes.py)."""
         # the notifications socket defaults to /tmp/bmv2-<device>-notifications.ipc, shared by
         # every simple_switch on the machine: another run's switch would stop ours from starting
+        ipc = f"{self.run.path}/{self.name}-notifications.ipc"
+        if len(ipc.encode()) > SUN_PATH_MAX:      # simple_switch aborts (SIGABRT) on a longer one
+            raise Refused(f"BMv2's notification socket {ipc} is longer than a socket address allows "
+                               f"({SUN_PATH_MAX} bytes): give AGGLAB_RUN_ROOT a shorter directory")
         argv = [binary, "--device-id", str(self.device_id), "--thrift-port", str(self.thrift_port),
-                "--notifications-addr", f"ipc://{self.run.path}/{self.name}-notifications.ipc",
+                "--notifications-addr", f"ipc://{ipc}",
                 "--log-file", str(self.log_path.with_suffix("")), "--log-level",
                 os.environ.get("AGGLAB_BMV2_LOG_LEVEL", "warn")]   # per-packet logging halves BMv2's rate
         for number, intf in sorted(self.data_ports().items()):

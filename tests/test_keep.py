@@ -101,10 +101,14 @@ def test_kept_run_has_logs_commands_events_result_and_decodable_pcaps(tmp_path):
 @pytest.mark.skipif(shutil.which("tshark") is None, reason="needs Debian's tshark (scripts/install-system.sh)")
 def test_bmv2_run_kept_with_pcaps(tmp_path):
     """`--pcap` on BMv2: simple_switch refuses a --pcap directory that does not exist, so the
-    network makes it; its per-port pcaps decode into what worker 0 sent and got back."""
+    network makes it; its per-port pcaps decode into what worker 0 sent and got back. (In the
+    default run root: a run root as long as pytest's makes BMv2's notification socket path too
+    long, which the next test shows is refused in one line.)"""
     keep = tmp_path / "kept"
-    proc = _agglab("allreduce", "--backend", "bmv2", "--workers", str(WORKERS), "--elements", str(ELEMENTS),
-                   "--keep", str(keep), "--pcap", "--json", root=tmp_path / "runs")
+    env = {k: v for k, v in os.environ.items() if k != "AGGLAB_RUN_ROOT"}   # BMv2's socket paths must be short
+    proc = subprocess.run([sys.executable, "-m", "agglab", "allreduce", "--backend", "bmv2", "--workers", str(WORKERS),
+                           "--elements", str(ELEMENTS), "--keep", str(keep), "--pcap", "--json"], cwd=REPO,
+                          env=dict(env, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)["exact"]
     names = {p.name for p in (keep / "pcaps").glob("*.pcap")}
@@ -114,3 +118,15 @@ def test_bmv2_run_kept_with_pcaps(tmp_path):
     assert sent and {r["agglab.worker"] for r in sent} == {"0"}
     assert {int(r["agglab.block"]) for r in back} == set(range(ELEMENTS // wire.K))   # every block's result came back
     assert all(r["agglab.flags.result"] in ("1", "True") for r in back)
+
+
+@pytest.mark.bmv2
+def test_bmv2_socket_path_too_long_is_one_line(tmp_path):
+    """simple_switch aborts (SIGABRT, no message) on a notification socket path longer than a
+    socket address; the network refuses such a run root first, saying what to do."""
+    deep = tmp_path / ("d" * 60)
+    proc = _agglab("allreduce", "--backend", "bmv2", "--workers", "2", "--elements", "640", root=deep)
+    assert proc.returncode != 0
+    assert "longer than a socket address allows (107 bytes): give AGGLAB_RUN_ROOT a shorter directory" in proc.stderr, \
+        proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
