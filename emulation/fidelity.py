@@ -30,7 +30,7 @@ import json
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from agglab.ground import netlease, wire
@@ -300,6 +300,11 @@ class FidelityProbe(_Sampling):
         self.labels: dict[int, str] = {}
         self._thread_for("fidelity-probe")
         self.started = self.finished = 0.0
+        self.begun: float | None = None
+
+    def begin(self) -> None:
+        """The timed allreduce starts now (the start gate opened): judge what follows only."""
+        self.begun = time.monotonic()
 
     def start(self) -> "FidelityProbe":
         self.started = time.monotonic()
@@ -337,7 +342,7 @@ class FidelityProbe(_Sampling):
     # -- the verdict ---------------------------------------------------------------
     def summary(self, run_seconds: float | None = None) -> dict:
         return shared_cpu(summarize(self.directions, self.cpu, self.labels, [self.machine], os.cpu_count() or 1,
-                                    self.started, self.finished, run_seconds))
+                                    self.started, self.finished, run_seconds, self.begun))
 
 
 def shared_cpu(record: dict) -> dict:
@@ -354,62 +359,20 @@ def shared_cpu(record: dict) -> dict:
 COUNTERS = ("tx_bytes", "rx_bytes", "tx_packets", "rx_packets")
 
 
-class ServerSampler(_Sampling):
-    """The probe's sampling half on one server of a cluster (its agent runs it,
-    emulation/cluster/agent.py): the counters of the interfaces it is given, the CPU time of
-    every process whose pid file lies in one of `dirs()` (keyed by the file's stem: a switch's
-    or a host's name), the server's busy time. `stop()` returns them JSON-ready, with this
-    server's clock, for the head to merge (emulation/cluster/fidelity.py).
-
-    Why on the server: the counters and processes are there; reading them over ssh once per
-    sample would cost a round trip per server every 0.1 s."""
-
-    def __init__(self, intfs: list[str], dirs, interval: float = SAMPLE_SECONDS):
-        self.intfs, self.dirs, self.interval = list(intfs), dirs, interval
-        self.counters: dict[str, list] = {i: [] for i in self.intfs}
-        self.cpu: dict[str, list] = {}
-        self.machine: list = []
-        self.pids: dict[str, int] = {}
-        self._thread_for("fidelity-sampler")
-
-    def start(self) -> "ServerSampler":
-        self._sample()
-        self._thread.start()
-        return self
-
-    def _sample(self) -> None:
-        now = time.monotonic()
-        counters = net_counters()
-        for intf in self.intfs:
-            if intf in counters:
-                self.counters[intf].append([now, *(counters[intf][c] for c in COUNTERS)])
-        busy, total = _machine_busy()
-        self.machine.append([now, busy, total])
-        for d in self.dirs():
-            for f in Path(d).glob("*.pid"):
-                if f.stem not in self.pids:
-                    pid = _read_int(str(f))
-                    if pid:
-                        self.pids[f.stem] = pid
-        for name, pid in self.pids.items():
-            cpu = _cpu_seconds(pid)
-            if cpu is not None:
-                self.cpu.setdefault(name, []).append([now, cpu])
-
-    def stop(self) -> dict:
-        self._halt()
-        return {"counters": self.counters, "cpu": self.cpu, "machine": self.machine,
-                "cores": os.cpu_count() or 1, "clock": time.monotonic()}
-
-
 def summarize(directions: list[_Direction], cpu: dict, labels: dict, machines: list[list], cores: int,
-              started: float, finished: float, run_seconds: float | None = None) -> dict:
+              started: float, finished: float, run_seconds: float | None = None,
+              since: float | None = None) -> dict:
     """The fidelity record from samples, wherever they were taken: `cpu` maps a process key to
     its [(t, cpu seconds)], `labels` the same keys to what the process is ("X data plane" for
     a switch), `machines` holds one [(t, (busy, total))] per machine (a cluster has one per
     server: the busiest counts). CPU shares are taken over the bottleneck's active window
     (worker start-up, when Python imports and no data moves, would otherwise dilute a
-    saturated switch). `run_seconds`: the allreduce's own duration, when known (bottleneck)."""
+    saturated switch). `run_seconds`: the allreduce's own duration, when known (bottleneck).
+    `since` (the start gate's opening) drops the link samples before it: a 128-worker PS opens
+    16,256 connections before the gate, which are not the timed allreduce."""
+    if since is not None:
+        directions = [replace(d, samples=_from(d.samples, since)) for d in directions]
+        started = max(started, since)
     link = bottleneck(directions, run_seconds)
     t0, t1 = (link["window"] if link else (started, finished))
     wall = max(t1 - t0, 1e-9)
@@ -425,6 +388,11 @@ def summarize(directions: list[_Direction], cpu: dict, labels: dict, machines: l
     if link:
         link = {k: v for k, v in link.items() if k != "window"}
     return verdict(link, switch_cpu, host_cpu, round(busy, 3), cores)
+
+
+def _from(samples: list[tuple[float, int]], t: float) -> list[tuple[float, int]]:
+    """The samples from t on, with the last one before t as their baseline."""
+    return samples[max([i for i, (s, _) in enumerate(samples) if s <= t], default=0):]
 
 
 def _delta(samples: list[tuple[float, float]], t0: float, t1: float) -> float:

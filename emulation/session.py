@@ -243,7 +243,7 @@ class Session:
             with self.job.running():
                 reports, injector = run_workers(self.net, spec, self.job, self.quiet, f"run{self.runs}",
                                                 progress=self.progress, cancel=self.cancelled,
-                                                make_injector=self._chaos(spec))
+                                                make_injector=self._chaos(spec), on_start=probe.begin)
         finally:
             fidelity = probe.stop() if spec.cluster else probe.stop(run_seconds(reports))
         dead = self.net.check_switches()
@@ -295,7 +295,7 @@ class Session:
                     running.enter_context(job.running())
                 reports, injector = run_tenants(self.net, tenants, self.quiet, f"run{self.runs}",
                                                 progress=self.progress, cancel=self.cancelled, group=self.group,
-                                                make_injector=self._chaos(spec))
+                                                make_injector=self._chaos(spec), on_start=probe.begin)
         finally:
             fidelity = probe.stop()
             occupancy = sampler.stop() if sampler else None

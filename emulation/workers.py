@@ -42,10 +42,12 @@ def say(msg: str, quiet: bool) -> None:
 
 
 def run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, progress: bool = False,
-                cancel: threading.Event | None = None, group: JobGroup | None = None, make_injector=None):
+                cancel: threading.Event | None = None, group: JobGroup | None = None, make_injector=None,
+                on_start=None):
     """Start every job's workers at once (one start gate for all), with the spec's scripted
     failures (each one event for every job: `group`), wait for all; per job its reports by
-    rank, and the failure injector (None without failures)."""
+    rank, and the failure injector (None without failures). `on_start()` is called when the
+    gate opens (the fidelity probe's `begin`)."""
     out_dir = net.run.path / name
     out_dir.mkdir()
     gate = StartGate()
@@ -57,6 +59,8 @@ def run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, pro
     except BaseException:
         gate.close()
         raise
+    if on_start:
+        on_start()
     first = tenants[0][0]
     deadline = time.monotonic() + first.give_up * 3 + 30 + extra_seconds(first) + per_call_allowance(
         first, sum(s.elements * s.workers for s, _ in tenants))
@@ -181,7 +185,10 @@ def _collect(out_dir: Path, procs: list, prefix: str = "") -> list[dict]:
 
 def run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, name: str,
                 module: str = "agglab.hosts.worker", extra_args: tuple = (), deadline_s: float | None = None,
-                progress: bool = False, cancel: threading.Event | None = None, make_injector=None):
+                progress: bool = False, cancel: threading.Event | None = None, make_injector=None,
+                on_start=None):
+    """Run one job's workers (through the start gate when `module` waits at it; `on_start()`
+    is called when it opens) until they exit; their reports by rank and the failure injector."""
     out_dir = net.run.path / name
     out_dir.mkdir()
     gate = StartGate() if module == "agglab.hosts.worker" else None     # the programs that wait at it
@@ -193,6 +200,8 @@ def run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, name
         if gate:
             gate.close()
         raise
+    if on_start:
+        on_start()
     injector = None
     if make_injector is not None:             # --chaos (emulation/chaos.py)
         injector = make_injector([out_dir / f"rank{r}.progress" for r in range(len(job.workers))])

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agglab.emulation.fidelity import _Direction, bottleneck, verdict
+from agglab.emulation.fidelity import _Direction, bottleneck, summarize, verdict
 from agglab.experiments import cli
 from agglab.experiments.analysis import judge
 from agglab.experiments.definition import ConfigError
@@ -332,6 +332,27 @@ def test_verdict_flags_an_idle_bottleneck_with_a_saturated_switch():
     assert verdict(idle, {"s1": 0.2}, [0.1], 0.3, 2)["cpu_bound"] is False
     unshaped = {**idle, "configured_mbps": None, "utilisation": None}
     assert verdict(unshaped, {"s1": 0.2}, [0.1], 0.3, 2)["cpu_bound"] is True
+
+
+def test_fidelity_judges_the_run_from_the_start_gate_not_the_set_up_before_it():
+    """A host baseline opens its connections before the start gate (a 128-worker PS: 16,256,
+    over 10-35 s of a trickle on its links while 128 processes busy the machine), then runs
+    its allreduce link-bound. Judged from the probe's start the bottleneck's window held the
+    set-up (30% busy, machine 97%) and the run was called CPU-bound; from the gate on it is
+    link-bound. 1 Mb/s link sampled once a second: 20 s at 37,500 B/s, then 10 s at its rate."""
+    points, machine, at, busy, total = [(0.0, 0)], [(0.0, (0.0, 0.0))], 0, 0.0, 0.0
+    for t in range(1, 31):
+        setup = t <= 20
+        at += 37_500 if setup else 125_000
+        busy, total = busy + (1.95 if setup else 1.2), total + 2.0
+        points.append((float(t), at))
+        machine.append((float(t), (busy, total)))
+    whole = summarize([direction(1.0, points)], {}, {}, [machine], 2, 0.0, 30.0)
+    assert not whole["link_bound"] and whole["cpu_bound"] and whole["link"]["utilisation"] < 0.6
+    timed = summarize([direction(1.0, points)], {}, {}, [machine], 2, 0.0, 30.0, since=20.0)
+    assert timed["link_bound"] and not timed["cpu_bound"]
+    assert timed["link"]["utilisation"] == 1.0 and timed["link"]["bytes"] == 10 * 125_000
+    assert timed["machine_busy"] == 0.6
 
 
 # -- in Mininet -------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ import traceback
 from pathlib import Path
 
 from agglab.emulation import bmv2_ports
-from agglab.emulation.fidelity import ServerSampler
+from agglab.emulation.cluster.sampler import ServerSampler
 from agglab.ground.paths import IMPORT_ROOT
 
 POLL = 0.02

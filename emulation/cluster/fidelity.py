@@ -3,7 +3,7 @@ loss on the tunnels between them.
 
 Why: a run is worth reporting only if its links, not the emulator's CPU, were the
 bottleneck, and in cluster mode the links, switches and workers are on the servers. Each
-server's agent samples what is there (agglab.emulation.fidelity.ServerSampler: the counters at the
+server's agent samples what is there (agglab.emulation.cluster.sampler.ServerSampler: the counters at the
 switch end of each of its links, its processes' CPU, its busy time); the head places those
 samples on its own clock (offset measured with one round trip to each agent when the probe
 starts, as Cristian's algorithm does) and gives them to the same verdict as one machine
@@ -47,6 +47,11 @@ class ClusterProbe:
                 intfs[placement[n]].add(graph.edges[u, v]["intfs"][n])
         self.intfs = {name: sorted(names) for name, names in intfs.items()}
         self.started = self.finished = 0.0
+        self.begun: float | None = None
+
+    def begin(self) -> None:
+        """The timed allreduce starts now: judge what follows only (FidelityProbe.begin)."""
+        self.begun = time.monotonic()
 
     def start(self) -> "ClusterProbe":
         self.started = time.monotonic()
@@ -76,11 +81,11 @@ class ClusterProbe:
         got = dict(zip(self.agents, self._each(self._samples)))
         self.finished = time.monotonic()
         return merge(self.graph, self.placement, self.ends, self.tunnels,
-                     {n: d for n, d in got.items() if d}, self.offsets, self.started, self.finished)
+                     {n: d for n, d in got.items() if d}, self.offsets, self.started, self.finished, self.begun)
 
 
 def merge(graph, placement: dict[str, str], ends, tunnels, samples: dict[str, dict],
-          offsets: dict[str, float], started: float, finished: float) -> dict:
+          offsets: dict[str, float], started: float, finished: float, since: float | None = None) -> dict:
     """One fidelity record from each server's samples (`samples[server]` as ServerSampler.stop
     returns it, its times `offsets[server]` ahead of the head's clock)."""
     def series(server: str, intf: str, counter: str) -> list[tuple[float, int]]:
@@ -105,7 +110,7 @@ def merge(graph, placement: dict[str, str], ends, tunnels, samples: dict[str, di
             labels[key] = f"{stem} data plane" if stem in switches else stem
         machines.append([(t - off, (b, a)) for t, b, a in data.get("machine", [])])
     cores = min((d.get("cores", 1) for d in samples.values()), default=1)
-    record = summarize(sampled, cpu, labels, machines, cores, started, finished)
+    record = summarize(sampled, cpu, labels, machines, cores, started, finished, since=since)
     record["servers_sampled"] = sorted(samples)
     missing = sorted(set(placement.values()) - set(samples))
     if missing:
