@@ -179,7 +179,7 @@ class AtpEndpoint:
         deadline: dict[int, float] = {}
         tries: dict[int, int] = {}
         first_sent: dict[int, float] = {}
-        rto = RtoEstimator(RTO)
+        rto = RtoEstimator(RTO, ceiling=give_up / 3)       # resend well before giving up
         cw = DelayWindow(window)                           # `window` is its maximum (hosts/atp_window.py)
         sent = resent = dups = 0
         next_b, finished, last_progress = 0, 0, time.monotonic()
@@ -222,6 +222,8 @@ class AtpEndpoint:
             for b, t in list(deadline.items()):
                 if t <= now:
                     cw.on_timeout()
+                    if finished:                           # results flow, this one is late: back off
+                        rto.timed_out(now)                 # (hosts/rto.py), as the dense agents do
                     tries[b] += 1
                     self._send(int(idx[b]), gen, rows[b], me, RETX, ps)
                     deadline[b] = now + backoff(rto.rto, tries[b])
@@ -236,7 +238,8 @@ class AtpEndpoint:
         return out, {"packets_sent": sent + resent, "retransmissions": resent, "duplicates_ignored": dups,
                      "blocks": nb, "window_cuts": cw.cuts, "window_last": cw.size,
                      "window_base_ms": None if cw.base == float("inf") else round(cw.base * 1e3, 3),
-                     "rto_floor_ms": round(rto.floor * 1e3, 3) if floored else None}
+                     "rto_floor_ms": round(rto.floor * 1e3, 3) if floored else None,
+                     "rto_backoffs": rto.backoffs}
 
     def _finish(self, gen: int, me: int, ps, rto: RtoEstimator) -> bool:
         """FIN until the PS acknowledges it, at most FIN_TRIES sends: True when it did. The

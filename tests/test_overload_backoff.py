@@ -1,0 +1,134 @@
+"""Overload: a switch that answers later than the link-derived timers expect.
+
+When the emulator's CPU, not a link, is the bottleneck, a switch serves frames one at a time
+and every resend waits in the same queue as the frames it duplicates. Timers capped at a
+link-derived RTO then fire on every round, the resends lengthen the queue, and the round
+trips grow further: a collapse (128 workers at 1 Mb/s on 2 cores sent the switches 2.2
+million frames where ~110k were needed). The agents back off as TCP does (hosts/rto.py
+RtoEstimator.timed_out): the resends stay bounded by a small multiple of the window, however
+late the answers, and the sums stay exact.
+
+No wall clock: the agent's clock is a fake that only the transport's waits advance, and the
+switch is the real software pipeline (agglab/testkit/fakenet.py PayloadSwitch) behind a
+first-in first-out server of `service` seconds per frame.
+"""
+
+import numpy as np
+import pytest
+
+import agglab.hosts.slots as slots_module           # the per-slot timers read slots.time
+from agglab.ground import wire
+from agglab.hosts import native
+from agglab.hosts.agent import allreduce
+from agglab.hosts.rto import MAX_RTO, RtoEstimator
+from agglab.testkit.fakenet import PayloadSwitch
+
+K = wire.K
+WINDOW = 16
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class _SlowSwitch:
+    """A one-worker switch whose CPU takes `service` seconds per frame, first come first served
+    (resends and duplicates included), and answers each frame when it has served it."""
+
+    def __init__(self, clock: _Clock, service: float):
+        self.clock, self.service = clock, service
+        self.switch, self.free_at, self.due, self.frames = PayloadSwitch(1), 0.0, [], 0
+
+    def send(self, payload):
+        self.frames += 1
+        self.free_at = max(self.clock.now, self.free_at) + self.service
+        self.due += [(self.free_at, res) for _, res in self.switch.process(0, bytes(payload))]
+
+    def recv(self, timeout):
+        if self.due and self.due[0][0] <= self.clock.now + timeout:
+            self.clock.now = max(self.clock.now, self.due[0][0])
+            return self.due.pop(0)[1]
+        self.clock.now += max(timeout, 1e-4)
+        return None
+
+
+def _run(monkeypatch, service: float, *, sparse: bool = False, c_path: bool = False):
+    monkeypatch.setenv("AGGLAB_NATIVE", "1" if c_path else "0")
+    clock = _Clock()
+    monkeypatch.setattr(slots_module, "time", clock)
+    switch = _SlowSwitch(clock, service)
+    x = np.arange(8 * WINDOW * K, dtype=np.int32)          # 8 rounds of the whole window
+    if sparse:
+        x[::3 * K] = 0                                        # some all-zero blocks as well
+    out, stats = allreduce(x, transport=switch, rank=0, workers=1, window=WINDOW, give_up=60,
+                           return_stats=True, sparse=sparse)
+    assert np.array_equal(out, x)                           # one worker: the sum is its array
+    return stats, switch
+
+
+KINDS = [pytest.param({}, id="dense-python"),
+         pytest.param({"c_path": True}, id="dense-c",
+                      marks=pytest.mark.skipif(not native.AVAILABLE, reason="C fast path not built")),
+         pytest.param({"sparse": True}, id="sparse")]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("service", [0.05, 0.2])
+def test_late_answers_keep_resends_bounded(monkeypatch, kind, service):
+    """A window's round trip is 16 x `service`: 0.8 s and 3.2 s, both past the 0.3 s cap of
+    the estimate. Without backoff every slot resent every 0.3 s and each resend queued behind
+    the others (at 0.8 s: over 16,000 resends, and the worker gave up); with it, a few per slot."""
+    stats, switch = _run(monkeypatch, service, **kind)
+    assert stats.retransmissions <= 4 * WINDOW, stats
+    assert stats.rto_backoffs >= 1, stats                  # the timers did adapt
+    # the switch served little more than the frames of the same sum from a switch that keeps up
+    quick, unloaded = _run(monkeypatch, 0.0, **kind)
+    assert quick.retransmissions == 0
+    assert switch.frames <= unloaded.frames + 4 * WINDOW, (switch.frames, unloaded.frames)
+
+
+def test_resends_do_not_grow_with_the_delay(monkeypatch):
+    """Four times later answers cost at most a window more resends (a doubling of the timer
+    or two), not four times as many."""
+    near, _ = _run(monkeypatch, 0.05)
+    far, _ = _run(monkeypatch, 0.2)
+    assert far.retransmissions <= near.retransmissions + WINDOW, (near, far)
+
+
+def test_an_answer_on_time_steps_the_backoff_down():
+    """Random loss is not overload: after timeouts, results within the estimate bring the RTO
+    back to the estimate, one halving per receive batch, so loss recovery keeps its pace."""
+    r = RtoEstimator(0.02)
+    r.sample(0.01, now=0.0)                                 # SRTT 10 ms, RTTVAR 5 ms: RTO 30 ms
+    base = r.rto
+    assert base == pytest.approx(0.03)
+    for t in (1.0, 1.0 + base, 1.0 + 2.5 * base):           # the second is within the doubled RTO: one timeout
+        r.timed_out(t)
+    assert (r.level, r.backoffs, r.rto) == (2, 2, pytest.approx(4 * base))
+    r.sample_many([0.01, 0.01], now=2.0)
+    assert r.level == 1
+    r.sample(0.01, now=2.1)
+    assert (r.level, r.rto) == (0, r.base)
+
+
+def test_a_late_answer_keeps_the_backoff_up_to_the_ceiling():
+    """A clean sample beyond the capped estimate (the CPU, not the link, is slow) keeps the
+    backoff, and the RTO follows the measured round trips (SRTT + 4 RTTVAR) past the cap;
+    repeated timeouts double it only up to the ceiling (a third of the run's give-up time)."""
+    r = RtoEstimator(0.02, ceiling=3.0)
+    for i in range(20):
+        r.timed_out(10.0 * i)
+    assert r.rto == 3.0 and r.backoffs == 8                 # 20 ms x 2^7 = 2.56 s, then the ceiling
+    r.sample(2.0, now=300.0)                                # 2 s > the 0.3 s cap: still overloaded
+    assert r.base == MAX_RTO and r.level == 8 and r.rto == 3.0
+    r = RtoEstimator(0.02, ceiling=30.0)
+    r.sample(2.0, now=0.0)
+    r.timed_out(1.0)
+    assert r.rto == pytest.approx(2.0 + 4 * 1.0)            # the measured estimate, not 2 x the cap
