@@ -132,3 +132,69 @@ def test_a_late_answer_keeps_the_backoff_up_to_the_ceiling():
     r.sample(2.0, now=0.0)
     r.timed_out(1.0)
     assert r.rto == pytest.approx(2.0 + 4 * 1.0)            # the measured estimate, not 2 x the cap
+
+
+class _SlowPs:
+    """ATP's parameter server, slow: a FIFO of `service` seconds per frame that echoes each
+    block (one worker: the sum is its own values), marks an answer to a resent block RETX
+    (as the PS does) and acknowledges FIN at once. Stands in for the worker's socket: `send`,
+    `drain` and `readable` are the endpoint's _send, _drain and fdwait.readable."""
+
+    def __init__(self, clock: _Clock, service: float, job: int):
+        self.clock, self.service, self.job = clock, service, job
+        self.free_at, self.due, self.seen, self.frames = 0.0, [], set(), 0
+
+    def send(self, b, gen, values, senders, flags, dest):
+        from agglab.hosts.protocol import encode
+        from agglab.hosts.schemes import atp
+        seq = gen << atp.SEQ_BITS | b
+        again = atp.RETX if seq in self.seen else 0
+        self.seen.add(seq)
+        self.frames += 1
+        at = self.clock.now if b == atp.FIN_BLOCK else max(self.clock.now, self.free_at) + self.service
+        self.free_at = max(self.free_at, at)
+        self.due.append((at, encode({"job": self.job, "flags": atp.FLAG_ATP | atp.RESULT | again,
+                                     "block": seq}, values)))
+        self.due.sort(key=lambda d: d[0])
+
+    def readable(self, socks, timeout):
+        if self.due and self.due[0][0] <= self.clock.now + timeout:
+            self.clock.now = max(self.clock.now, self.due[0][0])
+            return socks
+        self.clock.now += max(timeout, 1e-4)
+        return []
+
+    def drain(self):
+        while self.due and self.due[0][0] <= self.clock.now:
+            yield self.due.pop(0)[1]
+
+
+def _atp_run(monkeypatch, service):
+    from agglab.hosts.schemes import atp
+    clock = _Clock()
+    monkeypatch.setattr(atp, "time", clock)
+    ps = _SlowPs(clock, service, job=3)
+    monkeypatch.setattr(atp, "fdwait", ps)
+    worker = atp.AtpEndpoint("127.0.0.1", ["127.0.0.2", "127.0.0.1"], 1, job=3)   # its socket stays unused
+    try:
+        worker._send, worker._drain = ps.send, ps.drain
+        rows = np.arange(8 * WINDOW * K, dtype=np.int32).reshape(-1, K)
+        out, stats = worker.work(rows, WINDOW, give_up=60)
+    finally:
+        worker.sock.close()
+    assert np.array_equal(out, rows)
+    return stats, ps
+
+
+@pytest.mark.parametrize("service", [0.05, 0.2])
+def test_atp_late_answers_keep_resends_bounded(monkeypatch, service):
+    """ATP's worker, same estimator: a PS that answers a window 16 x `service` late (its
+    delay-based window shrinks too). Without the backoff: 467 resends at 0.05 s a frame, and
+    at 0.2 s no progress for a minute; with it, about three windows' worth before the first
+    answers tell the timers how late they come (its first RTO is 50 ms), then a few more."""
+    stats, ps = _atp_run(monkeypatch, service)
+    assert stats["retransmissions"] <= 5 * WINDOW, stats
+    assert stats["rto_backoffs"] >= 1, stats
+    quick, unloaded = _atp_run(monkeypatch, 0.0)
+    assert quick["retransmissions"] == 0
+    assert ps.frames <= unloaded.frames + 5 * WINDOW, (ps.frames, unloaded.frames)

@@ -210,10 +210,11 @@ class AtpEndpoint:
                     deadline.pop(b, None)
                     t = time.monotonic()
                     cw.on_result()
-                    if tries[b] == 0:                      # Karn: only blocks sent once time the path
+                    if not hdr["flags"] & RETX:            # no one's resend in it: queueing, not loss,
+                        rto.sample(t - first_sent[b], t)   # and the first send's round trip even if we
+                        cw.on_sample(first_sent[b], t)     # resent since (the PS answered before that)
+                    elif tries[b] == 0:                    # Karn: only blocks sent once time the path
                         rto.sample(t - first_sent[b], t)
-                    if not hdr["flags"] & RETX:            # no one's resend in it: queueing, not loss
-                        cw.on_sample(first_sent[b], t)
                     finished += 1
                     last_progress = time.monotonic()
                 if on_progress is not None:
@@ -222,8 +223,8 @@ class AtpEndpoint:
             for b, t in list(deadline.items()):
                 if t <= now:
                     cw.on_timeout()
-                    if finished:                           # results flow, this one is late: back off
-                        rto.timed_out(now)                 # (hosts/rto.py), as the dense agents do
+                    rto.timed_out(now)                     # late: back off (hosts/rto.py); from the
+                                                           # start, as a whole window resends here
                     tries[b] += 1
                     self._send(int(idx[b]), gen, rows[b], me, RETX, ps)
                     deadline[b] = now + backoff(rto.rto, tries[b])
