@@ -62,7 +62,8 @@ class RtoEstimator:
     the switches' load, the round trips grow further, and per-slot backoff (capped at the
     same RTO) does not stop it: 128 workers at 1 Mb/s on 2 cores sent the switches 2.2
     million frames where ~110k were needed, and gave up. As TCP backs off its one timer,
-    each timeout period doubles the RTO the agent uses (`rto` = estimate x 2^level), and
+    each timeout period doubles the RTO the agent uses (`rto` = estimate x 2^level) while
+    answers come late (`late`: the last batch of samples outlasted the estimate), and
     while backed off the RTO is also at least the uncapped Jacobson/Karels estimate
     SRTT + 4 RTTVAR of the round trips measured: the timers follow the round trips however
     long, up to `ceiling`. Only a batch of samples all within the capped estimate (the path
@@ -79,6 +80,7 @@ class RtoEstimator:
         self.floor, self.cap, self.ceiling = MIN_RTO, MAX_RTO, ceiling
         self.base = max(MIN_RTO, initial)   # the estimate; `rto` is it backed off `level` times
         self.level, self.backed_off_at, self.backoffs = 0, -float("inf"), 0
+        self.late = True                    # the last batch of samples outlasted the estimate (none yet: as if)
         self.rto = self.base
 
     def _update(self, base: float) -> None:
@@ -92,8 +94,12 @@ class RtoEstimator:
     def timed_out(self, now: float) -> None:
         """A slot's timer fired and it is resent: double the RTO, once per RTO period (a
         window's timers fire together; that is one timeout, as for TCP's one timer), and
-        not past the ceiling."""
-        if now >= self.backed_off_at + self.rto and self.rto < max(self.cap, self.ceiling):
+        not past the ceiling; only while answers come late (the last batch of samples
+        outlasted the estimate, or none came yet). Why: under random loss timeouts are
+        many but the clean samples are short; backing off there only idled the lost
+        slots (8 workers, 5% loss: 35% slower)."""
+        if (self.late and now >= self.backed_off_at + self.rto
+                and self.rto < max(self.cap, self.ceiling)):
             self.level += 1
             self.backoffs += 1
             self.backed_off_at = now
@@ -107,7 +113,8 @@ class RtoEstimator:
     def _settle(self, latest: float) -> None:
         """After a batch of samples whose longest is `latest`: step the backoff down if it
         came back within the estimate."""
-        if self.level and latest <= self.base:
+        self.late = latest > self.base
+        if self.level and not self.late:
             self.level -= 1
         self._update(self.base)
 

@@ -102,19 +102,26 @@ def test_resends_do_not_grow_with_the_delay(monkeypatch):
     assert far.retransmissions <= near.retransmissions + WINDOW, (near, far)
 
 
-def test_an_answer_on_time_steps_the_backoff_down():
-    """Random loss is not overload: after timeouts, results within the estimate bring the RTO
-    back to the estimate, one halving per receive batch, so loss recovery keeps its pace."""
+def test_timeouts_back_off_only_while_answers_come_late():
+    """Random loss is not overload: timeouts while the answers come back within the estimate
+    leave the RTO alone (loss recovery keeps its pace). After a late answer they double it,
+    and answers on time step it back down, one halving per receive batch."""
     r = RtoEstimator(0.02)
     r.sample(0.01, now=0.0)                                 # SRTT 10 ms, RTTVAR 5 ms: RTO 30 ms
-    base = r.rto
-    assert base == pytest.approx(0.03)
-    for t in (1.0, 1.0 + base, 1.0 + 2.5 * base):           # the second is within the doubled RTO: one timeout
+    assert r.rto == pytest.approx(0.03)
+    for t in (1.0, 2.0, 3.0):                               # lost packets, answers on time
         r.timed_out(t)
-    assert (r.level, r.backoffs, r.rto) == (2, 2, pytest.approx(4 * base))
-    r.sample_many([0.01, 0.01], now=2.0)
+    assert (r.level, r.rto) == (0, pytest.approx(0.03))
+    r.sample(1.0, now=4.0)                                  # an answer 1 s late: the estimate is capped
+    assert r.base == MAX_RTO and r.rto == MAX_RTO
+    r.timed_out(5.0)                                        # backed off: at least the measured SRTT + 4 RTTVAR
+    assert (r.level, r.rto) == (1, pytest.approx(r.srtt + 4 * r.rttvar)) and r.rto > 2 * MAX_RTO
+    r.timed_out(5.5)                                        # within that RTO: the same timeout
+    r.timed_out(6.2)
+    assert (r.level, r.backoffs, r.rto) == (2, 2, pytest.approx(4 * MAX_RTO))
+    r.sample_many([0.01, 0.01], now=7.0)
     assert r.level == 1
-    r.sample(0.01, now=2.1)
+    r.sample(0.01, now=7.1)
     assert (r.level, r.rto) == (0, r.base)
 
 
