@@ -63,7 +63,9 @@ class RtoEstimator:
     same RTO) does not stop it: 128 workers at 1 Mb/s on 2 cores sent the switches 2.2
     million frames where ~110k were needed, and gave up. As TCP backs off its one timer,
     each timeout period doubles the RTO the agent uses (`rto` = estimate x 2^level) while
-    answers come late (`late`: the last batch of samples outlasted the estimate), and
+    answers come late (`late`: SRTT outlasts the capped estimate; single samples do not
+    count, as under random loss one is long whenever it waited for another worker's
+    recovery), and
     while backed off the RTO is also at least the uncapped Jacobson/Karels estimate
     SRTT + 4 RTTVAR of the round trips measured: the timers follow the round trips however
     long, up to `ceiling`. Only a batch of samples all within the capped estimate (the path
@@ -80,7 +82,7 @@ class RtoEstimator:
         self.floor, self.cap, self.ceiling = MIN_RTO, MAX_RTO, ceiling
         self.base = max(MIN_RTO, initial)   # the estimate; `rto` is it backed off `level` times
         self.level, self.backed_off_at, self.backoffs = 0, -float("inf"), 0
-        self.late = True                    # the last batch of samples outlasted the estimate (none yet: as if)
+        self.late = True                    # SRTT outlasts the estimate (no sample yet: as if it did)
         self.rto = self.base
 
     def _update(self, base: float) -> None:
@@ -94,10 +96,10 @@ class RtoEstimator:
     def timed_out(self, now: float) -> None:
         """A slot's timer fired and it is resent: double the RTO, once per RTO period (a
         window's timers fire together; that is one timeout, as for TCP's one timer), and
-        not past the ceiling; only while answers come late (the last batch of samples
-        outlasted the estimate, or none came yet). Why: under random loss timeouts are
-        many but the clean samples are short; backing off there only idled the lost
-        slots (8 workers, 5% loss: 35% slower)."""
+        not past the ceiling; only while answers come late (SRTT outlasts the capped
+        estimate, or no sample came yet). Why: under random loss timeouts are many but the
+        round trips short on the whole; backing off there only idled the lost slots
+        (8 workers, 5% loss: 35% slower)."""
         if (self.late and now >= self.backed_off_at + self.rto
                 and self.rto < max(self.cap, self.ceiling)):
             self.level += 1
@@ -110,10 +112,10 @@ class RtoEstimator:
         self.level = 0
         self._update(self.base)
 
-    def _settle(self, latest: float) -> None:
-        """After a batch of samples whose longest is `latest`: step the backoff down if it
-        came back within the estimate."""
-        self.late = latest > self.base
+    def _settle(self) -> None:
+        """After a batch of samples: are answers late (SRTT beyond the capped estimate)? If
+        not, step the backoff down."""
+        self.late = self.srtt > self.base
         if self.level and not self.late:
             self.level -= 1
         self._update(self.base)
@@ -153,4 +155,4 @@ class RtoEstimator:
         self.peak = max(max(samples), self.peak * 0.5 ** ((now - self.peak_at) / PEAK_HALF_LIFE))
         self.peak_at = now
         self.base = min(self.cap, max(self.floor, srtt + 4 * rttvar, 1.25 * self.peak))
-        self._settle(max(samples))
+        self._settle()

@@ -103,25 +103,29 @@ def test_resends_do_not_grow_with_the_delay(monkeypatch):
 
 
 def test_timeouts_back_off_only_while_answers_come_late():
-    """Random loss is not overload: timeouts while the answers come back within the estimate
-    leave the RTO alone (loss recovery keeps its pace). After a late answer they double it,
+    """Random loss is not overload: timeouts while the round trips are short on the whole
+    (a straggler's recovery makes single samples long) leave the RTO alone, so loss recovery
+    keeps its pace. Once the smoothed round trip outlasts the capped estimate they double it,
     and answers on time step it back down, one halving per receive batch."""
     r = RtoEstimator(0.02)
     r.sample(0.01, now=0.0)                                 # SRTT 10 ms, RTTVAR 5 ms: RTO 30 ms
     assert r.rto == pytest.approx(0.03)
-    for t in (1.0, 2.0, 3.0):                               # lost packets, answers on time
+    r.sample(1.0, now=0.5)                                  # one answer waited for a straggler's recovery
+    for t in (1.0, 2.0, 3.0):
         r.timed_out(t)
-    assert (r.level, r.rto) == (0, pytest.approx(0.03))
-    r.sample(1.0, now=4.0)                                  # an answer 1 s late: the estimate is capped
-    assert r.base == MAX_RTO and r.rto == MAX_RTO
+    assert (r.level, r.rto) == (0, MAX_RTO)
+    for k in range(8):                                      # answers 1 s late, round after round
+        r.sample(1.0, now=4.0 + 0.1 * k)
+    assert r.srtt > MAX_RTO and r.rto == MAX_RTO
     r.timed_out(5.0)                                        # backed off: at least the measured SRTT + 4 RTTVAR
     assert (r.level, r.rto) == (1, pytest.approx(r.srtt + 4 * r.rttvar)) and r.rto > 2 * MAX_RTO
-    r.timed_out(5.5)                                        # within that RTO: the same timeout
-    r.timed_out(6.2)
-    assert (r.level, r.backoffs, r.rto) == (2, 2, pytest.approx(4 * MAX_RTO))
-    r.sample_many([0.01, 0.01], now=7.0)
+    r.timed_out(5.0 + r.rto / 2)                            # within that RTO: the same timeout
+    assert r.backoffs == 1
+    r.timed_out(5.0 + r.rto)
+    assert r.level == 2 and r.backoffs == 2
+    r.sample_many([0.01] * 8, now=9.0)                      # on time again: SRTT back under the cap
     assert r.level == 1
-    r.sample(0.01, now=7.1)
+    r.sample(0.01, now=9.1)
     assert (r.level, r.rto) == (0, r.base)
 
 
@@ -198,10 +202,11 @@ def test_atp_late_answers_keep_resends_bounded(monkeypatch, service):
     """ATP's worker, same estimator: a PS that answers a window 16 x `service` late (its
     delay-based window shrinks too). Without the backoff: 467 resends at 0.05 s a frame, and
     at 0.2 s no progress for a minute; with it, about three windows' worth before the first
-    answers tell the timers how late they come (its first RTO is 50 ms), then a few more."""
+    answers tell the timers how late they come (its first RTO is 50 ms), then a few more
+    (88 at 0.2 s a frame)."""
     stats, ps = _atp_run(monkeypatch, service)
-    assert stats["retransmissions"] <= 5 * WINDOW, stats
+    assert stats["retransmissions"] <= 6 * WINDOW, stats
     assert stats["rto_backoffs"] >= 1, stats
     quick, unloaded = _atp_run(monkeypatch, 0.0)
     assert quick["retransmissions"] == 0
-    assert ps.frames <= unloaded.frames + 5 * WINDOW, (ps.frames, unloaded.frames)
+    assert ps.frames <= unloaded.frames + 6 * WINDOW, (ps.frames, unloaded.frames)
