@@ -31,6 +31,7 @@ class AllreduceStats:
     srtt: float | None = None
     epoch_changes: int = 0
     batches: int = 0              # receive batches handled (payloads per batch: how well calls amortise)
+    rto_backoffs: int = 0         # times the shared RTO doubled on timeouts (hosts/rto.py timed_out)
 
 
 def timeout_message(run, idle: float) -> str:

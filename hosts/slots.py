@@ -147,7 +147,7 @@ class SlotRun:
         self.deadline = [INF] * S               # each slot's timer (INF: none)
         self.parked: list[int] = []             # slots whose timer waits for a first result
         self.hold = False                       # the controller is rerouting: no resends until it is done
-        self.rtt = RtoEstimator(timeout)
+        self.rtt = RtoEstimator(timeout, ceiling=give_up / 3)   # resend well before giving up
         self.ready = None                       # called by run() before its first packet (the start gate)
         # the host's own link: seconds per byte (0: not known, so no queue is modelled). A
         # transport that paces (UdpTransport.pace) sends a little under the link rate
@@ -292,6 +292,8 @@ class SlotRun:
             if self.hold:                       # the old epoch is frozen: a resend would only load the
                 deadline[s] = now + self.rtt.rto         # switches; the new epoch resends
                 continue
+            if self.stats.results_accepted:     # results flow, yet this one is late: back off
+                self.rtt.timed_out(now)         # (hosts/rto.py; a first result's probes do not)
             # EXERCISE retransmit-timer BEGIN hint: the slot's timer fired and no result came: count the try, resend(s, now) and set the slot's deadline to backoff(self.rtt.rto, self.tries[s]) after self.last_sent[s] (when the resend leaves)
             self.tries[s] += 1
             self.resend(s, now)
@@ -315,6 +317,7 @@ class SlotRun:
             return False
         wire.pack_agg(epoch=epoch)                 # range check
         self.epoch, self.trees = epoch, trees
+        self.rtt.reset_backoff()                   # a new path: the old one's timeouts say nothing
         self.path_rates(msg.get("tree_mbps"))
         self.stats.epoch_changes += 1
         for s in range(self.S):                    # rebuild and resend everything outstanding
@@ -398,6 +401,7 @@ class SlotRun:
         finally:
             self.stats.seconds = time.monotonic() - start
             self.stats.srtt = self.rtt.srtt
+            self.stats.rto_backoffs = self.rtt.backoffs
             self.tx.flush()                            # what the last results made us send leaves now
         save_versions(self.versions, self.job, [(v + r) & 1 for v, r in zip(self.v0, self.rounds)])
         if self.is_float:

@@ -431,7 +431,9 @@ class _SlowTreeLink(_SlowLink):
 def test_a_window_queued_at_a_slow_link_longer_than_the_rto_cap_needs_the_path_rate(monkeypatch):
     """16 results queued at a link where they take 0.75 s (2.5 x the 0.3 s cap): told the
     tree's rate, the timers wait for the queue (a handful of resends at most); not told,
-    every slot times out while its result is still queued and the resends lengthen the queue."""
+    the slots time out while their results are still queued and the resends lengthen the
+    queue, until the shared backoff (hosts/rto.py) catches up: about one window of them,
+    not the storm they were before it."""
     from agglab.hosts.rto import MAX_RTO
     window = 16
     mbps = window_queue_mbps(2.5 * MAX_RTO, window)
@@ -453,6 +455,6 @@ def test_a_window_queued_at_a_slow_link_longer_than_the_rto_cap_needs_the_path_r
     one_round = x[:window * K]                         # the storm is slow: one round shows it
     _, _, told = run(one_round, tree_mbps={"0": mbps})
     _, blind_stats, blind = run(one_round)
-    assert blind_stats is None or blind_stats.retransmissions > window
+    assert window // 2 <= blind_stats.retransmissions <= 2 * window
     # the spurious resends' answers are frames on the slow link: far more than the results
-    assert blind.frames > told.frames + window
+    assert blind.frames > told.frames + window // 2

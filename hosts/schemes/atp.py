@@ -180,7 +180,7 @@ class AtpEndpoint:
         deadline: dict[int, float] = {}
         tries: dict[int, int] = {}
         first_sent: dict[int, float] = {}
-        rto = RtoEstimator(RTO)
+        rto = RtoEstimator(RTO, ceiling=give_up / 3)       # resend well before giving up
         cw = DelayWindow(window)                           # `window` is its maximum (hosts/atp_window.py)
         sent = resent = dups = 0
         next_b, finished, last_progress = 0, 0, time.monotonic()
@@ -211,10 +211,11 @@ class AtpEndpoint:
                     deadline.pop(b, None)
                     t = time.monotonic()
                     cw.on_result()
-                    if tries[b] == 0:                      # Karn: only blocks sent once time the path
+                    if not hdr["flags"] & RETX:            # no one's resend in it: queueing, not loss,
+                        rto.sample(t - first_sent[b], t)   # and the first send's round trip even if we
+                        cw.on_sample(first_sent[b], t)     # resent since (the PS answered before that)
+                    elif tries[b] == 0:                    # Karn: only blocks sent once time the path
                         rto.sample(t - first_sent[b], t)
-                    if not hdr["flags"] & RETX:            # no one's resend in it: queueing, not loss
-                        cw.on_sample(first_sent[b], t)
                     finished += 1
                     last_progress = time.monotonic()
                 if on_progress is not None:
@@ -223,6 +224,8 @@ class AtpEndpoint:
             for b, t in list(deadline.items()):
                 if t <= now:
                     cw.on_timeout()
+                    rto.timed_out(now)                     # late: back off (hosts/rto.py); from the
+                                                           # start, as a whole window resends here
                     tries[b] += 1
                     self._send(int(idx[b]), gen, rows[b], me, RETX, ps)
                     deadline[b] = now + backoff(rto.rto, tries[b])
@@ -237,7 +240,8 @@ class AtpEndpoint:
         return out, {"packets_sent": sent + resent, "retransmissions": resent, "duplicates_ignored": dups,
                      "blocks": nb, "window_cuts": cw.cuts, "window_last": cw.size,
                      "window_base_ms": None if cw.base == float("inf") else round(cw.base * 1e3, 3),
-                     "rto_floor_ms": round(rto.floor * 1e3, 3) if floored else None, "rtt_min": rto.least}
+                     "rto_floor_ms": round(rto.floor * 1e3, 3) if floored else None, "rtt_min": rto.least,
+                     "rto_backoffs": rto.backoffs}
 
     def _finish(self, gen: int, me: int, ps, rto: RtoEstimator) -> bool:
         """FIN until the PS acknowledges it, at most FIN_TRIES sends: True when it did. The
