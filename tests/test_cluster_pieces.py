@@ -137,10 +137,12 @@ def test_agent_stops_the_hosts_processes_resumes_them_and_signals_a_pid(tmp_path
             return agent.stdout.readline().split()
 
         assert ask(f"pause {shell.pid}") == [b"paused", b"1"]
-        assert (state(inside), state(shell.pid), state(outside.pid)) == ("T", "S", "S")
+        # a SIGSTOP takes effect when the process next runs: wait for the stop, not a moment
+        wait_until(lambda: state(inside) == "T", 60, "the paused sleep to stop")
+        assert (state(shell.pid), state(outside.pid)) == ("S", "S")
         assert ask("idle lo")[0] == b"idle"
         assert ask("resume") == [b"resumed", b"1"]
-        assert state(inside) == "S"
+        wait_until(lambda: state(inside) == "S", 60, "the resumed sleep to sleep again")
         agent.stdin.write(f"signal 9 {outside.pid}\n".encode())
         agent.stdin.flush()
         assert outside.wait(60) == -9

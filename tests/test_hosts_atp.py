@@ -67,6 +67,9 @@ class _Comm:
     def route(self) -> dict:
         return {}                     # unshaped loopback: no epoch file, no path rates
 
+    def ready(self) -> None:
+        """The start gate (hosts/communicator.py): threads of one process have none to pass."""
+
 
 @pytest.mark.parametrize("loss, n", [(0.0, 4), (0.2, 4), (0.0, 40)], ids=["4-lossless", "4-loss", "40-ranks"])
 def test_allreduce_on_loopback_is_exact_under_loss(loss, n, monkeypatch):
