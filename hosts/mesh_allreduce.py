@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from agglab.ground.links import rto_min_ms
 from agglab.hosts.diagnostics import AllreduceTimeout
 from agglab.hosts.tcp_mesh import BASE_PORT, Mesh, open_mesh
 from agglab.hosts.tcp_peer import PeerError, hello_for
@@ -104,6 +105,20 @@ class BaselineStats:
     setup_seconds: float = 0.0
     bytes_sent: int = 0               # payload bytes handed to TCP (frames and hellos excluded)
     messages_sent: int = 0
+
+
+RTO_WAITS = 2.5          # a TCP baseline outwaits this many of its link's RTO floors
+
+
+def tcp_give_up(give_up: float, link_mbps: float | None) -> float:
+    """The no-progress limit of a TCP baseline on a `link_mbps` host link: `give_up`, but at
+    least RTO_WAITS times the RTO floor the session sets on that link's route (ground/links.py
+    `rto_min_ms`). Why: a segment lost past fast retransmit and the tail-loss probe (the last
+    one of a message) is resent only at the RTO, 11.8 s at 0.525 Mb/s; with the default 10 s
+    a healthy ring on BMv2 gave up 24 bytes short of its last message (2026-12-07)."""
+    if not link_mbps:
+        return give_up
+    return max(give_up, RTO_WAITS * rto_min_ms(link_mbps) / 1000)
 
 
 def allreduce_over_mesh(algorithm: str, body, array, *, rank: int, peers: list[str],

@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from agglab.hosts.flow_loop import FlowLoop
-from agglab.hosts.mesh_allreduce import allreduce_over_mesh, chunk_bounds, segment_bounds
+from agglab.hosts.mesh_allreduce import allreduce_over_mesh, chunk_bounds, segment_bounds, tcp_give_up
 from agglab.hosts.tcp_mesh import BASE_PORT, CONNECT_AT_ONCE, Mesh
 
 CHUNK_BYTES = 64 * 1024
@@ -69,6 +69,7 @@ def allreduce(array, *, rank: int, peers: list[str], port: int = BASE_PORT, give
     over connections opened and closed for this call."""
     n = len(peers)
     out_to, in_from = connections(rank, n)
+    give_up = tcp_give_up(give_up, link_mbps)
 
     def body(arr: np.ndarray, mesh: Mesh) -> np.ndarray:
         return _Ps(arr, rank, n, mesh, give_up, on_progress, max(1, chunk_bytes // arr.itemsize), layout).run()

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from agglab.hosts.mesh_allreduce import Progress, Threads, allreduce_over_mesh, chunk_bounds, segment_bounds
+from agglab.hosts.mesh_allreduce import (Progress, Threads, allreduce_over_mesh, chunk_bounds, segment_bounds,
+                                         tcp_give_up)
 from agglab.hosts.tcp_mesh import BASE_PORT, Mesh
 
 CHUNK_BYTES = 64 * 1024        # one pipelined message: 45 full TCP segments at MSS 1448
@@ -41,6 +42,7 @@ def allreduce(array, *, rank: int, peers: list[str], port: int = BASE_PORT, give
     over connections opened and closed for this call."""
     n = len(peers)
     out_to, in_from = connections(rank, n)
+    give_up = tcp_give_up(give_up, link_mbps)
 
     def body(arr: np.ndarray, mesh: Mesh) -> np.ndarray:
         return _Ring(arr, rank, n, mesh, give_up, on_progress, max(1, chunk_bytes // arr.itemsize)).run()

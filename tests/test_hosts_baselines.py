@@ -388,3 +388,27 @@ def test_the_communicator_opens_connections_once_before_the_first_call_and_keeps
 
     assert all((x == n).all() and len(x) == 20 for x in on_threads(n, other_length))
     assert len(opened) == 2 * n * per_rank                        # a new length: new connections
+
+
+@pytest.mark.parametrize("module", [ring, ps])
+def test_a_tcp_baseline_outwaits_its_links_rto_floor(module, monkeypatch):
+    """The session floors a host route's RTO at 512 full frames' time on its link (1,514 bytes
+    each: at 0.525 Mb/s 11.81 s), so a baseline that gave up after the default 10 s died of one
+    segment resent at the RTO. Its limit is 2.5 floors on a shaped link, the given one
+    otherwise (worked by hand, not with ground/links.py)."""
+    from agglab.hosts.mesh_allreduce import tcp_give_up
+
+    floor_s = round(512 * 1514 * 8 / 0.525e6 * 1e3) / 1e3          # 11.811 s
+    assert tcp_give_up(10.0, 0.525) == pytest.approx(2.5 * floor_s)
+    assert tcp_give_up(60.0, 0.525) == 60.0                          # a longer limit stays
+    assert tcp_give_up(10.0, None) == 10.0                           # unshaped: Linux's own 200 ms floor
+    assert tcp_give_up(10.0, 100.0) == 10.0                          # 100 Mb/s: the floor is 200 ms
+    seen = {}
+
+    def fake_over_mesh(algorithm, body, array, **kw):
+        seen.update(kw)
+        return array
+
+    monkeypatch.setattr(module, "allreduce_over_mesh", fake_over_mesh)
+    module.allreduce(np.zeros(4, np.int32), rank=0, peers=["10.0.0.1", "10.0.0.2"], give_up=10.0, link_mbps=0.525)
+    assert seen["give_up"] == pytest.approx(2.5 * floor_s)
