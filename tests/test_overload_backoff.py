@@ -22,20 +22,10 @@ from agglab.hosts import native
 from agglab.hosts.agent import allreduce
 from agglab.hosts.rto import MAX_RTO, RtoEstimator
 from agglab.testkit.fakenet import PayloadSwitch
+from tests.test_hosts_agent import _FakeClock as _Clock   # time passes only by the agents' waits
 
 K = wire.K
 WINDOW = 16
-
-
-class _Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class _SlowSwitch:

@@ -106,18 +106,24 @@ def test_only_the_stopped_switch_is_declared_and_stop_leaves_no_process(tmp_path
     assert [h[0] for h in hung] == ["silent"]
 
 
+def _session(tmp_path: Path):
+    """A switch and a session process whose probe pings it: (switch, session, the probe's pid)."""
+    switch = _switch(tmp_path / "x.sock")
+    session = subprocess.Popen([sys.executable, "-c", SESSION, str(tmp_path / "x.sock"), str(switch.pid)],
+                               cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                               env=dict(os.environ, PYTHONPATH=str(REPO)))
+    word, pid = session.stdout.readline().split()
+    assert word == "ready"
+    return switch, session, pid
+
+
 def test_a_hang_is_declared_while_the_session_does_not_run_and_told_when_it_does(tmp_path):
     """The point of the process: with the session's process stopped outright (the extreme of a
     session whose Python holds the GIL), the probe still drops the hung switch's channel; the
     session hears of it once it runs again. A probe thread inside the session would declare
     nothing while the session is stopped."""
-    switch = _switch(tmp_path / "x.sock")
-    session = subprocess.Popen([sys.executable, "-c", SESSION, str(tmp_path / "x.sock"), str(switch.pid)],
-                               cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                               env=dict(os.environ, PYTHONPATH=str(REPO)))
+    switch, session, pid = _session(tmp_path)
     try:
-        word, pid = session.stdout.readline().split()
-        assert word == "ready"
         child = int(pid)
         before = _sockets(child)
         os.kill(session.pid, signal.SIGSTOP)
@@ -136,13 +142,8 @@ def test_a_hang_is_declared_while_the_session_does_not_run_and_told_when_it_does
 
 
 def test_the_probe_process_ends_with_a_session_killed_outright(tmp_path):
-    switch = _switch(tmp_path / "x.sock")
-    session = subprocess.Popen([sys.executable, "-c", SESSION, str(tmp_path / "x.sock"), str(switch.pid)],
-                               cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                               env=dict(os.environ, PYTHONPATH=str(REPO)))
+    switch, session, pid = _session(tmp_path)
     try:
-        word, pid = session.stdout.readline().split()
-        assert word == "ready"
         session.kill()                                   # no clean-up runs: its pipes close with it
         session.wait()
         wait_until(lambda: process_state(int(pid)) in (None, "exited"), what="the orphaned probe to end")
