@@ -120,6 +120,9 @@ def two_jobs(name: str) -> dict:
             """The controller's epoch file (communicator.route): none here, links unshaped."""
             return {}
 
+        def ready(self) -> None:
+            """The start gate (communicator.ready): threads of one process have none to pass."""
+
     arrays = {(job, r): (1 + MOD * np.random.default_rng(10 * job + r).integers(-999, 999, BLOCKS * wire.K))
               .astype(np.int32) for job in JOBS for r in range(RANKS)}
     comms = {key: Comm(*key) for key in arrays}
