@@ -33,10 +33,16 @@ def test_a_knob_the_claim_selects_on_is_replaced_in_its_selectors(tmp_path):
     # ATP / static "at 4 jobs": swept over jobs, the claim compares the two series at each count.
     # Spread, one static tree per job shares the core: two jobs twice the static load, four 4x
     # (ATP's PS's ToR link carries 3 streams whatever the jobs)
+    # (the bytes alone: without the trend's compute, which its training bound adds to both sides)
     d = load_definition(TRENDS / "atp.yaml")
-    (c,) = curve(d, 0, "jobs", [1, 2, 4], tmp_path, fixed={"placement": "spread"})
+    (c,) = curve(d, 0, "jobs", [1, 2, 4], tmp_path, fixed={"placement": "spread", "compute_profile": None})
     one, two, four = (b for _, b, _ in c.points)
     assert two == pytest.approx(2 * one, rel=0.02) and four == pytest.approx(4 * one, rel=0.02)
+    # with the trend's compute each iteration's time grows by the same amount on both sides,
+    # so every ratio moves toward 1 from its bytes-only value
+    (trained,) = curve(d, 0, "jobs", [1, 2, 4], tmp_path, fixed={"placement": "spread"})
+    for (_, bytes_only, _), (_, with_compute, _) in zip(c.points, trained.points):
+        assert min(bytes_only, 1.0) < with_compute < max(bytes_only, 1.0), (bytes_only, with_compute)
     # packed (the trend's), four jobs each fill a pod: ATP's two levels and its ToR's multicast
     # carry as many bytes per link as static's trees
     (packed,) = curve(d, 0, "jobs", [4], tmp_path)
