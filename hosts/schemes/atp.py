@@ -180,7 +180,7 @@ class AtpEndpoint:
         deadline: dict[int, float] = {}
         tries: dict[int, int] = {}
         first_sent: dict[int, float] = {}
-        rto = RtoEstimator(RTO, ceiling=give_up / 3)       # resend well before giving up
+        rto = RtoEstimator(RTO, ceiling=give_up / 6)       # several resends before giving up (a lost block)
         cw = DelayWindow(window)                           # `window` is its maximum (hosts/atp_window.py)
         sent = resent = dups = 0
         next_b, finished, last_progress = 0, 0, time.monotonic()
