@@ -98,7 +98,7 @@ def test_kill_9_of_a_run_leaves_no_switch_or_worker_running(tmp_path):
 
         wait_until(started, 120, "the run to start its allreduce")
         tree = _descendants(proc.pid)
-        recorded = {int(line.split()[0]) for f in root.glob("*/pids") for line in f.read_text().splitlines()
+        recorded = {int(line.split()[0]) for f in root.glob("*/pids") for line in _text(f).splitlines()
                     if line.strip() and "shell" not in line}
         assert len(recorded) >= 20 + 1 + 4                 # switches, the launcher, the workers
         os.kill(proc.pid, signal.SIGKILL)
@@ -111,6 +111,15 @@ def test_kill_9_of_a_run_leaves_no_switch_or_worker_running(tmp_path):
             proc.wait()
         subprocess.run([sys.executable, "-m", "agglab", "clean"], cwd=REPO, env=env, capture_output=True, timeout=120)
     assert not any(new_leftovers(before).values())
+
+
+def _text(f: Path) -> str:
+    """A file's text, or "" if it went between the glob and the read (a run directory being
+    made is renamed from its `.making-` name when it is complete)."""
+    try:
+        return f.read_text()
+    except FileNotFoundError:
+        return ""
 
 
 def _progress(f: Path) -> int:
