@@ -112,17 +112,17 @@ def test_clean_leaves_a_live_run_alone(tmp_path):
 
 # -- the machine's CPU lease ----------------------------------------------------------------
 HOLD = """
-import sys, time
+import sys
 from agglab.ground import netlease
 netlease.acquire("/somewhere/net-x", path=sys.argv[1], alone=sys.argv[2] == "alone")
 print("held", flush=True)
-time.sleep(60)
+sys.stdin.read()                  # holds until the test kills it (or closes its stdin)
 """
 
 
 def _holder(lease: Path, mode: str) -> subprocess.Popen:
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(lease), mode], cwd=REPO, stdout=subprocess.PIPE,
-                              text=True, env=refusing_env())
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(lease), mode], cwd=REPO, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=refusing_env())
     assert holder.stdout.readline().strip() == "held"
     return holder
 

@@ -7,6 +7,8 @@ OmniReduce at density 0.01 in the BMv2 suite (8 workers, 0.525 Mb/s, 110,080 int
 2026-12-07). The run's own duration, from the workers' reports, settles it.
 """
 
+import pytest
+
 from agglab.emulation.fidelity import BUSY_MIN, _Direction, bottleneck
 from agglab.emulation.session import run_seconds
 
@@ -62,7 +64,7 @@ def test_a_long_run_keeps_its_inner_interval_rate():
 def test_run_seconds_spans_first_start_to_last_end():
     reports = [{"ok": True, "passed_gate_at": 10.02, "done_at": 10.15},
                {"ok": True, "passed_gate_at": 10.0, "done_at": 10.175}]
-    assert abs(run_seconds(reports) - 0.175) < 1e-9
+    assert run_seconds(reports) == pytest.approx(0.175)
     assert run_seconds(reports + [{"ok": False, "error": "x"}]) is None      # a worker failed
     assert run_seconds([{"ok": True, "wall": 0.2}]) is None                  # a report without clocks
     assert run_seconds([]) is None
