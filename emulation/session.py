@@ -286,7 +286,7 @@ class Session:
         before = self.job.stats()
         say(f"{len(tenants)} concurrent allreduces of {spec.elements} {spec.dtype} x {spec.workers} workers "
              f"(jobs {spec.job}..{spec.job + spec.jobs - 1}), {spec.slots_per_job} slots each", self.quiet)
-        probe = self.net.fidelity_probe()
+        probe, reports = self.net.fidelity_probe(), []
         sampler = self._pool_sampler(spec)
         hangs_before = len(self.net.hang_log)
         try:
@@ -296,8 +296,8 @@ class Session:
                 reports, injector = run_tenants(self.net, tenants, self.quiet, f"run{self.runs}",
                                                 progress=self.progress, cancel=self.cancelled, group=self.group,
                                                 make_injector=self._chaos(spec), on_start=probe.begin)
-        finally:
-            fidelity = probe.stop()
+        finally:   # the run's own length, as for one job (a cluster's servers have clocks of their own)
+            fidelity = probe.stop() if spec.cluster else probe.stop(run_seconds([r for job in reports for r in job]))
             occupancy = sampler.stop() if sampler else None
         dead = self.net.check_switches()
         after = self.job.stats()
