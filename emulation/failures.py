@@ -56,12 +56,14 @@ class FailureInjector(threading.Thread):
         for i, spec in enumerate(self.specs):
             picked = (spec.switch if isinstance(spec, SwitchFailSpec) else spec.link) is None   # tree@F
             target, seen = self._choose(spec, i), self._reroutes(picked)
-            while read_progress(self.progress_files) < spec.at:
+            while (done := read_progress(self.progress_files)) < spec.at:
                 if self.stop_event.wait(0.005):
                     return
                 if self._reroutes(picked) != seen:    # the trees moved meanwhile: choose on the new ones
                     target, seen = self._choose(spec, i), self._reroutes(picked)
-            at = round(read_progress(self.progress_files), 3)
+            # the reading that fired: a second one can meet a file mid-rewrite and read 0 (it
+            # did, 1 in 128 files, at 128 workers: `at` 0.0 for a failure that fired at 0.5)
+            at = round(done, 3)
             if self._reroutes(picked) != seen:
                 target = self._choose(spec, i)
             if isinstance(spec, SwitchFailSpec):
