@@ -3,7 +3,16 @@ switches (`--fail-switch a1@0.5`, `--fail-switch tree@0.5`: the switch's process
 
 Why progress-triggered: a failure "when half the blocks are done" lands mid-allreduce
 whatever the speed of the machine. Progress is the slowest worker's share of blocks
-done, read from the small progress files the workers rewrite as they go.
+done, read from the small progress files the workers rewrite as they go (a sparse
+OmniReduce worker's: its settled blocks, zero blocks included; at 128 workers that share
+crossed 50% at 46-50% of the run, where its own rounds' results crossed at 22% with random
+blocks: docs/measurements.md, 2026-12-07 eighth session).
+
+Why `tree@F`'s link or switch is chosen before the trigger: choosing it (pick_tree_link,
+pick_tree_switch: which candidate would partition the workers) took 0.8-1.0 s of this
+process at 128 workers on a k=8 fat-tree, and done after the trigger it let a 1.3 s
+OmniReduce allreduce end before the link went down. The injector starts before the
+start gate, chooses then, and chooses again only if a failure rerouted the trees since.
 """
 
 from __future__ import annotations
@@ -45,24 +54,43 @@ class FailureInjector(threading.Thread):
 
     def run(self) -> None:
         for i, spec in enumerate(self.specs):
-            while read_progress(self.progress_files) < spec.at:
+            picked = (spec.switch if isinstance(spec, SwitchFailSpec) else spec.link) is None   # tree@F
+            target, seen = self._choose(spec, i), self._reroutes(picked)
+            while (done := read_progress(self.progress_files)) < spec.at:
                 if self.stop_event.wait(0.005):
                     return
-            at = round(read_progress(self.progress_files), 3)
+                if self._reroutes(picked) != seen:    # the trees moved meanwhile: choose on the new ones
+                    target, seen = self._choose(spec, i), self._reroutes(picked)
+            # the reading that fired: a second one can meet a file mid-rewrite and read 0 (it
+            # did, 1 in 128 files, at 128 workers: `at` 0.0 for a failure that fired at 0.5)
+            at = round(done, 3)
+            if self._reroutes(picked) != seen:
+                target = self._choose(spec, i)
             if isinstance(spec, SwitchFailSpec):
-                name = spec.switch or self.job.pick_tree_switch(self.seed + i)
+                name = target
                 if spec.hang:
                     self.injected.append({"switch": name, "t_fail": self.net.hang_switch(name), "at": at,
                                           "hung": True})
                 else:
                     self.injected.append({"switch": name, "t_fail": self.net.kill_switch(name), "at": at})
                 continue
-            a, b = spec.link or self.job.pick_tree_link(self.seed + i)
+            a, b = target
             with urgent([*self._shells(a, b), os.getpid()], own=False):
                 t_fail = time.monotonic()
                 t_fail = self.net.set_link(a, b, False) or t_fail    # BMv2: after its port change
                 self._until_seen(a, b, t_fail)
             self.injected.append({"link": f"{a}-{b}", "t_fail": t_fail, "at": at})
+
+    def _choose(self, spec: FailSpec | SwitchFailSpec, i: int):
+        """What failure i takes down: the switch's name, or the link (a, b)."""
+        if isinstance(spec, SwitchFailSpec):
+            return spec.switch or self.job.pick_tree_switch(self.seed + i)
+        return spec.link or self.job.pick_tree_link(self.seed + i)
+
+    def _reroutes(self, picked: bool) -> int:
+        """How many failures have rerouted the jobs' trees so far (0 for a named link or
+        switch, which does not depend on the trees)."""
+        return len(self.job.failure_records()) if picked else 0
 
     def _until_seen(self, a: str, b: str, t_fail: float, limit: float = 0.2) -> None:
         """Until the job has seen the link go down (its `link_down` event; at most `limit` s).
@@ -96,12 +124,14 @@ class FailureInjector(threading.Thread):
     def stop(self) -> None:
         self.stop_event.set()
 
-    def report(self) -> list[dict]:
-        """Per failure: link, detect/recompute/install times in ms (None if not on a tree)."""
+    def report(self, last_end: float | None = None) -> list[dict]:
+        """Per failure: link, detect/recompute/install times in ms (None if not on a tree).
+        With `last_end` (the last worker's end, on this machine's monotonic clock): `left_ms`,
+        how much of the allreduce was left when the failure landed (negative: it landed after)."""
         out = []
         for inj in self.injected:
             if "switch" in inj:
-                out.append(self._switch_row(inj))
+                out.append(_left(self._switch_row(inj), inj, last_end))
                 continue
             a, b = inj["link"].split("-")
             recs = [f for f in self.job.failure_records()
@@ -120,7 +150,7 @@ class FailureInjector(threading.Thread):
                         if set(info["link"].split("-")) == {a, b} and t >= inj["t_fail"]]
                 if seen:
                     row["detect_ms"] = round((seen[0] - inj["t_fail"]) * 1e3, 2)
-            out.append(row)
+            out.append(_left(row, inj, last_end))
         return out
 
     def _switch_row(self, inj: dict) -> dict:
@@ -142,6 +172,15 @@ class FailureInjector(threading.Thread):
                        **{k: rec[k] for k in REROUTE_PHASES + ("entries_changed",) if k in rec})
             _per_job(row, recs, inj["t_fail"])
         return row
+
+
+def _left(row: dict, inj: dict, last_end: float | None) -> dict:
+    """The row with `left_ms` when the run's end is known: a failure meant to land mid-run
+    that lands after the last worker finished tested nothing (the 128-worker OmniReduce rows
+    of 2026-12-07 were exact for that reason)."""
+    if last_end is not None:
+        row["left_ms"] = round((last_end - inj["t_fail"]) * 1e3, 1)
+    return row
 
 
 def _per_job(row: dict, recs: list[dict], t_fail: float) -> None:

@@ -255,7 +255,7 @@ class Session:
         result = check(spec, reports, counted)
         treeset = self.job.trees()
         result.update(topology=spec.topology, tree=spec.tree, trees=len(treeset.trees),
-                      epoch=treeset.epoch, failures=injector.report() if injector else [],
+                      epoch=treeset.epoch, failures=failure_rows(injector, spec, reports),
                       switches_down={sw: why.splitlines()[0] for sw, why in sorted(dead.items())},
                       hangs=hang_rows(self.net, self.job)[hangs_before:])
         if spec.chaos is not None:
@@ -320,7 +320,7 @@ class Session:
             "error_bound": max((j["error_bound"] or 0 for j in per_job), default=0.0),
             "switch": stats, "topology": spec.topology, "tree": spec.tree,
             "trees": len(self.job.trees().trees), "epoch": self.job.trees().epoch,
-            "failures": injector.report() if injector else [],
+            "failures": failure_rows(injector, spec, [r for job in reports for r in job]),
             "switches_down": {sw: why.splitlines()[0] for sw, why in sorted(dead.items())},
             "hangs": hang_rows(self.net, self.group)[hangs_before:],
             "fidelity": fidelity, "jobs": per_job,
@@ -390,6 +390,17 @@ def run_seconds(reports: list[dict]) -> float | None:
     if not reports or not all(r.get("ok") and "passed_gate_at" in r and "done_at" in r for r in reports):
         return None
     return max(r["done_at"] for r in reports) - min(r["passed_gate_at"] for r in reports)
+
+
+def failure_rows(injector, spec: RunSpec, reports: list[dict]) -> list[dict]:
+    """The scripted failures' rows, each with `left_ms` (how much of the allreduce was left
+    when it landed) when every worker finished on this machine's clock; chaos reports its own."""
+    if injector is None:
+        return []
+    if spec.chaos is not None:
+        return injector.report()
+    seconds = None if spec.cluster else run_seconds(reports)
+    return injector.report(max(r["done_at"] for r in reports) if seconds is not None else None)
 
 
 def tenant_spec(spec: RunSpec, j: int) -> RunSpec:

@@ -51,6 +51,10 @@ def run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, pro
     out_dir = net.run.path / name
     out_dir.mkdir()
     gate = StartGate()
+    spec = tenants[0][0]
+    files = [out_dir / f"job{t}-rank{r}.progress" for t, (_, job) in enumerate(tenants) for r in range(len(job.workers))]
+    # scripted failures (progress: the slowest worker of any job), started before the gate (scripted())
+    injector = scripted(net, spec, group or JobGroup([job for _, job in tenants]), files, make_injector)
     try:
         started = [_start_workers(net, tspec, job, out_dir, f"job{t}-", gate=gate)
                    for t, (tspec, job) in enumerate(tenants)]
@@ -58,21 +62,16 @@ def run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, pro
                    [job for _, job in tenants])
     except BaseException:
         gate.close()
+        if injector:
+            injector.stop()
         raise
     if on_start:
         on_start()
     first = tenants[0][0]
     deadline = time.monotonic() + first.give_up * 3 + 30 + extra_seconds(first) + per_call_allowance(
         first, sum(s.elements * s.workers for s, _ in tenants))
-    files = [out_dir / f"job{t}-rank{r}.progress" for t, procs in enumerate(started) for r, _, _ in procs]
-    spec = tenants[0][0]
-    injector = None
     if make_injector is not None:                     # --chaos (emulation/chaos.py)
         injector = make_injector(files)
-        injector.start()
-    elif spec.fail_specs or spec.fail_switch_specs:   # progress: the slowest worker of any job
-        injector = FailureInjector(net, group or JobGroup([job for _, job in tenants]),
-                                   [*spec.fail_specs, *spec.fail_switch_specs], files, spec.seed)
         injector.start()
     _wait([p for procs in started for p in procs], deadline, quiet, files if progress else None, cancel, gate)
     net.worker_outputs(out_dir)
@@ -81,6 +80,18 @@ def run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, pro
         injector.stop()
         injector.join(1)
     return reports, injector
+
+
+def scripted(net: EmulatedNetwork, spec: RunSpec, job, files: list[Path], chaos=None) -> FailureInjector | None:
+    """The spec's scripted failures (`--fail`, `--fail-switch`, `--hang-switch`; None without,
+    or with --chaos, whose injector starts at the gate), started now. Why before the start
+    gate: a `tree@F` failure's link or switch is chosen when the injector starts, which took
+    0.8-1.0 s at 128 workers (emulation/failures.py), set-up time here and not the allreduce's."""
+    if chaos is not None or not (spec.fail_specs or spec.fail_switch_specs):
+        return None
+    injector = FailureInjector(net, job, [*spec.fail_specs, *spec.fail_switch_specs], files, spec.seed)
+    injector.start()
+    return injector
 
 
 # How long workers wait at most, before an allreduce, for the standby trees of the job's
@@ -192,6 +203,8 @@ def run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, name
     out_dir = net.run.path / name
     out_dir.mkdir()
     gate = StartGate() if module == "agglab.hosts.worker" else None     # the programs that wait at it
+    files = [out_dir / f"rank{r}.progress" for r in range(len(job.workers))]
+    injector = scripted(net, spec, job, files, make_injector)
     try:
         procs = _start_workers(net, spec, job, out_dir, "", module, extra_args, gate=gate)
         if gate:
@@ -199,20 +212,16 @@ def run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, name
     except BaseException:
         if gate:
             gate.close()
+        if injector:
+            injector.stop()
         raise
     if on_start:
         on_start()
-    injector = None
     if make_injector is not None:             # --chaos (emulation/chaos.py)
-        injector = make_injector([out_dir / f"rank{r}.progress" for r in range(len(job.workers))])
-        injector.start()
-    elif spec.fail_specs or spec.fail_switch_specs:
-        injector = FailureInjector(net, job, [*spec.fail_specs, *spec.fail_switch_specs],
-                                   [out_dir / f"rank{r}.progress" for r in range(len(job.workers))], spec.seed)
+        injector = make_injector(files)
         injector.start()
     deadline = time.monotonic() + (deadline_s or spec.give_up * 3 + 30 + extra_seconds(spec)
                                    + per_call_allowance(spec, spec.elements * spec.workers))
-    files = [out_dir / f"rank{r}.progress" for r in range(len(job.workers))]
     _wait(procs, deadline, quiet, files if progress else None, cancel, gate)
     net.worker_outputs(out_dir)
     reports = _collect(out_dir, procs)

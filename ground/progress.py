@@ -27,6 +27,11 @@ INTERVAL = 0.01                  # seconds between two rewrites (the last one al
 # the readers (the progress bar, a failure at a fraction of the blocks) lose little at 80 ms.
 INTERVAL_WORKERS = 16
 INTERVAL_MAX = 0.1
+# ... except the update that crosses a mark (`marks`: the fractions a scripted failure waits for,
+# `--fail tree@0.5`): it is written at once. Why: the skipped value is written only with the
+# next update after the interval, and the failure injector reads the files; at 128 workers
+# (0.08 s) the slowest worker's file showed 50% 0.10 s after the worker had it, 8% of a 1.27 s
+# OmniReduce run (docs/measurements.md, 2026-12-07 eighth session).
 
 
 def interval_for(workers: int) -> float:
@@ -36,14 +41,20 @@ def interval_for(workers: int) -> float:
 
 class ProgressFile:
     """Callable `(done, total)`: rewrites the file at most every `interval` seconds (INTERVAL;
-    a large job's workers: `interval_for`), and always at the end."""
+    a large job's workers: `interval_for`), and always at the end and when the fraction done
+    first reaches one of `marks`."""
 
-    def __init__(self, path: str | Path, interval: float = INTERVAL):
+    def __init__(self, path: str | Path, interval: float = INTERVAL, marks=()):
         self.path, self.last, self.fd, self.interval = str(path), 0.0, None, interval
+        self.marks = sorted(marks)             # the ones not reached yet
 
     def __call__(self, done: int, total: int) -> None:
         now = time.monotonic()
-        if now - self.last < self.interval and done != total:
+        crossed = False
+        while self.marks and done / max(1, total) >= self.marks[0]:     # as the injector compares
+            self.marks.pop(0)
+            crossed = True
+        if now - self.last < self.interval and done != total and not crossed:
             return
         self.last = now
         if self.fd is None:

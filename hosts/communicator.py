@@ -55,7 +55,9 @@ class Communicator:
         self._transport = transport
         self._watcher = EpochFile(plan.epoch_file) if plan.epoch_file else None
         self._route = (self._watcher.poll() if self._watcher else None) or {}
-        self._progress = ProgressFile(self.seat.progress, progress_interval(self.workers)) \
+        # the fractions scripted failures wait for: the update that reaches one is written at once
+        marks = {f.at for f in (*self.spec.fail_specs, *self.spec.fail_switch_specs)}
+        self._progress = ProgressFile(self.seat.progress, progress_interval(self.workers), marks) \
             if self.seat.progress else None
         self.block_progress = self._progress if block_progress else None
         self.calls, self.last_stats = 0, None

@@ -72,4 +72,5 @@ def test_every_scheme_is_exact_on_a_fat_tree_with_every_host_a_worker(fields):
     assert all(j["exact"] for j in r.get("jobs") or []), r.get("jobs")
     if fields.get("fail"):
         assert len(r["failures"]) == 1 and not r["failures"][0].get("partitioned"), r["failures"]
+        assert r["failures"][0]["left_ms"] > 0, r["failures"]     # it landed before the allreduce ended
     assert_clean()
