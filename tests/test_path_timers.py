@@ -115,16 +115,6 @@ def test_atp_s_floor_counts_the_window_up_and_its_results_to_every_worker():
     assert atp.path_floor(4, 2, 5.0) == pytest.approx(0.0040192)
 
 
-def test_atp_s_floor_with_the_switch_multicast_counts_one_result_per_block():
-    """The PS's one copy of each result, its ToR replicating it: 16 blocks out, 16 frames up
-    and 16 results down whatever the workers, 32 x 2,512 bits / 100,000 b/s = 0.80384 s
-    (12.86144 s unicast to 31 workers); 3 workers and the PS, 8 blocks, 1.25 Mb/s: 16 x
-    2,512 / 1.25e6 = 32.1536 ms (64.3072 ms unicast)."""
-    assert atp.path_floor(16, 32, 0.1, multicast=True) == pytest.approx(0.80384)
-    assert atp.path_floor(8, 4, 1.25, multicast=True) == pytest.approx(0.0321536)
-    assert atp.path_floor(8, 4, 1.25) == pytest.approx(0.0643072)
-
-
 def _one_block_against_an_echoing_ps(path_mbps):
     """A worker (rank 1 of 2) sends one block to a PS socket that answers it at once; the
     worker's stats. Window 4 (its maximum): the delay window sits at 4 blocks."""

@@ -66,7 +66,7 @@ def _socket(ip: str) -> socket.socket:
     return s
 
 
-def path_floor(window: int, workers: int, mbps: float, multicast: bool = False) -> float:
+def path_floor(window: int, workers: int, mbps: float) -> float:
     """The least retransmission timeout of a worker with `window` blocks out on a path whose
     slowest link runs at `mbps` (the controller's epoch file, `tree_mbps`), as the dense
     agents floor theirs (hosts/slots.py `path_rates`, RtoEstimator.set_floor says why).
@@ -78,18 +78,8 @@ def path_floor(window: int, workers: int, mbps: float, multicast: bool = False) 
     the slowest link's rate (the PS's link may be faster: the floor errs long, which costs
     only loss-recovery pace, never a storm). Measured before the floor: at 32 workers on
     0.1 Mb/s links a 16-block window's results took 13 s to leave the PS while the timers
-    fired after 0.3 s, and every resend queued behind them.
-
-    With the switch's multicast (`multicast`, --atp-multicast) the PS sends each result once
-    and its ToR copies it, one copy per link on the way down: window x 2 frames. Why it
-    matters: a block whose packets split between a colliding fallback and a freed
-    aggregator completes only when its workers resend (softswitch/schemes/atp.py), so each
-    such block costs its workers a timeout, and the timers sat at the floor: 4 jobs of 3
-    workers at 1.25 Mb/s fired at 64-100 ms with the unicast count (32 frame times), at
-    32-70 ms with this one, calls 2.63-2.91 s against 2.47-2.70 s (one run each, 2% resent
-    in both; docs/measurements.md)."""
-    copies = 1 if multicast else workers - 1
-    return queue_seconds(window * (1 + copies), mbps)
+    fired after 0.3 s, and every resend queued behind them."""
+    return queue_seconds(window * workers, mbps)
 
 
 def _blocks(array: np.ndarray) -> np.ndarray:
@@ -199,7 +189,7 @@ class AtpEndpoint:
         while finished < nb:
             if path_mbps and cw.size != floored:
                 floored = cw.size
-                rto.set_floor(path_floor(floored, len(self.peers), path_mbps, self.multicast))
+                rto.set_floor(path_floor(floored, len(self.peers), path_mbps))
             now = time.monotonic()
             while len(deadline) < cw.size and next_b < nb:
                 self._send(int(idx[next_b]), gen, rows[next_b], me, 0, ps)
