@@ -49,9 +49,12 @@ def _deliver(run: SparseRun, inbox: list[bytes], now: float) -> int:
     return sum(run.on_payload(p, now) for p in waiting)
 
 
-def test_the_late_ack_releases_the_held_round():
+def _held_back(ranks: bool):
+    """Rank 0 sends blocks 0, 1 and 2 of one column, rank 1 only block 0 and handles round
+    0's result after rank 0 sent block 2 (held back), then ACKs: (pipeline, runs, inboxes,
+    data). `ranks`: agg_job names each port's rank (the ports are the workers' own)."""
     pipeline = Pipeline(seed=0)
-    for cmd in star_commands(2, ranks=True):           # the ports are the workers' own
+    for cmd in star_commands(2, ranks=ranks):
         pipeline.command(cmd)
     inboxes: list[list[bytes]] = [[], []]
     data = [np.zeros(3 * K, np.int32), np.zeros(3 * K, np.int32)]
@@ -67,9 +70,25 @@ def test_the_late_ack_releases_the_held_round():
     assert _deliver(runs[0], inboxes[0], 0.002) == 1   # round 0 at rank 0: it sends block 1,
     assert _deliver(runs[0], inboxes[0], 0.003) == 1   # which completes alone (rank 1 announced
     #                                                    nothing more); it sends block 2
-    held = pipeline.counters["agg_stats"][HOLD]
-    assert held == 1, "block 2 reuses round 0's version, which rank 1 has not acknowledged yet"
+    assert pipeline.counters["agg_stats"][HOLD] == 1, \
+        "block 2 reuses round 0's version, which rank 1 has not acknowledged yet"
     assert _deliver(runs[1], inboxes[1], 0.004) == 2   # rank 1, late: rounds 0 and 1, two ACKs
+    return pipeline, runs, inboxes, data
+
+
+def test_without_a_worker_port_the_held_sender_waits_for_its_timer():
+    """A port agg_job does not name a rank for may lead to a switch, which takes only results
+    with values from its parent: the root keeps no port to release, rank 0 resends on its timer."""
+    pipeline, runs, inboxes, data = _held_back(ranks=False)
+    assert inboxes[0] == [] and runs[0].remaining == 1
+    runs[0].expire(0.005 + runs[0].rtt.rto)
+    assert runs[0].stats.retransmissions == 1 and runs[0].stats.releases == 0
+    assert _deliver(runs[0], inboxes[0], 0.03) == 1 and runs[0].remaining == 0
+
+
+def test_the_late_ack_releases_the_held_round():
+    pipeline, runs, inboxes, data = _held_back(ranks=True)
+    held = pipeline.counters["agg_stats"][HOLD]
     assert _deliver(runs[0], inboxes[0], 0.005) == 0   # the release (no result): block 2 again
     assert runs[0].stats.releases == 1
     assert _deliver(runs[0], inboxes[0], 0.006) == 1   # round 2's result
