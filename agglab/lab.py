@@ -356,6 +356,8 @@ COUNTERS = {
     "rejected": "packets dropped by the job checks; by reason in the rejected_* counters",
     "sim_dropped": "packets dropped on purpose by the loss simulator (--loss)",
     "dup_up": "duplicates at a non-root switch whose partial was sent up again (no final result yet)",
+    "sp_held": "sparse packets dropped as stale, or held back: a new round on a version some child "
+               "is not done with yet (its sender resends, or the root releases it)",
     "rejected_malformed": "cut short: the parser ended in an error",
     "rejected_length": "IPv4/UDP length fields disagree",
     "rejected_no_entry": "no agg_job entry: another job's id, or an OLD EPOCH (packets in flight "

@@ -15,7 +15,8 @@ from __future__ import annotations
 from agglab.controller.switch_client import SwitchClient, parse_counter
 from agglab.softswitch.roles import REJECTS, JobEntry, job_entry  # noqa: F401 (the controller's name for them)
 
-STATS = ("contributions", "completions", "dup_dropped", "dup_answered", "rejected", "sim_dropped", "dup_up")
+STATS = ("contributions", "completions", "dup_dropped", "dup_answered", "rejected", "sim_dropped", "dup_up",
+         "sp_held")
 
 
 def read_stats(client: SwitchClient) -> dict[str, int]:

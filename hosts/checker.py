@@ -107,7 +107,9 @@ def check(spec: RunSpec, reports: list[dict], switch_stats: dict) -> dict:
         **({"density": spec.density, "pattern": spec.pattern, "zero_workers": spec.zero_workers,
             "blocks_sent": sum(r.get("blocks_sent", 0) for r in reports),
             # of the retransmissions, the non-participants' zero probes (hosts/sparse_agent.py)
-            "probes": sum(r.get("probes", 0) for r in reports)} if SCHEMES[spec.algorithm].sparse else {}),
+            "probes": sum(r.get("probes", 0) for r in reports),
+            # data packets sent again on the root's release of a held-back round (not resends)
+            "releases": sum(r.get("releases", 0) for r in reports)} if SCHEMES[spec.algorithm].sparse else {}),
         max_abs_error=worst, error_bound=bound,
         # the ranks' own round trips (each rank's least latency sample, no straggler in it): the
         # median, the round trip a window-limited call's bound takes (emulation/training_model.py)

@@ -36,11 +36,15 @@ class SparseStats(AllreduceStats):
     rounds: sparse rounds whose result this worker accepted (the union of all
     workers' sent blocks).  probes: zero packets sent while not participating.
     acks: header-only acknowledgements (results accepted without sending in the next round).
+    releases: data packets sent again at once because the root released a round held back
+    for another worker's acknowledgement (not counted as retransmissions: the held copy
+    was dropped before it touched any state).
     """
     blocks_sent: int = 0
     rounds: int = 0
     probes: int = 0
     acks: int = 0
+    releases: int = 0
 
 
 def nonzero_kblocks(blocks: np.ndarray, block_size: int) -> np.ndarray:

@@ -27,6 +27,7 @@ from agglab.softswitch.aggregate import (BE_U32, DATA_OFF, FLAGS_OFF, STAT_COMPL
                                   STAT_DUP_REPLY, STAT_DUP_UP, UDP_CSUM, emit)
 from agglab.softswitch.forward import NORMAL, RESULT
 from agglab.softswitch.registers import CounterArray, RegisterArray
+from agglab.softswitch.roles import ANY_WORKER, child_entry
 
 K, SLOTS, MAX_WORKERS, NONE = wire.K, wire.SLOTS, wire.MAX_WORKERS, wire.NEXT_NONE
 FLAG_RESULT = wire.FLAG_RESULT
@@ -40,12 +41,14 @@ _TAIL = struct.Struct("!BII")            # exp block next_block
 _NEXT = struct.Struct("!I")
 EXP_OFF = wire.AGG_OFFSET + 7
 NEXT_OFF = wire.AGG_OFFSET + 12
+AGG_OFF = wire.AGG_OFFSET                 # job, tree, epoch: agg_job's key with the port
 
 # name -> (width, size); the order is sparse.p4's
 REGISTERS = {
     "sp_values": (32, 2 * SLOTS * K), "sp_block": (32, 2 * SLOTS), "sp_bitmap": (32, 2 * SLOTS),
     "sp_final": (8, 2 * SLOTS), "sp_exp": (8, 2 * SLOTS), "sp_rnext": (32, 2 * SLOTS),
-    "sp_done": (8, 2 * SLOTS), "sp_ack": (32, 2 * SLOTS), "sp_next": (32, SLOTS * MAX_WORKERS),
+    "sp_done": (8, 2 * SLOTS), "sp_ack": (32, 2 * SLOTS), "sp_held": (16, 2 * SLOTS),
+    "sp_next": (32, SLOTS * MAX_WORKERS),
     "sp_exp_next": (8, SLOTS * MAX_WORKERS),
 }
 
@@ -68,12 +71,13 @@ class Sparse:
         mv = {name: memoryview(registers[name].data) for name in REGISTERS if name != "sp_values"}
         self.block, self.bitmap, self.final = mv["sp_block"], mv["sp_bitmap"], mv["sp_final"]
         self.exp, self.rnext, self.done = mv["sp_exp"], mv["sp_rnext"], mv["sp_done"]
-        self.ack = mv["sp_ack"]
+        self.ack, self.held = mv["sp_ack"], mv["sp_held"]
         self.next, self.exp_next = mv["sp_next"], mv["sp_exp_next"]
         self.next_cells = registers["sp_next"].data
         self._rearmed = [registers[name].data for name in ("sp_block", "sp_bitmap", "sp_ack", "sp_done",
                                                             "sp_final")]
         self.stats = stats
+        self.agg_job = None                    # the pipeline's agg_job (schemes/omnireduce.py)
 
     def rearm(self, r: int, o: int, flags: int = 0) -> None:
         """sparse.p4's SparseRearm: a dense round (a sparse call's lead round) completed on
@@ -140,14 +144,26 @@ class Sparse:
                 buf[FLAGS_OFF] = flags & ~FLAG_RESULT & 0xFF
                 buf[UDP_CSUM] = buf[UDP_CSUM + 1] = 0
                 return buf, parent, 0, NORMAL
+            held = self.held[r]
+            if parent < 0 and bm and blk == m and ack == every and held:
+                # The last child done with the held round, after a worker's new round was
+                # held back for it: the ACK goes to that worker as a release (RESULT|ACK, no
+                # values), so it sends again now instead of after its timeout.
+                self.held[r] = 0
+                buf = bytearray(frame)
+                buf[FLAGS_OFF] = (flags | FLAG_RESULT) & 0xFF
+                buf[UDP_CSUM] = buf[UDP_CSUM + 1] = 0
+                return buf, held - 1, 0, RESULT
             return None
         new_round = bm == 0 or blk != m
         if new_round:
             if bm and ack != every:                       # a child still needs the held round
+                if self._worker_port(port, frame):         # at the root, its ACK releases it
+                    self.held[r] = port + 1
                 self.stats.count(STAT_SP_HOLD, len(frame))
                 return None
             block[r] = m
-            self.done[r] = self.final[r] = 0
+            self.done[r] = self.final[r] = self.held[r] = 0
             acks[r] = 0
             bm = 0
         lo = r * K
@@ -188,6 +204,12 @@ class Sparse:
             self.final[r] = 1
             return _emit(frame, lanes, e, n, flags | FLAG_RESULT), 0, mgrp, RESULT
         return _emit(frame, lanes, e, n, flags & ~FLAG_RESULT & 0xFF), parent, 0, NORMAL
+
+    def _worker_port(self, port: int, frame: bytes) -> bool:
+        """The agg_job entry of `port` names a worker (P4: meta.worker != AGG_ANY_WORKER): a
+        release may go there (a child switch takes only results with values from its parent)."""
+        entry = child_entry(self.agg_job, *frame[AGG_OFF:AGG_OFF + 3], port) if self.agg_job else None
+        return entry is not None and entry[5] != ANY_WORKER
 
     def _duplicate(self, port, frame, r, lo, parent, flags):
         """The child already contributed to this round: answer once the block is done here."""

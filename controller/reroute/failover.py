@@ -31,7 +31,7 @@ from agglab.controller.reroute.holders import (DEAD_ROOT_SCALARS, SNAPSHOT_SCALA
 # sp_next must be 0 on a new tree so a round waits until every child has announced again.
 REGISTERS = ("agg_values", "agg_bitmap", "agg_count", "agg_exp", "agg_final", "agg_block", "agg_rnext",
              "sp_values", "sp_block", "sp_bitmap", "sp_final", "sp_exp", "sp_rnext", "sp_done",
-             "sp_ack", "sp_next", "sp_exp_next")
+             "sp_ack", "sp_held", "sp_next", "sp_exp_next")
 
 
 @dataclass

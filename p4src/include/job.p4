@@ -31,6 +31,7 @@
 #define OUT_UP       2               /* partial up to the parent as a contribution  */
 #define OUT_DUP      3               /* a duplicate answered with the stored sum    */
 #define OUT_DONE     4               /* completed here: OUT_MCAST at the root, else OUT_UP */
+#define OUT_RELEASE  5               /* sparse release: a RESULT to egress_spec (sparse.p4)   */
 
 /* What a completing switch writes to its *_final register: only the root holds the
  * tree's result at completion (an inner switch gets it from its parent later, and its
@@ -193,6 +194,8 @@ control AggOut(inout headers_t hdr, inout meta_t meta,
             standard_metadata.mcast_grp = meta.mgrp;
         } else if (meta.verdict == OUT_UP) {
             send_up();
+        } else if (meta.verdict == OUT_RELEASE) {
+            mark_result();                         /* egress_spec: the held worker's port */
         } else if (meta.verdict == OUT_DUP) {
             if (meta.role == ROLE_ROOT || meta.fin == 1) {
                 mark_result();

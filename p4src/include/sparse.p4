@@ -32,6 +32,7 @@ register<bit<8>>(2 * AGG_SLOTS) sp_exp;         /* result (or partial) exponent 
 register<bit<32>>(2 * AGG_SLOTS) sp_rnext;      /* result (or partial) next block       */
 register<bit<8>>(2 * AGG_SLOTS) sp_done;        /* 1: block completed at this switch    */
 register<bit<32>>(2 * AGG_SLOTS) sp_ack;        /* children done with the held round    */
+register<bit<16>>(2 * AGG_SLOTS) sp_held;       /* port+1 of a worker held back on it   */
 register<bit<32>>(AGG_SLOTS * AGG_MAX_WORKERS) sp_next;      /* child's announced next */
 register<bit<8>>(AGG_SLOTS * AGG_MAX_WORKERS) sp_exp_next;   /* its exponent           */
 
@@ -77,6 +78,7 @@ control Sparse(inout headers_t hdr, inout meta_t meta,
     bit<32> ack;
     bit<32> all;     /* every child's bit                 */
     bit<1>  hold;
+    bit<16> held;
 
     apply {
         idx = meta.slot_idx;
@@ -146,22 +148,37 @@ control Sparse(inout headers_t hdr, inout meta_t meta,
                     }
                     if ((hdr.agg.flags & AGG_FLAG_ACK) != 0) {
                         sp_final.read(fin, r);
+                        sp_held.read(held, r);
                         if (meta.role == ROLE_INNER && bm != 0 && blk == hdr.agg.block &&
                             fin == 1 && ack == all) {
                             meta.verdict = OUT_UP;          /* the whole subtree is done */
+                        } else if (meta.role == ROLE_ROOT && bm != 0 && blk == hdr.agg.block &&
+                                   ack == all && held != 0) {
+                            /* the last child done with the held round, after a worker's
+                             * new round was held back for it: the ACK goes to that
+                             * worker as a release (RESULT|ACK, no values), so it sends
+                             * again now, not after a timeout */
+                            sp_held.write(r, 0);
+                            standard_metadata.egress_spec = (bit<9>)(held - 1);
+                            meta.verdict = OUT_RELEASE;
                         }
                     } else {
                         keep = 32w0xFFFFFFFF;
                         hold = 0;
                         if (bm == 0 || blk != hdr.agg.block) {
                             if (bm != 0 && ack != all) {
-                                /* a child still needs the held round */
+                                /* a child still needs the held round (at the root
+                                 * its ACK releases a worker held back here) */
                                 hold = 1;
+                                if (meta.worker != AGG_ANY_WORKER) {
+                                    sp_held.write(r, (bit<16>)standard_metadata.ingress_port + 1);
+                                }
                             } else {
                                 sp_block.write(r, hdr.agg.block);
                                 sp_done.write(r, 0);
                                 sp_final.write(r, 0);
                                 sp_ack.write(r, 0);
+                                sp_held.write(r, 0);
                                 bm = 0;
                                 keep = 0;
                             }

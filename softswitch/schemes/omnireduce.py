@@ -17,6 +17,7 @@ P4 = ("sparse.p4", "Sparse")   # the P4 control this one mirrors (p4src/include)
 def build(pipeline):
     pipeline.register_arrays.update(sparse.make_state())
     control = sparse.Sparse(pipeline.register_arrays, pipeline.stats)
+    control.agg_job = pipeline.agg_job   # which ports lead to workers (a release goes only there)
     pipeline.aggregate.on_complete = control.rearm
     pipeline.aggregate.lead = control
     pipeline.sparse = control            # the batch path re-arms through it (softswitch/batch.py)
