@@ -233,11 +233,11 @@ class UdpTransport:
         After an idle of a whole bucket's time (a call's first frames: the link was idle at
         the start gate) htb's bucket is full whatever went before, so the booking starts a
         whole bucket less the horizon and one frame in the past (ground/links.py `pacing`):
-        the link is handed its whole bucket at once. Why: from a quarter of a bucket in the
-        past, a fully backlogged call finished three quarters of a bucket later than its link
-        allowed (the bucket's level never fell below that), which the links' wire time counts
-        (emulation/wire_model.py: the busiest link's bytes less its full bucket): 7 ms of a
-        92 ms sparse call at 5 Mb/s (docs/measurements.md, 2026-12-07, eighth session)."""
+        the link is handed its whole bucket at once. Why: booked from a quarter of a bucket in
+        the past, the bucket never fell below about a quarter full during a backlogged call
+        (1.3-1.7 of 6 KB at 5 Mb/s), link time the wire time counts (emulation/wire_model.py:
+        the busiest link's bytes less its full bucket), and a call's 16th lead frame waited
+        3.4 ms for the pacer (docs/measurements.md, 2026-12-07, eighth session)."""
         now = time.monotonic()
         if self._free_at - now > self._top_up:
             return head
