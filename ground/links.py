@@ -22,7 +22,12 @@ woke late (its process was not running) may book up to a quarter of a bucket in 
 the link was idle that long, and htb's bucket refilled meanwhile. Then the pacer's sends
 keep to the link's schedule (and to the departure clock of the agents, hosts/slots.py
 `leaves`) instead of losing the time. In any interval the pacer hands the link at most its
-rate times the interval plus three quarters of a bucket, so htb never holds a frame back.
+rate times the interval plus three quarters of a bucket, so htb never holds a frame back;
+except after an idle of a whole bucket's time (a call's start), when htb's bucket is full
+whatever went before and the pacer hands it the whole bucket less one frame at once (hosts/
+transport.py `_paced_limit`): booked from a quarter of a bucket in the past, the link's
+bucket never fell below a quarter full during a backlogged call, link time the wire model
+counts (emulation/wire_model.py subtracts the full bucket).
 
 The TCP retransmission floor (`rto_min_ms`). Linux's TCP resends a segment that was not
 acknowledged within its RTO, at least 200 ms. A real cluster's switch queues drain in

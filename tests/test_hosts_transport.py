@@ -198,6 +198,7 @@ def test_a_paced_transport_never_hands_the_link_more_than_its_bucket_and_keeps_o
             return n
 
         t._tx.send = metered
+        t._native = False              # the metered Python call, not the C extension's sendmmsg
         sizes = [100 + (i * 37) % 900 for i in range(300)]     # more than the 256-frame ring
         payloads = [i.to_bytes(2, "big") * (sizes[i] // 2) for i in range(300)]
         start = clock.now
@@ -211,9 +212,52 @@ def test_a_paced_transport_never_hands_the_link_more_than_its_bucket_and_keeps_o
         # and loses no link time, even woken up to 4 ms late (it catches up within the bucket)
         assert clock.now - start <= wire_time / 0.95
         # frames left in bursts, not one per call
-        assert len(handed) < len(payloads) / 3
+        assert sum(handed) == len(payloads) and len(handed) < len(payloads) / 3
         t.close()
         assert [svc.recv(2048) for _ in payloads] == payloads
+
+
+def _first_burst(t, clock, payloads: int, size: int) -> int:
+    """Stage `payloads` payloads of `size` bytes, flush once: the wire bytes handed to the link."""
+    handed = []
+    send = t._tx.send
+
+    def counted(fd, end, start):
+        n = send(fd, end, start)
+        handed.extend(t._tx.iov_len[2 * i + 1] + 42 for i in range(start, start + n))
+        return n
+
+    t._tx.send, t._native = counted, False
+    for i in range(payloads):
+        t.send(bytes([i]) * size)
+    t.flush()
+    t._tx.send = send
+    return sum(handed)
+
+
+def test_a_paced_transport_hands_an_idle_link_its_whole_bucket_at_once(monkeypatch):
+    """After an idle of a whole bucket's time htb's bucket is full (6,000 bytes at 5 Mb/s), and
+    the pacer hands it all but at most one frame of it at once: a sparse call's 16 lead frames
+    leave together. After a shorter idle only what the bucket surely holds again (three quarters
+    of it, ground/links.py), as before."""
+    from agglab.hosts import transport as transport_module
+
+    clock = _FakeClock()
+    monkeypatch.setattr(transport_module, "time", clock)
+    bucket, frame = 6000, 272 + 42                              # a K=64 aggregation frame
+    with service_and_transport() as (svc, t):
+        t.pace(5.0)
+        first = _first_burst(t, clock, 40, 272)
+        assert bucket - frame < first <= bucket
+        t.drain()                                               # the rest leaves, paced
+        clock.now += 0.005                                      # idle: half a bucket's time
+        again = _first_burst(t, clock, 40, 272)
+        assert again <= 0.75 * bucket + frame
+        t.drain()
+        clock.now += 0.0150                  # idle: more than a bucket's time after what drain booked
+        assert bucket - frame < _first_burst(t, clock, 40, 272) <= bucket
+        t.close()
+        assert len([svc.recv(2048) for _ in range(120)]) == 120
 
 
 def test_an_unpaced_transport_holds_nothing_back():
