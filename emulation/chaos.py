@@ -95,11 +95,13 @@ class Chaos(FailureInjector):
     def run(self) -> None:
         try:
             for fault in self.faults:
-                while read_progress(self.progress_files) < fault.at:
+                while (done := read_progress(self.progress_files)) < fault.at:
                     if self._undo_due() or self.stop_event.wait(0.005):
                         if self.stop_event.is_set():
                             return
-                self._strike(fault, round(read_progress(self.progress_files), 3))
+                # the reading that struck: a second one can meet a progress file mid-rewrite and
+                # read 0 (FailureInjector had it at 128 workers: `at` 0.0 for a fault at 0.5)
+                self._strike(fault, round(done, 3))
             while self.undo and not self.stop_event.wait(0.005):
                 self._undo_due()
         finally:

@@ -72,3 +72,34 @@ def test_a_handful_of_chaos_seeds_on_two_jobs_each_exact_or_cleanly_partitioned(
             outcomes.append("exact" if r["exact"] else "partitioned")
     assert "exact" in outcomes, outcomes
     assert_clean()
+
+
+class _Net:
+    """Takes links down and up by recording them (a fake of EmulatedNetwork's two calls)."""
+
+    def __init__(self):
+        self.dead: set[str] = set()
+        self.calls: list[tuple[str, str, bool]] = []
+
+    def set_link(self, a: str, b: str, up: bool) -> float:
+        self.calls.append((a, b, up))
+        return 100.0
+
+
+def test_a_fault_reports_the_progress_reading_that_struck(monkeypatch):
+    """`at` is the reading that crossed the fault's share, not a second one: a second read can
+    meet a progress file mid-rewrite and give 0 (FailureInjector did, at 128 workers)."""
+    import networkx as nx
+
+    from agglab.emulation import chaos
+
+    readings = iter([0.2, 0.6])              # below the fault's 0.5, then past it
+    monkeypatch.setattr(chaos, "read_progress", lambda files: next(readings, 0.0))   # then mid-rewrite: 0
+    g = nx.Graph()
+    g.add_edge("e1", "a1")
+    session = type("Session", (), {"net": _Net(), "group": object(), "g": g})()
+    injector = chaos.Chaos(session, [chaos.Fault("link_flap", 0.5, "e1-a1", 0)], [], seed=0)
+    injector.run()                           # in this thread: strikes, then undoes at the end
+    (row,) = injector.rows
+    assert row["at"] == 0.6 and row["planned_at"] == 0.5
+    assert session.net.calls == [("e1", "a1", False), ("e1", "a1", True)]
