@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from agglab.controller import topologies
 from agglab.emulation.fidelity import DEFAULT_CEILING_MBPS
+from agglab.emulation.training_jobs import profile_compute_ms
 from agglab.ground import wire
 from agglab.ground.runspec import RunSpec
 from agglab.experiments.networks import network_for
@@ -227,6 +228,11 @@ class Definition:
         run["seed"] = run.get("seed", 0)
         try:
             run.update(network_for(run, net, scale.link_mbps(link), topo_dir))
+            if run.get("compute_profile") and run.get("bw") is None:
+                # a topology file carries its links' rates (no --bw), and a profile's compute is
+                # scaled to the hosts' rate (emulation/training_jobs.py): resolved here from it
+                run["compute_ms"] = round(profile_compute_ms(run.pop("compute_profile"), scale.link_mbps(link),
+                                                             run["elements"]), 3)
             spec = RunSpec(**run).validate()
         except (ValueError, TypeError, topologies.TopologyError) as exc:
             raise ConfigError(self.source, f"point {label} {combo}", str(exc)) from exc

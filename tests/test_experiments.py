@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from agglab.controller import topologies
 from agglab.emulation.fidelity import _Direction, bottleneck, summarize, verdict
+from agglab.emulation.training_jobs import resolve_compute
 from agglab.experiments import cli
 from agglab.experiments.analysis import judge
 from agglab.experiments.definition import ConfigError
@@ -24,6 +26,7 @@ from agglab.experiments.runner import load_rows, load_suite, plan, run_suite
 from agglab.experiments.units import Scale, UnitError, parse_rate, parse_size, parse_time
 from agglab.ground import wire
 from agglab.ground.paths import REPO
+from agglab.ground.runspec import RunSpec
 
 TRENDS = REPO / "experiments" / "trends"
 CONFIGS = REPO / "experiments" / "configs"
@@ -109,6 +112,24 @@ def test_the_bmv2_suites_atp_jobs_have_workers_to_aggregate_and_the_trends_place
     assert atp.run["placement"] == trend.run["placement"] == "packed"
     specs = [p.spec for p in atp.points(1.0, tmp_path) if p.series == "atp"]
     assert specs and all(s.atp_ps == "separate" and s.workers - 1 >= 2 for s in specs)
+
+
+def test_the_bmv2_suites_atp_keeps_the_trends_pool_and_training(tmp_path):
+    """The override replaces the trend's whole `run`: without repeating them the BMv2 suite's
+    ATP ran with no scarce pool and no training (its claim then measured something else). On
+    its leaf-spine (a topology file, no --bw) the profile's compute is resolved from the hosts'
+    rate: the same compute a fat-tree point of that rate and size gets from the profile."""
+    trend = load_definition(TRENDS / "atp.yaml")
+    atp = next(d for d in load_suite(CONFIGS / "bmv2.yaml", backend="bmv2").definitions if d.name == "atp")
+    for key in ("atp_pool_slots", "iterations", "job_offsets", "bw"):
+        assert atp.run[key] == trend.run[key], key
+    (point,) = [p for p in atp.points(1.0, tmp_path) if p.series == "atp" and p.values["jobs"] == 4]
+    spec = point.spec
+    assert spec.bw is None and spec.compute_profile is None and spec.atp_pool_slots == 8
+    g = topologies.from_yaml(spec.topology)
+    (rate,) = {d["bw"] for u, v, d in g.edges(data=True) if "host" in (g.nodes[u]["kind"], g.nodes[v]["kind"])}
+    one = RunSpec(workers=3, elements=spec.elements, bw=rate, compute_profile=trend.run["compute_profile"]).validate()
+    assert spec.compute_ms == pytest.approx(resolve_compute(one).compute_ms) and spec.compute_ms > 0
 
 
 def test_five_trends_ship_with_paper_claims():
