@@ -19,7 +19,9 @@ def ext():
     return dict(zip(rows[0][1:], map(int, rows[1][1:])))
 e0 = ext()
 t = time.monotonic()
-res, st = mod.allreduce(arr, rank=rank, peers=peers, give_up=30, link_mbps=mbps, return_stats=True, mesh=mesh)
+import os  # CHUNK=bytes: the PS chunk size (a diagnostic; default hosts/ps.py CHUNK_BYTES)
+kw = {"chunk_bytes": int(os.environ["CHUNK"])} if os.environ.get("CHUNK") and algo == "ps" else {}
+res, st = mod.allreduce(arr, rank=rank, peers=peers, give_up=30, link_mbps=mbps, return_stats=True, mesh=mesh, **kw)
 t1 = time.monotonic()
 ok = bool(np.array_equal(res, np.arange(elements, dtype=np.int32) * (n * (n + 1) // 2)))
 print(json.dumps({"rank": rank, "start": t, "end": t1, "seconds": st.seconds, "retrans": st.retransmissions,
