@@ -25,10 +25,18 @@ def _check(r: dict) -> None:
     assert sw["sim_dropped"] > 0 and sw["rejected"] == 0, sw
 
 
+# At 5% loss on every port a worker's last blocks are lost several times over and its resends
+# back off (hosts/rto.py): such runs took 11-38 s with tails of up to 20 s (2026-12-07, eighth
+# session), and two of the last three CI runs had a worker give up after the default 10 s without
+# progress on its last block. These tests check that the sums are exact and the pool is used
+# under loss, so they give the workers 30 s; the slow tail is an open bug of its own.
+GIVE_UP = 30.0
+
+
 @pytest.mark.net_timeout(420)
 def test_two_atp_jobs_share_the_pool_exactly_under_loss():
     r = run_spec(RunSpec(algorithm="atp", topology="fattree", k=4, workers=4, jobs=2, elements=40_000,
-                         loss=0.05, seed=2))
+                         loss=0.05, seed=2, give_up=GIVE_UP))
     _check(r)
     assert_clean()
 
@@ -36,7 +44,7 @@ def test_two_atp_jobs_share_the_pool_exactly_under_loss():
 @pytest.mark.net_timeout(420)
 def test_two_atp_jobs_stay_exact_when_a_core_link_fails():
     r = run_spec(RunSpec(algorithm="atp", topology="fattree", k=4, workers=4, jobs=2, elements=40_000,
-                         loss=0.05, fail=["tree@0.5"], seed=4))
+                         loss=0.05, fail=["tree@0.5"], seed=4, give_up=GIVE_UP))
     _check(r)
     assert len(r["failures"]) == 1 and not r["failures"][0].get("partitioned"), r["failures"]
     assert_clean()
