@@ -67,9 +67,8 @@ def run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, pro
         raise
     if on_start:
         on_start()
-    first = tenants[0][0]
-    deadline = time.monotonic() + first.give_up * 3 + 30 + extra_seconds(first) + per_call_allowance(
-        first, sum(s.elements * s.workers for s, _ in tenants))
+    deadline = time.monotonic() + spec.give_up * 3 + 30 + extra_seconds(spec) + per_call_allowance(
+        spec, sum(s.elements * s.workers for s, _ in tenants))
     if make_injector is not None:                     # --chaos (emulation/chaos.py)
         injector = make_injector(files)
         injector.start()
