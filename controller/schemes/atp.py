@@ -43,7 +43,7 @@ from agglab.ground import wide_senders, wire
 from agglab.ground.epoch_file import publish as publish_epoch
 
 WIRE_MODEL = "atp"
-POOL_REGISTERS = ("atp_bitmap", "atp_count")          # a zero bitmap is a free aggregator
+POOL_REGISTERS = ("atp_bitmap", "atp_count", "atp_retx")          # a zero bitmap is a free aggregator
 ATP_STATS = ("atp_claim", "atp_add", "atp_done", "atp_collide", "atp_overlap", "atp_release", "atp_pass",
              "atp_mcast")
 assert len(ATP_STATS) <= wire.CONST["ATP_STATS_SIZE"]

@@ -11,7 +11,10 @@
  * the PS and the aggregator is released. An aggregator held by another (job, seq), or a
  * sender set it already holds (a resend), sends the packet on unaggregated: the PS sums
  * what falls back. A result coming back from the PS releases an aggregator (job, seq) still
- * holds. Everything that leaves goes by forward.p4's ipv4_lpm (meta.absorbed == 0).
+ * holds. A resend (RETX) added into an aggregator marks it (atp_retx), and its sum leaves
+ * with RETX whichever packet completed it: the workers time only answers no resend is in
+ * (Karn), and an unmarked sum that held a worker's resend was timed from its first send.
+ * Everything that leaves goes by forward.p4's ipv4_lpm (meta.absorbed == 0).
  * softswitch/atp.py is the same control in Python.
  */
 #ifndef AGGLAB_ATP_P4
@@ -37,6 +40,7 @@ register<bit<64>>(ATP_POOL) atp_bitmap;      /* senders in the aggregator; 0 = f
 register<bit<8>>(ATP_POOL) atp_owner_job;
 register<bit<32>>(ATP_POOL) atp_owner_seq;
 register<bit<8>>(ATP_POOL) atp_count;
+register<bit<8>>(ATP_POOL) atp_retx;        /* AGG_FLAG_RETX when a resend was added in; else 0 */
 
 counter(ATP_STATS_SIZE, CounterType.packets) atp_stats;
 
@@ -55,6 +59,7 @@ control Atp(inout headers_t hdr, inout meta_t meta,
     bit<8>  ojob;
     bit<32> oseq;
     bit<8>  cnt;
+    bit<8>  retx;       /* the aggregator's atp_retx, with this packet's RETX when it adds */
     bit<32> keep;       /* 0 when claiming a free aggregator, else all ones */
     bit<32> lane;
     bit<1>  mine;
@@ -92,6 +97,7 @@ control Atp(inout headers_t hdr, inout meta_t meta,
         hit = 0;
         expect = 0;                                  /* set by atp_aggregate; read only after a hit */
         group = 0;
+        retx = 0;
         atp_job.apply();
         if (hit == 0) {
             atp_stats.count(ATP_STAT_PASS);
@@ -112,6 +118,7 @@ control Atp(inout headers_t hdr, inout meta_t meta,
                     if (mine == 1) {                 /* the PS's result: free what a resend left */
                         atp_bitmap.write(idx, 0);
                         atp_count.write(idx, 0);
+                        atp_retx.write(idx, 0);
                         atp_stats.count(ATP_STAT_RELEASE);
                     }
                     if (group != 0 && hdr.agg.worker == ATP_TO_ALL) {
@@ -129,6 +136,7 @@ control Atp(inout headers_t hdr, inout meta_t meta,
                     atp_owner_seq.write(idx, hdr.agg.block);
                     atp_bitmap.write(idx, senders);
                     atp_count.write(idx, 1);
+                    atp_retx.write(idx, 0);
                     held = senders;
                     atp_stats.count(ATP_STAT_CLAIM);
                     meta.absorbed = 1;
@@ -140,6 +148,9 @@ control Atp(inout headers_t hdr, inout meta_t meta,
                     atp_bitmap.write(idx, held);
                     atp_count.read(cnt, idx);
                     atp_count.write(idx, cnt + 1);
+                    atp_retx.read(retx, idx);    /* a resend in the sum: its answer says so */
+                    retx = retx | (hdr.agg.flags & AGG_FLAG_RETX);
+                    atp_retx.write(idx, retx);
                     atp_stats.count(ATP_STAT_ADD);
                     meta.absorbed = 1;
                 } else {
@@ -159,9 +170,11 @@ control Atp(inout headers_t hdr, inout meta_t meta,
                     hdr.agg.ver = held[47:47];
                     hdr.agg.slot = held[46:32];
                     hdr.agg.next_block = held[31:0];
+                    hdr.agg.flags = hdr.agg.flags | retx;
                     hdr.udp.checksum = 0;
                     atp_bitmap.write(idx, 0);
                     atp_count.write(idx, 0);
+                    atp_retx.write(idx, 0);
                     atp_stats.count(ATP_STAT_DONE);
                     meta.absorbed = 0;
                 }

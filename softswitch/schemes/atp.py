@@ -11,7 +11,7 @@ sums compose: the workers' ToR aggregates its rack (expect = the rack's ranks), 
 ToR the racks (expect = every remote rank), and the PS adds up sets.
 
 Per aggregator: `atp_bitmap` (the senders in it; 0 = free), its owner (`atp_owner_job`,
-`atp_owner_seq`), `atp_count` and the K lanes in `atp_values`. Ingress, for an ATP packet
+`atp_owner_seq`), `atp_count`, `atp_retx` and the K lanes in `atp_values`. Ingress, for an ATP packet
 whose job has an `atp_job` entry here (else it is only forwarded, ATP_STAT_PASS):
 - a result (RESULT flag) coming back from the PS releases the aggregator if (job, seq)
   still holds it (left behind by a resend) and is forwarded;
@@ -21,7 +21,11 @@ whose job has an `atp_job` entry here (else it is only forwarded, ATP_STAT_PASS)
   with senders outside `expect`, sends the packet on unchanged;
 - when the aggregator holds every sender of `expect`, its sum leaves toward the PS (the
   packet's own addresses, the IPv4 route) with the set in `next_block`, and the aggregator
-  is released at once.
+  is released at once. A resend (RETX) added into the aggregator marks it (`atp_retx`) and
+  the sum leaves flagged RETX whichever packet completed it: the workers time only answers
+  no resend is in (Karn, hosts/schemes/atp.py); measured before this (2026-12-07, ninth
+  session), a sum a partner's first send completed came back unmarked and the worker timed
+  its own loss recovery from its first send, backing its RTO off.
 Nothing here is exact on its own: the PS (hosts/schemes/atp.py) deduplicates and completes.
 """
 
@@ -65,7 +69,7 @@ def make_state() -> tuple[dict[str, RegisterArray], CounterArray]:
     """atp.p4's registers and its atp_stats counter."""
     regs = [RegisterArray("atp_values", 32, POOL * K), RegisterArray("atp_bitmap", 64, POOL),
             RegisterArray("atp_owner_job", 8, POOL), RegisterArray("atp_owner_seq", 32, POOL),
-            RegisterArray("atp_count", 8, POOL)]
+            RegisterArray("atp_count", 8, POOL), RegisterArray("atp_retx", 8, POOL)]
     return {r.name: r for r in regs}, CounterArray("atp_stats", C["ATP_STATS_SIZE"])
 
 
@@ -91,6 +95,7 @@ class Atp:
         self.owner_job = registers["atp_owner_job"].data
         self.owner_seq = registers["atp_owner_seq"].data
         self.count = registers["atp_count"].data
+        self.retx = registers["atp_retx"].data
         self.stats, self.forward = stats, forward
 
     def ingress(self, port: int, frame: bytes):
@@ -127,13 +132,14 @@ class Atp:
         if held == 0 and senders and not senders & ~expect and not frame[FLAGS_OFF] & RETX:   # free: claim it
             self.owner_job[i], self.owner_seq[i] = job, seq
             self.values[lo:lo + K] = lanes.astype(np.int32).view(np.uint32)
-            self.bitmap[i], self.count[i] = senders, 1
+            self.bitmap[i], self.count[i], self.retx[i] = senders, 1, 0
             self.stats.count(STAT_CLAIM, n)
         elif mine and not senders & held and not senders & ~expect:   # its own: add
             acc = self.values[lo:lo + K].view(np.int32)
             np.add(acc, lanes, out=acc, casting="unsafe")             # int32 wrap-around, as bit<32>
             self.bitmap[i] = held | senders
             self.count[i] = (self.count.item(i) + 1) & 0xFF
+            self.retx[i] = self.retx.item(i) | frame[FLAGS_OFF] & RETX     # a resend in the sum
             self.stats.count(STAT_ADD, n)
         else:                                             # held by another, a resend, or foreign senders
             # EXERCISE atp-fallback BEGIN hint: the packet is not aggregated here: count STAT_COLLIDE when another (job, seq) holds the aggregator, else STAT_OVERLAP (a resend, or senders it cannot take), and send it on unchanged toward the job's PS by the IPv4 route (self.forward.ipv4(frame)), where the PS adds what fell back
@@ -146,6 +152,7 @@ class Atp:
         buf = bytearray(frame)                            # complete: the sum goes on to the PS
         buf[DATA_OFF:DATA_END] = self.values[lo:lo + K].astype(">u4").tobytes()
         wide_senders.write_frame(buf, have)
+        buf[FLAGS_OFF] |= self.retx.item(i)               # its answer says a resend is in it
         buf[UDP_CSUM] = buf[UDP_CSUM + 1] = 0
         self._release(i)
         self.stats.count(STAT_DONE, n)
@@ -154,3 +161,4 @@ class Atp:
     def _release(self, i: int) -> None:
         self.bitmap[i] = 0
         self.count[i] = 0
+        self.retx[i] = 0
