@@ -17,6 +17,7 @@ from dataclasses import fields
 from agglab.controller import topologies
 from agglab.controller.trees import TREE_ALGORITHMS as TREES
 from agglab.ground import schemes
+from agglab.ground import host_tcp
 from agglab.ground.runspec import ATP_PS, BACKENDS, DTYPES, PATTERNS, PLACEMENTS, PS_LAYOUTS, RunSpec
 
 
@@ -135,5 +136,8 @@ def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
     opt("--cluster", metavar="FILE", default=d["cluster"],
         help="run the network on the servers of this cluster file (YAML list of servers: address, user, "
              "cores; `agglab cluster local up` makes a practice one); see docs/guide/cluster.md")
+    opt("--tcp-cc", choices=host_tcp.CONGESTION_CONTROLS, default=d["tcp_cc"],
+        help=f"the hosts' TCP congestion control, pinned in every host namespace (default {d['tcp_cc']}, "
+        "Linux's; ground/host_tcp.py)")
     opt("--pcap", action="store_true", default=d["pcap"] or None,
         help="the switches write per-port pcaps (DIR/pcaps/IFNAME_in.pcap, _out.pcap; with --keep)")

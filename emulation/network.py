@@ -38,7 +38,7 @@ from agglab.ground import rundir
 from agglab.ground.cleanup import clean
 from agglab.ground.rundir import RunRecord
 from agglab.controller import addressing
-from agglab.ground import addresses
+from agglab.ground import addresses, host_tcp
 from agglab.controller.bmv2_client import Bmv2Client
 from agglab.controller.switch_client import SoftSwitchClient, SwitchClient
 from agglab.controller.topology import hosts, port, switches
@@ -56,7 +56,7 @@ class EmulatedNetwork(SwitchFailures):
     """A running Mininet network built from `graph`; use as a context manager."""
 
     def __init__(self, graph: nx.Graph, backend: str = "soft", seed: int = 0, pcap: bool = False,
-                 keep: str | Path | None = None, t0: float | None = None):
+                 keep: str | Path | None = None, t0: float | None = None, tcp_cc: str = host_tcp.DEFAULT_CC):
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
         self.graph = addressing.assign_addresses(graph)
@@ -64,6 +64,8 @@ class EmulatedNetwork(SwitchFailures):
         self.seed = seed
         self.pcap = pcap
         self.keep = Path(keep) if keep else None    # copy the run directory here on stop
+        self.tcp_cc = host_tcp.check_cc(tcp_cc)     # the hosts' congestion control (ground/host_tcp.py)
+        self.host_tcp: dict = {}                    # the TCP settings read in the hosts' namespaces
         self.t0 = time.monotonic() if t0 is None else t0   # the command log's clock (the session's events')
         self.net = None
         self.launcher = None                     # forks the software switches (softswitch/launcher.py)
@@ -225,7 +227,7 @@ class EmulatedNetwork(SwitchFailures):
         for h in hosts(g):
             node = self.net.get(h)
             intfs = [i.name for i in node.intfList() if i.name != "lo"]
-            lines, batch, shaping = host_setup(g, h, intfs)
+            lines, batch, shaping = host_setup(g, h, intfs, self.tcp_cc)
             batch += self._extra_host_lines(intfs)
             for nbr in g.neighbors(h):             # keep Mininet's view of the NICs true
                 e = g.edges[h, nbr]
@@ -234,17 +236,19 @@ class EmulatedNetwork(SwitchFailures):
             script = scripts[h] = self.run.path / f"{h}.setup.sh"
             tc = ["tc -batch - <<'EOF'", *shaping, "EOF"] if shaping else []
             script.write_text("\n".join(["set -e", *lines,
-                                         "ip -batch - <<'EOF'", *batch, "EOF", *tc, f"echo {SETUP_OK}", ""]))
+                                         "ip -batch - <<'EOF'", *batch, "EOF", *tc,
+                                         *host_tcp.READ_LINES, f"echo {SETUP_OK}", ""]))
         self._ship_host_scripts(scripts)
         started = []
         for h, script in scripts.items():
             node = self.net.get(h)
             node.sendCmd(f"sh {script} 2>&1")
             started.append((h, node))
-        failed = [(h, out.strip()) for h, out in ((h, node.waitOutput()) for h, node in started)
-                  if SETUP_OK not in out]
+        outs = {h: node.waitOutput() for h, node in started}
+        failed = [(h, out.strip()) for h, out in outs.items() if SETUP_OK not in out]
         if failed:
             raise RuntimeError("host set-up failed: " + "; ".join(f"{h}: {out[:300]}" for h, out in failed))
+        self.host_tcp = host_tcp.summary({h: host_tcp.parse(out) for h, out in outs.items()})
 
     def _extra_host_lines(self, intfs: list[str]) -> list[str]:
         """More `ip -batch` lines for a host's NICs (a cluster's MTU that fits its tunnels)."""

@@ -89,10 +89,10 @@ class Session:
             from agglab.emulation.cluster.network import ClusterNetwork  # lazy: loads Mininet, only __init__() needs it
 
             self.net = ClusterNetwork(self.g, load(spec.cluster), backend=spec.backend, seed=spec.seed,
-                                      pcap=spec.pcap, keep=spec.keep, t0=self.events.t0)
+                                      pcap=spec.pcap, keep=spec.keep, t0=self.events.t0, tcp_cc=spec.tcp_cc)
         else:
             self.net = EmulatedNetwork(self.g, backend=spec.backend, seed=spec.seed, pcap=spec.pcap,
-                                       keep=spec.keep, t0=self.events.t0)
+                                       keep=spec.keep, t0=self.events.t0, tcp_cc=spec.tcp_cc)
         self.job: Job | None = None
         self.monitor = None
         self.runs = 0
@@ -269,6 +269,7 @@ class Session:
     def _finish(self, spec: RunSpec, result: dict) -> dict:
         if result.get("ok") and "wire_seconds" not in result:
             result["wire_seconds"] = run_wire_seconds(spec)
+        result["host_tcp"] = self.net.host_tcp     # what the hosts' TCP ran with (ground/host_tcp.py)
         if spec.keep:
             result["kept"] = str(Path(spec.keep) / f"run{self.runs}")
         (self.net.run.path / f"run{self.runs}" / "result.json").write_text(

@@ -313,6 +313,20 @@ def _fidelity(outcome: "Outcome") -> list[str]:
     return lines + [""]
 
 
+def _host_tcp(rows: list[dict]) -> list[str]:
+    """The hosts' TCP as the runs' records say it (read in the hosts' namespaces, ground/host_tcp.py):
+    a row per distinct setting, with how many runs had it."""
+    seen: dict[str, int] = {}
+    for r in rows:
+        t = r.get("host_tcp")
+        if t:
+            text = ("differs between hosts" if t.get("differ") else
+                    f"{t['congestion_control']}, tcp_rmem {t['tcp_rmem']}, tcp_wmem {t['tcp_wmem']}, initcwnd {t['initcwnd']}")
+            seen[text] = seen.get(text, 0) + 1
+    return [f"| hosts' TCP (read in their namespaces) | {text} ({n} run{'s' if n > 1 else ''}) |"
+            for text, n in seen.items()]
+
+
 def suite_lines(outcome: "Outcome") -> list[str]:
     """Which suite ran (its name and file) on which backend, the suite's own `about` (why its
     sizes are what they are: the BMv2 suite's differ from the default's), and where the other
@@ -354,7 +368,7 @@ def render(outcome: "Outcome", facts: dict[str, str], plots: dict[str, list[Path
     lines += [f"| fastest emulated link{' (no trend ran at it)' if every else ''} | "
               f"{suite.ceiling_mbps:g} Mb/s — {suite.ceiling_source} |"]
     lines += [f"| fastest emulated link, {name} | {text} |" for name, text in own.items()]
-    lines += [f"| definitions | {suite.source} |", ""]
+    lines += [f"| definitions | {suite.source} |", *_host_tcp(outcome.rows), ""]
     lines += _ring_check(outcome)
     for d in suite.definitions:
         lines += _trend_section(outcome, d, plots.get(d.name, []))

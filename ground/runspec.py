@@ -171,6 +171,7 @@ class RunSpec:
     keep: str | None = None            # copy the run directory here when the run ends (logs, commands, pcaps)
     pcap: bool = False                 # the switches write per-port pcaps into the kept directory
     cluster: str | None = None         # a cluster file: the network runs on its servers (emulation/cluster)
+    tcp_cc: str = "cubic"              # the hosts' TCP congestion control (ground/host_tcp.py pins it)
 
     # -- derived -------------------------------------------------------------------
     @property

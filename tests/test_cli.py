@@ -32,7 +32,7 @@ GIVEN = {"workers": ("7", 7), "elements": ("123", 123), "dtype": ("float32", "fl
          "atp_pool_slots": ("64", 64), "iterations": ("5", 5), "compute_ms": ("2.5", 2.5),
          "compute_profile": ("resnet50", "resnet50"), "job_offsets": ("0,0.5,1", [0.0, 0.5, 1.0]), "tenant": None,
          "keep": ("kept-run", "kept-run"), "pcap": (None, True),      # None: a flag without a value
-         "cluster": ("cluster.yaml", "cluster.yaml"), "chaos": ("7", 7)}
+         "cluster": ("cluster.yaml", "cluster.yaml"), "chaos": ("7", 7), "tcp_cc": ("reno", "reno")}
 
 
 def test_defaults_are_runspec_defaults():
