@@ -11,7 +11,9 @@ socket has room and reads whichever has data.
 The frames are tcp_peer's: (tag = message number on this direction, byte count), then the
 payload; every message is checked against what the caller said comes next on that socket,
 and a flow with work pending that moves no byte for `give_up` seconds ends the allreduce with
-an AllreduceTimeout naming the peer and the message, as a blocking socket's timeout did."""
+an AllreduceTimeout naming the peer and the message, as a blocking socket's timeout did; on the
+sending side only if the peer acknowledged nothing either (hosts/tcp_acked.py: a socket whose
+buffer is full on a slow, shared link takes no bytes for a while but is not stalled)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import time
 from collections import deque
 from itertools import islice
 
+from agglab.hosts import tcp_acked
 from agglab.hosts.diagnostics import AllreduceTimeout
 from agglab.hosts.tcp_mesh import Mesh
 from agglab.hosts.tcp_peer import FRAME_STRUCT, Peer, PeerError
@@ -39,6 +42,7 @@ class _Flow:
         self.got = 0                 # bytes of the current header (in_header) or payload
         self.in_header = True
         self.last_tx = self.last_rx = time.monotonic()
+        self.acked = tcp_acked.bytes_acked(peer.sock) or 0   # the peer's acknowledged bytes at the last check
         self.mask = 0
 
 
@@ -129,6 +133,10 @@ class FlowLoop:
                 raise AllreduceTimeout(f"rank {self.me}: no data from {p.name} for {self.give_up:g} s while "
                                        f"receiving {what} ({part} of message {p.received})")
             if f.sendq and now - f.last_tx > self.give_up:
+                acked = tcp_acked.bytes_acked(p.sock)
+                if acked is not None and acked > f.acked:    # the kernel still moves its bytes: a share of a slow link
+                    f.acked, f.last_tx = acked, now
+                    continue
                 raise AllreduceTimeout(f"rank {self.me}: {p.name} accepted no data for {self.give_up:g} s "
                                        f"({sum(v.nbytes for v in f.sendq)} bytes queued): peer stalled or "
                                        f"unreachable (failed link not rerouted?)")

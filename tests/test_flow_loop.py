@@ -171,3 +171,41 @@ def test_a_ps_worker_reports_progress_in_the_bytes_it_receives():
     for rank, seen in reports.items():
         assert seen[-1] == (240_000, 240_000), (rank, seen[-1])
         assert all(a[0] < b[0] for a, b in zip(seen, seen[1:])), rank
+
+
+def test_bytes_acked_counts_what_the_peer_acknowledged():
+    """TCP_INFO's tcpi_bytes_acked read at its offset: the 100,000 bytes a peer has read
+    are acknowledged (loopback ACKs them at once; the wait only guards a hang)."""
+    from agglab.hosts import tcp_acked
+    from agglab.testkit.waits import wait_until
+    peer, end = _pair(0, 1)
+    before = tcp_acked.bytes_acked(peer.sock)
+    peer.sock.sendall(b"x" * 100_000)
+    assert _recv_exact(end, 100_000) == b"x" * 100_000
+    wait_until(lambda: tcp_acked.bytes_acked(peer.sock) - before >= 100_000, 10.0, "the peer's ACKs")
+    assert tcp_acked.bytes_acked(peer.sock) - before < 100_200       # not some other counter
+    assert tcp_acked.bytes_acked(socket.socket(socket.AF_UNIX)) is None
+    end.close()
+
+
+def test_a_full_socket_whose_bytes_are_still_acknowledged_is_not_a_stall(monkeypatch):
+    """A flow with bytes queued that its socket has taken none of for longer than give_up,
+    while the peer keeps acknowledging: a fair share of a slow link, not a stall. Once the
+    acknowledgements stop too, the loop gives up naming the peer. Clock and ACK counter are
+    scripted (no waiting)."""
+    from agglab.hosts import flow_loop, tcp_acked
+    peer, end = _pair(0, 1)
+    acked = iter([5_000, 12_000, 12_000])
+    monkeypatch.setattr(tcp_acked, "bytes_acked", lambda sock: next(acked))
+    now = [1000.0]
+    monkeypatch.setattr(flow_loop.time, "monotonic", lambda: now[0])
+    loop = FlowLoop(Mesh(out={1: peer}, inc={}), give_up=2.0, me=0)     # the flow starts at 5,000 acked
+    flow = loop.flows[id(peer)]
+    flow.sendq.append(memoryview(b"queued"))
+    now[0] += 2.5
+    loop._check_stalls()                  # 12,000 acknowledged since: alive, its clock restarts
+    assert flow.last_tx == now[0]
+    now[0] += 2.5
+    with pytest.raises(AllreduceTimeout, match=r"rank 0: rank 1 \(pair-1\) accepted no data for 2 s \(6 bytes queued\)"):
+        loop._check_stalls()              # still 12,000: stalled
+    end.close()
