@@ -36,7 +36,7 @@ from agglab.controller.trees import SWITCH_TREES
 from agglab.controller.trees.base import TreeError
 from agglab.ground import wire
 from agglab.ground.oneline_parser import OneLineParser
-from agglab.ground.cleanup import clean, live_runs
+from agglab.ground.cleanup import clean, live_runs, orphan_namespaces
 from agglab.ground.interrupts import run_interruptible
 
 
@@ -139,20 +139,25 @@ def _experiment(args) -> int:
 
 
 def _clean(args) -> int:
-    """`clean --all` stops live runs too: it lists them and asks on a terminal (or takes
-    --yes); with neither it refuses in one line. It returns once their processes are gone."""
+    """`clean --all` stops live runs too: it lists them, and the namespaces agglab named whose
+    maker is gone (which it removes), and asks on a terminal (or takes --yes); with neither it
+    refuses in one line. It returns once their processes are gone."""
     stop = None
     if args.all:
-        runs = live_runs()
+        runs, orphans = live_runs(), orphan_namespaces()
+        also = (f", and remove {len(orphans)} namespace(s) whose maker is gone" if orphans else "")
         if runs and not args.yes:
             if not sys.stdin.isatty():
                 print(f"agglab clean --all: would stop {len(runs)} live run(s) ("
-                      + "; ".join(r.line() for r in runs) + "): give --yes to stop them (no terminal to ask on)",
-                      file=sys.stderr)
+                      + "; ".join(r.line() for r in runs) + ")" + also
+                      + (" (" + "; ".join(f.line() for f in orphans) + ")" if orphans else "")
+                      + ": give --yes to stop them (no terminal to ask on)", file=sys.stderr)
                 return 2
-            print(f"agglab clean --all would stop {len(runs)} live run(s), and their networks:")
+            print(f"agglab clean --all would stop {len(runs)} live run(s), and their networks{also}:")
             for r in runs:
                 print(f"  {r.line()}")
+            for f in orphans:
+                print(f"  {f.line()}: gone")
             try:
                 answer = input("stop them? [y/N] ")
             except EOFError:
@@ -160,6 +165,10 @@ def _clean(args) -> int:
             if answer.strip().lower() not in ("y", "yes"):
                 print("agglab clean --all: nothing stopped, nothing removed", file=sys.stderr)
                 return 1
+        elif orphans:
+            print(f"agglab clean --all will remove {len(orphans)} namespace(s) whose maker is gone:")
+            for f in orphans:
+                print(f"  {f.line()}")
         stop = {r.path for r in runs}
     clean(everything=args.all, stop=stop)
     return 0
@@ -200,7 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("clean", help="remove what crashed runs left behind (idempotent)")
     c.add_argument("--all", action="store_true", help="also stop runs whose owner is still alive (listed first; "
                    "asks on a terminal, else needs --yes), and delete interfaces named like agglab's that no run "
-                   "records (not while another network holds the machine)")
+                   "records (not while another network holds the machine); namespaces agglab named whose maker is gone "
+                   "(a killed test's, a killed run's) are listed and removed, by plain clean too")
     c.add_argument("--yes", "-y", action="store_true", help="with --all: stop the live runs without asking")
     c.set_defaults(func=_clean)
 

@@ -128,7 +128,8 @@ def add_run_options(parser: argparse.ArgumentParser, **defaults) -> None:
              "a killed switch; 'tree@0.5' as for --fail-switch; may repeat")
     opt("--chaos", type=int, metavar="SEED", default=d["chaos"],
         help="a seeded fault schedule during the run: link flaps, switch kills and restarts, hangs and "
-             "loss bursts at random moments (emulation/chaos.py); every job ends exact or with a clean "
+             "loss bursts at seeded progress shares, targets drawn before the start (emulation/chaos.py); "
+             "every job ends exact or with a clean "
              "partition error, and the JSON lists each fault with its recovery times")
     opt("--keep", metavar="DIR", default=d["keep"],
         help="when the run ends, keep its directory in DIR (new or empty): per-switch logs, the "

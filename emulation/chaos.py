@@ -16,7 +16,16 @@ lasts before it is undone:
 Targets are drawn from the topology, not from the trees (a fault off the trees must change
 nothing); kills and hangs prefer switches that are no worker's only edge switch (4 in 5), so
 that most faults ask for a reroute and some for a partition. A fault whose target is already
-down when its moment comes is skipped (and listed). Every job must end exact or with a clean
+down when its moment comes is skipped (and listed).
+
+Why everything but the strike is done before the start gate, as for `--fail tree@F`
+(emulation/failures.py; docs/measurements.md, 2026-12-07 eighth session, where choosing after
+the trigger let a 1.3 s allreduce end first): the schedule, targets included, is drawn when
+the run is set up (Session._chaos), the injector starts before the gate
+(emulation/workers.py `scripted`), and the workers write the progress update that reaches a
+fault's fraction at once (`marks`, in the run's plan). Nothing is chosen again after a
+reroute: a target is a topology link or switch, whatever the trees; at the strike only
+whether it is still up is read (the network's own state, no search). Every job must end exact or with a clean
 partition error. When the allreduce ends, whatever is still undone is undone at once, so the
 network is whole again for the next run; the JSON lists each fault with its times (from the
 FailureInjector's rows: detect, per job the reroute and `recovered_ms`) and `left` says what
@@ -86,6 +95,7 @@ class Chaos(FailureInjector):
         FailureInjector.__init__(self, session.net, session.group, [], progress_files, seed)
         self.name = "chaos"
         self.session, self.faults, self.chaos_seed = session, faults, seed
+        self.marks = tuple(sorted({f.at for f in faults}))       # the progress fractions it strikes at
         self.undo: list[tuple[float, Fault, dict]] = []      # (monotonic due, fault, its row)
         self.rows: list[dict] = []                            # per fault, in schedule order
         self.lock = threading.Lock()

@@ -53,10 +53,10 @@ def run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, pro
     gate = StartGate()
     spec = tenants[0][0]
     files = [out_dir / f"job{t}-rank{r}.progress" for t, (_, job) in enumerate(tenants) for r in range(len(job.workers))]
-    # scripted failures (progress: the slowest worker of any job), started before the gate (scripted())
+    # scripted failures or chaos (progress: the slowest worker of any job), started before the gate (scripted())
     injector = scripted(net, spec, group or JobGroup([job for _, job in tenants]), files, make_injector)
     try:
-        started = [_start_workers(net, tspec, job, out_dir, f"job{t}-", gate=gate)
+        started = [_start_workers(net, tspec, job, out_dir, f"job{t}-", gate=gate, marks=_marks(injector))
                    for t, (tspec, job) in enumerate(tenants)]
         _open_gate(gate, [p for procs in started for p in procs], tenants[0][0], quiet,
                    [job for _, job in tenants])
@@ -69,9 +69,6 @@ def run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, pro
         on_start()
     deadline = time.monotonic() + spec.give_up * 3 + 30 + extra_seconds(spec) + per_call_allowance(
         spec, sum(s.elements * s.workers for s, _ in tenants))
-    if make_injector is not None:                     # --chaos (emulation/chaos.py)
-        injector = make_injector(files)
-        injector.start()
     _wait([p for procs in started for p in procs], deadline, quiet, files if progress else None, cancel, gate)
     net.worker_outputs(out_dir)
     reports = [_collect(out_dir, procs, f"job{t}-") for t, procs in enumerate(started)]
@@ -82,15 +79,27 @@ def run_tenants(net: EmulatedNetwork, tenants: list, quiet: bool, name: str, pro
 
 
 def scripted(net: EmulatedNetwork, spec: RunSpec, job, files: list[Path], chaos=None) -> FailureInjector | None:
-    """The spec's scripted failures (`--fail`, `--fail-switch`, `--hang-switch`; None without,
-    or with --chaos, whose injector starts at the gate), started now. Why before the start
-    gate: a `tree@F` failure's link or switch is chosen when the injector starts, which took
-    0.8-1.0 s at 128 workers (emulation/failures.py), set-up time here and not the allreduce's."""
-    if chaos is not None or not (spec.fail_specs or spec.fail_switch_specs):
+    """The spec's scripted failures (`--fail`, `--fail-switch`, `--hang-switch`) or, with
+    --chaos, `chaos(files)`'s schedule (emulation/chaos.py), started now; None without either.
+    Why before the start gate: a `tree@F` failure's link or switch is chosen when the injector
+    starts, which took 0.8-1.0 s at 128 workers (emulation/failures.py), set-up time here and
+    not the allreduce's; and an injector started after the gate (chaos's was, after the
+    fidelity probe's start) is late for a fault at a small fraction of a short run."""
+    if chaos is not None:
+        injector = chaos(files)
+    elif spec.fail_specs or spec.fail_switch_specs:
+        injector = FailureInjector(net, job, [*spec.fail_specs, *spec.fail_switch_specs], files, spec.seed)
+    else:
         return None
-    injector = FailureInjector(net, job, [*spec.fail_specs, *spec.fail_switch_specs], files, spec.seed)
     injector.start()
     return injector
+
+
+def _marks(injector) -> tuple[float, ...]:
+    """The progress fractions a chaos schedule strikes at, for the workers' progress files
+    (an update that reaches one is written at once: ground/progress.py). Scripted failures'
+    fractions are in the spec, which the workers read themselves."""
+    return tuple(getattr(injector, "marks", ()))
 
 
 # How long workers wait at most, before an allreduce, for the standby trees of the job's
@@ -122,16 +131,18 @@ def _open_gate(gate: StartGate, procs: list, spec: RunSpec, quiet: bool, jobs=()
 
 
 def _start_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, out_dir: Path, prefix: str = "",
-                   module: str = "agglab.hosts.worker", extra_args: tuple = (), gate: StartGate | None = None) -> list:
-    """One job's worker processes (rank, proc, log); its plan is `<prefix>run.json`. With a
-    `gate` each worker inherits it and waits there once it is ready."""
+                   module: str = "agglab.hosts.worker", extra_args: tuple = (), gate: StartGate | None = None,
+                   marks: tuple[float, ...] = ()) -> list:
+    """One job's worker processes (rank, proc, log); its plan is `<prefix>run.json` (with
+    `marks`, the fractions whose progress update is written at once). With a `gate` each
+    worker inherits it and waits there once it is ready."""
     env = dict(os.environ, PYTHONPATH=str(IMPORT_ROOT), **(gate.env if gate else {}))
     plans = job.write_plans(out_dir)
     seats = [WorkerSeat(rank=rank, local_ip=net.graph.nodes[h]["ip"], out=str(out_dir / f"{prefix}rank{rank}"),
                         progress=str(out_dir / f"{prefix}rank{rank}.progress"),
                         bml_plan=str(plans[h]) if h in plans else None, link_mbps=_host_link_mbps(net.graph, h))
              for rank, h in enumerate(job.workers)]
-    plan = RunPlan(spec, SERVICE_IP, job.window, str(job.epoch_file), seats).write(out_dir / f"{prefix}run.json")
+    plan = RunPlan(spec, SERVICE_IP, job.window, str(job.epoch_file), seats, marks).write(out_dir / f"{prefix}run.json")
     procs = []
     for rank, h in enumerate(job.workers):
         argv = [sys.executable, "-m", module, str(plan), str(rank), *extra_args]
@@ -205,7 +216,7 @@ def run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, name
     files = [out_dir / f"rank{r}.progress" for r in range(len(job.workers))]
     injector = scripted(net, spec, job, files, make_injector)
     try:
-        procs = _start_workers(net, spec, job, out_dir, "", module, extra_args, gate=gate)
+        procs = _start_workers(net, spec, job, out_dir, "", module, extra_args, gate=gate, marks=_marks(injector))
         if gate:
             _open_gate(gate, procs, spec, quiet, [job])
     except BaseException:
@@ -216,9 +227,6 @@ def run_workers(net: EmulatedNetwork, spec: RunSpec, job: Job, quiet: bool, name
         raise
     if on_start:
         on_start()
-    if make_injector is not None:             # --chaos (emulation/chaos.py)
-        injector = make_injector(files)
-        injector.start()
     deadline = time.monotonic() + (deadline_s or spec.give_up * 3 + 30 + extra_seconds(spec)
                                    + per_call_allowance(spec, spec.elements * spec.workers))
     _wait(procs, deadline, quiet, files if progress else None, cancel, gate)

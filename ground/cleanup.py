@@ -14,7 +14,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from agglab.ground import netns
+from agglab.ground import netnames, netns
 from agglab.ground.netlease import holder_elsewhere
 from agglab.ground.paths import RUN_ROOT
 from agglab.ground.rundir import (MAKING, RunRecord, alive, delete_interfaces, delete_link_group, group_of, kill_pids,
@@ -85,10 +85,23 @@ def _command_of(pid: int) -> str:
     return line if len(line) <= 100 else line[:99] + "…"
 
 
+def orphan_namespaces() -> list[netnames.Found]:
+    """The namespaces agglab named (ground/netnames.py) whose creating process is gone: what
+    a killed run, test or bench left with no run directory recording it. Never one whose
+    creator is alive (a test running now), one whose name does not say who made it (an older
+    agglab's), a practice cluster's server, or one agglab did not name."""
+    return [f for f in netnames.survey() if f.owner is not None and f.owner != os.getpid() and not alive(f.owner)]
+
+
+def unknown_namespaces() -> list[netnames.Found]:
+    """agglab's namespaces named before the creator's pid was in the name: left alone, and said."""
+    return [f for f in netnames.survey() if f.owner is None and f.kind.owned]
+
+
 def _remove_netns(name: str | None) -> int:
-    """Stop what still runs in run namespace `name` and delete it (its interfaces go with it);
-    returns how many processes were stopped. Never this process (a run that lives in it)."""
-    if not name or netns.owner_of(name) is None:
+    """Stop what still runs in agglab's namespace `name` and delete it (its interfaces go with
+    it); returns how many processes were stopped. Never this process (a run that lives in it)."""
+    if not name or netnames.owner_of(name) is None:
         return 0
     stopped = kill_pids(netns.pids_in(name))
     netns.delete(name)
@@ -97,8 +110,9 @@ def _remove_netns(name: str | None) -> int:
 
 def clean(everything: bool = False, verbose: bool = True, stop: set[Path] | None = None) -> dict[str, int]:
     """Remove what dead runs left (all runs with everything=True), their network namespaces
-    (ground/netns.py) too, and a run namespace whose owner is gone though no run directory
-    records it (another run root's). Idempotent.
+    (ground/netns.py) too, and any namespace agglab named (ground/netnames.py: a run's of
+    another run root, a killed conformance test's, a software-switch lab's) whose creating
+    process is gone though no run directory records it. Idempotent.
 
     A live run (its owner process alive) is left alone, unless everything=True and it is one
     of `stop` (None: every live run): its owner is sent SIGTERM first (its own clean-up runs),
@@ -114,7 +128,7 @@ def clean(everything: bool = False, verbose: bool = True, stop: set[Path] | None
     interfaces takes every link of it down. The run root is checked first
     (secure_dir) and walked without following symlinks; rmtree removes a verified real
     directory (Python's rmtree works on directory fds and does not follow symlinks in it)."""
-    done = {"runs": 0, "processes": 0, "interfaces": 0}
+    done = {"runs": 0, "processes": 0, "interfaces": 0, "namespaces": 0}
     live = 0
     if os.path.lexists(RUN_ROOT):
         secure_dir(RUN_ROOT)
@@ -144,16 +158,23 @@ def clean(everything: bool = False, verbose: bool = True, stop: set[Path] | None
             if not os.path.islink(path):
                 shutil.rmtree(path, ignore_errors=True)
             done["runs"] += 1
-    for name in netns.names():              # a run namespace whose owner is gone, and no record of it
-        owner = netns.owner_of(name)
-        if owner != os.getpid() and not alive(owner):
-            done["processes"] += _remove_netns(name)
+    gone = []
+    for found in orphan_namespaces():       # agglab's namespaces whose maker is gone, and no record of them
+        done["processes"] += _remove_netns(found.name)
+        if found.kind is netnames.RUN:
             done["runs"] += 1
+        else:
+            done["namespaces"] += 1
+            gone.append(found.name)
+    unknown = [f.name for f in unknown_namespaces()]
     other = holder_elsewhere() or _legacy_live_run()
     if everything and live == 0 and other is None:   # asked for: interfaces no run records
         done["interfaces"] += delete_interfaces([n for n in stray_interfaces() if group_of(n)])
     if verbose:
         print(f"agglab clean: removed {done['runs']} run(s), stopped {done['processes']} process(es), "
               f"deleted {done['interfaces']} interface(s)" + (f"; {live} live run(s) left alone" if live else "")
-              + (f"; the network of {other} left alone" if other else ""))
+              + (f"; the network of {other} left alone" if other else "")
+              + (f"; removed {len(gone)} namespace(s) whose maker is gone ({', '.join(gone)})" if gone else "")
+              + (f"; left alone {len(unknown)} namespace(s) of an older agglab whose maker is unknown "
+                 f"({', '.join(unknown)}: `ip netns del NAME` once nothing uses it)" if unknown else ""))
     return done

@@ -23,16 +23,14 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 import socket
 import subprocess
 import threading
 import uuid
-from pathlib import Path
 
-NETNS_DIR = Path("/run/netns")
-PREFIX = "agglab-run-"            # never `agglab-c<i>` (the practice cluster's servers)
-_NAME = re.compile(rf"^{re.escape(PREFIX)}(\d+)-[0-9a-f]+$")
+from agglab.ground.netnames import NETNS_DIR, RUN
+
+PREFIX = RUN.prefix               # never `agglab-c<i>` (the practice cluster's servers)
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
@@ -72,13 +70,12 @@ def _remember_origin() -> None:
 
 def new_name(owner: int | None = None) -> str:
     """A fresh namespace name for a run owned by process `owner` (default: this one)."""
-    return f"{PREFIX}{owner or os.getpid()}-{uuid.uuid4().hex[:8]}"
+    return RUN.new(uuid.uuid4().hex[:8], owner)
 
 
 def owner_of(name: str) -> int | None:
     """The owner pid in a run namespace's name (None: not a name of ours)."""
-    m = _NAME.match(name)
-    return int(m.group(1)) if m else None
+    return RUN.owner_of(name)
 
 
 def _ip(*args: str, check: bool = False) -> subprocess.CompletedProcess:

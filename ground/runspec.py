@@ -445,6 +445,7 @@ class RunPlan:
     window: int
     epoch_file: str | None
     seats: list[WorkerSeat]
+    marks: tuple[float, ...] = ()    # progress fractions beyond the spec's failures (a chaos schedule's)
 
     def peers(self) -> list[str]:
         """Every rank's address, by rank: where the host baselines (ring, ps) connect."""
@@ -452,7 +453,7 @@ class RunPlan:
 
     def write(self, path: Path) -> Path:
         data = {"spec": self.spec.to_dict(), "service_ip": self.service_ip, "window": self.window,
-                "epoch_file": self.epoch_file, "seats": [asdict(s) for s in self.seats]}
+                "epoch_file": self.epoch_file, "seats": [asdict(s) for s in self.seats], "marks": list(self.marks)}
         Path(path).write_text(json.dumps(data, indent=1))
         return Path(path)
 
@@ -460,4 +461,5 @@ class RunPlan:
     def read(cls, path: Path) -> "RunPlan":
         data = json.loads(Path(path).read_text())
         return cls(spec=RunSpec.from_dict(data["spec"]), service_ip=data["service_ip"], window=data["window"],
-                   epoch_file=data["epoch_file"], seats=[WorkerSeat(**s) for s in data["seats"]])
+                   epoch_file=data["epoch_file"], seats=[WorkerSeat(**s) for s in data["seats"]],
+                   marks=tuple(data.get("marks", ())))

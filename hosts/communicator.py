@@ -55,8 +55,9 @@ class Communicator:
         self._transport = transport
         self._watcher = EpochFile(plan.epoch_file) if plan.epoch_file else None
         self._route = (self._watcher.poll() if self._watcher else None) or {}
-        # the fractions scripted failures wait for: the update that reaches one is written at once
-        marks = {f.at for f in (*self.spec.fail_specs, *self.spec.fail_switch_specs)}
+        # the fractions scripted failures (or a chaos schedule: the plan's) wait for: the update
+        # that reaches one is written at once
+        marks = {f.at for f in (*self.spec.fail_specs, *self.spec.fail_switch_specs)} | set(plan.marks)
         self._progress = ProgressFile(self.seat.progress, progress_interval(self.workers), marks) \
             if self.seat.progress else None
         self.block_progress = self._progress if block_progress else None

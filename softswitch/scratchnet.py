@@ -5,7 +5,7 @@ Not "the lab" (`agglab lab`, the interactive Mininet network); a ScratchNet is a
 Why not Mininet: the daemon must be testable on any Linux box with iproute2,
 and a test must own every object it creates so teardown can remove exactly
 those.  Names are unique per ScratchNet (root-side veths `agc<tag>p<N>`, namespaces
-`agglab-t-<tag>-<host>`), so parallel or crashed runs never collide, and
+`agglab-t-<pid>-<tag>-<host>`, the pid the making process's: ground/netnames.py), so parallel or crashed runs never collide, and
 `close()` removes them even after a failed test.
 
 Sockets inside a namespace are created from a short-lived thread that
@@ -32,6 +32,7 @@ from pathlib import Path
 
 from agglab.ground import lifeline, wire
 from agglab.ground.addresses import SERVICE_IP, SERVICE_MAC, host_ip, host_mac
+from agglab.ground.netnames import SCRATCH
 from agglab.softswitch.roles import job_entry
 from agglab.ground.paths import IMPORT_ROOT
 
@@ -154,7 +155,7 @@ class Host:
     ifname: str = "eth0"
 
 
-PREFIX = "agglab-t-"
+PREFIX = SCRATCH.prefix            # + this process's pid (ground/netnames.py: `agglab clean` reads it)
 CREATED_HERE: set[str] = set()     # live namespaces this process made (tests/leftovers.py reads it)
 
 
@@ -167,7 +168,7 @@ class ScratchNet:
         self.procs: list[subprocess.Popen] = []
 
     def add_host(self, index: int, ip: str | None = None, mac: str | None = None) -> Host:
-        ns = f"{PREFIX}{self.tag}-h{index}"
+        ns = SCRATCH.new(f"{self.tag}-h{index}")
         h = Host(f"h{index}", ns, ip or host_ip(index), mac or host_mac(index), index,
                  f"agc{self.tag}p{index}")
         sh("ip", "netns", "add", ns)

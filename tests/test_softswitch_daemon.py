@@ -3,7 +3,7 @@
 Why real namespaces and not mocks: what can break here is the kernel boundary
 (raw sockets, our own transmissions echoing back, offloads corrupting
 checksums, signals, socket files), and only real traffic exercises it.
-Everything runs inside namespaces `agglab-t-<tag>-hN` and veths `agc<tag>pN`
+Everything runs inside namespaces `agglab-t-<pid>-<tag>-hN` and veths `agc<tag>pN`
 made here; the fixtures remove them even when a test fails.
 """
 

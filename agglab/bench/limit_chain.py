@@ -39,6 +39,7 @@ from pathlib import Path
 
 from agglab.ground import lifeline, wire
 from agglab.ground.addresses import SERVICE_IP, SERVICE_MAC, host_ip, host_mac
+from agglab.ground.netnames import SCRATCH
 from agglab.ground.paths import IMPORT_ROOT
 from agglab.softswitch import scratchnet
 
@@ -82,7 +83,7 @@ class Chain:
 
     def __init__(self) -> None:
         self.tag = secrets.token_hex(3)[:5]
-        self.ns = {role: f"{scratchnet.PREFIX}{self.tag}-{role}" for role in ("snd", "mid", "rcv")}
+        self.ns = {role: SCRATCH.new(f"{self.tag}-{role}") for role in ("snd", "mid", "rcv")}
         self.ifs = {end: f"l{self.tag}{end}" for end in "sabr"}
         self.snd_ip, self.snd_mac = host_ip(1), host_mac(1)
         self.rcv_ip, self.rcv_mac = host_ip(2), host_mac(2)

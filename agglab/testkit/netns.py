@@ -18,6 +18,8 @@ import os
 import subprocess
 import uuid
 
+from agglab.ground.netnames import CONF
+
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -53,15 +55,16 @@ def run(*cmd: str) -> str:
     return proc.stdout
 
 
-PREFIX = "agglab-conf-"
+PREFIX = CONF.prefix               # + this process's pid (ground/netnames.py: `agglab clean` reads it)
 CREATED_HERE: set[str] = set()     # live namespaces this process made (tests/leftovers.py reads it)
 
 
 class Namespace:
-    """`agglab-conf-<random>` with ports 1..n as veth pairs sw<N> <-> hs<N>."""
+    """`agglab-conf-<pid>-<random>` with ports 1..n as veth pairs sw<N> <-> hs<N>; the pid is
+    this process's, so `agglab clean` removes it once this process is gone (killed mid-test)."""
 
-    def __init__(self, nports: int, prefix: str = PREFIX):
-        self.name = prefix + uuid.uuid4().hex[:8]
+    def __init__(self, nports: int):
+        self.name = CONF.new(uuid.uuid4().hex[:8])
         self.nports = nports
         self.created = False
 

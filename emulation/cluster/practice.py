@@ -33,11 +33,12 @@ import time
 from pathlib import Path
 
 from agglab.ground.cluster_file import Cluster, Server, dump
+from agglab.ground.netnames import CLUSTER
 
 STATE_DIR = Path(os.environ.get("AGGLAB_CLUSTER_DIR", "/var/lib/agglab-cluster-local"))
 BRIDGE = "aglcbr0"
 SUBNET = "172.31.213"                 # /24, on BRIDGE only
-NETNS_PREFIX = "agglab-c"
+NETNS_PREFIX = CLUSTER.prefix         # no process owns them: `agglab clean` leaves them (ground/netnames.py)
 VETH_PREFIX = "aglc"
 MAX_SERVERS = 16
 
