@@ -403,7 +403,7 @@ def fill_row(row: dict[str, Any], result: dict | None, error: str, wall: float) 
     row["wall_seconds"] = round(wall, 3)
     row["error"] = error[:600]
     for key in ("ok", "exact", "seconds", "goodput_mbps", "packets", "retransmissions", "fidelity",
-                "failures", "trees", "errors", "pace", "jobs", "pool_occupancy"):
+                "failures", "trees", "errors", "pace", "jobs", "pool_occupancy", "warm_up"):
         if key in result:
             row[key] = result[key]
     if result and not result.get("ok") and not row["error"]:
