@@ -78,3 +78,11 @@ def test_a_fresh_network_is_warmed_too(monkeypatch):
     monkeypatch.setattr(session_mod, "run_spec", lambda spec, **kw: asked.append(kw) or {"ok": True})
     list(default_run_fn()([RunSpec(workers=4, elements=1000, algorithm="ring")]))
     assert asked == [{"warm": True}]
+
+
+def test_a_row_records_its_networks_warm_up():
+    from agglab.experiments.runner import fill_row
+
+    warm = {"ok": True, "seconds": 0.5, "elements": 4096, "retransmissions": 3}
+    row = fill_row({}, {"ok": True, "seconds": 0.12, "warm_up": warm}, "", 1.0)
+    assert row["warm_up"] == warm and row["seconds"] == 0.12
