@@ -45,13 +45,31 @@ def run_allreduce(quiet: bool = True, **kwargs) -> dict:
     return run_spec(RunSpec(**kwargs), quiet=quiet)
 
 
-def run_spec(spec: RunSpec | CheckedRun, quiet: bool = True, progress: bool = False) -> dict:
+def run_spec(spec: RunSpec | CheckedRun, quiet: bool = True, progress: bool = False, warm: bool = False) -> dict:
     """Run one allreduce described by `spec` in a fresh network and return the result
-    (`progress`: a bar of blocks done and their rate on stderr)."""
+    (`progress`: a bar of blocks done and their rate on stderr; `warm`: after
+    `Session.warm_up`, which the result's `warm_up` records)."""
     with Session(spec, quiet=quiet, progress=progress) as session:
+        warmed = session.warm_up() if warm else None
         result = session.allreduce()
+        if warmed:
+            result["warm_up"] = warmed
         result["events"] = session.events.lines()
         return result
+
+
+# A warm-up allreduce fills each slot of the window this many times with whole blocks.
+WARM_ROUNDS = 4
+
+
+def warm_up_overrides(spec: RunSpec) -> dict:
+    """The fields that make `spec` a network's warm-up: the same scheme, window and data
+    plane, a few rounds of every slot (dense blocks: every slot carries full frames), and no
+    failure, chaos, compute or offset (a warm-up must leave the network as it found it)."""
+    window = spec.default_window()
+    return dict(elements=window * (spec.block_size or wire.K) * WARM_ROUNDS, window=window, density=1.0,
+                fail=[], fail_switch=[], hang_switch=[], chaos=None, iterations=1, compute_ms=None,
+                compute_profile=None, job_offsets=[], length_override={})
 
 
 def graph_for(spec: RunSpec):
@@ -265,6 +283,20 @@ class Session:
         if spec.cluster:
             result["cluster"] = self.net.servers_of()
         return self._finish(spec, result)
+
+    def warm_up(self) -> dict:
+        """One small untimed allreduce (`warm_up_overrides`) before the timed ones; returns
+        what a timed row records of it.
+
+        Why: a fresh BMv2 switch's first packets grow the malloc arenas of its pipeline
+        threads (~66 MB, 16.7k minor faults in the first OmniReduce call of 8 workers), which
+        no later run pays: that first call took 0.31-0.44 s with 105-127 resends against
+        0.12-0.15 s and none for the next ones, and was flagged CPU-bound (docs/measurements.md,
+        2026-12-07, ninth session). A real switch has no such start-up, so every network of
+        a suite gets the warm-up, whatever its scheme or backend."""
+        r = self.allreduce(**warm_up_overrides(self.spec))
+        return {"elements": r.get("elements"), "ok": r.get("ok"), "seconds": r.get("seconds"),
+                "retransmissions": r.get("retransmissions")}
 
     def _finish(self, spec: RunSpec, result: dict) -> dict:
         if result.get("ok") and "wire_seconds" not in result:

@@ -169,7 +169,8 @@ REUSABLE = IN_NETWORK
 def default_run_fn(out_dir: Path | None = None) -> RunFn:
     """Runs a group of specs that differ only in their seed (the repeats of one point): in one
     network when the algorithm allows it and no link is failed on purpose (a failed link stays
-    down), else in a fresh network each. A run that raises inside a shared network ends the
+    down), else in a fresh network each; every network runs a small untimed allreduce first
+    (`Session.warm_up`: a fresh BMv2 switch's first packets cost what no later run pays). A run that raises inside a shared network ends the
     sharing: the rest of the group runs in fresh networks. A ProgramRun (program: pace) runs
     `agglab train --profile-only` for both schedulers in one network against one calibration
     (a paired comparison); the other scheduler's result waits for its own point."""
@@ -196,7 +197,7 @@ def default_run_fn(out_dir: Path | None = None) -> RunFn:
         return mine
 
     def fresh(spec: RunSpec) -> dict:
-        return run_spec(spec)             # the RunSpec itself: checked once, in the Session
+        return run_spec(spec, warm=True)  # the RunSpec itself: checked once, in the Session
 
     def run(specs: list) -> Iterator[dict]:
         with network_turn():
@@ -213,8 +214,11 @@ def default_run_fn(out_dir: Path | None = None) -> RunFn:
         left = list(specs)
         try:
             with Session(specs[0]) as session:
+                warmed = session.warm_up()        # each network's first packets untimed (Session.warm_up)
                 while left:
                     result = session.allreduce(seed=left[0].seed)
+                    if warmed:
+                        result["warm_up"], warmed = warmed, None
                     result["events"] = session.events.lines()
                     left.pop(0)
                     yield result
@@ -399,7 +403,7 @@ def fill_row(row: dict[str, Any], result: dict | None, error: str, wall: float) 
     row["wall_seconds"] = round(wall, 3)
     row["error"] = error[:600]
     for key in ("ok", "exact", "seconds", "goodput_mbps", "packets", "retransmissions", "fidelity",
-                "failures", "trees", "errors", "pace", "jobs", "pool_occupancy", "host_tcp"):
+                "failures", "trees", "errors", "pace", "jobs", "pool_occupancy", "host_tcp", "warm_up"):
         if key in result:
             row[key] = result[key]
     if result and not result.get("ok") and not row["error"]:
