@@ -20,6 +20,7 @@ from agglab.ground import progress
 from agglab.ground.runspec import RunPlan, RunSpec, WorkerSeat
 from agglab.hosts.communicator import Communicator
 from agglab.testkit.waits import wait_until
+from progress_polls import count_polls, report
 
 class FakeNet:
     """Links go down and up by being recorded (no moment returned, as Mininet's: the injector
@@ -50,20 +51,7 @@ class FakeSession:
 
 @pytest.fixture
 def polls(monkeypatch):
-    """How often the injector has read the progress files."""
-    count = [0]
-    real = chaos.read_progress
-
-    def counted(files):
-        count[0] += 1
-        return real(files)
-    monkeypatch.setattr(chaos, "read_progress", counted)
-    return count
-
-
-def _report(files, done: int) -> None:
-    for f in files:
-        progress.ProgressFile(f)(done, 100)
+    return count_polls(monkeypatch, chaos)
 
 
 def test_the_schedule_waits_before_the_gate_and_strikes_at_its_fraction(tmp_path, polls):
@@ -77,11 +65,11 @@ def test_the_schedule_waits_before_the_gate_and_strikes_at_its_fraction(tmp_path
         assert injector is not None and injector.is_alive()      # started before any worker is
         wait_until(lambda: polls[0] >= 2, what="the schedule waiting on the progress files")
         assert session.net.changes == [] and workers._marks(injector) == (0.5,)
-        _report(files, 30)
+        report(files, 30)
         seen = polls[0]
         wait_until(lambda: polls[0] >= seen + 2, what="the schedule reading 30%")
         assert session.net.changes == []
-        _report(files, 55)
+        report(files, 55)
         wait_until(lambda: session.net.changes, what="the strike")
         assert session.net.changes == [("a1", "c1", False)]
         (row,) = injector.rows

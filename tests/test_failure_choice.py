@@ -13,9 +13,9 @@ import pytest
 
 from agglab.emulation import failures
 from agglab.emulation.failures import FailureInjector
-from agglab.ground import progress
 from agglab.ground.runspec import FailSpec, SwitchFailSpec
 from agglab.testkit.waits import wait_until
+from progress_polls import count_polls, report
 
 T_FAIL = 100.0                   # what the fake network says the failure's moment was
 
@@ -71,25 +71,12 @@ class FakeJob:
 
 @pytest.fixture
 def polls(monkeypatch):
-    """How often the injector has read the progress files: once it has twice, it is waiting."""
-    count = [0]
-    real = failures.read_progress
-
-    def counted(files):
-        count[0] += 1
-        return real(files)
-    monkeypatch.setattr(failures, "read_progress", counted)
-    return count
-
-
-def _report(files, done: int) -> None:
-    for f in files:
-        progress.ProgressFile(f)(done, 100)
+    return count_polls(monkeypatch, failures)
 
 
 def _start(tmp_path, spec, links=(("a1", "c1"), ("a2", "c2")), switches=("a3", "a4")):
     files = [tmp_path / f"rank{r}.progress" for r in range(3)]
-    _report(files, 10)
+    report(files, 10)
     job = FakeJob(files, links, switches)
     net = FakeNet(job.events)
     injector = FailureInjector(net, job, [spec], files, seed=0)
@@ -106,7 +93,7 @@ def test_tree_target_is_chosen_while_waiting_for_the_trigger(tmp_path, polls, sp
     try:
         wait_until(lambda: polls[0] >= 2, what="the injector waiting on the progress files")
         assert job.choices == [0.1] and net.down == []     # chosen before the trigger, nothing down yet
-        _report(files, 60)
+        report(files, 60)
         wait_until(lambda: net.down, what="the failure")
         assert net.down == [taken] and job.choices == [0.1]    # not chosen again at the trigger
         (row,) = injector.report(last_end=T_FAIL + 1.25)
@@ -122,7 +109,7 @@ def test_a_reroute_before_the_trigger_means_choosing_again(tmp_path, polls):
         wait_until(lambda: polls[0] >= 2, what="the injector waiting on the progress files")
         job.records.append({"link": "x-y", "epoch": 1})    # another failure moved the trees
         wait_until(lambda: len(job.choices) == 2, what="a second choice")
-        _report(files, 50)
+        report(files, 50)
         wait_until(lambda: net.down, what="the failure")
         assert net.down == [("link", "a2", "c2")]
     finally:
@@ -133,7 +120,7 @@ def test_a_reroute_before_the_trigger_means_choosing_again(tmp_path, polls):
 def test_a_named_link_is_not_chosen(tmp_path, polls):
     files, job, net, injector = _start(tmp_path, FailSpec(0.3, ("e1", "a1")))
     try:
-        _report(files, 30)
+        report(files, 30)
         wait_until(lambda: net.down, what="the failure")
         assert net.down == [("link", "e1", "a1")] and job.choices == []
         (row,) = injector.report(last_end=T_FAIL - 0.5)           # it landed after the end
