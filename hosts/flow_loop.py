@@ -10,10 +10,10 @@ socket has room and reads whichever has data.
 
 The frames are tcp_peer's: (tag = message number on this direction, byte count), then the
 payload; every message is checked against what the caller said comes next on that socket,
-and a flow with work pending that moves no byte for `give_up` seconds ends the allreduce with
-an AllreduceTimeout naming the peer and the message, as a blocking socket's timeout did; on the
-sending side only if the peer acknowledged nothing either (hosts/tcp_acked.py: a socket whose
-buffer is full on a slow, shared link takes no bytes for a while but is not stalled)."""
+and when none of the worker's flows moved for `give_up` seconds the allreduce ends with an
+AllreduceTimeout naming the peer and the message that waited longest, as a blocking socket's
+timeout did (`_check_stalls`: why the whole loop; a send side whose socket is full counts as
+moving while its peer acknowledges bytes, hosts/tcp_acked.py)."""
 
 from __future__ import annotations
 
@@ -114,32 +114,47 @@ class FlowLoop:
         flow.mask = mask
 
     def _wait(self) -> float:
-        """Until the earliest flow would time out (a selector tick, at least)."""
-        now, soonest = time.monotonic(), self.give_up
-        for f in self.flows.values():
-            if f.expected:
-                soonest = min(soonest, f.last_rx + self.give_up - now)
-            if f.sendq:
-                soonest = min(soonest, f.last_tx + self.give_up - now)
-        return max(0.01, soonest)
+        """Until the loop could be out of patience: give_up after its last progress (a
+        selector tick, at least)."""
+        if not any(f.expected or f.sendq for f in self.flows.values()):
+            return self.give_up
+        return max(0.01, self._last_progress() + self.give_up - time.monotonic())
+
+    def _last_progress(self) -> float:
+        """When any flow last moved: a byte read or written, new work queued, or (below) the
+        peer acknowledging bytes of a send side whose socket is full."""
+        return max((max(f.last_rx, f.last_tx) for f in self.flows.values()), default=time.monotonic())
 
     def _check_stalls(self) -> None:
+        """Give up only when none of the worker's flows moved for give_up seconds, naming the
+        flow that has waited longest. Why the whole loop and not each flow: a parameter server's
+        worker waits for a shard's sum while that shard's owner pushes and pulls 14 flows over
+        one slow uplink, and a TCP flow there can sit out RTO back-offs longer than give_up
+        while every other flow moves (8 x 4 MiB at 1.25 Mb/s gave up every time); a failed,
+        unrerouted link stops every flow soon after, as the in-network agents' rule (no progress
+        of the call) sees it."""
         now = time.monotonic()
         for f in self.flows.values():
-            p = f.peer
-            if f.expected and now - f.last_rx > self.give_up:
-                view, what, _ = f.expected[0]
-                part = "header" if f.in_header else f"{f.got}/{view.nbytes} bytes"
-                raise AllreduceTimeout(f"rank {self.me}: no data from {p.name} for {self.give_up:g} s while "
-                                       f"receiving {what} ({part} of message {p.received})")
             if f.sendq and now - f.last_tx > self.give_up:
-                acked = tcp_acked.bytes_acked(p.sock)
+                acked = tcp_acked.bytes_acked(f.peer.sock)
                 if acked is not None and acked > f.acked:    # the kernel still moves its bytes: a share of a slow link
                     f.acked, f.last_tx = acked, now
-                    continue
-                raise AllreduceTimeout(f"rank {self.me}: {p.name} accepted no data for {self.give_up:g} s "
-                                       f"({sum(v.nbytes for v in f.sendq)} bytes queued): peer stalled or "
-                                       f"unreachable (failed link not rerouted?)")
+        if now - self._last_progress() <= self.give_up:
+            return
+        waiting = ([(f.last_rx, "rx", f) for f in self.flows.values() if f.expected]
+                   + [(f.last_tx, "tx", f) for f in self.flows.values() if f.sendq])
+        if not waiting:
+            return
+        _, kind, f = min(waiting, key=lambda w: w[0])
+        p = f.peer
+        if kind == "rx":
+            view, what, _ = f.expected[0]
+            part = "header" if f.in_header else f"{f.got}/{view.nbytes} bytes"
+            raise AllreduceTimeout(f"rank {self.me}: no data from {p.name} for {self.give_up:g} s while "
+                                   f"receiving {what} ({part} of message {p.received})")
+        raise AllreduceTimeout(f"rank {self.me}: {p.name} accepted no data for {self.give_up:g} s "
+                               f"({sum(v.nbytes for v in f.sendq)} bytes queued): peer stalled or "
+                               f"unreachable (failed link not rerouted?)")
 
     def _write(self, flow: _Flow) -> None:
         p = flow.peer

@@ -209,3 +209,30 @@ def test_a_full_socket_whose_bytes_are_still_acknowledged_is_not_a_stall(monkeyp
     with pytest.raises(AllreduceTimeout, match=r"rank 0: rank 1 \(pair-1\) accepted no data for 2 s \(6 bytes queued\)"):
         loop._check_stalls()              # still 12,000: stalled
     end.close()
+
+
+def test_a_flow_that_waits_is_not_a_stall_while_another_moves(monkeypatch):
+    """Rank 0 waits for a shard's sum from rank 5 longer than give_up while its flow to rank 6
+    keeps moving: the worker is not stuck (a PS's owner may be slow on a shared uplink). Once
+    nothing has moved for give_up, it gives up naming the flow that waited longest. Clock
+    scripted (no waiting)."""
+    from agglab.hosts import flow_loop
+    quiet, quiet_end = _pair(0, 5)
+    busy, busy_end = _pair(0, 6)
+    now = [500.0]
+    monkeypatch.setattr(flow_loop.time, "monotonic", lambda: now[0])
+    loop = FlowLoop(Mesh(out={5: quiet, 6: busy}, inc={}), give_up=2.0, me=0)
+    loop.expect(quiet, bytearray(4), "the sum of shard 5 chunk 0", lambda: None)
+    loop.expect(busy, bytearray(4), "the sum of shard 6 chunk 0", lambda: None)
+    busy_flow = loop.flows[id(busy)]
+    for _ in range(3):                     # 4.5 s in all, rank 6's bytes arriving all along
+        now[0] += 1.5
+        busy_flow.last_rx = now[0]
+        loop._check_stalls()
+        assert loop._wait() == pytest.approx(2.0)
+    now[0] += 2.5                          # then nothing moves anywhere
+    with pytest.raises(AllreduceTimeout, match=r"rank 0: no data from rank 5 \(pair-5\) for 2 s while receiving "
+                                               r"the sum of shard 5 chunk 0"):
+        loop._check_stalls()
+    quiet_end.close()
+    busy_end.close()
