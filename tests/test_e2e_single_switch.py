@@ -95,7 +95,7 @@ def test_killed_run_is_cleaned_by_agglab_clean():
     wait_until(cleaned, 30, "what agglab clean removed to be gone")
     assert_clean()
     again = clean(verbose=False)                 # idempotent
-    assert again == {"runs": 0, "processes": 0, "interfaces": 0}
+    assert again == {"runs": 0, "processes": 0, "interfaces": 0, "namespaces": 0}
 
 
 def test_a_second_start_is_refused_and_the_network_keeps_working():
