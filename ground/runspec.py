@@ -15,7 +15,7 @@ import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from agglab.ground import wire
+from agglab.ground import host_tcp, wire
 from agglab.ground.schemes import DEFAULT as DEFAULT_SCHEME, DEFAULT_WINDOW, HOST_BASELINES, IN_NETWORK, SPARSE_WINDOW, SCHEMES, scheme
 
 # The built-in topologies and the tree algorithms. The controller holds them (the table
@@ -171,7 +171,7 @@ class RunSpec:
     keep: str | None = None            # copy the run directory here when the run ends (logs, commands, pcaps)
     pcap: bool = False                 # the switches write per-port pcaps into the kept directory
     cluster: str | None = None         # a cluster file: the network runs on its servers (emulation/cluster)
-    tcp_cc: str = "cubic"              # the hosts' TCP congestion control (ground/host_tcp.py pins it)
+    tcp_cc: str = host_tcp.DEFAULT_CC  # the hosts' TCP congestion control (ground/host_tcp.py pins it)
 
     # -- derived -------------------------------------------------------------------
     @property
@@ -355,6 +355,8 @@ class RunSpec:
             raise ValueError(f"--ps-layout must be sharded or central, got {self.ps_layout!r}")
         if self.placement not in PLACEMENTS:
             raise ValueError(f"--placement must be spread or packed, got {self.placement!r}")
+        if self.tcp_cc not in host_tcp.CONGESTION_CONTROLS:
+            raise ValueError(f"--tcp-cc must be one of {', '.join(host_tcp.CONGESTION_CONTROLS)}, got {self.tcp_cc!r}")
         if self.atp_ps not in ATP_PS:
             raise ValueError(f"--atp-ps must be colocated or separate, got {self.atp_ps!r}")
         if self.ps_only and self.workers < 2:

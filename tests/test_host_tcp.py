@@ -91,6 +91,13 @@ def test_an_unknown_congestion_control_is_refused():
         host_tcp.check_cc("vegas")
 
 
+def test_a_run_spec_with_an_unknown_congestion_control_is_refused_before_a_network():
+    from agglab.ground.runspec import RunSpec
+    assert RunSpec().tcp_cc == "cubic"          # Linux's default, the pinned one
+    with pytest.raises(ValueError, match=r"--tcp-cc must be one of cubic, reno, bbr, got 'vegas'"):
+        RunSpec(tcp_cc="vegas").validate()
+
+
 def test_the_read_back_says_what_the_routes_give_tcp():
     out = ("agglab-host-tcp bbr|4096\t131072\t6291456|4096\t16384\t4194304\n"
            "agglab-host-route 10.0.0.0/16 dev h1-eth0 proto kernel scope link src 10.0.0.1 "
