@@ -278,6 +278,13 @@ class EmulatedNetwork(SwitchFailures):
         return client
 
     def stop(self) -> None:
+        try:
+            self._stop_processes()
+        finally:                                 # whatever failed above, the namespace and lease go
+            self._release()
+
+    def _stop_processes(self) -> None:
+        """The probe, the watcher, the clients, the data planes, Mininet and the launchers."""
         if self.probe is not None:               # teardown stops switches on purpose
             self.probe.stop()
             self.probe = None
@@ -301,24 +308,31 @@ class EmulatedNetwork(SwitchFailures):
             if launcher is not None:
                 launcher.close()
         self.launcher = self.worker_launcher = None
-        if self.run is not None:
-            kill_pids(self.run.pids())
-            delete_interfaces(self.run.interfaces(), group=self.run.recorded_link_group() or -1)
-        if self.netns is not None:              # back to where start() began, then the namespace goes
-            self.netns.leave()
-            kill_pids(netns.pids_in(self.netns.name))
-            self.netns.delete()
-            self.netns = None
-        if self.run is not None:
+
+    def _release(self) -> None:
+        """What the run recorded, its namespace, its directory and the machine's lease."""
+        try:
+            if self.run is not None:
+                kill_pids(self.run.pids())
+                delete_interfaces(self.run.interfaces(), group=self.run.recorded_link_group() or -1)
+            if self.netns is not None:           # back to where start() began, then the namespace goes
+                self.netns.leave()
+                kill_pids(netns.pids_in(self.netns.name))
+                self.netns.delete()
+                self.netns = None
+        finally:
             try:
-                if self.keep:
-                    self.run.keep(self.keep)
+                if self.run is not None:
+                    try:
+                        if self.keep:
+                            self.run.keep(self.keep)
+                    finally:
+                        shutil.rmtree(self.run.path, ignore_errors=True)
+                        self.run = None
             finally:
-                shutil.rmtree(self.run.path, ignore_errors=True)
-                self.run = None
-        if self._leased:
-            self._leased = False
-            netlease.release()
+                if self._leased:
+                    self._leased = False
+                    netlease.release()
 
     def _stop_data_planes(self) -> None:
         """SIGTERM every switch process at once, then wait for each (Mininet's stop() would

@@ -17,7 +17,8 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from agglab.ground.rundir import Refused
 
@@ -48,7 +49,20 @@ def _in_fork_callback(frame) -> bool:
     return False
 
 
+_held: list[int] = []      # signals that arrived inside deferred() blocks (main thread only)
+_holding = 0               # how deep the main thread is in deferred() blocks
+
+
+def _stop_listening() -> None:
+    """Ignore repeats while the clean-up runs: a second Ctrl-C must not cut it short."""
+    for sig in HANDLED:
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def _raise(signum, frame) -> None:
+    if _holding:
+        _held.append(signum)
+        return
     if _in_fork_callback(frame):
         # Not here, where it would be swallowed: the signal is sent again a moment later, once
         # the fork has returned to the code that asked for it. From another thread: sent from
@@ -57,10 +71,34 @@ def _raise(signum, frame) -> None:
         again.daemon = True
         again.start()
         return
-    # Ignore repeats while the clean-up runs: a second Ctrl-C must not cut it short.
-    for sig in HANDLED:
-        signal.signal(sig, signal.SIG_IGN)
+    _stop_listening()
     raise Interrupted(signum)
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Hold a stop signal until the block ends, then raise it: for a step that must happen
+    wholly or not at all, such as making a network namespace.
+
+    Why: a signal while Popen waits for its child's exec raises out of Popen() with the child
+    still running and nobody to kill it; the `ip` making the run's namespace then made it after
+    the clean-up had looked for it, and the namespace outlived the command (a SIGTERM during
+    `agglab allreduce`'s set-up, in CI). Only the main thread, where Python runs signal
+    handlers, holds them; elsewhere the block runs as it is."""
+    global _holding
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _holding += 1
+    try:
+        yield
+    finally:
+        _holding -= 1
+        if not _holding and _held:
+            signum = _held[0]
+            _held.clear()
+            _stop_listening()
+            raise Interrupted(signum)
 
 
 def arm() -> dict:

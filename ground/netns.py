@@ -28,6 +28,7 @@ import subprocess
 import threading
 import uuid
 
+from agglab.ground.interrupts import deferred
 from agglab.ground.netnames import NETNS_DIR, RUN
 
 PREFIX = RUN.prefix               # never `agglab-c<i>` (the practice cluster's servers)
@@ -110,7 +111,9 @@ def delete(name: str) -> bool:
     it existed."""
     if not (NETNS_DIR / name).exists():
         return False
-    _ip("netns", "delete", name)
+    res = _ip("netns", "delete", name)
+    if (NETNS_DIR / name).exists():      # said, not silently left for `agglab clean`
+        raise RuntimeError(f"namespace {name} could not be deleted: {(res.stderr or res.stdout).strip()[:300]}")
     return True
 
 
@@ -123,8 +126,11 @@ class RunNamespace:
         self._back: dict[str, int] = {}
 
     def create(self) -> "RunNamespace":
+        """Make the namespace; a stop signal meanwhile is raised once `ip` has finished
+        (ground/interrupts.py's deferred() says why), so the caller's delete() finds it."""
         _remember_origin()
-        _ip("netns", "add", self.name, check=True)
+        with deferred():
+            _ip("netns", "add", self.name, check=True)
         _ip("-n", self.name, "link", "set", "lo", "up", check=True)   # Thrift and control channels
         return self
 

@@ -13,6 +13,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from tests.conftest import REPO
 
 SCRIPT = textwrap.dedent("""
@@ -49,3 +51,44 @@ def test_a_signal_inside_a_fork_callback_is_handled_after_the_fork():
     out = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.stdout.split("\n")[:2] == ["interrupted 1", "logging lock free"], out.stdout + out.stderr
     assert "Exception ignored" not in out.stderr, out.stderr
+
+
+NAMESPACE_SCRIPT = textwrap.dedent("""
+    import os, signal, subprocess, sys
+    from agglab.ground import interrupts, netns
+
+    interrupts.arm()
+    ns = netns.RunNamespace()
+    children = []
+    real = subprocess.Popen._execute_child
+
+    def signal_after_fork(self, args, *rest, **kw):
+        real(self, args, *rest, **kw)
+        if "add" in args and ns.name in args and not children:
+            children.append(self.pid)
+            os.kill(os.getpid(), signal.SIGTERM)   # handled here: inside Popen(), its child running
+
+    subprocess.Popen._execute_child = signal_after_fork
+    try:
+        ns.create()
+        print("not interrupted")
+    except interrupts.Interrupted as exc:
+        print("interrupted", exc.signum)
+        ns.delete()                                # what EmulatedNetwork.stop() does
+    try:
+        os.waitpid(children[0], 0)                 # an orphaned `ip netns add` has finished now
+    except ChildProcessError:
+        pass                                       # reaped by subprocess.run: it was waited for
+    left = (netns.NETNS_DIR / ns.name).exists()
+    subprocess.run(["ip", "netns", "delete", ns.name], capture_output=True)
+    print("left behind" if left else "removed", flush=True)
+""")
+
+
+@pytest.mark.root
+def test_a_signal_while_a_namespace_is_made_leaves_no_namespace():
+    """The signal arrives inside Popen(), after the fork of `ip netns add` (where CI's SIGTERM
+    at set-up landed): the command still stops, and the namespace is gone once `ip` is."""
+    out = subprocess.run([sys.executable, "-c", NAMESPACE_SCRIPT], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.split("\n")[:2] == ["interrupted 15", "removed"], out.stdout + out.stderr
