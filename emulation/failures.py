@@ -218,3 +218,12 @@ def hang_rows(net, job) -> list[dict]:
             row["jobs"] = sorted(f["job"] for f in recs)
         rows.append(row)
     return rows
+
+
+def late_rows(net, since: int = 0) -> list[dict]:
+    """Every switch the liveness probe declared hung that then answered the second ping
+    (emulation/switch_failures.py: "Late is not hung"): kept, not fenced. `silent_ms`: from its
+    last answer to the probe's verdict; `answered_ms`: to the answer that kept it."""
+    return [{"switch": r["switch"], "silent_ms": round((r["t_detect"] - r["t_last_answer"]) * 1e3, 1),
+             "answered_ms": round((r["t_answer"] - r["t_last_answer"]) * 1e3, 1)}
+            for r in getattr(net, "late", [])[since:]]

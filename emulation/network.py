@@ -77,6 +77,7 @@ class EmulatedNetwork(SwitchFailures):
         self.probe = None                        # emulation/switch_probe.py: pings, once watch_switches()
         self.hung: dict[str, dict] = {}          # switch -> {"t_detect", "t_last_answer"} of its hang
         self.hang_log: list[dict] = []           # every hang seen: {"switch", "t_detect", "t_last_answer"}
+        self.late: list[dict] = []               # declared hung, then answered (switch_failures: "Late is not hung")
         self.dead: dict[str, str] = {}           # switch -> why its process is gone (exit code, log tail)
         self.incarnation: dict[str, int] = {}    # switch -> restarts so far (counters start again at 0)
         self._downed: dict[str, list[str]] = {}  # dead switch -> its ports taken down with it

@@ -27,7 +27,7 @@ from agglab.controller.standby import StandbyWorker
 from agglab.controller.switch_batches import run_batches
 from agglab.controller.topology import switches, tenant_hosts, workers as worker_hosts
 from agglab.emulation.chaos import Chaos, draw
-from agglab.emulation.failures import hang_rows
+from agglab.emulation.failures import hang_rows, late_rows
 from agglab.emulation.network import EmulatedNetwork
 from agglab.emulation.pool_occupancy import PoolSampler
 from agglab.emulation.training_jobs import resolve_compute
@@ -253,7 +253,7 @@ class Session:
         self.job.prepare(spec.default_window(), spec.algorithm)
         self.runs += 1
         before = self._switch_counters()
-        hangs_before = len(self.net.hang_log)
+        hangs_before, late_before = len(self.net.hang_log), len(self.net.late)
         say(f"allreduce of {spec.elements} {spec.dtype} per worker on {len(self.job.trees().trees)} "
              f"{spec.tree} tree(s), packet loss {spec.loss * 100:g}% per link direction", self.quiet)
         probe, reports = self.net.fidelity_probe(), []
@@ -275,7 +275,8 @@ class Session:
         result.update(topology=spec.topology, tree=spec.tree, trees=len(treeset.trees),
                       epoch=treeset.epoch, failures=failure_rows(injector, spec, reports),
                       switches_down={sw: why.splitlines()[0] for sw, why in sorted(dead.items())},
-                      hangs=hang_rows(self.net, self.job)[hangs_before:])
+                      hangs=hang_rows(self.net, self.job)[hangs_before:],
+                      late=late_rows(self.net, late_before))
         if spec.chaos is not None:
             result["chaos"] = injector.summary()
         result["fidelity"] = fidelity       # link-bound or CPU-bound? (emulation/fidelity.py)
@@ -321,7 +322,7 @@ class Session:
              f"(jobs {spec.job}..{spec.job + spec.jobs - 1}), {spec.slots_per_job} slots each", self.quiet)
         probe, reports = self.net.fidelity_probe(), []
         sampler = self._pool_sampler(spec)
-        hangs_before = len(self.net.hang_log)
+        hangs_before, late_before = len(self.net.hang_log), len(self.net.late)
         try:
             with contextlib.ExitStack() as running:
                 for _, job in tenants:
@@ -356,6 +357,7 @@ class Session:
             "failures": failure_rows(injector, spec, [r for job in reports for r in job]),
             "switches_down": {sw: why.splitlines()[0] for sw, why in sorted(dead.items())},
             "hangs": hang_rows(self.net, self.group)[hangs_before:],
+            "late": late_rows(self.net, late_before),
             "fidelity": fidelity, "jobs": per_job,
         }
         if occupancy is not None:

@@ -322,6 +322,31 @@ class SwitchProbe:
                 self._drop(name)
 
 
+def answers_within(chan, seconds: float) -> bool:
+    """Whether switch `chan` (a fresh SoftPing or ThriftPing) answers one ping within `seconds`;
+    the channel is closed after. The second opinion before a switch the probe declared hung,
+    but that is not stopped, is fenced (emulation/switch_failures.py: "Late is not hung")."""
+    deadline = time.monotonic() + seconds
+    try:
+        chan.send()
+        while (left := deadline - time.monotonic()) > 0:
+            if not readable([chan.sock.fileno()], left):
+                continue
+            try:
+                data = chan.sock.recv(1 << 16)
+            except BlockingIOError:
+                continue
+            if not data:                        # closed: the process is gone
+                return False
+            if chan.answered(data):
+                return True
+        return False
+    except OSError:
+        return False
+    finally:
+        chan.sock.close()
+
+
 def ping_channel(backend: str, node) -> object:
     """The ping channel of a switch node (emulation/switch_nodes.py) of `backend`."""
     proc = getattr(node, "proc", None)

@@ -27,17 +27,12 @@ class ClusterHangs:
     LIVENESS_PROBE = True
     HANG_BOUND = BMV2_HANG_BOUND      # a ping's bound here: it crosses ssh, no starvation test helps
 
-    def _probe(self, name: str) -> None:
-        if self.probe is None:
-            return
+    def _ping_channel(self, name: str):
         node = self.net.get(name)
-        try:
-            chan = (SoftPing(str(node.control_path)) if self.backend == "soft"
-                    else ThriftPing(node.thrift_port, host=node.thrift_ip))
-        except OSError:                              # gone before it could be pinged: the watcher's case
-            return
+        chan = (SoftPing(str(node.control_path)) if self.backend == "soft"
+                else ThriftPing(node.thrift_port, host=node.thrift_ip))
         chan.bound = max(self.HANG_BOUND, getattr(chan, "bound", 0) or 0)
-        self.probe.add(name, chan)
+        return chan
 
     def _process_state(self, name: str) -> str | None:
         """The switch's process state read on its server (the local pid is its ssh's)."""
