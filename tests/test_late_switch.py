@@ -4,8 +4,8 @@ answers it is kept, and pinged again; one that stays silent is fenced at the lim
 one is fenced at once, as before.
 
 The switch is a small server on a Unix socket that answers the software switch's `ping` as its
-daemon does; SIGUSR1 makes every answer wait on a lock a thread holds for SLOW seconds (asleep,
-as a BMv2 switch whose Thrift thread waits on a busy lock), SIGSTOP stops it."""
+daemon does; SIGUSR1 makes every answer wait on a lock a thread holds, asleep, until SIGUSR2 (as
+a BMv2 switch whose Thrift thread waits on a busy lock), SIGSTOP stops it."""
 
 from __future__ import annotations
 
@@ -22,17 +22,18 @@ from agglab.emulation.switch_failures import HANG_AUDIT, SwitchFailures
 from agglab.testkit.waits import wait_until
 
 SWITCH = """
-import signal, socket, sys, threading, time
-gate = threading.Lock()
+import signal, socket, sys, threading
+gate, release = threading.Lock(), threading.Event()
 s = socket.socket(socket.AF_UNIX)
 s.bind(sys.argv[1])
 s.listen(8)
 
 def hold():
     with gate:
-        time.sleep(float(sys.argv[2]))
+        release.wait()
 
 signal.signal(signal.SIGUSR1, lambda *_: threading.Thread(target=hold, daemon=True).start())
+signal.signal(signal.SIGUSR2, lambda *_: release.set())
 print("ready", flush=True)
 
 def serve(c):
@@ -79,10 +80,10 @@ class _Network(SwitchFailures):
                 part.stop()
 
 
-def _run(tmp_path: Path, slow: float, sig: int, monkeypatch):
+def _run(tmp_path: Path, sig: int, monkeypatch):
     monkeypatch.delenv(HANG_AUDIT, raising=False)       # these hangs are made here, not found
     path = tmp_path / "s1.sock"
-    proc = subprocess.Popen([sys.executable, "-c", SWITCH, str(path), str(slow)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", SWITCH, str(path)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline() == "ready\n"
     net = _Network(_Node(proc, path))
     exits, hangs = [], []
@@ -93,9 +94,12 @@ def _run(tmp_path: Path, slow: float, sig: int, monkeypatch):
 
 
 def test_a_switch_that_answers_late_is_kept_and_pinged_again(tmp_path, monkeypatch):
-    proc, net, exits, hangs = _run(tmp_path, 2.0, signal.SIGUSR1, monkeypatch)   # silent 2 s: over the 0.5 s bound
+    proc, net, exits, hangs = _run(tmp_path, signal.SIGUSR1, monkeypatch)
     try:
-        wait_until(lambda: net.late, 30, what="the probe to find the switch late")
+        # the probe declared it hung (dropped it), and the second ping is waiting: now it answers
+        wait_until(lambda: not net.probe.has_answered("s1"), 30, what="the probe to declare the silent switch hung")
+        proc.send_signal(signal.SIGUSR2)
+        wait_until(lambda: net.late, 30, what="the second ping to find the switch late")
         assert net.late[0]["switch"] == "s1" and net.late[0]["t_answer"] - net.late[0]["t_last_answer"] > 0.5
         assert net.hung == {} and hangs == [] and exits == [] and proc.poll() is None
         wait_until(lambda: net.probe.has_answered("s1"), what="the probe to ping it again")
@@ -107,7 +111,7 @@ def test_a_switch_that_answers_late_is_kept_and_pinged_again(tmp_path, monkeypat
 
 def test_a_switch_silent_past_the_limit_is_fenced(tmp_path, monkeypatch):
     monkeypatch.setattr(switch_failures, "STARVED_LIMIT", 2.0)
-    proc, net, exits, hangs = _run(tmp_path, 1000.0, signal.SIGUSR1, monkeypatch)
+    proc, net, exits, hangs = _run(tmp_path, signal.SIGUSR1, monkeypatch)   # silent for good
     try:
         wait_until(lambda: exits, 60, what="the silent switch to be fenced")
         assert hangs == ["s1"] and net.hung["s1"]["state"] == "sleeping" and net.late == []
@@ -122,7 +126,7 @@ def test_a_switch_silent_past_the_limit_is_fenced(tmp_path, monkeypatch):
 def test_a_stopped_switch_is_fenced_without_a_second_ping(tmp_path, monkeypatch):
     asked = []
     monkeypatch.setattr(switch_failures, "answers_within", lambda chan, seconds: asked.append(seconds) or True)
-    proc, net, exits, hangs = _run(tmp_path, 0.0, signal.SIGSTOP, monkeypatch)
+    proc, net, exits, hangs = _run(tmp_path, signal.SIGSTOP, monkeypatch)
     try:
         wait_until(lambda: exits, 60, what="the stopped switch to be fenced")
         assert hangs == ["s1"] and net.hung["s1"]["state"] == "stopped" and asked == [] and net.late == []
