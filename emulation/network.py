@@ -16,7 +16,6 @@ allreduce workers (emulation/worker_launcher.py) and the switches' deaths, hangs
 from __future__ import annotations
 
 import contextlib
-import shutil
 import subprocess
 import threading
 import time
@@ -323,13 +322,9 @@ class EmulatedNetwork(SwitchFailures):
                 self.netns = None
         finally:
             try:
-                if self.run is not None:
-                    try:
-                        if self.keep:
-                            self.run.keep(self.keep)
-                    finally:
-                        shutil.rmtree(self.run.path, ignore_errors=True)
-                        self.run = None
+                run, self.run = self.run, None
+                if run is not None:
+                    run.remove(self.keep)
             finally:
                 if self._leased:
                     self._leased = False

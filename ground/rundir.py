@@ -145,6 +145,15 @@ class RunRecord:
         except FileNotFoundError:
             return []
 
+    def remove(self, keep: Path | None = None) -> None:
+        """Copy the run to `keep` first if given (`--keep`), then remove its directory, whether
+        or not the copy worked: the end of every network's stop()."""
+        try:
+            if keep:
+                self.keep(keep)
+        finally:
+            shutil.rmtree(self.path, ignore_errors=True)
+
     def keep(self, dest: Path) -> Path:
         """Copy what the run wrote (logs, commands, events, pcaps, worker reports) to `dest`,
         leaving out what only a live run needs (sockets, the owner's pid). When run with sudo

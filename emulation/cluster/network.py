@@ -32,7 +32,6 @@ from __future__ import annotations
 import queue
 import random
 import shlex
-import shutil
 import signal
 import subprocess
 import threading
@@ -294,14 +293,10 @@ class ClusterNetwork(ClusterHangs, EmulatedNetwork):
                 self._each_server(self._clean_server)
                 for remote in self.remotes.values():
                     remote.close()
-            if self.run is not None:
-                kill_pids(self.run.pids())                 # the head's ssh processes only
-                try:
-                    if self.keep:
-                        self.run.keep(self.keep)
-                finally:
-                    shutil.rmtree(self.run.path, ignore_errors=True)
-                    self.run = None
+            run, self.run = self.run, None
+            if run is not None:
+                kill_pids(run.pids())                      # the head's ssh processes only
+                run.remove(self.keep)
 
     def _stop_data_planes(self) -> None:
         """SIGTERM every switch of a server in one ssh, then wait for their ssh processes here."""
