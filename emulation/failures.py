@@ -226,4 +226,4 @@ def late_rows(net, since: int = 0) -> list[dict]:
     last answer to the probe's verdict; `answered_ms`: to the answer that kept it."""
     return [{"switch": r["switch"], "silent_ms": round((r["t_detect"] - r["t_last_answer"]) * 1e3, 1),
              "answered_ms": round((r["t_answer"] - r["t_last_answer"]) * 1e3, 1)}
-            for r in getattr(net, "late", [])[since:]]
+            for r in net.late[since:]]

@@ -10,7 +10,7 @@ chaos), and `check_switches` says what died during a run.
 SwitchFailures is a mixin of EmulatedNetwork (and so of the cluster's network, which
 overrides what differs across servers). It uses the network's `graph`, `backend`, `net`,
 `clients` and `_connect`, and the failure state EmulatedNetwork.__init__ sets up: `watcher`,
-`probe`, `hung`, `hang_log`, `dead`, `incarnation`, `_downed`, `_handled`.
+`probe`, `hung`, `hang_log`, `late`, `dead`, `incarnation`, `_downed`, `_handled`.
 """
 
 from __future__ import annotations
