@@ -7,7 +7,8 @@ moved onto. The schedule draws FAULTS faults from Random(SEED): kind, target and
 progress share of the slowest worker at which it strikes (as --fail does), and how long it
 lasts before it is undone:
 
-- link_flap: a switch-switch link goes down, and up again after `hold_ms`;
+- link_flap: a switch-switch link goes down, and up again after `hold_ms` (taken down as
+  `--fail` takes one: its ends' shells raised until the job has seen it);
 - switch_kill: a switch is killed (kill -9) and restarted after `hold_ms`;
 - switch_hang: a switch is stopped (SIGSTOP); the liveness probe declares it hung and
   fences it, and it is restarted after `hold_ms` (at least the probe's bound);
@@ -136,7 +137,7 @@ class Chaos(FailureInjector):
                     row["skipped"] = "its link or a switch of it is down"
                     return
                 if fault.kind == "link_flap":
-                    t = net.set_link(a, b, False) or time.monotonic()
+                    t = self._link_down(a, b)       # raised, as a `--fail` (FailureInjector)
                     self.injected.append({"link": f"{a}-{b}", "t_fail": t, "at": at, "row": row})
                 else:
                     t = time.monotonic()

@@ -75,11 +75,18 @@ class FailureInjector(threading.Thread):
                     self.injected.append({"switch": name, "t_fail": self.net.kill_switch(name), "at": at})
                 continue
             a, b = target
-            with urgent([*self._shells(a, b), os.getpid()], own=False):
-                t_fail = time.monotonic()
-                t_fail = self.net.set_link(a, b, False) or t_fail    # BMv2: after its port change
-                self._until_seen(a, b, t_fail)
-            self.injected.append({"link": f"{a}-{b}", "t_fail": t_fail, "at": at})
+            self.injected.append({"link": f"{a}-{b}", "t_fail": self._link_down(a, b), "at": at})
+
+    def _link_down(self, a: str, b: str) -> float:
+        """Take link a-b down, its ends' shells and this process raised until the job has seen
+        it (_shells, _until_seen); returns the moment it went down. Chaos's link flaps take
+        this way too: a strike at the default priority waits its turn behind the busy sessions
+        as a `--fail` did."""
+        with urgent([*self._shells(a, b), os.getpid()], own=False):
+            t_fail = time.monotonic()
+            t_fail = self.net.set_link(a, b, False) or t_fail    # BMv2: after its port change
+            self._until_seen(a, b, t_fail)
+        return t_fail
 
     def _choose(self, spec: FailSpec | SwitchFailSpec, i: int):
         """What failure i takes down: the switch's name, or the link (a, b)."""

@@ -4,6 +4,8 @@ every fault undone and nothing left behind. `make bench` (chaos section) runs 20
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from agglab.controller import topologies
@@ -97,7 +99,8 @@ def test_a_fault_reports_the_progress_reading_that_struck(monkeypatch):
     monkeypatch.setattr(chaos, "read_progress", lambda files: next(readings, 0.0))   # then mid-rewrite: 0
     g = nx.Graph()
     g.add_edge("e1", "a1")
-    session = type("Session", (), {"net": _Net(), "group": object(), "g": g})()
+    seen = SimpleNamespace(of_kind=lambda kind: [(100.0, {"link": "e1-a1"})])    # the job saw it go down
+    session = type("Session", (), {"net": _Net(), "group": SimpleNamespace(events=seen), "g": g})()
     injector = chaos.Chaos(session, [chaos.Fault("link_flap", 0.5, "e1-a1", 0)], [], seed=0)
     injector.run()                           # in this thread: strikes, then undoes at the end
     (row,) = injector.rows
