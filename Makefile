@@ -14,6 +14,8 @@ PYTEST_ARGS ?=
 ONLY       ?=
 COMPARE    ?=
 BENCH_ARGS ?=
+# make test-busy: LOOPS busy loops beside the suite (tools/under_load.py)
+LOOPS      ?= 2
 # K: the program variant, values per packet (64, or the wide 256); passed on as AGGLAB_K
 K       ?=
 RUNENV  := $(if $(K),env AGGLAB_K=$(K),)
@@ -21,13 +23,14 @@ K_BUILD := $(or $(K),$(shell sed -n 's/^\#define AGG_K  *\([0-9]*\).*/\1/p' p4sr
 # p4c on PATH, else a build under /opt/*/bin (as controller/switch_client.find_bmv2_tool looks)
 P4C     ?= $(shell command -v p4c || ls /opt/*/bin/p4c 2>/dev/null | head -n 1)
 
-.PHONY: setup test experiment calibrate bench clean p4gen p4 help
+.PHONY: setup test test-busy experiment calibrate bench clean p4gen p4 help
 
 help:
 	@echo "make experiment [BACKEND=soft|bmv2] [CONFIG=quick|FILE.yaml]  every paper trend -> results/<name>/report.md"
 	@echo "                [K=256]                             any target: the wide program variant (256 int32 per packet)"
 	@echo "make calibrate [BACKEND=soft|bmv2]                  measure this machine's fidelity ceiling for that backend"
 	@echo "make test                                           run the tests"
+	@echo "make test-busy [LOOPS=2]                            the CI run on a fresh clone of HEAD beside busy loops, with its load"
 	@echo "make bench [ONLY=daemon,wire] [COMPARE=results/bench/X.json] [BENCH_ARGS=...]"
 	@echo "                                                    speed figures vs targets, JSON in results/bench/"
 	@echo "make clean                                          remove leftovers of crashed runs"
@@ -44,6 +47,9 @@ setup: .venv/.installed
 
 test: setup
 	$(SUDO) $(RUNENV) $(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-busy: setup
+	$(SUDO) $(PY) tools/under_load.py --loops $(LOOPS)
 
 experiment: setup
 	$(SUDO) $(RUNENV) $(PY) -m agglab.experiments $(CONFIG) --backend $(BACKEND)

@@ -1,0 +1,95 @@
+"""tools/under_load.py: the test suite beside busy loops, on a fresh clone, with its load and hangs.
+
+The command it runs here is a small script of the test's own that reports what it saw (its
+working directory, the busy loops running beside it) and plays a run that declared two
+switches hung, one stopped on purpose and one live; the tool must run it in a clone of HEAD,
+beside the loops, say both hangs (the live one by name), return the command's exit status,
+and leave no loop and no clone behind.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agglab.ground.paths import REPO
+
+_spec = importlib.util.spec_from_file_location("under_load", REPO / "tools" / "under_load.py")
+under_load = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(under_load)
+
+CHILD = r"""
+import json, os, sys
+from pathlib import Path
+spin = []
+for pid in os.listdir("/proc"):
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
+    except OSError:
+        continue
+    if [a.decode() for a in argv] == ["sh", "-c", "while :; do :; done"]:
+        spin.append(int(pid))
+audit = Path(os.environ["AGGLAB_HANG_AUDIT"])
+with audit.open("a") as f:
+    f.write(json.dumps({"switch": "a1", "state": "stopped", "run": "/run/agglab/net-x"}) + "\n")
+    f.write(json.dumps({"switch": "e6", "state": "sleeping", "run": "/run/agglab/net-y"}) + "\n")
+Path(sys.argv[1]).write_text(json.dumps({"cwd": os.getcwd(), "spin": spin,
+                                         "git": Path(".git").is_dir(), "ci": os.environ.get("CI")}))
+print("the child ran")
+sys.exit(3)
+"""
+
+
+def _spinning() -> set[int]:
+    found = set()
+    for pid in os.listdir("/proc"):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
+        except OSError:
+            continue
+        if [a.decode() for a in argv] == under_load.SPIN:
+            found.add(int(pid))
+    return found
+
+
+def test_a_command_runs_in_a_clone_beside_the_loops_and_its_hangs_are_said(tmp_path, capsys):
+    before = _spinning()
+    seen, out = tmp_path / "seen.json", tmp_path / "out"
+    rc = under_load.main(["--loops", "2", "--interval", "0.05", "--out", str(out), "--",
+                          sys.executable, "-c", CHILD, str(seen)])
+    assert rc == 3                                             # the command's own exit status
+    child = json.loads(seen.read_text())
+    assert len(set(child["spin"]) - before) == 2               # two loops ran beside it
+    assert child["git"] and Path(child["cwd"]).resolve() != REPO.resolve()    # in a clone of its own ...
+    assert not Path(child["cwd"]).exists()                     # ... removed afterwards
+    assert child["ci"] == os.environ.get("CI")                 # a given command keeps the caller's CI
+    assert not _spinning() - before                            # no loop left running
+    summary = json.loads((out / "summary.json").read_text())
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert summary["commit"] == head and summary["loops"] == 2 and summary["returncode"] == 3
+    assert summary["hangs"]["declared"] == 2 and summary["hangs"]["states"] == {"stopped": 1, "sleeping": 1}
+    assert [r["switch"] for r in summary["hangs"]["not_stopped"]] == ["e6"]
+    assert len(summary["samples"]) >= 2 and summary["load_1min"]["min"] <= summary["load_1min"]["max"]
+    assert "the child ran" in (out / "command.log").read_text()
+    printed = capsys.readouterr().out
+    assert "exit 3 after" in printed and "beside 2 busy loop(s)" in printed
+    assert "not stopped on purpose: 1" in printed and "e6 was sleeping (run /run/agglab/net-y)" in printed
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--loops", "-1"], "--loops must be >= 0"),
+    (["--interval", "0"], "--interval > 0"),
+    (["--loops", "two"], "invalid int value: 'two'"),
+])
+def test_bad_options_are_one_line_and_exit_2(argv, words, capsys):
+    with pytest.raises(SystemExit, match="^2$"):
+        under_load.main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert words in err[-1] and "Traceback" not in "\n".join(err)
