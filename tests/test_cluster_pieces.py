@@ -139,7 +139,11 @@ def test_agent_stops_the_hosts_processes_resumes_them_and_signals_a_pid(tmp_path
         assert ask(f"pause {shell.pid}") == [b"paused", b"1"]
         # a SIGSTOP takes effect when the process next runs: wait for the stop, not a moment
         wait_until(lambda: state(inside) == "T", 60, "the paused sleep to stop")
-        assert (state(shell.pid), state(outside.pid)) == ("S", "S")
+        # the shell was woken (its child stopped: SIGCHLD) and may wait for a CPU ("R") on a
+        # busy machine; once it sleeps again it was not stopped: a stopped process is "T", and
+        # the stop would have come before any sleep after the pause's answer
+        wait_until(lambda: (state(shell.pid), state(outside.pid)) == ("S", "S"), 60,
+                   "the shell and the process outside the namespace to sleep on, not stopped")
         assert ask("idle lo")[0] == b"idle"
         assert ask("resume") == [b"resumed", b"1"]
         wait_until(lambda: state(inside) == "S", 60, "the resumed sleep to sleep again")
