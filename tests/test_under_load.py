@@ -39,7 +39,9 @@ audit = Path(os.environ["AGGLAB_HANG_AUDIT"])
 with audit.open("a") as f:
     f.write(json.dumps({"switch": "a1", "state": "stopped", "run": "/run/agglab/net-x"}) + "\n")
     f.write(json.dumps({"switch": "e6", "state": "sleeping", "run": "/run/agglab/net-y"}) + "\n")
-Path(sys.argv[1]).write_text(json.dumps({"cwd": os.getcwd(), "spin": spin,
+# every directory down to the clone lets any user in (a test runs a child as nobody)
+others = all(p.stat().st_mode & 0o005 == 0o005 for p in [Path.cwd(), *Path.cwd().parents])
+Path(sys.argv[1]).write_text(json.dumps({"cwd": os.getcwd(), "spin": spin, "others": others,
                                          "git": Path(".git").is_dir(), "ci": os.environ.get("CI")}))
 print("the child ran")
 sys.exit(3)
@@ -67,6 +69,7 @@ def test_a_command_runs_in_a_clone_beside_the_loops_and_its_hangs_are_said(tmp_p
     child = json.loads(seen.read_text())
     assert len(set(child["spin"]) - before) == 2               # two loops ran beside it
     assert child["git"] and Path(child["cwd"]).resolve() != REPO.resolve()    # in a clone of its own ...
+    assert child["others"]                                     # ... that another user can read, as CI's
     assert not Path(child["cwd"]).exists()                     # ... removed afterwards
     assert child["ci"] == os.environ.get("CI")                 # a given command keeps the caller's CI
     assert not _spinning() - before                            # no loop left running
@@ -93,3 +96,30 @@ def test_bad_options_are_one_line_and_exit_2(argv, words, capsys):
         under_load.main(argv)
     err = capsys.readouterr().err.strip().splitlines()
     assert words in err[-1] and "Traceback" not in "\n".join(err)
+
+
+def test_a_sigterm_ends_the_command_and_the_loops(tmp_path):
+    """Killing the tool (SIGTERM, as `kill` or a CI's timeout does) ends its command's whole
+    process group and its loops, and removes the clone: nothing keeps spinning on the machine."""
+    from agglab.testkit.waits import wait_until
+
+    before = _spinning()
+    ready = tmp_path / "ready"
+    script = f"echo $$ $PWD > {ready}.tmp && mv {ready}.tmp {ready} && exec sleep 600"
+    tool = subprocess.Popen([sys.executable, str(REPO / "tools" / "under_load.py"), "--loops", "1",
+                             "--out", str(tmp_path / "out"), "--", "sh", "-c", script],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(ready.exists, 120, "the command to start in its clone")
+        pid, cwd = ready.read_text().split()
+        assert len(_spinning() - before) == 1
+        tool.terminate()
+        out, err = tool.communicate(timeout=120)
+    finally:
+        if tool.poll() is None:
+            tool.kill()
+            tool.wait()
+    assert tool.returncode == 128 + 15, err
+    assert not Path(f"/proc/{pid}").exists()                   # the command's process is gone ...
+    assert not _spinning() - before                            # ... and the loop
+    assert not Path(cwd).exists()                              # the clone removed

@@ -122,6 +122,13 @@ def lines(s: dict) -> list[str]:
     return out
 
 
+def _raise_exit(signum, _frame) -> None:
+    """SIGTERM or SIGHUP as an exception in the main thread, so that the command's process
+    group is ended and the loops stopped (Python's default for them ends at once, cleaning
+    nothing)."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="tools/under_load.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--loops", type=int, default=2, help="busy loops beside the command (default 2)")
@@ -136,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="agglab-under-load-"))
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="agglab-clone-"))
+    work.chmod(0o755)      # as a checkout anywhere: tests run parts of it as another user (nobody)
     clone = work / "agglab"
     commit = fresh_clone(clone)
     env = {**os.environ, "AGGLAB_HANG_AUDIT": str(out / "hangs.jsonl"), **({} if args.command else {"CI": "true"})}
@@ -144,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     procs: list[subprocess.Popen] = []
     start = time.monotonic()
     rc = 1
+    for sig in (signal.SIGTERM, signal.SIGHUP):     # a kill ends the command and the loops too
+        signal.signal(sig, _raise_exit)
     try:
         log.start()
         procs = spin(args.loops)
