@@ -120,6 +120,7 @@ def test_a_sigterm_ends_the_command_and_the_loops(tmp_path):
             tool.kill()
             tool.wait()
     assert tool.returncode == 128 + 15, err
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["returncode"] == 128 + 15   # still said
     assert not Path(f"/proc/{pid}").exists()                   # the command's process is gone ...
     assert not _spinning() - before                            # ... and the loop
     assert not Path(cwd).exists()                              # the clone removed

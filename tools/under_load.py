@@ -2,7 +2,7 @@
 
 Why: a lab machine is shared. A liveness probe that fences a live switch when the machine is
 busy, or workers that give up on a slow start, are correctness bugs that a quiet CI run never
-shows (issue 37 found three this way). This is the pass that finds them, made one command so
+shows (three such failures were found this way). This is the pass that finds them, made one command so
 that anyone can repeat it and every figure it gives carries its load:
 
 - a fresh `git clone` of HEAD (the working tree's uncommitted changes are not in it), so what
@@ -93,6 +93,16 @@ def fresh_clone(dest: Path) -> str:
                           capture_output=True, text=True).stdout.strip()
 
 
+def clean(clone: Path) -> None:
+    """After a command stopped half-way: what its runs left behind (namespaces, processes, run
+    directories whose maker is gone; pytest ends on SIGTERM without its teardown), removed by the
+    clone's own `agglab clean`, which leaves every live run alone."""
+    python = clone / ".venv" / "bin" / "python"
+    if python.exists():
+        subprocess.run([str(python), "-m", "agglab", "clean"], cwd=clone, stdin=subprocess.DEVNULL,
+                       capture_output=True, timeout=300)
+
+
 def hangs(path: Path) -> dict:
     """The declared hangs: how many in each state, and the ones not stopped on purpose."""
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
@@ -162,10 +172,11 @@ def main(argv: list[str] | None = None) -> int:
                                      stderr=subprocess.STDOUT, start_new_session=True)
             try:
                 rc = child.wait()
-            except BaseException:
+            except (SystemExit, KeyboardInterrupt) as stop_now:     # SIGTERM/SIGHUP (_raise_exit), ^C
                 os.killpg(child.pid, signal.SIGTERM)
                 child.wait()
-                raise
+                rc = stop_now.code if isinstance(stop_now, SystemExit) else 128 + signal.SIGINT
+                clean(clone)
     finally:
         seconds = time.monotonic() - start
         stop(procs)
