@@ -30,6 +30,7 @@ from pathlib import Path
 
 from agglab.exercise_folders import Exercise, ExerciseError, exercises, get
 from agglab.ground import lifeline
+from agglab.ground.interrupts import deferred
 from agglab.ground.paths import IMPORT_ROOT, REPO
 
 # the exercises' API: the folders' (exercises, get) beside this module's checks
@@ -39,6 +40,7 @@ __all__ = ["Exercise", "ExerciseError", "build_overlay", "check", "default_dir",
 _BEGIN = re.compile(r"^(?P<indent>[ \t]*)(?P<c>#|//) EXERCISE (?P<name>[\w-]+) BEGIN hint: (?P<hint>.*)$")
 _END = re.compile(r"^[ \t]*(#|//) EXERCISE END$")
 TODO = "TODO(exercise"
+STOP_GRACE = 60.0      # seconds a stopped checker has to remove its switch and network (stop_checker)
 
 
 # -- the generator -------------------------------------------------------------------------
@@ -197,13 +199,34 @@ def check(ex: Exercise, work: Path, bmv2: str = "auto", timeout: float = 600) ->
         overlay.mkdir()
         build_overlay(ex, work, overlay)
         cmd, env = runner_command(ex, work, overlay, bmv2)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=IMPORT_ROOT,
+                                env=env, preexec_fn=lifeline.preexec(bound_to_thread=True))   # this thread waits for it
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=IMPORT_ROOT, env=env,
-                                  preexec_fn=lifeline.preexec(bound_to_thread=True))   # run() waits for it
+            stdout, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
+            stop_checker(proc)
             return grade(ex, [{"name": "runs", "ok": False,
                                "detail": f"the checks did not finish in {timeout:.0f} s (an endless loop?)"}])
-    return grade(ex, runner_checks(proc.stdout, proc.stderr))
+        except BaseException:           # Ctrl-C, SIGTERM, SIGHUP (ground/interrupts.py)
+            stop_checker(proc)
+            raise
+    return grade(ex, runner_checks(stdout, stderr))
+
+
+def stop_checker(proc: subprocess.Popen, grace: float = STOP_GRACE) -> None:
+    """End the checker the way it cleans up: SIGTERM (the runner turns it into the exception that
+    unwinds its BMv2 switch and its Mininet network, agglab/exercise_runner.py), SIGKILL only
+    after `grace` seconds. Why not SIGKILL at once, as subprocess.run does on a timeout or a
+    Ctrl-C: a checker killed in its BMv2 checks left its namespace and simple_switch behind.
+    A second signal meanwhile waits (deferred) so that the checker's clean-up is not cut short."""
+    with deferred():
+        if proc.poll() is None:
+            proc.terminate()
+        try:
+            proc.communicate(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
 
 
 def grade(ex: Exercise, checks: list[dict]) -> dict:

@@ -33,6 +33,7 @@ from pathlib import Path
 from agglab.exercise import TODO, regions
 from agglab.exercise_folders import Exercise, load
 from agglab.exercise_kit import conformance, result, short_error
+from agglab.ground.interrupts import run_interruptible
 from agglab.ground.paths import P4SRC
 from agglab.ground.runspec import RunSpec
 
@@ -179,9 +180,14 @@ def main(argv=None) -> int:
     ap.add_argument("--work", required=True)
     ap.add_argument("--bmv2", choices=["auto", "yes", "no"], default="auto")
     args = ap.parse_args(argv)
-    checks = run(Path(args.folder), Path(args.overlay), Path(args.work), args.bmv2)
-    print(json.dumps(checks))
-    return 0
+
+    def checks() -> int:
+        print(json.dumps(run(Path(args.folder), Path(args.overlay), Path(args.work), args.bmv2)))
+        return 0
+
+    # a stop signal unwinds the BMv2 switch and the Mininet network as it does for `agglab
+    # allreduce` (agglab/exercise.py stop_checker sends SIGTERM; a Ctrl-C reaches both processes)
+    return run_interruptible("exercise check", checks)
 
 
 if __name__ == "__main__":

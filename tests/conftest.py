@@ -34,8 +34,10 @@ with contextlib.suppress(ModuleNotFoundError):
 
 def pytest_configure(config):
     """In CI every skip must be on the allow-list (tests/skip_guard.py); every declared hang is
-    told at the end (tests/hang_audit.py)."""
+    told at the end (tests/hang_audit.py); each failure can be logged as it happens
+    (tests/failure_log.py)."""
     try:
+        from tests.failure_log import install as log_failures
         from tests.hang_audit import install as audit_hangs
         from tests.skip_guard import install
     except ModuleNotFoundError as exc:
@@ -44,6 +46,7 @@ def pytest_configure(config):
         return              # a copy of this file outside the checkout (tests/test_timeout_guard.py)
     install(config)
     audit_hangs(config)     # every switch declared hung, and whether it was stopped (tests/hang_audit.py)
+    log_failures(config)    # each failure at once to $AGGLAB_FAILURE_LOG, when set (tests/failure_log.py)
 
 
 def _have_mininet() -> bool:

@@ -35,6 +35,7 @@ for pid in os.listdir("/proc"):
         continue
     if [a.decode() for a in argv] == ["sh", "-c", "while :; do :; done"]:
         spin.append(int(pid))
+Path(os.environ["AGGLAB_FAILURE_LOG"]).write_text("=== tests/test_x.py::test_y (call) failed at 10:00:00\nE  assert 1 == 2\n")
 audit = Path(os.environ["AGGLAB_HANG_AUDIT"])
 with audit.open("a") as f:
     f.write(json.dumps({"switch": "a1", "state": "stopped", "run": "/run/agglab/net-x"}) + "\n")
@@ -79,11 +80,13 @@ def test_a_command_runs_in_a_clone_beside_the_loops_and_its_hangs_are_said(tmp_p
     assert summary["commit"] == head and summary["loops"] == 2 and summary["returncode"] == 3
     assert summary["hangs"]["declared"] == 2 and summary["hangs"]["states"] == {"stopped": 1, "sleeping": 1}
     assert [r["switch"] for r in summary["hangs"]["not_stopped"]] == ["e6"]
+    assert summary["failed"] == ["tests/test_x.py::test_y (call)"]
     assert len(summary["samples"]) >= 2 and summary["load_1min"]["min"] <= summary["load_1min"]["max"]
     assert "the child ran" in (out / "command.log").read_text()
     printed = capsys.readouterr().out
     assert "exit 3 after" in printed and "beside 2 busy loop(s)" in printed
     assert "not stopped on purpose: 1" in printed and "e6 was sleeping (run /run/agglab/net-y)" in printed
+    assert "tests failed: 1" in printed and "  tests/test_x.py::test_y (call)" in printed
 
 
 @pytest.mark.parametrize("argv,words", [

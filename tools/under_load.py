@@ -13,10 +13,12 @@ that anyone can repeat it and every figure it gives carries its load:
   the end;
 - every switch a run declared hung (AGGLAB_HANG_AUDIT, emulation/switch_failures.audit_hang),
   with what its process was doing then: a "stopped" one is a test's own SIGSTOP, any other
-  state is a live switch fenced by mistake.
+  state is a live switch fenced by mistake;
+- each failed test with its report as it happens (AGGLAB_FAILURE_LOG, tests/failure_log.py),
+  so that a pass stopped half-way still says why.
 
-It writes OUT/summary.json and OUT/command.log and prints one summary line per figure. Exit
-status: the command's.
+It writes OUT/summary.json, OUT/command.log and OUT/failures.txt and prints one summary line
+per figure. Exit status: the command's.
 
     sudo .venv/bin/python tools/under_load.py                 # `CI=true bash .ci/run` beside 2 loops
     sudo .venv/bin/python tools/under_load.py --loops 2 -- make test PYTEST_ARGS="-x tests/test_web.py"
@@ -110,13 +112,20 @@ def hangs(path: Path) -> dict:
             "not_stopped": [r for r in rows if r.get("state") != "stopped"]}
 
 
+def failures(path: Path) -> list[str]:
+    """The tests that failed, as tests/failure_log.py wrote them while the suite ran (id and phase)."""
+    if not path.exists():
+        return []
+    return [line[4:].split(" failed at ")[0] for line in path.read_text().splitlines() if line.startswith("=== ")]
+
+
 def summarize(samples: list[tuple], rc: int, seconds: float, commit: str, loops: int, command: list[str],
-              hang: dict) -> dict:
+              hang: dict, failed: list[str]) -> dict:
     ones = [s[1] for s in samples]
     return {"commit": commit, "command": command, "loops": loops, "returncode": rc,
             "seconds": round(seconds, 1), "load_start": list(samples[0][1:]), "load_end": list(samples[-1][1:]),
             "load_1min": {"min": min(ones), "median": statistics.median(ones), "max": max(ones)},
-            "samples": samples, "hangs": hang}
+            "samples": samples, "hangs": hang, "failed": failed}
 
 
 def lines(s: dict) -> list[str]:
@@ -129,6 +138,8 @@ def lines(s: dict) -> list[str]:
            f"declared hung: {hang['declared']} ({', '.join(f'{k} {v}' for k, v in sorted(hang['states'].items())) or 'none'}); "
            f"not stopped on purpose: {len(hang['not_stopped'])}"]
     out += [f"  {r.get('switch')} was {r.get('state') or 'unknown'} (run {r.get('run')})" for r in hang["not_stopped"]]
+    out.append(f"tests failed: {len(s['failed'])}" + (" (each with its report in failures.txt)" if s["failed"] else ""))
+    out += [f"  {name}" for name in s["failed"]]
     return out
 
 
@@ -156,8 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     work.chmod(0o755)      # as a checkout anywhere: tests run parts of it as another user (nobody)
     clone = work / "agglab"
     commit = fresh_clone(clone)
-    env = {**os.environ, "AGGLAB_HANG_AUDIT": str(out / "hangs.jsonl"), **({} if args.command else {"CI": "true"})}
-    (out / "hangs.jsonl").unlink(missing_ok=True)
+    env = {**os.environ, "AGGLAB_HANG_AUDIT": str(out / "hangs.jsonl"), "AGGLAB_FAILURE_LOG": str(out / "failures.txt"),
+           **({} if args.command else {"CI": "true"})}
+    for name in ("hangs.jsonl", "failures.txt"):
+        (out / name).unlink(missing_ok=True)
     log = LoadLog(args.interval)
     procs: list[subprocess.Popen] = []
     start = time.monotonic()
@@ -183,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         log.stop()
         if not args.keep_clone:
             shutil.rmtree(work, ignore_errors=True)
-    summary = summarize(log.samples, rc, seconds, commit, args.loops, command, hangs(out / "hangs.jsonl"))
+    summary = summarize(log.samples, rc, seconds, commit, args.loops, command, hangs(out / "hangs.jsonl"),
+                        failures(out / "failures.txt"))
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     for line in lines(summary) + [f"log and summary: {out}"]:
         print(line)
