@@ -220,3 +220,31 @@ def test_a_result_sent_again_says_so_and_is_otherwise_the_same():
     assert (hdr["job"], hdr["block"], hdr["next_block"]) == (3, 7, 0b1111) and (vals == 5).all()
     assert decode(first)[0]["flags"] & atp.RETX == 0                   # the stored answer is unchanged
     assert atp._again(None) is None
+
+
+def test_a_worker_gives_up_only_after_every_missing_block_was_resent_enough(monkeypatch):
+    """A PS that never answers: the worker waits past `give_up` until each block it lacks was
+    resent GIVE_UP_TRIES times (a busy machine backs its timer off to give_up / 6, and a few
+    lossy tries must not end a run whose PS is alive), then gives up in one line saying so.
+    With the old rule (give up after `give_up` s whatever the tries) each block had 6 sends."""
+    ip = f"127.0.{random.randrange(2, 200)}."
+    peers = [ip + "1", ip + "2"]
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    silent.bind((peers[0], wire.UDP_PORT))                       # the PS's address swallows everything
+    sends: dict[int, int] = {}
+    real = atp.AtpEndpoint._sendto
+
+    def counted(self, payload, dest):
+        hdr, _ = decode(payload)
+        sends[hdr["block"]] = sends.get(hdr["block"], 0) + 1
+        real(self, payload, dest)
+
+    monkeypatch.setattr(atp.AtpEndpoint, "_sendto", counted)
+    worker = atp.AtpEndpoint(peers[1], peers, 1, job=9)
+    try:
+        with pytest.raises(atp.AllreduceTimeout, match=r"resent at least 12 times\); 2 blocks missing"):
+            worker.work(np.full((2, K), 3, dtype=np.int32), 2, give_up=1.2)
+    finally:
+        worker.close()
+        silent.close()
+    assert len(sends) == 2 and min(sends.values()) >= 1 + 12, sends

@@ -50,6 +50,13 @@ RESULT = wire.FLAG_RESULT
 RETX = wire.FLAG_RETX
 SEQ_BITS = 24                     # block index bits of seq; the call's generation above them
 RTO = 0.05                        # first retransmission timeout (s); then the agents' estimator (hosts/rto.py)
+# A worker gives up only once `give_up` seconds passed without progress AND every block it still
+# waits for was resent this often. Why: on a busy machine answers come late, the RTO backs off to
+# its ceiling (give_up / 6), and a last block then had about six tries in give_up seconds. At 5%
+# loss on each of the ~10 ports of a round trip a try fails with p = 1 - 0.95^10 = 0.4, so a
+# stalled block gave up with the PS alive with p^6 = 1/244 (estimated, not measured); twelve
+# tries: p^12 = 1/60,000. A dead PS is still told within about 2 x give_up.
+GIVE_UP_TRIES = 12
 FIN_BLOCK = (1 << SEQ_BITS) - 1   # block index of a worker's FIN: "I have every result of this call"
 TO_ALL = wire.CONST["ATP_TO_ALL"]  # agg_h worker of the PS's one copy of a result (--atp-multicast)
 FIN_TRIES = 6                     # FIN sends without acknowledgement before a worker returns anyway
@@ -230,10 +237,11 @@ class AtpEndpoint:
                     self._send(int(idx[b]), gen, rows[b], me, RETX, ps)
                     deadline[b] = now + backoff(rto.rto, tries[b])
                     resent += 1
-            if now - last_progress > give_up:
+            if now - last_progress > give_up and min((tries[b] for b in deadline), default=GIVE_UP_TRIES) >= GIVE_UP_TRIES:
                 missing = np.flatnonzero(~done)
                 raise AllreduceTimeout(f"rank {self.rank}: atp allreduce of job {self.job} made no progress "
-                                       f"for {give_up:g} s; {len(missing)} blocks missing (first {missing[:5]}): "
+                                       f"for {now - last_progress:.1f} s (each block resent at least "
+                                       f"{GIVE_UP_TRIES} times); {len(missing)} blocks missing (first {missing[:5]}): "
                                        "is the PS (rank 0) running and routed?")
         self._finish(gen, me, ps, rto)
         self.calls += 1
