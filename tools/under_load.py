@@ -2,8 +2,8 @@
 
 Why: a lab machine is shared. A liveness probe that fences a live switch when the machine is
 busy, or workers that give up on a slow start, are correctness bugs that a quiet CI run never
-shows (three such failures were found this way). This is the pass that finds them, made one command so
-that anyone can repeat it and every figure it gives carries its load:
+shows (three such failures were found this way). This is the pass that finds them, made one
+command so that anyone can repeat it and every figure it gives carries its load:
 
 - a fresh `git clone` of HEAD (the working tree's uncommitted changes are not in it), so what
   runs is what would land; `../shared` is beside it when the checkout has one (the BMv2 kit);
@@ -106,8 +106,12 @@ def clean(clone: Path) -> None:
 
 
 def hangs(path: Path) -> dict:
-    """The declared hangs: how many in each state, and the ones not stopped on purpose."""
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    """The declared hangs (read as the tests' own audit reads them, tests/hang_audit.py): how
+    many in each state, and the ones not stopped on purpose."""
+    sys.path.insert(0, str(REPO))
+    from tests.hang_audit import read
+
+    rows = read(path)
     return {"declared": len(rows), "states": dict(Counter(r.get("state") or "unknown" for r in rows)),
             "not_stopped": [r for r in rows if r.get("state") != "stopped"]}
 
