@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from agglab.controller import topologies
-from agglab.emulation.fidelity import _Direction, bottleneck, summarize, verdict
+from agglab.emulation.fidelity import _Direction, bottleneck, stat_times, summarize, verdict
 from agglab.emulation.training_jobs import resolve_compute
 from agglab.experiments import cli
 from agglab.experiments.analysis import judge
@@ -374,6 +374,21 @@ def test_fidelity_judges_the_run_from_the_start_gate_not_the_set_up_before_it():
     assert timed["link_bound"] and not timed["cpu_bound"]
     assert timed["link"]["utilisation"] == 1.0 and timed["link"]["bytes"] == 10 * 125_000
     assert timed["machine_busy"] == 0.6
+
+
+def test_the_record_says_how_much_of_the_machine_went_to_the_kernel():
+    """A saturated machine with most of its time in system calls and softirqs: the record and its
+    reason give the kernel's share, so a reader knows faster switch code alone would not free it.
+    A machine sampled without the kernel's figure (a cluster server) gives none."""
+    line = "cpu  600 0 250 100 50 0 150 0 0 0"              # user 600, system 250, softirq 150
+    assert stat_times(line) == (1000, 1150, 400)
+    points = [(float(t), 125_000 * t // 2) for t in range(11)]                  # 50% of 1 Mb/s
+    machine = [(float(t), (0.95 * 200 * t, 200.0 * t, 0.55 * 200 * t)) for t in range(11)]
+    record = summarize([direction(1.0, points)], {}, {}, [machine], 2, 0.0, 10.0)
+    assert record["cpu_bound"] and record["machine_busy"] == 0.95 and record["machine_kernel"] == 0.55
+    assert "the machine was 95% busy (2 cores, 55% of its time in the kernel)" in record["reason"]
+    bare = summarize([direction(1.0, points)], {}, {}, [[(t, v[:2]) for t, v in machine]], 2, 0.0, 10.0)
+    assert bare["machine_kernel"] is None and "the machine was 95% busy (2 cores)" in bare["reason"]
 
 
 # -- in Mininet -------------------------------------------------------------------------------
