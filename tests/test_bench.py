@@ -223,9 +223,11 @@ def test_the_policer_and_chaos_sections_run_tiny(tmp_path):
 def test_the_limit_section_runs_tiny(tmp_path):
     """The kernel (a bridge), the software switch and an agent through one veth + htb chain, at
     both rates: CPU per frame that is positive and made of the parts it names, each path's
-    ratio to the kernel's at its rate, the switch dearer per frame than the kernel (the agent
-    too, at the low rate), an agent's receive batches of one result at the low rate and of more
-    at the high rate; and nothing left behind (the leftovers check after every network test)."""
+    ratio to the kernel's at its rate, an agent's receive batches of one result at the low rate
+    and of more at the high rate; and nothing left behind (the leftovers check after every
+    network test). Which path costs more is the bench's finding on a quiet machine, not
+    behaviour a test can hold: beside two busy loops the bridge's low-rate frame once cost
+    23.8 µs and the switch's 17.9 (a contended machine's wake-ups are dearer for everyone)."""
     report = _bench(tmp_path, ["limit"], timeout=540)
     _check_sections(report, ["limit"], {})
     figs = {(f["path"], f["rate"]): f for f in report["figures"] if f["section"] == "limit"}
@@ -239,8 +241,4 @@ def test_the_limit_section_runs_tiny(tmp_path):
         assert f"{f['ratio_to_kernel']:.1f}x the kernel's" in f["detail"]
     for rate in ("high", "low"):
         assert set(figs["switch", rate]["cpu_us_per_frame_parts"]) == {"switch process", "NAPI thread"}
-        assert figs["switch", rate]["value"] >= figs["kernel", rate]["value"]
-    # an agent's frame is counted each way, and at the high rate its batches are full (1.6x the
-    # kernel's seen under load), so only the low rate, a wake-up per frame, is compared
-    assert figs["agent", "low"]["value"] >= figs["kernel", "low"]["value"]
     assert figs["agent", "low"]["results_per_batch"] <= 1.5 < figs["agent", "high"]["results_per_batch"]
