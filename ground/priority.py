@@ -124,35 +124,88 @@ def urgent(pids=(), nice: int = URGENT_NICE, ahead: int = 5, rt: int = URGENT_RT
     fifo = [(t, was) for t in mine if (was := real_time(t, rt))]
     if pids_rt is not None:
         fifo += [(p, was) for p in pids if (was := real_time(p, pids_rt))]
-    raised = []
-    for pid, level in [*((t, nice - ahead) for t in mine), *((p, nice) for p in pids)]:
-        try:
-            was = os.getpriority(os.PRIO_PROCESS, pid)
-            if was > level:
-                os.setpriority(os.PRIO_PROCESS, pid, level)
-                raised.append((pid, was))
-        except OSError:
-            pass
-    groups: dict[str, tuple[int, int, int]] = {}      # autogroup -> (a pid in it, its niceness, wanted)
+    held = [(key, level) for pid, level in [*((t, nice - ahead) for t in mine), *((p, nice) for p in pids)]
+            if _hold(key := ("nice", pid), level)]
+    groups: dict[str, tuple[int, int]] = {}      # autogroup -> (a pid in it, wanted)
     for pid, level in [*([(os.getpid(), nice - ahead)] if own else []), *((p, nice) for p in pids)]:
         got = autogroup(pid)
         if got is not None:
-            name, was = got
-            first, _was, wanted = groups.get(name, (pid, was, level))
-            groups[name] = (first, was, min(wanted, level))
-    lifted = [(pid, was) for pid, was, wanted in groups.values() if was > wanted and set_autogroup_nice(pid, wanted)]
+            first, wanted = groups.get(got[0], (pid, level))
+            groups[got[0]] = (first, min(wanted, level))
+    held += [(key, wanted) for name, (pid, wanted) in groups.items() if _hold(key := ("autogroup", name, pid), wanted)]
     try:
         yield
     finally:
-        for pid, was in lifted:
-            set_autogroup_nice(pid, was)
-        for pid, was in raised:
-            try:
-                os.setpriority(os.PRIO_PROCESS, pid, was)
-            except OSError:
-                pass
+        for key, level in reversed(held):
+            _let_go(key, level)
         for tid, was in reversed(fifo):       # the caller's thread last
             restore_scheduler(tid, was)
+
+
+# -- holds on a niceness: blocks that overlap without nesting -------------------------------
+# A link failure's strike raises this process and its link's shells (emulation/failures.py)
+# until the job has seen the failure; the reroute that follows raises every thread of this
+# process further and usually ends after the strike's block. Each block restored what it had
+# seen on entering, so the strike put the process back to 0 and then the reroute "back" to
+# the strike's -10: the process, its autogroup and every thread and child it made afterwards
+# stayed raised for good (seen in a test session's pytest after an in-process reroute).
+# So a niceness held by several blocks is the most urgent they ask for, and the one it had
+# before the first of them comes back when the last lets go.
+_holds_lock = threading.Lock()
+_holds: dict[tuple, tuple[int, list[int]]] = {}      # key -> (niceness before the first hold, levels held)
+
+
+def _read(key: tuple) -> int:
+    if key[0] == "nice":
+        return os.getpriority(os.PRIO_PROCESS, key[1])
+    got = autogroup(key[2])
+    if got is None or got[0] != key[1]:
+        raise OSError(f"no autogroup {key[1]} for pid {key[2]}")
+    return got[1]
+
+
+def _write(key: tuple, nice: int) -> None:
+    if key[0] == "nice":
+        os.setpriority(os.PRIO_PROCESS, key[1], nice)
+    elif not set_autogroup_nice(key[2], nice):
+        raise OSError(f"autogroup of pid {key[2]} not set")
+
+
+def _hold(key: tuple, level: int) -> bool:
+    """Hold `key` (("nice", pid) or ("autogroup", name, pid)) at niceness `level` or lower;
+    False, and nothing held, when it already is without a hold or cannot be changed."""
+    with _holds_lock:
+        try:
+            if key in _holds:
+                base, levels = _holds[key]
+                if level < min(levels):
+                    _write(key, level)
+            else:
+                base, levels = _read(key), []
+                if base <= level:
+                    return False
+                _write(key, level)
+        except OSError:
+            return False
+        _holds[key] = (base, [*levels, level])
+    return True
+
+
+def _let_go(key: tuple, level: int) -> None:
+    """End one hold taken by _hold: the most urgent level still held, or the niceness from
+    before the first hold once none is (a process that is gone by then is skipped)."""
+    with _holds_lock:
+        base, levels = _holds.pop(key)
+        levels.remove(level)
+        if levels:
+            _holds[key] = (base, levels)
+        try:
+            if not levels:
+                _write(key, base)
+            elif min(levels) > level:
+                _write(key, min(levels))
+        except OSError:
+            pass
 
 
 def as_batch_work() -> bool:
