@@ -11,6 +11,7 @@ surfaces before Mininet with one line, and a `CheckedRun` is what the Session ta
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,9 +66,22 @@ def check_run(spec: RunSpec | CheckedRun) -> CheckedRun:
             raise ValueError(f"--keep {spec.keep}: exists and is not an empty directory (a kept run is never "
                              "written over)")
         parent = next(p for p in keep.absolute().parents if p.exists())   # where it will be made
-        if not keep.exists() and not (parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)):
+        if not keep.exists() and not (parent.is_dir() and _can_make_in(parent)):
             raise ValueError(f"--keep {spec.keep}: cannot be made ({parent} is not a directory you may write)")
     return CheckedRun(spec, g)
+
+
+def _can_make_in(parent: Path) -> bool:
+    """Whether a directory can be made in `parent`, found by making one and removing it: access()
+    tells root yes on /proc and /sys, where mkdir then fails, and the run's copy would fail only
+    after the run, with its directory already gone."""
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return False
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".agglab-keep-", dir=parent))
+    except OSError:
+        return False
+    return True
 
 
 def check_override(spec: RunSpec, g: nx.Graph, used: set[tuple[str, str]] | None) -> RunSpec:

@@ -83,6 +83,8 @@ CASES = [
     (["allreduce", "--topology", "fattree", "--k", "1000"], "fat-tree k must be at most 64"),
     (["allreduce", "--topology", "bcube", "--tree", "bml", "--k", "30"], "BCube(3,30) has"),
     (["allreduce", "--keep", "{files}/notes.txt/run"], "cannot be made"),
+    # root may write /proc by access(), but nothing can be made there: refused before the run
+    (["allreduce", "--keep", "/proc/agglab-kept/run"], "--keep /proc/agglab-kept/run: cannot be made (/proc is not"),
     (["lab", "--script", "{files}/nope.txt"], "agglab lab: --script {files}/nope.txt: No such file or directory"),
     (["lab", "--script", "{files}/adir"], "agglab lab: --script {files}/adir: Is a directory"),
     (["train", "--lr", "nan"], "agglab train: --steps, --batch and --lr must be positive"),
