@@ -127,3 +127,19 @@ def test_a_sigterm_ends_the_command_and_the_loops(tmp_path):
     assert not Path(f"/proc/{pid}").exists()                   # the command's process is gone ...
     assert not _spinning() - before                            # ... and the loop
     assert not Path(cwd).exists()                              # the clone removed
+
+
+@pytest.mark.parametrize("appeared", [False, True])
+def test_a_stopped_command_s_practice_cluster_is_taken_down_too(tmp_path, appeared):
+    """After a stop, the clone's `agglab clean`, and `agglab cluster local down` only when a
+    practice cluster came up during the command (one that was up before is someone's own):
+    a `make test-busy` stopped mid-way through a cluster test left its servers and their BMv2 switches
+    up, and the next pass skipped the cluster tests. A stand-in for the clone's python records
+    what it was asked to run."""
+    clone, record = tmp_path / "clone", tmp_path / "argv"
+    (clone / ".venv" / "bin").mkdir(parents=True)
+    python = clone / ".venv" / "bin" / "python"
+    python.write_text(f"#!/bin/sh\necho \"$*\" >> {record}\n")
+    python.chmod(0o755)
+    under_load.clean(clone, cluster_appeared=appeared)
+    assert record.read_text().splitlines() == ["-m agglab clean"] + (["-m agglab cluster local down"] if appeared else [])

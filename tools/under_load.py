@@ -95,14 +95,23 @@ def fresh_clone(dest: Path) -> str:
                           capture_output=True, text=True).stdout.strip()
 
 
-def clean(clone: Path) -> None:
+def clean(clone: Path, cluster_appeared: bool = False) -> None:
     """After a command stopped half-way: what its runs left behind (namespaces, processes, run
     directories whose maker is gone; pytest ends on SIGTERM without its teardown), removed by the
-    clone's own `agglab clean`, which leaves every live run alone."""
+    clone's own `agglab clean`, which leaves every live run alone; and a practice cluster that
+    came up during the command (a cluster test's, stopped before its teardown), which `agglab
+    clean` does not touch: it stayed up with BMv2 switches running in its servers, and the next
+    pass skipped the 6 cluster tests ("a practice cluster is already up on this machine")."""
     python = clone / ".venv" / "bin" / "python"
     if python.exists():
-        subprocess.run([str(python), "-m", "agglab", "clean"], cwd=clone, stdin=subprocess.DEVNULL,
-                       capture_output=True, timeout=300)
+        for what in (["clean"], *([["cluster", "local", "down"]] if cluster_appeared else [])):
+            subprocess.run([str(python), "-m", "agglab", *what], cwd=clone, stdin=subprocess.DEVNULL,
+                           capture_output=True, timeout=300)
+
+
+def practice_cluster_up() -> bool:
+    """Whether a practice cluster's state directory exists (emulation/cluster/practice.py)."""
+    return Path(os.environ.get("AGGLAB_CLUSTER_DIR", "/var/lib/agglab-cluster-local")).exists()
 
 
 def hangs(path: Path) -> dict:
@@ -176,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("hangs.jsonl", "failures.txt"):
         (out / name).unlink(missing_ok=True)
     log = LoadLog(args.interval)
+    cluster_before = practice_cluster_up()
     procs: list[subprocess.Popen] = []
     start = time.monotonic()
     rc = 1
@@ -193,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
                 os.killpg(child.pid, signal.SIGTERM)
                 child.wait()
                 rc = stop_now.code if isinstance(stop_now, SystemExit) else 128 + signal.SIGINT
-                clean(clone)
+                clean(clone, cluster_appeared=not cluster_before and practice_cluster_up())
     finally:
         seconds = time.monotonic() - start
         stop(procs)
