@@ -152,7 +152,7 @@ def urgent(pids=(), nice: int = URGENT_NICE, ahead: int = 5, rt: int = URGENT_RT
 # So a niceness held by several blocks is the most urgent they ask for, and the one it had
 # before the first of them comes back when the last lets go.
 _holds_lock = threading.Lock()
-_holds: dict[tuple, tuple[int, list[int]]] = {}      # key -> (niceness before the first hold, levels held)
+_holds: dict[tuple, tuple[int, list[int]]] = {}      # (kind, pid or name) -> (niceness before the first hold, levels held)
 
 
 def _read(key: tuple) -> int:
@@ -172,12 +172,14 @@ def _write(key: tuple, nice: int) -> None:
 
 
 def _hold(key: tuple, level: int) -> bool:
-    """Hold `key` (("nice", pid) or ("autogroup", name, pid)) at niceness `level` or lower;
-    False, and nothing held, when it already is without a hold or cannot be changed."""
+    """Hold `key` (("nice", pid) or ("autogroup", name, a pid in it)) at niceness `level` or
+    lower; False, and nothing held, when it already is without a hold or cannot be changed.
+    An autogroup is one hold however it is reached (by name: blocks find it through
+    different processes)."""
     with _holds_lock:
         try:
-            if key in _holds:
-                base, levels = _holds[key]
+            if key[:2] in _holds:
+                base, levels = _holds[key[:2]]
                 if level < min(levels):
                     _write(key, level)
             else:
@@ -187,7 +189,7 @@ def _hold(key: tuple, level: int) -> bool:
                 _write(key, level)
         except OSError:
             return False
-        _holds[key] = (base, [*levels, level])
+        _holds[key[:2]] = (base, [*levels, level])
     return True
 
 
@@ -195,10 +197,10 @@ def _let_go(key: tuple, level: int) -> None:
     """End one hold taken by _hold: the most urgent level still held, or the niceness from
     before the first hold once none is (a process that is gone by then is skipped)."""
     with _holds_lock:
-        base, levels = _holds.pop(key)
+        base, levels = _holds.pop(key[:2])
         levels.remove(level)
         if levels:
-            _holds[key] = (base, levels)
+            _holds[key[:2]] = (base, levels)
         try:
             if not levels:
                 _write(key, base)

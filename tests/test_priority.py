@@ -58,3 +58,25 @@ def test_blocks_that_overlap_without_nesting_leave_a_process_as_they_found_it():
     finally:
         kid.stdin.close()
         kid.wait(timeout=60)
+
+
+@pytest.mark.root
+def test_an_autogroup_reached_through_two_processes_is_one_hold():
+    """Two blocks reach one session's autogroup through different processes of it (a strike
+    through the shell, the reroute through a process the shell started): the group stays at
+    the reroute's -15 after the strike's block ends, and is back at 0 after both."""
+    shell = subprocess.Popen(["sh", "-c", "sleep 600 & echo $!; exec cat"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+    sleeper = int(shell.stdout.readline())
+    try:
+        strike, reroute = urgent([shell.pid], own=False), urgent([sleeper], nice=-15, own=False)
+        strike.__enter__()
+        reroute.__enter__()
+        strike.__exit__(None, None, None)
+        assert _niceness(sleeper) == (-15, -15) and _niceness(shell.pid) == (0, -15)
+        reroute.__exit__(None, None, None)
+        assert _niceness(sleeper) == (0, 0) and _niceness(shell.pid) == (0, 0)
+    finally:
+        os.kill(sleeper, 15)
+        shell.stdin.close()
+        shell.wait(timeout=60)
