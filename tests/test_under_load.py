@@ -45,6 +45,8 @@ others = all(p.stat().st_mode & 0o005 == 0o005 for p in [Path.cwd(), *Path.cwd()
 Path(sys.argv[1]).write_text(json.dumps({"cwd": os.getcwd(), "spin": spin, "others": others,
                                          "git": Path(".git").is_dir(), "ci": os.environ.get("CI")}))
 print("the child ran")
+print("======= 2250 passed, 6 skipped, 2 warnings in 2974.46s (0:49:34) =======")
+print("12 passed, 10 deselected in 167.48s")
 sys.exit(3)
 """
 
@@ -87,6 +89,9 @@ def test_a_command_runs_in_a_clone_beside_the_loops_and_its_hangs_are_said(tmp_p
     assert "exit 3 after" in printed and "beside 2 busy loop(s)" in printed
     assert "not stopped on purpose: 1" in printed and "e6 was sleeping (run /run/agglab/net-y)" in printed
     assert "tests failed: 1" in printed and "  tests/test_x.py::test_y (call)" in printed
+    assert summary["sessions"] == ["2250 passed, 6 skipped, 2 warnings in 2974.46s (0:49:34)",
+                                   "12 passed, 10 deselected in 167.48s"]       # skips said, though none failed
+    assert "pytest: 2250 passed, 6 skipped, 2 warnings in 2974.46s (0:49:34)" in printed
 
 
 @pytest.mark.parametrize("argv,words", [

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -133,12 +134,26 @@ def failures(path: Path) -> list[str]:
 
 
 def summarize(samples: list[tuple], rc: int, seconds: float, commit: str, loops: int, command: list[str],
-              hang: dict, failed: list[str]) -> dict:
+              hang: dict, failed: list[str], sessions: list[str] | None = None) -> dict:
     ones = [s[1] for s in samples]
     return {"commit": commit, "command": command, "loops": loops, "returncode": rc,
             "seconds": round(seconds, 1), "load_start": list(samples[0][1:]), "load_end": list(samples[-1][1:]),
             "load_1min": {"min": min(ones), "median": statistics.median(ones), "max": max(ones)},
-            "samples": samples, "hangs": hang, "failed": failed}
+            "samples": samples, "hangs": hang, "failed": failed, "sessions": sessions or []}
+
+
+SESSION_END = re.compile(r"^=*\s*(\d+ (?:passed|failed)\b.* in [\d.]+s\b.*?)\s*=*$")
+
+
+def sessions(log: Path) -> list[str]:
+    """Each pytest session's last line in the command's log ("2250 passed, 6 skipped ... in
+    2974.46s"): a pass with no failure can still end non-zero, as one did on 6 skips (CI allows
+    none), and the exit status alone does not say so."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return []
+    return [m.group(1) for line in text.splitlines() if (m := SESSION_END.match(line.strip()))]
 
 
 def lines(s: dict) -> list[str]:
@@ -153,6 +168,7 @@ def lines(s: dict) -> list[str]:
     out += [f"  {r.get('switch')} was {r.get('state') or 'unknown'} (run {r.get('run')})" for r in hang["not_stopped"]]
     out.append(f"tests failed: {len(s['failed'])}" + (" (each with its report in failures.txt)" if s["failed"] else ""))
     out += [f"  {name}" for name in s["failed"]]
+    out += [f"pytest: {line}" for line in s.get("sessions", [])]
     return out
 
 
@@ -211,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep_clone:
             shutil.rmtree(work, ignore_errors=True)
     summary = summarize(log.samples, rc, seconds, commit, args.loops, command, hangs(out / "hangs.jsonl"),
-                        failures(out / "failures.txt"))
+                        failures(out / "failures.txt"), sessions(out / "command.log"))
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     for line in lines(summary) + [f"log and summary: {out}"]:
         print(line)
