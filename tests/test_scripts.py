@@ -39,7 +39,7 @@ PACKAGE_OF = {"cpp": "cpp", "shellcheck": "shellcheck", "tshark": "tshark", "pin
               "dot": "graphviz", "chromium": "chromium", "chromedriver": "chromium-driver",
               "sshd": "openssh-server", "ssh": "openssh-server", "tmux": "tmux", "mnexec": "mininet",
               "mn": "mininet", "tc": "iproute2", "ip": "iproute2", "ethtool": "ethtool",
-              "tcpdump": "tcpdump", "bash": None, "sudo": None, "p4c": None, "simple_switch": None,
+              "tcpdump": "tcpdump", "bash": None, "sh": None, "sudo": None, "p4c": None, "simple_switch": None,
               "simple_switch_CLI": None, "git": None, "env": None, "kill": None, "flock": None,
               "pgrep": "procps", "ps": "procps", "make": "make", "sleep": None, "true": None, "unshare": None, "setpriv": None,
               "nsenter": None, "python3": None, "gcc": "build-essential", "cc": "build-essential"}
