@@ -47,6 +47,13 @@ def audit_hang(switch: str, state: str | None, run: Path | None) -> None:
                                 "time": time.time()}) + "\n")
 
 
+def read_hang_audit(path: Path) -> list[dict]:
+    """The hangs audit_hang appended to `path`, in order ([] when there is none)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 class SwitchFailures:
     """The switch-failure methods of EmulatedNetwork (see the module's docstring)."""
 

@@ -12,19 +12,12 @@ one (a run beside busy loops keeps its own), and prints the tally.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from collections import Counter
 from pathlib import Path
 
-from agglab.emulation.switch_failures import HANG_AUDIT
-
-
-def read(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+from agglab.emulation.switch_failures import HANG_AUDIT, read_hang_audit as read
 
 
 def tally(rows: list[dict]) -> list[str]:

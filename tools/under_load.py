@@ -42,6 +42,11 @@ from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from agglab.emulation.cluster.practice import STATE_DIR  # noqa: E402
+from agglab.emulation.switch_failures import read_hang_audit  # noqa: E402
+
 CI_COMMAND = ["bash", ".ci/run"]
 SPIN = ["sh", "-c", "while :; do :; done"]
 
@@ -111,17 +116,14 @@ def clean(clone: Path, cluster_appeared: bool = False) -> None:
 
 
 def practice_cluster_up() -> bool:
-    """Whether a practice cluster's state directory exists (emulation/cluster/practice.py)."""
-    return Path(os.environ.get("AGGLAB_CLUSTER_DIR", "/var/lib/agglab-cluster-local")).exists()
+    """Whether a practice cluster's state directory exists."""
+    return STATE_DIR.exists()
 
 
 def hangs(path: Path) -> dict:
-    """The declared hangs (read as the tests' own audit reads them, tests/hang_audit.py): how
-    many in each state, and the ones not stopped on purpose."""
-    sys.path.insert(0, str(REPO))
-    from tests.hang_audit import read
-
-    rows = read(path)
+    """The declared hangs (emulation/switch_failures.py writes and reads them): how many in
+    each state, and the ones not stopped on purpose."""
+    rows = read_hang_audit(path)
     return {"declared": len(rows), "states": dict(Counter(r.get("state") or "unknown" for r in rows)),
             "not_stopped": [r for r in rows if r.get("state") != "stopped"]}
 
