@@ -24,6 +24,8 @@ from agglab.experiments.tree_drawings import write_tree_drawings     # the trees
 from agglab.experiments.units import format_rate, parse_rate
 from agglab.ground.runspec import RunSpec
 
+NO_RUN = "no run finished: each row's error is in the report's table"
+
 
 def _xlabels(values: list) -> tuple[list, list[str], bool]:
     """Numeric x values as they are; anything else (failure lists, patterns) as categories."""
@@ -51,9 +53,14 @@ def _save(fig: Figure, path: Path) -> Path:
 
 
 def _flag_legend(ax, any_flagged: bool) -> None:
+    """The legend, or, when no run finished (every row an error), a line saying so: an empty
+    plot with no word would look like a drawing fault rather than a suite that failed."""
     if any_flagged:
         ax.plot([], [], "x", color="red", markersize=10, label="CPU-bound (flagged)")
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    else:
+        ax.text(0.5, 0.5, NO_RUN, transform=ax.transAxes, ha="center", va="center", fontsize=9)
 
 
 def time_plot(rows: list[dict], d: Definition, path: Path) -> Path:

@@ -9,10 +9,12 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
 import yaml
+from matplotlib.figure import Figure
 
 from agglab.controller import topologies
 from agglab.emulation.fidelity import _Direction, bottleneck, stat_times, summarize, verdict
@@ -22,6 +24,7 @@ from agglab.experiments.analysis import judge
 from agglab.experiments.definition import ConfigError
 from agglab.experiments.definition_file import load_definition, parse_definition
 from agglab.experiments.paper_figures import ring_vs_innet
+from agglab.experiments.plots import NO_RUN, _flag_legend
 from agglab.experiments.runner import load_rows, load_suite, plan, run_suite
 from agglab.experiments.units import Scale, UnitError, parse_rate, parse_size, parse_time
 from agglab.ground import wire
@@ -319,6 +322,17 @@ def test_a_raising_run_is_a_failed_row_and_exit_1(tmp_path):
     assert cli.main([str(path), "--out", str(out)], run_fn=boom) == 1
     rows = load_rows(out / cli.results_name("t", wire.K) / "runs.jsonl")
     assert len(rows) == 4 and all("did not come up" in r["error"] for r in rows)
+
+
+def test_a_plot_with_no_finished_run_says_so_instead_of_an_empty_legend():
+    empty, drawn = Figure().add_subplot(), Figure().add_subplot()
+    drawn.plot([1, 2], [3, 4], label="switchml")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # matplotlib warns on a legend with no entries
+        _flag_legend(empty, False)
+        _flag_legend(drawn, False)
+    assert empty.get_legend() is None and [t.get_text() for t in empty.texts] == [NO_RUN]
+    assert [t.get_text() for t in drawn.get_legend().get_texts()] == ["switchml"] and not drawn.texts
 
 
 def test_bad_definition_exits_2(tmp_path):
