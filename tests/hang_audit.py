@@ -17,7 +17,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from agglab.emulation.switch_failures import HANG_AUDIT, read_hang_audit as read
+from agglab.emulation.switch_failures import HANG_AUDIT, read_hang_audit
 
 
 def tally(rows: list[dict]) -> list[str]:
@@ -34,7 +34,7 @@ class HangAudit:
         self.path = path
 
     def pytest_terminal_summary(self, terminalreporter):
-        lines = tally(read(self.path))
+        lines = tally(read_hang_audit(self.path))
         terminalreporter.section("liveness probe", red=len(lines) > 1)
         for line in lines:
             terminalreporter.write_line(line)

@@ -11,10 +11,10 @@ import subprocess
 
 import pytest
 
-from agglab.emulation.switch_failures import HANG_AUDIT, audit_hang
+from agglab.emulation.switch_failures import HANG_AUDIT, audit_hang, read_hang_audit
 from agglab.emulation.switch_probe import process_state
 from agglab.testkit.waits import wait_until
-from tests.hang_audit import read, tally
+from tests.hang_audit import tally
 
 
 @pytest.fixture
@@ -61,6 +61,6 @@ def test_the_tally_names_every_switch_that_was_not_stopped(tmp_path):
         {"switch": "e1", "state": "stopped", "run": "r1"},
         {"switch": "e6", "state": "running", "run": "r2"},
         {"switch": "c1", "state": "stopped", "run": "r3"}]) + "\n")
-    assert tally(read(path)) == ["3 declared hung: 2 stopped on purpose (SIGSTOP), 1 not stopped",
-                                 "  e6 was running (run r2)"]
-    assert tally(read(tmp_path / "none.jsonl")) == ["0 declared hung: 0 stopped on purpose (SIGSTOP), 0 not stopped"]
+    assert tally(read_hang_audit(path)) == ["3 declared hung: 2 stopped on purpose (SIGSTOP), 1 not stopped",
+                                            "  e6 was running (run r2)"]
+    assert tally(read_hang_audit(tmp_path / "none.jsonl")) == ["0 declared hung: 0 stopped on purpose (SIGSTOP), 0 not stopped"]
